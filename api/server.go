@@ -1,0 +1,385 @@
+// Package api is hourglass's HTTP API (v1, JSON) and its Go client.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Scheduler is what the API needs of the timing engine.
+type Scheduler interface {
+	// Schedule is told of every committed pending order.
+	Schedule(t hourglass.Timer)
+	// Cancel is told of every order that stopped being pending.
+	Cancel(orderID int64)
+	// Ready reports whether recovery has run.
+	Ready() bool
+}
+
+// Observer records requests for metrics.
+type Observer interface {
+	ObserveRequest(route, method string, code int, d time.Duration)
+}
+
+// Config configures a Server. Store and Scheduler are required.
+type Config struct {
+	Store     hourglass.Store
+	Scheduler Scheduler
+	Clock     hourglass.Clock
+	Logger    *slog.Logger
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every /v1 route.
+	Token    string
+	Observer Observer
+	// Metrics serves GET /metrics when set.
+	Metrics http.Handler
+}
+
+// Server serves the API. It is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	clock hourglass.Clock
+	log   *slog.Logger
+	mux   *http.ServeMux
+}
+
+// NewServer returns a server; Handler returns its http.Handler.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Scheduler == nil {
+		return nil, errors.New("api: Store and Scheduler are required")
+	}
+	s := &Server{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.clock == nil {
+		s.clock = hourglass.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.routes()
+	return s, nil
+}
+
+// handlerFunc is a route handler that returns its response value and status,
+// or an error rendered by the error table.
+type handlerFunc func(r *http.Request, body []byte) (status int, v any, err error)
+
+func (s *Server) routes() {
+	// Each path is registered for its methods and once without a method,
+	// so a wrong method gets a JSON 405 rather than the mux's plain text.
+	type route struct {
+		method, path string
+		h            handlerFunc
+	}
+	routes := []route{
+		{"PUT", "/v1/products/{sku}", s.putProduct},
+		{"GET", "/v1/products/{sku}", s.getProduct},
+		{"POST", "/v1/orders", s.createOrder},
+		{"GET", "/v1/orders", s.listOrders},
+		{"GET", "/v1/orders/{id}", s.getOrder},
+		{"POST", "/v1/orders/{id}/pay", s.payOrder},
+		{"POST", "/v1/orders/{id}/cancel", s.transition(hourglass.ActionCancel)},
+		{"POST", "/v1/orders/{id}/ship", s.transition(hourglass.ActionShip)},
+		{"POST", "/v1/orders/{id}/complete", s.transition(hourglass.ActionComplete)},
+		{"GET", "/v1/policies", s.getPolicy},
+		{"PUT", "/v1/policies", s.putPolicy},
+	}
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	for path, methods := range allowed {
+		allow := strings.Join(methods, ", ")
+		s.mux.Handle(path, s.wrap(path, false, func(r *http.Request, _ []byte) (int, any, error) {
+			return 0, nil, &methodError{allow: allow, method: r.Method}
+		}))
+	}
+	s.mux.Handle("GET /healthz", s.wrap("/healthz", false, func(*http.Request, []byte) (int, any, error) {
+		return http.StatusOK, map[string]string{"status": "ok"}, nil
+	}))
+	s.mux.Handle("GET /readyz", s.wrap("/readyz", false, func(*http.Request, []byte) (int, any, error) {
+		if !s.cfg.Scheduler.Ready() {
+			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "recovery has not finished")
+		}
+		return http.StatusOK, map[string]string{"status": "ready"}, nil
+	}))
+	if s.cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
+	s.mux.Handle("/", s.wrap("unmatched", false, func(r *http.Request, _ []byte) (int, any, error) {
+		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path)
+	}))
+}
+
+type methodError struct{ allow, method string }
+
+func (e *methodError) Error() string {
+	return "method " + e.method + " not allowed; allowed: " + e.allow
+}
+
+// Handler returns the root handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// wrap adds authentication, the body limit, error rendering and metrics.
+func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.clock.Now()
+		status, v, err := s.serve(r, auth, h)
+		if err != nil {
+			status, v = s.renderError(w, r, err)
+		}
+		writeJSON(w, status, v)
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.ObserveRequest(route, r.Method, status, s.clock.Now().Sub(start))
+		}
+	})
+}
+
+func (s *Server) serve(r *http.Request, auth bool, h handlerFunc) (status int, v any, err error) {
+	defer func() {
+		// A panic in a handler is a bug; answer 500 rather than drop the
+		// connection, and log it with the stack's first line.
+		if p := recover(); p != nil {
+			s.log.Error("api: panic in handler", "method", r.Method, "path", r.URL.Path, "panic", p)
+			status, v, err = 0, nil, errors.New("panic")
+		}
+	}()
+	if auth && s.cfg.Token != "" && !s.authorized(r) {
+		return 0, nil, hourglass.Errorf(hourglass.CodeUnauthorized, "missing or wrong bearer token in the Authorization header")
+	}
+	var body []byte
+	if r.Body != nil && r.Method != http.MethodGet {
+		body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return 0, nil, hourglass.Errorf(hourglass.CodePayloadTooLarge, "request body exceeds %d bytes", MaxBodyBytes)
+		}
+		if err != nil {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "reading request body: %s", err)
+		}
+	}
+	return h(r, body)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
+}
+
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, err error) (int, any) {
+	var me *methodError
+	if errors.As(err, &me) {
+		w.Header().Set("Allow", me.allow)
+		return http.StatusMethodNotAllowed, errorBody{Error: errorJSON{Code: string(hourglass.CodeMethodNotAllowed), Message: me.Error()}}
+	}
+	code := hourglass.ErrorCode(err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		code = hourglass.CodeUnavailable
+	}
+	status := StatusOf(code)
+	msg := hourglass.ErrorMessage(err)
+	if status >= 500 {
+		s.log.Error("api: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		if code == hourglass.CodeUnavailable {
+			msg = err.Error()
+		}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hourglass"`)
+	}
+	return status, errorBody{Error: errorJSON{Code: string(code), Message: msg}}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func (s *Server) putProduct(r *http.Request, body []byte) (int, any, error) {
+	sku := r.PathValue("sku")
+	if err := hourglass.ValidateSKU(sku); err != nil {
+		return 0, nil, err
+	}
+	p, err := decodePutProduct(sku, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	out, err := s.cfg.Store.PutProduct(r.Context(), p)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, productJSON(out), nil
+}
+
+func (s *Server) getProduct(r *http.Request, _ []byte) (int, any, error) {
+	sku := r.PathValue("sku")
+	if err := hourglass.ValidateSKU(sku); err != nil {
+		return 0, nil, err
+	}
+	p, err := s.cfg.Store.Product(r.Context(), sku)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, productJSON(p), nil
+}
+
+func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
+	p, err := DecodeCreateOrder(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if key := r.Header.Get("Idempotency-Key"); key != "" || r.Header.Values("Idempotency-Key") != nil {
+		if key == "" || len(key) > 255 {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "Idempotency-Key header: must be 1 to 255 characters, got %d", len(key))
+		}
+		p.IdempotencyKey = key
+	}
+	o, created, err := s.cfg.Store.CreateOrder(r.Context(), p)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !created {
+		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	}
+	s.cfg.Scheduler.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	return http.StatusCreated, orderJSON(o.View(s.clock.Now())), nil
+}
+
+func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	o, err := s.cfg.Store.Order(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+}
+
+// MaxListLimit is the largest page of GET /v1/orders.
+const MaxListLimit = 1000
+
+func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "status" && k != "limit" && k != "after" {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown query parameter %q (want status, limit, after)", k)
+		}
+	}
+	f := hourglass.OrderFilter{Limit: 50, Now: s.clock.Now()}
+	if v := q.Get("status"); v != "" {
+		st, err := hourglass.ParseState(v)
+		if err != nil {
+			return 0, nil, err
+		}
+		f.Status = st
+	}
+	if v := q.Get("limit"); v != "" || q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be an integer from 1 to %d, got %q", MaxListLimit, v)
+		}
+		f.Limit = n
+	}
+	if v := q.Get("after"); v != "" || q.Has("after") {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a non-negative integer order id, got %q", v)
+		}
+		f.After = n
+	}
+	limit := f.Limit
+	f.Limit++ // one more, to know whether there is a next page
+	orders, err := s.cfg.Store.ListOrders(r.Context(), f)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := OrderListJSON{Orders: make([]OrderJSON, 0, len(orders))}
+	if len(orders) > limit {
+		orders = orders[:limit]
+		next := orders[limit-1].ID
+		out.Next = &next
+	}
+	for _, o := range orders {
+		out.Orders = append(out.Orders, orderJSON(o.View(f.Now)))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) payOrder(r *http.Request, body []byte) (int, any, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	var req payRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if req.PaymentID == nil {
+		return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "payment_id: required")
+	}
+	o, err := s.cfg.Store.PayOrder(r.Context(), id, *req.PaymentID)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.cfg.Scheduler.Cancel(id)
+	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+}
+
+func (s *Server) transition(a hourglass.Action) handlerFunc {
+	return func(r *http.Request, body []byte) (int, any, error) {
+		id, err := parseID(r.PathValue("id"))
+		if err != nil {
+			return 0, nil, err
+		}
+		var empty struct{}
+		if err := decodeJSON(body, &empty, true); err != nil {
+			return 0, nil, err
+		}
+		o, err := s.cfg.Store.TransitionOrder(r.Context(), id, a)
+		if err != nil {
+			return 0, nil, err
+		}
+		if a == hourglass.ActionCancel {
+			s.cfg.Scheduler.Cancel(id)
+		}
+		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	}
+}
+
+func (s *Server) getPolicy(r *http.Request, _ []byte) (int, any, error) {
+	p, err := s.cfg.Store.Policy(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, policyJSON(p), nil
+}
+
+func (s *Server) putPolicy(r *http.Request, body []byte) (int, any, error) {
+	p, err := decodePutPolicy(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.cfg.Store.PutPolicy(r.Context(), p); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, policyJSON(p), nil
+}

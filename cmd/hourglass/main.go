@@ -1,0 +1,154 @@
+// Command hourglass runs the order-timeout service. It only parses flags,
+// wires the packages together and handles signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/metrics"
+	"github.com/hourglass/hourglass/store/sqlite"
+)
+
+type cli struct {
+	LogLevel slog.Level `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
+	Serve    serveCmd   `cmd:"" help:"Run the service."`
+}
+
+type serveCmd struct {
+	Addr          string        `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
+	DataDir       string        `help:"Directory of the embedded SQLite database." default:"./data" env:"HOURGLASS_DATA_DIR"`
+	APIToken      string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>'." env:"HOURGLASS_API_TOKEN"`
+	Window        time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
+	LoadInterval  time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
+	SweepInterval time.Duration `help:"How often the compensation sweeper scans for missed deadlines." default:"1s" env:"HOURGLASS_SWEEP_INTERVAL"`
+	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
+	ShutdownGrace time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("hourglass"),
+		kong.Description("Closes unpaid orders exactly at their deadline and releases their stock."),
+		kong.UsageOnError(),
+	)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch kctx.Command() {
+	case "serve":
+		err = c.Serve.run(ctx, logger)
+	default:
+		err = fmt.Errorf("unknown command %q", kctx.Command())
+	}
+	if err != nil {
+		logger.Error("hourglass: " + err.Error())
+		os.Exit(1)
+	}
+}
+
+func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
+	clock := hourglass.SystemClock{}
+	var m *metrics.Metrics
+	store, err := sqlite.Open(sqlite.Config{
+		Dir:    s.DataDir,
+		Clock:  clock,
+		Logger: log,
+		Observe: func(writes int, d time.Duration) {
+			if m != nil {
+				m.ObserveCommit(writes, d)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	var eng *engine.Engine
+	m = metrics.New(func() int { return eng.Pending() })
+	eng, err = engine.New(store, engine.Config{
+		Window:        s.Window,
+		LoadInterval:  s.LoadInterval,
+		SweepInterval: s.SweepInterval,
+		SweepGrace:    s.SweepGrace,
+		Clock:         clock,
+		Logger:        log,
+		Observer:      m,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := api.NewServer(api.Config{
+		Store:     store,
+		Scheduler: eng,
+		Clock:     clock,
+		Logger:    log,
+		Token:     s.APIToken,
+		Observer:  m,
+		Metrics:   m.Handler(),
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another process using it? set --addr)", s.Addr, err)
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- httpSrv.Serve(ln) }()
+	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "data_dir", s.DataDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("hourglass: shutting down")
+	case err := <-httpDone:
+		runErr = fmt.Errorf("http server: %w", err)
+	case err := <-engDone:
+		runErr = err
+		engDone <- nil
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownGrace)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("hourglass: http shutdown", "err", err)
+	}
+	stopEngine()
+	if err := <-engDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	if err := store.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	if runErr == nil {
+		log.Info("hourglass: stopped")
+	}
+	return runErr
+}

@@ -1,0 +1,126 @@
+// Package metrics exposes hourglass's Prometheus metrics. It is the only
+// package that imports the Prometheus client; everything else reports
+// through small interfaces (engine.Observer, the API's request observer).
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds the collectors, registered on its own registry (no globals).
+// It is safe for concurrent use.
+type Metrics struct {
+	reg            *prometheus.Registry
+	closeLateness  prometheus.Histogram
+	closed         *prometheus.CounterVec
+	closeFailures  prometheus.Counter
+	sweeperFound   prometheus.Counter
+	sweeperRecover prometheus.Counter
+	requests       *prometheus.CounterVec
+	requestLatency *prometheus.HistogramVec
+	commitWrites   prometheus.Histogram
+	commitLatency  prometheus.Histogram
+}
+
+// New registers every collector on a new registry. pending reports the
+// number of timers the engine holds in memory.
+func New(pending func() int) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		reg: reg,
+		closeLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hourglass_close_lateness_seconds",
+			Help:    "Time from an order's deadline to the commit of its close (closed_at - deadline).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hourglass_orders_closed_total",
+			Help: "Orders closed because their deadline passed, by the component that closed them (wheel or sweeper).",
+		}, []string{"by"}),
+		closeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hourglass_close_failures_total",
+			Help: "Orders whose close call failed and was retried.",
+		}),
+		sweeperFound: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hourglass_sweeper_found_total",
+			Help: "Overdue pending orders found by the compensation sweeper (including start-up recovery).",
+		}),
+		sweeperRecover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hourglass_sweeper_recovered_total",
+			Help: "Orders closed by the compensation sweeper (including start-up recovery) rather than by the wheel.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hourglass_http_requests_total",
+			Help: "API requests by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		requestLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hourglass_http_request_duration_seconds",
+			Help:    "API request latency by route and method.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route", "method"}),
+		commitWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hourglass_store_commit_writes",
+			Help:    "Writes group-committed per database transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hourglass_store_commit_seconds",
+			Help:    "Duration of a group commit, execution and fsync included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+	}
+	reg.MustRegister(m.closeLateness, m.closed, m.closeFailures, m.sweeperFound, m.sweeperRecover,
+		m.requests, m.requestLatency, m.commitWrites, m.commitLatency,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hourglass_timers_pending",
+			Help: "Timers held in the in-memory wheel (pending orders due within the window).",
+		}, func() float64 { return float64(pending()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	// Pre-create the label values so the series exist from the start.
+	m.closed.WithLabelValues("wheel")
+	m.closed.WithLabelValues("sweeper")
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Closed implements engine.Observer.
+func (m *Metrics) Closed(c hourglass.ClosedOrder, swept bool) {
+	m.closeLateness.Observe(c.ClosedAt.Sub(c.Deadline).Seconds())
+	if swept {
+		m.closed.WithLabelValues("sweeper").Inc()
+		m.sweeperRecover.Inc()
+		return
+	}
+	m.closed.WithLabelValues("wheel").Inc()
+}
+
+// CloseFailed implements engine.Observer.
+func (m *Metrics) CloseFailed(n int, _ error) { m.closeFailures.Add(float64(n)) }
+
+// Swept implements engine.Observer.
+func (m *Metrics) Swept(found int) { m.sweeperFound.Add(float64(found)) }
+
+// ObserveRequest records one API request.
+func (m *Metrics) ObserveRequest(route, method string, code int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.requestLatency.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// ObserveCommit records one group commit of the store.
+func (m *Metrics) ObserveCommit(writes int, d time.Duration) {
+	m.commitWrites.Observe(float64(writes))
+	m.commitLatency.Observe(d.Seconds())
+}

@@ -1,0 +1,57 @@
+package hourglass
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the database of record. Every method is safe for concurrent use;
+// every write commits durably before it returns. Writes read "now" from the
+// store's Clock when they execute, inside their transaction, so a deadline
+// check and the update it guards are one atomic step whatever the queueing
+// delay before it. Errors are *Error values
+// with the codes named below, or internal errors wrapped with the store and
+// operation.
+type Store interface {
+	// PutProduct creates or updates a product's name, category and available
+	// stock; reserved and sold are kept. Returns the product as stored.
+	PutProduct(ctx context.Context, p Product) (Product, error)
+	// Product returns a product, or ErrNotFound.
+	Product(ctx context.Context, sku string) (Product, error)
+
+	// CreateOrder reserves the stock of all items atomically and inserts a
+	// pending order whose deadline is Now + timeout (see Policy). It returns
+	// created=false with the earlier order when the idempotency key was seen
+	// with the same request hash. Errors: ErrNotFound (unknown SKU, message
+	// names it), ErrInsufficientStock, ErrIdempotencyKeyReused.
+	CreateOrder(ctx context.Context, p CreateOrderParams) (o Order, created bool, err error)
+	// Order returns an order as stored (callers apply Order.View), or ErrNotFound.
+	Order(ctx context.Context, id int64) (Order, error)
+	// ListOrders returns up to f.Limit orders with id > f.After, ascending.
+	ListOrders(ctx context.Context, f OrderFilter) ([]Order, error)
+	// PayOrder moves a pending order whose deadline is after now to paid and
+	// its reserved stock to sold. Paying a paid order again with the same
+	// payment id returns it unchanged (idempotent). Errors: ErrNotFound,
+	// ErrOrderNotPayable.
+	PayOrder(ctx context.Context, id int64, paymentID string) (Order, error)
+	// TransitionOrder applies a cancel, ship or complete as a compare-and-set
+	// on the current state; a cancel releases the reserved stock and is
+	// refused at or after the deadline. Errors: ErrNotFound, ErrInvalidTransition.
+	TransitionOrder(ctx context.Context, id int64, a Action) (Order, error)
+
+	// CloseOrders closes, in one transaction, each listed order that is still
+	// pending with a deadline <= now, releasing its stock. It is idempotent:
+	// an order that is no longer pending (or not yet due) is skipped and not
+	// reported. Returns the orders it closed.
+	CloseOrders(ctx context.Context, ids []int64) ([]ClosedOrder, error)
+	// PendingDue returns up to limit pending orders with deadline <= until,
+	// ordered by (deadline, id) and strictly after the cursor (after, afterID);
+	// pass the last returned timer as the next cursor to page.
+	PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]Timer, error)
+
+	// Policy returns the timeout policy.
+	Policy(ctx context.Context) (Policy, error)
+	// PutPolicy validates and replaces the timeout policy; it applies to
+	// orders created afterwards.
+	PutPolicy(ctx context.Context, p Policy) error
+}

@@ -1,0 +1,438 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"zombiezen.com/go/sqlite"
+)
+
+const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
+
+// CreateOrder implements hourglass.Store. The stock check and the reservation
+// run on the single writer, so check-then-update cannot race.
+func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
+	if err := hourglass.ValidateUserID(p.UserID); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	if err := hourglass.ValidateItems(p.Items); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	if p.Timeout != 0 {
+		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
+			return hourglass.Order{}, false, err
+		}
+	}
+	items := encodeItems(p.Items)
+	var (
+		out     hourglass.Order
+		created bool
+	)
+	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		if p.IdempotencyKey != "" {
+			stmt := conn.Prep(`SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1`)
+			stmt.BindText(1, p.IdempotencyKey)
+			var (
+				hash []byte
+				id   int64
+			)
+			found, err := step(stmt, func(st *sqlite.Stmt) {
+				hash = make([]byte, st.ColumnLen(0))
+				st.ColumnBytes(0, hash)
+				id = st.ColumnInt64(1)
+			})
+			if err != nil {
+				return fmt.Errorf("sqlite: look up idempotency key: %w", err)
+			}
+			if found {
+				if !bytes.Equal(hash, p.RequestHash) {
+					return hourglass.ErrIdempotencyKeyReused
+				}
+				o, err := getOrder(conn, id)
+				if err != nil {
+					return err
+				}
+				out = o
+				return nil
+			}
+		}
+		categories := make([]string, 0, len(p.Items))
+		for i, it := range p.Items {
+			stmt := conn.Prep(`SELECT category, available FROM products WHERE sku = ?1`)
+			stmt.BindText(1, it.SKU)
+			var (
+				category  string
+				available int64
+			)
+			found, err := step(stmt, func(st *sqlite.Stmt) { category, available = st.ColumnText(0), st.ColumnInt64(1) })
+			if err != nil {
+				return fmt.Errorf("sqlite: read product %q: %w", it.SKU, err)
+			}
+			if !found {
+				return hourglass.Errorf(hourglass.CodeNotFound, "items[%d].sku: product %q not found", i, it.SKU)
+			}
+			if available < it.Quantity {
+				return hourglass.Errorf(hourglass.CodeInsufficientStock, "items[%d]: %d of %q requested, %d available", i, it.Quantity, it.SKU, available)
+			}
+			categories = append(categories, category)
+		}
+		timeout := p.Timeout
+		if timeout == 0 {
+			timeout = s.policy.Load().Timeout(categories)
+		}
+		for _, it := range p.Items {
+			if err := moveStock(conn, it.SKU, it.Quantity, "available", "reserved"); err != nil {
+				return err
+			}
+		}
+		createdMs := hourglass.UnixMilli(now)
+		deadlineMs := createdMs + timeout.Milliseconds()
+		stmt := conn.Prep(`INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES (?1, ?2, ?3, ?4, ?5)`)
+		stmt.BindText(1, p.UserID)
+		stmt.BindText(2, string(hourglass.StatePendingPayment))
+		stmt.BindText(3, items)
+		stmt.BindInt64(4, createdMs)
+		stmt.BindInt64(5, deadlineMs)
+		if _, err := step(stmt, nil); err != nil {
+			return fmt.Errorf("sqlite: insert order: %w", err)
+		}
+		id := conn.LastInsertRowID()
+		if p.IdempotencyKey != "" {
+			stmt := conn.Prep(`INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
+			stmt.BindText(1, p.IdempotencyKey)
+			stmt.BindBytes(2, p.RequestHash)
+			stmt.BindInt64(3, id)
+			stmt.BindInt64(4, createdMs)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: insert idempotency key: %w", err)
+			}
+		}
+		out = hourglass.Order{
+			ID:        id,
+			UserID:    p.UserID,
+			Status:    hourglass.StatePendingPayment,
+			Items:     append([]hourglass.Item(nil), p.Items...),
+			CreatedAt: hourglass.FromUnixMilli(createdMs),
+			Deadline:  hourglass.FromUnixMilli(deadlineMs),
+		}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return hourglass.Order{}, false, err
+	}
+	return out, created, nil
+}
+
+// Order implements hourglass.Store.
+func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	var out hourglass.Order
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		o, err := getOrder(conn, id)
+		out = o
+		return err
+	})
+	return out, err
+}
+
+func getOrder(conn *sqlite.Conn, id int64) (hourglass.Order, error) {
+	stmt := conn.Prep(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?1`)
+	stmt.BindInt64(1, id)
+	var (
+		o       hourglass.Order
+		scanErr error
+	)
+	found, err := step(stmt, func(st *sqlite.Stmt) { o, scanErr = scanOrder(st) })
+	if err != nil {
+		return o, fmt.Errorf("sqlite: get order %d: %w", id, err)
+	}
+	if scanErr != nil {
+		return o, scanErr
+	}
+	if !found {
+		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+	}
+	return o, nil
+}
+
+func scanOrder(st *sqlite.Stmt) (hourglass.Order, error) {
+	o := hourglass.Order{
+		ID:          st.ColumnInt64(0),
+		UserID:      st.ColumnText(1),
+		Status:      hourglass.State(st.ColumnText(2)),
+		CreatedAt:   hourglass.FromUnixMilli(st.ColumnInt64(4)),
+		Deadline:    hourglass.FromUnixMilli(st.ColumnInt64(5)),
+		CloseReason: st.ColumnText(8),
+		PaymentID:   st.ColumnText(9),
+	}
+	if !st.ColumnIsNull(6) {
+		o.PaidAt = hourglass.FromUnixMilli(st.ColumnInt64(6))
+	}
+	if !st.ColumnIsNull(7) {
+		o.ClosedAt = hourglass.FromUnixMilli(st.ColumnInt64(7))
+	}
+	items, err := decodeItems(st.ColumnText(3))
+	if err != nil {
+		return o, fmt.Errorf("sqlite: order %d: %w", o.ID, err)
+	}
+	o.Items = items
+	return o, nil
+}
+
+// ListOrders implements hourglass.Store. Status filtering follows
+// Order.View: a pending order past its deadline counts as closed.
+func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
+	nowMs := hourglass.UnixMilli(f.Now)
+	var where string
+	switch f.Status {
+	case "":
+		where = "id > ?1 AND ?2 = ?2 AND ?3 = ?3"
+	case hourglass.StatePendingPayment:
+		where = "id > ?1 AND status = 'pending_payment' AND deadline > ?2 AND ?3 = ?3"
+	case hourglass.StateClosed:
+		where = "id > ?1 AND (status = 'closed' OR (status = 'pending_payment' AND deadline <= ?2)) AND ?3 = ?3"
+	default:
+		where = "id > ?1 AND ?2 = ?2 AND status = ?3"
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var out []hourglass.Order
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT ` + orderColumns + ` FROM orders WHERE ` + where + ` ORDER BY id LIMIT ?4`)
+		defer stmt.Reset()
+		// Every variant numbers its parameters ?1..?4, so all four bind.
+		stmt.BindInt64(1, f.After)
+		stmt.BindInt64(2, nowMs)
+		stmt.BindText(3, string(f.Status))
+		stmt.BindInt64(4, int64(limit))
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: list orders: %w", err)
+			}
+			if !row {
+				return nil
+			}
+			o, err := scanOrder(stmt)
+			if err != nil {
+				return err
+			}
+			out = append(out, o)
+		}
+	})
+	return out, err
+}
+
+// PayOrder implements hourglass.Store.
+func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
+		return hourglass.Order{}, err
+	}
+	var out hourglass.Order
+	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		nowMs := hourglass.UnixMilli(now)
+		// The compare-and-set: only a pending order strictly before its
+		// deadline becomes paid. The closer's CAS is the mirror image
+		// (deadline <= now), and both run on this one writer.
+		stmt := conn.Prep(`UPDATE orders SET status = 'paid', paid_at = ?2, payment_id = ?3
+WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + orderColumns)
+		stmt.BindInt64(1, id)
+		stmt.BindInt64(2, nowMs)
+		stmt.BindText(3, paymentID)
+		var scanErr error
+		found, err := step(stmt, func(st *sqlite.Stmt) { out, scanErr = scanOrder(st) })
+		if err != nil {
+			return fmt.Errorf("sqlite: pay order %d: %w", id, err)
+		}
+		if scanErr != nil {
+			return scanErr
+		}
+		if found {
+			for _, it := range out.Items {
+				if err := moveStock(conn, it.SKU, it.Quantity, "reserved", "sold"); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		cur, err := getOrder(conn, id)
+		if err != nil {
+			return err
+		}
+		if cur.PaymentID == paymentID && cur.Status != hourglass.StatePendingPayment && !cur.PaidAt.IsZero() {
+			out = cur // a repeat of the payment that succeeded
+			return nil
+		}
+		return hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", id, describe(cur, now))
+	})
+	return out, err
+}
+
+func describe(o hourglass.Order, now time.Time) string {
+	v := o.View(now)
+	if v.Status == hourglass.StateClosed && o.Status == hourglass.StatePendingPayment {
+		return "past its deadline " + v.Deadline.Format(time.RFC3339Nano)
+	}
+	if v.Status == hourglass.StatePaid || v.Status == hourglass.StateShipped || v.Status == hourglass.StateCompleted {
+		return string(v.Status) + " with another payment_id"
+	}
+	return string(v.Status)
+}
+
+// TransitionOrder implements hourglass.Store.
+func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
+	from, to, err := a.Transition()
+	if err != nil {
+		return hourglass.Order{}, err
+	}
+	var out hourglass.Order
+	err = s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		nowMs := hourglass.UnixMilli(now)
+		// A cancel, like a payment, is refused at or after the deadline: by
+		// then the order belongs to the closer.
+		stmt := conn.Prep(`UPDATE orders SET status = ?3 WHERE id = ?1 AND status = ?2
+AND (?2 <> 'pending_payment' OR deadline > ?4) RETURNING ` + orderColumns)
+		stmt.BindInt64(1, id)
+		stmt.BindText(2, string(from))
+		stmt.BindText(3, string(to))
+		stmt.BindInt64(4, nowMs)
+		var scanErr error
+		found, err := step(stmt, func(st *sqlite.Stmt) { out, scanErr = scanOrder(st) })
+		if err != nil {
+			return fmt.Errorf("sqlite: %s order %d: %w", a, id, err)
+		}
+		if scanErr != nil {
+			return scanErr
+		}
+		if !found {
+			cur, err := getOrder(conn, id)
+			if err != nil {
+				return err
+			}
+			return hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", a, id, cur.View(now).Status)
+		}
+		if to == hourglass.StateCancelled {
+			for _, it := range out.Items {
+				if err := moveStock(conn, it.SKU, it.Quantity, "reserved", "available"); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CloseOrders implements hourglass.Store.
+func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var closed []hourglass.ClosedOrder
+	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		closed = closed[:0] // the op may be retried alone after a batch failure
+		nowMs := hourglass.UnixMilli(now)
+		for _, id := range ids {
+			stmt := conn.Prep(`UPDATE orders SET status = 'closed', closed_at = ?2, close_reason = 'timeout'
+WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING items, deadline`)
+			stmt.BindInt64(1, id)
+			stmt.BindInt64(2, nowMs)
+			var (
+				raw      string
+				deadline int64
+			)
+			found, err := step(stmt, func(st *sqlite.Stmt) { raw, deadline = st.ColumnText(0), st.ColumnInt64(1) })
+			if err != nil {
+				return fmt.Errorf("sqlite: close order %d: %w", id, err)
+			}
+			if !found {
+				continue // paid, cancelled, already closed or not yet due: nothing to do
+			}
+			items, err := decodeItems(raw)
+			if err != nil {
+				return fmt.Errorf("sqlite: close order %d: %w", id, err)
+			}
+			for _, it := range items {
+				if err := moveStock(conn, it.SKU, it.Quantity, "reserved", "available"); err != nil {
+					return err
+				}
+			}
+			closed = append(closed, hourglass.ClosedOrder{
+				OrderID:  id,
+				Deadline: hourglass.FromUnixMilli(deadline),
+				ClosedAt: hourglass.FromUnixMilli(nowMs),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return closed, nil
+}
+
+// PendingDue implements hourglass.Store.
+func (s *Store) PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.Timer, error) {
+	var out []hourglass.Timer
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
+WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3
+ORDER BY deadline, id LIMIT ?4`)
+		defer stmt.Reset()
+		stmt.BindInt64(1, hourglass.UnixMilli(after))
+		stmt.BindInt64(2, afterID)
+		stmt.BindInt64(3, hourglass.UnixMilli(until))
+		stmt.BindInt64(4, int64(limit))
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: pending due: %w", err)
+			}
+			if !row {
+				return nil
+			}
+			out = append(out, hourglass.Timer{OrderID: stmt.ColumnInt64(0), Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
+		}
+	})
+	return out, err
+}
+
+// encodeItems writes items as a JSON array; SKUs are validated to
+// [A-Za-z0-9._-], so they need no escaping.
+func encodeItems(items []hourglass.Item) string {
+	b := make([]byte, 0, 32*len(items))
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"sku":"`...)
+		b = append(b, it.SKU...)
+		b = append(b, `","quantity":`...)
+		b = strconv.AppendInt(b, it.Quantity, 10)
+		b = append(b, '}')
+	}
+	return string(append(b, ']'))
+}
+
+func decodeItems(raw string) ([]hourglass.Item, error) {
+	var rows []struct {
+		SKU      string `json:"sku"`
+		Quantity int64  `json:"quantity"`
+	}
+	if err := json.Unmarshal([]byte(raw), &rows); err != nil {
+		return nil, fmt.Errorf("decode items: %w", err)
+	}
+	items := make([]hourglass.Item, len(rows))
+	for i, r := range rows {
+		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
+	}
+	return items, nil
+}

@@ -1,0 +1,319 @@
+// Package sqlite is the embedded Store: one SQLite database file in WAL mode,
+// written by a single goroutine that group-commits concurrent writes (many
+// API calls share one transaction and one fsync) and read through a small
+// pool of connections. It owns its schema and migrations.
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
+)
+
+// Defaults of Config.
+const (
+	FileNameDefault     = "hourglass.db"
+	ReadPoolSizeDefault = 4
+	MaxBatchDefault     = 512
+)
+
+// Config configures Open. The zero value of each field means its default.
+type Config struct {
+	// Dir is the directory holding the database file; it is created if
+	// missing. Required.
+	Dir string
+	// FileName of the database inside Dir (default FileNameDefault).
+	FileName string
+	// ReadPoolSize is the number of read connections (default 4).
+	ReadPoolSize int
+	// MaxBatch is the most writes group-committed in one transaction.
+	MaxBatch int
+	// Clock gives "now" to writes (default the system clock).
+	Clock hourglass.Clock
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Observe, if set, is called after every group commit with the number of
+	// writes it held and how long the commit (including fsync) took.
+	Observe func(writes int, commit time.Duration)
+}
+
+// Validate reports a configuration error, naming the field.
+func (c Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("sqlite: Dir is required")
+	}
+	if c.ReadPoolSize < 0 || c.ReadPoolSize > 64 {
+		return fmt.Errorf("sqlite: ReadPoolSize must be 0..64, got %d", c.ReadPoolSize)
+	}
+	if c.MaxBatch < 0 || c.MaxBatch > 100000 {
+		return fmt.Errorf("sqlite: MaxBatch must be 0..100000, got %d", c.MaxBatch)
+	}
+	return nil
+}
+
+// Store is the SQLite implementation of hourglass.Store. It is safe for
+// concurrent use.
+type Store struct {
+	cfg    Config
+	clock  hourglass.Clock
+	log    *slog.Logger
+	writer *sqlite.Conn
+	reads  *sqlitex.Pool
+	ops    chan *op
+	done   chan struct{}
+	closed atomic.Bool
+	policy atomic.Pointer[hourglass.Policy]
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ hourglass.Store = (*Store)(nil)
+
+// op is one write waiting for the writer goroutine. run must either succeed,
+// or fail with a *hourglass.Error before writing anything (a domain refusal),
+// or fail with any other error (then the whole batch is rolled back and each
+// of its ops is retried alone, so one broken write cannot fail its peers).
+type op struct {
+	ctx    context.Context
+	run    func(conn *sqlite.Conn, now time.Time) error
+	result chan error
+}
+
+// Open opens (creating if needed) the database in cfg.Dir, applies
+// migrations and starts the writer. Close must be called to stop it.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.FileName = cmp.Or(cfg.FileName, FileNameDefault)
+	cfg.ReadPoolSize = cmp.Or(cfg.ReadPoolSize, ReadPoolSizeDefault)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
+	s := &Store{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
+	if s.clock == nil {
+		s.clock = hourglass.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sqlite: create data dir: %w", err)
+	}
+	path := filepath.Join(cfg.Dir, cfg.FileName)
+	w, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.writer = w
+	// synchronous=FULL: a commit returns only after the WAL is fsynced, so an
+	// answered write survives a power cut, not just a process crash.
+	for _, pragma := range []string{
+		"PRAGMA journal_mode = WAL",
+		"PRAGMA synchronous = FULL",
+		"PRAGMA busy_timeout = 5000",
+	} {
+		if err := sqlitex.ExecuteTransient(w, pragma, nil); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("sqlite: configure %s: %s: %w", path, pragma, err)
+		}
+	}
+	if err := migrate(w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	pool, err := sqlitex.NewPool(path, sqlitex.PoolOptions{
+		Flags:    sqlite.OpenReadWrite | sqlite.OpenURI,
+		PoolSize: cfg.ReadPoolSize,
+		PrepareConn: func(c *sqlite.Conn) error {
+			if err := sqlitex.ExecuteTransient(c, "PRAGMA query_only = 1", nil); err != nil {
+				return err
+			}
+			return sqlitex.ExecuteTransient(c, "PRAGMA busy_timeout = 5000", nil)
+		},
+	})
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open read pool: %w", err)
+	}
+	s.reads = pool
+	p, err := loadPolicy(w)
+	if err != nil {
+		pool.Close()
+		w.Close()
+		return nil, err
+	}
+	s.policy.Store(&p)
+	s.ops = make(chan *op, 4*cfg.MaxBatch)
+	s.done = make(chan struct{})
+	go s.writeLoop()
+	return s, nil
+}
+
+func migrate(conn *sqlite.Conn) (err error) {
+	var version int
+	if err := sqlitex.ExecuteTransient(conn, "PRAGMA user_version", &sqlitex.ExecOptions{
+		ResultFunc: func(stmt *sqlite.Stmt) error { version = stmt.ColumnInt(0); return nil },
+	}); err != nil {
+		return fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("sqlite: database schema version %d is newer than this binary (%d); upgrade hourglass", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if err := func() (err error) {
+			end, err := sqlitex.ImmediateTransaction(conn)
+			if err != nil {
+				return err
+			}
+			defer end(&err)
+			if err := sqlitex.ExecuteScript(conn, migrations[i], nil); err != nil {
+				return err
+			}
+			return sqlitex.ExecuteTransient(conn, fmt.Sprintf("PRAGMA user_version = %d", i+1), nil)
+		}(); err != nil {
+			return fmt.Errorf("sqlite: migration %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// Close stops the writer after the queued writes and closes the database.
+// It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.ops)
+		<-s.done
+		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())
+	})
+	return s.closeErr
+}
+
+// errClosed is returned by writes after Close.
+var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
+
+// write queues run for the writer goroutine and waits until its transaction
+// has committed (or failed). Once queued, a write runs even if ctx ends
+// while it waits, unless it has not started yet when ctx ends: then it is
+// skipped and ctx.Err() returned.
+func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &op{ctx: ctx, run: run, result: make(chan error, 1)}
+	defer func() {
+		// A send on the closed channel after Close is a shutdown race; report
+		// it as unavailable rather than crash.
+		if r := recover(); r != nil {
+			err = errClosed
+		}
+	}()
+	if s.closed.Load() {
+		return errClosed
+	}
+	s.ops <- o
+	return <-o.result
+}
+
+func (s *Store) writeLoop() {
+	defer close(s.done)
+	batch := make([]*op, 0, s.cfg.MaxBatch)
+	for first := range s.ops {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit runs a batch in one transaction. A domain refusal fails only its op;
+// any other error rolls back the batch and retries each op on its own.
+func (s *Store) commit(batch []*op) {
+	results := make([]error, len(batch))
+	start := s.clock.Now()
+	err := s.runBatch(batch, results)
+	if err != nil && len(batch) > 1 {
+		s.log.Warn("sqlite: group commit failed; retrying its writes one by one", "writes", len(batch), "err", err)
+		for i, o := range batch {
+			one := []error{nil}
+			if err := s.runBatch([]*op{o}, one); err != nil {
+				results[i] = err
+			} else {
+				results[i] = one[0]
+			}
+		}
+	} else if err != nil {
+		results[0] = err
+	}
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(len(batch), s.clock.Now().Sub(start))
+	}
+	for i, o := range batch {
+		o.result <- results[i]
+	}
+}
+
+func (s *Store) runBatch(batch []*op, results []error) (err error) {
+	end, err := sqlitex.ImmediateTransaction(s.writer)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	defer end(&err)
+	for i, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		err := o.run(s.writer, s.clock.Now())
+		var he *hourglass.Error
+		if err != nil && !errors.As(err, &he) {
+			return err
+		}
+		results[i] = err
+	}
+	return nil
+}
+
+// read runs fn on a pooled read connection.
+func (s *Store) read(ctx context.Context, fn func(conn *sqlite.Conn) error) error {
+	conn, err := s.reads.Take(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: take read connection: %w", err)
+	}
+	defer s.reads.Put(conn)
+	return fn(conn)
+}
+
+// step runs a prepared statement that returns at most one row, calling fn on it.
+func step(stmt *sqlite.Stmt, fn func(stmt *sqlite.Stmt)) (found bool, err error) {
+	defer stmt.Reset()
+	row, err := stmt.Step()
+	if err != nil {
+		return false, err
+	}
+	if row && fn != nil {
+		fn(stmt)
+	}
+	return row, nil
+}
