@@ -104,6 +104,11 @@ func (s *Server) routes() {
 			return 0, nil, &methodError{allow: allow, method: r.Method}
 		}))
 	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		s.mux.Handle(p, s.wrap(p, false, func(r *http.Request, _ []byte) (int, any, error) {
+			return 0, nil, &methodError{allow: "GET", method: r.Method}
+		}))
+	}
 	s.mux.Handle("GET /healthz", s.wrap("/healthz", false, func(*http.Request, []byte) (int, any, error) {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	}))

@@ -1,0 +1,184 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Client is a Go client of the v1 API. It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client of the server at baseURL (e.g.
+// "http://127.0.0.1:8080"). token may be empty; hc nil means
+// http.DefaultClient.
+func NewClient(baseURL, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, http: hc}
+}
+
+// Error is a non-2xx answer from the server.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("hourglass api: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Do sends a request with a JSON body (nil for none) and decodes a 2xx JSON
+// answer into out (unless nil). It returns the status code; a non-2xx answer
+// is an *Error.
+func (c *Client) Do(ctx context.Context, method, path string, header http.Header, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, fmt.Errorf("hourglass api: encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, fmt.Errorf("hourglass api: %w", err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("hourglass api: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("hourglass api: read response: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb errorBody
+		if err := json.Unmarshal(raw, &eb); err != nil {
+			return resp.StatusCode, &Error{Status: resp.StatusCode, Code: "unknown", Message: string(raw)}
+		}
+		return resp.StatusCode, &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("hourglass api: decode response: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// PutProduct creates or updates a product.
+func (c *Client) PutProduct(ctx context.Context, sku, name, category string, available int64) (ProductJSON, error) {
+	var p ProductJSON
+	_, err := c.Do(ctx, http.MethodPut, "/v1/products/"+url.PathEscape(sku), nil,
+		map[string]any{"name": name, "category": category, "available": available}, &p)
+	return p, err
+}
+
+// Product returns a product.
+func (c *Client) Product(ctx context.Context, sku string) (ProductJSON, error) {
+	var p ProductJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/products/"+url.PathEscape(sku), nil, nil, &p)
+	return p, err
+}
+
+// CreateOrderRequest is the body of POST /v1/orders.
+type CreateOrderRequest struct {
+	UserID    string     `json:"user_id"`
+	Items     []ItemJSON `json:"items"`
+	TimeoutMs int64      `json:"timeout_ms,omitempty"`
+}
+
+// CreateOrder creates an order; idempotencyKey may be empty. It returns the
+// status (201 created, 200 a repeat of an idempotent create).
+func (c *Client) CreateOrder(ctx context.Context, req CreateOrderRequest, idempotencyKey string) (OrderJSON, int, error) {
+	var o OrderJSON
+	var h http.Header
+	if idempotencyKey != "" {
+		h = http.Header{"Idempotency-Key": {idempotencyKey}}
+	}
+	status, err := c.Do(ctx, http.MethodPost, "/v1/orders", h, req, &o)
+	return o, status, err
+}
+
+// Order returns an order.
+func (c *Client) Order(ctx context.Context, id int64) (OrderJSON, error) {
+	var o OrderJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/orders/"+strconv.FormatInt(id, 10), nil, nil, &o)
+	return o, err
+}
+
+// ListOrders returns one page of orders; status may be empty, after 0.
+func (c *Client) ListOrders(ctx context.Context, status string, limit int, after int64) (OrderListJSON, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	var l OrderListJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/orders?"+q.Encode(), nil, nil, &l)
+	return l, err
+}
+
+// Pay pays an order.
+func (c *Client) Pay(ctx context.Context, id int64, paymentID string) (OrderJSON, error) {
+	var o OrderJSON
+	_, err := c.Do(ctx, http.MethodPost, "/v1/orders/"+strconv.FormatInt(id, 10)+"/pay", nil, map[string]string{"payment_id": paymentID}, &o)
+	return o, err
+}
+
+// Transition applies "cancel", "ship" or "complete".
+func (c *Client) Transition(ctx context.Context, id int64, action string) (OrderJSON, error) {
+	var o OrderJSON
+	_, err := c.Do(ctx, http.MethodPost, "/v1/orders/"+strconv.FormatInt(id, 10)+"/"+action, nil, nil, &o)
+	return o, err
+}
+
+// Policy returns the timeout policy.
+func (c *Client) Policy(ctx context.Context) (PolicyJSON, error) {
+	var p PolicyJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/policies", nil, nil, &p)
+	return p, err
+}
+
+// PutPolicy replaces the timeout policy.
+func (c *Client) PutPolicy(ctx context.Context, p PolicyJSON) (PolicyJSON, error) {
+	var out PolicyJSON
+	_, err := c.Do(ctx, http.MethodPut, "/v1/policies", nil, p, &out)
+	return out, err
+}
+
+// ErrorCode returns the API error code of err ("" if it is not an *Error).
+func ErrorCode(err error) string {
+	if e, ok := err.(*Error); ok {
+		return e.Code
+	}
+	return ""
+}

@@ -1,0 +1,110 @@
+package sqlite_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/sqlite"
+)
+
+func open(t *testing.T, dir string, clock hourglass.Clock) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(sqlite.Config{Dir: dir, Clock: clock})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestStoreConformance(t *testing.T) {
+	t.Parallel()
+	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
+		Open: func(t *testing.T, clock hourglass.Clock) hourglass.Store { return open(t, t.TempDir(), clock) },
+	})
+}
+
+// TestReopenKeepsCommittedWrites checks that what a write returned survives
+// closing and reopening the database, and that migrations run once.
+func TestReopenKeepsCommittedWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	s := open(t, dir, clock)
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 5}); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 2}}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPolicy(ctx, hourglass.Policy{DefaultTimeout: 7 * time.Minute, Categories: map[string]time.Duration{"v": time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "B", Available: 1}); hourglass.ErrorCode(err) != hourglass.CodeUnavailable {
+		t.Fatalf("write after Close = %v, want unavailable", err)
+	}
+	s2 := open(t, dir, clock)
+	got, err := s2.Order(ctx, o.ID)
+	if err != nil || got.Status != hourglass.StatePendingPayment || !got.Deadline.Equal(o.Deadline) {
+		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+	p, _ := s2.Policy(ctx)
+	if p.DefaultTimeout != 7*time.Minute || p.Categories["v"] != time.Minute {
+		t.Fatalf("policy after reopen: %+v", p)
+	}
+}
+
+// TestCancelledContextSkipsQueuedWrite: a write whose caller gave up before
+// it ran must not happen.
+func TestCancelledContextSkipsQueuedWrite(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), hourglasstest.NewClock(hourglasstest.Epoch))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 5}); err == nil {
+		t.Fatal("write with a cancelled context succeeded")
+	}
+	if _, err := s.Product(context.Background(), "A"); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
+		t.Fatalf("product exists after a cancelled write: %v", err)
+	}
+}
+
+func BenchmarkCreateOrder(b *testing.B) {
+	for _, items := range []int{1, 5} {
+		b.Run(map[int]string{1: "items=1", 5: "items=5"}[items], func(b *testing.B) {
+			ctx := context.Background()
+			s, err := sqlite.Open(sqlite.Config{Dir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var its []hourglass.Item
+			for i := range items {
+				sku := string(rune('A' + i))
+				if _, err := s.PutProduct(ctx, hourglass.Product{SKU: sku, Available: 1 << 40}); err != nil {
+					b.Fatal(err)
+				}
+				its = append(its, hourglass.Item{SKU: sku, Quantity: 1})
+			}
+			b.SetParallelism(64) // many concurrent API calls share each commit
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: its, Timeout: time.Hour}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "orders/s")
+		})
+	}
+}
