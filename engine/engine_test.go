@@ -1,0 +1,273 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/sqlite"
+)
+
+type recorder struct {
+	mu       sync.Mutex
+	closed   []hourglass.ClosedOrder
+	swept    int
+	failures int
+}
+
+func (r *recorder) Closed(c hourglass.ClosedOrder, swept bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = append(r.closed, c)
+	if swept {
+		r.swept++
+	}
+}
+func (r *recorder) CloseFailed(n int, _ error) { r.mu.Lock(); r.failures += n; r.mu.Unlock() }
+func (r *recorder) Swept(int)                  {}
+func (r *recorder) counts() (closed, swept, failures int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.closed), r.swept, r.failures
+}
+
+type fixture struct {
+	ctx   context.Context
+	store *sqlite.Store
+	clock hourglass.Clock
+	rec   *recorder
+}
+
+func setup(t *testing.T, clock hourglass.Clock) fixture {
+	t.Helper()
+	s, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.PutProduct(context.Background(), hourglass.Product{SKU: "A", Available: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	return fixture{ctx: context.Background(), store: s, clock: clock, rec: &recorder{}}
+}
+
+func (f fixture) create(t *testing.T, timeout time.Duration) hourglass.Order {
+	t.Helper()
+	o, _, err := f.store.CreateOrder(f.ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func (f fixture) engine(t *testing.T, cfg Config) *Engine {
+	t.Helper()
+	cfg.Clock, cfg.Observer = f.clock, f.rec
+	e, err := New(f.store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestWindowHoldsOnlyNearDeadlines: the loader pages in only what is due
+// within the window, and the next load brings in the next slice.
+func TestWindowHoldsOnlyNearDeadlines(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	for _, d := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute} {
+		f.create(t, d)
+	}
+	e := f.engine(t, Config{Window: 3 * time.Minute, LoadInterval: time.Minute, LoadPageSize: 1})
+	if err := e.load(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Pending(); got != 2 {
+		t.Fatalf("after the first load the wheel holds %d timers, want 2 (1m and 2m)", got)
+	}
+	clock.Advance(3 * time.Minute)
+	if err := e.load(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Pending(); got != 3 {
+		t.Fatalf("after the second load: %d timers, want 3 (5m joined)", got)
+	}
+	// Schedule accepts what is inside the horizon and leaves the rest to the loader.
+	e.Schedule(hourglass.Timer{OrderID: 100, Deadline: clock.Now().Add(time.Minute)})
+	e.Schedule(hourglass.Timer{OrderID: 101, Deadline: clock.Now().Add(time.Hour)})
+	if got := e.Pending(); got != 4 {
+		t.Fatalf("after Schedule: %d timers, want 4", got)
+	}
+	e.Cancel(100)
+	e.Cancel(100)
+	if got := e.Pending(); got != 3 {
+		t.Fatalf("after Cancel: %d timers, want 3", got)
+	}
+}
+
+// TestRecoveryClosesOverdueBeforeReady: orders whose deadline passed while
+// no engine ran are closed by Run before it reports ready.
+func TestRecoveryClosesOverdueBeforeReady(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	var overdue []hourglass.Order
+	for range 1200 { // more than one CloseBatch
+		overdue = append(overdue, f.create(t, time.Second))
+	}
+	future := f.create(t, time.Hour)
+	clock.Advance(time.Minute)
+	e := f.engine(t, Config{SweepInterval: time.Hour, LoadInterval: time.Minute})
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	// The fake clock stands still, so the engine's loops wait on their
+	// tickers; Run returns when ctx ends.
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	for !e.Ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned early: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if closed, swept, _ := f.rec.counts(); closed != len(overdue) || swept != len(overdue) {
+		t.Fatalf("recovery closed %d (swept %d), want %d", closed, swept, len(overdue))
+	}
+	for _, o := range []hourglass.Order{overdue[0], overdue[len(overdue)-1]} {
+		got, _ := f.store.Order(f.ctx, o.ID)
+		if got.Status != hourglass.StateClosed {
+			t.Fatalf("order %d is %s after recovery", o.ID, got.Status)
+		}
+	}
+	if got, _ := f.store.Order(f.ctx, future.ID); got.Status != hourglass.StatePendingPayment {
+		t.Fatalf("future order is %s", got.Status)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClosesOnTimeWithRealClock runs the whole engine: orders scheduled
+// through Schedule and through the loader are closed by the wheel, never
+// before their deadline, none by the sweeper.
+func TestClosesOnTimeWithRealClock(t *testing.T) {
+	t.Parallel()
+	f := setup(t, hourglass.SystemClock{})
+	e := f.engine(t, Config{Window: 2 * time.Second, LoadInterval: 100 * time.Millisecond, SweepInterval: 50 * time.Millisecond, SweepGrace: time.Second})
+	preloaded := make([]hourglass.Order, 0, 100)
+	for range 100 {
+		preloaded = append(preloaded, f.create(t, 1500*time.Millisecond)) // within the first window
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	orders := append([]hourglass.Order(nil), preloaded...)
+	for i := range 300 {
+		o := f.create(t, time.Duration(1000+i*7)*time.Millisecond) // some beyond the window: the loader brings them
+		e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+		orders = append(orders, o)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		closed, _, _ := f.rec.counts()
+		if closed == len(orders) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed %d of %d orders", closed, len(orders))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, swept, failures := f.rec.counts()
+	if swept != 0 || failures != 0 {
+		t.Errorf("sweeper closed %d, failures %d; want all by the wheel", swept, failures)
+	}
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	var worst time.Duration
+	for _, c := range f.rec.closed {
+		late := c.ClosedAt.Sub(c.Deadline)
+		if late < 0 {
+			t.Errorf("order %d closed %s before its deadline", c.OrderID, -late)
+		}
+		worst = max(worst, late)
+	}
+	t.Logf("worst lateness of %d closes: %s", len(f.rec.closed), worst)
+}
+
+// flakyStore fails the first n CloseOrders calls.
+type flakyStore struct {
+	Store
+	failures atomic.Int32
+}
+
+func (s *flakyStore) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
+	if s.failures.Add(-1) >= 0 {
+		return nil, errors.New("disk on fire")
+	}
+	return s.Store.CloseOrders(ctx, ids)
+}
+
+// TestFailedCloseIsRetried: a close that fails is retried with backoff and
+// counted, and the order still closes.
+func TestFailedCloseIsRetried(t *testing.T) {
+	t.Parallel()
+	f := setup(t, hourglass.SystemClock{})
+	fs := &flakyStore{Store: f.store}
+	fs.failures.Store(3)
+	e, err := New(fs, Config{Clock: f.clock, Observer: f.rec, SweepInterval: time.Hour, LoadInterval: time.Second, Window: time.Minute, RetryMax: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for !e.Ready() {
+		time.Sleep(time.Millisecond)
+	}
+	o := f.create(t, time.Second)
+	e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	limit := time.Now().Add(10 * time.Second)
+	for {
+		if closed, _, failures := f.rec.counts(); closed == 1 {
+			if failures != 3 {
+				t.Fatalf("failures counted %d, want 3", failures)
+			}
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatal("order never closed after failing closes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"zero", Config{}, true},
+		{"load interval not below window", Config{Window: time.Minute, LoadInterval: time.Minute}, false},
+		{"tiny window", Config{Window: time.Millisecond}, false},
+		{"negative batch", Config{CloseBatch: -1}, false},
+		{"too many closers", Config{Closers: 65}, false},
+	}
+	for _, tt := range tests {
+		if err := tt.cfg.Validate(); (err == nil) != tt.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}
