@@ -43,7 +43,7 @@ type fixture struct {
 	rec   *recorder
 }
 
-func setup(t *testing.T, clock hourglass.Clock) fixture {
+func setup(t testing.TB, clock hourglass.Clock) fixture {
 	t.Helper()
 	s, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock})
 	if err != nil {
@@ -56,7 +56,7 @@ func setup(t *testing.T, clock hourglass.Clock) fixture {
 	return fixture{ctx: context.Background(), store: s, clock: clock, rec: &recorder{}}
 }
 
-func (f fixture) create(t *testing.T, timeout time.Duration) hourglass.Order {
+func (f fixture) create(t testing.TB, timeout time.Duration) hourglass.Order {
 	t.Helper()
 	o, _, err := f.store.CreateOrder(f.ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: timeout})
 	if err != nil {
@@ -65,7 +65,7 @@ func (f fixture) create(t *testing.T, timeout time.Duration) hourglass.Order {
 	return o
 }
 
-func (f fixture) engine(t *testing.T, cfg Config) *Engine {
+func (f fixture) engine(t testing.TB, cfg Config) *Engine {
 	t.Helper()
 	cfg.Clock, cfg.Observer = f.clock, f.rec
 	e, err := New(f.store, cfg)

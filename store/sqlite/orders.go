@@ -336,7 +336,7 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 		return nil, nil
 	}
 	var closed []hourglass.ClosedOrder
-	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	err := s.writeUrgent(ctx, func(conn *sqlite.Conn, now time.Time) error {
 		closed = closed[:0] // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		for _, id := range ids {

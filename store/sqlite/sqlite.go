@@ -70,9 +70,8 @@ type Store struct {
 	log    *slog.Logger
 	writer *sqlite.Conn
 	reads  *sqlitex.Pool
-	ops    chan *op
+	queue  writeQueue
 	done   chan struct{}
-	closed atomic.Bool
 	policy atomic.Pointer[hourglass.Policy]
 
 	closeOnce sync.Once
@@ -154,7 +153,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.policy.Store(&p)
-	s.ops = make(chan *op, 4*cfg.MaxBatch)
+	s.queue.init()
 	s.done = make(chan struct{})
 	go s.writeLoop()
 	return s, nil
@@ -192,8 +191,7 @@ func migrate(conn *sqlite.Conn) (err error) {
 // It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		close(s.ops)
+		s.queue.close()
 		<-s.done
 		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())
 	})
@@ -207,44 +205,112 @@ var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "stor
 // has committed (or failed). Once queued, a write runs even if ctx ends
 // while it waits, unless it has not started yet when ctx ends: then it is
 // skipped and ctx.Err() returned.
-func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) (err error) {
+func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
+	return s.submit(ctx, false, run)
+}
+
+// writeUrgent is write for closes: they jump the queue of API writes, so a
+// burst of creates cannot make a deadline late.
+func (s *Store) writeUrgent(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
+	return s.submit(ctx, true, run)
+}
+
+func (s *Store) submit(ctx context.Context, urgent bool, run func(conn *sqlite.Conn, now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	o := &op{ctx: ctx, run: run, result: make(chan error, 1)}
-	defer func() {
-		// A send on the closed channel after Close is a shutdown race; report
-		// it as unavailable rather than crash.
-		if r := recover(); r != nil {
-			err = errClosed
-		}
-	}()
-	if s.closed.Load() {
+	if !s.queue.push(o, urgent) {
 		return errClosed
 	}
-	s.ops <- o
 	return <-o.result
 }
 
 func (s *Store) writeLoop() {
 	defer close(s.done)
 	batch := make([]*op, 0, s.cfg.MaxBatch)
-	for first := range s.ops {
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < s.cfg.MaxBatch {
-			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, o)
-			default:
-				break drain
-			}
+	for {
+		batch = s.queue.take(batch[:0], s.cfg.MaxBatch)
+		if len(batch) == 0 {
+			return // closed and drained
 		}
 		s.commit(batch)
 	}
+}
+
+// writeQueue holds writes waiting for the writer: urgent ones (closes) are
+// taken before normal ones. Safe for concurrent use.
+type writeQueue struct {
+	mu             sync.Mutex
+	urgent, normal []*op
+	closed         bool
+	ready          chan struct{} // holds a token while there is work or after close
+}
+
+func (q *writeQueue) init() { q.ready = make(chan struct{}, 1) }
+
+func (q *writeQueue) push(o *op, urgent bool) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	if urgent {
+		q.urgent = append(q.urgent, o)
+	} else {
+		q.normal = append(q.normal, o)
+	}
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (q *writeQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take blocks until there is work and appends up to max ops to batch, urgent
+// first. It returns an empty batch once the queue is closed and drained.
+func (q *writeQueue) take(batch []*op, max int) []*op {
+	for {
+		q.mu.Lock()
+		n := min(max, len(q.urgent))
+		batch = append(batch, q.urgent[:n]...)
+		q.urgent = shift(q.urgent, n)
+		m := min(max-n, len(q.normal))
+		batch = append(batch, q.normal[:m]...)
+		q.normal = shift(q.normal, m)
+		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
+		q.mu.Unlock()
+		if more {
+			select {
+			case q.ready <- struct{}{}:
+			default:
+			}
+		}
+		if len(batch) > 0 || closed {
+			return batch
+		}
+		<-q.ready
+	}
+}
+
+// shift drops the first n ops, releasing the backing array when empty.
+func shift(ops []*op, n int) []*op {
+	if n == len(ops) {
+		return nil
+	}
+	clear(ops[:n])
+	return ops[n:]
 }
 
 // commit runs a batch in one transaction. A domain refusal fails only its op;

@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// BenchmarkCloseLateness drives the whole close path at a constant rate:
+// orders are created through the store at `rate`/s with a 1 s timeout (the
+// shortest allowed) for 5 s, so after the first second closes run at the
+// same rate while creates continue on the same single writer. It reports
+// close lateness (closed_at − deadline) percentiles over all orders. Run it
+// with -benchtime 1x: each iteration is one whole 6-second scenario.
+func BenchmarkCloseLateness(b *testing.B) {
+	for _, rate := range []int{500, 2000, 4000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+			for range b.N {
+				lateness := closeLatenessScenario(b, rate, 5*time.Second)
+				slices.Sort(lateness)
+				pct := func(p float64) float64 {
+					return float64(lateness[min(len(lateness)-1, int(p*float64(len(lateness))))]) / float64(time.Millisecond)
+				}
+				b.ReportMetric(pct(0.50), "p50-ms")
+				b.ReportMetric(pct(0.99), "p99-ms")
+				b.ReportMetric(pct(0.999), "p99.9-ms")
+				b.ReportMetric(float64(lateness[len(lateness)-1])/float64(time.Millisecond), "max-ms")
+				b.ReportMetric(float64(len(lateness)), "closes")
+			}
+		})
+	}
+}
+
+func closeLatenessScenario(b *testing.B, rate int, d time.Duration) []time.Duration {
+	b.Helper()
+	f := setup(b, hourglass.SystemClock{})
+	e := f.engine(b, Config{})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for !e.Ready() {
+		time.Sleep(time.Millisecond)
+	}
+	// Open loop: every 5 ms a burst of rate/200 creates, each on its own
+	// goroutine, so a slow commit does not slow the arrival rate.
+	const tick = 5 * time.Millisecond
+	perTick := rate / int(time.Second/tick)
+	var wg sync.WaitGroup
+	total := 0
+	t := time.NewTicker(tick)
+	end := time.Now().Add(d)
+	for now := range t.C {
+		if now.After(end) {
+			break
+		}
+		for range perTick {
+			total++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o := f.create(b, time.Second)
+				e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+			}()
+		}
+	}
+	t.Stop()
+	wg.Wait()
+	limit := time.Now().Add(30 * time.Second)
+	for {
+		closed, _, _ := f.rec.counts()
+		if closed >= total {
+			break
+		}
+		if time.Now().After(limit) {
+			b.Fatalf("closed %d of %d", closed, total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	out := make([]time.Duration, 0, len(f.rec.closed))
+	for _, c := range f.rec.closed {
+		out = append(out, c.ClosedAt.Sub(c.Deadline))
+	}
+	if f.rec.swept != 0 {
+		b.Errorf("the sweeper closed %d orders: the wheel missed them", f.rec.swept)
+	}
+	return out
+}
