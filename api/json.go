@@ -149,8 +149,8 @@ func jsonError(err error) error {
 }
 
 type createOrderRequest struct {
-	UserID    *string `json:"user_id"`
-	Items     []*struct {
+	UserID *string `json:"user_id"`
+	Items  []*struct {
 		SKU      *string `json:"sku"`
 		Quantity *int64  `json:"quantity"`
 	} `json:"items"`

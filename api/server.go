@@ -100,11 +100,15 @@ func (s *Server) routes() {
 	}
 	for path, methods := range allowed {
 		allow := strings.Join(methods, ", ")
-		s.mux.Handle(path, s.wrap(path, false, func(r *http.Request, _ []byte) (int, any, error) {
+		s.mux.Handle(path, s.wrap(path, true, func(r *http.Request, _ []byte) (int, any, error) {
 			return 0, nil, &methodError{allow: allow, method: r.Method}
 		}))
 	}
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+	probes := []string{"/healthz", "/readyz"}
+	if s.cfg.Metrics != nil {
+		probes = append(probes, "/metrics")
+	}
+	for _, p := range probes {
 		s.mux.Handle(p, s.wrap(p, false, func(r *http.Request, _ []byte) (int, any, error) {
 			return 0, nil, &methodError{allow: "GET", method: r.Method}
 		}))
@@ -121,9 +125,13 @@ func (s *Server) routes() {
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
-	s.mux.Handle("/", s.wrap("unmatched", false, func(r *http.Request, _ []byte) (int, any, error) {
+	notFound := func(r *http.Request, _ []byte) (int, any, error) {
 		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path)
-	}))
+	}
+	// Under /v1 even a miss needs the token, so the API's shape is not
+	// disclosed to anonymous callers.
+	s.mux.Handle("/v1/", s.wrap("unmatched", true, notFound))
+	s.mux.Handle("/", s.wrap("unmatched", false, notFound))
 }
 
 type methodError struct{ allow, method string }

@@ -48,7 +48,8 @@ type Config struct {
 	// SweepInterval is how often the sweeper scans for missed deadlines.
 	SweepInterval time.Duration
 	// SweepGrace is how long past its deadline an order must be before the
-	// sweeper takes it, so that it does not race the wheel.
+	// sweeper takes it, so that it does not race the wheel. Zero means the
+	// default; a negative value means no grace.
 	SweepGrace time.Duration
 	// CloseBatch is the most orders closed in one store call.
 	CloseBatch int
@@ -73,7 +74,7 @@ func (c Config) Validate() error {
 		check("Window", c.Window, time.Second, 24*time.Hour),
 		check("LoadInterval", c.LoadInterval, 10*time.Millisecond, 12*time.Hour),
 		check("SweepInterval", c.SweepInterval, 10*time.Millisecond, time.Hour),
-		check("SweepGrace", c.SweepGrace, 0, time.Hour),
+		check("SweepGrace", max(c.SweepGrace, 0), 0, time.Hour),
 		check("RetryMax", c.RetryMax, time.Millisecond, time.Hour),
 	} {
 		if e != nil {
@@ -148,8 +149,11 @@ func New(store Store, cfg Config) (*Engine, error) {
 	cfg.LoadInterval = cmp.Or(cfg.LoadInterval, LoadIntervalDefault)
 	cfg.LoadPageSize = cmp.Or(cfg.LoadPageSize, LoadPageSizeDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, SweepIntervalDefault)
-	if cfg.SweepGrace == 0 {
+	switch {
+	case cfg.SweepGrace == 0:
 		cfg.SweepGrace = SweepGraceDefault
+	case cfg.SweepGrace < 0:
+		cfg.SweepGrace = 0
 	}
 	cfg.CloseBatch = cmp.Or(cfg.CloseBatch, CloseBatchDefault)
 	cfg.Closers = cmp.Or(cfg.Closers, ClosersDefault)

@@ -34,7 +34,7 @@ type serveCmd struct {
 	Window        time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
 	LoadInterval  time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
 	SweepInterval time.Duration `help:"How often the compensation sweeper scans for missed deadlines." default:"1s" env:"HOURGLASS_SWEEP_INTERVAL"`
-	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
+	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it (0 for none)." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
 	ShutdownGrace time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
 }
 
@@ -85,7 +85,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		Window:        s.Window,
 		LoadInterval:  s.LoadInterval,
 		SweepInterval: s.SweepInterval,
-		SweepGrace:    s.SweepGrace,
+		SweepGrace:    sweepGrace(s.SweepGrace),
 		Clock:         clock,
 		Logger:        log,
 		Observer:      m,
@@ -151,4 +151,12 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		log.Info("hourglass: stopped")
 	}
 	return runErr
+}
+
+// sweepGrace maps the flag's 0 ("no grace") to the engine's "negative means none".
+func sweepGrace(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
