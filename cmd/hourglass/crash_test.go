@@ -32,14 +32,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Skip("builds, runs and kills the binary; skipped with -short")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hourglass")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not found: %v", err)
-	}
-	if out, err := exec.CommandContext(t.Context(), goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t, dir)
 	dataDir := filepath.Join(dir, "data")
 
 	first := startHourglass(t, "first run", bin, dataDir)
@@ -394,6 +387,20 @@ func parseTime(t *testing.T, s string) time.Time {
 	return tm
 }
 
+// buildBinary builds this command into dir and returns its path.
+func buildBinary(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "hourglass")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go tool not found: %v", err)
+	}
+	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // hourglassProcess is a running `hourglass serve`.
 type hourglassProcess struct {
 	cmd       *exec.Cmd
@@ -408,7 +415,7 @@ var listeningURL = regexp.MustCompile(`msg="hourglass: listening" url=(\S+)`)
 // startHourglass starts the binary on a free port and waits until /readyz
 // answers 200. The process is killed in t.Cleanup; its stderr is written to
 // the test log if the test failed.
-func startHourglass(t *testing.T, name, bin, dataDir string) *hourglassProcess {
+func startHourglass(t testing.TB, name, bin, dataDir string, extraArgs ...string) *hourglassProcess {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -418,7 +425,7 @@ func startHourglass(t *testing.T, name, bin, dataDir string) *hourglassProcess {
 	ln.Close()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	stderr := &logBuffer{}
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dataDir, "--sweep-interval", "200ms")
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--sweep-interval", "200ms"}, extraArgs...)...)
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
 	startedAt := time.Now()
