@@ -24,6 +24,8 @@ type Scheduler interface {
 	Cancel(orderID int64)
 	// Ready reports whether recovery has run.
 	Ready() bool
+	// Healthy returns nil, or why the delay mechanism is degraded.
+	Healthy() error
 }
 
 // Observer records requests for metrics.
@@ -119,6 +121,9 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /readyz", s.wrap("/readyz", false, func(*http.Request, []byte) (int, any, error) {
 		if !s.cfg.Scheduler.Ready() {
 			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "recovery has not finished")
+		}
+		if err := s.cfg.Scheduler.Healthy(); err != nil {
+			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "%s", err.Error())
 		}
 		return http.StatusOK, map[string]string{"status": "ready"}, nil
 	}))

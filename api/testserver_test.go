@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,7 +21,9 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
 
@@ -46,11 +50,22 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := hourglass.SystemClock{}
-	store, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Logger: logger})
+	// HOURGLASS_TEST_DELAY runs these tests on another delay mechanism
+	// (default: the wheel); its service is found like every integration
+	// test finds it (hourglasstest.ServiceURL).
+	mechanism := cmp.Or(os.Getenv("HOURGLASS_TEST_DELAY"), "wheel")
+	store, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
 	}
+	sched, err := delay.Open(context.Background(), mechanism, delayOptions(t, mechanism, store, logger))
+	if err != nil {
+		store.Close()
+		t.Fatalf("delay.Open(%s): %v", mechanism, err)
+	}
+	t.Cleanup(func() { sched.Close() })
 	eng, err := engine.New(store, engine.Config{
+		Scheduler:     sched,
 		SweepInterval: 200 * time.Millisecond,
 		SweepGrace:    500 * time.Millisecond,
 		Clock:         clock,
@@ -105,6 +120,24 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 			t.Fatalf("/readyz not 200 after 10s (last status %d)", status)
 		}
 	}
+}
+
+// delayOptions finds the service a mechanism needs, skipping the test when
+// it is absent (failing under CI=true), and gives it a namespace of its own.
+func delayOptions(t *testing.T, mechanism string, store hourglass.Store, logger *slog.Logger) delay.Options {
+	t.Helper()
+	o := delay.Options{Store: store, Logger: logger, Namespace: hourglasstest.Namespace(t), PollInterval: 100 * time.Millisecond}
+	switch mechanism {
+	case "redis", "rediskeyspace":
+		o.RedisURL = hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", delay.RedisURLDefault)
+	case "rabbitmq":
+		o.RabbitMQURL = hourglasstest.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", delay.RabbitMQURLDefault)
+	case "nats":
+		o.NATSURL = hourglasstest.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", delay.NATSURLDefault)
+	case "kafka":
+		o.KafkaURL = hourglasstest.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", delay.KafkaURLDefault)
+	}
+	return o
 }
 
 // call sends a request with a raw body (nil for none) and returns the status,

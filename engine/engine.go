@@ -1,19 +1,22 @@
-// Package engine is the close path: it keeps a window of the nearest
-// deadlines in a timing wheel, closes due orders in batches through the
-// store, pages the next window in from the database, and sweeps the database
-// for any pending order past its deadline that the wheel missed.
+// Package engine is the close path: it feeds order deadlines to a delay
+// mechanism (a hourglass.Scheduler: the timing wheel by default), closes the
+// orders it delivers in batches through the store, and sweeps the database
+// for any pending order past its deadline that the mechanism missed.
 //
-// The database is the source of truth and the wheel a window onto it: only
-// orders due within Config.Window are in memory, so memory grows with the
-// order rate, not with the number of pending orders, and a restart reloads
-// only a window. Every close is an idempotent compare-and-set in the store,
-// so a timer that fires twice (wheel and sweeper, or a stale timer for a
+// The database is the source of truth. For in-memory mechanisms (FeedWindow)
+// only orders due within Config.Window are held, paged in from the database,
+// so memory grows with the order rate, not with the number of pending
+// orders, and a restart reloads only a window. For brokers (FeedOutbox) a
+// relay publishes the timers each order's transaction wrote to the outbox.
+// Every close is an idempotent compare-and-set in the store, so a timer that
+// fires twice (mechanism and sweeper, a redelivery, or a stale timer for a
 // paid order) changes nothing the second time.
 package engine
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -21,24 +24,30 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/timingwheel"
+	"github.com/hourglass/hourglass/delay/wheel"
 )
 
 // Defaults of Config.
 const (
-	WindowDefault        = 2 * time.Minute
-	LoadIntervalDefault  = 30 * time.Second
-	LoadPageSizeDefault  = 10000
-	SweepIntervalDefault = time.Second
-	SweepGraceDefault    = 2 * time.Second
-	CloseBatchDefault    = 512
-	ClosersDefault       = 2
-	RetryMaxDefault      = 5 * time.Second
+	WindowDefault         = 2 * time.Minute
+	LoadIntervalDefault   = 30 * time.Second
+	LoadPageSizeDefault   = 10000
+	SweepIntervalDefault  = time.Second
+	SweepGraceDefault     = 2 * time.Second
+	DegradedSweepInterval = 100 * time.Millisecond
+	CloseBatchDefault     = 512
+	RetryMaxDefault       = 5 * time.Second
+	RelayBatchDefault     = 1000
+	// HealthyAfter is how long the scheduler must go without an error before
+	// the engine reports healthy again after one.
+	HealthyAfter = 2 * time.Second
 )
 
 // Config configures an Engine; the zero value of each field means its default.
 type Config struct {
-	// Window is how far ahead deadlines are held in memory.
+	// Scheduler is the delay mechanism (default: a timing wheel).
+	Scheduler hourglass.Scheduler
+	// Window is how far ahead deadlines are held by a FeedWindow scheduler.
 	Window time.Duration
 	// LoadInterval is how often the loader extends the window; it must be
 	// less than Window.
@@ -48,18 +57,18 @@ type Config struct {
 	// SweepInterval is how often the sweeper scans for missed deadlines.
 	SweepInterval time.Duration
 	// SweepGrace is how long past its deadline an order must be before the
-	// sweeper takes it, so that it does not race the wheel. Zero means the
-	// default; a negative value means no grace.
+	// sweeper takes it, so that it does not race the scheduler. Zero means
+	// the default; a negative value means no grace.
 	SweepGrace time.Duration
-	// CloseBatch is the most orders closed in one store call.
+	// CloseBatch is the most orders the sweeper closes in one store call.
 	CloseBatch int
-	// Closers is the number of concurrent close calls.
-	Closers int
-	// RetryMax caps the backoff between retries of a failed close.
+	// RetryMax caps the backoff between attempts after a scheduler error.
 	RetryMax time.Duration
-	Clock    hourglass.Clock
-	Logger   *slog.Logger
-	Observer Observer
+	// RelayBatch is the most outbox timers published per Schedule call.
+	RelayBatch int
+	Clock      hourglass.Clock
+	Logger     *slog.Logger
+	Observer   Observer
 }
 
 // Validate reports a configuration error, naming the field and its range.
@@ -85,13 +94,14 @@ func (c Config) Validate() error {
 	if l >= w {
 		return fmt.Errorf("engine: LoadInterval (%s) must be less than Window (%s)", l, w)
 	}
-	if c.LoadPageSize < 0 || c.CloseBatch < 0 || c.Closers < 0 || c.Closers > 64 {
-		return fmt.Errorf("engine: LoadPageSize, CloseBatch must be >= 0 and Closers 0..64")
+	if c.LoadPageSize < 0 || c.CloseBatch < 0 || c.RelayBatch < 0 {
+		return errors.New("engine: LoadPageSize, CloseBatch and RelayBatch must be >= 0")
 	}
 	return nil
 }
 
-// Store is what the engine needs of the database.
+// Store is what the engine needs of the database. For a FeedOutbox
+// scheduler it must also implement hourglass.Outbox.
 type Store interface {
 	CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error)
 	PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.Timer, error)
@@ -101,43 +111,50 @@ type Store interface {
 // from the engine's goroutines and must be safe for concurrent use.
 type Observer interface {
 	// Closed is called once per order the engine closed; swept is true when
-	// the sweeper (not the wheel) found it.
+	// the sweeper (not the scheduler) found it.
 	Closed(c hourglass.ClosedOrder, swept bool)
+	// Stale is called with the number of delivered timers whose close was a
+	// no-op (already paid, cancelled or closed: a duplicate or stale timer).
+	Stale(n int)
 	// CloseFailed is called when a close call for n orders failed; they will
 	// be retried.
 	CloseFailed(n int, err error)
 	// Swept is called after each sweep with the number of overdue orders found.
 	Swept(found int)
+	// SchedulerFailed is called when the scheduler's Run or the outbox relay
+	// fails; the engine retries with backoff.
+	SchedulerFailed(err error)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) Closed(hourglass.ClosedOrder, bool) {}
+func (nopObserver) Stale(int)                          {}
 func (nopObserver) CloseFailed(int, error)             {}
 func (nopObserver) Swept(int)                          {}
+func (nopObserver) SchedulerFailed(error)              {}
 
-// Engine schedules and closes order deadlines. Schedule, Cancel, Pending and
-// Ready are safe for concurrent use; Run is called once.
+// Engine schedules and closes order deadlines. Schedule, Cancel, Pending,
+// Ready and Healthy are safe for concurrent use; Run is called once.
 type Engine struct {
-	cfg   Config
-	store Store
-	clock hourglass.Clock
-	log   *slog.Logger
-	obs   Observer
+	cfg    Config
+	store  Store
+	outbox hourglass.Outbox
+	sched  hourglass.Scheduler
+	info   hourglass.SchedulerInfo
+	clock  hourglass.Clock
+	log    *slog.Logger
+	obs    Observer
 
 	mu sync.Mutex
-	// wheel holds the timers of pending orders due up to horizon.
-	wheel *timingwheel.Wheel
-	// horizon is the latest deadline the wheel is responsible for: the
-	// loader raises it before querying, so an order committed during a load
-	// is either seen by the query or accepted by Schedule.
+	// horizon is the latest deadline the FeedWindow scheduler is responsible
+	// for: the loader raises it before querying, so an order committed during
+	// a load is either seen by the query or accepted by Schedule.
 	horizon int64
-	// sleepUntil is the deadline the timer loop is sleeping towards.
-	sleepUntil int64
-	wake       chan struct{}
 
-	due   dueQueue
-	ready atomic.Bool
+	relayWake chan struct{}
+	ready     atomic.Bool
+	lastErr   atomic.Int64 // unix ms of the last scheduler error, 0 if none
 }
 
 // New returns an engine over store. It does nothing until Run.
@@ -156,9 +173,9 @@ func New(store Store, cfg Config) (*Engine, error) {
 		cfg.SweepGrace = 0
 	}
 	cfg.CloseBatch = cmp.Or(cfg.CloseBatch, CloseBatchDefault)
-	cfg.Closers = cmp.Or(cfg.Closers, ClosersDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
-	e := &Engine{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
+	cfg.RelayBatch = cmp.Or(cfg.RelayBatch, RelayBatchDefault)
+	e := &Engine{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, sched: cfg.Scheduler}
 	if e.clock == nil {
 		e.clock = hourglass.SystemClock{}
 	}
@@ -168,56 +185,88 @@ func New(store Store, cfg Config) (*Engine, error) {
 	if e.obs == nil {
 		e.obs = nopObserver{}
 	}
-	e.wheel = timingwheel.New(hourglass.UnixMilli(e.clock.Now()))
+	if e.sched == nil {
+		e.sched = wheel.New(wheel.Config{Clock: e.clock, Logger: e.log})
+	}
+	e.info = e.sched.Info()
+	if e.info.Feed == hourglass.FeedOutbox {
+		ob, ok := store.(hourglass.Outbox)
+		if !ok {
+			return nil, fmt.Errorf("engine: the %s scheduler needs a store with an outbox", e.info.Name)
+		}
+		e.outbox = ob
+	}
 	e.horizon = -1 << 62 // nothing accepted until the first load
-	e.wake = make(chan struct{}, 1)
-	e.due.init()
+	e.relayWake = make(chan struct{}, 1)
 	return e, nil
 }
 
-// Ready reports whether start-up recovery has run and the first window is
-// loaded.
+// Scheduler returns the delay mechanism in use.
+func (e *Engine) Scheduler() hourglass.Scheduler { return e.sched }
+
+// Ready reports whether start-up recovery has run and the engine is running.
 func (e *Engine) Ready() bool { return e.ready.Load() }
 
-// Pending returns the number of timers held in memory.
+// Healthy returns nil, or the reason the delay mechanism is degraded (it
+// failed within the last HealthyAfter). While degraded, the sweeper closes
+// due orders from the database at DegradedSweepInterval with no grace.
+func (e *Engine) Healthy() error {
+	last := e.lastErr.Load()
+	if last != 0 && hourglass.UnixMilli(e.clock.Now())-last < HealthyAfter.Milliseconds() {
+		return fmt.Errorf("delay mechanism %s failed in the last %s; the sweeper is closing orders from the database", e.info.Name, HealthyAfter)
+	}
+	return nil
+}
+
+func (e *Engine) failed(err error) {
+	e.lastErr.Store(hourglass.UnixMilli(e.clock.Now()))
+	e.obs.SchedulerFailed(err)
+}
+
+// Pending returns the number of timers the scheduler holds in memory, or 0
+// if it does not say.
 func (e *Engine) Pending() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.wheel.Len()
+	if p, ok := e.sched.(interface{ Pending() int }); ok {
+		return p.Pending()
+	}
+	return 0
 }
 
 // Schedule tells the engine a pending order was committed. Call it after the
-// commit. Timers beyond the window are left to the loader. Idempotent.
+// commit. Idempotent.
 func (e *Engine) Schedule(t hourglass.Timer) {
-	d := hourglass.UnixMilli(t.Deadline)
-	e.mu.Lock()
-	if d > e.horizon {
+	switch e.info.Feed {
+	case hourglass.FeedWindow:
+		e.mu.Lock()
+		inside := hourglass.UnixMilli(t.Deadline) <= e.horizon
 		e.mu.Unlock()
-		return
-	}
-	e.wheel.Add(uint64(t.OrderID), d)
-	wake := d < e.sleepUntil
-	e.mu.Unlock()
-	if wake {
+		if inside { // beyond the horizon, the loader brings it later
+			if err := e.sched.Schedule(context.Background(), []hourglass.Timer{t}); err != nil {
+				e.log.Warn("engine: schedule failed; the loader or sweeper will catch it", "order", t.OrderID, "err", err)
+			}
+		}
+	case hourglass.FeedOutbox:
 		select {
-		case e.wake <- struct{}{}:
+		case e.relayWake <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// Cancel drops the timer of an order that was paid or cancelled. It is an
-// optimisation (a stale timer closes nothing) and idempotent.
+// Cancel drops the timer of an order that was paid or cancelled, where the
+// mechanism can. It is an optimisation (a stale timer closes nothing).
 func (e *Engine) Cancel(orderID int64) {
-	e.mu.Lock()
-	e.wheel.Cancel(uint64(orderID))
-	e.mu.Unlock()
+	if c, ok := e.sched.(hourglass.Canceler); ok {
+		if err := c.Cancel(context.Background(), []int64{orderID}); err != nil {
+			e.log.Debug("engine: cancel failed; the timer will fire into a no-op close", "order", orderID, "err", err)
+		}
+	}
 }
 
 // Run recovers (closes every order whose deadline passed while the process
-// was down), loads the first window, marks the engine ready and then runs the
-// timer loop, closers, loader and sweeper until ctx ends. It returns nil
-// when ctx ends, or the recovery error.
+// was down), loads the first window, marks the engine ready and then runs
+// the scheduler, the loader or relay, and the sweeper until ctx ends. It
+// returns nil when ctx ends, or the recovery error.
 func (e *Engine) Run(ctx context.Context) error {
 	recovered, err := e.sweep(ctx, 0)
 	if err != nil {
@@ -226,100 +275,74 @@ func (e *Engine) Run(ctx context.Context) error {
 	if recovered > 0 {
 		e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
 	}
-	if err := e.load(ctx); err != nil {
-		return fmt.Errorf("engine: load first window: %w", err)
+	if e.info.Feed == hourglass.FeedWindow {
+		if err := e.load(ctx); err != nil {
+			return fmt.Errorf("engine: load first window: %w", err)
+		}
 	}
 	e.ready.Store(true)
+	defer e.ready.Store(false)
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
-	run(e.timerLoop)
-	for range e.cfg.Closers {
-		run(e.closeLoop)
+	run(e.schedulerLoop)
+	switch e.info.Feed {
+	case hourglass.FeedWindow:
+		run(e.loadLoop)
+	case hourglass.FeedOutbox:
+		run(e.relayLoop)
 	}
-	run(e.loadLoop)
 	run(e.sweepLoop)
-	<-ctx.Done()
-	e.due.close()
 	wg.Wait()
-	e.ready.Store(false)
 	return nil
 }
 
-// timerLoop sleeps until the wheel's next deadline (or until Schedule adds an
-// earlier one), advances the wheel and hands what fired to the closers.
-func (e *Engine) timerLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var fired []int64
+// schedulerLoop runs the scheduler and restarts it with capped exponential
+// backoff when it fails.
+func (e *Engine) schedulerLoop(ctx context.Context) {
+	var backoff time.Duration
 	for {
-		now := e.clock.Now()
-		nowMs := hourglass.UnixMilli(now)
-		fired = fired[:0]
-		e.mu.Lock()
-		e.wheel.Advance(nowMs, func(id uint64, _ int64) { fired = append(fired, int64(id)) })
-		next, ok := e.wheel.NextDeadline()
-		if !ok {
-			next = nowMs + time.Hour.Milliseconds()
+		start := e.clock.Now()
+		err := e.sched.Run(ctx, e.deliver)
+		if ctx.Err() != nil {
+			return
 		}
-		e.sleepUntil = next
-		e.mu.Unlock()
-		if len(fired) > 0 {
-			e.due.push(fired)
+		if err == nil {
+			err = errors.New("scheduler stopped")
 		}
-		// Sleep to the start of the deadline's millisecond: a deadline of D ms
-		// is due at D ms exactly, and the wheel fires it at any now >= D.
-		wait := hourglass.FromUnixMilli(next).Sub(now)
-		if wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			case <-e.wake:
-				if !timer.Stop() {
-					select {
-					case <-timer.C:
-					default:
-					}
-				}
-			}
-		} else if ctx.Err() != nil {
+		if e.clock.Now().Sub(start) > time.Minute {
+			backoff = 0 // it ran fine for a while: start the backoff over
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+		e.failed(err)
+		e.log.Error("engine: delay mechanism failed; restarting it", "scheduler", e.info.Name, "retry_in", backoff, "err", err)
+		if !sleep(ctx, backoff) {
 			return
 		}
 	}
 }
 
-// closeLoop takes due order ids in batches and closes them, retrying a failed
-// batch with capped exponential backoff.
-func (e *Engine) closeLoop(ctx context.Context) {
-	backoff := time.Duration(0)
-	for {
-		ids, ok := e.due.pop(e.cfg.CloseBatch)
-		if !ok {
-			return
-		}
-		closed, err := e.store.CloseOrders(ctx, ids)
-		if err != nil {
-			if ctx.Err() != nil {
-				return // shutting down: the sweeper closes these on the next start
-			}
-			e.obs.CloseFailed(len(ids), err)
-			backoff = min(max(2*backoff, 10*time.Millisecond), e.cfg.RetryMax)
-			e.log.Error("engine: close batch failed; retrying", "orders", len(ids), "retry_in", backoff, "err", err)
-			e.due.push(ids)
-			if !sleep(ctx, backoff) {
-				return
-			}
-			continue
-		}
-		backoff = 0
-		for _, c := range closed {
-			e.obs.Closed(c, false)
-		}
+// deliver is the hourglass.Deliver the scheduler calls with due timers: one
+// store call closes them all, each an idempotent compare-and-set.
+func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
+	ids := make([]int64, len(due))
+	for i, t := range due {
+		ids[i] = t.OrderID
 	}
+	closed, err := e.store.CloseOrders(ctx, ids)
+	if err != nil {
+		e.obs.CloseFailed(len(ids), err)
+		return err
+	}
+	for _, c := range closed {
+		e.obs.Closed(c, false)
+	}
+	if stale := len(ids) - len(closed); stale > 0 {
+		e.obs.Stale(stale)
+	}
+	return nil
 }
 
 // loadLoop extends the window every LoadInterval.
@@ -339,7 +362,7 @@ func (e *Engine) loadLoop(ctx context.Context) {
 }
 
 // load pages every pending order due up to now+Window and past the current
-// horizon into the wheel.
+// horizon into the scheduler.
 func (e *Engine) load(ctx context.Context) error {
 	target := hourglass.UnixMilli(e.clock.Now().Add(e.cfg.Window))
 	e.mu.Lock()
@@ -354,11 +377,13 @@ func (e *Engine) load(ctx context.Context) error {
 	e.mu.Unlock()
 	after, afterID := hourglass.FromUnixMilli(max(from, 0)), int64(1<<63-1)
 	if from < 0 {
-		afterID = 0
-		after = hourglass.FromUnixMilli(0)
+		after, afterID = hourglass.FromUnixMilli(0), 0
 	}
 	for {
 		page, err := e.store.PendingDue(ctx, after, afterID, hourglass.FromUnixMilli(target), e.cfg.LoadPageSize)
+		if err == nil && len(page) > 0 {
+			err = e.sched.Schedule(ctx, page)
+		}
 		if err != nil {
 			// Lower the horizon back so the next load retries this range.
 			e.mu.Lock()
@@ -368,51 +393,88 @@ func (e *Engine) load(ctx context.Context) error {
 			e.mu.Unlock()
 			return err
 		}
-		if len(page) == 0 {
+		if len(page) < e.cfg.LoadPageSize {
 			return nil
-		}
-		earliest := int64(1<<63 - 1)
-		e.mu.Lock()
-		for _, t := range page {
-			d := hourglass.UnixMilli(t.Deadline)
-			e.wheel.Add(uint64(t.OrderID), d)
-			earliest = min(earliest, d)
-		}
-		wake := earliest < e.sleepUntil
-		e.mu.Unlock()
-		if wake {
-			select {
-			case e.wake <- struct{}{}:
-			default:
-			}
 		}
 		last := page[len(page)-1]
 		after, afterID = last.Deadline, last.OrderID
-		if len(page) < e.cfg.LoadPageSize {
+	}
+}
+
+// relayLoop publishes the outbox to a FeedOutbox scheduler: woken by every
+// create, and every 100 ms in case a wake was missed or a publish failed.
+func (e *Engine) relayLoop(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var backoff time.Duration
+	for {
+		err := e.relay(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.failed(err)
+			backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+			e.log.Error("engine: outbox relay failed; retrying", "scheduler", e.info.Name, "retry_in", backoff, "err", err)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			continue
+		}
+		backoff = 0
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-e.relayWake:
+		}
+	}
+}
+
+// relay publishes outbox timers until the outbox is empty. A timer is removed
+// from the outbox only after Schedule returned (published and confirmed), so
+// a crash in between publishes it again: a duplicate, never a loss.
+func (e *Engine) relay(ctx context.Context) error {
+	for {
+		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch)
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+		if err := e.sched.Schedule(ctx, batch); err != nil {
+			return fmt.Errorf("publish %d timers: %w", len(batch), err)
+		}
+		ids := make([]int64, len(batch))
+		for i, t := range batch {
+			ids[i] = t.OrderID
+		}
+		if err := e.outbox.OutboxDone(ctx, ids); err != nil {
+			return err
+		}
+		if len(batch) < e.cfg.RelayBatch {
 			return nil
 		}
 	}
 }
 
-// sweepLoop runs the compensation sweep every SweepInterval.
+// sweepLoop runs the compensation sweep every SweepInterval, or every
+// DegradedSweepInterval with no grace while the scheduler is failing, so
+// orders keep closing on time from the database.
 func (e *Engine) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.SweepInterval)
-	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		interval, grace := e.cfg.SweepInterval, e.cfg.SweepGrace
+		if e.Healthy() != nil {
+			interval, grace = min(interval, DegradedSweepInterval), 0
+		}
+		if !sleep(ctx, interval) {
 			return
-		case <-t.C:
-			if _, err := e.sweep(ctx, e.cfg.SweepGrace); err != nil && ctx.Err() == nil {
-				e.log.Error("engine: sweep failed; retrying at the next interval", "err", err)
-			}
+		}
+		if _, err := e.sweep(ctx, grace); err != nil && ctx.Err() == nil {
+			e.log.Error("engine: sweep failed; retrying at the next interval", "err", err)
 		}
 	}
 }
 
 // sweep closes every pending order whose deadline is more than grace in the
 // past and returns how many it closed. Normally it finds none: each one it
-// finds is a timer the wheel lost (or a restart's backlog).
+// finds is a timer the scheduler lost or was late with (or a restart's
+// backlog).
 func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 	until := e.clock.Now().Add(-grace)
 	total, found := 0, 0

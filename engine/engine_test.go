@@ -30,6 +30,8 @@ func (r *recorder) Closed(c hourglass.ClosedOrder, swept bool) {
 }
 func (r *recorder) CloseFailed(n int, _ error) { r.mu.Lock(); r.failures += n; r.mu.Unlock() }
 func (r *recorder) Swept(int)                  {}
+func (r *recorder) Stale(int)                  {}
+func (r *recorder) SchedulerFailed(error)      {}
 func (r *recorder) counts() (closed, swept, failures int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -263,7 +265,6 @@ func TestConfigValidate(t *testing.T) {
 		{"load interval not below window", Config{Window: time.Minute, LoadInterval: time.Minute}, false},
 		{"tiny window", Config{Window: time.Millisecond}, false},
 		{"negative batch", Config{CloseBatch: -1}, false},
-		{"too many closers", Config{Closers: 65}, false},
 	}
 	for _, tt := range tests {
 		if err := tt.cfg.Validate(); (err == nil) != tt.ok {

@@ -23,6 +23,8 @@ type Metrics struct {
 	closeFailures  prometheus.Counter
 	sweeperFound   prometheus.Counter
 	sweeperRecover prometheus.Counter
+	stale          prometheus.Counter
+	schedFailures  prometheus.Counter
 	requests       *prometheus.CounterVec
 	requestLatency *prometheus.HistogramVec
 	commitWrites   prometheus.Histogram
@@ -56,6 +58,14 @@ func New(pending func() int) *Metrics {
 			Name: "hourglass_sweeper_recovered_total",
 			Help: "Orders closed by the compensation sweeper (including start-up recovery) rather than by the wheel.",
 		}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hourglass_close_noops_total",
+			Help: "Delivered timers whose close changed nothing: the order was already paid, cancelled or closed (stale or duplicate timers).",
+		}),
+		schedFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hourglass_scheduler_failures_total",
+			Help: "Failures of the delay mechanism (its run loop or the outbox relay); each is retried with backoff.",
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_http_requests_total",
 			Help: "API requests by route, method and status code.",
@@ -76,7 +86,7 @@ func New(pending func() int) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
 	}
-	reg.MustRegister(m.closeLateness, m.closed, m.closeFailures, m.sweeperFound, m.sweeperRecover,
+	reg.MustRegister(m.closeLateness, m.closed, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
 		m.requests, m.requestLatency, m.commitWrites, m.commitLatency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hourglass_timers_pending",
@@ -109,6 +119,12 @@ func (m *Metrics) Closed(c hourglass.ClosedOrder, swept bool) {
 
 // CloseFailed implements engine.Observer.
 func (m *Metrics) CloseFailed(n int, _ error) { m.closeFailures.Add(float64(n)) }
+
+// Stale implements engine.Observer.
+func (m *Metrics) Stale(n int) { m.stale.Add(float64(n)) }
+
+// SchedulerFailed implements engine.Observer.
+func (m *Metrics) SchedulerFailed(error) { m.schedFailures.Inc() }
 
 // Swept implements engine.Observer.
 func (m *Metrics) Swept(found int) { m.sweeperFound.Add(float64(found)) }

@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/store/sqlite"
@@ -36,6 +38,14 @@ type serveCmd struct {
 	SweepInterval time.Duration `help:"How often the compensation sweeper scans for missed deadlines." default:"1s" env:"HOURGLASS_SWEEP_INTERVAL"`
 	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it (0 for none)." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
 	ShutdownGrace time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
+
+	Delay          string        `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
+	DelayNamespace string        `help:"Prefix of every key, queue, topic or stream the delay mechanism creates." default:"hourglass" env:"HOURGLASS_DELAY_NAMESPACE"`
+	PollInterval   time.Duration `help:"Scan interval of --delay sqlpoll." default:"1s" env:"HOURGLASS_POLL_INTERVAL"`
+	RedisURL       string        `help:"Redis for --delay redis and rediskeyspace." default:"redis://127.0.0.1:6379/0" env:"HOURGLASS_REDIS_URL"`
+	RabbitMQURL    string        `help:"RabbitMQ for --delay rabbitmq." default:"amqp://guest:guest@127.0.0.1:5672/" env:"HOURGLASS_RABBITMQ_URL"`
+	KafkaURL       string        `help:"Kafka brokers for --delay kafka, as kafka://host:port[,host:port]." default:"kafka://127.0.0.1:9092" env:"HOURGLASS_KAFKA_URL"`
+	NATSURL        string        `help:"NATS with JetStream for --delay nats." default:"nats://127.0.0.1:4222" env:"HOURGLASS_NATS_URL"`
 }
 
 func main() {
@@ -64,10 +74,14 @@ func main() {
 func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	clock := hourglass.SystemClock{}
 	var m *metrics.Metrics
+	if !delay.Valid(s.Delay) {
+		return fmt.Errorf("--delay %q: want one of %s", s.Delay, strings.Join(delay.Names(), ", "))
+	}
 	store, err := sqlite.Open(sqlite.Config{
 		Dir:    s.DataDir,
 		Clock:  clock,
 		Logger: log,
+		Outbox: delay.FeedOf(s.Delay) == hourglass.FeedOutbox,
 		Observe: func(writes int, d time.Duration) {
 			if m != nil {
 				m.ObserveCommit(writes, d)
@@ -79,9 +93,28 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	defer store.Close()
 
+	openCtx, cancelOpen := context.WithTimeout(ctx, 15*time.Second)
+	sched, err := delay.Open(openCtx, s.Delay, delay.Options{
+		Store:        store,
+		Clock:        clock,
+		Logger:       log,
+		Namespace:    s.DelayNamespace,
+		PollInterval: s.PollInterval,
+		RedisURL:     s.RedisURL,
+		RabbitMQURL:  s.RabbitMQURL,
+		KafkaURL:     s.KafkaURL,
+		NATSURL:      s.NATSURL,
+	})
+	cancelOpen()
+	if err != nil {
+		return fmt.Errorf("--delay %s: %w", s.Delay, err)
+	}
+	defer sched.Close()
+
 	var eng *engine.Engine
 	m = metrics.New(func() int { return eng.Pending() })
 	eng, err = engine.New(store, engine.Config{
+		Scheduler:     sched,
 		Window:        s.Window,
 		LoadInterval:  s.LoadInterval,
 		SweepInterval: s.SweepInterval,
@@ -123,7 +156,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	go func() { engDone <- eng.Run(engCtx) }()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- httpSrv.Serve(ln) }()
-	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "data_dir", s.DataDir)
+	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "data_dir", s.DataDir, "delay", s.Delay)
 
 	var runErr error
 	select {

@@ -39,4 +39,11 @@ CREATE TABLE settings (
 	value TEXT NOT NULL
 );
 `,
+	// 2: the timer outbox, for delay mechanisms outside the database.
+	`
+CREATE TABLE timer_outbox (
+	order_id INTEGER PRIMARY KEY,
+	deadline INTEGER NOT NULL
+);
+`,
 }

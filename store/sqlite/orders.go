@@ -102,6 +102,14 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 			return fmt.Errorf("sqlite: insert order: %w", err)
 		}
 		id := conn.LastInsertRowID()
+		if s.cfg.Outbox {
+			stmt := conn.Prep(`INSERT INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)`)
+			stmt.BindInt64(1, id)
+			stmt.BindInt64(2, deadlineMs)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: insert outbox timer: %w", err)
+			}
+		}
 		if p.IdempotencyKey != "" {
 			stmt := conn.Prep(`INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
 			stmt.BindText(1, p.IdempotencyKey)

@@ -43,6 +43,10 @@ type Config struct {
 	Clock hourglass.Clock
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Outbox makes every created order also write its timer to the outbox
+	// table, in the same transaction, for a delay mechanism outside the
+	// database (see hourglass.Outbox).
+	Outbox bool
 	// Observe, if set, is called after every group commit with the number of
 	// writes it held and how long the commit (including fsync) took.
 	Observe func(writes int, commit time.Duration)

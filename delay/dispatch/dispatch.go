@@ -1,0 +1,158 @@
+// Package dispatch hands timers fired by an in-memory scheduler to the close
+// path without ever blocking the scheduler's timing loop: an unbounded FIFO
+// drained by a few workers that deliver in batches and retry a failed batch
+// with capped exponential backoff. Delivery is at-least-once.
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Defaults of Config.
+const (
+	WorkersDefault  = 2
+	BatchDefault    = 512
+	RetryMaxDefault = 5 * time.Second
+)
+
+// Config configures a Dispatcher; zero values mean the defaults.
+type Config struct {
+	Workers  int           // concurrent deliveries
+	Batch    int           // most timers per delivery
+	RetryMax time.Duration // cap of the backoff after a failed delivery
+	Logger   *slog.Logger
+}
+
+// Dispatcher is safe for concurrent use.
+type Dispatcher struct {
+	cfg    Config
+	log    *slog.Logger
+	mu     sync.Mutex
+	queue  []hourglass.Timer
+	closed bool
+	ready  chan struct{} // holds a token while queue is non-empty or closed
+}
+
+// New returns a dispatcher; Run starts its workers.
+func New(cfg Config) *Dispatcher {
+	cfg.Workers = cmp.Or(cfg.Workers, WorkersDefault)
+	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}, 1)}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	return d
+}
+
+// Push queues fired timers. It never blocks.
+func (d *Dispatcher) Push(timers []hourglass.Timer) {
+	if len(timers) == 0 {
+		return
+	}
+	d.mu.Lock()
+	d.queue = append(d.queue, timers...)
+	d.mu.Unlock()
+	d.signal()
+}
+
+// Len returns the number of queued timers.
+func (d *Dispatcher) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queue)
+}
+
+func (d *Dispatcher) signal() {
+	select {
+	case d.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers queued timers with Workers goroutines until ctx ends. Timers
+// still queued then are dropped: in-memory schedulers are refilled from the
+// database on the next start.
+func (d *Dispatcher) Run(ctx context.Context, deliver hourglass.Deliver) {
+	d.mu.Lock()
+	d.closed = false
+	d.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		d.signal()
+	})
+	defer stop()
+	var wg sync.WaitGroup
+	for range d.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.work(ctx, deliver)
+		}()
+	}
+	wg.Wait()
+}
+
+func (d *Dispatcher) work(ctx context.Context, deliver hourglass.Deliver) {
+	var backoff time.Duration
+	for {
+		batch, ok := d.pop()
+		if !ok {
+			return
+		}
+		if err := deliver(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = min(max(2*backoff, 10*time.Millisecond), d.cfg.RetryMax)
+			d.log.Error("dispatch: delivery failed; retrying", "timers", len(batch), "retry_in", backoff, "err", err)
+			d.Push(batch)
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// pop blocks until timers are queued and returns up to Batch of them; ok is
+// false once Run's context has ended.
+func (d *Dispatcher) pop() (batch []hourglass.Timer, ok bool) {
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			d.signal() // wake the other workers too
+			return nil, false
+		}
+		if n := min(d.cfg.Batch, len(d.queue)); n > 0 {
+			batch = append([]hourglass.Timer(nil), d.queue[:n]...)
+			if n == len(d.queue) {
+				d.queue = nil
+			} else {
+				d.queue = d.queue[n:]
+			}
+			more := len(d.queue) > 0
+			d.mu.Unlock()
+			if more {
+				d.signal()
+			}
+			return batch, true
+		}
+		d.mu.Unlock()
+		<-d.ready
+	}
+}

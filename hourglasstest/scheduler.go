@@ -1,0 +1,334 @@
+package hourglasstest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// SchedulerHarness tells ExerciseScheduler how to make schedulers.
+type SchedulerHarness struct {
+	// New returns a scheduler bound to namespace ns (its key prefix, queue
+	// or stream names). Calls with the same ns share the mechanism's durable
+	// state, like two processes pointed at one broker. The harness closes
+	// the scheduler in t.Cleanup.
+	New func(t *testing.T, ns string) hourglass.Scheduler
+	// MaxLateness is the latest a delivery may be after its deadline in the
+	// suite's light load (default 2 s); measured lateness is logged.
+	MaxLateness time.Duration
+	// Redelivery is how long an unacknowledged delivery may take to come
+	// back after its consumer died (a visibility timeout, a broker's
+	// redelivery delay); default 10 s.
+	Redelivery time.Duration
+}
+
+// ExerciseScheduler runs the conformance suite every delay mechanism must
+// pass: each timer fires, never before its deadline, once; cancel (where
+// supported); 10,000 timers due in the same millisecond; a failed delivery
+// is delivered again; and, for durable mechanisms, a consumer killed
+// mid-batch loses nothing and two consumers at once never double an effect.
+func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
+	if h.MaxLateness == 0 {
+		h.MaxLateness = 2 * time.Second
+	}
+	if h.Redelivery == 0 {
+		h.Redelivery = 10 * time.Second
+	}
+
+	t.Run("FiresOnceNeverEarly", func(t *testing.T) {
+		s := h.New(t, Namespace(t))
+		rec := newRecorder()
+		stop := runScheduler(t, s, rec.deliver)
+		defer stop()
+		timers := makeTimers(1, 300, time.Now().Add(500*time.Millisecond), 3*time.Millisecond)
+		schedule(t, s, timers, 50)
+		rec.waitAll(t, timers, 1, 5*time.Second+h.MaxLateness)
+		stop()
+		rec.check(t, timers, h.MaxLateness, true)
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		s := h.New(t, Namespace(t))
+		c, ok := s.(hourglass.Canceler)
+		if !ok {
+			t.Skipf("%s cannot cancel a timer: a stale timer fires into a no-op close", s.Info().Name)
+		}
+		rec := newRecorder()
+		stop := runScheduler(t, s, rec.deliver)
+		defer stop()
+		base := time.Now().Add(400 * time.Millisecond)
+		keep := hourglass.Timer{OrderID: 1, Deadline: base.Add(200 * time.Millisecond).Truncate(time.Millisecond)}
+		drop := hourglass.Timer{OrderID: 2, Deadline: base.Truncate(time.Millisecond)}
+		schedule(t, s, []hourglass.Timer{keep, drop}, 10)
+		if err := c.Cancel(context.Background(), []int64{drop.OrderID}); err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+		rec.waitAll(t, []hourglass.Timer{keep}, 1, 5*time.Second+h.MaxLateness)
+		time.Sleep(300 * time.Millisecond) // a cancelled timer that still fires would show by now
+		stop()
+		if n := rec.count(drop.OrderID); n != 0 {
+			t.Fatalf("cancelled timer fired %d times", n)
+		}
+	})
+
+	t.Run("SameMillisecond10k", func(t *testing.T) {
+		s := h.New(t, Namespace(t))
+		rec := newRecorder()
+		stop := runScheduler(t, s, rec.deliver)
+		defer stop()
+		timers := makeTimers(1, 10000, time.Now().Add(1500*time.Millisecond), 0)
+		schedule(t, s, timers, 1000)
+		rec.waitAll(t, timers, 1, 30*time.Second)
+		stop()
+		rec.check(t, timers, 0, false)
+	})
+
+	t.Run("RedeliversAfterFailedDelivery", func(t *testing.T) {
+		s := h.New(t, Namespace(t))
+		rec := newRecorder()
+		var failed atomic.Bool
+		stop := runScheduler(t, s, func(ctx context.Context, due []hourglass.Timer) error {
+			if failed.CompareAndSwap(false, true) {
+				return fmt.Errorf("the database is down (simulated)")
+			}
+			return rec.deliver(ctx, due)
+		})
+		defer stop()
+		timers := makeTimers(1, 20, time.Now().Add(300*time.Millisecond), 5*time.Millisecond)
+		schedule(t, s, timers, 20)
+		rec.waitAll(t, timers, 1, h.Redelivery+5*time.Second)
+		stop()
+		rec.check(t, timers, 0, false)
+	})
+
+	t.Run("ConsumerKilledMidBatchLosesNothing", func(t *testing.T) {
+		ns := Namespace(t)
+		first := h.New(t, ns)
+		if !first.Info().Durable {
+			t.Skipf("%s keeps timers in memory: the engine reloads them from the database after a crash", first.Info().Name)
+		}
+		timers := makeTimers(1, 200, time.Now().Add(300*time.Millisecond), 2*time.Millisecond)
+		schedule(t, first, timers, 50)
+		// The first consumer takes a batch and dies before acknowledging it.
+		got := make(chan struct{})
+		var once sync.Once
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- first.Run(ctx, func(ctx context.Context, due []hourglass.Timer) error {
+				once.Do(func() { close(got) })
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+		select {
+		case <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first consumer received nothing")
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+		if err := first.Close(); err != nil {
+			t.Logf("close first: %v", err)
+		}
+		second := h.New(t, ns)
+		rec := newRecorder()
+		stop := runScheduler(t, second, rec.deliver)
+		defer stop()
+		rec.waitAll(t, timers, 1, h.Redelivery+10*time.Second)
+		stop()
+		rec.check(t, timers, 0, false)
+	})
+
+	t.Run("TwoConsumersNoDoubleEffect", func(t *testing.T) {
+		ns := Namespace(t)
+		a := h.New(t, ns)
+		if !a.Info().Durable {
+			t.Skipf("%s keeps timers in memory, one per process", a.Info().Name)
+		}
+		b := h.New(t, ns)
+		// The effect is a compare-and-set, as the store's close is: only
+		// the first delivery of an order has an effect.
+		rec := newRecorder()
+		var effects sync.Map
+		var doubled atomic.Int64
+		deliver := func(ctx context.Context, due []hourglass.Timer) error {
+			for _, tm := range due {
+				if _, loaded := effects.LoadOrStore(tm.OrderID, true); loaded {
+					doubled.Add(1)
+				}
+			}
+			return rec.deliver(ctx, due)
+		}
+		stopA := runScheduler(t, a, deliver)
+		defer stopA()
+		stopB := runScheduler(t, b, deliver)
+		defer stopB()
+		timers := makeTimers(1, 500, time.Now().Add(500*time.Millisecond), time.Millisecond)
+		schedule(t, a, timers, 100)
+		rec.waitAll(t, timers, 1, 10*time.Second+h.MaxLateness)
+		stopA()
+		stopB()
+		rec.check(t, timers, 0, false)
+		n := 0
+		effects.Range(func(any, any) bool { n++; return true })
+		if n != len(timers) {
+			t.Fatalf("%d effects, want %d", n, len(timers))
+		}
+		t.Logf("deliveries absorbed by the compare-and-set (duplicates across consumers): %d", doubled.Load())
+	})
+}
+
+var nsUnsafe = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
+// Namespace returns a name unique to this test and run, usable as a key
+// prefix, queue or stream name: letters, digits and dashes only.
+func Namespace(t *testing.T) string {
+	name := nsUnsafe.ReplaceAllString(t.Name(), "-")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return fmt.Sprintf("hgt-%s-%d", name, time.Now().UnixNano()%1e10)
+}
+
+// makeTimers returns n timers with ids from firstID, the first due at start
+// and each next one step later, at millisecond precision.
+func makeTimers(firstID int64, n int, start time.Time, step time.Duration) []hourglass.Timer {
+	out := make([]hourglass.Timer, n)
+	for i := range out {
+		out[i] = hourglass.Timer{OrderID: firstID + int64(i), Deadline: start.Add(time.Duration(i) * step).Truncate(time.Millisecond)}
+	}
+	return out
+}
+
+func schedule(t *testing.T, s hourglass.Scheduler, timers []hourglass.Timer, batch int) {
+	t.Helper()
+	for i := 0; i < len(timers); i += batch {
+		if err := s.Schedule(context.Background(), timers[i:min(i+batch, len(timers))]); err != nil {
+			t.Fatalf("Schedule: %v", err)
+		}
+	}
+}
+
+// runScheduler runs s until the returned stop is called (idempotent).
+func runScheduler(t *testing.T, s hourglass.Scheduler, deliver hourglass.Deliver) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, deliver) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v after its context ended; want nil", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return within 15s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	first map[int64]time.Time
+	n     map[int64]int
+	dead  map[int64]time.Time
+	early []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{first: map[int64]time.Time{}, n: map[int64]int{}, dead: map[int64]time.Time{}}
+}
+
+func (r *recorder) deliver(_ context.Context, due []hourglass.Timer) error {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tm := range due {
+		if now.Before(tm.Deadline) {
+			r.early = append(r.early, fmt.Sprintf("order %d delivered %s before its deadline", tm.OrderID, tm.Deadline.Sub(now)))
+		}
+		if _, ok := r.first[tm.OrderID]; !ok {
+			r.first[tm.OrderID] = now
+			r.dead[tm.OrderID] = tm.Deadline
+		}
+		r.n[tm.OrderID]++
+	}
+	return nil
+}
+
+func (r *recorder) count(id int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[id]
+}
+
+// waitAll waits until every timer was delivered at least min times.
+func (r *recorder) waitAll(t *testing.T, timers []hourglass.Timer, atLeast int, timeout time.Duration) {
+	t.Helper()
+	limit := time.Now().Add(timeout)
+	for {
+		r.mu.Lock()
+		missing := 0
+		for _, tm := range timers {
+			if r.n[tm.OrderID] < atLeast {
+				missing++
+			}
+		}
+		r.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d of %d timers not delivered within %s", missing, len(timers), timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// check asserts no early delivery, the delivered deadlines, lateness within
+// maxLate (0: unchecked) and, if once, no duplicates; it logs percentiles.
+func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Duration, once bool) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.early {
+		t.Error(e)
+	}
+	var late []time.Duration
+	dups := 0
+	for _, tm := range timers {
+		if got := r.dead[tm.OrderID]; !got.Equal(tm.Deadline) {
+			t.Errorf("order %d delivered with deadline %v, scheduled %v", tm.OrderID, got, tm.Deadline)
+		}
+		l := r.first[tm.OrderID].Sub(tm.Deadline)
+		late = append(late, l)
+		if maxLate > 0 && l > maxLate {
+			t.Errorf("order %d delivered %s late (limit %s)", tm.OrderID, l, maxLate)
+		}
+		dups += r.n[tm.OrderID] - 1
+	}
+	if once && dups > 0 {
+		t.Errorf("%d duplicate deliveries in a run without failures", dups)
+	}
+	slices.Sort(late)
+	pct := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))] }
+	t.Logf("%d timers: lateness p50 %s p99 %s max %s; duplicates %d", len(timers), pct(0.5), pct(0.99), late[len(late)-1], dups)
+}

@@ -1,0 +1,50 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"zombiezen.com/go/sqlite"
+)
+
+var _ hourglass.Outbox = (*Store)(nil)
+
+// OutboxBatch implements hourglass.Outbox.
+func (s *Store) OutboxBatch(ctx context.Context, limit int) ([]hourglass.Timer, error) {
+	var out []hourglass.Timer
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT order_id, deadline FROM timer_outbox ORDER BY order_id LIMIT ?1`)
+		defer stmt.Reset()
+		stmt.BindInt64(1, int64(limit))
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: read outbox: %w", err)
+			}
+			if !row {
+				return nil
+			}
+			out = append(out, hourglass.Timer{OrderID: stmt.ColumnInt64(0), Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
+		}
+	})
+	return out, err
+}
+
+// OutboxDone implements hourglass.Outbox.
+func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
+		stmt := conn.Prep(`DELETE FROM timer_outbox WHERE order_id = ?1`)
+		for _, id := range orderIDs {
+			stmt.BindInt64(1, id)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: outbox done: %w", err)
+			}
+		}
+		return nil
+	})
+}
