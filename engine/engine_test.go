@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/wheel"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
@@ -271,4 +272,49 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
 		}
 	}
+}
+
+// brokenScheduler is a mechanism whose broker is down: Run fails at once.
+type brokenScheduler struct{ hourglass.Scheduler }
+
+func (brokenScheduler) Run(context.Context, hourglass.Deliver) error {
+	return errors.New("connection refused (simulated outage)")
+}
+
+// TestDegradedSchedulerSweepsOnTime: while the delay mechanism fails, the
+// engine reports unhealthy and the sweeper closes due orders from the
+// database with no grace, within a few hundred ms of their deadline.
+func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
+	t.Parallel()
+	f := setup(t, hourglass.SystemClock{})
+	e := f.engine(t, Config{Scheduler: brokenScheduler{wheel.New(wheel.Config{})}, SweepInterval: time.Hour, RetryMax: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	o := f.create(t, time.Second)
+	e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	limit := time.Now().Add(10 * time.Second)
+	for {
+		if closed, swept, _ := f.rec.counts(); closed == 1 {
+			if swept != 1 {
+				t.Fatalf("closed by the scheduler, which is down")
+			}
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatal("order not closed while the scheduler was down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.Healthy(); err == nil {
+		t.Error("Healthy() = nil while the scheduler fails")
+	}
+	f.rec.mu.Lock()
+	late := f.rec.closed[0].ClosedAt.Sub(f.rec.closed[0].Deadline)
+	f.rec.mu.Unlock()
+	if late > time.Second {
+		t.Errorf("closed %s after its deadline while degraded; want within the degraded sweep interval", late)
+	}
+	t.Logf("closed %s after its deadline by the degraded sweeper", late)
 }
