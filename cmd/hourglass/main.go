@@ -27,6 +27,32 @@ import (
 type cli struct {
 	LogLevel slog.Level `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
 	Serve    serveCmd   `cmd:"" help:"Run the service."`
+	Bench    benchCmd   `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
+}
+
+// delayFlags are the delay mechanisms' connection settings, shared by serve
+// and bench.
+type delayFlags struct {
+	DelayNamespace string        `help:"Prefix of every key, queue, topic or stream the delay mechanism creates." default:"hourglass" env:"HOURGLASS_DELAY_NAMESPACE"`
+	PollInterval   time.Duration `help:"Scan interval of --delay sqlpoll." default:"1s" env:"HOURGLASS_POLL_INTERVAL"`
+	RedisURL       string        `help:"Redis for --delay redis and rediskeyspace." default:"redis://127.0.0.1:6379/0" env:"HOURGLASS_REDIS_URL"`
+	RabbitMQURL    string        `help:"RabbitMQ for --delay rabbitmq." default:"amqp://guest:guest@127.0.0.1:5672/" env:"HOURGLASS_RABBITMQ_URL"`
+	KafkaURL       string        `help:"Kafka brokers for --delay kafka, as kafka://host:port[,host:port]." default:"kafka://127.0.0.1:9092" env:"HOURGLASS_KAFKA_URL"`
+	NATSURL        string        `help:"NATS with JetStream for --delay nats." default:"nats://127.0.0.1:4222" env:"HOURGLASS_NATS_URL"`
+}
+
+func (f delayFlags) options(store hourglass.Store, clock hourglass.Clock, log *slog.Logger) delay.Options {
+	return delay.Options{
+		Store:        store,
+		Clock:        clock,
+		Logger:       log,
+		Namespace:    f.DelayNamespace,
+		PollInterval: f.PollInterval,
+		RedisURL:     f.RedisURL,
+		RabbitMQURL:  f.RabbitMQURL,
+		KafkaURL:     f.KafkaURL,
+		NATSURL:      f.NATSURL,
+	}
 }
 
 type serveCmd struct {
@@ -39,13 +65,8 @@ type serveCmd struct {
 	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it (0 for none)." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
 	ShutdownGrace time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
 
-	Delay          string        `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
-	DelayNamespace string        `help:"Prefix of every key, queue, topic or stream the delay mechanism creates." default:"hourglass" env:"HOURGLASS_DELAY_NAMESPACE"`
-	PollInterval   time.Duration `help:"Scan interval of --delay sqlpoll." default:"1s" env:"HOURGLASS_POLL_INTERVAL"`
-	RedisURL       string        `help:"Redis for --delay redis and rediskeyspace." default:"redis://127.0.0.1:6379/0" env:"HOURGLASS_REDIS_URL"`
-	RabbitMQURL    string        `help:"RabbitMQ for --delay rabbitmq." default:"amqp://guest:guest@127.0.0.1:5672/" env:"HOURGLASS_RABBITMQ_URL"`
-	KafkaURL       string        `help:"Kafka brokers for --delay kafka, as kafka://host:port[,host:port]." default:"kafka://127.0.0.1:9092" env:"HOURGLASS_KAFKA_URL"`
-	NATSURL        string        `help:"NATS with JetStream for --delay nats." default:"nats://127.0.0.1:4222" env:"HOURGLASS_NATS_URL"`
+	Delay      string `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
+	delayFlags `embed:""`
 }
 
 func main() {
@@ -62,6 +83,8 @@ func main() {
 	switch kctx.Command() {
 	case "serve":
 		err = c.Serve.run(ctx, logger)
+	case "bench":
+		err = c.Bench.run(ctx, logger)
 	default:
 		err = fmt.Errorf("unknown command %q", kctx.Command())
 	}
@@ -94,17 +117,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	defer store.Close()
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 15*time.Second)
-	sched, err := delay.Open(openCtx, s.Delay, delay.Options{
-		Store:        store,
-		Clock:        clock,
-		Logger:       log,
-		Namespace:    s.DelayNamespace,
-		PollInterval: s.PollInterval,
-		RedisURL:     s.RedisURL,
-		RabbitMQURL:  s.RabbitMQURL,
-		KafkaURL:     s.KafkaURL,
-		NATSURL:      s.NATSURL,
-	})
+	sched, err := delay.Open(openCtx, s.Delay, s.delayFlags.options(store, clock, log))
 	cancelOpen()
 	if err != nil {
 		return fmt.Errorf("--delay %s: %w", s.Delay, err)

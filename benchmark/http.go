@@ -1,0 +1,94 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/api"
+)
+
+// HTTPTarget drives a running hourglass server over its API, black-box.
+type HTTPTarget struct {
+	client *api.Client
+}
+
+// NewHTTPTarget returns a target for the server at baseURL.
+func NewHTTPTarget(baseURL, token string) *HTTPTarget {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 1024
+	return &HTTPTarget{client: api.NewClient(baseURL, token, &http.Client{Transport: tr, Timeout: 30 * time.Second})}
+}
+
+// Create implements Target.
+func (t *HTTPTarget) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
+	o, _, err := t.client.CreateOrder(ctx, api.CreateOrderRequest{UserID: "bench", Items: []api.ItemJSON{{SKU: sku, Quantity: qty}}, TimeoutMs: timeout.Milliseconds()}, "")
+	if err != nil {
+		return hourglass.Order{}, err
+	}
+	return fromJSON(o)
+}
+
+// Pay implements Target.
+func (t *HTTPTarget) Pay(ctx context.Context, id int64) (bool, error) {
+	_, err := t.client.Pay(ctx, id, fmt.Sprint("pay-", id))
+	if api.ErrorCode(err) == string(hourglass.CodeOrderNotPayable) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Order implements Target. The API shows an unpaid order past its deadline
+// as closed before the close commits; closed_at tells them apart.
+func (t *HTTPTarget) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	o, err := t.client.Order(ctx, id)
+	if err != nil {
+		return hourglass.Order{}, err
+	}
+	out, err := fromJSON(o)
+	if out.Status == hourglass.StateClosed && out.ClosedAt.IsZero() {
+		out.Status = hourglass.StatePendingPayment
+	}
+	return out, err
+}
+
+// Product implements Target.
+func (t *HTTPTarget) Product(ctx context.Context, sku string) (hourglass.Product, error) {
+	p, err := t.client.Product(ctx, sku)
+	return hourglass.Product{SKU: p.SKU, Name: p.Name, Category: p.Category, Available: p.Available, Reserved: p.Reserved, Sold: p.Sold}, err
+}
+
+// PutProduct implements Target. It keeps an existing product's stock and
+// only raises available, so runs against a live server add up.
+func (t *HTTPTarget) PutProduct(ctx context.Context, p hourglass.Product) error {
+	if cur, err := t.client.Product(ctx, p.SKU); err == nil && cur.Available >= p.Available/2 {
+		return nil
+	}
+	_, err := t.client.PutProduct(ctx, p.SKU, p.Name, p.Category, p.Available)
+	return err
+}
+
+func fromJSON(o api.OrderJSON) (hourglass.Order, error) {
+	parse := func(s *string) (time.Time, error) {
+		if s == nil {
+			return time.Time{}, nil
+		}
+		return time.Parse(api.TimeFormat, *s)
+	}
+	out := hourglass.Order{ID: o.ID, UserID: o.UserID, Status: hourglass.State(o.Status)}
+	for _, it := range o.Items {
+		out.Items = append(out.Items, hourglass.Item{SKU: it.SKU, Quantity: it.Quantity})
+	}
+	var err error
+	for _, f := range []struct {
+		dst *time.Time
+		src *string
+	}{{&out.CreatedAt, &o.CreatedAt}, {&out.Deadline, &o.Deadline}, {&out.PaidAt, o.PaidAt}, {&out.ClosedAt, o.ClosedAt}} {
+		if *f.dst, err = parse(f.src); err != nil {
+			return out, fmt.Errorf("order %d: %w", o.ID, err)
+		}
+	}
+	return out, nil
+}

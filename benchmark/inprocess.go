@@ -1,0 +1,163 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/store/sqlite"
+)
+
+// System is a delay mechanism the runner opens in-process, behind the same
+// engine and SQLite store as `hourglass serve`.
+type System struct {
+	Name string
+	Feed hourglass.Feed
+	// Open connects a fresh instance; store is the run's order database.
+	Open func(ctx context.Context, store hourglass.Store) (hourglass.Scheduler, error)
+}
+
+// RunInProcess runs the workload on sys with a fresh database in a temporary
+// directory, then (for in-memory mechanisms, if pending > 0) measures the
+// heap held per pending timer with that many timers scheduled.
+func RunInProcess(ctx context.Context, sys System, w Workload, pending int, progress Progress) (Result, error) {
+	dir, err := os.MkdirTemp("", "hourglass-bench-*")
+	if err != nil {
+		return Result{System: sys.Name}, err
+	}
+	defer os.RemoveAll(dir)
+	store, err := sqlite.Open(sqlite.Config{Dir: dir, Outbox: sys.Feed == hourglass.FeedOutbox})
+	if err != nil {
+		return Result{System: sys.Name}, err
+	}
+	defer store.Close()
+	sched, err := sys.Open(ctx, store)
+	if err != nil {
+		return Result{System: sys.Name}, fmt.Errorf("open %s: %w", sys.Name, err)
+	}
+	defer sched.Close()
+	obs := &counter{}
+	eng, err := engine.New(store, engine.Config{Scheduler: sched, Observer: obs, SweepGrace: w.Grace, SweepInterval: 500 * time.Millisecond})
+	if err != nil {
+		return Result{System: sys.Name}, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	for !eng.Ready() {
+		select {
+		case err := <-done:
+			cancel()
+			return Result{System: sys.Name}, fmt.Errorf("engine: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	res, err := Drive(ctx, sys.Name, &storeTarget{store: store, eng: eng}, w, progress, obs.sweptCount, obs.noopCount)
+	cancel()
+	<-done
+	if err != nil {
+		return res, err
+	}
+	if pending > 0 && sys.Feed == hourglass.FeedWindow {
+		res.PendingCount = pending
+		res.BytesPerPendingTimer, err = bytesPerTimer(ctx, sys, store, pending)
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// bytesPerTimer schedules n timers an hour ahead on a fresh instance and
+// returns the live heap it grew by, per timer.
+func bytesPerTimer(ctx context.Context, sys System, store hourglass.Store, n int) (float64, error) {
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	sched, err := sys.Open(ctx, store)
+	if err != nil {
+		return 0, err
+	}
+	defer sched.Close()
+	base := time.Now().Add(time.Hour)
+	batch := make([]hourglass.Timer, 0, 10000)
+	for i := range n {
+		batch = append(batch, hourglass.Timer{OrderID: int64(i + 1), Deadline: base.Add(time.Duration(i%600000) * time.Millisecond)})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := sched.Schedule(ctx, batch); err != nil {
+				return 0, err
+			}
+			batch = batch[:0]
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	runtime.KeepAlive(sched)
+	return float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / float64(n), nil
+}
+
+// storeTarget drives the in-process store and engine exactly as the API
+// handlers do.
+type storeTarget struct {
+	store *sqlite.Store
+	eng   *engine.Engine
+}
+
+func (t *storeTarget) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
+	o, _, err := t.store.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "bench", Items: []hourglass.Item{{SKU: sku, Quantity: qty}}, Timeout: timeout})
+	if err != nil {
+		return o, err
+	}
+	t.eng.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	return o, nil
+}
+
+func (t *storeTarget) Pay(ctx context.Context, id int64) (bool, error) {
+	_, err := t.store.PayOrder(ctx, id, fmt.Sprint("pay-", id))
+	if hourglass.ErrorCode(err) == hourglass.CodeOrderNotPayable {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	t.eng.Cancel(id)
+	return true, nil
+}
+
+func (t *storeTarget) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	return t.store.Order(ctx, id)
+}
+
+func (t *storeTarget) Product(ctx context.Context, sku string) (hourglass.Product, error) {
+	return t.store.Product(ctx, sku)
+}
+
+func (t *storeTarget) PutProduct(ctx context.Context, p hourglass.Product) error {
+	_, err := t.store.PutProduct(ctx, p)
+	return err
+}
+
+// counter is the engine observer of a run.
+type counter struct {
+	mu           sync.Mutex
+	swept, noops int
+}
+
+func (c *counter) Closed(_ hourglass.ClosedOrder, swept bool) {
+	if swept {
+		c.mu.Lock()
+		c.swept++
+		c.mu.Unlock()
+	}
+}
+func (c *counter) Stale(n int)            { c.mu.Lock(); c.noops += n; c.mu.Unlock() }
+func (c *counter) CloseFailed(int, error) {}
+func (c *counter) Swept(int)              {}
+func (c *counter) SchedulerFailed(error)  {}
+func (c *counter) sweptCount() int        { c.mu.Lock(); defer c.mu.Unlock(); return c.swept }
+func (c *counter) noopCount() int         { c.mu.Lock(); defer c.mu.Unlock(); return c.noops }

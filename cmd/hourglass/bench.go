@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/benchmark"
+	"github.com/hourglass/hourglass/delay"
+)
+
+type benchCmd struct {
+	Rate         int           `help:"Orders created per second (open loop: a slow system cannot slow the generator)." default:"2000"`
+	Duration     time.Duration `help:"How long orders are created." default:"10s"`
+	Timeout      string        `help:"Order timeouts: a duration (2s), a uniform range (1s..10s), or mix (virtual 5 min / physical 30 min, scaled by --time-scale)." default:"2s"`
+	TimeScale    float64       `help:"Scale of the mix's 5 min / 30 min timeouts." default:"0.01"`
+	PayFraction  float64       `help:"Share of orders paid." default:"0.3"`
+	RaceFraction float64       `help:"Share of payments aimed at the deadline ± --race-jitter, to stress the pay/close race." default:"0.2"`
+	RaceJitter   time.Duration `help:"Spread of racing payments around the deadline." default:"5ms"`
+	Grace        time.Duration `help:"An order not closed by deadline + grace counts as lost by the mechanism." default:"5s"`
+	Backends     string        `help:"Comma-separated delay mechanisms to run in-process, one after another." default:"wheel,heap,gotimer,sqlpoll"`
+	Target       string        `help:"Drive a running server over its API instead (black-box), e.g. http://127.0.0.1:8080."`
+	APIToken     string        `help:"Token for --target." env:"HOURGLASS_API_TOKEN"`
+	Pending      int           `help:"Also measure memory per pending timer with this many timers held (in-memory mechanisms)."`
+	JSON         string        `help:"Write every figure to this JSON file."`
+	Plot         string        `help:"Write the lateness distributions of all systems to this SVG file."`
+	Seed         uint64        `help:"Random seed of the workload." default:"1"`
+	delayFlags   `embed:""`
+}
+
+func (b *benchCmd) run(ctx context.Context, log *slog.Logger) error {
+	timeouts, err := benchmark.ParseTimeouts(b.Timeout, b.TimeScale)
+	if err != nil {
+		return err
+	}
+	w := benchmark.Workload{Rate: b.Rate, Duration: b.Duration, Timeouts: timeouts, PayFraction: b.PayFraction,
+		RaceFraction: b.RaceFraction, RaceJitter: b.RaceJitter, Grace: b.Grace, Seed: b.Seed}
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	var names []string
+	if b.Target == "" {
+		for _, n := range strings.Split(b.Backends, ",") {
+			n = strings.TrimSpace(n)
+			if !delay.Valid(n) {
+				return fmt.Errorf("--backends: unknown mechanism %q (want some of %s)", n, strings.Join(delay.Names(), ", "))
+			}
+			names = append(names, n)
+		}
+	}
+	report := benchmark.NewReport(w, time.Now(), machine())
+	fmt.Fprintf(os.Stderr, "workload: %d orders/s for %s, timeouts %s, %.0f%% paid (%.0f%% of those at the deadline ±%s)\n",
+		w.Rate, w.Duration, timeouts, 100*w.PayFraction, 100*w.RaceFraction, w.RaceJitter)
+	tty := false
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		tty = true
+	}
+	lastPhase := ""
+	progress := func(system string, done, total int, phase string) {
+		if !tty { // a log, not a terminal: one line per phase
+			if p := system + " " + strings.Fields(phase)[0]; p != lastPhase {
+				lastPhase = p
+				fmt.Fprintf(os.Stderr, "%s: %s (%d/%d orders)\n", system, strings.Fields(phase)[0], done, total)
+			}
+			return
+		}
+		const width = 30
+		filled := width * done / max(total, 1)
+		fmt.Fprintf(os.Stderr, "\r\033[K%-14s [%s%s] %d/%d %s", system, strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total, phase)
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	if b.Target != "" {
+		res, err := benchmark.Drive(ctx, b.Target, benchmark.NewHTTPTarget(b.Target, b.APIToken), w, progress, nil, nil)
+		if tty {
+			fmt.Fprintln(os.Stderr)
+		}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		report.Results = append(report.Results, res)
+	}
+	for _, name := range names {
+		sys := benchmark.System{Name: name, Feed: delay.FeedOf(name), Open: func(ctx context.Context, store hourglass.Store) (hourglass.Scheduler, error) {
+			o := b.delayFlags.options(store, hourglass.SystemClock{}, quiet)
+			o.Namespace = fmt.Sprintf("%s-bench-%d", b.DelayNamespace, time.Now().UnixNano())
+			return delay.Open(ctx, name, o)
+		}}
+		res, err := benchmark.RunInProcess(ctx, sys, w, b.Pending, progress)
+		if tty {
+			fmt.Fprintln(os.Stderr)
+		}
+		if err != nil {
+			res.System, res.Error = name, err.Error()
+			log.Warn("bench: system failed", "system", name, "err", err)
+		}
+		report.Results = append(report.Results, res)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if len(report.Results) > 0 {
+		report.Baseline = report.Results[0].System
+	}
+	report.WriteTable(os.Stdout)
+	if b.JSON != "" {
+		if err := report.WriteJSON(b.JSON); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if b.Plot != "" {
+		if err := report.WriteSVG(b.Plot); err != nil {
+			return err
+		}
+	}
+	for _, r := range report.Results {
+		if r.Error != "" || !r.InvariantOK {
+			return fmt.Errorf("bench: %s failed (see above)", r.System)
+		}
+	}
+	return nil
+}
+
+func machine() benchmark.Machine {
+	m := benchmark.Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				m.MemoryMB = kb >> 10
+			}
+		}
+	}
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				m.CPUModel = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return m
+}
