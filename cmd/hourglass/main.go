@@ -18,6 +18,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/benchmark"
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
@@ -25,34 +26,9 @@ import (
 )
 
 type cli struct {
-	LogLevel slog.Level `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
-	Serve    serveCmd   `cmd:"" help:"Run the service."`
-	Bench    benchCmd   `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
-}
-
-// delayFlags are the delay mechanisms' connection settings, shared by serve
-// and bench.
-type delayFlags struct {
-	DelayNamespace string        `help:"Prefix of every key, queue, topic or stream the delay mechanism creates." default:"hourglass" env:"HOURGLASS_DELAY_NAMESPACE"`
-	PollInterval   time.Duration `help:"Scan interval of --delay sqlpoll." default:"1s" env:"HOURGLASS_POLL_INTERVAL"`
-	RedisURL       string        `help:"Redis for --delay redis and rediskeyspace." default:"redis://127.0.0.1:6379/0" env:"HOURGLASS_REDIS_URL"`
-	RabbitMQURL    string        `help:"RabbitMQ for --delay rabbitmq." default:"amqp://guest:guest@127.0.0.1:5672/" env:"HOURGLASS_RABBITMQ_URL"`
-	KafkaURL       string        `help:"Kafka brokers for --delay kafka, as kafka://host:port[,host:port]." default:"kafka://127.0.0.1:9092" env:"HOURGLASS_KAFKA_URL"`
-	NATSURL        string        `help:"NATS with JetStream for --delay nats." default:"nats://127.0.0.1:4222" env:"HOURGLASS_NATS_URL"`
-}
-
-func (f delayFlags) options(store hourglass.Store, clock hourglass.Clock, log *slog.Logger) delay.Options {
-	return delay.Options{
-		Store:        store,
-		Clock:        clock,
-		Logger:       log,
-		Namespace:    f.DelayNamespace,
-		PollInterval: f.PollInterval,
-		RedisURL:     f.RedisURL,
-		RabbitMQURL:  f.RabbitMQURL,
-		KafkaURL:     f.KafkaURL,
-		NATSURL:      f.NATSURL,
-	}
+	LogLevel slog.Level        `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
+	Serve    serveCmd          `cmd:"" help:"Run the service."`
+	Bench    benchmark.Command `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
 }
 
 type serveCmd struct {
@@ -65,8 +41,8 @@ type serveCmd struct {
 	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it (0 for none)." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
 	ShutdownGrace time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
 
-	Delay      string `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
-	delayFlags `embed:""`
+	Delay       string `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
+	delay.Flags `embed:""`
 }
 
 func main() {
@@ -84,7 +60,7 @@ func main() {
 	case "serve":
 		err = c.Serve.run(ctx, logger)
 	case "bench":
-		err = c.Bench.run(ctx, logger)
+		err = c.Bench.Run(ctx, logger, nil)
 	default:
 		err = fmt.Errorf("unknown command %q", kctx.Command())
 	}
@@ -117,7 +93,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	defer store.Close()
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 15*time.Second)
-	sched, err := delay.Open(openCtx, s.Delay, s.delayFlags.options(store, clock, log))
+	sched, err := delay.Open(openCtx, s.Delay, s.Flags.Options(store, clock, log))
 	cancelOpen()
 	if err != nil {
 		return fmt.Errorf("--delay %s: %w", s.Delay, err)

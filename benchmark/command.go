@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/benchmark"
 	"github.com/hourglass/hourglass/delay"
 )
 
-type benchCmd struct {
+// Command is `hourglass bench`: its flags (kong tags) and its run.
+type Command struct {
 	Rate         int           `help:"Orders created per second (open loop: a slow system cannot slow the generator)." default:"2000"`
 	Duration     time.Duration `help:"How long orders are created." default:"10s"`
 	Timeout      string        `help:"Order timeouts: a duration (2s), a uniform range (1s..10s), or mix (virtual 5 min / physical 30 min, scaled by --time-scale)." default:"2s"`
@@ -31,15 +31,19 @@ type benchCmd struct {
 	JSON         string        `help:"Write every figure to this JSON file."`
 	Plot         string        `help:"Write the lateness distributions of all systems to this SVG file."`
 	Seed         uint64        `help:"Random seed of the workload." default:"1"`
-	delayFlags   `embed:""`
+	delay.Flags  `embed:""`
 }
 
-func (b *benchCmd) run(ctx context.Context, log *slog.Logger) error {
-	timeouts, err := benchmark.ParseTimeouts(b.Timeout, b.TimeScale)
+// Run runs the workload on the --target server or on each of --backends,
+// one after another, then on each of peers (systems outside hourglass, such
+// as the bench/ module's asynq and River), and prints the table. It returns
+// an error if a system failed or broke the stock invariant.
+func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) error {
+	timeouts, err := ParseTimeouts(b.Timeout, b.TimeScale)
 	if err != nil {
 		return err
 	}
-	w := benchmark.Workload{Rate: b.Rate, Duration: b.Duration, Timeouts: timeouts, PayFraction: b.PayFraction,
+	w := Workload{Rate: b.Rate, Duration: b.Duration, Timeouts: timeouts, PayFraction: b.PayFraction,
 		RaceFraction: b.RaceFraction, RaceJitter: b.RaceJitter, Grace: b.Grace, Seed: b.Seed}
 	if err := w.Validate(); err != nil {
 		return err
@@ -54,7 +58,7 @@ func (b *benchCmd) run(ctx context.Context, log *slog.Logger) error {
 			names = append(names, n)
 		}
 	}
-	report := benchmark.NewReport(w, time.Now(), machine())
+	report := NewReport(w, time.Now(), machine())
 	fmt.Fprintf(os.Stderr, "workload: %d orders/s for %s, timeouts %s, %.0f%% paid (%.0f%% of those at the deadline ±%s)\n",
 		w.Rate, w.Duration, timeouts, 100*w.PayFraction, 100*w.RaceFraction, w.RaceJitter)
 	tty := false
@@ -76,7 +80,7 @@ func (b *benchCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	if b.Target != "" {
-		res, err := benchmark.Drive(ctx, b.Target, benchmark.NewHTTPTarget(b.Target, b.APIToken), w, progress, nil, nil)
+		res, err := Drive(ctx, b.Target, NewHTTPTarget(b.Target, b.APIToken), w, progress, nil, nil)
 		if tty {
 			fmt.Fprintln(os.Stderr)
 		}
@@ -85,13 +89,17 @@ func (b *benchCmd) run(ctx context.Context, log *slog.Logger) error {
 		}
 		report.Results = append(report.Results, res)
 	}
+	systems := make([]System, 0, len(names)+len(peers))
 	for _, name := range names {
-		sys := benchmark.System{Name: name, Feed: delay.FeedOf(name), Open: func(ctx context.Context, store hourglass.Store) (hourglass.Scheduler, error) {
-			o := b.delayFlags.options(store, hourglass.SystemClock{}, quiet)
+		systems = append(systems, System{Name: name, Feed: delay.FeedOf(name), Open: func(ctx context.Context, store hourglass.Store) (hourglass.Scheduler, error) {
+			o := b.Flags.Options(store, hourglass.SystemClock{}, quiet)
 			o.Namespace = fmt.Sprintf("%s-bench-%d", b.DelayNamespace, time.Now().UnixNano())
 			return delay.Open(ctx, name, o)
-		}}
-		res, err := benchmark.RunInProcess(ctx, sys, w, b.Pending, progress)
+		}})
+	}
+	for _, sys := range append(systems, peers...) {
+		name := sys.Name
+		res, err := RunInProcess(ctx, sys, w, b.Pending, progress)
 		if tty {
 			fmt.Fprintln(os.Stderr)
 		}
@@ -126,8 +134,8 @@ func (b *benchCmd) run(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-func machine() benchmark.Machine {
-	m := benchmark.Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
 	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, line := range strings.Split(string(raw), "\n") {
 			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
