@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStartupErrors: a configuration mistake stops `hourglass serve` at
+// start-up with exit status 1 and one log line that names what to fix.
+func TestStartupErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	// A port nothing listens on, for "unreachable broker".
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() }) // the parallel subtests run after this function returns
+	tests := []struct {
+		name string
+		args []string
+		want string // in the error line
+	}{
+		{"unknown mechanism", []string{"--delay", "cron"}, `want one of wheel, heap`},
+		{"address in use", []string{"--addr", busy.Addr().String()}, "listen on " + busy.Addr().String()},
+		{"data dir is a file", []string{"--data-dir", bin}, "data dir"},
+		{"load interval not below window", []string{"--window", "10s", "--load-interval", "10s"}, "LoadInterval"},
+		{"redis unreachable", []string{"--delay", "redis", "--redis-url", "redis://" + dead + "/0"}, "--delay redis"},
+		{"redis bad URL", []string{"--delay", "redis", "--redis-url", "http://nope"}, "--delay redis"},
+		{"rabbitmq unreachable", []string{"--delay", "rabbitmq", "--rabbitmq-url", "amqp://guest:guest@" + dead + "/"}, "--delay rabbitmq"},
+		{"nats unreachable", []string{"--delay", "nats", "--nats-url", "nats://" + dead}, "--delay nats"},
+		{"kafka unreachable", []string{"--delay", "kafka", "--kafka-url", "kafka://" + dead}, "--delay kafka"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			args := []string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data")}
+			if !slices.Contains(tt.args, "--addr") {
+				args = append(args, "--addr", "127.0.0.1:0")
+			}
+			args = append(args, tt.args...)
+			cmd := exec.CommandContext(ctx, bin, args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			exit, ok := err.(*exec.ExitError)
+			if !ok || exit.ExitCode() != 1 {
+				t.Fatalf("exit: %v, want status 1; stderr:\n%s", err, stderr.String())
+			}
+			var errLines []string
+			for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+				if strings.Contains(line, "level=ERROR") {
+					errLines = append(errLines, line)
+				}
+			}
+			if len(errLines) != 1 || !strings.Contains(errLines[0], tt.want) {
+				t.Fatalf("want exactly one error line containing %q, got:\n%s", tt.want, stderr.String())
+			}
+			t.Logf("%s", errLines[0])
+		})
+	}
+}
