@@ -2,12 +2,13 @@ package delay
 
 import (
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/gotimer"
 )
 
-// openGotimer is replaced when the gotimer mechanism lands.
-func openGotimer(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the gotimer delay mechanism is not built yet")
+// openGotimer returns the one-time.AfterFunc-per-order mechanism; it has
+// nothing to connect to and never fails.
+func openGotimer(_ context.Context, o Options) (hourglass.Scheduler, error) {
+	return gotimer.New(gotimer.Config{Clock: o.Clock, Logger: o.Logger}), nil
 }

@@ -2,12 +2,13 @@ package delay
 
 import (
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/heap"
 )
 
-// openHeap is replaced when the heap mechanism lands.
-func openHeap(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the heap delay mechanism is not built yet")
+// openHeap returns the in-memory delay queue; it has nothing to connect to
+// and never fails.
+func openHeap(_ context.Context, o Options) (hourglass.Scheduler, error) {
+	return heap.New(heap.Config{Clock: o.Clock, Logger: o.Logger}), nil
 }

@@ -58,7 +58,7 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		s := h.New(t, Namespace(t))
 		c, ok := s.(hourglass.Canceler)
 		if !ok {
-			t.Skipf("%s cannot cancel a timer: a stale timer fires into a no-op close", s.Info().Name)
+			t.Skipf("%s cannot cancel a timer: a paid order's timer still fires, into a no-op close (or, for a mechanism that reads the database, the order is simply no longer pending)", s.Info().Name)
 		}
 		rec := newRecorder()
 		stop := runScheduler(t, s, rec.deliver)

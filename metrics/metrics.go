@@ -44,7 +44,7 @@ func New(pending func() int) *Metrics {
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_orders_closed_total",
-			Help: "Orders closed because their deadline passed, by the component that closed them (wheel or sweeper).",
+			Help: "Orders closed because their deadline passed, by the component that closed them: the delay mechanism (scheduler) or the compensation sweeper.",
 		}, []string{"by"}),
 		closeFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hourglass_close_failures_total",
@@ -96,7 +96,7 @@ func New(pending func() int) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	// Pre-create the label values so the series exist from the start.
-	m.closed.WithLabelValues("wheel")
+	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")
 	return m
 }
@@ -114,7 +114,7 @@ func (m *Metrics) Closed(c hourglass.ClosedOrder, swept bool) {
 		m.sweeperRecover.Inc()
 		return
 	}
-	m.closed.WithLabelValues("wheel").Inc()
+	m.closed.WithLabelValues("scheduler").Inc()
 }
 
 // CloseFailed implements engine.Observer.

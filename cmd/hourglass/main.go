@@ -76,6 +76,9 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	if !delay.Valid(s.Delay) {
 		return fmt.Errorf("--delay %q: want one of %s", s.Delay, strings.Join(delay.Names(), ", "))
 	}
+	if s.Delay == "sqlpoll" && s.SweepGrace > 0 && s.PollInterval >= s.SweepGrace {
+		log.Warn("hourglass: --poll-interval is not below --sweep-grace: the sweeper will close orders before the poller does", "poll_interval", s.PollInterval, "sweep_grace", s.SweepGrace)
+	}
 	store, err := sqlite.Open(sqlite.Config{
 		Dir:    s.DataDir,
 		Clock:  clock,

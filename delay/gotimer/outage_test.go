@@ -1,0 +1,29 @@
+package gotimer_test
+
+import (
+	"testing"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/gotimer"
+	"github.com/hourglass/hourglass/hourglasstest/outage"
+)
+
+// TestOutage would stop the mechanism's broker mid-load; gotimer has none,
+// so there is nothing to stop. What can fail is the process, and
+// TestRestartLosesNothing covers that.
+func TestOutage(t *testing.T) {
+	outage.Enabled(t)
+	t.Skip("gotimer is in memory: it has no broker to stop (see TestRestartLosesNothing and TestOutageHarness)")
+}
+
+// TestOutageHarness runs the outage harness with gotimer and a no-op
+// outage, as the wheel does: the whole close path, checked for lost and
+// doubled closes.
+func TestOutageHarness(t *testing.T) {
+	t.Parallel()
+	outage.Run(t, outage.Config{
+		Open:   func(t *testing.T, _ hourglass.Store) hourglass.Scheduler { return gotimer.New(gotimer.Config{}) },
+		Outage: func(t *testing.T) {},
+		Orders: 200,
+	})
+}
