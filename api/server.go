@@ -45,6 +45,10 @@ type Config struct {
 	Observer Observer
 	// Metrics serves GET /metrics when set.
 	Metrics http.Handler
+	// Webhooks serves /v1/webhooks and /v1/deadletters when set (webhooks.go).
+	Webhooks WebhookService
+	// Dashboard serves the dashboard at / when set (dashboard.go).
+	Dashboard DashboardSource
 }
 
 // Server serves the API. It is safe for concurrent use.
@@ -71,6 +75,13 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// route is one method and path pattern of the API, with its handler. Every
+// route under /v1 requires the token when one is configured.
+type route struct {
+	method, path string
+	h            handlerFunc
+}
+
 // handlerFunc is a route handler that returns its response value and status,
 // or an error rendered by the error table.
 type handlerFunc func(r *http.Request, body []byte) (status int, v any, err error)
@@ -78,10 +89,6 @@ type handlerFunc func(r *http.Request, body []byte) (status int, v any, err erro
 func (s *Server) routes() {
 	// Each path is registered for its methods and once without a method,
 	// so a wrong method gets a JSON 405 rather than the mux's plain text.
-	type route struct {
-		method, path string
-		h            handlerFunc
-	}
 	routes := []route{
 		{"PUT", "/v1/products/{sku}", s.putProduct},
 		{"GET", "/v1/products/{sku}", s.getProduct},
@@ -95,6 +102,8 @@ func (s *Server) routes() {
 		{"GET", "/v1/policies", s.getPolicy},
 		{"PUT", "/v1/policies", s.putPolicy},
 	}
+	routes = append(routes, s.webhookRoutes()...)
+	routes = append(routes, s.dashboardRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))

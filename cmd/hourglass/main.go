@@ -43,6 +43,10 @@ type serveCmd struct {
 
 	Delay       string `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
 	delay.Flags `embed:""`
+	// Webhook and alert settings live next to their wiring (webhooks.go,
+	// alerts.go).
+	webhookFlags `embed:""`
+	alertFlags   `embed:""`
 }
 
 func main() {

@@ -1,0 +1,5 @@
+package main
+
+// alertFlags are the alerting settings. (Filled in with the alerts
+// feature.)
+type alertFlags struct{}
