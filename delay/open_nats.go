@@ -1,13 +1,20 @@
 package delay
 
 import (
+	"cmp"
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/nats"
 )
 
-// openNATS is replaced when the nats mechanism lands.
+// openNATS opens the NATS JetStream mechanism at o.NATSURL (default
+// NATSURLDefault) with its stream, consumer and subjects under o.Namespace.
 func openNATS(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the nats delay mechanism is not built yet")
+	return nats.Open(ctx, nats.Config{
+		URL:       cmp.Or(o.NATSURL, NATSURLDefault),
+		Namespace: o.Namespace,
+		Clock:     o.Clock,
+		Logger:    o.Logger,
+	})
 }

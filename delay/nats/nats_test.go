@@ -1,0 +1,306 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/nats"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+// serverURL returns the NATS server the integration tests use (it must run
+// with JetStream: nats-server -js). nats.URLDefault equals
+// delay.NATSURLDefault; importing package delay here would make these tests
+// depend on every sibling mechanism compiling.
+func serverURL(t *testing.T) string {
+	t.Helper()
+	return hourglasstest.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", nats.URLDefault)
+}
+
+// open opens a scheduler in namespace ns and, in t.Cleanup, closes it and
+// deletes its stream (with the consumer and any timers left).
+func open(t *testing.T, url, ns string, cfg nats.Config) *nats.Scheduler {
+	t.Helper()
+	cfg.URL, cfg.Namespace = url, ns
+	s, err := nats.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		deleteStream(t, url, ns)
+	})
+	return s
+}
+
+func deleteStream(t *testing.T, url, ns string) {
+	nc, err := natsgo.Connect(url, natsgo.Timeout(2*time.Second))
+	if err != nil {
+		t.Logf("cleanup: connect: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, ns+"-timers"); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Logf("cleanup: delete stream %s-timers: %v", ns, err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
+		New: func(t *testing.T, ns string) hourglass.Scheduler {
+			return open(t, url, ns, nats.Config{})
+		},
+		MaxLateness: 250 * time.Millisecond,
+		Redelivery:  nats.AckWaitDefault, // a consumer that dies without handing back its messages
+	})
+}
+
+// TestFarTimersComeBack exercises the negative-acknowledgement path: timers
+// due beyond the hold window are handed back with a delay and must still
+// fire on time, once, and never early.
+func TestFarTimersComeBack(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, nats.Config{HoldWindow: 2 * time.Second, NakLead: time.Second, ScheduleLead: 500 * time.Millisecond})
+	exerciseFarTimers(t, url, ns, s, s.MsgSchedules())
+}
+
+// TestMsgSchedulesFollowServerVersion: message schedules are used exactly
+// when the server has them (2.12 and later).
+func TestMsgSchedulesFollowServerVersion(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := nc.ConnectedServerVersion()
+	nc.Close()
+	s := open(t, url, hourglasstest.Namespace(t), nats.Config{})
+	if want := !strings.HasPrefix(version, "2.9.") && !strings.HasPrefix(version, "2.10.") && !strings.HasPrefix(version, "2.11."); s.MsgSchedules() != want {
+		t.Fatalf("server %s: MsgSchedules() = %v, want %v", version, s.MsgSchedules(), want)
+	}
+	t.Logf("server %s: message schedules %v", version, s.MsgSchedules())
+}
+
+// exerciseFarTimers schedules 200 timers due beyond the hold window, checks
+// where they wait (as message schedules outside the consumer, or in the
+// consumer to be handed back with a delay), then runs s and checks each
+// fires on time, once, and never early.
+func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, scheduled bool) {
+	t.Helper()
+	start := time.Now().Add(3 * time.Second)
+	var timers []hourglass.Timer
+	for i := range 200 {
+		timers = append(timers, hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(time.Duration(i) * 10 * time.Millisecond).Truncate(time.Millisecond)})
+	}
+	if err := s.Schedule(context.Background(), timers); err != nil {
+		t.Fatalf("Schedule: %v", err)
+	}
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cons, err := js.Consumer(context.Background(), ns+"-timers", ns+"-closer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(len(timers))
+	if scheduled {
+		want = 0 // all wait as schedules on <ns>.timers.sched.<id>
+	}
+	if info.NumPending != want {
+		t.Fatalf("consumer has %d timers pending before their release, want %d (message schedules %v)", info.NumPending, want, scheduled)
+	}
+
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, rec.deliver) }()
+	rec.wait(t, len(timers), 15*time.Second)
+	time.Sleep(200 * time.Millisecond) // a duplicate would show by now
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rec.check(t, timers, time.Second)
+}
+
+// TestMalformedMessageIsDropped: a message on the due subject that is not a
+// timer is terminated (never redelivered) and does not stop the others.
+func TestMalformedMessageIsDropped(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, nats.Config{})
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.Publish(context.Background(), ns+".timers.due", []byte("not a timer")); err != nil {
+		t.Fatalf("publish garbage: %v", err)
+	}
+	timers := []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)}}
+	if err := s.Schedule(context.Background(), timers); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, rec.deliver) }()
+	rec.wait(t, 1, 5*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rec.check(t, timers, time.Second)
+	info, err := js.Stream(context.Background(), ns+"-timers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 0 {
+		t.Errorf("%d messages left in the work queue, want 0", n)
+	}
+}
+
+// TestScheduleDeduplicates: publishing the same order twice within the
+// duplicate window stores it once, so it fires once.
+func TestScheduleDeduplicates(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, nats.Config{})
+	tm := hourglass.Timer{OrderID: 42, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	for range 3 {
+		if err := s.Schedule(context.Background(), []hourglass.Timer{tm}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, rec.deliver) }()
+	rec.wait(t, 1, 5*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rec.check(t, []hourglass.Timer{tm}, time.Second)
+}
+
+// TestOpenErrors: start-up failures are one line saying what to fix.
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  nats.Config
+		want string
+	}{
+		{"unreachable", nats.Config{URL: "nats://127.0.0.1:1", ConnectTimeout: time.Second}, "cannot reach nats://127.0.0.1:1"},
+		{"password redacted", nats.Config{URL: "nats://u:secret@127.0.0.1:1", ConnectTimeout: time.Second}, "nats://u:xxxxx@127.0.0.1:1"},
+		{"bad setting", nats.Config{HoldWindow: time.Minute}, "hold window (1m0s) must be below half the ack wait"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := nats.Open(context.Background(), tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Open: %v; want an error containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Open: %q leaks the password or spans lines", err)
+			}
+		})
+	}
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	first map[int64]time.Time
+	n     map[int64]int
+	early []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{first: map[int64]time.Time{}, n: map[int64]int{}}
+}
+
+func (r *recorder) deliver(_ context.Context, due []hourglass.Timer) error {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tm := range due {
+		if now.Before(tm.Deadline) {
+			r.early = append(r.early, tm.Deadline.Sub(now).String())
+		}
+		if _, ok := r.first[tm.OrderID]; !ok {
+			r.first[tm.OrderID] = now
+		}
+		r.n[tm.OrderID]++
+	}
+	return nil
+}
+
+func (r *recorder) wait(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	limit := time.Now().Add(timeout)
+	for {
+		r.mu.Lock()
+		got := len(r.first)
+		r.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d of %d timers delivered within %s", got, n, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Duration) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.early) > 0 {
+		t.Errorf("%d early deliveries, e.g. %s early", len(r.early), r.early[0])
+	}
+	var worst time.Duration
+	for _, tm := range timers {
+		if r.n[tm.OrderID] != 1 {
+			t.Errorf("order %d delivered %d times, want 1", tm.OrderID, r.n[tm.OrderID])
+		}
+		worst = max(worst, r.first[tm.OrderID].Sub(tm.Deadline))
+	}
+	if worst > maxLate {
+		t.Errorf("latest delivery %s after its deadline (limit %s)", worst, maxLate)
+	}
+	t.Logf("%d timers, latest %s after its deadline", len(timers), worst)
+}
