@@ -63,7 +63,16 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		store.Close()
 		t.Fatalf("delay.Open(%s): %v", mechanism, err)
 	}
-	t.Cleanup(func() { sched.Close() })
+	t.Cleanup(func() {
+		sched.Close()
+		// Mechanisms that create broker objects per namespace remove them,
+		// so test runs leave nothing behind.
+		if d, ok := sched.(interface{ Destroy(context.Context) error }); ok {
+			if err := d.Destroy(context.Background()); err != nil {
+				t.Logf("destroy %s namespace: %v", mechanism, err)
+			}
+		}
+	})
 	eng, err := engine.New(store, engine.Config{
 		Scheduler:     sched,
 		SweepInterval: 200 * time.Millisecond,

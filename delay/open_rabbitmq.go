@@ -2,12 +2,22 @@ package delay
 
 import (
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/rabbitmq"
 )
 
-// openRabbitMQ is replaced when the rabbitmq mechanism lands.
+// openRabbitMQ connects the RabbitMQ mechanism at o.RabbitMQURL (default
+// RabbitMQURLDefault) under o.Namespace, using the delayed-message exchange
+// plugin if the broker has it and TTL tier queues otherwise.
 func openRabbitMQ(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the rabbitmq delay mechanism is not built yet")
+	if o.RabbitMQURL == "" {
+		o.RabbitMQURL = RabbitMQURLDefault
+	}
+	return rabbitmq.New(ctx, rabbitmq.Config{
+		URL:       o.RabbitMQURL,
+		Namespace: o.Namespace,
+		Clock:     o.Clock,
+		Logger:    o.Logger,
+	})
 }

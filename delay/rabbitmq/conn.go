@@ -1,0 +1,235 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hourglass/hourglass"
+)
+
+// parseURL checks a broker URL and returns it with the address and user for
+// error messages. The errors never contain the password.
+func parseURL(raw string) (amqp.URI, error) {
+	uri, err := amqp.ParseURI(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password included
+		}
+		return uri, fmt.Errorf("bad URL: %v (want amqp://user:password@host:5672/vhost, reserved characters in the user or password percent-encoded)", err)
+	}
+	return uri, nil
+}
+
+func address(uri amqp.URI) string { return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)) }
+
+// dial opens a connection named after its role (it shows in the management
+// UI). The TCP connect honours ctx; the TCP connect and the AMQP handshake
+// together are bounded by the dial timeout. Errors are one line saying what
+// to fix.
+func (s *Scheduler) dial(ctx context.Context, role string) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("hourglass " + s.cfg.Namespace + " " + role)
+	timeout := s.cfg.DialTimeout
+	cfg := amqp.Config{
+		Heartbeat:  10 * time.Second,
+		Locale:     "en_US",
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Heartbeats start after the handshake; until then only a
+			// deadline stops a broker that accepted but does not answer.
+			// The library clears it once the connection is open.
+			if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
+	}
+	conn, err := amqp.DialConfig(s.cfg.URL, cfg)
+	if err != nil {
+		return nil, explainDial(err, s.uri)
+	}
+	return conn, nil
+}
+
+// explainDial turns a dial error into one line that says what to fix.
+func explainDial(err error, uri amqp.URI) error {
+	addr := address(uri)
+	var ae *amqp.Error
+	var ne net.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == amqp.AccessRefused && ae.Reason == amqp.ErrCredentials.Reason:
+		return fmt.Errorf("login refused for user %q at %s: check the user and password in the URL (the guest user may log in only from localhost)", uri.Username, addr)
+	case errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotAllowed):
+		return fmt.Errorf("user %q may not open vhost %q at %s (%s): create the vhost or grant the user access to it", uri.Username, uri.Vhost, addr, ae.Reason)
+	case errors.As(err, &ae) && ae.Server:
+		return fmt.Errorf("the broker at %s refused the connection: %s (code %d)", addr, ae.Reason, ae.Code)
+	case errors.As(err, &ae):
+		// The library reports a network failure in the handshake as a
+		// client-side frame error.
+		return fmt.Errorf("no AMQP handshake with %s: %s (is RabbitMQ running there, and is it its AMQP port?)", addr, ae.Reason)
+	case errors.As(err, &ne):
+		return fmt.Errorf("cannot reach RabbitMQ at %s: %v (is it running and listening there?)", addr, err)
+	}
+	return fmt.Errorf("connect to RabbitMQ at %s: %v", addr, err)
+}
+
+// explainDeclare turns an error declaring what into one line.
+func explainDeclare(what, name string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case amqp.AccessRefused:
+			return fmt.Errorf("declare %s %q: %s: %s", what, name, ae.Reason, permissionsHint)
+		case amqp.PreconditionFailed:
+			return fmt.Errorf("declare %s %q: it exists with other settings (%s): delete it or use another namespace", what, name, ae.Reason)
+		}
+		return fmt.Errorf("declare %s %q: %w", what, name, ae)
+	}
+	return fmt.Errorf("declare %s %q: %w", what, name, err)
+}
+
+const permissionsHint = "grant the user configure, write and read permissions on the names that start with the namespace, and write permission on amq.default"
+
+// explainAccess turns a refused operation into one line.
+func explainAccess(what, name string, err error) error {
+	if name != "" {
+		what += fmt.Sprintf(" %q", name)
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+		return fmt.Errorf("%s: %s: %s", what, ae.Reason, permissionsHint)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// publishChunk is the most messages published before waiting for their
+// confirms; returns buffer one chunk.
+const publishChunk = 1000
+
+// publisher publishes timers on a channel in confirm mode to where their
+// remaining delay sends them. Not safe for concurrent use.
+type publisher struct {
+	ch       *amqp.Channel
+	closed   chan *amqp.Error // the channel's close, with the broker's reason
+	returns  chan amqp.Return
+	topo     topology
+	clock    hourglass.Clock
+	declared [tierCount]bool // tiers declared on this channel
+}
+
+func newPublisher(conn *amqp.Connection, topo topology, clock hourglass.Clock) (*publisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open publishing channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	// The library hands a return to this channel before it processes the
+	// confirm that follows it; one chunk's worth of room means it never
+	// waits for us.
+	returns := ch.NotifyReturn(make(chan amqp.Return, publishChunk))
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	p := &publisher{ch: ch, closed: closed, returns: returns, topo: topo, clock: clock}
+	p.declared[0] = true // by topology.declare, before any publisher
+	return p, nil
+}
+
+// publish publishes timers persistently and returns once the broker
+// confirmed every one: nil if all were accepted and routed, an error if any
+// was nacked, returned unroutable, or the channel closed first. After an
+// error some may have been published: a retry duplicates them, which is
+// allowed.
+func (p *publisher) publish(ctx context.Context, timers []hourglass.Timer) error {
+	for start := 0; start < len(timers); start += publishChunk {
+		chunk := timers[start:min(start+publishChunk, len(timers))]
+		now := p.clock.Now()
+		confirms := make([]*amqp.DeferredConfirmation, len(chunk))
+		for i, t := range chunk {
+			r := p.topo.route(t.Deadline.Sub(now))
+			if r.tier >= 0 && !p.declared[r.tier] {
+				if err := p.topo.declareTier(p.ch, r.tier); err != nil {
+					return err
+				}
+				p.declared[r.tier] = true
+			}
+			dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, r.exchange, r.key, r.mandatory, false, encode(t, r, now))
+			if err != nil {
+				return fmt.Errorf("publish order %d: %w", t.OrderID, err)
+			}
+			confirms[i] = dc
+		}
+		nacked := 0
+		for _, dc := range confirms {
+			ok, err := dc.WaitContext(ctx)
+			if err != nil {
+				return fmt.Errorf("wait for publisher confirms: %w", err)
+			}
+			if !ok {
+				nacked++
+			}
+		}
+		if nacked > 0 {
+			if p.ch.IsClosed() {
+				return fmt.Errorf("the channel closed before %d of %d publishes were confirmed: %w", nacked, len(chunk), p.closeReason())
+			}
+			return fmt.Errorf("the broker refused %d of %d publishes (nack)", nacked, len(chunk))
+		}
+		if n, ret := drainReturns(p.returns); n > 0 {
+			return fmt.Errorf("%d publishes unroutable: %d %s from exchange %q with key %q (was queue %q deleted?)",
+				n, ret.ReplyCode, ret.ReplyText, ret.Exchange, ret.RoutingKey, ret.RoutingKey)
+		}
+	}
+	return nil
+}
+
+// drainReturns empties returns and reports how many there were and the
+// first.
+func drainReturns(returns chan amqp.Return) (int, amqp.Return) {
+	var first amqp.Return
+	n := 0
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				return n, first
+			}
+			if n == 0 {
+				first = r
+			}
+			n++
+		default:
+			return n, first
+		}
+	}
+}
+
+func (p *publisher) broken() bool { return p.ch.IsClosed() }
+
+// closeReason returns why the channel closed; call it once it has.
+func (p *publisher) closeReason() error {
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case e, ok := <-p.closed:
+		if ok && e != nil {
+			return e
+		}
+	case <-t.C:
+	}
+	return errors.New("closed")
+}

@@ -1,0 +1,586 @@
+package rabbitmq
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+func brokerURL(t *testing.T) string {
+	t.Helper()
+	return hourglasstest.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", URLDefault)
+}
+
+// setup opens a scheduler on namespace ns (a fresh one if empty) and deletes
+// the namespace's queues and exchanges when the test ends.
+func setup(t *testing.T, cfg Config) *Scheduler {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = brokerURL(t)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = hourglasstest.Namespace(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := New(ctx, cfg)
+	if err != nil {
+		adminDelete(t, cfg.Namespace) // what it declared before failing
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Destroy(ctx); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
+		New: func(t *testing.T, ns string) hourglass.Scheduler {
+			return setup(t, Config{URL: url, Namespace: ns})
+		},
+		// Spread-out timers are waited out in memory and fire within a few
+		// ms; the margin absorbs the machine being shared with other tests.
+		MaxLateness: 250 * time.Millisecond,
+	})
+}
+
+// TestConformanceThroughTiers runs the suite with a 100 ms margin, so that
+// its deadlines (0.3 to 1.5 s ahead) travel through the 1 s tier and
+// dead-lettering instead of being waited out in memory from the start.
+func TestConformanceThroughTiers(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
+		New: func(t *testing.T, ns string) hourglass.Scheduler {
+			return setup(t, Config{URL: url, Namespace: ns, Mode: ModeTiers, Margin: 100 * time.Millisecond})
+		},
+		MaxLateness: 250 * time.Millisecond,
+	})
+}
+
+func TestPickTier(t *testing.T) {
+	t.Parallel()
+	tiers := Tiers()
+	for _, tc := range []struct {
+		d    time.Duration
+		want int
+	}{
+		{-time.Second, -1},
+		{0, -1},
+		{999 * time.Millisecond, -1},
+		{time.Second, 0},
+		{1999 * time.Millisecond, 0},
+		{2 * time.Second, 1},
+		{30 * time.Minute, 10}, // 1024 s
+		{7 * 24 * time.Hour, tierCount - 1},
+		{1000 * 24 * time.Hour, tierCount - 1},
+	} {
+		if got := pickTier(tiers, tc.d); got != tc.want {
+			t.Errorf("pickTier(%s) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestTiers(t *testing.T) {
+	t.Parallel()
+	tiers := Tiers()
+	if len(tiers) != tierCount || tiers[0] != time.Second || tiers[tierCount-1] != 524288*time.Second {
+		t.Fatalf("tiers %v", tiers)
+	}
+	topo := newTopology("ns", MarginDefault, false)
+	if topo.names[0] != "ns.tier.1s" || topo.names[tierCount-1] != "ns.tier.524288s" {
+		t.Fatalf("names %v", topo.names)
+	}
+	if len(topo.names[tierCount-1])-2 > 255-maxNamespace {
+		t.Fatalf("the longest suffix does not fit in a name with a %d-byte namespace", maxNamespace)
+	}
+}
+
+func TestRoute(t *testing.T) {
+	t.Parallel()
+	tiers := newTopology("ns", time.Second, false)
+	plugin := newTopology("ns", time.Second, true)
+	for _, tc := range []struct {
+		name string
+		topo topology
+		d    time.Duration
+		want route
+	}{
+		{"past due", tiers, -time.Second, route{key: "ns.due", mandatory: true, tier: -1}},
+		{"last stretch", tiers, 1999 * time.Millisecond, route{key: "ns.due", mandatory: true, tier: -1}},
+		{"first tier", tiers, 2 * time.Second, route{key: "ns.tier.1s", mandatory: true, tier: 0}},
+		{"margin keeps it below 2s", tiers, 2999 * time.Millisecond, route{key: "ns.tier.1s", mandatory: true, tier: 0}},
+		{"30 minutes", tiers, 30 * time.Minute, route{key: "ns.tier.1024s", mandatory: true, tier: 10}},
+		{"plugin due", plugin, time.Second, route{key: "ns.due", mandatory: true, tier: -1}},
+		{"plugin delay rounds up", plugin, 1500*time.Millisecond + time.Microsecond, route{exchange: "ns.delayed", key: dueKey, delay: 1501, tier: -1}},
+	} {
+		if got := tc.topo.route(tc.d); got != tc.want {
+			t.Errorf("%s: route(%s) = %+v, want %+v", tc.name, tc.d, got, tc.want)
+		}
+	}
+	// A hop is always shorter than the delay minus the margin, so the
+	// consumer never forwards a timer it should hold, or the reverse.
+	for d := time.Duration(0); d < 70*time.Second; d += 7 * time.Millisecond {
+		if r := tiers.route(d); !r.toDue() && tiers.tiers[r.tier] > d-time.Second {
+			t.Fatalf("route(%s) picks tier %s", d, tiers.tiers[r.tier])
+		}
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	t.Parallel()
+	tm := hourglass.Timer{OrderID: 42, Deadline: hourglass.FromUnixMilli(1_700_000_000_123)}
+	msg := encode(tm, route{delay: 5}, time.Now())
+	if msg.DeliveryMode != amqp.Persistent || msg.Expiration != "" || msg.Headers["x-delay"] != int64(5) {
+		t.Fatalf("publishing %+v", msg)
+	}
+	got, err := decode(msg.Body)
+	if err != nil || got.OrderID != tm.OrderID || !got.Deadline.Equal(tm.Deadline) {
+		t.Fatalf("decode = %+v, %v; want %+v", got, err, tm)
+	}
+	for _, body := range []string{"", "{", `{"order_id":1}`, `{"deadline_ms":5}`, `{"order_id":-1,"deadline_ms":5}`, "hello"} {
+		if _, err := decode([]byte(body)); err == nil {
+			t.Errorf("decode(%q) succeeded", body)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  Config
+		want string // "" for valid
+	}{
+		{Config{}, ""},
+		{Config{Prefetch: 65535, Margin: time.Millisecond, Mode: ModeDelayedExchange}, ""},
+		{Config{Prefetch: 65536}, "Prefetch"},
+		{Config{Prefetch: -1}, "Prefetch"},
+		{Config{DeliverBatch: -1}, "DeliverBatch"},
+		{Config{Margin: time.Microsecond}, "Margin"},
+		{Config{Margin: 2 * time.Minute}, "Margin"},
+		{Config{RetryMax: 2 * time.Hour}, "RetryMax"},
+		{Config{DialTimeout: time.Millisecond}, "DialTimeout"},
+		{Config{PublishTimeout: -time.Second}, "PublishTimeout"},
+		{Config{Mode: 7}, "Mode"},
+		{Config{Namespace: strings.Repeat("n", maxNamespace+1)}, "Namespace"},
+	} {
+		err := tc.cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.cfg, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: error %v, want one naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestNewExplainsWhatToFix(t *testing.T) {
+	t.Parallel()
+	good := brokerURL(t)
+	u, err := url.Parse(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withPassword := func(p string) string { v := *u; v.User = url.UserPassword(u.User.Username(), p); return v.String() }
+	withPath := func(p string) string { v := *u; v.Path = p; return v.String() }
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := l.Addr().String()
+	l.Close()
+	for _, tc := range []struct {
+		name, url string
+		mode      Mode
+		want      string
+	}{
+		{"scheme", "http://guest:secret@127.0.0.1:5672/", ModeAuto, "bad URL"},
+		{"syntax", "amqp://guest:sec%zzret@127.0.0.1/", ModeAuto, "bad URL"},
+		{"unreachable", "amqp://guest:secret@" + closedPort + "/", ModeAuto, "cannot reach RabbitMQ at " + closedPort},
+		{"password", withPassword("secret-wrong"), ModeAuto, "login refused for user"},
+		{"vhost", withPath("/no-such-vhost"), ModeTiers, `may not open vhost "no-such-vhost"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s, err := New(ctx, Config{URL: tc.url, Namespace: hourglasstest.Namespace(t), Mode: tc.mode})
+			if err == nil {
+				s.Close()
+				t.Fatal("New succeeded")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.want) || strings.Contains(msg, "\n") || strings.Contains(msg, "secret") {
+				t.Fatalf("error %q: want one line containing %q and no password", msg, tc.want)
+			}
+			t.Log(msg)
+		})
+	}
+}
+
+func TestDelayedExchangeModeNeedsThePlugin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := New(ctx, Config{URL: brokerURL(t), Namespace: hourglasstest.Namespace(t), Mode: ModeDelayedExchange})
+	if err == nil {
+		s.Close()
+		s.Destroy(ctx)
+		t.Skip("this broker has the rabbitmq_delayed_message_exchange plugin")
+	}
+	if !strings.Contains(err.Error(), "enable the rabbitmq_delayed_message_exchange plugin") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestNewRefusesAQueueWithOtherArguments(t *testing.T) {
+	t.Parallel()
+	ns := hourglasstest.Namespace(t)
+	conn, ch := adminChannel(t)
+	defer conn.Close()
+	if _, err := ch.QueueDeclare(ns+".due", true, false, false, false, nil); err != nil { // classic
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adminDelete(t, ns) })
+	_, err := New(context.Background(), Config{URL: brokerURL(t), Namespace: ns, Mode: ModeTiers})
+	if err == nil || !strings.Contains(err.Error(), "exists with other settings") {
+		t.Fatalf("New: %v", err)
+	}
+}
+
+// TestMultipleHops sends timers through one and two tiers and checks each
+// arrives, never early and on time.
+func TestMultipleHops(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{Mode: ModeTiers})
+	now := time.Now()
+	timers := []hourglass.Timer{
+		{OrderID: 1, Deadline: now.Add(2500 * time.Millisecond).Truncate(time.Millisecond)}, // 1s → hold
+		{OrderID: 2, Deadline: now.Add(4500 * time.Millisecond).Truncate(time.Millisecond)}, // 2s → 1s → hold
+		{OrderID: 3, Deadline: now.Add(5500 * time.Millisecond).Truncate(time.Millisecond)}, // 4s → hold
+	}
+	if err := s.Schedule(context.Background(), timers); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, s, len(timers), 15*time.Second)
+	for _, tm := range timers {
+		at, ok := got[tm.OrderID]
+		if !ok {
+			t.Fatalf("order %d not delivered", tm.OrderID)
+		}
+		late := at.Sub(tm.Deadline)
+		if late < 0 || late > 500*time.Millisecond {
+			t.Errorf("order %d delivered %s after its deadline", tm.OrderID, late)
+		}
+		t.Logf("order %d: %s late", tm.OrderID, late)
+	}
+}
+
+// TestBurstThroughATier sends 10,000 timers due in the same millisecond
+// 6 s ahead through the 4 s tier: they all expire at once, and the default
+// margin has to absorb the broker's dead-lettering of the whole burst.
+func TestBurstThroughATier(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 timers 6 s ahead; skipped with -short")
+	}
+	t.Parallel()
+	s := setup(t, Config{Mode: ModeTiers})
+	deadline := time.Now().Add(6 * time.Second).Truncate(time.Millisecond)
+	timers := make([]hourglass.Timer, 10000)
+	for i := range timers {
+		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: deadline}
+	}
+	for i := 0; i < len(timers); i += 1000 {
+		if err := s.Schedule(context.Background(), timers[i:i+1000]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Until(deadline); d < 5*time.Second {
+		t.Logf("publishing took long: %s left, some timers skipped the 4 s tier", d)
+	}
+	got := collect(t, s, len(timers), 30*time.Second)
+	if len(got) != len(timers) {
+		t.Fatalf("%d of %d delivered", len(got), len(timers))
+	}
+	var late []time.Duration
+	for _, at := range got {
+		if at.Before(deadline) {
+			t.Fatalf("delivered %s early", deadline.Sub(at))
+		}
+		late = append(late, at.Sub(deadline))
+	}
+	slices.Sort(late)
+	t.Logf("10000 timers through the 4 s tier: lateness p50 %s p99 %s max %s", late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+}
+
+// TestScheduleFailsOnDeletedQueueThenRecovers deletes a tier queue behind
+// the scheduler's back: the publish comes back unroutable, Schedule says so,
+// and the next call redeclares the topology and succeeds.
+func TestScheduleFailsOnDeletedQueueThenRecovers(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{Mode: ModeTiers})
+	tm := []hourglass.Timer{{OrderID: 1, Deadline: time.Now().Add(6 * time.Second).Truncate(time.Millisecond)}}
+	if err := s.Schedule(context.Background(), tm); err != nil { // declares the 4 s tier
+		t.Fatal(err)
+	}
+	conn, ch := adminChannel(t)
+	defer conn.Close()
+	if _, err := ch.QueueDelete(s.topo.names[2], false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Schedule(context.Background(), tm)
+	if err == nil || !strings.Contains(err.Error(), "NO_ROUTE") {
+		t.Fatalf("Schedule to a deleted queue: %v", err)
+	}
+	if err := s.Schedule(context.Background(), tm); err != nil {
+		t.Fatalf("Schedule after the failure: %v", err)
+	}
+}
+
+// TestRunFailsWhenItsQueueIsDeleted: a consumer the broker cancels makes
+// Run return an error, not hang.
+func TestRunFailsWhenItsQueueIsDeleted(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{Mode: ModeTiers})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(context.Background(), func(context.Context, []hourglass.Timer) error { return nil })
+	}()
+	time.Sleep(300 * time.Millisecond) // let it start consuming
+	conn, ch := adminChannel(t)
+	defer conn.Close()
+	if _, err := ch.QueueDelete(s.topo.due, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil")
+		}
+		t.Log(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its queue was deleted")
+	}
+}
+
+// TestConnectionLoss cuts the connections through a proxy: Run returns an
+// error at once, Schedule fails fast while the broker is unreachable, and
+// both work again once it is back, with nothing lost.
+func TestConnectionLoss(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, u.Host)
+	u.Host = p.addr
+	s := setup(t, Config{URL: u.String(), Mode: ModeTiers})
+	deliver, got := recorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, deliver) }()
+	at := func(d time.Duration) time.Time { return time.Now().Add(d).Truncate(time.Millisecond) }
+	timers := []hourglass.Timer{{OrderID: 1, Deadline: at(300 * time.Millisecond)}, {OrderID: 2, Deadline: at(3 * time.Second)}}
+	if err := s.Schedule(ctx, timers); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, got, 1, 5*time.Second) // Run is consuming
+
+	p.cut()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil after its connection was cut")
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its connection was cut")
+	}
+	start := time.Now()
+	if err := s.Schedule(ctx, timers[:1]); err == nil {
+		t.Fatal("Schedule succeeded while the broker was unreachable")
+	} else if time.Since(start) > 2*time.Second {
+		t.Fatalf("Schedule took %s to fail", time.Since(start))
+	} else {
+		t.Logf("Schedule: %v", err)
+	}
+
+	p.restore()
+	timers = append(timers, hourglass.Timer{OrderID: 3, Deadline: at(1500 * time.Millisecond)})
+	if err := s.Schedule(ctx, timers[2:]); err != nil {
+		t.Fatalf("Schedule after the broker came back: %v", err)
+	}
+	go func() { done <- s.Run(ctx, deliver) }()
+	waitFor(t, got, 3, 10*time.Second)
+	for _, tm := range timers {
+		if at := got()[tm.OrderID]; at.Before(tm.Deadline) {
+			t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(at))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, got func() map[int64]time.Time, n int, timeout time.Duration) {
+	t.Helper()
+	limit := time.Now().Add(timeout)
+	for len(got()) < n {
+		if time.Now().After(limit) {
+			t.Fatalf("delivered %v after %s, want %d orders", got(), timeout, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// recorder returns a Deliver that records the first delivery time of each
+// order, and a snapshot of it.
+func recorder() (hourglass.Deliver, func() map[int64]time.Time) {
+	var mu sync.Mutex
+	seen := map[int64]time.Time{}
+	deliver := func(_ context.Context, due []hourglass.Timer) error {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tm := range due {
+			if _, ok := seen[tm.OrderID]; !ok {
+				seen[tm.OrderID] = now
+			}
+		}
+		return nil
+	}
+	return deliver, func() map[int64]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[int64]time.Time, len(seen))
+		for k, v := range seen {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+// collect runs s until n orders were delivered or timeout, and returns when
+// each was first delivered.
+func collect(t *testing.T, s *Scheduler, n int, timeout time.Duration) map[int64]time.Time {
+	t.Helper()
+	deliver, got := recorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, deliver) }()
+	limit := time.Now().Add(timeout)
+	for len(got()) < n && time.Now().Before(limit) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	return got()
+}
+
+func adminChannel(t *testing.T) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return conn, ch
+}
+
+func adminDelete(t *testing.T, ns string) {
+	conn, ch := adminChannel(t)
+	defer conn.Close()
+	if err := deleteAll(ch, ns); err != nil {
+		t.Errorf("delete namespace %s: %v", ns, err)
+	}
+}
+
+// proxy forwards TCP connections to a target until cut, which closes them
+// all and refuses new ones until restore.
+type proxy struct {
+	addr, target string
+	mu           sync.Mutex
+	down         bool
+	conns        []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	p := &proxy{addr: l.Addr().String(), target: target}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *proxy) serve(c net.Conn) {
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.conns = append(p.conns, c, up)
+	p.mu.Unlock()
+	go func() { io.Copy(up, c); up.Close() }()
+	io.Copy(c, up)
+	c.Close()
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}

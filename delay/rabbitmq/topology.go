@@ -1,0 +1,232 @@
+package rabbitmq
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Tiers returns the TTLs of the delay tiers, shortest first: 1 s doubling up
+// to 2^19 s (about 6 days). Each is one quorum queue "<ns>.tier.<seconds>s".
+// A remaining delay d goes to the longest tier whose TTL is at most d minus
+// the margin, so a delay up to 2^20 s takes at most one hop per tier (a
+// 30-minute order takes 5 or 6) and never more than 20. The result is a fresh
+// slice.
+func Tiers() []time.Duration {
+	out := make([]time.Duration, tierCount)
+	for i := range out {
+		out[i] = time.Second << i
+	}
+	return out
+}
+
+const tierCount = 20
+
+// dueKey routes dead-lettered and plugin-delayed messages from the router or
+// delayed exchange to the due queue.
+const dueKey = "due"
+
+// topology names a namespace's exchanges and queues and decides where a
+// timer with a given remaining delay is published. Immutable.
+type topology struct {
+	router  string // direct exchange: the tiers' dead-letter exchange
+	due     string // quorum queue the consumers read
+	delayed string // x-delayed-message exchange, in plugin mode only
+	tiers   []time.Duration
+	names   []string // queue of each tier
+	margin  time.Duration
+	plugin  bool
+}
+
+func newTopology(ns string, margin time.Duration, plugin bool) topology {
+	t := topology{
+		router: ns + ".router",
+		due:    ns + ".due",
+		margin: margin,
+		plugin: plugin,
+		tiers:  Tiers(),
+	}
+	if plugin {
+		t.delayed = ns + ".delayed"
+	}
+	for _, ttl := range t.tiers {
+		t.names = append(t.names, tierName(ns, ttl))
+	}
+	return t
+}
+
+func tierName(ns string, ttl time.Duration) string {
+	return ns + ".tier." + strconv.FormatInt(int64(ttl/time.Second), 10) + "s"
+}
+
+// route is where one publish goes.
+type route struct {
+	exchange  string
+	key       string
+	mandatory bool  // set where the broker can tell us the target is missing
+	delay     int64 // x-delay in ms, plugin mode only
+	tier      int   // index into topology.tiers, or -1 for the due queue
+}
+
+// toDue reports whether the route is the due queue itself: the consumer holds
+// such a timer in memory for its last stretch instead of publishing it again.
+func (r route) toDue() bool { return r.tier < 0 && r.delay == 0 }
+
+// route returns where a timer with remaining delay d is published.
+// Tiers: the longest tier whose TTL is <= d-margin; none fits, the due queue
+// (the consumer waits out the rest, at most the shortest TTL plus the
+// margin). Plugin: the delayed exchange with x-delay d, or the due queue when
+// d is within the margin.
+func (t topology) route(d time.Duration) route {
+	if t.plugin {
+		if d <= t.margin {
+			return route{key: t.due, mandatory: true, tier: -1}
+		}
+		// The plugin does not support mandatory: it cannot route at publish
+		// time. Round up so the plugin never fires before the deadline.
+		ms := (d + time.Millisecond - 1) / time.Millisecond
+		return route{exchange: t.delayed, key: dueKey, delay: int64(ms), tier: -1}
+	}
+	i := pickTier(t.tiers, d-t.margin)
+	if i < 0 {
+		return route{key: t.due, mandatory: true, tier: -1}
+	}
+	return route{key: t.names[i], mandatory: true, tier: i}
+}
+
+// pickTier returns the index of the longest of tiers (ascending) that is <=
+// d, or -1 if none is.
+func pickTier(tiers []time.Duration, d time.Duration) int {
+	i := -1
+	for j, ttl := range tiers {
+		if ttl > d {
+			break
+		}
+		i = j
+	}
+	return i
+}
+
+// declare creates the namespace's topology on ch, idempotently: the router
+// exchange, the due queue bound to it, then the shortest tier (or the
+// delayed exchange), so a dead-lettered message always has somewhere to go
+// (if the target were missing the broker would retry only every 3 minutes).
+// Longer tiers are declared by the publisher on first use (declareTier):
+// fewer quorum queues, and fewer dead-letter workers on the broker.
+func (t topology) declare(ch *amqp.Channel) error {
+	if err := ch.ExchangeDeclare(t.router, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return explainDeclare("exchange", t.router, err)
+	}
+	if _, err := ch.QueueDeclare(t.due, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		return explainDeclare("queue", t.due, err)
+	}
+	if err := ch.QueueBind(t.due, dueKey, t.router, false, nil); err != nil {
+		return explainDeclare("binding of queue", t.due, err)
+	}
+	if t.plugin {
+		if err := ch.ExchangeDeclare(t.delayed, delayedExchangeType, true, false, false, false, delayedArgs); err != nil {
+			return explainDeclare("exchange", t.delayed, err)
+		}
+		if err := ch.QueueBind(t.due, dueKey, t.delayed, false, nil); err != nil {
+			return explainDeclare("binding of queue", t.due, err)
+		}
+		return nil
+	}
+	return t.declareTier(ch, 0)
+}
+
+// declareTier declares tier i's queue, idempotently.
+func (t topology) declareTier(ch *amqp.Channel, i int) error {
+	if _, err := ch.QueueDeclare(t.names[i], true, false, false, false, tierArgs(t.router, t.tiers[i])); err != nil {
+		err = explainDeclare("queue", t.names[i], err)
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.InternalError {
+			// Seen on RabbitMQ 3.10 once its dead-letter worker supervisor
+			// has given up: no at-least-once quorum queue can start.
+			err = fmt.Errorf("%w (if the broker log shows rabbit_fifo_dlx_sup noproc, restart the RabbitMQ node)", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// tierArgs are a tier queue's arguments. At-least-once dead-lettering keeps
+// an expired message in the tier until the due queue confirmed it; RabbitMQ
+// applies it only with reject-publish overflow and otherwise falls back to
+// at-most-once, saying so only in its log.
+func tierArgs(router string, ttl time.Duration) amqp.Table {
+	return amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+		amqp.QueueMessageTTLArg:     ttl.Milliseconds(),
+		"x-dead-letter-exchange":    router,
+		"x-dead-letter-routing-key": dueKey,
+		"x-dead-letter-strategy":    "at-least-once",
+		amqp.QueueOverflowArg:       amqp.QueueOverflowRejectPublish,
+	}
+}
+
+const delayedExchangeType = "x-delayed-message"
+
+var delayedArgs = amqp.Table{"x-delayed-type": amqp.ExchangeDirect}
+
+// deleteAll removes every queue and exchange of namespace ns, in either
+// mode; RabbitMQ does not treat deleting a missing one as an error. Messages
+// in them are lost.
+func deleteAll(ch *amqp.Channel, ns string) error {
+	t := newTopology(ns, 0, true)
+	for _, q := range append(t.names, t.due) {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			return fmt.Errorf("delete queue %q: %w", q, err)
+		}
+	}
+	for _, ex := range []string{t.router, t.delayed} {
+		if err := ch.ExchangeDelete(ex, false, false); err != nil {
+			return fmt.Errorf("delete exchange %q: %w", ex, err)
+		}
+	}
+	return nil
+}
+
+// message is a timer as it travels through the broker.
+type message struct {
+	OrderID    int64 `json:"order_id"`
+	DeadlineMs int64 `json:"deadline_ms"`
+}
+
+// encode returns the publishing of t; it is persistent and has no per-message
+// TTL (which would wait behind the queue's head).
+func encode(t hourglass.Timer, r route, now time.Time) amqp.Publishing {
+	ms := hourglass.UnixMilli(t.Deadline)
+	body, _ := json.Marshal(message{OrderID: t.OrderID, DeadlineMs: ms}) // cannot fail: two ints
+	headers := amqp.Table{"x-order-id": t.OrderID, "x-deadline-ms": ms}
+	if r.delay > 0 {
+		headers["x-delay"] = r.delay
+	}
+	return amqp.Publishing{
+		Headers:      headers,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    strconv.FormatInt(t.OrderID, 10),
+		Timestamp:    now,
+		Type:         "hourglass.timer",
+		Body:         body,
+	}
+}
+
+// decode returns the timer in a message body.
+func decode(body []byte) (hourglass.Timer, error) {
+	var m message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return hourglass.Timer{}, fmt.Errorf("not a timer: %w", err)
+	}
+	if m.OrderID <= 0 || m.DeadlineMs <= 0 {
+		return hourglass.Timer{}, fmt.Errorf("not a timer: order_id %d, deadline_ms %d", m.OrderID, m.DeadlineMs)
+	}
+	return hourglass.Timer{OrderID: m.OrderID, Deadline: hourglass.FromUnixMilli(m.DeadlineMs)}, nil
+}
