@@ -1,13 +1,21 @@
 package delay
 
 import (
+	"cmp"
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/kafka"
 )
 
-// openKafka is replaced when the kafka mechanism lands.
+// openKafka opens the Kafka delay topics at o.KafkaURL (default
+// KafkaURLDefault), failing when no broker answers or the topics cannot be
+// created.
 func openKafka(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the kafka delay mechanism is not built yet")
+	return kafka.Open(ctx, kafka.Config{
+		URL:       cmp.Or(o.KafkaURL, KafkaURLDefault),
+		Namespace: o.Namespace,
+		Clock:     o.Clock,
+		Logger:    o.Logger,
+	})
 }

@@ -1,0 +1,310 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/kafka"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+// defaultURL is delay.KafkaURLDefault, not imported so that this package's
+// tests do not build every other mechanism.
+const defaultURL = "kafka://127.0.0.1:9092"
+
+// brokerURL returns the Kafka to test against: the one named by
+// HOURGLASS_TEST_KAFKA_URL when it is set, else a kfake cluster (franz-go's
+// in-process Kafka) started for this test and closed after it.
+func brokerURL(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("HOURGLASS_TEST_KAFKA_URL") != "" {
+		return hourglasstest.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", defaultURL)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return "kafka://" + strings.Join(c.ListenAddrs(), ",")
+}
+
+// cleaner deletes the topics and groups of each namespace once, after every
+// scheduler of that namespace closed (cleanups run last-in first-out, and
+// the first scheduler of a namespace registers the deletion). A kfake
+// cluster needs none: it goes away with its test.
+type cleaner struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (c *cleaner) register(t *testing.T, url, ns string) {
+	if os.Getenv("HOURGLASS_TEST_KAFKA_URL") == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	if c.seen[ns] {
+		return
+	}
+	c.seen[ns] = true
+	t.Cleanup(func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(strings.TrimPrefix(url, "kafka://"), ",")...))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := adm.DeleteGroups(ctx, kafka.Groups(ns)...); err != nil {
+			t.Logf("delete groups of %s: %v", ns, err)
+		}
+		if _, err := adm.DeleteTopics(ctx, kafka.Topics(ns)...); err != nil {
+			t.Logf("delete topics of %s: %v", ns, err)
+		}
+	})
+}
+
+func quietLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func open(t *testing.T, url, ns string, cl *cleaner) *kafka.Scheduler {
+	t.Helper()
+	cl.register(t, url, ns)
+	s, err := kafka.Open(context.Background(), kafka.Config{URL: url, Namespace: ns, Partitions: 4, Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	var cl cleaner
+	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
+		New:         func(t *testing.T, ns string) hourglass.Scheduler { return open(t, url, ns, &cl) },
+		MaxLateness: 250 * time.Millisecond,
+	})
+}
+
+// TestForwardsThroughTiers schedules timers long enough to travel through
+// the coarse tiers (10s, 1s) and checks that they fire on time, never early,
+// and that the coarse topics carried them.
+func TestForwardsThroughTiers(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, &cleaner{})
+	start := time.Now()
+	var timers []hourglass.Timer
+	for i, d := range []time.Duration{1500 * time.Millisecond, 2300 * time.Millisecond, 3100 * time.Millisecond, 11 * time.Second, 12700 * time.Millisecond} {
+		timers = append(timers, hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(d).Truncate(time.Millisecond)})
+	}
+	if err := s.Schedule(context.Background(), timers); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[int64]time.Time{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(_ context.Context, due []hourglass.Timer) error {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, tm := range due {
+				if now.Before(tm.Deadline) {
+					t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+				}
+				if _, ok := got[tm.OrderID]; !ok {
+					got[tm.OrderID] = now
+				}
+			}
+			return nil
+		})
+	}()
+	limit := time.Now().Add(25 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == len(timers) {
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d of %d timers delivered", n, len(timers))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, tm := range timers {
+		late := got[tm.OrderID].Sub(tm.Deadline)
+		t.Logf("order %d (delay %s): %s late", tm.OrderID, tm.Deadline.Sub(start).Round(time.Millisecond), late)
+		if late > 500*time.Millisecond {
+			t.Errorf("order %d delivered %s late", tm.OrderID, late)
+		}
+	}
+	// The coarse topics carried them: 1s and 10s were written to.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(strings.TrimPrefix(url, "kafka://"), ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), kafka.Topics(ns)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range kafka.Topics(ns)[:3] {
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Topic == topic {
+				n += o.Offset
+			}
+		})
+		t.Logf("%s: %d records", topic, n)
+		if n == 0 {
+			t.Errorf("no record went through %s", topic)
+		}
+	}
+}
+
+// TestOpenFailsWithoutBroker checks the start-up error when nothing listens.
+func TestOpenFailsWithoutBroker(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = kafka.Open(context.Background(), kafka.Config{URL: "kafka://" + addr, Timeout: 2 * time.Second, Logger: quietLogger()})
+	want := fmt.Sprintf("kafka: no Kafka broker reachable at %s: ", addr)
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Open = %v, want one line starting %q", err, want)
+	}
+	t.Log(err)
+}
+
+// TestRunFailsWhenBrokerGoes checks that Run returns an error, not hangs,
+// when the broker goes away while it runs.
+func TestRunFailsWhenBrokerGoes(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	url := "kafka://" + strings.Join(c.ListenAddrs(), ",")
+	s := open(t, url, hourglasstest.Namespace(t), &cleaner{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(context.Background(), func(context.Context, []hourglass.Timer) error { return nil })
+	}()
+	time.Sleep(500 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil after the broker went away")
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of the broker going away")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: time.Now().Add(time.Minute)}}); err == nil {
+		t.Fatal("Schedule succeeded with no broker")
+	}
+}
+
+// TestTwoSchedulersShareTheWork checks that two schedulers of one namespace
+// (two processes) split the partitions of the finest tier between them:
+// each delivers some of the timers, and none is lost.
+func TestTwoSchedulersShareTheWork(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	ns := hourglasstest.Namespace(t)
+	var cl cleaner
+	a, b := open(t, url, ns, &cl), open(t, url, ns, &cl)
+	var mu sync.Mutex
+	by := map[string]map[int64]bool{"a": {}, "b": {}}
+	deliverAs := func(name string) hourglass.Deliver {
+		return func(_ context.Context, due []hourglass.Timer) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, tm := range due {
+				by[name][tm.OrderID] = true
+			}
+			return nil
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for name, s := range map[string]*kafka.Scheduler{"a": a, "b": b} {
+		wg.Go(func() {
+			if err := s.Run(ctx, deliverAs(name)); err != nil {
+				t.Errorf("Run %s: %v", name, err)
+			}
+		})
+	}
+	time.Sleep(2 * time.Second) // both join the groups
+	var timers []hourglass.Timer
+	start := time.Now().Add(500 * time.Millisecond)
+	for i := range 400 {
+		timers = append(timers, hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(time.Duration(i) * time.Millisecond).Truncate(time.Millisecond)})
+	}
+	if err := a.Schedule(context.Background(), timers); err != nil {
+		t.Fatal(err)
+	}
+	limit := time.Now().Add(15 * time.Second)
+	for {
+		mu.Lock()
+		missing := 0
+		for _, tm := range timers {
+			if !by["a"][tm.OrderID] && !by["b"][tm.OrderID] {
+				missing++
+			}
+		}
+		na, nb := len(by["a"]), len(by["b"])
+		mu.Unlock()
+		if missing == 0 {
+			t.Logf("a delivered %d, b delivered %d", na, nb)
+			if na == 0 || nb == 0 {
+				t.Errorf("one scheduler did all the work: a %d, b %d", na, nb)
+			}
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d timers not delivered", missing)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+}
