@@ -1,13 +1,20 @@
 package delay
 
 import (
+	"cmp"
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/redis"
 )
 
-// openRedis is replaced when the redis mechanism lands.
+// openRedis opens the Redis sorted-set mechanism at o.RedisURL (default
+// RedisURLDefault) with keys under o.Namespace.
 func openRedis(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the redis delay mechanism is not built yet")
+	return redis.Open(ctx, redis.Config{
+		URL:       cmp.Or(o.RedisURL, RedisURLDefault),
+		Namespace: o.Namespace,
+		Clock:     o.Clock,
+		Logger:    o.Logger,
+	})
 }

@@ -1,13 +1,20 @@
 package delay
 
 import (
+	"cmp"
 	"context"
-	"errors"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/rediskeyspace"
 )
 
-// openRedisKeyspace is replaced when the rediskeyspace mechanism lands.
+// openRedisKeyspace opens the Redis key-expiry listener at o.RedisURL
+// (default RedisURLDefault) with keys under o.Namespace.
 func openRedisKeyspace(ctx context.Context, o Options) (hourglass.Scheduler, error) {
-	return nil, errors.New("the rediskeyspace delay mechanism is not built yet")
+	return rediskeyspace.Open(ctx, rediskeyspace.Config{
+		URL:       cmp.Or(o.RedisURL, RedisURLDefault),
+		Namespace: o.Namespace,
+		Clock:     o.Clock,
+		Logger:    o.Logger,
+	})
 }

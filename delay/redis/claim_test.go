@@ -1,0 +1,228 @@
+package redis
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+// setupClaim opens a scheduler on a fresh namespace with a fake clock.
+func setupClaim(t *testing.T, cfg Config) (*Scheduler, *hourglasstest.Clock) {
+	t.Helper()
+	raw := hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", URLDefault)
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	cfg.URL, cfg.Namespace, cfg.Clock = raw, hourglasstest.Namespace(t), clock
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.client.Del(context.Background(), s.timers, s.inflight)
+		s.Close()
+	})
+	return s, clock
+}
+
+func ids(batch []claimed) []int64 {
+	var out []int64
+	for _, c := range batch {
+		out = append(out, c.timer.OrderID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestClaim(t *testing.T) {
+	t.Parallel()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	for _, tc := range []struct {
+		name      string
+		deadlines map[int64]int64 // order id → ms after base
+		at        int64           // claim at base+at
+		batch     int
+		want      []int64
+		wantNext  int64 // ms after base; -1: nothing left
+	}{
+		{"nothing", nil, 0, 10, nil, -1},
+		{"not yet due", map[int64]int64{1: 5}, 4, 10, nil, 5},
+		{"due exactly at its deadline", map[int64]int64{1: 5}, 5, 10, []int64{1}, 5 + 3000}, // next: the lease
+		{"only the due ones", map[int64]int64{1: 1, 2: 2, 3: 9}, 2, 10, []int64{1, 2}, 9},
+		{"at most batch, earliest first", map[int64]int64{1: 3, 2: 1, 3: 2}, 10, 2, []int64{2, 3}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := setupClaim(t, Config{VisibilityTimeout: 3 * time.Second, Batch: tc.batch})
+			var timers []hourglass.Timer
+			for id, d := range tc.deadlines {
+				timers = append(timers, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(base + d)})
+			}
+			if err := s.Schedule(context.Background(), timers); err != nil {
+				t.Fatal(err)
+			}
+			batch, next, err := s.claim(context.Background(), base+tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(batch); !slices.Equal(got, tc.want) {
+				t.Fatalf("claimed %v, want %v", got, tc.want)
+			}
+			for _, c := range batch {
+				if want := base + tc.deadlines[c.timer.OrderID]; hourglass.UnixMilli(c.timer.Deadline) != want {
+					t.Errorf("order %d claimed with deadline %d, want %d", c.timer.OrderID, hourglass.UnixMilli(c.timer.Deadline), want)
+				}
+			}
+			wantNext := tc.wantNext
+			if wantNext >= 0 {
+				wantNext += base
+			}
+			if next != wantNext {
+				t.Fatalf("next %d, want %d", next, wantNext)
+			}
+		})
+	}
+}
+
+// TestLeaseExpiryRequeues: a claimed batch that is never acknowledged (its
+// consumer died) is claimable again, with its original deadlines, once the
+// visibility timeout passes, and not before; an acknowledged one never.
+func TestLeaseExpiryRequeues(t *testing.T) {
+	t.Parallel()
+	s, _ := setupClaim(t, Config{VisibilityTimeout: 3 * time.Second})
+	ctx := context.Background()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	timers := []hourglass.Timer{
+		{OrderID: 1, Deadline: hourglass.FromUnixMilli(base)},
+		{OrderID: 2, Deadline: hourglass.FromUnixMilli(base + 1)},
+	}
+	if err := s.Schedule(ctx, timers); err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := s.claim(ctx, base+1)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("first claim: %v %v", first, err)
+	}
+	// A second consumer finds nothing while the lease holds.
+	if again, next, err := s.claim(ctx, base+3000); err != nil || len(again) != 0 || next != base+3001 {
+		t.Fatalf("claim before the lease expired: %v next %d %v", again, next, err)
+	}
+	s.ack(ctx, first[:1]) // order 1 delivered; order 2's consumer died
+	again, _, err := s.claim(ctx, base+3001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].timer != timers[1] {
+		t.Fatalf("after the lease expired claimed %v, want order 2 with its deadline", again)
+	}
+	// A failed delivery shortens the lease to the backoff.
+	s.lease(ctx, again, base+3100)
+	if back, _, _ := s.claim(ctx, base+3099); len(back) != 0 {
+		t.Fatalf("claimed %v before the backoff ended", back)
+	}
+	if back, _, _ := s.claim(ctx, base+3100); len(back) != 1 {
+		t.Fatalf("claimed %v after the backoff, want order 2", back)
+	}
+}
+
+// TestRequeueKeepsNewerTimer: a lease expiring does not overwrite a timer
+// scheduled again for the same order meanwhile.
+func TestRequeueKeepsNewerTimer(t *testing.T) {
+	t.Parallel()
+	s, _ := setupClaim(t, Config{VisibilityTimeout: time.Second})
+	ctx := context.Background()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: hourglass.FromUnixMilli(base)}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, err := s.claim(ctx, base); err != nil || len(b) != 1 {
+		t.Fatalf("claim: %v %v", b, err)
+	}
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: hourglass.FromUnixMilli(base + 5000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, next, err := s.claim(ctx, base+1000); err != nil || len(b) != 0 || next != base+5000 {
+		t.Fatalf("claim after lease expiry: %v next %d %v; want nothing, next the newer deadline", b, next, err)
+	}
+}
+
+func TestCancelRemovesTimer(t *testing.T) {
+	t.Parallel()
+	s, _ := setupClaim(t, Config{})
+	ctx := context.Background()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: hourglass.FromUnixMilli(base)}, {OrderID: 2, Deadline: hourglass.FromUnixMilli(base)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, []int64{2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := s.claim(ctx, base)
+	if err != nil || !slices.Equal(ids(b), []int64{1}) {
+		t.Fatalf("claimed %v %v, want [1]", ids(b), err)
+	}
+}
+
+func TestMalformedMemberIsDropped(t *testing.T) {
+	t.Parallel()
+	s, _ := setupClaim(t, Config{})
+	ctx := context.Background()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	if err := s.client.ZAdd(ctx, s.timers, goredis.Z{Score: float64(base), Member: "not-an-id"}, goredis.Z{Score: float64(base), Member: 5}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := s.claim(ctx, base)
+	if err != nil || !slices.Equal(ids(b), []int64{5}) {
+		t.Fatalf("claimed %v %v, want [5]", ids(b), err)
+	}
+	if n := s.client.ZCard(ctx, s.inflight).Val(); n != 1 {
+		t.Fatalf("%d in flight, want 1 (the malformed member dropped)", n)
+	}
+	// Malformed in-flight members whose lease expired are dropped, not
+	// requeued, and do not break the claim.
+	if err := s.client.ZAdd(ctx, s.inflight, goredis.Z{Score: 0, Member: "x:"}, goredis.Z{Score: 0, Member: "y:abc"}, goredis.Z{Score: 0, Member: "nocolon"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, err := s.claim(ctx, base); err != nil || len(b) != 0 {
+		t.Fatalf("claim with malformed in-flight members: %v %v", ids(b), err)
+	}
+	if n := s.client.ZCard(ctx, s.inflight).Val(); n != 1 {
+		t.Fatalf("%d in flight, want 1", n)
+	}
+	if n := s.client.ZCard(ctx, s.timers).Val(); n != 0 {
+		t.Fatalf("%d timers, want 0 (nothing malformed requeued)", n)
+	}
+}
+
+func TestParseMember(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in      string
+		id, ms  int64
+		wantErr bool
+	}{
+		{"42:1700000000123", 42, 1700000000123, false},
+		{"-3:5", -3, 5, false},
+		{"42:1.700000000123e+12", 42, 1700000000123, false},
+		{"42", 0, 0, true},
+		{"x:5", 0, 0, true},
+		{"42:", 0, 0, true},
+		{"42:nan", 0, 0, true},
+		{"42:-5", 0, 0, true},
+	} {
+		got, err := parseMember(tc.in)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("parseMember(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got.OrderID != tc.id || hourglass.UnixMilli(got.Deadline) != tc.ms {
+			t.Errorf("parseMember(%q) = %v, %v; want %d:%d", tc.in, got, err, tc.id, tc.ms)
+		}
+	}
+}

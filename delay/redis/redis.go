@@ -1,0 +1,614 @@
+// Package redis is a durable delay mechanism on a Redis sorted set, in the
+// style of asynq's scheduled set.
+//
+// # How it works
+//
+// Every timer is a member of the sorted set <ns>:timers: the member is the
+// order id, the score its deadline in unix milliseconds. Schedule adds
+// timers with ZADD (pipelined, 1,000 per command); Cancel removes them with
+// ZREM. The engine feeds Schedule from the order database's outbox
+// (FeedOutbox), so a timer reaches Redis even if this process dies between
+// the order's commit and the publish.
+//
+// Run is one poller and a few delivery workers. The poller runs one Lua
+// script (claimScript) that, atomically:
+//
+//  1. moves in-flight timers whose lease has expired (a consumer died or gave
+//     up) back into <ns>:timers with their original deadline;
+//  2. moves up to Batch members with score <= now from <ns>:timers into the
+//     in-flight set <ns>:inflight, as "id:deadlineMs" scored by the lease
+//     expiry now+VisibilityTimeout, and returns them;
+//  3. returns the earliest score left in either set.
+//
+// Because a member leaves <ns>:timers in the same script that claims it, two
+// consumers on the same namespace never claim the same timer at once.
+// A worker hands the claimed batch to deliver; when deliver returns nil the
+// members are removed from <ns>:inflight (the acknowledgement). When deliver
+// fails the lease is shortened to now+backoff, so the batch comes back after
+// a capped exponential backoff, by this or any other consumer. When Run's
+// context ends mid-delivery the lease is released (set to now) so another
+// consumer takes the batch at once. A consumer that dies holds its batch
+// only until the lease expires: nothing is lost.
+//
+// The poller then sleeps until that earliest score (a timer's deadline or a
+// lease's expiry), at most MaxWait (1 s), or until Schedule in this process
+// adds an earlier timer. The cap bounds how late a timer published by
+// another process with a deadline less than MaxWait away can be; the
+// engine's outbox relay publishes each order's timer right after its
+// creation, minutes before its deadline, so the cap matters only after an
+// outage's backlog. A pub/sub wake-up across processes was left out for that
+// reason.
+//
+// # Time
+//
+// "Now" is Config.Clock's (the clock of the process that delivers), not
+// Redis's TIME: the store compares the deadline with its own clock when it
+// closes an order, and a close attempted before the deadline is a no-op
+// that would acknowledge a timer without effect. Each consumer therefore
+// decides due-ness by the clock of the machine that closes; clock skew
+// between application nodes (NTP keeps it to milliseconds) shows up as that
+// much lateness, never as an early close on the node that claims.
+//
+// # Durability
+//
+// Timers are as durable as the Redis server: with AOF (appendonly yes,
+// appendfsync everysec or always) a Redis restart keeps them; with no
+// persistence a restart loses the set, and the engine's sweeper closes those
+// orders from the database. Redis Cluster is not supported (the script
+// touches two keys).
+package redis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Defaults of Config.
+const (
+	URLDefault               = "redis://127.0.0.1:6379/0"
+	NamespaceDefault         = "hourglass"
+	VisibilityTimeoutDefault = 30 * time.Second
+	BatchDefault             = 512
+	WorkersDefault           = 2
+	MaxWaitDefault           = time.Second
+	RetryMaxDefault          = 5 * time.Second
+	// PingTimeout bounds the reachability check of Open.
+	PingTimeout = 5 * time.Second
+	// ackTimeout bounds an acknowledgement or lease change, which must
+	// outlive Run's context: a delivered batch is still acknowledged when
+	// Run is stopping.
+	ackTimeout = 5 * time.Second
+	// scheduleChunk is the most members per ZADD or ZREM command.
+	scheduleChunk = 1000
+)
+
+// Config configures a Scheduler; zero values mean the defaults.
+type Config struct {
+	// URL is the Redis URL (redis://[user:password@]host:port/db or
+	// rediss:// for TLS), parsed by go-redis's ParseURL.
+	URL string
+	// Namespace prefixes the keys: <Namespace>:timers and
+	// <Namespace>:inflight. Deployments sharing a Redis use different ones.
+	Namespace string
+	// VisibilityTimeout is how long a claimed batch stays invisible to other
+	// consumers before it is delivered again if not acknowledged: the
+	// longest a delivery may take. 1 s to 1 h.
+	VisibilityTimeout time.Duration
+	// Batch is the most timers claimed and delivered at once, 1 to 2,000
+	// (the claim script unpacks twice as many arguments; Lua allows 8,000).
+	Batch int
+	// Workers is the number of concurrent deliveries, 1 to 64.
+	Workers int
+	// MaxWait caps the poller's sleep, so timers published by other
+	// processes are seen within it; 10 ms to 1 min.
+	MaxWait time.Duration
+	// RetryMax caps the backoff after a failed delivery; 10 ms to 1 min.
+	RetryMax time.Duration
+	Clock    hourglass.Clock
+	Logger   *slog.Logger
+}
+
+// Validate returns an error naming the field and its allowed range for a
+// value out of range; zero values are valid (the defaults).
+func (c Config) Validate() error {
+	dur := func(name string, d, lo, hi time.Duration) error {
+		if d != 0 && (d < lo || d > hi) {
+			return fmt.Errorf("redis: %s must be between %s and %s, got %s", name, lo, hi, d)
+		}
+		return nil
+	}
+	num := func(name string, n, lo, hi int) error {
+		if n != 0 && (n < lo || n > hi) {
+			return fmt.Errorf("redis: %s must be between %d and %d, got %d", name, lo, hi, n)
+		}
+		return nil
+	}
+	return errors.Join(
+		dur("VisibilityTimeout", c.VisibilityTimeout, time.Second, time.Hour),
+		dur("MaxWait", c.MaxWait, 10*time.Millisecond, time.Minute),
+		dur("RetryMax", c.RetryMax, 10*time.Millisecond, time.Minute),
+		num("Batch", c.Batch, 1, 2000),
+		num("Workers", c.Workers, 1, 64),
+	)
+}
+
+// Scheduler is the Redis sorted-set delay mechanism. All its methods are
+// safe for concurrent use; Run may be called again after it returned.
+type Scheduler struct {
+	cfg      Config
+	client   *goredis.Client
+	clock    hourglass.Clock
+	log      *slog.Logger
+	timers   string // <ns>:timers
+	inflight string // <ns>:inflight
+	// claimCmd runs claimScript by its SHA-1 (EVALSHA), falling back to
+	// EVAL when the server's script cache was emptied by a restart.
+	claimCmd *goredis.Script
+
+	mu         sync.Mutex
+	sleepUntil int64 // unix ms the poller sleeps towards; max int64 while it is awake
+	wake       chan struct{}
+}
+
+var (
+	_ hourglass.Scheduler = (*Scheduler)(nil)
+	_ hourglass.Canceler  = (*Scheduler)(nil)
+)
+
+// claimScript claims due timers; see the package comment.
+//
+// KEYS[1] <ns>:timers    zset: member order id, score deadline (unix ms)
+// KEYS[2] <ns>:inflight  zset: member "id:deadlineMs", score lease expiry (unix ms)
+// ARGV[1] now, unix ms: timers with deadline <= now are due, leases <= now expired
+// ARGV[2] lease expiry given to the claimed members (now + visibility timeout)
+// ARGV[3] the most members requeued and the most claimed
+//
+// Returns {next, member...}: next is the earliest score left in either set
+// as a string ("-1" when both are empty); each member is "id:deadlineMs".
+// A requeued member does not replace a newer timer of the same order (NX);
+// a malformed in-flight member (not written by this package) is dropped.
+const claimScript = `
+local now, lease, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+if #expired > 0 then
+  local back = {}
+  for _, m in ipairs(expired) do
+    local id, deadline = string.match(m, '^(.*):([^:]*)$')
+    if id and tonumber(deadline) then
+      back[#back + 1] = deadline
+      back[#back + 1] = id
+    end
+  end
+  if #back > 0 then
+    redis.call('ZADD', KEYS[1], 'NX', unpack(back))
+  end
+  redis.call('ZREM', KEYS[2], unpack(expired))
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {'-1'}
+if #due > 0 then
+  local ids, held = {}, {}
+  for i = 1, #due, 2 do
+    local m = due[i] .. ':' .. due[i + 1]
+    ids[#ids + 1] = due[i]
+    held[#held + 1] = lease
+    held[#held + 1] = m
+    out[#out + 1] = m
+  end
+  redis.call('ZADD', KEYS[2], unpack(held))
+  redis.call('ZREM', KEYS[1], unpack(ids))
+end
+local next = nil
+local t = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #t > 0 then next = t[2] end
+local f = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if #f > 0 and (next == nil or tonumber(f[2]) < tonumber(next)) then next = f[2] end
+if next then out[1] = next end
+return out
+`
+
+// Open connects to Redis at cfg.URL, checks it answers PING within
+// PingTimeout, that it runs scripts and that the namespace's keys are sorted
+// sets (or absent). Each failure is a one-line error saying what to fix.
+// The Scheduler must be closed.
+func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.URL = cmp.Or(cfg.URL, URLDefault)
+	cfg.Namespace = cmp.Or(cfg.Namespace, NamespaceDefault)
+	cfg.VisibilityTimeout = cmp.Or(cfg.VisibilityTimeout, VisibilityTimeoutDefault)
+	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
+	cfg.Workers = cmp.Or(cfg.Workers, WorkersDefault)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, MaxWaitDefault)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
+	if cfg.Clock == nil {
+		cfg.Clock = hourglass.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	client, where, err := connect(ctx, cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{
+		cfg:        cfg,
+		client:     client,
+		clock:      cfg.Clock,
+		log:        cfg.Logger,
+		timers:     cfg.Namespace + ":timers",
+		inflight:   cfg.Namespace + ":inflight",
+		claimCmd:   goredis.NewScript(claimScript),
+		sleepUntil: 1<<63 - 1,
+		wake:       make(chan struct{}, 1),
+	}
+	if err := s.check(ctx, where); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect parses rawURL and pings the server. where describes the server
+// for messages without the password.
+func connect(ctx context.Context, rawURL string) (client *goredis.Client, where string, err error) {
+	opt, err := goredis.ParseURL(rawURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("redis: bad Redis URL (want redis://[user:password@]host:port/db): %w", err)
+	}
+	if opt.MaintNotificationsConfig == nil {
+		// Maintenance notifications are a Redis Cloud feature; asking a
+		// plain server for them at every connect only adds a round trip.
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	where = fmt.Sprintf("%s db %d", opt.Addr, opt.DB)
+	client = goredis.NewClient(opt)
+	pingCtx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := client.Ping(pingCtx).Err(); err != nil {
+		client.Close()
+		return nil, "", fmt.Errorf("redis: cannot use Redis at %s (start it, or fix the URL or its credentials): %w", where, err)
+	}
+	return client, where, nil
+}
+
+func (s *Scheduler) check(ctx context.Context, where string) error {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := s.claimCmd.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("redis: Redis at %s does not run scripts (grant the user SCRIPT and EVALSHA): %w", where, err)
+	}
+	for _, key := range []string{s.timers, s.inflight} {
+		typ, err := s.client.Type(ctx, key).Result()
+		if err != nil {
+			return fmt.Errorf("redis: check key %s at %s (grant the user read access to %s:*): %w", key, where, s.cfg.Namespace, err)
+		}
+		if typ != "none" && typ != "zset" {
+			return fmt.Errorf("redis: key %s at %s is a %s, not a sorted set: choose another namespace", key, where, typ)
+		}
+	}
+	return nil
+}
+
+// Info implements hourglass.Scheduler.
+func (s *Scheduler) Info() hourglass.SchedulerInfo {
+	return hourglass.SchedulerInfo{Name: "redis", Feed: hourglass.FeedOutbox, Durable: true}
+}
+
+// Schedule implements hourglass.Scheduler: it adds the timers to
+// <ns>:timers and returns once Redis has them in memory (durable as far as
+// its persistence allows). Scheduling an order again replaces its deadline.
+// It returns an error, and any part of the batch may have been stored, when
+// Redis cannot be reached; retrying is safe (idempotent).
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+	if len(timers) == 0 {
+		return nil
+	}
+	earliest := int64(1<<63 - 1)
+	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for chunk := range slices.Chunk(timers, scheduleChunk) {
+			members := make([]goredis.Z, len(chunk))
+			for i, t := range chunk {
+				d := hourglass.UnixMilli(t.Deadline)
+				earliest = min(earliest, d)
+				members[i] = goredis.Z{Score: float64(d), Member: t.OrderID}
+			}
+			p.ZAdd(ctx, s.timers, members...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: schedule %d timers: %w", len(timers), err)
+	}
+	s.mu.Lock()
+	wake := earliest < s.sleepUntil
+	s.mu.Unlock()
+	if wake {
+		s.signal()
+	}
+	return nil
+}
+
+// Cancel implements hourglass.Canceler: it removes the orders' timers from
+// <ns>:timers. A timer already claimed still fires (into a no-op close).
+// Idempotent; it returns an error when Redis cannot be reached.
+func (s *Scheduler) Cancel(ctx context.Context, orderIDs []int64) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for chunk := range slices.Chunk(orderIDs, scheduleChunk) {
+			members := make([]any, len(chunk))
+			for i, id := range chunk {
+				members[i] = id
+			}
+			p.ZRem(ctx, s.timers, members...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: cancel %d timers: %w", len(orderIDs), err)
+	}
+	return nil
+}
+
+// Run implements hourglass.Scheduler: it claims due timers and delivers
+// them with Workers goroutines until ctx ends, then returns nil once the
+// deliveries in progress have returned. It returns an error as soon as a
+// claim fails (Redis went away), after letting the deliveries in progress
+// finish; the caller retries with backoff.
+func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
+	batches := make(chan []claimed)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.work(ctx, stop, batches, deliver)
+		}()
+	}
+	err := s.poll(ctx, batches)
+	close(stop)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// poll claims due timers and hands them to the workers, sleeping in between
+// until the next score. It returns when ctx ends or a claim fails.
+func (s *Scheduler) poll(ctx context.Context, batches chan<- []claimed) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		// Awake: any Schedule from now on signals, so a timer added while
+		// the claim runs is not slept through.
+		s.mu.Lock()
+		s.sleepUntil = 1<<63 - 1
+		s.mu.Unlock()
+		now := hourglass.UnixMilli(s.clock.Now())
+		batch, next, err := s.claim(ctx, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("redis: claim due timers: %w", err)
+		}
+		if len(batch) > 0 {
+			select {
+			case batches <- batch:
+			case <-ctx.Done():
+				s.release(ctx, batch)
+				return nil
+			}
+		}
+		if len(batch) == s.cfg.Batch {
+			continue // more may be due
+		}
+		wakeAt := now + s.cfg.MaxWait.Milliseconds()
+		if next >= 0 {
+			wakeAt = min(wakeAt, next)
+		}
+		s.mu.Lock()
+		s.sleepUntil = wakeAt
+		s.mu.Unlock()
+		// A score of D ms is due once now >= D, i.e. at D ms exactly.
+		wait := hourglass.FromUnixMilli(wakeAt).Sub(s.clock.Now())
+		if wait <= 0 {
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-s.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// claimed is a timer held in <ns>:inflight under the member "id:deadlineMs".
+type claimed struct {
+	timer  hourglass.Timer
+	member string
+}
+
+// claim runs claimScript at now and returns the claimed timers and the
+// earliest score left (-1 if none).
+func (s *Scheduler) claim(ctx context.Context, now int64) ([]claimed, int64, error) {
+	lease := now + s.cfg.VisibilityTimeout.Milliseconds()
+	reply, err := s.claimCmd.Run(ctx, s.client, []string{s.timers, s.inflight}, now, lease, s.cfg.Batch).StringSlice()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(reply) == 0 {
+		return nil, 0, errors.New("empty reply from the claim script")
+	}
+	next, err := parseScore(reply[0])
+	if err != nil {
+		return nil, 0, fmt.Errorf("next score: %w", err)
+	}
+	batch := make([]claimed, 0, len(reply)-1)
+	for _, m := range reply[1:] {
+		t, err := parseMember(m)
+		if err != nil {
+			// Not ours (someone wrote to the namespace): acknowledge it so
+			// it does not come back forever.
+			s.log.Error("redis: dropping a malformed in-flight member", "key", s.inflight, "member", m, "err", err)
+			s.client.ZRem(ctx, s.inflight, m)
+			continue
+		}
+		batch = append(batch, claimed{timer: t, member: m})
+	}
+	return batch, next, nil
+}
+
+// work delivers batches until stop is closed or ctx ends.
+func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-chan []claimed, deliver hourglass.Deliver) {
+	var backoff time.Duration
+	for {
+		var batch []claimed
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case batch = <-batches:
+		}
+		timers := make([]hourglass.Timer, len(batch))
+		for i, c := range batch {
+			timers[i] = c.timer
+		}
+		err := deliver(ctx, timers)
+		if err == nil {
+			backoff = 0
+			s.ack(ctx, batch)
+			continue
+		}
+		if ctx.Err() != nil {
+			s.release(ctx, batch)
+			return
+		}
+		backoff = min(max(2*backoff, 10*time.Millisecond), s.cfg.RetryMax)
+		s.log.Error("redis: delivery failed; redelivering after backoff", "timers", len(batch), "retry_in", backoff, "err", err)
+		s.lease(ctx, batch, hourglass.UnixMilli(s.clock.Now().Add(backoff)))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// ack removes delivered members from <ns>:inflight. If it fails they come
+// back after the visibility timeout: a duplicate, absorbed by the close.
+func (s *Scheduler) ack(ctx context.Context, batch []claimed) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	if err := s.client.ZRem(ctx, s.inflight, members(batch)...).Err(); err != nil {
+		s.log.Warn("redis: acknowledge failed; the timers will be delivered again after the visibility timeout", "timers", len(batch), "err", err)
+	}
+}
+
+// release gives up a batch this consumer will not deliver: it is claimable
+// again at once.
+func (s *Scheduler) release(ctx context.Context, batch []claimed) {
+	s.lease(ctx, batch, hourglass.UnixMilli(s.clock.Now()))
+}
+
+// lease sets the lease expiry of members still in flight to until (XX: a
+// member acknowledged or requeued meanwhile is not added back).
+func (s *Scheduler) lease(ctx context.Context, batch []claimed, until int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	zs := make([]goredis.Z, len(batch))
+	for i, c := range batch {
+		zs[i] = goredis.Z{Score: float64(until), Member: c.member}
+	}
+	if err := s.client.ZAddXX(ctx, s.inflight, zs...).Err(); err != nil {
+		s.log.Warn("redis: could not shorten the lease; the timers will be delivered again after the visibility timeout", "timers", len(batch), "err", err)
+		return
+	}
+	s.mu.Lock()
+	wake := until < s.sleepUntil
+	s.mu.Unlock()
+	if wake {
+		s.signal()
+	}
+}
+
+func members(batch []claimed) []any {
+	out := make([]any, len(batch))
+	for i, c := range batch {
+		out[i] = c.member
+	}
+	return out
+}
+
+func (s *Scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close implements hourglass.Scheduler: it closes the connection pool.
+// Timers stay in Redis.
+func (s *Scheduler) Close() error {
+	if err := s.client.Close(); err != nil {
+		return fmt.Errorf("redis: close: %w", err)
+	}
+	return nil
+}
+
+// parseMember parses an in-flight member "id:deadlineMs".
+func parseMember(m string) (hourglass.Timer, error) {
+	i := strings.LastIndexByte(m, ':')
+	if i < 0 {
+		return hourglass.Timer{}, fmt.Errorf("member %q is not id:deadline", m)
+	}
+	id, err := strconv.ParseInt(m[:i], 10, 64)
+	if err != nil {
+		return hourglass.Timer{}, fmt.Errorf("member %q: order id: %w", m, err)
+	}
+	d, err := parseScore(m[i+1:])
+	if err != nil || d < 0 {
+		return hourglass.Timer{}, fmt.Errorf("member %q: deadline is not a non-negative unix ms", m)
+	}
+	return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)}, nil
+}
+
+// parseScore parses a sorted-set score as Redis formats it ("1700000000123",
+// or in exponent form from some versions) into whole milliseconds.
+func parseScore(s string) (int64, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != f || f > 1<<62 || f < -(1<<62) {
+		return 0, fmt.Errorf("score %q is not a number of milliseconds", s)
+	}
+	return int64(f), nil
+}

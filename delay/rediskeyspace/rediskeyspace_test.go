@@ -1,0 +1,339 @@
+package rediskeyspace_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/rediskeyspace"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+// setup returns the URL of the real Redis (skipping when it is absent) and
+// a plain client to inspect it.
+func setup(t *testing.T) (string, *goredis.Client) {
+	t.Helper()
+	raw := hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", rediskeyspace.URLDefault)
+	opt, err := goredis.ParseURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return raw, c
+}
+
+// open opens a scheduler and deletes its index when the test ends (its
+// timer keys expire by themselves).
+func open(t *testing.T, cfg rediskeyspace.Config, c *goredis.Client) *rediskeyspace.Scheduler {
+	t.Helper()
+	s, err := rediskeyspace.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		c.Del(context.Background(), cfg.Namespace+":index")
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	raw, c := setup(t)
+	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
+		New: func(t *testing.T, ns string) hourglass.Scheduler {
+			return open(t, rediskeyspace.Config{URL: raw, Namespace: ns}, c)
+		},
+		// Redis's expiry cycle runs hz (10) times a second: events are
+		// typically up to ~100 ms late, more under load. This is the
+		// weakness the mechanism is kept to show.
+		MaxLateness: time.Second,
+	})
+}
+
+func TestOpenFailsClearly(t *testing.T) {
+	t.Parallel()
+	raw, _ := setup(t)
+	for _, tc := range []struct {
+		name string
+		cfg  rediskeyspace.Config
+		want string
+	}{
+		{"bad scheme", rediskeyspace.Config{URL: "http://127.0.0.1:6379"}, "bad Redis URL"},
+		{"unreachable", rediskeyspace.Config{URL: "redis://127.0.0.1:1/0"}, "cannot use Redis at 127.0.0.1:1 db 0"},
+		{"wrong password", rediskeyspace.Config{URL: "redis://nobody:wrong@" + hostOf(t, raw) + "/0"}, "cannot use Redis"},
+		{"ping interval out of range", rediskeyspace.Config{URL: raw, PingInterval: time.Millisecond}, "PingInterval must be between"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := rediskeyspace.Open(context.Background(), tc.cfg)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open succeeded; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "wrong@") {
+				t.Fatalf("Open: %v; want it to contain %q (and no password)", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestOpenWithoutConfigPermission: a user not allowed CONFIG gets a message
+// saying to set notify-keyspace-events in redis.conf.
+func TestOpenWithoutConfigPermission(t *testing.T) {
+	t.Parallel()
+	raw, c := setup(t)
+	ctx := context.Background()
+	user := hourglasstest.Namespace(t)
+	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Skipf("cannot create an ACL user: %v", err)
+	}
+	t.Cleanup(func() { c.Do(ctx, "ACL", "DELUSER", user) })
+	u, _ := url.Parse(raw)
+	u.User = url.UserPassword(user, "secret")
+	s, err := rediskeyspace.Open(ctx, rediskeyspace.Config{URL: u.String()})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open succeeded without CONFIG permission")
+	}
+	if !strings.Contains(err.Error(), `set notify-keyspace-events to include "Ex" in redis.conf, or grant the user CONFIG`) {
+		t.Fatalf("Open: %v; want the redis.conf advice", err)
+	}
+}
+
+// TestRunTurnsEventsBackOn: a Redis restart forgets notify-keyspace-events;
+// each Run sets it again. Not parallel: it switches events off for the
+// whole server.
+func TestRunTurnsEventsBackOn(t *testing.T) {
+	raw, c := setup(t)
+	ctx := context.Background()
+	s := open(t, rediskeyspace.Config{URL: raw, Namespace: hourglasstest.Namespace(t)}, c)
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan hourglass.Timer, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error {
+			for _, tm := range due {
+				got <- tm
+			}
+			return nil
+		})
+	}()
+	want := hourglass.Timer{OrderID: 9, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	if err := s.Schedule(ctx, []hourglass.Timer{want}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tm := <-got:
+		if tm.OrderID != want.OrderID || !tm.Deadline.Equal(want.Deadline) {
+			t.Fatalf("delivered %v, want %v", tm, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no expired event: Run did not turn notify-keyspace-events back on")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestEarlyEventIsHeld: an event that arrives before the deadline by this
+// process's clock (Redis's clock ahead) is held until the deadline.
+func TestEarlyEventIsHeld(t *testing.T) {
+	t.Parallel()
+	raw, c := setup(t)
+	ctx := context.Background()
+	clock := hourglasstest.NewClock(time.Now().Add(-400 * time.Millisecond)) // this process is 400 ms behind
+	s := open(t, rediskeyspace.Config{URL: raw, Namespace: hourglasstest.Namespace(t), Clock: clock}, c)
+	got := make(chan time.Time, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error { got <- time.Now(); return nil })
+	deadline := clock.Now().Add(100 * time.Millisecond).Truncate(time.Millisecond)
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: deadline}}); err != nil {
+		t.Fatal(err)
+	}
+	// Redis expires the key ~100 ms from now; by the fake clock the
+	// deadline is then still ~100 ms away... unless we move the clock.
+	start := time.Now()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		clock.Set(deadline.Add(-50 * time.Millisecond)) // still before the deadline when the event lands
+	}()
+	select {
+	case at := <-got:
+		if held := at.Sub(start); held < 140*time.Millisecond {
+			t.Fatalf("delivered %s after scheduling; the event should have been held ~50 ms past its ~100 ms expiry", held)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held event was never delivered")
+	}
+}
+
+func TestCancelDeletesKey(t *testing.T) {
+	t.Parallel()
+	raw, c := setup(t)
+	ctx := context.Background()
+	ns := hourglasstest.Namespace(t)
+	s := open(t, rediskeyspace.Config{URL: raw, Namespace: ns}, c)
+	d := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: d}, {OrderID: 2, Deadline: d}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, []int64{2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := c.Keys(ctx, ns+":order:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ns + ":order:1:" + itoa(d.UnixMilli()); len(keys) != 1 || keys[0] != want {
+		t.Fatalf("keys %v, want [%s]", keys, want)
+	}
+	c.Del(ctx, keys...)
+}
+
+// TestRunFailsWhenRedisGoesAway cuts the subscription (through a proxy):
+// Run must return an error promptly, and work again once Redis is back.
+func TestRunFailsWhenRedisGoesAway(t *testing.T) {
+	t.Parallel()
+	raw, c := setup(t)
+	p := newProxy(t, hostOf(t, raw))
+	s := open(t, rediskeyspace.Config{URL: "redis://" + p.addr() + "/0", Namespace: hourglasstest.Namespace(t), PingInterval: 100 * time.Millisecond}, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan int64, 10)
+	deliver := func(_ context.Context, due []hourglass.Timer) error {
+		for _, tm := range due {
+			got <- tm.OrderID
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, deliver) }()
+	time.Sleep(200 * time.Millisecond) // subscribed
+	p.cut()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil with Redis away")
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of Redis going away")
+	}
+	go func() { done <- s.Run(ctx, deliver) }()
+	if err := <-done; err == nil {
+		t.Fatal("Run returned nil with Redis still away")
+	}
+	p.restore()
+	go func() { done <- s.Run(ctx, deliver) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(100 * time.Millisecond)}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-got:
+		if id != 7 {
+			t.Fatalf("delivered %d, want 7", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("timer not delivered after Redis came back")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after ctx end: %v", err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func hostOf(t *testing.T, raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// proxy forwards TCP connections to a Redis; cut closes them all and
+// refuses new ones until restore.
+type proxy struct {
+	target string
+	ln     net.Listener
+	mu     sync.Mutex
+	down   bool
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{target: target, ln: ln}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go p.accept()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			in.Close()
+			continue
+		}
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		go pipe(in, out)
+		go pipe(out, in)
+	}
+}
+
+func pipe(dst, src net.Conn) {
+	io.Copy(dst, src) // ends when either side is closed
+	dst.Close()
+	src.Close()
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
