@@ -1,8 +1,337 @@
 package api
 
-// WebhookService is what the webhook and dead-letter routes need.
-// (Filled in with the webhooks feature.)
-type WebhookService interface{}
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
 
-// webhookRoutes returns the /v1/webhooks and /v1/deadletters routes.
-func (s *Server) webhookRoutes() []route { return nil }
+	"github.com/hourglass/hourglass"
+)
+
+// WebhookService is what the webhook and dead-letter routes need (package
+// webhook's Service). Errors are *hourglass.Error values (invalid_argument,
+// not_found) or internal errors.
+type WebhookService interface {
+	// CreateWebhook validates the parameters, including the allow-list, and
+	// stores the webhook.
+	CreateWebhook(ctx context.Context, p hourglass.WebhookParams) (hourglass.Webhook, error)
+	Webhooks(ctx context.Context) ([]hourglass.Webhook, error)
+	Webhook(ctx context.Context, id int64) (hourglass.Webhook, error)
+	DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error)
+	DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error)
+	// RetryDeadLetter makes a dead letter pending again, due now.
+	RetryDeadLetter(ctx context.Context, id int64) error
+	DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error)
+}
+
+// Limits of GET /v1/deadletters.
+const (
+	DeadLetterLimitDefault = 100
+	MaxDeadLetterLimit     = 1000
+)
+
+// webhookRoutes returns the /v1/webhooks and /v1/deadletters routes, or none
+// when no WebhookService is configured.
+func (s *Server) webhookRoutes() []route {
+	if s.cfg.Webhooks == nil {
+		return nil
+	}
+	return []route{
+		{"POST", "/v1/webhooks", s.createWebhook},
+		{"GET", "/v1/webhooks", s.listWebhooks},
+		{"GET", "/v1/webhooks/{id}", s.getWebhook},
+		{"DELETE", "/v1/webhooks/{id}", s.deleteWebhook},
+		{"GET", "/v1/deadletters", s.listDeadLetters},
+		{"POST", "/v1/deadletters/{id}/retry", s.retryDeadLetter},
+		{"DELETE", "/v1/deadletters/{id}", s.deleteDeadLetter},
+	}
+}
+
+// WebhookJSON is the wire form of a webhook. The secret is never returned,
+// not even by the create: the caller chose it.
+type WebhookJSON struct {
+	ID        int64    `json:"id"`
+	URL       string   `json:"url"`
+	Events    []string `json:"events"`
+	CreatedAt string   `json:"created_at"`
+}
+
+// WebhookListJSON is the response of GET /v1/webhooks.
+type WebhookListJSON struct {
+	Webhooks []WebhookJSON `json:"webhooks"`
+}
+
+// DeadLetterJSON is the wire form of a dead letter.
+type DeadLetterJSON struct {
+	ID        int64  `json:"id"`
+	WebhookID int64  `json:"webhook_id"`
+	EventID   string `json:"event_id"`
+	EventType string `json:"event_type"`
+	OrderID   int64  `json:"order_id"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last_error"`
+	FailedAt  string `json:"failed_at"`
+}
+
+// DeadLetterListJSON is the response of GET /v1/deadletters. Next is the
+// cursor to pass as after= for the next page, null on the last page.
+type DeadLetterListJSON struct {
+	DeadLetters []DeadLetterJSON `json:"deadletters"`
+	Next        *int64           `json:"next"`
+}
+
+// RetryJSON is the response of POST /v1/deadletters/{id}/retry.
+type RetryJSON struct {
+	ID     int64  `json:"id"`
+	Status string `json:"status"` // "pending": due now
+}
+
+// EventJSON is the body of a webhook delivery.
+type EventJSON struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	CreatedAt string    `json:"created_at"`
+	Order     OrderJSON `json:"order"`
+}
+
+func webhookJSON(w hourglass.Webhook) WebhookJSON {
+	events := make([]string, len(w.Events))
+	for i, e := range w.Events {
+		events[i] = string(e)
+	}
+	return WebhookJSON{ID: w.ID, URL: w.URL, Events: events, CreatedAt: *formatTime(w.CreatedAt)}
+}
+
+func deadLetterJSON(d hourglass.DeadLetter) DeadLetterJSON {
+	return DeadLetterJSON{
+		ID:        d.ID,
+		WebhookID: d.WebhookID,
+		EventID:   d.EventID,
+		EventType: string(d.EventType),
+		OrderID:   d.OrderID,
+		Attempts:  d.Attempts,
+		LastError: d.LastError,
+		FailedAt:  *formatTime(d.FailedAt),
+	}
+}
+
+type createWebhookRequest struct {
+	URL    *string   `json:"url"`
+	Events []*string `json:"events"`
+	Secret *string   `json:"secret"`
+}
+
+// decodeCreateWebhook parses a POST /v1/webhooks body; the values are
+// checked by the service.
+func decodeCreateWebhook(body []byte) (hourglass.WebhookParams, error) {
+	var req createWebhookRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return hourglass.WebhookParams{}, err
+	}
+	if req.URL == nil {
+		return hourglass.WebhookParams{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "url: required")
+	}
+	if req.Events == nil {
+		return hourglass.WebhookParams{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "events: required (a list of event types, or [\"*\"])")
+	}
+	if req.Secret == nil {
+		return hourglass.WebhookParams{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "secret: required (%d to %d bytes)", hourglass.MinWebhookSecret, hourglass.MaxWebhookSecret)
+	}
+	p := hourglass.WebhookParams{URL: *req.URL, Secret: *req.Secret, Events: make([]hourglass.EventType, len(req.Events))}
+	for i, e := range req.Events {
+		if e == nil {
+			return hourglass.WebhookParams{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "events[%d]: must be a string", i)
+		}
+		p.Events[i] = hourglass.EventType(*e)
+	}
+	return p, p.Validate()
+}
+
+// parseResourceID parses a positive integer id from the path.
+func parseResourceID(what, s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s id %q: must be a positive integer", what, s)
+	}
+	return id, nil
+}
+
+func (s *Server) createWebhook(r *http.Request, body []byte) (int, any, error) {
+	p, err := decodeCreateWebhook(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	w, err := s.cfg.Webhooks.CreateWebhook(r.Context(), p)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, webhookJSON(w), nil
+}
+
+func (s *Server) listWebhooks(r *http.Request, _ []byte) (int, any, error) {
+	if len(r.URL.Query()) > 0 {
+		return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "GET /v1/webhooks takes no query parameters")
+	}
+	ws, err := s.cfg.Webhooks.Webhooks(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	out := WebhookListJSON{Webhooks: make([]WebhookJSON, 0, len(ws))}
+	for _, w := range ws {
+		out.Webhooks = append(out.Webhooks, webhookJSON(w))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) getWebhook(r *http.Request, _ []byte) (int, any, error) {
+	id, err := parseResourceID("webhook", r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	w, err := s.cfg.Webhooks.Webhook(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, webhookJSON(w), nil
+}
+
+func (s *Server) deleteWebhook(r *http.Request, body []byte) (int, any, error) {
+	id, err := parseResourceID("webhook", r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	var empty struct{}
+	if err := decodeJSON(body, &empty, true); err != nil {
+		return 0, nil, err
+	}
+	w, err := s.cfg.Webhooks.DeleteWebhook(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, webhookJSON(w), nil
+}
+
+func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "limit" && k != "after" {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown query parameter %q (want limit, after)", k)
+		}
+	}
+	limit, after := DeadLetterLimitDefault, int64(0)
+	if v := q.Get("limit"); v != "" || q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxDeadLetterLimit {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be an integer from 1 to %d, got %q", MaxDeadLetterLimit, v)
+		}
+		limit = n
+	}
+	if v := q.Get("after"); v != "" || q.Has("after") {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a non-negative integer dead letter id, got %q", v)
+		}
+		after = n
+	}
+	dls, err := s.cfg.Webhooks.DeadLetters(r.Context(), after, limit+1) // one more, to know whether there is a next page
+	if err != nil {
+		return 0, nil, err
+	}
+	out := DeadLetterListJSON{DeadLetters: make([]DeadLetterJSON, 0, len(dls))}
+	if len(dls) > limit {
+		dls = dls[:limit]
+		next := dls[limit-1].ID
+		out.Next = &next
+	}
+	for _, d := range dls {
+		out.DeadLetters = append(out.DeadLetters, deadLetterJSON(d))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) retryDeadLetter(r *http.Request, body []byte) (int, any, error) {
+	id, err := parseResourceID("dead letter", r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	var empty struct{}
+	if err := decodeJSON(body, &empty, true); err != nil {
+		return 0, nil, err
+	}
+	if err := s.cfg.Webhooks.RetryDeadLetter(r.Context(), id); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, RetryJSON{ID: id, Status: "pending"}, nil
+}
+
+func (s *Server) deleteDeadLetter(r *http.Request, body []byte) (int, any, error) {
+	id, err := parseResourceID("dead letter", r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	var empty struct{}
+	if err := decodeJSON(body, &empty, true); err != nil {
+		return 0, nil, err
+	}
+	d, err := s.cfg.Webhooks.DeleteDeadLetter(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, deadLetterJSON(d), nil
+}
+
+// CreateWebhookRequest is the body of POST /v1/webhooks.
+type CreateWebhookRequest struct {
+	URL    string   `json:"url"`
+	Events []string `json:"events"`
+	Secret string   `json:"secret"`
+}
+
+// CreateWebhook subscribes a URL to event types.
+func (c *Client) CreateWebhook(ctx context.Context, req CreateWebhookRequest) (WebhookJSON, error) {
+	var w WebhookJSON
+	_, err := c.Do(ctx, http.MethodPost, "/v1/webhooks", nil, req, &w)
+	return w, err
+}
+
+// Webhooks lists the webhooks.
+func (c *Client) Webhooks(ctx context.Context) ([]WebhookJSON, error) {
+	var l WebhookListJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/webhooks", nil, nil, &l)
+	return l.Webhooks, err
+}
+
+// DeleteWebhook deletes a webhook with its pending deliveries and dead letters.
+func (c *Client) DeleteWebhook(ctx context.Context, id int64) (WebhookJSON, error) {
+	var w WebhookJSON
+	_, err := c.Do(ctx, http.MethodDelete, "/v1/webhooks/"+strconv.FormatInt(id, 10), nil, nil, &w)
+	return w, err
+}
+
+// DeadLetters returns one page of dead letters; after 0 for the first.
+func (c *Client) DeadLetters(ctx context.Context, limit int, after int64) (DeadLetterListJSON, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	var l DeadLetterListJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/deadletters?"+q.Encode(), nil, nil, &l)
+	return l, err
+}
+
+// RetryDeadLetter sends a dead letter again (due now, attempts reset).
+func (c *Client) RetryDeadLetter(ctx context.Context, id int64) error {
+	_, err := c.Do(ctx, http.MethodPost, "/v1/deadletters/"+strconv.FormatInt(id, 10)+"/retry", nil, nil, nil)
+	return err
+}
+
+// DeleteDeadLetter deletes a dead letter.
+func (c *Client) DeleteDeadLetter(ctx context.Context, id int64) (DeadLetterJSON, error) {
+	var d DeadLetterJSON
+	_, err := c.Do(ctx, http.MethodDelete, "/v1/deadletters/"+strconv.FormatInt(id, 10), nil, nil, &d)
+	return d, err
+}

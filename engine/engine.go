@@ -457,14 +457,24 @@ func (e *Engine) relay(ctx context.Context) error {
 // DegradedSweepInterval with no grace while the scheduler is failing, so
 // orders keep closing on time from the database.
 func (e *Engine) sweepLoop(ctx context.Context) {
+	// Tick at the shorter of the two intervals, so a scheduler failure
+	// switches to degraded sweeping within DegradedSweepInterval, not after
+	// a whole SweepInterval.
+	tick := min(e.cfg.SweepInterval, DegradedSweepInterval)
+	last := e.clock.Now()
 	for {
+		if !sleep(ctx, tick) {
+			return
+		}
 		interval, grace := e.cfg.SweepInterval, e.cfg.SweepGrace
 		if e.Healthy() != nil {
 			interval, grace = min(interval, DegradedSweepInterval), 0
 		}
-		if !sleep(ctx, interval) {
-			return
+		now := e.clock.Now()
+		if now.Sub(last) < interval {
+			continue
 		}
+		last = now
 		if _, err := e.sweep(ctx, grace); err != nil && ctx.Err() == nil {
 			e.log.Error("engine: sweep failed; retrying at the next interval", "err", err)
 		}

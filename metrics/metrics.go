@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -29,6 +30,10 @@ type Metrics struct {
 	requestLatency *prometheus.HistogramVec
 	commitWrites   prometheus.Histogram
 	commitLatency  prometheus.Histogram
+	alertsFiring   *prometheus.GaugeVec
+	closeBacklog   prometheus.Gauge
+	deadLetters    prometheus.Gauge
+	deliveries     *prometheus.CounterVec
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -38,9 +43,11 @@ func New(pending func() int) *Metrics {
 	m := &Metrics{
 		reg: reg,
 		closeLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "hourglass_close_lateness_seconds",
-			Help:    "Time from an order's deadline to the commit of its close (closed_at - deadline).",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+			Name: "hourglass_close_lateness_seconds",
+			Help: "Time from an order's deadline to the commit of its close (closed_at - deadline).",
+			// 3 s is the default alert threshold on p99 (alert.LatenessBounds
+			// holds the same bounds).
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 3, 5, 10, 30, 60, 300},
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_orders_closed_total",
@@ -85,9 +92,26 @@ func New(pending func() int) *Metrics {
 			Help:    "Duration of a group commit, execution and fsync included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
+		alertsFiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hourglass_alerts_firing",
+			Help: "1 while the built-in alert rule is firing, 0 otherwise.",
+		}, []string{"rule"}),
+		closeBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hourglass_close_backlog",
+			Help: "Pending orders past their deadline and not closed yet, counted at each alert evaluation (capped at 100000).",
+		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hourglass_webhook_deliveries_total",
+			Help: "Webhook delivery attempts by outcome: delivered (2xx), retry (failed, another attempt scheduled), dead (failed its last attempt).",
+		}, []string{"outcome"}),
+		deadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hourglass_webhook_dead_letters",
+			Help: "Webhook deliveries in the dead-letter list (failed their last attempt), counted at each alert evaluation.",
+		}),
 	}
 	reg.MustRegister(m.closeLateness, m.closed, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
-		m.requests, m.requestLatency, m.commitWrites, m.commitLatency,
+		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.alertsFiring, m.closeBacklog, m.deadLetters,
+		m.deliveries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hourglass_timers_pending",
 			Help: "Timers held in the in-memory wheel (pending orders due within the window).",
@@ -98,6 +122,9 @@ func New(pending func() int) *Metrics {
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")
+	for _, outcome := range []string{"delivered", "retry", "dead"} {
+		m.deliveries.WithLabelValues(outcome)
+	}
 	return m
 }
 
@@ -140,3 +167,36 @@ func (m *Metrics) ObserveCommit(writes int, d time.Duration) {
 	m.commitWrites.Observe(float64(writes))
 	m.commitLatency.Observe(d.Seconds())
 }
+
+// AlertFiring implements alert.Observer: it sets hourglass_alerts_firing{rule}.
+func (m *Metrics) AlertFiring(rule string, firing bool) {
+	v := 0.0
+	if firing {
+		v = 1
+	}
+	m.alertsFiring.WithLabelValues(rule).Set(v)
+}
+
+// CloseBacklog implements alert.Observer: it sets hourglass_close_backlog.
+func (m *Metrics) CloseBacklog(n int) { m.closeBacklog.Set(float64(n)) }
+
+// DeadLetters implements alert.Observer: it sets hourglass_webhook_dead_letters.
+func (m *Metrics) DeadLetters(n int) { m.deadLetters.Set(float64(n)) }
+
+// Names returns the names of the metric families the registry exposes now
+// (histograms as their base name), for checking references to them.
+func (m *Metrics) Names() ([]string, error) {
+	families, err := m.reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("metrics: gather: %w", err)
+	}
+	out := make([]string, len(families))
+	for i, f := range families {
+		out[i] = f.GetName()
+	}
+	return out, nil
+}
+
+// WebhookAttempted implements webhook.Observer: it counts one delivery
+// attempt in hourglass_webhook_deliveries_total{outcome}.
+func (m *Metrics) WebhookAttempted(outcome string) { m.deliveries.WithLabelValues(outcome).Inc() }

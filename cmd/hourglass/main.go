@@ -109,6 +109,14 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 
 	var eng *engine.Engine
 	m = metrics.New(func() int { return eng.Pending() })
+	alerts, err := s.alertFlags.wire(store, m, func() bool { return eng.Ready() }, clock, log)
+	if err != nil {
+		return err
+	}
+	webhooks, err := s.webhookFlags.openWebhooks(store, m, clock, log)
+	if err != nil {
+		return err
+	}
 	eng, err = engine.New(store, engine.Config{
 		Scheduler:     sched,
 		Window:        s.Window,
@@ -117,7 +125,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		SweepGrace:    sweepGrace(s.SweepGrace),
 		Clock:         clock,
 		Logger:        log,
-		Observer:      m,
+		Observer:      alerts.engineObserver(m),
 	})
 	if err != nil {
 		return err
@@ -128,8 +136,10 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		Clock:     clock,
 		Logger:    log,
 		Token:     s.APIToken,
-		Observer:  m,
+		Observer:  alerts.apiObserver(m),
 		Metrics:   m.Handler(),
+		Dashboard: alerts.dashboard,
+		Webhooks:  webhooks,
 	})
 	if err != nil {
 		return err
@@ -150,6 +160,8 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
+	alertsStopped := alerts.start(engCtx)
+	webhooksStopped := startWebhooks(engCtx, webhooks, log)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- httpSrv.Serve(ln) }()
 	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "data_dir", s.DataDir, "delay", s.Delay)
@@ -170,6 +182,8 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("hourglass: http shutdown", "err", err)
 	}
 	stopEngine()
+	alertsStopped()
+	webhooksStopped()
 	if err := <-engDone; err != nil && runErr == nil {
 		runErr = err
 	}

@@ -32,8 +32,10 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	var (
 		out     hourglass.Order
 		created bool
+		fanned  int // deliveries created with the event
 	)
 	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		fanned = 0 // the op may be retried alone after a batch failure
 		if p.IdempotencyKey != "" {
 			stmt := conn.Prep(`SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1`)
 			stmt.BindText(1, p.IdempotencyKey)
@@ -129,10 +131,15 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 			Deadline:  hourglass.FromUnixMilli(deadlineMs),
 		}
 		created = true
-		return nil
+		var err error
+		fanned, err = s.writeEvent(conn, createdMs, out)
+		return err
 	})
 	if err != nil {
 		return hourglass.Order{}, false, err
+	}
+	if fanned > 0 {
+		s.deliveries.notify()
 	}
 	return out, created, nil
 }
@@ -243,8 +250,12 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
 		return hourglass.Order{}, err
 	}
-	var out hourglass.Order
+	var (
+		out    hourglass.Order
+		fanned int // deliveries created with the event
+	)
 	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		fanned = 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// The compare-and-set: only a pending order strictly before its
 		// deadline becomes paid. The closer's CAS is the mirror image
@@ -268,7 +279,8 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 					return err
 				}
 			}
-			return nil
+			fanned, err = s.writeEvent(conn, nowMs, out)
+			return err
 		}
 		cur, err := getOrder(conn, id)
 		if err != nil {
@@ -280,6 +292,9 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 		}
 		return hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", id, describe(cur, now))
 	})
+	if err == nil && fanned > 0 {
+		s.deliveries.notify()
+	}
 	return out, err
 }
 
@@ -300,8 +315,12 @@ func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Actio
 	if err != nil {
 		return hourglass.Order{}, err
 	}
-	var out hourglass.Order
+	var (
+		out    hourglass.Order
+		fanned int // deliveries created with the event
+	)
 	err = s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		fanned = 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// A cancel, like a payment, is refused at or after the deadline: by
 		// then the order belongs to the closer.
@@ -333,8 +352,12 @@ AND (?2 <> 'pending_payment' OR deadline > ?4) RETURNING ` + orderColumns)
 				}
 			}
 		}
-		return nil
+		fanned, err = s.writeEvent(conn, nowMs, out)
+		return err
 	})
+	if err == nil && fanned > 0 {
+		s.deliveries.notify()
+	}
 	return out, err
 }
 
@@ -343,38 +366,45 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	var closed []hourglass.ClosedOrder
+	var (
+		closed []hourglass.ClosedOrder
+		fanned int // deliveries created with the events
+	)
 	err := s.writeUrgent(ctx, func(conn *sqlite.Conn, now time.Time) error {
-		closed = closed[:0] // the op may be retried alone after a batch failure
+		closed, fanned = closed[:0], 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		for _, id := range ids {
 			stmt := conn.Prep(`UPDATE orders SET status = 'closed', closed_at = ?2, close_reason = 'timeout'
-WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING items, deadline`)
+WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING ` + orderColumns)
 			stmt.BindInt64(1, id)
 			stmt.BindInt64(2, nowMs)
 			var (
-				raw      string
-				deadline int64
+				o       hourglass.Order
+				scanErr error
 			)
-			found, err := step(stmt, func(st *sqlite.Stmt) { raw, deadline = st.ColumnText(0), st.ColumnInt64(1) })
+			found, err := step(stmt, func(st *sqlite.Stmt) { o, scanErr = scanOrder(st) })
 			if err != nil {
 				return fmt.Errorf("sqlite: close order %d: %w", id, err)
 			}
 			if !found {
 				continue // paid, cancelled, already closed or not yet due: nothing to do
 			}
-			items, err := decodeItems(raw)
-			if err != nil {
-				return fmt.Errorf("sqlite: close order %d: %w", id, err)
+			if scanErr != nil {
+				return fmt.Errorf("sqlite: close order %d: %w", id, scanErr)
 			}
-			for _, it := range items {
+			for _, it := range o.Items {
 				if err := moveStock(conn, it.SKU, it.Quantity, "reserved", "available"); err != nil {
 					return err
 				}
 			}
+			n, err := s.writeEvent(conn, nowMs, o)
+			if err != nil {
+				return err
+			}
+			fanned += n
 			closed = append(closed, hourglass.ClosedOrder{
 				OrderID:  id,
-				Deadline: hourglass.FromUnixMilli(deadline),
+				Deadline: o.Deadline,
 				ClosedAt: hourglass.FromUnixMilli(nowMs),
 			})
 		}
@@ -382,6 +412,9 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING items,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if fanned > 0 {
+		s.deliveries.notify()
 	}
 	return closed, nil
 }

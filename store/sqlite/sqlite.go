@@ -77,6 +77,10 @@ type Store struct {
 	queue  writeQueue
 	done   chan struct{}
 	policy atomic.Pointer[hourglass.Policy]
+	// deliveries wakes the webhook delivery engine after a commit that
+	// created deliveries; webhooks counts webhooks (events.go).
+	deliveries notifier
+	webhooks   webhookCounter
 
 	closeOnce sync.Once
 	closeErr  error

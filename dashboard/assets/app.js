@@ -1,0 +1,279 @@
+// hourglass dashboard: polls GET /v1/dashboard and GET /v1/deadletters every
+// 2 s and draws them. No dependencies. Every value from the server is put in
+// the page with textContent, never as HTML.
+'use strict';
+
+(() => {
+  const POLL_MS = 2000;
+  const TOKEN_KEY = 'hourglass.token';
+  const SVG = 'http://www.w3.org/2000/svg';
+  const $ = (id) => document.getElementById(id);
+
+  // The token: from ?token= once (then removed from the address bar and
+  // history), else from this tab's sessionStorage, else asked for on a 401.
+  let token = sessionStorage.getItem(TOKEN_KEY) || '';
+  const params = new URLSearchParams(location.search);
+  if (params.has('token')) {
+    token = params.get('token');
+    sessionStorage.setItem(TOKEN_KEY, token);
+    params.delete('token');
+    const q = params.toString();
+    history.replaceState(null, '', location.pathname + (q ? '?' + q : '') + location.hash);
+  }
+
+  class Unauthorized extends Error {}
+
+  // api sends a request with the token and returns {status, body}; a 401
+  // throws Unauthorized.
+  async function api(method, path) {
+    const headers = { 'Accept': 'application/json' };
+    if (token) headers['Authorization'] = 'Bearer ' + token;
+    const resp = await fetch(path, { method, headers, cache: 'no-store' });
+    let body = null;
+    try { body = await resp.json(); } catch (_) { /* not JSON */ }
+    if (resp.status === 401) throw new Unauthorized((body && body.error && body.error.message) || 'unauthorized');
+    return { status: resp.status, body };
+  }
+
+  function errorText(r) {
+    return (r.body && r.body.error) ? r.body.error.code + ': ' + r.body.error.message : 'HTTP ' + r.status;
+  }
+
+  function setStatus(text, isError) {
+    const el = $('status');
+    el.textContent = text;
+    el.classList.toggle('error', !!isError);
+  }
+
+  const fmt = (n) => Number(n).toLocaleString('en-US');
+
+  function fmtSeconds(s) {
+    if (s === 0) return '0';
+    if (s < 1) return +(s * 1000).toPrecision(3) + ' ms';
+    return +s.toPrecision(3) + ' s';
+  }
+
+  function fmtTime(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? iso : d.toLocaleTimeString('en-GB', { hour12: false });
+  }
+
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function svgEl(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  // Charts share one layout: a 600x180 viewBox, axis labels left and below.
+  const W = 600, H = 180, L = 44, R = 8, T = 8, B = 22;
+
+  function axes(svg, maxY, xLabels) {
+    svg.replaceChildren();
+    svg.appendChild(svgEl('line', { x1: L, y1: H - B, x2: W - R, y2: H - B, class: 'axis' }));
+    svg.appendChild(svgEl('line', { x1: L, y1: T, x2: L, y2: H - B, class: 'axis' }));
+    svg.appendChild(svgEl('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmt(maxY)));
+    svg.appendChild(svgEl('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'));
+    for (const { x, text } of xLabels) {
+      // Labels near the right edge are aligned to end there, not cut off.
+      const anchor = x > W - R - 30 ? 'end' : 'middle';
+      svg.appendChild(svgEl('text', { x: anchor === 'end' ? W - R : x, y: H - 6, 'text-anchor': anchor }, text));
+    }
+  }
+
+  function niceMax(values) {
+    const m = Math.max(1, ...values);
+    const p = Math.pow(10, Math.floor(Math.log10(m)));
+    for (const k of [1, 2, 2.5, 5, 10]) if (k * p >= m) return k * p;
+    return 10 * p;
+  }
+
+  // bars draws one bar per value; labelled(i) says which bars get their
+  // label under the axis (all get it as a tooltip).
+  function bars(svg, values, labels, cls, labelled) {
+    const maxY = niceMax(values);
+    const bw = (W - L - R) / values.length;
+    const xLabels = [];
+    labels.forEach((text, i) => {
+      if (labelled(i)) xLabels.push({ x: L + bw * (i + 0.5), text });
+    });
+    axes(svg, maxY, xLabels);
+    values.forEach((v, i) => {
+      const h = (H - T - B) * v / maxY;
+      const r = svgEl('rect', { x: L + bw * i + 1, y: H - B - h, width: Math.max(bw - 2, 1), height: h, class: cls });
+      r.appendChild(svgEl('title', {}, labels[i] + ': ' + fmt(v)));
+      svg.appendChild(r);
+    });
+  }
+
+  // lines draws per-second series sharing the x axis (seconds ago).
+  function lines(svg, series, n) {
+    const maxY = niceMax(series.flatMap((s) => s.values));
+    const dx = (W - L - R) / Math.max(n - 1, 1);
+    const xLabels = [];
+    for (let ago = Math.floor((n - 1) / 60) * 60; ago >= 0; ago -= 60) {
+      xLabels.push({ x: L + dx * (n - 1 - ago), text: ago === 0 ? 'now' : '−' + ago / 60 + ' min' });
+    }
+    axes(svg, maxY, xLabels);
+    for (const s of series) {
+      const pts = s.values.map((v, i) => (L + dx * i).toFixed(1) + ',' + (H - B - (H - T - B) * v / maxY).toFixed(1));
+      svg.appendChild(svgEl('polyline', { points: pts.join(' '), class: s.cls }));
+    }
+  }
+
+  const avg = (xs) => xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
+
+  function render(d) {
+    for (const [status, n] of Object.entries(d.orders)) {
+      const e = $('orders-' + status);
+      if (e) e.textContent = fmt(n);
+    }
+    $('overdue').textContent = fmt(d.overdue);
+
+    const alerts = $('alerts');
+    alerts.replaceChildren();
+    if (d.alerts.length === 0) alerts.appendChild(el('li', { class: 'muted' }, 'alerts are not evaluated on this server'));
+    for (const a of d.alerts) {
+      const li = el('li', { 'data-rule': a.rule, class: a.state === 'firing' ? 'firing' : 'ok' });
+      li.appendChild(el('span', { class: 'state' }, a.state === 'firing' ? 'firing since ' + fmtTime(a.since) : 'ok'));
+      li.appendChild(el('div', { class: 'rule' }, a.rule));
+      li.appendChild(el('div', { class: 'summary' }, a.error ? 'cannot evaluate: ' + a.error : a.summary));
+      alerts.appendChild(li);
+    }
+
+    // Bucket i holds the orders due in ((i)*step, (i+1)*step] seconds from now.
+    const step = d.due.bucket_seconds;
+    const dueLabels = d.due.counts.map((_, i) => {
+      const end = (i + 1) * step;
+      return end % 60 === 0 ? 'in ' + end / 60 + ' min' : 'in ' + end + ' s';
+    });
+    bars($('due-chart'), d.due.counts, dueLabels, 'bar-due', (i) => ((i + 1) * step) % 60 === 0);
+    $('due-total').textContent = fmt(d.due.counts.reduce((a, b) => a + b, 0)) + ' pending orders due in the next ' +
+      (d.due.counts.length * step / 60) + ' minutes';
+
+    const r = d.rates;
+    lines($('rates-chart'), [
+      { values: r.closes, cls: 'line-closes' },
+      { values: r.creates, cls: 'line-creates' },
+      { values: r.close_failures, cls: 'line-failures' },
+    ], r.closes.length);
+    // The last second is still running: average the 10 before it.
+    const last10 = (xs) => xs.slice(Math.max(xs.length - 11, 0), xs.length - 1);
+    $('rate-closes').textContent = avg(last10(r.closes)).toFixed(1);
+    $('rate-creates').textContent = avg(last10(r.creates)).toFixed(1);
+    $('rate-failures').textContent = avg(last10(r.close_failures)).toFixed(1);
+
+    const lt = d.lateness;
+    const lLabels = lt.counts.map((_, i) => i < lt.bounds_seconds.length ? '≤' + fmtSeconds(lt.bounds_seconds[i]) : '>' + fmtSeconds(lt.bounds_seconds[i - 1]));
+    bars($('lateness-chart'), lt.counts, lLabels, 'bar-late', (i) => i % 3 === 0);
+    $('lateness-p99').textContent = fmtSeconds(lt.p99_seconds) + ' over ' + fmt(lt.counts.reduce((a, b) => a + b, 0)) + ' closes';
+  }
+
+  // Dead letters: the list comes from the webhooks API itself.
+  async function refreshDeadLetters() {
+    const r = await api('GET', '/v1/deadletters?limit=100');
+    const table = $('deadletters'), note = $('deadletters-note'), count = $('deadletters-count');
+    if (r.status === 404) {
+      table.hidden = true;
+      count.textContent = '';
+      note.textContent = 'Webhooks are not enabled on this server.';
+      return;
+    }
+    if (r.status !== 200) throw new Error('dead letters: ' + errorText(r));
+    const list = r.body.deadletters || [];
+    table.hidden = list.length === 0;
+    count.textContent = '(' + fmt(list.length) + (r.body.next != null ? '+' : '') + ')';
+    note.textContent = list.length === 0 ? 'None: every webhook delivery succeeded or is still being retried.' : '';
+    const tbody = table.tBodies[0];
+    tbody.replaceChildren();
+    for (const dl of list) {
+      const tr = el('tr', { 'data-id': String(dl.id) });
+      tr.appendChild(el('td', {}, String(dl.id)));
+      tr.appendChild(el('td', {}, dl.event_type));
+      tr.appendChild(el('td', {}, String(dl.order_id)));
+      tr.appendChild(el('td', {}, String(dl.webhook_id)));
+      tr.appendChild(el('td', {}, String(dl.attempts)));
+      tr.appendChild(el('td', {}, fmtTime(dl.failed_at)));
+      tr.appendChild(el('td', { class: 'err' }, dl.last_error || ''));
+      const td = el('td');
+      const b = el('button', { class: 'retry', type: 'button', 'data-id': String(dl.id) }, 'Retry');
+      b.addEventListener('click', () => retry(dl.id, b));
+      td.appendChild(b);
+      tr.appendChild(td);
+      tbody.appendChild(tr);
+    }
+  }
+
+  async function retry(id, button) {
+    button.disabled = true;
+    try {
+      const r = await api('POST', '/v1/deadletters/' + encodeURIComponent(id) + '/retry');
+      if (r.status !== 200 && r.status !== 202) {
+        setStatus('retry of dead letter ' + id + ' failed: ' + errorText(r), true);
+        button.disabled = false;
+        return;
+      }
+      await refreshDeadLetters();
+    } catch (e) {
+      handleError(e);
+      button.disabled = false;
+    }
+  }
+
+  function askToken(message) {
+    $('token-form').hidden = false;
+    $('main').hidden = true;
+    $('token-error').textContent = message || '';
+    setStatus('needs the API token', true);
+    $('token-input').focus();
+  }
+
+  function handleError(e) {
+    if (e instanceof Unauthorized) {
+      askToken(token ? 'The token was refused.' : '');
+      return;
+    }
+    setStatus('update failed: ' + e.message, true);
+  }
+
+  $('token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    token = $('token-input').value.trim();
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $('token-input').value = '';
+    $('token-form').hidden = true;
+    $('main').hidden = false;
+    poll();
+  });
+
+  async function refresh() {
+    const r = await api('GET', '/v1/dashboard');
+    if (r.status !== 200) throw new Error(errorText(r));
+    render(r.body);
+    await refreshDeadLetters();
+    setStatus('updated ' + fmtTime(r.body.now));
+    document.body.dataset.updated = r.body.now; // for tests: a render finished
+  }
+
+  let timer = null;
+  async function poll() {
+    clearTimeout(timer);
+    let again = true;
+    try {
+      await refresh();
+    } catch (e) {
+      handleError(e);
+      again = !(e instanceof Unauthorized); // wait for the token form
+    }
+    if (again) timer = setTimeout(poll, POLL_MS);
+  }
+
+  poll();
+})();

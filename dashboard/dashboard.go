@@ -1,0 +1,246 @@
+// Package dashboard is hourglass's operator page: static HTML, CSS and
+// JavaScript embedded in the binary (no CDN, no build step), and the data it
+// polls from GET /v1/dashboard, assembled by Source from the store's index,
+// the alert Recorder and the alert Evaluator.
+//
+// The page (assets/index.html) is public; it holds no data. Its script
+// reads the API token from ?token= once (then drops it from the address bar)
+// or asks for it when the API answers 401, keeps it in the tab's
+// sessionStorage and sends it as "Authorization: Bearer" on every call.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/alert"
+)
+
+// assets is the page; read it through Assets.
+//
+//go:embed assets
+var assets embed.FS
+
+// Assets returns the page's files: index.html and the files it loads, at the
+// root of the returned FS. It cannot fail.
+func Assets() fs.FS {
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic("dashboard: embedded assets missing: " + err.Error()) // a build error, not a runtime one
+	}
+	return sub
+}
+
+// The shape of the data, fixed so the page can lay it out.
+const (
+	// DueBucket and DueBuckets: the timeline of closes due covers the next
+	// DueBuckets*DueBucket (5 minutes) in 10-second buckets.
+	DueBucket  = 10 * time.Second
+	DueBuckets = 30
+	// RatesSpan is how far back closes/s and creates/s go, per second.
+	RatesSpan = alert.RecorderSpan
+	// CacheForDefault is how long a snapshot is reused: the order counts
+	// scan the whole (status, deadline) index, so many open pages must not
+	// each pay for it.
+	CacheForDefault = time.Second
+)
+
+// Stats are the store queries the dashboard needs; *sqlite.Store implements
+// them.
+type Stats interface {
+	// OrderCounts returns the number of orders per state as the API shows
+	// them at now (an overdue pending order counts as closed).
+	OrderCounts(ctx context.Context, now time.Time) (map[hourglass.State]int64, error)
+	// CountPendingDue counts pending orders due at or before until, up to limit.
+	CountPendingDue(ctx context.Context, until time.Time, limit int) (int, error)
+	// PendingDeadlineBuckets counts pending orders per deadline bucket
+	// (from + i*width, from + (i+1)*width].
+	PendingDeadlineBuckets(ctx context.Context, from time.Time, width time.Duration, n int) ([]int64, error)
+}
+
+// AlertSource is the state of the alert rules (*alert.Evaluator).
+type AlertSource interface {
+	Status() []alert.Status
+}
+
+// Config configures a Source. Stats and Activity are required.
+type Config struct {
+	Stats    Stats
+	Activity alert.ActivitySource
+	// Alerts, when nil, shows no alert rules.
+	Alerts AlertSource
+	// DeadLetters, when nil, shows dead_letters as null (no webhooks).
+	DeadLetters alert.DeadLetterCounter
+	// CacheFor is how long a snapshot is reused (default 1s; negative: never).
+	CacheFor time.Duration
+}
+
+// Source assembles dashboard snapshots. It is safe for concurrent use;
+// concurrent callers within CacheFor share one snapshot (and one set of
+// queries).
+type Source struct {
+	cfg Config
+
+	mu   sync.Mutex
+	last *Snapshot
+	at   time.Time
+}
+
+// New returns a Source, or an error naming a missing dependency.
+func New(cfg Config) (*Source, error) {
+	if cfg.Stats == nil || cfg.Activity == nil {
+		return nil, errors.New("dashboard: Stats and Activity are required")
+	}
+	if cfg.CacheFor == 0 {
+		cfg.CacheFor = CacheForDefault
+	}
+	return &Source{cfg: cfg}, nil
+}
+
+// Snapshot is the JSON of GET /v1/dashboard. Times are RFC 3339 UTC with
+// milliseconds; series are oldest first.
+type Snapshot struct {
+	// Now is when the snapshot was taken.
+	Now string `json:"now"`
+	// Orders is the number of orders in each state (every state present),
+	// as GET /v1/orders?status= counts them.
+	Orders map[string]int64 `json:"orders"`
+	// Overdue is the close backlog: pending orders at or past their deadline
+	// not closed yet (counted up to alert.BacklogCountCap).
+	Overdue int `json:"overdue"`
+	// Due is the timeline of closes ahead.
+	Due Due `json:"due"`
+	// Rates are closes, creates and failed closes per second.
+	Rates Rates `json:"rates"`
+	// Lateness is the close-lateness histogram over the rates' span.
+	Lateness Lateness `json:"lateness"`
+	// Alerts is every built-in rule's state, in rule order.
+	Alerts []Alert `json:"alerts"`
+	// DeadLetters is the size of the dead-letter list; null when webhooks
+	// are not available.
+	DeadLetters *int `json:"dead_letters"`
+}
+
+// Due counts pending orders by deadline: Counts[i] are due in
+// (From + i*BucketSeconds, From + (i+1)*BucketSeconds].
+type Due struct {
+	From          string  `json:"from"`
+	BucketSeconds int     `json:"bucket_seconds"`
+	Counts        []int64 `json:"counts"`
+}
+
+// Rates are per-second counts: element i is the second starting at
+// From + i*StepSeconds; the last one is the current, partial second.
+type Rates struct {
+	From          string  `json:"from"`
+	StepSeconds   int     `json:"step_seconds"`
+	Closes        []int64 `json:"closes"`
+	Creates       []int64 `json:"creates"`
+	CloseFailures []int64 `json:"close_failures"`
+}
+
+// Lateness is a histogram of closed_at - deadline over the last
+// WindowSeconds: Counts[i] closes were at most BoundsSeconds[i] late (and
+// more than BoundsSeconds[i-1]); the last count is beyond the last bound.
+type Lateness struct {
+	WindowSeconds int       `json:"window_seconds"`
+	BoundsSeconds []float64 `json:"bounds_seconds"`
+	Counts        []int64   `json:"counts"`
+	P99Seconds    float64   `json:"p99_seconds"`
+}
+
+// Alert is one rule's state.
+type Alert struct {
+	Rule      string  `json:"rule"`
+	State     string  `json:"state"` // "firing" or "ok"
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	Summary   string  `json:"summary"`
+	// Since is when it started firing; null when it is not firing.
+	Since *string `json:"since"`
+	// Error is why the last evaluation could not read the value; null if it could.
+	Error *string `json:"error"`
+}
+
+const timeFormat = "2006-01-02T15:04:05.000Z"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+// Snapshot returns the dashboard's data at now, or the one taken less than
+// CacheFor before now. It fails only when a store query fails (the error is
+// wrapped with the query's name).
+func (s *Source) Snapshot(ctx context.Context, now time.Time) (*Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last != nil && s.cfg.CacheFor > 0 && !now.Before(s.at) && now.Sub(s.at) < s.cfg.CacheFor {
+		return s.last, nil
+	}
+	snap, err := s.take(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	s.last, s.at = snap, now
+	return snap, nil
+}
+
+func (s *Source) take(ctx context.Context, now time.Time) (*Snapshot, error) {
+	counts, err := s.cfg.Stats.OrderCounts(ctx, now)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: order counts: %w", err)
+	}
+	overdue, err := s.cfg.Stats.CountPendingDue(ctx, now, alert.BacklogCountCap)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: close backlog: %w", err)
+	}
+	due, err := s.cfg.Stats.PendingDeadlineBuckets(ctx, now, DueBucket, DueBuckets)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: closes due: %w", err)
+	}
+	snap := &Snapshot{
+		Now:     formatTime(now),
+		Orders:  make(map[string]int64, len(counts)),
+		Overdue: overdue,
+		Due:     Due{From: formatTime(now), BucketSeconds: int(DueBucket / time.Second), Counts: due},
+		Alerts:  []Alert{},
+	}
+	for _, st := range hourglass.States() {
+		snap.Orders[string(st)] = counts[st]
+	}
+	a := s.cfg.Activity.Activity(now, RatesSpan)
+	snap.Rates = Rates{From: formatTime(a.From), StepSeconds: 1, Closes: a.Closed, Creates: a.Created, CloseFailures: a.Failed}
+	snap.Lateness = Lateness{
+		WindowSeconds: len(a.Closed),
+		BoundsSeconds: alert.LatenessBounds[:],
+		Counts:        a.Lateness,
+		P99Seconds:    alert.Quantile(0.99, a.Lateness),
+	}
+	if s.cfg.Alerts != nil {
+		for _, st := range s.cfg.Alerts.Status() {
+			al := Alert{Rule: st.Rule, State: "ok", Value: st.Value, Threshold: st.Threshold, Summary: st.Summary}
+			if st.Firing {
+				al.State = alert.StateFiring
+				since := formatTime(st.Since)
+				al.Since = &since
+			}
+			if st.Err != "" {
+				e := st.Err
+				al.Error = &e
+			}
+			snap.Alerts = append(snap.Alerts, al)
+		}
+	}
+	if s.cfg.DeadLetters != nil {
+		n, err := s.cfg.DeadLetters.DeadLetterCount(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: dead letters: %w", err)
+		}
+		snap.DeadLetters = &n
+	}
+	return snap, nil
+}

@@ -1,0 +1,382 @@
+package hourglass
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// EventType names a change of an order's state. Every transition writes one
+// event, in the transaction that makes the change (a transactional outbox),
+// so an event exists if and only if its change committed.
+type EventType string
+
+// The event types, one per transition of the state machine.
+const (
+	EventOrderCreated   EventType = "order.created"   // a pending order was created and its stock reserved
+	EventOrderPaid      EventType = "order.paid"      // paid before its deadline
+	EventOrderCancelled EventType = "order.cancelled" // cancelled by the user before paying
+	EventOrderClosed    EventType = "order.closed"    // closed by hourglass; the snapshot's close_reason says why
+	EventOrderShipped   EventType = "order.shipped"
+	EventOrderCompleted EventType = "order.completed"
+)
+
+// EventTypeAll subscribes a webhook to every event type, including types
+// added in later versions.
+const EventTypeAll EventType = "*"
+
+// EventTypes lists every event type, in lifecycle order.
+func EventTypes() []EventType {
+	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted}
+}
+
+// Valid reports whether t is a known event type (EventTypeAll is not one).
+func (t EventType) Valid() bool {
+	for _, k := range EventTypes() {
+		if t == k {
+			return true
+		}
+	}
+	return false
+}
+
+// EventFor returns the event type of a transition into state to.
+func EventFor(to State) EventType {
+	switch to {
+	case StatePendingPayment:
+		return EventOrderCreated
+	case StatePaid:
+		return EventOrderPaid
+	case StateCancelled:
+		return EventOrderCancelled
+	case StateClosed:
+		return EventOrderClosed
+	case StateShipped:
+		return EventOrderShipped
+	case StateCompleted:
+		return EventOrderCompleted
+	}
+	return ""
+}
+
+// Event is one committed state change and the order as it was right after it.
+type Event struct {
+	// ID is unique across databases ("evt_" and 26 random base32
+	// characters), so receivers can use it to drop duplicate deliveries.
+	ID        string
+	Type      EventType
+	CreatedAt time.Time // when the change committed (the transaction's now)
+	Order     Order
+}
+
+// AsOf returns the order as it was right after the transition that wrote an
+// event of type t, given o as it is now (at or after that transition).
+// Every field of an order is written once and then fixed (paid_at and
+// payment_id by pay, closed_at and close_reason by the close), so only the
+// status and the fields later transitions set differ; events therefore need
+// not copy the order. A change to the state machine that rewrites a field
+// must revisit this.
+func (o Order) AsOf(t EventType) Order {
+	switch t {
+	case EventOrderCreated:
+		o.Status = StatePendingPayment
+		o.PaidAt, o.ClosedAt, o.CloseReason, o.PaymentID = time.Time{}, time.Time{}, "", ""
+	case EventOrderPaid:
+		o.Status = StatePaid
+	case EventOrderShipped:
+		o.Status = StateShipped
+	case EventOrderCompleted:
+		o.Status = StateCompleted
+	case EventOrderCancelled:
+		o.Status = StateCancelled
+	case EventOrderClosed:
+		o.Status = StateClosed
+	}
+	return o
+}
+
+// NewEventID returns a new random event id. It never fails.
+func NewEventID() string { return "evt_" + rand.Text() }
+
+// TimeFormat is the time format of the API and of event bodies: RFC 3339,
+// UTC, exactly three fractional digits.
+const TimeFormat = "2006-01-02T15:04:05.000Z"
+
+// orderJSON is the wire form of an order, identical to the API's order
+// object (api.OrderJSON; a test in package api keeps the two in step).
+type orderJSON struct {
+	ID          int64      `json:"id"`
+	UserID      string     `json:"user_id"`
+	Status      string     `json:"status"`
+	Items       []itemJSON `json:"items"`
+	CreatedAt   string     `json:"created_at"`
+	Deadline    string     `json:"deadline"`
+	PaidAt      *string    `json:"paid_at"`
+	ClosedAt    *string    `json:"closed_at"`
+	CloseReason *string    `json:"close_reason"`
+	PaymentID   *string    `json:"payment_id"`
+}
+
+type itemJSON struct {
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+}
+
+type eventJSON struct {
+	ID        string    `json:"id"`
+	Type      EventType `json:"type"`
+	CreatedAt string    `json:"created_at"`
+	Order     orderJSON `json:"order"`
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+func optTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := formatTime(t)
+	return &s
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func newOrderJSON(o Order) orderJSON {
+	items := make([]itemJSON, len(o.Items))
+	for i, it := range o.Items {
+		items[i] = itemJSON{SKU: it.SKU, Quantity: it.Quantity}
+	}
+	return orderJSON{
+		ID:          o.ID,
+		UserID:      o.UserID,
+		Status:      string(o.Status),
+		Items:       items,
+		CreatedAt:   formatTime(o.CreatedAt),
+		Deadline:    formatTime(o.Deadline),
+		PaidAt:      optTime(o.PaidAt),
+		ClosedAt:    optTime(o.ClosedAt),
+		CloseReason: optString(o.CloseReason),
+		PaymentID:   optString(o.PaymentID),
+	}
+}
+
+// MarshalOrder returns o in the JSON shape of the API's order object: every
+// field present, unset ones null, times in TimeFormat. It cannot fail.
+func MarshalOrder(o Order) []byte {
+	b, _ := json.Marshal(newOrderJSON(o)) // only strings, ints and pointers: cannot fail
+	return b
+}
+
+// MarshalEvent returns the JSON body delivered to webhooks:
+// {"id","type","created_at","order":{…}}, the order as MarshalOrder writes
+// it. It cannot fail.
+func MarshalEvent(e Event) []byte {
+	b, _ := json.Marshal(eventJSON{ID: e.ID, Type: e.Type, CreatedAt: formatTime(e.CreatedAt), Order: newOrderJSON(e.Order)})
+	return b
+}
+
+// Limits on webhooks, enforced by WebhookParams.Validate.
+const (
+	MinWebhookSecret = 16
+	MaxWebhookSecret = 256
+	MaxWebhookURL    = 2048
+)
+
+// Webhook is a subscription: events of the listed types are POSTed to URL,
+// signed with Secret.
+type Webhook struct {
+	ID        int64
+	URL       string
+	Events    []EventType // known types, or the single EventTypeAll
+	Secret    string      // never shown by the API
+	CreatedAt time.Time
+}
+
+// Subscribes reports whether w receives events of type t.
+func (w Webhook) Subscribes(t EventType) bool {
+	for _, e := range w.Events {
+		if e == t || e == EventTypeAll {
+			return true
+		}
+	}
+	return false
+}
+
+// WebhookParams is the input of WebhookStore.CreateWebhook.
+type WebhookParams struct {
+	URL    string
+	Events []EventType
+	Secret string
+}
+
+// Validate checks the form of p: an absolute http(s) URL with a host and
+// without credentials or fragment, at most MaxWebhookURL bytes; 1 or more
+// event types, each known or EventTypeAll, none twice; a secret of
+// MinWebhookSecret..MaxWebhookSecret bytes. Whether the host may be called
+// is the delivery engine's allow-list's business, not checked here. Errors
+// are invalid_argument *Error values naming the field.
+func (p WebhookParams) Validate() error {
+	if p.URL == "" {
+		return Errorf(CodeInvalidArgument, "url: required")
+	}
+	if len(p.URL) > MaxWebhookURL {
+		return Errorf(CodeInvalidArgument, "url: at most %d bytes, got %d", MaxWebhookURL, len(p.URL))
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return Errorf(CodeInvalidArgument, "url: %q is not a valid URL", p.URL)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return Errorf(CodeInvalidArgument, "url: scheme must be http or https, got %q", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return Errorf(CodeInvalidArgument, "url: %q has no host", p.URL)
+	}
+	if u.User != nil {
+		return Errorf(CodeInvalidArgument, "url: must not contain credentials (the signature authenticates deliveries)")
+	}
+	if u.Fragment != "" || strings.Contains(p.URL, "#") {
+		return Errorf(CodeInvalidArgument, "url: must not contain a fragment")
+	}
+	if len(p.Events) == 0 {
+		return Errorf(CodeInvalidArgument, "events: at least one event type is required (or \"*\" for all)")
+	}
+	seen := make(map[EventType]bool, len(p.Events))
+	for i, t := range p.Events {
+		if !t.Valid() && t != EventTypeAll {
+			return Errorf(CodeInvalidArgument, "events[%d]: unknown event type %q (want \"*\" or one of %v)", i, t, EventTypes())
+		}
+		if seen[t] {
+			return Errorf(CodeInvalidArgument, "events[%d]: %q appears more than once", i, t)
+		}
+		seen[t] = true
+	}
+	if seen[EventTypeAll] && len(p.Events) > 1 {
+		return Errorf(CodeInvalidArgument, "events: \"*\" already means every type; list it alone")
+	}
+	if n := len(p.Secret); n < MinWebhookSecret || n > MaxWebhookSecret {
+		return Errorf(CodeInvalidArgument, "secret: must be %d to %d bytes, got %d", MinWebhookSecret, MaxWebhookSecret, n)
+	}
+	return nil
+}
+
+// DeadLetter is a delivery that failed its last attempt. It stays until it is
+// retried or deleted.
+type DeadLetter struct {
+	ID        int64 // the delivery's id
+	WebhookID int64
+	EventID   string
+	EventType EventType
+	OrderID   int64
+	Attempts  int
+	LastError string
+	FailedAt  time.Time
+}
+
+// DeliveryTimer is when a pending delivery is next due.
+type DeliveryTimer struct {
+	ID int64
+	At time.Time
+}
+
+// PendingDelivery is a pending delivery with all it takes to send it.
+type PendingDelivery struct {
+	ID        int64
+	WebhookID int64
+	URL       string
+	Secret    string
+	EventID   string
+	EventType EventType
+	OrderID   int64
+	Body      []byte // the event's JSON (MarshalEvent): the same bytes on every attempt
+	// Attempts made so far (0 for a new or retried dead letter).
+	Attempts      int
+	NextAttemptAt time.Time
+	// BlockedBy is an earlier pending delivery of the same event stream (same
+	// webhook and order) that must finish first, or the zero timer. Events of
+	// one order reach a webhook in the order they were written.
+	BlockedBy DeliveryTimer
+}
+
+// AttemptResult is the outcome of one delivery attempt, for
+// DeliveryStore.RecordAttempt.
+type AttemptResult struct {
+	ID int64
+	// Attempts is the delivery's attempt count before this attempt; the
+	// record applies only if it is still that (a compare-and-set).
+	Attempts int
+	// OK: the receiver answered 2xx; the delivery is done.
+	OK bool
+	// Error describes a failure (status and body excerpt, or the transport error).
+	Error string
+	// RetryAt is when to try again after a failure; zero makes the delivery a
+	// dead letter.
+	RetryAt time.Time
+}
+
+// WebhookStore keeps webhook subscriptions and dead letters: what the API
+// manages. Methods are safe for concurrent use; writes commit durably before
+// they return. Errors are *Error values with the codes named, or internal
+// errors wrapped with the store and operation.
+type WebhookStore interface {
+	// CreateWebhook validates p (WebhookParams.Validate) and stores it.
+	// Errors: invalid_argument.
+	CreateWebhook(ctx context.Context, p WebhookParams) (Webhook, error)
+	// Webhooks returns every webhook, by id.
+	Webhooks(ctx context.Context) ([]Webhook, error)
+	// Webhook returns one webhook. Errors: not_found.
+	Webhook(ctx context.Context, id int64) (Webhook, error)
+	// DeleteWebhook removes a webhook with its pending deliveries and dead
+	// letters and returns it. Errors: not_found.
+	DeleteWebhook(ctx context.Context, id int64) (Webhook, error)
+	// DeadLetters returns up to limit dead letters with id > after, by id.
+	DeadLetters(ctx context.Context, after int64, limit int) ([]DeadLetter, error)
+	// RetryDeadLetter makes a dead letter pending again, due now, with its
+	// attempts reset, and returns when it is due. Errors: not_found (no dead
+	// letter has that id).
+	RetryDeadLetter(ctx context.Context, id int64) (DeliveryTimer, error)
+	// DeleteDeadLetter removes a dead letter and returns it. Errors: not_found.
+	DeleteDeadLetter(ctx context.Context, id int64) (DeadLetter, error)
+	// DeliveryCounts returns the number of pending deliveries and of dead letters.
+	DeliveryCounts(ctx context.Context) (pending, dead int, err error)
+}
+
+// DeliveryStore is the webhook delivery queue: one row per (event, matching
+// webhook), written in the event's transaction, removed when delivered.
+// Methods are safe for concurrent use.
+type DeliveryStore interface {
+	// DueDeliveries returns up to limit pending deliveries due at or before
+	// until, ordered by (At, ID) and strictly after the cursor (after,
+	// afterID).
+	DueDeliveries(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]DeliveryTimer, error)
+	// DeliveriesAfter returns up to limit pending deliveries with id >
+	// afterID, by id: the ones created since the caller last looked (ids
+	// grow in commit order).
+	DeliveriesAfter(ctx context.Context, afterID int64, limit int) ([]DeliveryTimer, error)
+	// PendingDelivery returns a pending delivery. Errors: not_found (delivered,
+	// dead, or deleted with its webhook).
+	PendingDelivery(ctx context.Context, id int64) (PendingDelivery, error)
+	// RecordAttempt records an attempt's outcome: delivered (the row is
+	// removed), retry at r.RetryAt, or dead. It returns false, changing
+	// nothing, when the delivery is no longer pending with r.Attempts
+	// attempts (another attempt recorded first, or its webhook was deleted).
+	RecordAttempt(ctx context.Context, r AttemptResult) (bool, error)
+	// NextDelivery returns the earliest pending delivery of a webhook's event
+	// stream for one order, the one to send next; false if there is none.
+	NextDelivery(ctx context.Context, webhookID, orderID int64) (DeliveryTimer, bool, error)
+	// PruneEvents deletes up to limit events written before before that no
+	// delivery references any more, and returns how many it deleted.
+	PruneEvents(ctx context.Context, before time.Time, limit int) (int, error)
+	// DeliveriesCreated returns a channel that receives a value (coalesced,
+	// never blocking the writer) after a commit that created deliveries. It
+	// has one consumer: the delivery engine.
+	DeliveriesCreated() <-chan struct{}
+}

@@ -1,0 +1,218 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"zombiezen.com/go/sqlite"
+)
+
+// writeEvent records that o has just entered its current state: an event row
+// and, for each webhook subscribed to the event's type, a pending delivery
+// due now. It runs inside the transition's own write op, so the change, its
+// event and its deliveries commit together or not at all (a transactional
+// outbox). The event's body (with the order snapshot) is rendered when it is
+// read: see renderEvent. It returns the number of deliveries created.
+func (s *Store) writeEvent(conn *sqlite.Conn, nowMs int64, o hourglass.Order) (int, error) {
+	typ := hourglass.EventFor(o.Status)
+	if typ == "" {
+		return 0, fmt.Errorf("sqlite: write event: order %d has no event for status %q", o.ID, o.Status)
+	}
+	stmt := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
+	stmt.BindText(1, hourglass.NewEventID())
+	stmt.BindText(2, string(typ))
+	stmt.BindInt64(3, o.ID)
+	stmt.BindInt64(4, nowMs)
+	if _, err := step(stmt, nil); err != nil {
+		return 0, fmt.Errorf("sqlite: write %s event of order %d: %w", typ, o.ID, err)
+	}
+	seq := conn.LastInsertRowID()
+	if s.webhookCount(conn) <= 0 {
+		return 0, nil // no webhook: nothing to fan out to (the common case, made cheap)
+	}
+	// One seek per subscribed type: the webhooks of this type, then those of
+	// "*". A webhook subscribes to "*" alone or to distinct types, so each
+	// matches once. (DISTINCT, ORDER BY or IN would cost a temporary table
+	// per event.)
+	fanned := 0
+	for _, t := range [...]string{string(typ), string(hourglass.EventTypeAll)} {
+		stmt = conn.Prep(`INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT webhook_id, ?1, ?2, 'pending', 0, ?3 FROM webhook_subscriptions WHERE type = ?4`)
+		stmt.BindInt64(1, seq)
+		stmt.BindInt64(2, o.ID)
+		stmt.BindInt64(3, nowMs)
+		stmt.BindText(4, t)
+		if _, err := step(stmt, nil); err != nil {
+			return 0, fmt.Errorf("sqlite: fan out %s event of order %d: %w", typ, o.ID, err)
+		}
+		fanned += conn.Changes()
+	}
+	return fanned, nil
+}
+
+// renderEvent returns the JSON body of an event: current is the order's row
+// as it is now, seen as of the event (hourglass.Order.AsOf).
+func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current hourglass.Order) []byte {
+	return hourglass.MarshalEvent(hourglass.Event{
+		ID:        id,
+		Type:      typ,
+		CreatedAt: hourglass.FromUnixMilli(createdAtMs),
+		Order:     current.AsOf(typ),
+	})
+}
+
+// webhookCounter counts webhooks so that writes skip the fan-out query when
+// there are none. It may count too many (then a fan-out finds nothing),
+// never too few: a create counts before it is queued, a delete only after it
+// committed, and the first count is read from the database before any of
+// this process's creates or deletes run. Safe for concurrent use.
+type webhookCounter struct {
+	once sync.Once
+	n    atomic.Int64
+	err  error
+}
+
+// load reads the count once; read is a query on a connection.
+func (c *webhookCounter) load(read func() (int64, error)) error {
+	c.once.Do(func() {
+		n, err := read()
+		if err != nil {
+			c.err = err
+			n = 1 << 40 // unknown: never skip the fan-out
+		}
+		c.n.Add(n)
+	})
+	return c.err
+}
+
+func countWebhooks(conn *sqlite.Conn) (int64, error) {
+	var n int64
+	_, err := step(conn.Prep(`SELECT count(*) FROM webhooks`), func(st *sqlite.Stmt) { n = st.ColumnInt64(0) })
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count webhooks: %w", err)
+	}
+	return n, nil
+}
+
+// webhookCount returns the (over-)count of webhooks; conn is the writer's,
+// inside its transaction.
+func (s *Store) webhookCount(conn *sqlite.Conn) int64 {
+	if err := s.webhooks.load(func() (int64, error) { return countWebhooks(conn) }); err != nil {
+		s.log.Warn("sqlite: counting webhooks failed; fanning out every event", "err", err)
+	}
+	return s.webhooks.n.Load()
+}
+
+// loadWebhookCount makes sure the count was read, on a read connection,
+// before a webhook create or delete changes it.
+func (s *Store) loadWebhookCount(ctx context.Context) {
+	if err := s.webhooks.load(func() (int64, error) {
+		var n int64
+		err := s.read(ctx, func(conn *sqlite.Conn) error {
+			var err error
+			n, err = countWebhooks(conn)
+			return err
+		})
+		return n, err
+	}); err != nil {
+		s.log.Warn("sqlite: counting webhooks failed; fanning out every event", "err", err)
+	}
+}
+
+// notifier is a coalescing wake-up channel with one consumer; its zero value
+// is ready to use. Safe for concurrent use.
+type notifier struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (n *notifier) channel() chan struct{} {
+	n.once.Do(func() { n.ch = make(chan struct{}, 1) })
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	select {
+	case n.channel() <- struct{}{}:
+	default:
+	}
+}
+
+// DeliveriesCreated implements hourglass.DeliveryStore.
+func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
+
+// EventRecord is one stored event.
+type EventRecord struct {
+	Seq       int64 // the order events were written in
+	ID        string
+	Type      hourglass.EventType
+	OrderID   int64
+	CreatedAt time.Time
+	Body      []byte // as delivered to webhooks
+}
+
+// OrderEvents returns the events of an order that have not been pruned, in
+// the order they were written. It scans every event (no index by order
+// keeps the insert on every transition cheap): for tests and debugging.
+// Safe for concurrent use.
+func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]EventRecord, error) {
+	var out []EventRecord
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		o, err := getOrder(conn, orderID)
+		if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		stmt := conn.Prep(`SELECT seq, id, type, created_at FROM events WHERE order_id = ?1 ORDER BY seq`)
+		defer stmt.Reset()
+		stmt.BindInt64(1, orderID)
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: order %d events: %w", orderID, err)
+			}
+			if !row {
+				return nil
+			}
+			e := EventRecord{
+				Seq:       stmt.ColumnInt64(0),
+				ID:        stmt.ColumnText(1),
+				Type:      hourglass.EventType(stmt.ColumnText(2)),
+				OrderID:   orderID,
+				CreatedAt: hourglass.FromUnixMilli(stmt.ColumnInt64(3)),
+			}
+			e.Body = renderEvent(e.ID, e.Type, stmt.ColumnInt64(3), o)
+			out = append(out, e)
+		}
+	})
+	return out, err
+}
+
+// PruneEvents implements hourglass.DeliveryStore. Events still referenced by
+// a pending delivery or a dead letter are kept whatever their age.
+func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int
+	err := s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
+		stmt := conn.Prep(`DELETE FROM events WHERE seq IN (
+	SELECT e.seq FROM events e WHERE e.created_at < ?1
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
+	ORDER BY e.created_at LIMIT ?2)`)
+		stmt.BindInt64(1, hourglass.UnixMilli(before))
+		stmt.BindInt64(2, int64(limit))
+		if _, err := step(stmt, nil); err != nil {
+			return fmt.Errorf("sqlite: prune events: %w", err)
+		}
+		n = conn.Changes()
+		return nil
+	})
+	return n, err
+}

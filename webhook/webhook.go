@@ -1,0 +1,765 @@
+// Package webhook delivers hourglass's order events to subscribed HTTP
+// endpoints: signed POSTs (Sign), at least once, in order per order, retried
+// with exponential backoff and jitter, and moved to a dead-letter list after
+// the last attempt.
+//
+// The queue is the database (hourglass.DeliveryStore): every event writes one
+// pending delivery per matching webhook in its own transaction, with the
+// time it is due. The schedule runs on hourglass's timing wheel (package
+// timingwheel), keyed by delivery id and driven by one goroutine that sleeps
+// until the next due delivery, like the order-close path: only deliveries
+// due within Config.Window are held in memory, paged in from the database
+// every Config.LoadInterval, and new ones are read as soon as the store says
+// it created some. A restart (even after kill -9) loses nothing: every
+// pending delivery and its next attempt time is a row, loaded again on
+// start; an attempt in flight at the crash is sent again.
+//
+// Each attempt re-reads its delivery, so a timer that is stale (the
+// delivery was delivered, rescheduled, killed or its webhook deleted) does
+// nothing, and an attempt's outcome is recorded with a compare-and-set on
+// the attempt count.
+package webhook
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/timingwheel"
+)
+
+// Defaults of Config.
+const (
+	JitterDefault         = 0.2
+	TimeoutDefault        = 10 * time.Second
+	WorkersDefault        = 16
+	WindowDefault         = 2 * time.Minute
+	LoadIntervalDefault   = 30 * time.Second
+	PollIntervalDefault   = time.Second
+	LoadPageSizeDefault   = 1000
+	EventRetentionDefault = 7 * 24 * time.Hour
+	PruneIntervalDefault  = time.Hour
+	// StoreRetryDefault is how long an attempt waits after a database error
+	// before it tries again.
+	StoreRetryDefault = time.Second
+	// MaxRetries is the most entries a retry schedule may have.
+	MaxRetries = 20
+)
+
+// RetryDefault is the default retry schedule: after a failed first attempt,
+// try again 1, 2 and 4 minutes later (each ± jitter), then give up.
+func RetryDefault() []time.Duration {
+	return []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute}
+}
+
+// Outcomes of an attempt, as reported to the Observer.
+const (
+	OutcomeDelivered = "delivered" // 2xx: done
+	OutcomeRetry     = "retry"     // failed; another attempt is scheduled
+	OutcomeDead      = "dead"      // failed its last attempt; now a dead letter
+)
+
+// Observer receives what the engine does, for metrics. It must be safe for
+// concurrent use.
+type Observer interface {
+	// WebhookAttempted is called once per recorded attempt with its outcome.
+	WebhookAttempted(outcome string)
+}
+
+// Store is what the service needs of the database.
+type Store interface {
+	hourglass.WebhookStore
+	hourglass.DeliveryStore
+}
+
+// Config configures a Service. The zero value of each field means its
+// default.
+type Config struct {
+	// Allow lists the hosts webhooks may target. The zero AllowList allows
+	// none: every webhook create is refused with a message saying so.
+	Allow AllowList
+	// Retry is the delay before each retry: len(Retry) retries after the
+	// first attempt, then the delivery is dead (default RetryDefault()).
+	// Each delay is varied by ±Jitter.
+	Retry []time.Duration
+	// Jitter is the fraction each retry delay is varied by, uniformly, so
+	// that a receiver's outage does not end with a burst (default 0.2; a
+	// negative value means none).
+	Jitter float64
+	// Timeout bounds one attempt: connecting, sending and the response
+	// headers (default 10 s). A timeout is a failure.
+	Timeout time.Duration
+	// Workers is how many attempts run at once (default 16).
+	Workers int
+	// Window is how far ahead due deliveries are held in memory; LoadInterval
+	// how often the next window is paged in (must be less than Window).
+	Window, LoadInterval time.Duration
+	// PollInterval is how often the database is checked for new deliveries
+	// in case a wake-up from the store was missed (default 1 s).
+	PollInterval time.Duration
+	// EventRetention is how long events no delivery needs any more are kept
+	// (default 7 days; negative: forever). PruneInterval is how often they
+	// are pruned (default 1 h).
+	EventRetention, PruneInterval time.Duration
+	// StoreRetry is the wait after a database error (default 1 s).
+	StoreRetry time.Duration
+	Clock      hourglass.Clock
+	Logger     *slog.Logger
+	Observer   Observer
+	// Transport overrides the HTTP transport (tests). By default a
+	// transport whose dialer enforces Allow on the address dialled, with no
+	// proxy.
+	Transport http.RoundTripper
+}
+
+// Validate reports a configuration error, naming the field and its range.
+func (c Config) Validate() error {
+	if len(c.Retry) > MaxRetries {
+		return fmt.Errorf("webhook: Retry has %d delays; at most %d", len(c.Retry), MaxRetries)
+	}
+	for i, d := range c.Retry {
+		if d < time.Millisecond || d > 24*time.Hour {
+			return fmt.Errorf("webhook: Retry[%d] must be between 1ms and 24h, got %s", i, d)
+		}
+	}
+	if c.Jitter > 1 {
+		return fmt.Errorf("webhook: Jitter must be at most 1, got %g", c.Jitter)
+	}
+	check := func(name string, d, lo, hi time.Duration) error {
+		if d != 0 && (d < lo || d > hi) {
+			return fmt.Errorf("webhook: %s must be between %s and %s, got %s", name, lo, hi, d)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		check("Timeout", c.Timeout, time.Millisecond, 10*time.Minute),
+		check("Window", c.Window, 100*time.Millisecond, 24*time.Hour),
+		check("LoadInterval", c.LoadInterval, 10*time.Millisecond, 12*time.Hour),
+		check("PollInterval", c.PollInterval, time.Millisecond, time.Hour),
+		check("PruneInterval", c.PruneInterval, time.Second, 24*time.Hour),
+		check("StoreRetry", c.StoreRetry, time.Millisecond, time.Hour),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if c.EventRetention > 0 && c.EventRetention < time.Minute {
+		return fmt.Errorf("webhook: EventRetention must be at least 1m (or negative for forever), got %s", c.EventRetention)
+	}
+	if c.Workers < 0 || c.Workers > 1024 {
+		return fmt.Errorf("webhook: Workers must be 0..1024, got %d", c.Workers)
+	}
+	if w, l := cmp.Or(c.Window, WindowDefault), cmp.Or(c.LoadInterval, LoadIntervalDefault); l >= w {
+		return fmt.Errorf("webhook: LoadInterval (%s) must be less than Window (%s)", l, w)
+	}
+	return nil
+}
+
+// Service manages webhooks and dead letters (the API's side) and delivers
+// events (Run). All methods are safe for concurrent use; Run is called once.
+type Service struct {
+	cfg    Config
+	store  Store
+	clock  hourglass.Clock
+	log    *slog.Logger
+	obs    Observer
+	client *http.Client
+
+	mu    sync.Mutex
+	wheel *timingwheel.Wheel
+	// horizon: every pending delivery due at or before it is in the wheel,
+	// being attempted, or was read by the new-delivery scan (the loader
+	// raises it before querying, so a delivery rescheduled meanwhile is
+	// either seen by the query or accepted by schedule).
+	horizon int64
+	busy    map[int64]bool // fired and not finished: never attempted twice at once
+	// again holds, for a busy delivery, a time schedule was asked for while
+	// it was busy: its attempt may have read the database just before the
+	// change that asked (a blocking delivery resolved, a dead letter retried).
+	again      map[int64]int64
+	ready      []int64 // fired, waiting for a worker
+	sleepUntil int64   // what the timing loop sleeps towards
+	lastID     int64   // the highest delivery id the new-delivery scan read
+
+	wake      chan struct{} // the timing loop: an earlier deadline was added
+	readyWake chan struct{} // the workers: ready is not empty
+}
+
+// New returns a service over store; it delivers nothing until Run.
+func New(store Store, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Retry) == 0 {
+		cfg.Retry = RetryDefault()
+	}
+	cfg.Retry = append([]time.Duration(nil), cfg.Retry...)
+	switch {
+	case cfg.Jitter == 0:
+		cfg.Jitter = JitterDefault
+	case cfg.Jitter < 0:
+		cfg.Jitter = 0
+	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
+	cfg.Workers = cmp.Or(cfg.Workers, WorkersDefault)
+	cfg.Window = cmp.Or(cfg.Window, WindowDefault)
+	cfg.LoadInterval = cmp.Or(cfg.LoadInterval, LoadIntervalDefault)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
+	cfg.EventRetention = cmp.Or(cfg.EventRetention, EventRetentionDefault)
+	cfg.PruneInterval = cmp.Or(cfg.PruneInterval, PruneIntervalDefault)
+	cfg.StoreRetry = cmp.Or(cfg.StoreRetry, StoreRetryDefault)
+	s := &Service{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
+	if s.clock == nil {
+		s.clock = hourglass.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Control: cfg.Allow.control}
+		transport = &http.Transport{
+			Proxy:                 nil, // a proxy would dial for us, past the address check
+			DialContext:           dialer.DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          100,
+			MaxIdleConnsPerHost:   8,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   cfg.Timeout,
+			ResponseHeaderTimeout: cfg.Timeout,
+		}
+	}
+	s.client = &http.Client{
+		Transport: transport,
+		Timeout:   cfg.Timeout,
+		// A redirect is a failure: following it could leave the allow-list.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	s.wheel = timingwheel.New(hourglass.UnixMilli(s.clock.Now()))
+	s.horizon = -1 << 62 // nothing accepted until the first load
+	s.busy = map[int64]bool{}
+	s.again = map[int64]int64{}
+	s.wake = make(chan struct{}, 1)
+	s.readyWake = make(chan struct{}, 1)
+	return s, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) WebhookAttempted(string) {}
+
+// Retry returns the retry schedule in use (before jitter).
+func (s *Service) Retry() []time.Duration { return append([]time.Duration(nil), s.cfg.Retry...) }
+
+// CreateWebhook checks p (hourglass.WebhookParams.Validate, then the
+// allow-list) and stores it. Errors: invalid_argument, naming the field, and
+// for a host that is not allowed, the host.
+func (s *Service) CreateWebhook(ctx context.Context, p hourglass.WebhookParams) (hourglass.Webhook, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Webhook{}, err
+	}
+	if err := s.cfg.Allow.CheckURL(p.URL); err != nil {
+		return hourglass.Webhook{}, err
+	}
+	return s.store.CreateWebhook(ctx, p)
+}
+
+// Webhooks returns every webhook, by id.
+func (s *Service) Webhooks(ctx context.Context) ([]hourglass.Webhook, error) {
+	return s.store.Webhooks(ctx)
+}
+
+// Webhook returns one webhook. Errors: not_found.
+func (s *Service) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	return s.store.Webhook(ctx, id)
+}
+
+// DeleteWebhook removes a webhook, its pending deliveries and its dead
+// letters, and returns it; an attempt in flight finishes but is not
+// recorded. Errors: not_found.
+func (s *Service) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	return s.store.DeleteWebhook(ctx, id)
+}
+
+// DeadLetters returns up to limit dead letters with id > after, by id.
+func (s *Service) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
+	return s.store.DeadLetters(ctx, after, limit)
+}
+
+// RetryDeadLetter makes a dead letter pending again, due now, with its
+// attempts reset (so it gets the whole retry schedule again), and schedules
+// it. Later events of the same order to the same webhook that are still
+// pending wait for it. Errors: not_found (no dead letter has that id).
+func (s *Service) RetryDeadLetter(ctx context.Context, id int64) error {
+	t, err := s.store.RetryDeadLetter(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.schedule(t, true)
+	return nil
+}
+
+// DeleteDeadLetter removes a dead letter and returns it. Errors: not_found.
+func (s *Service) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
+	return s.store.DeleteDeadLetter(ctx, id)
+}
+
+// DeadLetterCount returns the number of dead letters.
+func (s *Service) DeadLetterCount(ctx context.Context) (int, error) {
+	_, dead, err := s.store.DeliveryCounts(ctx)
+	return dead, err
+}
+
+// DeliveryCounts returns the number of pending deliveries and of dead letters.
+func (s *Service) DeliveryCounts(ctx context.Context) (pending, dead int, err error) {
+	return s.store.DeliveryCounts(ctx)
+}
+
+// Pending returns the number of deliveries held in memory (in the wheel or
+// waiting for a worker).
+func (s *Service) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wheel.Len() + len(s.ready)
+}
+
+// schedule puts a delivery in the wheel at t.At if it is within the horizon
+// (else the loader brings it in time) or if force is set, unless it is being
+// attempted (its attempt reschedules it from what the database says).
+func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
+	at := hourglass.UnixMilli(t.At)
+	s.mu.Lock()
+	if s.busy[t.ID] {
+		if force {
+			if prev, ok := s.again[t.ID]; !ok || at < prev {
+				s.again[t.ID] = at
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	if !force && at > s.horizon {
+		s.mu.Unlock()
+		return
+	}
+	s.wheel.Add(uint64(t.ID), at)
+	wake := at < s.sleepUntil
+	s.mu.Unlock()
+	if wake {
+		signal(s.wake)
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Run loads the pending deliveries due within the window and delivers until
+// ctx ends; then it waits for the attempts in flight (they are cancelled, not
+// recorded, and sent again after the next start) and returns nil. A
+// database error is logged and retried, never returned.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.load(ctx); err != nil && ctx.Err() == nil {
+		s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
+	}
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Go(func() { s.work(ctx) })
+	}
+	wg.Go(func() { s.scanLoop(ctx) })
+	wg.Go(func() { s.loadLoop(ctx) })
+	wg.Go(func() { s.pruneLoop(ctx) })
+	s.timingLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// timingLoop sleeps until the wheel's next deadline (or until schedule adds
+// an earlier one), advances the wheel and hands what fired to the workers.
+func (s *Service) timingLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := s.clock.Now()
+		nowMs := hourglass.UnixMilli(now)
+		s.mu.Lock()
+		fired := 0
+		s.wheel.Advance(nowMs, func(id uint64, _ int64) {
+			if !s.busy[int64(id)] {
+				s.busy[int64(id)] = true
+				s.ready = append(s.ready, int64(id))
+				fired++
+			}
+		})
+		next, ok := s.wheel.NextDeadline()
+		if !ok {
+			next = nowMs + time.Hour.Milliseconds()
+		}
+		s.sleepUntil = next
+		s.mu.Unlock()
+		if fired > 0 {
+			signal(s.readyWake)
+		}
+		wait := hourglass.FromUnixMilli(next).Sub(now)
+		if wait <= 0 {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-s.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// work attempts fired deliveries until ctx ends.
+func (s *Service) work(ctx context.Context) {
+	for {
+		id, ok := s.pop(ctx)
+		if !ok {
+			return
+		}
+		next, force := s.attempt(ctx, id)
+		s.mu.Lock()
+		delete(s.busy, id)
+		if at, ok := s.again[id]; ok {
+			delete(s.again, id)
+			if next.ID == 0 || at < hourglass.UnixMilli(next.At) {
+				next, force = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true
+			}
+		}
+		s.mu.Unlock()
+		if next.ID != 0 && ctx.Err() == nil {
+			s.schedule(next, force)
+		}
+	}
+}
+
+func (s *Service) pop(ctx context.Context) (int64, bool) {
+	for {
+		s.mu.Lock()
+		if n := len(s.ready); n > 0 {
+			id := s.ready[0]
+			s.ready = s.ready[1:]
+			if len(s.ready) == 0 {
+				s.ready = nil
+			}
+			more := len(s.ready) > 0
+			s.mu.Unlock()
+			if more {
+				signal(s.readyWake)
+			}
+			return id, true
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-s.readyWake:
+		}
+	}
+}
+
+// attempt makes one delivery attempt of id and records its outcome. It
+// returns when to look at id again, if ever (ID 0: never; the database
+// brings it back if needed), and whether to schedule that even beyond the
+// horizon.
+func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.DeliveryTimer, force bool) {
+	retryLater := func(err error, what string) (hourglass.DeliveryTimer, bool) {
+		if ctx.Err() != nil {
+			return hourglass.DeliveryTimer{}, false // shutting down: the next start loads it
+		}
+		s.log.Error("webhook: "+what+" failed; retrying", "delivery", id, "retry_in", s.cfg.StoreRetry, "err", err)
+		return hourglass.DeliveryTimer{ID: id, At: s.clock.Now().Add(s.cfg.StoreRetry)}, true
+	}
+	d, err := s.store.PendingDelivery(ctx, id)
+	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
+		return hourglass.DeliveryTimer{}, false // delivered, dead or deleted: a stale timer
+	}
+	if err != nil {
+		return retryLater(err, "reading a delivery")
+	}
+	now := s.clock.Now()
+	if d.NextAttemptAt.After(now) {
+		return hourglass.DeliveryTimer{ID: id, At: d.NextAttemptAt}, false // a stale timer: it is due later
+	}
+	if d.BlockedBy.ID != 0 {
+		// An earlier event of this order is still on its way to this
+		// webhook; when it finishes, it wakes this one (see resolved). The
+		// timer below is only a safety net.
+		at := now
+		if d.BlockedBy.At.After(at) {
+			at = d.BlockedBy.At
+		}
+		return hourglass.DeliveryTimer{ID: id, At: at.Add(s.cfg.Timeout + time.Second)}, true
+	}
+
+	ok, reason := s.send(ctx, d)
+	if ctx.Err() != nil {
+		return hourglass.DeliveryTimer{}, false // cancelled by shutdown: not an attempt
+	}
+	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, Error: reason}
+	outcome := OutcomeDelivered
+	if !ok {
+		outcome = OutcomeDead
+		if d.Attempts < len(s.cfg.Retry) {
+			outcome = OutcomeRetry
+			r.RetryAt = s.clock.Now().Add(s.backoff(d.Attempts))
+		}
+	}
+	recorded, err := s.store.RecordAttempt(ctx, r)
+	if err != nil {
+		// The delivery stays pending as it was, due: it is sent again.
+		return retryLater(err, "recording an attempt")
+	}
+	if !recorded {
+		return hourglass.DeliveryTimer{}, false // its webhook was deleted meanwhile
+	}
+	s.obs.WebhookAttempted(outcome)
+	switch outcome {
+	case OutcomeRetry:
+		s.log.Warn("webhook: delivery failed; will retry", "delivery", id, "event", d.EventID, "webhook", d.WebhookID,
+			"attempt", d.Attempts+1, "retry_at", r.RetryAt, "err", reason)
+		return hourglass.DeliveryTimer{ID: id, At: r.RetryAt}, false
+	case OutcomeDead:
+		s.log.Error("webhook: delivery failed its last attempt; moved to the dead letters", "delivery", id, "event", d.EventID,
+			"webhook", d.WebhookID, "attempts", d.Attempts+1, "err", reason)
+	}
+	s.resolved(ctx, d)
+	return hourglass.DeliveryTimer{}, false
+}
+
+// resolved wakes the next delivery of d's stream (same webhook and order)
+// now that d is no longer pending.
+func (s *Service) resolved(ctx context.Context, d hourglass.PendingDelivery) {
+	next, found, err := s.store.NextDelivery(ctx, d.WebhookID, d.OrderID)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("webhook: finding the next delivery of an order failed; its safety timer will send it", "webhook", d.WebhookID, "order", d.OrderID, "err", err)
+		}
+		return
+	}
+	if found {
+		if now := s.clock.Now(); next.At.Before(now) {
+			next.At = now
+		}
+		s.schedule(next, true)
+	}
+}
+
+// backoff returns the delay after a failed attempt when attempts were made
+// before it: Retry[attempts] varied by ±Jitter, at least 1 ms.
+func (s *Service) backoff(attempts int) time.Duration {
+	d := s.cfg.Retry[attempts]
+	if s.cfg.Jitter > 0 {
+		d = time.Duration(float64(d) * (1 + s.cfg.Jitter*(2*rand.Float64()-1)))
+	}
+	return max(d, time.Millisecond)
+}
+
+// maxErrorBody is how much of a failed response's body is kept in last_error.
+const maxErrorBody = 256
+
+// send POSTs the event and reports whether the receiver answered 2xx, or why
+// not.
+func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery) (bool, string) {
+	// Checked again at delivery: the allow-list may have changed since the
+	// webhook was created.
+	if err := s.cfg.Allow.CheckURL(d.URL); err != nil {
+		return false, hourglass.ErrorMessage(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
+	if err != nil {
+		return false, "building the request: " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "hourglass-webhooks/1")
+	req.Header.Set(SignatureHeader, Sign(d.Secret, s.clock.Now(), d.Body))
+	req.Header.Set(EventIDHeader, d.EventID)
+	req.Header.Set(EventTypeHeader, string(d.EventType))
+	req.Header.Set(DeliveryIDHeader, strconv.FormatInt(d.ID, 10))
+	req.Header.Set(AttemptHeader, strconv.Itoa(d.Attempts+1))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			return false, fmt.Sprintf("no response within %s: %s", s.cfg.Timeout, err)
+		}
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection can be reused
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return true, ""
+	}
+	msg := "HTTP " + strconv.Itoa(resp.StatusCode)
+	if len(head) > 0 && utf8.Valid(head) {
+		msg += ": " + strings.TrimSpace(string(head))
+	}
+	return false, msg
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// scanLoop reads deliveries created since the last scan, when the store
+// says it created some and every PollInterval.
+func (s *Service) scanLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		if err := s.scan(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("webhook: reading new deliveries failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.store.DeliveriesCreated():
+		}
+	}
+}
+
+func (s *Service) scan(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		after := s.lastID
+		s.mu.Unlock()
+		page, err := s.store.DeliveriesAfter(ctx, after, LoadPageSizeDefault)
+		if err != nil {
+			return err
+		}
+		for _, t := range page {
+			s.schedule(t, false)
+		}
+		if len(page) > 0 {
+			s.mu.Lock()
+			s.lastID = max(s.lastID, page[len(page)-1].ID)
+			s.mu.Unlock()
+		}
+		if len(page) < LoadPageSizeDefault {
+			return nil
+		}
+	}
+}
+
+// loadLoop extends the window every LoadInterval.
+func (s *Service) loadLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.LoadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.load(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
+			}
+		}
+	}
+}
+
+// load pages every pending delivery due up to now+Window and past the
+// current horizon into the wheel.
+func (s *Service) load(ctx context.Context) error {
+	target := hourglass.UnixMilli(s.clock.Now().Add(s.cfg.Window))
+	s.mu.Lock()
+	from := s.horizon
+	if target <= from {
+		s.mu.Unlock()
+		return nil
+	}
+	s.horizon = target // first, so a delivery rescheduled from now on is accepted by schedule
+	s.mu.Unlock()
+	after, afterID := hourglass.FromUnixMilli(max(from, 0)), int64(1<<63-1)
+	if from < 0 {
+		after, afterID = hourglass.FromUnixMilli(0), 0
+	}
+	for {
+		page, err := s.store.DueDeliveries(ctx, after, afterID, hourglass.FromUnixMilli(target), LoadPageSizeDefault)
+		if err != nil {
+			s.mu.Lock()
+			if s.horizon == target { // let the next load retry this range
+				s.horizon = min(from, hourglass.UnixMilli(after))
+			}
+			s.mu.Unlock()
+			return err
+		}
+		for _, t := range page {
+			s.schedule(t, false)
+		}
+		if len(page) < LoadPageSizeDefault {
+			return nil
+		}
+		last := page[len(page)-1]
+		after, afterID = last.At, last.ID
+	}
+}
+
+// pruneLoop deletes old events no delivery needs, every PruneInterval.
+func (s *Service) pruneLoop(ctx context.Context) {
+	if s.cfg.EventRetention < 0 {
+		return
+	}
+	t := time.NewTicker(s.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		before := s.clock.Now().Add(-s.cfg.EventRetention)
+		total := 0
+		for ctx.Err() == nil {
+			n, err := s.store.PruneEvents(ctx, before, 1000)
+			total += n
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Error("webhook: pruning old events failed; retrying at the next interval", "err", err)
+				}
+				break
+			}
+			if n < 1000 {
+				break
+			}
+		}
+		if total > 0 {
+			s.log.Info("webhook: pruned old events", "events", total, "before", before)
+		}
+	}
+}
