@@ -29,7 +29,7 @@ type Command struct {
 	APIToken     string        `help:"Token for --target." env:"HOURGLASS_API_TOKEN"`
 	Pending      int           `help:"Also measure memory per pending timer with this many timers held (in-memory mechanisms)."`
 	JSON         string        `help:"Write every figure to this JSON file."`
-	Plot         string        `help:"Write the lateness distributions of all systems to this SVG file."`
+	Plot         string        `help:"Write the lateness distributions of all systems to this .svg or .png file."`
 	Seed         uint64        `help:"Random seed of the workload." default:"1"`
 	delay.Flags  `embed:""`
 }
@@ -122,7 +122,7 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		}
 	}
 	if b.Plot != "" {
-		if err := report.WriteSVG(b.Plot); err != nil {
+		if err := report.WritePlot(b.Plot); err != nil {
 			return err
 		}
 	}

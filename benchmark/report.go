@@ -114,18 +114,36 @@ func (r *Report) WriteJSON(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// WriteSVG plots, for every system, the share of closes later than x
-// (a complementary CDF) against x on a log axis: the further a curve
-// reaches right, the longer its tail.
-func (r *Report) WriteSVG(path string) error {
-	if !strings.HasSuffix(path, ".svg") {
-		return fmt.Errorf("--plot %q: only .svg is supported", path)
+// WritePlot plots, for every system, the share of closes later than x (a
+// complementary CDF) against x on a log axis: the further a curve reaches
+// right, the longer its tail. The format follows the extension: .svg or .png.
+func (r *Report) WritePlot(path string) error {
+	m := r.plotModel()
+	var (
+		out []byte
+		err error
+	)
+	switch {
+	case strings.HasSuffix(path, ".svg"):
+		out = m.svg()
+	case strings.HasSuffix(path, ".png"):
+		out, err = m.png()
+	default:
+		return fmt.Errorf("--plot %q: want a file ending in .svg or .png", path)
 	}
+	if err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	return os.WriteFile(path, out, 0o644)
+}
+
+func (r *Report) plotModel() *plot {
 	const (
 		width, height = 900, 520
 		left, right   = 70, 200
 		top, bottom   = 40, 60
 	)
+	m := &plot{w: width, h: height}
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
 	minX, maxX := 0.5, 1.0 // ms; 0 ms closes are drawn at 0.5 ms
 	for _, res := range r.Results {
@@ -144,19 +162,19 @@ func (r *Report) WriteSVG(path string) error {
 		share = math.Max(share, minY)
 		return float64(top) + ph*(-math.Log10(share))/(-math.Log10(minY))
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="22" font-size="15">Close lateness (closed_at − deadline): share of closes later than x</text>`+"\n", left)
+	m.text(float64(left), 22, "Close lateness (closed_at − deadline): share of closes later than x", "start", 15)
 	for e := math.Log10(minX); e <= math.Log10(maxX)+1e-9; e++ {
 		v := math.Pow(10, math.Ceil(e))
 		x := xOf(v)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, top, x, height-bottom, x, height-bottom+16, msLabel(v))
+		m.line([][2]float64{{x, top}, {x, height - bottom}}, "#dddddd", 1)
+		m.text(x, height-bottom+16, msLabel(v), "middle", 12)
 	}
 	for s := 1.0; s >= minY; s /= 10 {
 		y := yOf(s)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n", left, y, width-right, y, left-6, y+4, s)
+		m.line([][2]float64{{left, y}, {width - right, y}}, "#dddddd", 1)
+		m.text(left-6, y+4, fmt.Sprintf("%g", s), "end", 12)
 	}
-	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">lateness (log scale)</text>`+"\n", float64(left)+pw/2, height-20)
+	m.text(float64(left)+pw/2, height-20, "lateness (log scale)", "middle", 12)
 	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"}
 	for i, res := range r.Results {
 		if len(res.lateness) == 0 {
@@ -168,21 +186,25 @@ func (r *Report) WriteSVG(path string) error {
 		}
 		slices.Sort(ms)
 		c := colors[i%len(colors)]
-		var pts []string
+		pts := [][2]float64{{xOf(minX), yOf(1)}}
 		n := float64(len(ms))
+		// A step function: at each distinct value x, the share of closes
+		// later than x drops from what it was just below x (all from the
+		// value's first occurrence on) to what lies beyond its last one.
+		first := 0
 		for j := 0; j < len(ms); j++ {
 			if j+1 < len(ms) && ms[j+1] == ms[j] {
-				continue // one point per distinct value: the share above it
+				continue
 			}
-			share := (n - float64(j+1)) / n
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f %.1f,%.1f", xOf(ms[j]), yOf((n-float64(j))/n), xOf(ms[j]), yOf(share)))
+			pts = append(pts, [2]float64{xOf(ms[j]), yOf((n - float64(first)) / n)}, [2]float64{xOf(ms[j]), yOf((n - float64(j+1)) / n)})
+			first = j + 1
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%.1f,%.1f %s"/>`+"\n", c, xOf(minX), yOf(1), strings.Join(pts, " "))
-		ly := top + 14 + 18*i
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/><text x="%d" y="%d">%s (p99 %.0f ms)</text>`+"\n", width-right+10, ly, width-right+30, ly, c, width-right+36, ly+4, res.System, res.Lateness.P99)
+		m.line(pts, c, 2)
+		ly := float64(top + 14 + 18*i)
+		m.line([][2]float64{{width - right + 10, ly}, {width - right + 30, ly}}, c, 3)
+		m.text(width-right+36, ly+4, fmt.Sprintf("%s (p99 %.0f ms)", res.System, res.Lateness.P99), "start", 12)
 	}
-	b.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return m
 }
 
 func msLabel(ms float64) string {
