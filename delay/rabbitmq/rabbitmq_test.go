@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/url"
 	"slices"
@@ -390,8 +389,8 @@ func TestConnectionLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProxy(t, u.Host)
-	u.Host = p.addr
+	p := hourglasstest.NewProxy(t, u.Host)
+	u.Host = p.Addr()
 	s := setup(t, Config{URL: u.String(), Mode: ModeTiers})
 	deliver, got := recorder()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -405,7 +404,7 @@ func TestConnectionLoss(t *testing.T) {
 	}
 	waitFor(t, got, 1, 5*time.Second) // Run is consuming
 
-	p.cut()
+	p.Cut()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -424,7 +423,7 @@ func TestConnectionLoss(t *testing.T) {
 		t.Logf("Schedule: %v", err)
 	}
 
-	p.restore()
+	p.Restore()
 	timers = append(timers, hourglass.Timer{OrderID: 3, Deadline: at(1500 * time.Millisecond)})
 	if err := s.Schedule(ctx, timers[2:]); err != nil {
 		t.Fatalf("Schedule after the broker came back: %v", err)
@@ -519,68 +518,4 @@ func adminDelete(t *testing.T, ns string) {
 	if err := deleteAll(ch, ns); err != nil {
 		t.Errorf("delete namespace %s: %v", ns, err)
 	}
-}
-
-// proxy forwards TCP connections to a target until cut, which closes them
-// all and refuses new ones until restore.
-type proxy struct {
-	addr, target string
-	mu           sync.Mutex
-	down         bool
-	conns        []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p := &proxy{addr: l.Addr().String(), target: target}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
-	return p
-}
-
-func (p *proxy) serve(c net.Conn) {
-	p.mu.Lock()
-	if p.down {
-		p.mu.Unlock()
-		c.Close()
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		p.mu.Unlock()
-		c.Close()
-		return
-	}
-	p.conns = append(p.conns, c, up)
-	p.mu.Unlock()
-	go func() { io.Copy(up, c); up.Close() }()
-	io.Copy(c, up)
-	c.Close()
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
 }

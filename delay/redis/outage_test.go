@@ -2,12 +2,7 @@ package redis_test
 
 import (
 	"context"
-	"net"
-	"os/exec"
 	"testing"
-	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/redis"
@@ -31,45 +26,7 @@ func TestOutage(t *testing.T) {
 			ctx := context.Background()
 			t.Logf("timers lost with the restart: %d scheduled, %d in flight",
 				c.ZCard(ctx, ns+":timers").Val(), c.ZCard(ctx, ns+":inflight").Val())
-			restartRedis(t, c)
+			outage.RestartRedis(t, c.Options().Addr)
 		},
 	})
-}
-
-// restartRedis stops Redis without saving, keeps it down for 2 s, starts it
-// again with this machine's settings and returns once it answers PING.
-func restartRedis(t *testing.T, c *goredis.Client) {
-	t.Helper()
-	host, port, err := net.SplitHostPort(c.Options().Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The connection drops as Redis exits: the command's error is expected.
-	_ = exec.Command("redis-cli", "-h", host, "-p", port, "shutdown", "nosave").Run()
-	waitPing(t, c, false)
-	time.Sleep(2 * time.Second)
-	out, err := exec.Command("redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", port,
-		"--save", "", "--appendonly", "no", "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log").CombinedOutput()
-	if err != nil {
-		t.Fatalf("start redis-server: %v: %s", err, out)
-	}
-	waitPing(t, c, true)
-}
-
-// waitPing polls PING until it answers (up) or fails (down), for 30 s.
-func waitPing(t *testing.T, c *goredis.Client, up bool) {
-	t.Helper()
-	limit := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if (err == nil) == up {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("Redis did not go %s within 30 s (last PING: %v)", map[bool]string{true: "up", false: "down"}[up], err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -98,9 +96,9 @@ func TestOpenFailsClearly(t *testing.T) {
 func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	t.Parallel()
 	raw, c := setup(t)
-	p := newProxy(t, hostOf(t, raw))
+	p := hourglasstest.NewProxy(t, hostOf(t, raw))
 	ns := hourglasstest.Namespace(t)
-	s := open(t, redis.Config{URL: "redis://" + p.addr() + "/0", Namespace: ns, MaxWait: 50 * time.Millisecond}, c)
+	s := open(t, redis.Config{URL: "redis://" + p.Addr() + "/0", Namespace: ns, MaxWait: 50 * time.Millisecond}, c)
 	var mu sync.Mutex
 	got := map[int64]int{}
 	deliver := func(_ context.Context, due []hourglass.Timer) error {
@@ -115,7 +113,7 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, deliver) }()
-	p.cut()
+	p.Cut()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "redis: claim due timers") {
@@ -127,7 +125,7 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: time.Now()}}); err == nil {
 		t.Fatal("Schedule succeeded with Redis away")
 	}
-	p.restore()
+	p.Restore()
 	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(50 * time.Millisecond)}}); err != nil {
 		t.Fatalf("Schedule after Redis came back: %v", err)
 	}
@@ -157,75 +155,4 @@ func hostOf(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Host
-}
-
-// proxy forwards TCP connections to a Redis; cut closes them all and
-// refuses new ones until restore.
-type proxy struct {
-	t      *testing.T
-	target string
-	ln     net.Listener
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{t: t, target: target, ln: ln}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go p.accept()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			in.Close()
-			continue
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			in.Close()
-			continue
-		}
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go pipe(in, out)
-		go pipe(out, in)
-	}
-}
-
-func pipe(dst, src net.Conn) {
-	io.Copy(dst, src) // ends when either side is closed
-	dst.Close()
-	src.Close()
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
 }

@@ -2,12 +2,9 @@ package rediskeyspace_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,8 +207,8 @@ func TestCancelDeletesKey(t *testing.T) {
 func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	t.Parallel()
 	raw, c := setup(t)
-	p := newProxy(t, hostOf(t, raw))
-	s := open(t, rediskeyspace.Config{URL: "redis://" + p.addr() + "/0", Namespace: hourglasstest.Namespace(t), PingInterval: 100 * time.Millisecond}, c)
+	p := hourglasstest.NewProxy(t, hostOf(t, raw))
+	s := open(t, rediskeyspace.Config{URL: "redis://" + p.Addr() + "/0", Namespace: hourglasstest.Namespace(t), PingInterval: 100 * time.Millisecond}, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan int64, 10)
@@ -224,7 +221,7 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, deliver) }()
 	time.Sleep(200 * time.Millisecond) // subscribed
-	p.cut()
+	p.Cut()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -238,7 +235,7 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("Run returned nil with Redis still away")
 	}
-	p.restore()
+	p.Restore()
 	go func() { done <- s.Run(ctx, deliver) }()
 	time.Sleep(200 * time.Millisecond)
 	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(100 * time.Millisecond)}}); err != nil {
@@ -266,74 +263,4 @@ func hostOf(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Host
-}
-
-// proxy forwards TCP connections to a Redis; cut closes them all and
-// refuses new ones until restore.
-type proxy struct {
-	target string
-	ln     net.Listener
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{target: target, ln: ln}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go p.accept()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			in.Close()
-			continue
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			in.Close()
-			continue
-		}
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go pipe(in, out)
-		go pipe(out, in)
-	}
-}
-
-func pipe(dst, src net.Conn) {
-	io.Copy(dst, src) // ends when either side is closed
-	dst.Close()
-	src.Close()
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
 }
