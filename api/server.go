@@ -306,12 +306,11 @@ const MaxListLimit = 1000
 
 func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 	q := r.URL.Query()
-	for k := range q {
-		if k != "status" && k != "limit" && k != "after" {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown query parameter %q (want status, limit, after)", k)
-		}
+	pg, err := parsePage(q, "order", 50, MaxListLimit, "status")
+	if err != nil {
+		return 0, nil, err
 	}
-	f := hourglass.OrderFilter{Limit: 50, Now: s.clock.Now()}
+	f := hourglass.OrderFilter{Limit: pg.limit + 1, After: pg.after, Now: s.clock.Now()} // one more, to know whether there is a next page
 	if v := q.Get("status"); v != "" {
 		st, err := hourglass.ParseState(v)
 		if err != nil {
@@ -319,32 +318,12 @@ func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 		}
 		f.Status = st
 	}
-	if v := q.Get("limit"); v != "" || q.Has("limit") {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be an integer from 1 to %d, got %q", MaxListLimit, v)
-		}
-		f.Limit = n
-	}
-	if v := q.Get("after"); v != "" || q.Has("after") {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a non-negative integer order id, got %q", v)
-		}
-		f.After = n
-	}
-	limit := f.Limit
-	f.Limit++ // one more, to know whether there is a next page
 	orders, err := s.cfg.Store.ListOrders(r.Context(), f)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := OrderListJSON{Orders: make([]OrderJSON, 0, len(orders))}
-	if len(orders) > limit {
-		orders = orders[:limit]
-		next := orders[limit-1].ID
-		out.Next = &next
-	}
+	orders, next := trimPage(orders, pg.limit, func(o hourglass.Order) int64 { return o.ID })
+	out := OrderListJSON{Orders: make([]OrderJSON, 0, len(orders)), Next: next}
 	for _, o := range orders {
 		out.Orders = append(out.Orders, orderJSON(o.View(f.Now)))
 	}
@@ -377,8 +356,7 @@ func (s *Server) transition(a hourglass.Action) handlerFunc {
 		if err != nil {
 			return 0, nil, err
 		}
-		var empty struct{}
-		if err := decodeJSON(body, &empty, true); err != nil {
+		if err := decodeEmpty(body); err != nil {
 			return 0, nil, err
 		}
 		o, err := s.cfg.Store.TransitionOrder(r.Context(), id, a)

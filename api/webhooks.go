@@ -201,8 +201,7 @@ func (s *Server) deleteWebhook(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	var empty struct{}
-	if err := decodeJSON(body, &empty, true); err != nil {
+	if err := decodeEmpty(body); err != nil {
 		return 0, nil, err
 	}
 	w, err := s.cfg.Webhooks.DeleteWebhook(r.Context(), id)
@@ -213,37 +212,16 @@ func (s *Server) deleteWebhook(r *http.Request, body []byte) (int, any, error) {
 }
 
 func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
-	q := r.URL.Query()
-	for k := range q {
-		if k != "limit" && k != "after" {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown query parameter %q (want limit, after)", k)
-		}
-	}
-	limit, after := DeadLetterLimitDefault, int64(0)
-	if v := q.Get("limit"); v != "" || q.Has("limit") {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxDeadLetterLimit {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be an integer from 1 to %d, got %q", MaxDeadLetterLimit, v)
-		}
-		limit = n
-	}
-	if v := q.Get("after"); v != "" || q.Has("after") {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a non-negative integer dead letter id, got %q", v)
-		}
-		after = n
-	}
-	dls, err := s.cfg.Webhooks.DeadLetters(r.Context(), after, limit+1) // one more, to know whether there is a next page
+	pg, err := parsePage(r.URL.Query(), "dead letter", DeadLetterLimitDefault, MaxDeadLetterLimit)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := DeadLetterListJSON{DeadLetters: make([]DeadLetterJSON, 0, len(dls))}
-	if len(dls) > limit {
-		dls = dls[:limit]
-		next := dls[limit-1].ID
-		out.Next = &next
+	dls, err := s.cfg.Webhooks.DeadLetters(r.Context(), pg.after, pg.limit+1) // one more, to know whether there is a next page
+	if err != nil {
+		return 0, nil, err
 	}
+	dls, next := trimPage(dls, pg.limit, func(d hourglass.DeadLetter) int64 { return d.ID })
+	out := DeadLetterListJSON{DeadLetters: make([]DeadLetterJSON, 0, len(dls)), Next: next}
 	for _, d := range dls {
 		out.DeadLetters = append(out.DeadLetters, deadLetterJSON(d))
 	}
@@ -255,8 +233,7 @@ func (s *Server) retryDeadLetter(r *http.Request, body []byte) (int, any, error)
 	if err != nil {
 		return 0, nil, err
 	}
-	var empty struct{}
-	if err := decodeJSON(body, &empty, true); err != nil {
+	if err := decodeEmpty(body); err != nil {
 		return 0, nil, err
 	}
 	if err := s.cfg.Webhooks.RetryDeadLetter(r.Context(), id); err != nil {
@@ -270,8 +247,7 @@ func (s *Server) deleteDeadLetter(r *http.Request, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	var empty struct{}
-	if err := decodeJSON(body, &empty, true); err != nil {
+	if err := decodeEmpty(body); err != nil {
 		return 0, nil, err
 	}
 	d, err := s.cfg.Webhooks.DeleteDeadLetter(r.Context(), id)
