@@ -1,0 +1,190 @@
+// Package timerloop is the scheduler shared by the in-memory delay
+// mechanisms (wheel, heap): one goroutine sleeps until the earliest deadline
+// held by a timer structure (or until Schedule adds an earlier one), pops
+// what is due and hands it to a dispatch.Dispatcher, whose workers deliver
+// it in batches and retry a failed delivery with backoff, so a slow database
+// never stalls the timing loop. The mechanisms differ only in the structure
+// (a hierarchical timing wheel, a binary heap), which implements Timers.
+//
+// Timers live only in memory (Info().Durable is false): the engine feeds the
+// scheduler the next window of pending orders from the database
+// (FeedWindow) and pages it in again after a restart.
+package timerloop
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay/dispatch"
+)
+
+// Timers is an in-memory timer structure keyed by order id, with deadlines
+// in unix milliseconds. It need not be safe for concurrent use: the
+// Scheduler holds a mutex around every call.
+type Timers interface {
+	// Add schedules id at deadline, replacing an earlier deadline of id.
+	Add(id, deadline int64)
+	// Remove drops id; it reports whether id was held.
+	Remove(id int64) bool
+	// Len is the number of timers held.
+	Len() int
+	// PopDue removes every timer due at now (deadline <= now), calling fire
+	// for each, and returns how many fired.
+	PopDue(now int64, fire func(id, deadline int64)) int
+	// Next returns a time no later than the earliest deadline held, at
+	// which PopDue should be called next; false when empty.
+	Next() (int64, bool)
+}
+
+// Config configures a Scheduler; zero values mean the defaults.
+type Config struct {
+	// Name is the mechanism's name in Info.
+	Name string
+	// Clock gives "now" to the timing loop (default the system clock).
+	Clock  hourglass.Clock
+	Logger *slog.Logger
+	// Dispatch configures the workers that deliver fired timers.
+	Dispatch dispatch.Config
+}
+
+// Scheduler drives a Timers structure. All its methods are safe for
+// concurrent use; Run must not be called twice at once.
+type Scheduler struct {
+	name  string
+	clock hourglass.Clock
+	disp  *dispatch.Dispatcher
+
+	mu         sync.Mutex
+	timers     Timers
+	sleepUntil int64 // the deadline the timing loop sleeps towards (unix ms)
+	wake       chan struct{}
+}
+
+var (
+	_ hourglass.Scheduler = (*Scheduler)(nil)
+	_ hourglass.Canceler  = (*Scheduler)(nil)
+)
+
+// New returns a scheduler over timers, which must be empty and is owned by
+// the scheduler from now on.
+func New(timers Timers, cfg Config) *Scheduler {
+	if cfg.Clock == nil {
+		cfg.Clock = hourglass.SystemClock{}
+	}
+	if cfg.Dispatch.Logger == nil {
+		cfg.Dispatch.Logger = cfg.Logger
+	}
+	return &Scheduler{
+		name:       cfg.Name,
+		clock:      cfg.Clock,
+		disp:       dispatch.New(cfg.Dispatch),
+		timers:     timers,
+		sleepUntil: math.MaxInt64, // until Run starts, any Schedule may wake it
+		wake:       make(chan struct{}, 1),
+	}
+}
+
+// Info implements hourglass.Scheduler.
+func (s *Scheduler) Info() hourglass.SchedulerInfo {
+	return hourglass.SchedulerInfo{Name: s.name, Feed: hourglass.FeedWindow}
+}
+
+// Schedule implements hourglass.Scheduler; it never fails. Scheduling an
+// order already held replaces its deadline (an order's deadline never
+// changes, so this only drops a duplicate): it is idempotent.
+func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.Timer) error {
+	if len(timers) == 0 {
+		return nil
+	}
+	earliest := int64(math.MaxInt64)
+	s.mu.Lock()
+	for _, t := range timers {
+		d := hourglass.UnixMilli(t.Deadline)
+		s.timers.Add(t.OrderID, d)
+		earliest = min(earliest, d)
+	}
+	wake := earliest < s.sleepUntil
+	s.mu.Unlock()
+	if wake {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Cancel implements hourglass.Canceler. It never fails; unknown ids are
+// ignored, so it is idempotent. A timer that already fired and waits in the
+// dispatcher is still delivered (its close is then a no-op).
+func (s *Scheduler) Cancel(_ context.Context, orderIDs []int64) error {
+	s.mu.Lock()
+	for _, id := range orderIDs {
+		s.timers.Remove(id)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Pending returns the number of timers held (not counting fired timers
+// waiting for delivery), for the hourglass_timers_pending gauge.
+func (s *Scheduler) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.timers.Len()
+}
+
+// Run implements hourglass.Scheduler: it sleeps until the next deadline (or
+// until Schedule adds an earlier one), pops what is due and hands it to the
+// dispatcher's workers, which call deliver. A failed delivery is retried by
+// the dispatcher, so Run itself never fails; it returns nil once ctx ends
+// and the workers have stopped.
+func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.disp.Run(ctx, deliver) }()
+	defer wg.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var fired []hourglass.Timer
+	for {
+		now := s.clock.Now()
+		nowMs := hourglass.UnixMilli(now)
+		fired = fired[:0]
+		s.mu.Lock()
+		s.timers.PopDue(nowMs, func(id, deadline int64) {
+			fired = append(fired, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)})
+		})
+		next, ok := s.timers.Next()
+		if !ok {
+			next = nowMs + time.Hour.Milliseconds()
+		}
+		s.sleepUntil = next
+		s.mu.Unlock()
+		s.disp.Push(fired)
+		// A deadline of D ms is due at D ms exactly; sleep to that instant.
+		wait := hourglass.FromUnixMilli(next).Sub(now)
+		if wait <= 0 {
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-s.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// Close implements hourglass.Scheduler; it holds no connections, so it does
+// nothing and returns nil.
+func (s *Scheduler) Close() error { return nil }
