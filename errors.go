@@ -22,6 +22,7 @@ const (
 	CodeInvalidTransition    Code = "invalid_transition"
 	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
 	CodePayloadTooLarge      Code = "payload_too_large"
+	CodeLimitExceeded        Code = "limit_exceeded"
 	CodeUnavailable          Code = "unavailable"
 	CodeInternal             Code = "internal"
 )

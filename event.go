@@ -327,11 +327,14 @@ type AttemptResult struct {
 // they return. Errors are *Error values with the codes named, or internal
 // errors wrapped with the store and operation.
 type WebhookStore interface {
-	// CreateWebhook validates p (WebhookParams.Validate) and stores it.
-	// Errors: invalid_argument.
-	CreateWebhook(ctx context.Context, p WebhookParams) (Webhook, error)
-	// Webhooks returns every webhook, by id.
-	Webhooks(ctx context.Context) ([]Webhook, error)
+	// CreateWebhook validates p (WebhookParams.Validate) and stores it. When
+	// limit > 0 and limit webhooks exist already, it stores nothing and
+	// fails with limit_exceeded; the count and the insert are one atomic
+	// step, whatever the concurrency. Errors: invalid_argument,
+	// limit_exceeded.
+	CreateWebhook(ctx context.Context, p WebhookParams, limit int) (Webhook, error)
+	// Webhooks returns up to f.Limit webhooks with id > f.After, by id.
+	Webhooks(ctx context.Context, f WebhookFilter) ([]Webhook, error)
 	// Webhook returns one webhook. Errors: not_found.
 	Webhook(ctx context.Context, id int64) (Webhook, error)
 	// DeleteWebhook removes a webhook with its pending deliveries and dead
@@ -349,18 +352,36 @@ type WebhookStore interface {
 	DeliveryCounts(ctx context.Context) (pending, dead int, err error)
 }
 
+// WebhookFilter selects a page of webhooks for WebhookStore.Webhooks.
+type WebhookFilter struct {
+	After int64 // only ids greater than After
+	Limit int   // the most returned; must be positive
+}
+
+// DueDeliveriesParams is the input of DeliveryStore.DueDeliveries: a page of
+// pending deliveries in (next attempt, id) order.
+type DueDeliveriesParams struct {
+	// After and AfterID are the cursor: only deliveries strictly after
+	// (After, AfterID) in (next attempt, id) order.
+	After   time.Time
+	AfterID int64
+	// Until is the latest next-attempt time returned.
+	Until time.Time
+	// Limit is the most returned; it must be positive.
+	Limit int
+}
+
 // DeliveryStore is the webhook delivery queue: one row per (event, matching
-// webhook), written in the event's transaction, removed when delivered.
-// Methods are safe for concurrent use.
+// webhook), written in the event's transaction, removed when delivered. A new
+// delivery is due at its event's commit time (the database's now). Ids are
+// unique but need not grow in commit order (sequences and AUTO_INCREMENT
+// hand them out before commit), so readers find new deliveries by due time,
+// never by "ids after the last one seen". Methods are safe for concurrent
+// use.
 type DeliveryStore interface {
-	// DueDeliveries returns up to limit pending deliveries due at or before
-	// until, ordered by (At, ID) and strictly after the cursor (after,
-	// afterID).
-	DueDeliveries(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]DeliveryTimer, error)
-	// DeliveriesAfter returns up to limit pending deliveries with id >
-	// afterID, by id: the ones created since the caller last looked (ids
-	// grow in commit order).
-	DeliveriesAfter(ctx context.Context, afterID int64, limit int) ([]DeliveryTimer, error)
+	// DueDeliveries returns up to p.Limit pending deliveries due at or
+	// before p.Until, ordered by (At, ID) and strictly after the cursor.
+	DueDeliveries(ctx context.Context, p DueDeliveriesParams) ([]DeliveryTimer, error)
 	// PendingDelivery returns a pending delivery. Errors: not_found (delivered,
 	// dead, or deleted with its webhook).
 	PendingDelivery(ctx context.Context, id int64) (PendingDelivery, error)
@@ -377,6 +398,9 @@ type DeliveryStore interface {
 	PruneEvents(ctx context.Context, before time.Time, limit int) (int, error)
 	// DeliveriesCreated returns a channel that receives a value (coalesced,
 	// never blocking the writer) after a commit that created deliveries. It
-	// has one consumer: the delivery engine.
+	// is a hint: it fires for this store value's commits, and for other
+	// processes' only where the database can say so (PostgreSQL's NOTIFY);
+	// the consumer must also poll DueDeliveries. It has one consumer: the
+	// delivery engine.
 	DeliveriesCreated() <-chan struct{}
 }

@@ -6,12 +6,27 @@ import (
 )
 
 // Store is the database of record. Every method is safe for concurrent use;
-// every write commits durably before it returns. Writes read "now" from the
-// store's Clock when they execute, inside their transaction, so a deadline
-// check and the update it guards are one atomic step whatever the queueing
-// delay before it. Errors are *Error values
-// with the codes named below, or internal errors wrapped with the store and
-// operation.
+// every write commits durably before it returns.
+//
+// Time: writes read "now" inside the statement that needs it, from the
+// database's clock (the database server's for PostgreSQL and MySQL, the
+// process's for the embedded SQLite), so a deadline check and the update it
+// guards are one atomic step whatever the queueing delay before it, and
+// every process sharing a database agrees on the boundary. created_at,
+// paid_at and closed_at are that "now". A store opened with a test clock
+// uses the clock instead.
+//
+// Several processes: stores meant to be shared (PostgreSQL, MySQL) make no
+// single-process assumption: everything one store value commits is seen by
+// every other store value on the same database (a policy, a webhook, a
+// delivery), and every check-then-write is one conditional statement or
+// holds a row lock. A store that cannot be shared (SQLite) says so and
+// refuses a second process.
+//
+// Errors are *Error values with the codes named below; CodeUnavailable when
+// the database cannot be reached or a write could not be made durable (the
+// connection was lost, the disk is full): retry later. Anything else is an
+// internal error wrapped with the store and operation.
 type Store interface {
 	// PutProduct creates or updates a product's name, category and available
 	// stock; reserved and sold are kept. Returns the product as stored.
@@ -44,14 +59,31 @@ type Store interface {
 	// an order that is no longer pending (or not yet due) is skipped and not
 	// reported. Returns the orders it closed.
 	CloseOrders(ctx context.Context, ids []int64) ([]ClosedOrder, error)
-	// PendingDue returns up to limit pending orders with deadline <= until,
-	// ordered by (deadline, id) and strictly after the cursor (after, afterID);
-	// pass the last returned timer as the next cursor to page.
-	PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]Timer, error)
+	// PendingDue returns up to p.Limit pending orders with deadline <=
+	// p.Until, ordered by (deadline, id) and strictly after the cursor
+	// (p.After, p.AfterID); pass the last returned timer as the next cursor
+	// to page.
+	PendingDue(ctx context.Context, p PendingDueParams) ([]Timer, error)
 
-	// Policy returns the timeout policy.
+	// Policy returns the timeout policy as stored now, whichever store value
+	// or process put it.
 	Policy(ctx context.Context) (Policy, error)
 	// PutPolicy validates and replaces the timeout policy; it applies to
-	// orders created afterwards.
+	// orders created after it committed, through any store value on the
+	// same database.
 	PutPolicy(ctx context.Context, p Policy) error
+}
+
+// PendingDueParams is the input of Store.PendingDue: a page of pending
+// deadlines in (deadline, id) order.
+type PendingDueParams struct {
+	// After and AfterID are the cursor: only timers strictly after
+	// (After, AfterID) in (deadline, id) order. The zero value starts at the
+	// beginning.
+	After   time.Time
+	AfterID int64
+	// Until is the latest deadline returned.
+	Until time.Time
+	// Limit is the most timers returned; it must be positive.
+	Limit int
 }

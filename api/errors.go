@@ -17,6 +17,7 @@ var statusByCode = map[hourglass.Code]int{
 	hourglass.CodeInvalidTransition:    http.StatusConflict,
 	hourglass.CodeIdempotencyKeyReused: http.StatusConflict,
 	hourglass.CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	hourglass.CodeLimitExceeded:        http.StatusConflict,
 	hourglass.CodeUnavailable:          http.StatusServiceUnavailable,
 	hourglass.CodeInternal:             http.StatusInternalServerError,
 }

@@ -16,7 +16,7 @@ type WebhookService interface {
 	// CreateWebhook validates the parameters, including the allow-list, and
 	// stores the webhook.
 	CreateWebhook(ctx context.Context, p hourglass.WebhookParams) (hourglass.Webhook, error)
-	Webhooks(ctx context.Context) ([]hourglass.Webhook, error)
+	Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error)
 	Webhook(ctx context.Context, id int64) (hourglass.Webhook, error)
 	DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error)
 	DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error)
@@ -25,8 +25,10 @@ type WebhookService interface {
 	DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error)
 }
 
-// Limits of GET /v1/deadletters.
+// Limits of GET /v1/webhooks and GET /v1/deadletters.
 const (
+	WebhookLimitDefault    = 100
+	MaxWebhookLimit        = 1000
 	DeadLetterLimitDefault = 100
 	MaxDeadLetterLimit     = 1000
 )
@@ -57,9 +59,11 @@ type WebhookJSON struct {
 	CreatedAt string   `json:"created_at"`
 }
 
-// WebhookListJSON is the response of GET /v1/webhooks.
+// WebhookListJSON is the response of GET /v1/webhooks: a page, and the
+// after= of the next one (null on the last page).
 type WebhookListJSON struct {
 	Webhooks []WebhookJSON `json:"webhooks"`
+	Next     *int64        `json:"next"`
 }
 
 // DeadLetterJSON is the wire form of a dead letter.
@@ -170,14 +174,16 @@ func (s *Server) createWebhook(r *http.Request, body []byte) (int, any, error) {
 }
 
 func (s *Server) listWebhooks(r *http.Request, _ []byte) (int, any, error) {
-	if len(r.URL.Query()) > 0 {
-		return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "GET /v1/webhooks takes no query parameters")
-	}
-	ws, err := s.cfg.Webhooks.Webhooks(r.Context())
+	pg, err := parsePage(r.URL.Query(), "webhook", WebhookLimitDefault, MaxWebhookLimit)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := WebhookListJSON{Webhooks: make([]WebhookJSON, 0, len(ws))}
+	ws, err := s.cfg.Webhooks.Webhooks(r.Context(), hourglass.WebhookFilter{After: pg.after, Limit: pg.limit + 1}) // one more, to know whether there is a next page
+	if err != nil {
+		return 0, nil, err
+	}
+	ws, next := trimPage(ws, pg.limit, func(w hourglass.Webhook) int64 { return w.ID })
+	out := WebhookListJSON{Webhooks: make([]WebhookJSON, 0, len(ws)), Next: next}
 	for _, w := range ws {
 		out.Webhooks = append(out.Webhooks, webhookJSON(w))
 	}

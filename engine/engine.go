@@ -104,7 +104,7 @@ func (c Config) Validate() error {
 // scheduler it must also implement hourglass.Outbox.
 type Store interface {
 	CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error)
-	PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.Timer, error)
+	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
 }
 
 // Observer receives what the engine does, for metrics. Its methods are called
@@ -380,7 +380,7 @@ func (e *Engine) load(ctx context.Context) error {
 		after, afterID = hourglass.FromUnixMilli(0), 0
 	}
 	for {
-		page, err := e.store.PendingDue(ctx, after, afterID, hourglass.FromUnixMilli(target), e.cfg.LoadPageSize)
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: e.cfg.LoadPageSize})
 		if err == nil && len(page) > 0 {
 			err = e.sched.Schedule(ctx, page)
 		}
@@ -490,7 +490,7 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	for {
-		page, err := e.store.PendingDue(ctx, time.UnixMilli(0), 0, until, e.cfg.CloseBatch)
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch})
 		if err != nil {
 			return total, err
 		}

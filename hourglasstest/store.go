@@ -289,7 +289,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		var got []hourglass.Timer
 		after, afterID := time.UnixMilli(0), int64(0)
 		for {
-			page, err := s.PendingDue(ctx, after, afterID, until, 4)
+			page, err := s.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: until, Limit: 4})
 			if err != nil {
 				t.Fatal(err)
 			}

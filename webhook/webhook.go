@@ -57,6 +57,12 @@ const (
 	StoreRetryDefault = time.Second
 	// MaxRetries is the most entries a retry schedule may have.
 	MaxRetries = 20
+	// MaxWebhooksDefault is how many webhooks may exist at once.
+	MaxWebhooksDefault = 100
+	// ScanLagDefault is how far back the new-delivery scan looks: a
+	// delivery is due at its event's commit time, and a transaction may
+	// commit (and become visible) up to this long after it read that time.
+	ScanLagDefault = 10 * time.Second
 )
 
 // RetryDefault is the default retry schedule: after a failed first attempt,
@@ -116,6 +122,12 @@ type Config struct {
 	EventRetention, PruneInterval time.Duration
 	// StoreRetry is the wait after a database error (default 1 s).
 	StoreRetry time.Duration
+	// MaxWebhooks is how many webhooks may exist (default 100); a create
+	// beyond it is refused with limit_exceeded.
+	MaxWebhooks int
+	// ScanLag is how far behind now the new-delivery scan starts (default
+	// ScanLagDefault).
+	ScanLag time.Duration
 	Clock      hourglass.Clock
 	Logger     *slog.Logger
 	Observer   Observer
@@ -192,7 +204,7 @@ type Service struct {
 	again      map[int64]int64
 	ready      []int64 // fired, waiting for a worker
 	sleepUntil int64   // what the timing loop sleeps towards
-	lastID     int64   // the highest delivery id the new-delivery scan read
+	scanned    int64   // unix ms: the new-delivery scan read everything due up to here, as of ScanLag ago
 
 	wake      chan struct{} // the timing loop: an earlier deadline was added
 	readyWake chan struct{} // the workers: ready is not empty
@@ -221,6 +233,8 @@ func New(store Store, cfg Config) (*Service, error) {
 	cfg.EventRetention = cmp.Or(cfg.EventRetention, EventRetentionDefault)
 	cfg.PruneInterval = cmp.Or(cfg.PruneInterval, PruneIntervalDefault)
 	cfg.StoreRetry = cmp.Or(cfg.StoreRetry, StoreRetryDefault)
+	cfg.MaxWebhooks = cmp.Or(cfg.MaxWebhooks, MaxWebhooksDefault)
+	cfg.ScanLag = cmp.Or(cfg.ScanLag, ScanLagDefault)
 	s := &Service{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
@@ -277,12 +291,12 @@ func (s *Service) CreateWebhook(ctx context.Context, p hourglass.WebhookParams) 
 	if err := s.cfg.Allow.CheckURL(p.URL); err != nil {
 		return hourglass.Webhook{}, err
 	}
-	return s.store.CreateWebhook(ctx, p)
+	return s.store.CreateWebhook(ctx, p, s.cfg.MaxWebhooks)
 }
 
-// Webhooks returns every webhook, by id.
-func (s *Service) Webhooks(ctx context.Context) ([]hourglass.Webhook, error) {
-	return s.store.Webhooks(ctx)
+// Webhooks returns a page of webhooks, by id.
+func (s *Service) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error) {
+	return s.store.Webhooks(ctx, f)
 }
 
 // Webhook returns one webhook. Errors: not_found.
@@ -636,8 +650,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// scanLoop reads deliveries created since the last scan, when the store
-// says it created some and every PollInterval.
+// scanLoop reads new deliveries, when the store says it created some and
+// every PollInterval.
 func (s *Service) scanLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
@@ -654,27 +668,36 @@ func (s *Service) scanLoop(ctx context.Context) {
 	}
 }
 
+// scan schedules the pending deliveries due between the previous scan (less
+// ScanLag) and the horizon the loader covers. A new delivery is due at its
+// event's commit time, so it falls in that range however its id compares to
+// others: ids need not grow in commit order. Rows already held are
+// scheduled again at the same time, which changes nothing.
 func (s *Service) scan(ctx context.Context) error {
+	now := hourglass.UnixMilli(s.clock.Now())
+	s.mu.Lock()
+	from := max(s.scanned, now-s.cfg.ScanLag.Milliseconds()*6) - s.cfg.ScanLag.Milliseconds()
+	until := s.horizon
+	s.mu.Unlock()
+	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(from), AfterID: 0, Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault}
 	for {
-		s.mu.Lock()
-		after := s.lastID
-		s.mu.Unlock()
-		page, err := s.store.DeliveriesAfter(ctx, after, LoadPageSizeDefault)
+		page, err := s.store.DueDeliveries(ctx, p)
 		if err != nil {
 			return err
 		}
 		for _, t := range page {
-			s.schedule(t, false)
+			s.schedule(t, false) // past the horizon, the loader brings it
 		}
-		if len(page) > 0 {
-			s.mu.Lock()
-			s.lastID = max(s.lastID, page[len(page)-1].ID)
-			s.mu.Unlock()
+		if len(page) < p.Limit {
+			break
 		}
-		if len(page) < LoadPageSizeDefault {
-			return nil
-		}
+		last := page[len(page)-1]
+		p.After, p.AfterID = last.At, last.ID
 	}
+	s.mu.Lock()
+	s.scanned = max(s.scanned, now)
+	s.mu.Unlock()
+	return nil
 }
 
 // loadLoop extends the window every LoadInterval.
@@ -710,7 +733,7 @@ func (s *Service) load(ctx context.Context) error {
 		after, afterID = hourglass.FromUnixMilli(0), 0
 	}
 	for {
-		page, err := s.store.DueDeliveries(ctx, after, afterID, hourglass.FromUnixMilli(target), LoadPageSizeDefault)
+		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: LoadPageSizeDefault})
 		if err != nil {
 			s.mu.Lock()
 			if s.horizon == target { // let the next load retry this range

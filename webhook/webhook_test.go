@@ -340,7 +340,7 @@ func TestFailsThreeTimesThenDelivered(t *testing.T) {
 	if got, want := f.obs.get(), map[string]int{"retry": 3, "delivered": 2}; got["retry"] != want["retry"] || got["delivered"] != want["delivered"] || got["dead"] != 0 {
 		t.Errorf("outcomes %v, want %v", got, want)
 	}
-	if ws, _ := f.svc.Webhooks(f.ctx); len(ws) != 1 || ws[0].ID != w.ID {
+	if ws, _ := f.svc.Webhooks(f.ctx, hourglass.WebhookFilter{Limit: 10}); len(ws) != 1 || ws[0].ID != w.ID {
 		t.Errorf("webhooks %+v", ws)
 	}
 }
@@ -600,7 +600,7 @@ func TestCreateWebhookChecksTheAllowList(t *testing.T) {
 			t.Errorf("%s: %v, want invalid_argument with %q", tt.url, err, tt.want)
 		}
 	}
-	if ws, _ := f.svc.Webhooks(f.ctx); len(ws) != 2 {
+	if ws, _ := f.svc.Webhooks(f.ctx, hourglass.WebhookFilter{Limit: 10}); len(ws) != 2 {
 		t.Errorf("%d webhooks stored, want the 2 allowed", len(ws))
 	}
 }

@@ -29,7 +29,8 @@ type read struct {
 	limit                 int
 }
 
-func (m *memStore) PendingDue(_ context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.Timer, error) {
+func (m *memStore) PendingDue(_ context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	after, afterID, until, limit := p.After, p.AfterID, p.Until, p.Limit
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := read{hourglass.UnixMilli(after), afterID, hourglass.UnixMilli(until), limit}

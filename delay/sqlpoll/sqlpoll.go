@@ -67,7 +67,7 @@ type Store interface {
 	// PendingDue returns up to limit pending orders with deadline <= until,
 	// ordered by (deadline, id) and strictly after the cursor (after,
 	// afterID).
-	PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.Timer, error)
+	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
 }
 
 // Config configures a Scheduler; zero values mean the defaults.
@@ -129,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
-	if _, err := s.store.PendingDue(ctx, time.UnixMilli(0), 0, s.clock.Now(), 1); err != nil {
+	if _, err := s.store.PendingDue(ctx, hourglass.PendingDueParams{Until: s.clock.Now(), Limit: 1}); err != nil {
 		return nil, fmt.Errorf("sqlpoll: check the order database can be scanned: %w", err)
 	}
 	return s, nil
@@ -185,7 +185,7 @@ func (s *Scheduler) scan(ctx context.Context, deliver hourglass.Deliver) error {
 	until := s.clock.Now()
 	after, afterID := time.UnixMilli(0), int64(0)
 	for {
-		page, err := s.store.PendingDue(ctx, after, afterID, until, s.batch)
+		page, err := s.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: until, Limit: s.batch})
 		if err != nil {
 			return fmt.Errorf("sqlpoll: read due orders: %w", err)
 		}

@@ -284,7 +284,7 @@ func TestConcurrentPollersCloseOnce(t *testing.T) {
 	}
 	limit := time.Now().Add(20 * time.Second)
 	for {
-		pending, err := entry.PendingDue(ctx, time.UnixMilli(0), 0, time.Now().Add(time.Hour), 1)
+		pending, err := entry.PendingDue(ctx, hourglass.PendingDueParams{Until: time.Now().Add(time.Hour), Limit: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +353,7 @@ func TestConfigValidate(t *testing.T) {
 // failingStore is a database that cannot be read.
 type failingStore struct{}
 
-func (failingStore) PendingDue(context.Context, time.Time, int64, time.Time, int) ([]hourglass.Timer, error) {
+func (failingStore) PendingDue(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	return nil, errors.New("database is locked (simulated)")
 }
 

@@ -145,22 +145,12 @@ func (n *notifier) notify() {
 // DeliveriesCreated implements hourglass.DeliveryStore.
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
 
-// EventRecord is one stored event.
-type EventRecord struct {
-	Seq       int64 // the order events were written in
-	ID        string
-	Type      hourglass.EventType
-	OrderID   int64
-	CreatedAt time.Time
-	Body      []byte // as delivered to webhooks
-}
-
 // OrderEvents returns the events of an order that have not been pruned, in
 // the order they were written. It scans every event (no index by order
 // keeps the insert on every transition cheap): for tests and debugging.
 // Safe for concurrent use.
-func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]EventRecord, error) {
-	var out []EventRecord
+func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
+	var out []hourglass.EventRecord
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		o, err := getOrder(conn, orderID)
 		if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
@@ -180,7 +170,7 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]EventRecord, 
 			if !row {
 				return nil
 			}
-			e := EventRecord{
+			e := hourglass.EventRecord{
 				Seq:       stmt.ColumnInt64(0),
 				ID:        stmt.ColumnText(1),
 				Type:      hourglass.EventType(stmt.ColumnText(2)),

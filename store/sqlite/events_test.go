@@ -46,7 +46,7 @@ func (f eventsFixture) create(t *testing.T, key string) hourglass.Order {
 	return o
 }
 
-func (f eventsFixture) events(t *testing.T, orderID int64) []sqlite.EventRecord {
+func (f eventsFixture) events(t *testing.T, orderID int64) []hourglass.EventRecord {
 	t.Helper()
 	evs, err := f.store.OrderEvents(f.ctx, orderID)
 	if err != nil {
@@ -55,7 +55,7 @@ func (f eventsFixture) events(t *testing.T, orderID int64) []sqlite.EventRecord 
 	return evs
 }
 
-func eventTypes(evs []sqlite.EventRecord) []hourglass.EventType {
+func eventTypes(evs []hourglass.EventRecord) []hourglass.EventType {
 	var out []hourglass.EventType
 	for _, e := range evs {
 		out = append(out, e.Type)
@@ -177,7 +177,7 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 
 func (f eventsFixture) webhook(t *testing.T, events ...hourglass.EventType) hourglass.Webhook {
 	t.Helper()
-	w, err := f.store.CreateWebhook(f.ctx, hourglass.WebhookParams{URL: "https://hooks.example.com/x", Events: events, Secret: "0123456789abcdef"})
+	w, err := f.store.CreateWebhook(f.ctx, hourglass.WebhookParams{URL: "https://hooks.example.com/x", Events: events, Secret: "0123456789abcdef"}, 0)
 	if err != nil {
 		t.Fatalf("create webhook: %v", err)
 	}
@@ -186,7 +186,7 @@ func (f eventsFixture) webhook(t *testing.T, events ...hourglass.EventType) hour
 
 func (f eventsFixture) pending(t *testing.T) []hourglass.PendingDelivery {
 	t.Helper()
-	timers, err := f.store.DeliveriesAfter(f.ctx, 0, 1000)
+	timers, err := f.store.DueDeliveries(f.ctx, hourglass.DueDeliveriesParams{Until: hourglass.FromUnixMilli(1 << 50), Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestDeliveryLifecycle(t *testing.T) {
 	if d.Attempts != 1 || !d.NextAttemptAt.Equal(retryAt) {
 		t.Fatalf("after a retry: %+v", d)
 	}
-	due, err := f.store.DueDeliveries(ctx, time.UnixMilli(0), 0, f.clock.Now(), 10)
+	due, err := f.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{Until: f.clock.Now(), Limit: 10})
 	if err != nil || len(due) != 1 || due[0].ID != second.ID {
 		t.Fatalf("due now: %+v, %v; want only the second", due, err)
 	}
@@ -363,7 +363,7 @@ func TestDeliveryLifecycle(t *testing.T) {
 	if _, err := f.store.DeleteWebhook(ctx, w.ID); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
 		t.Fatalf("delete twice: %v", err)
 	}
-	if ws, _ := f.store.Webhooks(ctx); len(ws) != 0 {
+	if ws, _ := f.store.Webhooks(ctx, hourglass.WebhookFilter{Limit: 10}); len(ws) != 0 {
 		t.Fatalf("webhooks after delete: %+v", ws)
 	}
 	f.create(t, "")

@@ -1,99 +1,102 @@
 package sqlite
 
-// migrations are applied in order, each in its own transaction; the index of
-// the last applied one is kept in PRAGMA user_version. Append, never edit.
-var migrations = []string{
-	// 1: products, orders, idempotency keys, settings.
-	`
-CREATE TABLE products (
-	sku       TEXT PRIMARY KEY,
-	name      TEXT NOT NULL,
-	category  TEXT NOT NULL,
-	available INTEGER NOT NULL CHECK (available >= 0),
-	reserved  INTEGER NOT NULL DEFAULT 0 CHECK (reserved >= 0),
-	sold      INTEGER NOT NULL DEFAULT 0 CHECK (sold >= 0)
-);
--- Times are unix milliseconds. items is a JSON array of {"sku","quantity"}.
-CREATE TABLE orders (
-	id           INTEGER PRIMARY KEY,
-	user_id      TEXT NOT NULL,
-	status       TEXT NOT NULL,
-	items        TEXT NOT NULL,
-	created_at   INTEGER NOT NULL,
-	deadline     INTEGER NOT NULL,
-	paid_at      INTEGER,
-	closed_at    INTEGER,
-	close_reason TEXT,
-	payment_id   TEXT
-);
--- The engine's window loader and the sweeper page through this index.
-CREATE INDEX orders_status_deadline ON orders (status, deadline);
-CREATE TABLE idempotency_keys (
-	key          TEXT PRIMARY KEY,
-	request_hash BLOB NOT NULL,
-	order_id     INTEGER NOT NULL,
-	created_at   INTEGER NOT NULL
-);
-CREATE TABLE settings (
-	name  TEXT PRIMARY KEY,
-	value TEXT NOT NULL
-);
-`,
-	// 2: the timer outbox, for delay mechanisms outside the database.
-	`
-CREATE TABLE timer_outbox (
-	order_id INTEGER PRIMARY KEY,
-	deadline INTEGER NOT NULL
-);
-`,
-	// 3: the event outbox, webhooks and their delivery queue. Webhook and
-	// delivery ids are AUTOINCREMENT so an id is never reused after a
-	// delete: a client holding a dead letter's or webhook's id can never act
-	// on another one, and delivery ids grow in commit order (the delivery
-	// engine reads new ones by id). An event's seq may be reused only after
-	// the highest one was pruned, which happens only to events no delivery
-	// refers to, so seq still orders the events deliveries refer to.
-	`
--- One row per committed state change. The order snapshot is not copied:
--- every order field is written once and then fixed, so the order as it was
--- right after the change is the current row seen as of the event's type
--- (hourglass.Order.AsOf), which keeps this hot insert small.
-CREATE TABLE events (
-	seq        INTEGER PRIMARY KEY,
-	id         TEXT NOT NULL,
-	type       TEXT NOT NULL,
-	order_id   INTEGER NOT NULL,
-	created_at INTEGER NOT NULL
-);
-CREATE INDEX events_created_at ON events (created_at);
-CREATE TABLE webhooks (
-	id         INTEGER PRIMARY KEY AUTOINCREMENT,
-	url        TEXT NOT NULL,
-	secret     TEXT NOT NULL,
-	created_at INTEGER NOT NULL
-);
--- The event types a webhook receives; '*' for all. Fan-out joins on type.
-CREATE TABLE webhook_subscriptions (
-	webhook_id INTEGER NOT NULL REFERENCES webhooks (id),
-	type       TEXT NOT NULL,
-	PRIMARY KEY (type, webhook_id)
-);
--- One row per (event, webhook) until it is delivered (then deleted).
--- state 'pending': due at next_attempt_at; 'dead': a dead letter.
-CREATE TABLE webhook_deliveries (
-	id              INTEGER PRIMARY KEY AUTOINCREMENT,
-	webhook_id      INTEGER NOT NULL REFERENCES webhooks (id),
-	event_seq       INTEGER NOT NULL REFERENCES events (seq),
-	order_id        INTEGER NOT NULL,
-	state           TEXT NOT NULL CHECK (state IN ('pending', 'dead')),
-	attempts        INTEGER NOT NULL DEFAULT 0,
-	next_attempt_at INTEGER NOT NULL,
-	last_error      TEXT,
-	failed_at       INTEGER
-);
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at, id);
--- Per-order ordering: the earliest pending delivery of a (webhook, order) goes first.
-CREATE INDEX webhook_deliveries_stream ON webhook_deliveries (webhook_id, order_id, event_seq);
-CREATE INDEX webhook_deliveries_event ON webhook_deliveries (event_seq);
-`,
+import (
+	"context"
+	"embed"
+	"fmt"
+
+	"github.com/hourglass/hourglass/store/migrate"
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
+)
+
+// The schema, one file per version; append, never edit. The version applied
+// is kept in PRAGMA user_version (as before the files existed).
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the store's migrations, in order.
+func Migrations() ([]migrate.Migration, error) {
+	return migrate.Load(migrationFiles, "migrations")
+}
+
+// target is migrate.Target on one connection. One process owns a SQLite
+// file, so the lock is the write transaction each Apply takes, which
+// re-checks the version inside it.
+type target struct{ conn *sqlite.Conn }
+
+func (t target) Lock(context.Context) (func() error, error) { return func() error { return nil }, nil }
+
+func (t target) version() (int, error) {
+	var v int
+	err := sqlitex.ExecuteTransient(t.conn, "PRAGMA user_version", &sqlitex.ExecOptions{
+		ResultFunc: func(stmt *sqlite.Stmt) error { v = stmt.ColumnInt(0); return nil },
+	})
+	return v, err
+}
+
+func (t target) Applied(context.Context) ([]int, error) {
+	v, err := t.version()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, v)
+	for i := range out {
+		out[i] = i + 1
+	}
+	return out, nil
+}
+
+func (t target) Apply(_ context.Context, m migrate.Migration) (err error) {
+	end, err := sqlitex.ImmediateTransaction(t.conn)
+	if err != nil {
+		return err
+	}
+	defer end(&err)
+	v, err := t.version()
+	if err != nil {
+		return err
+	}
+	if v >= m.Version {
+		return nil // applied meanwhile
+	}
+	if v != m.Version-1 {
+		return fmt.Errorf("database is at version %d, cannot apply %d", v, m.Version)
+	}
+	if err := sqlitex.ExecuteScript(t.conn, m.SQL, nil); err != nil {
+		return err
+	}
+	return sqlitex.ExecuteTransient(t.conn, fmt.Sprintf("PRAGMA user_version = %d", m.Version), nil)
+}
+
+// migrateConn applies the pending migrations on conn.
+func migrateConn(ctx context.Context, conn *sqlite.Conn) error {
+	ms, err := Migrations()
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	if _, err := migrate.Up(ctx, target{conn}, ms); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return nil
+}
+
+// MigrationStatus returns every migration of the database at path with
+// whether it is applied; it changes nothing.
+func MigrationStatus(ctx context.Context, dir, fileName string) ([]migrate.Status, error) {
+	conn, err := sqlite.OpenConn(dbPath(dir, fileName), sqlite.OpenReadOnly|sqlite.OpenURI)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", dbPath(dir, fileName), err)
+	}
+	defer conn.Close()
+	ms, err := Migrations()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	st, err := migrate.StatusOf(ctx, target{conn}, ms)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return st, nil
 }

@@ -85,7 +85,13 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 		}
 		timeout := p.Timeout
 		if timeout == 0 {
-			timeout = s.policy.Load().Timeout(categories)
+			// Read in the write: a policy put through another store value
+			// on this database governs this order.
+			policy, err := s.loadPolicy(conn)
+			if err != nil {
+				return err
+			}
+			timeout = policy.Timeout(categories)
 		}
 		for _, it := range p.Items {
 			if err := moveStock(conn, it.SKU, it.Quantity, "available", "reserved"); err != nil {
@@ -420,17 +426,17 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING ` + or
 }
 
 // PendingDue implements hourglass.Store.
-func (s *Store) PendingDue(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.Timer, error) {
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	var out []hourglass.Timer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(`SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
 WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3
 ORDER BY deadline, id LIMIT ?4`)
 		defer stmt.Reset()
-		stmt.BindInt64(1, hourglass.UnixMilli(after))
-		stmt.BindInt64(2, afterID)
-		stmt.BindInt64(3, hourglass.UnixMilli(until))
-		stmt.BindInt64(4, int64(limit))
+		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
+		stmt.BindInt64(2, p.AfterID)
+		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
+		stmt.BindInt64(4, int64(p.Limit))
 		for {
 			row, err := stmt.Step()
 			if err != nil {

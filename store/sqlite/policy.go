@@ -16,15 +16,37 @@ type policyJSON struct {
 	Categories       map[string]int64 `json:"categories"`
 }
 
-func loadPolicy(conn *sqlite.Conn) (hourglass.Policy, error) {
-	p := hourglass.Policy{DefaultTimeout: hourglass.DefaultTimeout, Categories: map[string]time.Duration{}}
+// cachedPolicy is the policy decoded from one stored text, so that a create
+// re-reads the stored row (another store value may have changed it) but
+// decodes it only when it changed.
+type cachedPolicy struct {
+	raw    string
+	policy hourglass.Policy
+}
+
+// loadPolicy reads the stored policy on conn. Its result is shared: callers
+// must not modify its Categories.
+func (s *Store) loadPolicy(conn *sqlite.Conn) (hourglass.Policy, error) {
 	stmt := conn.Prep(`SELECT value FROM settings WHERE name = 'policy'`)
 	var raw string
-	found, err := step(stmt, func(st *sqlite.Stmt) { raw = st.ColumnText(0) })
-	if err != nil {
-		return p, fmt.Errorf("sqlite: load policy: %w", err)
+	if _, err := step(stmt, func(st *sqlite.Stmt) { raw = st.ColumnText(0) }); err != nil {
+		return hourglass.Policy{}, fmt.Errorf("sqlite: load policy: %w", err)
 	}
-	if !found {
+	if c := s.policy.Load(); c != nil && c.raw == raw {
+		return c.policy, nil
+	}
+	p, err := decodePolicy(raw)
+	if err != nil {
+		return p, err
+	}
+	s.policy.Store(&cachedPolicy{raw: raw, policy: p})
+	return p, nil
+}
+
+// decodePolicy decodes a stored policy; "" (none stored) is the default.
+func decodePolicy(raw string) (hourglass.Policy, error) {
+	p := hourglass.Policy{DefaultTimeout: hourglass.DefaultTimeout, Categories: map[string]time.Duration{}}
+	if raw == "" {
 		return p, nil
 	}
 	var j policyJSON
@@ -40,7 +62,14 @@ func loadPolicy(conn *sqlite.Conn) (hourglass.Policy, error) {
 
 // Policy implements hourglass.Store; it returns a copy.
 func (s *Store) Policy(ctx context.Context) (hourglass.Policy, error) {
-	p := *s.policy.Load()
+	var p hourglass.Policy
+	if err := s.read(ctx, func(conn *sqlite.Conn) error {
+		var err error
+		p, err = s.loadPolicy(conn)
+		return err
+	}); err != nil {
+		return p, err
+	}
 	cats := make(map[string]time.Duration, len(p.Categories))
 	for c, d := range p.Categories {
 		cats[c] = d
@@ -55,17 +84,14 @@ func (s *Store) PutPolicy(ctx context.Context, p hourglass.Policy) error {
 		return err
 	}
 	j := policyJSON{DefaultTimeoutMs: p.DefaultTimeout.Milliseconds(), Categories: map[string]int64{}}
-	cats := make(map[string]time.Duration, len(p.Categories))
 	for c, d := range p.Categories {
 		j.Categories[c] = d.Milliseconds()
-		cats[c] = d
 	}
 	raw, err := json.Marshal(j)
 	if err != nil {
 		return fmt.Errorf("sqlite: encode policy: %w", err)
 	}
-	stored := hourglass.Policy{DefaultTimeout: p.DefaultTimeout, Categories: cats}
-	err = s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
+	return s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
 		stmt := conn.Prep(`INSERT INTO settings (name, value) VALUES ('policy', ?1)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value`)
 		stmt.BindText(1, string(raw))
@@ -74,9 +100,4 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value`)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	s.policy.Store(&stored)
-	return nil
 }

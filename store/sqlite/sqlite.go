@@ -76,7 +76,7 @@ type Store struct {
 	reads  *sqlitex.Pool
 	queue  writeQueue
 	done   chan struct{}
-	policy atomic.Pointer[hourglass.Policy]
+	policy atomic.Pointer[cachedPolicy]
 	// deliveries wakes the webhook delivery engine after a commit that
 	// created deliveries; webhooks counts webhooks (events.go).
 	deliveries notifier
@@ -117,7 +117,7 @@ func Open(cfg Config) (*Store, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite: create data dir: %w", err)
 	}
-	path := filepath.Join(cfg.Dir, cfg.FileName)
+	path := dbPath(cfg.Dir, cfg.FileName)
 	w, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -135,7 +135,7 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("sqlite: configure %s: %s: %w", path, pragma, err)
 		}
 	}
-	if err := migrate(w); err != nil {
+	if err := migrateConn(context.Background(), w); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -154,45 +154,15 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open read pool: %w", err)
 	}
 	s.reads = pool
-	p, err := loadPolicy(w)
-	if err != nil {
-		pool.Close()
-		w.Close()
-		return nil, err
-	}
-	s.policy.Store(&p)
 	s.queue.init()
 	s.done = make(chan struct{})
 	go s.writeLoop()
 	return s, nil
 }
 
-func migrate(conn *sqlite.Conn) (err error) {
-	var version int
-	if err := sqlitex.ExecuteTransient(conn, "PRAGMA user_version", &sqlitex.ExecOptions{
-		ResultFunc: func(stmt *sqlite.Stmt) error { version = stmt.ColumnInt(0); return nil },
-	}); err != nil {
-		return fmt.Errorf("sqlite: read schema version: %w", err)
-	}
-	if version > len(migrations) {
-		return fmt.Errorf("sqlite: database schema version %d is newer than this binary (%d); upgrade hourglass", version, len(migrations))
-	}
-	for i := version; i < len(migrations); i++ {
-		if err := func() (err error) {
-			end, err := sqlitex.ImmediateTransaction(conn)
-			if err != nil {
-				return err
-			}
-			defer end(&err)
-			if err := sqlitex.ExecuteScript(conn, migrations[i], nil); err != nil {
-				return err
-			}
-			return sqlitex.ExecuteTransient(conn, fmt.Sprintf("PRAGMA user_version = %d", i+1), nil)
-		}(); err != nil {
-			return fmt.Errorf("sqlite: migration %d: %w", i+1, err)
-		}
-	}
-	return nil
+// dbPath is the database file's path.
+func dbPath(dir, fileName string) string {
+	return filepath.Join(dir, cmp.Or(fileName, FileNameDefault))
 }
 
 // Close stops the writer after the queued writes and closes the database.

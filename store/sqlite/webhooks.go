@@ -15,7 +15,7 @@ var (
 )
 
 // CreateWebhook implements hourglass.WebhookStore.
-func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams) (hourglass.Webhook, error) {
+func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error) {
 	if err := p.Validate(); err != nil {
 		return hourglass.Webhook{}, err
 	}
@@ -26,6 +26,15 @@ func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams) (h
 	var out hourglass.Webhook
 	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
 		nowMs := hourglass.UnixMilli(now)
+		if limit > 0 {
+			n, err := countWebhooks(conn)
+			if err != nil {
+				return err
+			}
+			if n >= int64(limit) {
+				return hourglass.Errorf(hourglass.CodeLimitExceeded, "webhooks: %d exist, the most allowed (--webhook-max); delete one first", n)
+			}
+		}
 		stmt := conn.Prep(`INSERT INTO webhooks (url, secret, created_at) VALUES (?1, ?2, ?3)`)
 		stmt.BindText(1, p.URL)
 		stmt.BindText(2, p.Secret)
@@ -58,11 +67,11 @@ func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams) (h
 }
 
 // Webhooks implements hourglass.WebhookStore.
-func (s *Store) Webhooks(ctx context.Context) ([]hourglass.Webhook, error) {
+func (s *Store) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error) {
 	var out []hourglass.Webhook
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		var err error
-		out, err = listWebhooks(conn, 0)
+		out, err = listWebhooks(conn, f.After, 0, f.Limit)
 		return err
 	})
 	return out, err
@@ -80,7 +89,7 @@ func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error
 }
 
 func getWebhook(conn *sqlite.Conn, id int64) (hourglass.Webhook, error) {
-	ws, err := listWebhooks(conn, id)
+	ws, err := listWebhooks(conn, id-1, id, 1)
 	if err != nil {
 		return hourglass.Webhook{}, err
 	}
@@ -90,13 +99,16 @@ func getWebhook(conn *sqlite.Conn, id int64) (hourglass.Webhook, error) {
 	return ws[0], nil
 }
 
-// listWebhooks returns every webhook by id, or only webhook id when id > 0.
-func listWebhooks(conn *sqlite.Conn, id int64) ([]hourglass.Webhook, error) {
-	stmt := conn.Prep(`SELECT w.id, w.url, w.secret, w.created_at, s.type FROM webhooks w
-JOIN webhook_subscriptions s ON s.webhook_id = w.id
-WHERE ?1 = 0 OR w.id = ?1 ORDER BY w.id, s.rowid`)
+// listWebhooks returns up to limit webhooks with id > after, by id, and only
+// up to id until when until > 0.
+func listWebhooks(conn *sqlite.Conn, after, until int64, limit int) ([]hourglass.Webhook, error) {
+	stmt := conn.Prep(`SELECT w.id, w.url, w.secret, w.created_at, s.type FROM
+(SELECT * FROM webhooks WHERE id > ?1 AND (?2 = 0 OR id <= ?2) ORDER BY id LIMIT ?3) w
+JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.rowid`)
 	defer stmt.Reset()
-	stmt.BindInt64(1, id)
+	stmt.BindInt64(1, after)
+	stmt.BindInt64(2, until)
+	stmt.BindInt64(3, int64(max(limit, 0)))
 	var out []hourglass.Webhook
 	for {
 		row, err := stmt.Step()
@@ -273,33 +285,18 @@ func readTimers(stmt *sqlite.Stmt, what string) ([]hourglass.DeliveryTimer, erro
 }
 
 // DueDeliveries implements hourglass.DeliveryStore.
-func (s *Store) DueDeliveries(ctx context.Context, after time.Time, afterID int64, until time.Time, limit int) ([]hourglass.DeliveryTimer, error) {
+func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
 	var out []hourglass.DeliveryTimer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_due
 WHERE state = 'pending' AND (next_attempt_at > ?1 OR (next_attempt_at = ?1 AND id > ?2)) AND next_attempt_at <= ?3
 ORDER BY next_attempt_at, id LIMIT ?4`)
-		stmt.BindInt64(1, hourglass.UnixMilli(after))
-		stmt.BindInt64(2, afterID)
-		stmt.BindInt64(3, hourglass.UnixMilli(until))
-		stmt.BindInt64(4, int64(limit))
+		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
+		stmt.BindInt64(2, p.AfterID)
+		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
+		stmt.BindInt64(4, int64(p.Limit))
 		var err error
 		out, err = readTimers(stmt, "due deliveries")
-		return err
-	})
-	return out, err
-}
-
-// DeliveriesAfter implements hourglass.DeliveryStore.
-func (s *Store) DeliveriesAfter(ctx context.Context, afterID int64, limit int) ([]hourglass.DeliveryTimer, error) {
-	var out []hourglass.DeliveryTimer
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries
-WHERE id > ?1 AND state = 'pending' ORDER BY id LIMIT ?2`)
-		stmt.BindInt64(1, afterID)
-		stmt.BindInt64(2, int64(limit))
-		var err error
-		out, err = readTimers(stmt, "new deliveries")
 		return err
 	})
 	return out, err
