@@ -127,10 +127,10 @@ type Config struct {
 	MaxWebhooks int
 	// ScanLag is how far behind now the new-delivery scan starts (default
 	// ScanLagDefault).
-	ScanLag time.Duration
-	Clock      hourglass.Clock
-	Logger     *slog.Logger
-	Observer   Observer
+	ScanLag  time.Duration
+	Clock    hourglass.Clock
+	Logger   *slog.Logger
+	Observer Observer
 	// Transport overrides the HTTP transport (tests). By default a
 	// transport whose dialer enforces Allow on the address dialled, with no
 	// proxy.
