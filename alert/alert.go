@@ -69,7 +69,7 @@ type Thresholds struct {
 }
 
 // BacklogCounter counts pending orders due at or before until, at most limit
-// of them. *sqlite.Store implements it.
+// of them. Every hourglass.StatsStore implements it.
 type BacklogCounter interface {
 	CountPendingDue(ctx context.Context, until time.Time, limit int) (int, error)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay"
+	"github.com/hourglass/hourglass/store"
 )
 
 // Command is `hourglass bench`: its flags (kong tags) and its run.
@@ -31,6 +32,7 @@ type Command struct {
 	JSON         string        `help:"Write every figure to this JSON file."`
 	Plot         string        `help:"Write the lateness distributions of all systems to this .svg or .png file."`
 	Seed         uint64        `help:"Random seed of the workload." default:"1"`
+	DatabaseURL  []string      `help:"Run every mechanism on each of these stores (a new scratch database on each server, dropped afterwards); '' or sqlite is the embedded SQLite. Repeat the flag to compare stores." name:"database-url" sep:"none" default:""`
 	delay.Flags  `embed:""`
 }
 
@@ -97,19 +99,28 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 			return delay.Open(ctx, name, o)
 		}})
 	}
-	for _, sys := range append(systems, peers...) {
-		name := sys.Name
-		res, err := RunInProcess(ctx, sys, w, b.Pending, progress)
-		if tty {
-			fmt.Fprintln(os.Stderr)
-		}
-		if err != nil {
-			res.System, res.Error = name, err.Error()
-			log.Warn("bench: system failed", "system", name, "err", err)
-		}
-		report.Results = append(report.Results, res)
-		if ctx.Err() != nil {
-			return ctx.Err()
+	databases, err := b.databases()
+	if err != nil {
+		return err
+	}
+	for _, db := range databases {
+		for _, sys := range append(systems, peers...) {
+			if len(databases) > 1 || db.kind != store.KindSQLite {
+				sys.Name += "@" + db.kind
+			}
+			name := sys.Name
+			res, err := RunInProcess(ctx, sys, db.url, w, b.Pending, progress)
+			if tty {
+				fmt.Fprintln(os.Stderr)
+			}
+			if err != nil {
+				res.System, res.Error = name, err.Error()
+				log.Warn("bench: system failed", "system", name, "err", err)
+			}
+			report.Results = append(report.Results, res)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
 	}
 	if len(report.Results) > 0 {
@@ -132,6 +143,28 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		}
 	}
 	return nil
+}
+
+type benchDatabase struct{ kind, url string }
+
+// databases returns the stores of --database-url, in order.
+func (b *Command) databases() ([]benchDatabase, error) {
+	urls := b.DatabaseURL
+	if len(urls) == 0 {
+		urls = []string{""}
+	}
+	out := make([]benchDatabase, 0, len(urls))
+	for _, u := range urls {
+		if u == "sqlite" {
+			u = ""
+		}
+		kind, err := store.Kind(u)
+		if err != nil {
+			return nil, fmt.Errorf("--database-url: %w", err)
+		}
+		out = append(out, benchDatabase{kind: kind, url: u})
+	}
+	return out, nil
 }
 
 func machine() Machine {

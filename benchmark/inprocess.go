@@ -3,18 +3,17 @@ package benchmark
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/engine"
-	"github.com/hourglass/hourglass/store/sqlite"
+	"github.com/hourglass/hourglass/store"
 )
 
 // System is a delay mechanism the runner opens in-process, behind the same
-// engine and SQLite store as `hourglass serve`.
+// engine and store as `hourglass serve`.
 type System struct {
 	Name string
 	Feed hourglass.Feed
@@ -22,27 +21,24 @@ type System struct {
 	Open func(ctx context.Context, store hourglass.Store) (hourglass.Scheduler, error)
 }
 
-// RunInProcess runs the workload on sys with a fresh database in a temporary
-// directory, then (for in-memory mechanisms, if pending > 0) measures the
-// heap held per pending timer with that many timers scheduled.
-func RunInProcess(ctx context.Context, sys System, w Workload, pending int, progress Progress) (Result, error) {
-	dir, err := os.MkdirTemp("", "hourglass-bench-*")
+// RunInProcess runs the workload on sys with a fresh, empty database on the
+// server databaseURL names (store.OpenScratch: SQLite in a temporary
+// directory when it is empty), then (for in-memory mechanisms, if pending >
+// 0) measures the heap held per pending timer with that many timers
+// scheduled.
+func RunInProcess(ctx context.Context, sys System, databaseURL string, w Workload, pending int, progress Progress) (Result, error) {
+	db, drop, err := store.OpenScratch(ctx, store.Options{URL: databaseURL, Outbox: sys.Feed == hourglass.FeedOutbox})
 	if err != nil {
 		return Result{System: sys.Name}, err
 	}
-	defer os.RemoveAll(dir)
-	store, err := sqlite.Open(sqlite.Config{Dir: dir, Outbox: sys.Feed == hourglass.FeedOutbox})
-	if err != nil {
-		return Result{System: sys.Name}, err
-	}
-	defer store.Close()
-	sched, err := sys.Open(ctx, store)
+	defer drop()
+	sched, err := sys.Open(ctx, db)
 	if err != nil {
 		return Result{System: sys.Name}, fmt.Errorf("open %s: %w", sys.Name, err)
 	}
 	defer sched.Close()
 	obs := &counter{}
-	eng, err := engine.New(store, engine.Config{Scheduler: sched, Observer: obs, SweepGrace: w.Grace, SweepInterval: 500 * time.Millisecond})
+	eng, err := engine.New(db, engine.Config{Scheduler: sched, Observer: obs, SweepGrace: w.Grace, SweepInterval: 500 * time.Millisecond})
 	if err != nil {
 		return Result{System: sys.Name}, err
 	}
@@ -57,7 +53,7 @@ func RunInProcess(ctx context.Context, sys System, w Workload, pending int, prog
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	res, err := Drive(ctx, sys.Name, &storeTarget{store: store, eng: eng}, w, progress, obs.sweptCount, obs.noopCount)
+	res, err := Drive(ctx, sys.Name, &storeTarget{store: db, eng: eng}, w, progress, obs.sweptCount, obs.noopCount)
 	cancel()
 	<-done
 	if err != nil {
@@ -65,7 +61,7 @@ func RunInProcess(ctx context.Context, sys System, w Workload, pending int, prog
 	}
 	if pending > 0 && sys.Feed == hourglass.FeedWindow {
 		res.PendingCount = pending
-		res.BytesPerPendingTimer, err = bytesPerTimer(ctx, sys, store, pending)
+		res.BytesPerPendingTimer, err = bytesPerTimer(ctx, sys, db, pending)
 		if err != nil {
 			return res, err
 		}
@@ -104,7 +100,7 @@ func bytesPerTimer(ctx context.Context, sys System, store hourglass.Store, n int
 // storeTarget drives the in-process store and engine exactly as the API
 // handlers do.
 type storeTarget struct {
-	store *sqlite.Store
+	store hourglass.Store
 	eng   *engine.Engine
 }
 

@@ -51,8 +51,8 @@ const (
 	CacheForDefault = time.Second
 )
 
-// Stats are the store queries the dashboard needs; *sqlite.Store implements
-// them.
+// Stats are the store queries the dashboard needs; every
+// hourglass.StatsStore implements them.
 type Stats interface {
 	// OrderCounts returns the number of orders per state as the API shows
 	// them at now (an overdue pending order counts as closed).

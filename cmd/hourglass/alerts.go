@@ -13,7 +13,6 @@ import (
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
-	"github.com/hourglass/hourglass/store/sqlite"
 )
 
 // alertFlags are the alerting and dashboard settings.
@@ -61,7 +60,7 @@ type alerting struct {
 
 // wire builds the alerting parts over the store and the metrics. ready is
 // the engine's Ready: rules are evaluated only once start-up recovery ran.
-func (f *alertFlags) wire(store *sqlite.Store, m *metrics.Metrics, ready func() bool, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
+func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready func() bool, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
@@ -120,7 +119,7 @@ func (a *alerting) apiObserver(m api.Observer) api.Observer {
 }
 
 // deadLetterCount counts the dead letters in the store's delivery table.
-type deadLetterCount struct{ store *sqlite.Store }
+type deadLetterCount struct{ store hourglass.WebhookStore }
 
 func (d deadLetterCount) DeadLetterCount(ctx context.Context) (int, error) {
 	_, dead, err := d.store.DeliveryCounts(ctx)

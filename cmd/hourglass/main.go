@@ -22,18 +22,45 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
-	"github.com/hourglass/hourglass/store/sqlite"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/migrate"
 )
 
 type cli struct {
 	LogLevel slog.Level        `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
 	Serve    serveCmd          `cmd:"" help:"Run the service."`
+	Migrate  migrateCmd        `cmd:"" help:"Apply the database's pending schema migrations and exit (serve applies them too)."`
 	Bench    benchmark.Command `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
 }
 
+// databaseFlags name the database of record; serve and migrate share them.
+type databaseFlags struct {
+	DatabaseURL string `help:"The database: empty for SQLite in --data-dir; sqlite:///abs/path/file.db; postgres://user:pass@host:5432/db?sslmode=…; mysql://user:pass@host:3306/db?tls=…." env:"HOURGLASS_DATABASE_URL"`
+	DataDir     string `help:"Directory of the embedded SQLite database (when --database-url is empty)." default:"./data" env:"HOURGLASS_DATA_DIR"`
+	DBMaxConns  int    `help:"Connections in the PostgreSQL/MySQL pool (0: the store's default)." default:"0" env:"HOURGLASS_DB_MAX_CONNS"`
+}
+
+func (f databaseFlags) options(log *slog.Logger) (store.Options, error) {
+	if f.DBMaxConns < 0 || f.DBMaxConns > 1000 {
+		return store.Options{}, fmt.Errorf("--db-max-conns must be 0..1000, got %d", f.DBMaxConns)
+	}
+	if _, err := store.Kind(f.DatabaseURL); err != nil {
+		return store.Options{}, fmt.Errorf("--database-url: %w", err)
+	}
+	return store.Options{URL: f.DatabaseURL, DataDir: f.DataDir, MaxConns: f.DBMaxConns, Logger: log}, nil
+}
+
+// location names the database for logs, without a password.
+func (f databaseFlags) location() string {
+	if f.DatabaseURL == "" {
+		return f.DataDir
+	}
+	return store.Redact(f.DatabaseURL)
+}
+
 type serveCmd struct {
-	Addr          string        `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
-	DataDir       string        `help:"Directory of the embedded SQLite database." default:"./data" env:"HOURGLASS_DATA_DIR"`
+	Addr          string `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
+	databaseFlags `embed:""`
 	APIToken      string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>'." env:"HOURGLASS_API_TOKEN"`
 	Window        time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
 	LoadInterval  time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
@@ -63,6 +90,8 @@ func main() {
 	switch kctx.Command() {
 	case "serve":
 		err = c.Serve.run(ctx, logger)
+	case "migrate":
+		err = c.Migrate.run(ctx, logger)
 	case "bench":
 		err = c.Bench.Run(ctx, logger, nil)
 	default:
@@ -83,24 +112,26 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	if s.Delay == "sqlpoll" && s.SweepGrace > 0 && s.PollInterval >= s.SweepGrace {
 		log.Warn("hourglass: --poll-interval is not below --sweep-grace: the sweeper will close orders before the poller does", "poll_interval", s.PollInterval, "sweep_grace", s.SweepGrace)
 	}
-	store, err := sqlite.Open(sqlite.Config{
-		Dir:    s.DataDir,
-		Clock:  clock,
-		Logger: log,
-		Outbox: delay.FeedOf(s.Delay) == hourglass.FeedOutbox,
-		Observe: func(writes int, d time.Duration) {
-			if m != nil {
-				m.ObserveCommit(writes, d)
-			}
-		},
-	})
+	opts, err := s.databaseFlags.options(log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	opts.Outbox = delay.FeedOf(s.Delay) == hourglass.FeedOutbox
+	opts.Observe = func(writes int, d time.Duration) {
+		if m != nil {
+			m.ObserveCommit(writes, d)
+		}
+	}
+	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
+	db, err := store.Open(openCtx, opts)
+	cancelOpen()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
 
-	openCtx, cancelOpen := context.WithTimeout(ctx, 15*time.Second)
-	sched, err := delay.Open(openCtx, s.Delay, s.Flags.Options(store, clock, log))
+	openCtx, cancelOpen = context.WithTimeout(ctx, 15*time.Second)
+	sched, err := delay.Open(openCtx, s.Delay, s.Flags.Options(db, clock, log))
 	cancelOpen()
 	if err != nil {
 		return fmt.Errorf("--delay %s: %w", s.Delay, err)
@@ -109,15 +140,15 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 
 	var eng *engine.Engine
 	m = metrics.New(func() int { return eng.Pending() })
-	alerts, err := s.alertFlags.wire(store, m, func() bool { return eng.Ready() }, clock, log)
+	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Ready() }, clock, log)
 	if err != nil {
 		return err
 	}
-	webhooks, err := s.webhookFlags.openWebhooks(store, m, clock, log)
+	webhooks, err := s.webhookFlags.openWebhooks(db, m, clock, log)
 	if err != nil {
 		return err
 	}
-	eng, err = engine.New(store, engine.Config{
+	eng, err = engine.New(db, engine.Config{
 		Scheduler:     sched,
 		Window:        s.Window,
 		LoadInterval:  s.LoadInterval,
@@ -131,7 +162,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	srv, err := api.NewServer(api.Config{
-		Store:     store,
+		Store:     db,
 		Scheduler: eng,
 		Clock:     clock,
 		Logger:    log,
@@ -164,7 +195,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	webhooksStopped := startWebhooks(engCtx, webhooks, log)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- httpSrv.Serve(ln) }()
-	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "data_dir", s.DataDir, "delay", s.Delay)
+	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "database", s.location(), "delay", s.Delay)
 
 	var runErr error
 	select {
@@ -187,7 +218,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	if err := <-engDone; err != nil && runErr == nil {
 		runErr = err
 	}
-	if err := store.Close(); err != nil && runErr == nil {
+	if err := db.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
 	if runErr == nil {
@@ -202,4 +233,37 @@ func sweepGrace(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+type migrateCmd struct {
+	databaseFlags `embed:""`
+	Status        bool `help:"Print the applied and pending migrations instead of applying them."`
+}
+
+func (c *migrateCmd) run(ctx context.Context, log *slog.Logger) error {
+	opts, err := c.databaseFlags.options(log)
+	if err != nil {
+		return err
+	}
+	if c.Status {
+		st, err := store.MigrationStatus(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for _, m := range st {
+			state := "pending"
+			if m.Applied {
+				state = "applied"
+			}
+			fmt.Printf("%04d_%s\t%s\n", m.Version, m.Name, state)
+		}
+		fmt.Printf("%d applied, %d pending\n", len(st)-migrate.Pending(st), migrate.Pending(st))
+		return nil
+	}
+	n, err := store.Migrate(ctx, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("applied %d migrations to %s\n", n, c.location())
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/metrics"
-	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -73,7 +72,7 @@ func (f *webhookFlags) config() (webhook.Config, error) {
 // openWebhooks returns the webhook service (the API's WebhookService and the
 // delivery engine) over store, reporting to m. It delivers nothing until
 // startWebhooks.
-func (f *webhookFlags) openWebhooks(store *sqlite.Store, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
+func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return nil, err

@@ -3,7 +3,10 @@ package sqlite
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/hourglass/hourglass/store/migrate"
 	"zombiezen.com/go/sqlite"
@@ -82,9 +85,21 @@ func migrateConn(ctx context.Context, conn *sqlite.Conn) error {
 	return nil
 }
 
-// MigrationStatus returns every migration of the database at path with
-// whether it is applied; it changes nothing.
+// MigrationStatus returns every migration of the database in dir (file
+// fileName, default FileNameDefault) with whether it is applied; it changes
+// nothing. A database that does not exist yet has none applied.
 func MigrationStatus(ctx context.Context, dir, fileName string) ([]migrate.Status, error) {
+	if _, err := os.Stat(dbPath(dir, fileName)); errors.Is(err, fs.ErrNotExist) {
+		ms, err := Migrations()
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+		out := make([]migrate.Status, len(ms))
+		for i, m := range ms {
+			out[i] = migrate.Status{Migration: m}
+		}
+		return out, nil
+	}
 	conn, err := sqlite.OpenConn(dbPath(dir, fileName), sqlite.OpenReadOnly|sqlite.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", dbPath(dir, fileName), err)

@@ -1,0 +1,190 @@
+// Package store opens the database of record named by a URL, as package
+// delay opens a delay mechanism by name: SQLite (embedded, the default),
+// PostgreSQL or MySQL/MariaDB. It is the one place outside the store
+// packages that knows which stores exist; cmd/hourglass and the benchmark
+// call it and see only hourglass.Database.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/migrate"
+	"github.com/hourglass/hourglass/store/sqlite"
+)
+
+// Kinds of store, as Kind returns them.
+const (
+	KindSQLite   = "sqlite"
+	KindPostgres = "postgres"
+	KindMySQL    = "mysql"
+)
+
+// Options configures Open. The zero value of each field means its default.
+type Options struct {
+	// URL names the database: empty for SQLite in DataDir;
+	// sqlite:///abs/path/file.db; postgres:// or postgresql://…; mysql://….
+	URL string
+	// DataDir holds the SQLite file when URL is empty.
+	DataDir string
+	// MaxConns sizes the connection pool of PostgreSQL and MySQL (0: the
+	// store's default); SQLite ignores it.
+	MaxConns int
+	// Clock is for tests: nil means the database's own clock (the server's
+	// for PostgreSQL and MySQL, the process's for SQLite).
+	Clock  hourglass.Clock
+	Logger *slog.Logger
+	// Outbox makes every created order write its timer to the outbox, for
+	// a delay mechanism outside the database.
+	Outbox bool
+	// Observe, if set, is called after every group commit.
+	Observe func(writes int, commit time.Duration)
+}
+
+// Kind returns which store a URL names, or an error saying what URLs are
+// accepted. It does not connect.
+func Kind(rawURL string) (string, error) {
+	if rawURL == "" {
+		return KindSQLite, nil
+	}
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return "", fmt.Errorf("database URL %s: want sqlite:///path/file.db, postgres://… or mysql://…", Redact(rawURL))
+	}
+	switch strings.ToLower(scheme) {
+	case "sqlite":
+		return KindSQLite, nil
+	case "postgres", "postgresql":
+		return KindPostgres, nil
+	case "mysql":
+		return KindMySQL, nil
+	}
+	return "", fmt.Errorf("database URL %s: unknown scheme %q (want sqlite, postgres, postgresql or mysql)", Redact(rawURL), scheme)
+}
+
+// Redact returns rawURL with its password replaced by "xxxxx", for messages
+// and logs. A URL that does not parse is reduced to its scheme.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		scheme, _, _ := strings.Cut(rawURL, "://")
+		return scheme + "://…"
+	}
+	return u.Redacted()
+}
+
+// sqliteLocation returns the directory and file name of a SQLite store.
+func sqliteLocation(o Options) (dir, file string, err error) {
+	if o.URL == "" {
+		return o.DataDir, "", nil
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return "", "", fmt.Errorf("database URL %s: %v", Redact(o.URL), err)
+	}
+	if u.Host != "" || !filepath.IsAbs(u.Path) || strings.HasSuffix(u.Path, "/") || u.RawQuery != "" {
+		return "", "", fmt.Errorf("database URL %s: want sqlite:///absolute/path/file.db (three slashes, an absolute file path, no query)", Redact(o.URL))
+	}
+	return filepath.Dir(u.Path), filepath.Base(u.Path), nil
+}
+
+// Open opens the database o.URL names, applying its pending migrations, and
+// returns it. Errors are one line that says what to fix, without the
+// password.
+func Open(ctx context.Context, o Options) (hourglass.Database, error) {
+	kind, err := Kind(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case KindSQLite:
+		dir, file, err := sqliteLocation(o)
+		if err != nil {
+			return nil, err
+		}
+		clock := o.Clock
+		if clock == nil {
+			clock = hourglass.SystemClock{}
+		}
+		return sqlite.Open(sqlite.Config{Dir: dir, FileName: file, Clock: clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe})
+	}
+	return nil, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
+}
+
+// Migrate applies the pending migrations of the database o.URL names and
+// returns how many it applied.
+func Migrate(ctx context.Context, o Options) (int, error) {
+	kind, err := Kind(o.URL)
+	if err != nil {
+		return 0, err
+	}
+	switch kind {
+	case KindSQLite:
+		before, err := MigrationStatus(ctx, o)
+		if err != nil {
+			return 0, err
+		}
+		db, err := Open(ctx, o)
+		if err != nil {
+			return 0, err
+		}
+		return migrate.Pending(before), db.Close()
+	}
+	return 0, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
+}
+
+// MigrationStatus returns every migration of the database o.URL names with
+// whether it is applied. It changes nothing.
+func MigrationStatus(ctx context.Context, o Options) ([]migrate.Status, error) {
+	kind, err := Kind(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case KindSQLite:
+		dir, file, err := sqliteLocation(o)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.MigrationStatus(ctx, dir, file)
+	}
+	return nil, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
+}
+
+// OpenScratch opens a new, empty database on the server o.URL names, for a
+// benchmark: SQLite in a new temporary directory when o.URL is empty; on
+// PostgreSQL and MySQL a new database beside the URL's (the user needs the
+// right to create databases), so the URL's own data is never touched. drop
+// closes it and deletes everything it created.
+func OpenScratch(ctx context.Context, o Options) (db hourglass.Database, drop func() error, err error) {
+	kind, err := Kind(o.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch kind {
+	case KindSQLite:
+		if o.URL != "" {
+			return nil, nil, fmt.Errorf("database URL %s: a scratch SQLite database is made in a temporary directory; pass no sqlite URL", Redact(o.URL))
+		}
+		dir, err := os.MkdirTemp("", "hourglass-scratch-*")
+		if err != nil {
+			return nil, nil, err
+		}
+		o.DataDir = dir
+		db, err := Open(ctx, o)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		return db, func() error { return errors.Join(db.Close(), os.RemoveAll(dir)) }, nil
+	}
+	return nil, nil, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
+}
