@@ -24,12 +24,14 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
-	"github.com/hourglass/hourglass/store/sqlite"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
-// testServer is an in-process hourglass wired like cmd/hourglass does it: the
-// SQLite store in a temp dir, the engine running with a short sweep, and the
-// API served over real HTTP on 127.0.0.1. Everything stops in t.Cleanup.
+// testServer is an in-process hourglass wired like cmd/hourglass does it: a
+// new database of the store HOURGLASS_TEST_STORE names (SQLite by default),
+// the engine running with a short sweep, and the API served over real HTTP
+// on 127.0.0.1. Everything stops in t.Cleanup.
 type testServer struct {
 	URL    string
 	Token  string
@@ -54,13 +56,15 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	// (default: the wheel); its service is found like every integration
 	// test finds it (hourglasstest.ServiceURL).
 	mechanism := cmp.Or(os.Getenv("HOURGLASS_TEST_DELAY"), "wheel")
-	store, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
+	// No test clock: the store decides deadlines with the database's own
+	// clock, as in production.
+	db, err := store.Open(context.Background(), store.Options{URL: storetest.URL(t), Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
 	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
+		t.Fatalf("store.Open(%s): %v", storetest.Kind(), err)
 	}
-	sched, err := delay.Open(context.Background(), mechanism, delayOptions(t, mechanism, store, logger))
+	sched, err := delay.Open(context.Background(), mechanism, delayOptions(t, mechanism, db, logger))
 	if err != nil {
-		store.Close()
+		db.Close()
 		t.Fatalf("delay.Open(%s): %v", mechanism, err)
 	}
 	t.Cleanup(func() {
@@ -73,7 +77,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 			}
 		}
 	})
-	eng, err := engine.New(store, engine.Config{
+	eng, err := engine.New(db, engine.Config{
 		Scheduler:     sched,
 		SweepInterval: 200 * time.Millisecond,
 		SweepGrace:    500 * time.Millisecond,
@@ -81,12 +85,12 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		Logger:        logger,
 	})
 	if err != nil {
-		store.Close()
+		db.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := api.NewServer(api.Config{Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token})
+	srv, err := api.NewServer(api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token})
 	if err != nil {
-		store.Close()
+		db.Close()
 		t.Fatalf("api.NewServer: %v", err)
 	}
 	ts := httptest.NewServer(srv.Handler())
@@ -104,8 +108,8 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		if err := <-runDone; err != nil {
 			t.Errorf("engine.Run: %v", err)
 		}
-		if err := store.Close(); err != nil {
-			t.Errorf("store.Close: %v", err)
+		if err := db.Close(); err != nil {
+			t.Errorf("db.Close: %v", err)
 		}
 		transport.CloseIdleConnections()
 		if t.Failed() {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // TestCrashRecovery builds the binary, runs a load of creates, payments and
@@ -34,8 +35,9 @@ func TestCrashRecovery(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 	dataDir := filepath.Join(dir, "data")
+	dbURL := storetest.URL(t) // HOURGLASS_TEST_STORE picks the store; SQLite by default
 
-	first := startHourglass(t, "first run", bin, dataDir)
+	first := startHourglass(t, "first run", bin, dataDir, "--database-url", dbURL)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
 	t.Cleanup(transport.CloseIdleConnections)
@@ -151,7 +153,7 @@ func TestCrashRecovery(t *testing.T) {
 	// Let some deadlines pass while the server is down, then restart it.
 	// Deadlines reach killedAt+3s, so some also fall after the restart.
 	time.Sleep(time.Second)
-	second := startHourglass(t, "restart", bin, dataDir)
+	second := startHourglass(t, "restart", bin, dataDir, "--database-url", dbURL)
 	readyAt := second.readyAt
 	client = api.NewClient(second.url, "", hc)
 

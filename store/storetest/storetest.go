@@ -1,0 +1,32 @@
+// Package storetest gives integration tests a new, empty database of the
+// store HOURGLASS_TEST_STORE names (sqlite, the default; postgres; mysql), so
+// the same end-to-end, crash and race tests run on every store.
+package storetest
+
+import (
+	"cmp"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hourglass/hourglass/store"
+)
+
+// Kind returns the store the tests run on: HOURGLASS_TEST_STORE, default
+// sqlite.
+func Kind() string { return cmp.Or(os.Getenv("HOURGLASS_TEST_STORE"), store.KindSQLite) }
+
+// URL returns the --database-url of a new, empty database of Kind(), which
+// t.Cleanup drops: a file in t.TempDir() for SQLite, a database of its own
+// on the test server for PostgreSQL and MySQL (HOURGLASS_TEST_POSTGRES_URL,
+// HOURGLASS_TEST_MYSQL_URL). The test is skipped with a message when the
+// server is absent, and fails when CI=true. An unknown kind fails the test.
+func URL(t testing.TB) string {
+	t.Helper()
+	switch Kind() {
+	case store.KindSQLite:
+		return "sqlite://" + filepath.Join(t.TempDir(), "hourglass.db")
+	}
+	t.Fatalf("HOURGLASS_TEST_STORE=%q: want sqlite, postgres or mysql", Kind())
+	return ""
+}
