@@ -9,36 +9,62 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/store/sqlite"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // BenchmarkHTTPCreateOrders measures durable order creations per second
 // through the HTTP API of the built binary, with 64 concurrent keep-alive
-// clients in this process. Client and server share the machine's cores.
+// clients in this process, on the store HOURGLASS_TEST_STORE names (SQLite
+// by default): "skus" spreads orders over 1,000 SKUs, "hotsku" sends every
+// order for one SKU (a flash sale). Client, server and database share the
+// machine's cores.
 func BenchmarkHTTPCreateOrders(b *testing.B) {
 	dir := b.TempDir()
-	p := startHourglass(b, "bench", buildBinary(b, dir), filepath.Join(dir, "data"))
+	bin := buildBinary(b, dir)
+	for _, tc := range []struct {
+		name string
+		skus int
+	}{{"skus", 1000}, {"hotsku", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := startHourglass(b, "bench", bin, filepath.Join(b.TempDir(), "data"), "--database-url", storetest.URL(b))
+			benchmarkCreates(b, p.url, tc.skus)
+			p.cmd.Process.Kill()
+			<-p.exited
+		})
+	}
+}
+
+func benchmarkCreates(b *testing.B, url string, skus int) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 256
 	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	client := api.NewClient(p.url, "", hc)
-	if _, err := client.PutProduct(context.Background(), "BENCH-1", "bench", "physical", 1<<50); err != nil {
-		b.Fatal(err)
+	client := api.NewClient(url, "", hc)
+	bodies := make([][]byte, skus)
+	for i := range skus {
+		sku := fmt.Sprintf("BENCH-%d", i)
+		if _, err := client.PutProduct(context.Background(), sku, "bench", "physical", 1<<50); err != nil {
+			b.Fatal(err)
+		}
+		bodies[i] = []byte(`{"user_id":"bench","items":[{"sku":"` + sku + `","quantity":1}],"timeout_ms":600000}`)
 	}
-	body := []byte(`{"user_id":"bench","items":[{"sku":"BENCH-1","quantity":1}],"timeout_ms":600000}`)
+	var next atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 cores
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			resp, err := hc.Post(p.url+"/v1/orders", "application/json", bytes.NewReader(body))
+			body := bodies[int(next.Add(1))%skus]
+			resp, err := hc.Post(url+"/v1/orders", "application/json", bytes.NewReader(body))
 			if err != nil {
 				b.Error(err)
 				return
@@ -158,4 +184,135 @@ func scrapeGauge(b *testing.B, url, name string) float64 {
 	}
 	b.Fatalf("metric %s not found", name)
 	return 0
+}
+
+// BenchmarkCloseBurst measures a flash sale's mass expiry on the store
+// HOURGLASS_TEST_STORE names: it creates HOURGLASS_BENCH_BURST orders
+// (default 100,000) for one SKU through the HTTP API of the built binary,
+// each with the timeout that puts its deadline at one instant T, then waits
+// until every one is closed. It reports the drain time (the latest
+// closed_at − T), lateness percentiles over all orders, and how many the
+// sweeper took. Run with -benchtime 1x.
+func BenchmarkCloseBurst(b *testing.B) {
+	n := 100_000
+	if v := os.Getenv("HOURGLASS_BENCH_BURST"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("HOURGLASS_BENCH_BURST=%q: want a positive integer", v)
+		}
+	}
+	dir := b.TempDir()
+	bin := buildBinary(b, dir)
+	for range b.N {
+		p := startHourglass(b, "burst", bin, filepath.Join(b.TempDir(), "data"), "--database-url", storetest.URL(b))
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.MaxIdleConnsPerHost = 256
+		hc := &http.Client{Transport: transport, Timeout: 60 * time.Second}
+		client := api.NewClient(p.url, "", hc)
+		ctx := context.Background()
+		if _, err := client.PutProduct(ctx, "BURST", "burst", "physical", int64(n)); err != nil {
+			b.Fatal(err)
+		}
+		// The instant every order falls due: far enough ahead that seeding
+		// at 3,000/s (below every store's rate here) ends before it.
+		due := time.Now().Add(10*time.Second + time.Duration(n)*time.Second/3000).Truncate(time.Second)
+		var (
+			wg      sync.WaitGroup
+			created atomic.Int64
+		)
+		for w := range 64 {
+			wg.Go(func() {
+				for i := w; i < n; i += 64 {
+					timeout := time.Until(due).Milliseconds()
+					body := fmt.Sprintf(`{"user_id":"burst","items":[{"sku":"BURST","quantity":1}],"timeout_ms":%d}`, timeout)
+					resp, err := hc.Post(p.url+"/v1/orders", "application/json", strings.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusCreated {
+						b.Errorf("create: status %d", resp.StatusCode)
+						return
+					}
+					created.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if b.Failed() {
+			return
+		}
+		seeded := time.Now()
+		if !seeded.Before(due) {
+			b.Fatalf("seeding %d orders ended %s after their deadline; the store created fewer than 3,000/s", n, seeded.Sub(due))
+		}
+		for {
+			closed := scrapeCounterSum(b, p.url, "hourglass_orders_closed_total")
+			if closed >= float64(n) {
+				break
+			}
+			if time.Since(due) > 5*time.Minute {
+				b.Fatalf("only %.0f of %d orders closed 5 minutes after their deadline", closed, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		orders := listAll(b, client)
+		late := make([]time.Duration, 0, len(orders))
+		for _, o := range orders {
+			if o.Status != "closed" || o.ClosedAt == nil {
+				b.Fatalf("order %d is %s, want closed", o.ID, o.Status)
+			}
+			closedAt, err := time.Parse(time.RFC3339Nano, *o.ClosedAt)
+			deadline, err2 := time.Parse(time.RFC3339Nano, o.Deadline)
+			if err != nil || err2 != nil {
+				b.Fatalf("order %d: bad times %q %q", o.ID, *o.ClosedAt, o.Deadline)
+			}
+			if closedAt.Before(deadline) {
+				b.Fatalf("order %d closed at %s, before its deadline %s", o.ID, *o.ClosedAt, o.Deadline)
+			}
+			late = append(late, closedAt.Sub(deadline))
+		}
+		slices.Sort(late)
+		pct := func(q float64) float64 { return float64(late[int(q*float64(len(late)-1))].Milliseconds()) }
+		b.ReportMetric(float64(n), "orders")
+		b.ReportMetric(pct(0.5), "late-p50-ms")
+		b.ReportMetric(pct(0.99), "late-p99-ms")
+		b.ReportMetric(pct(1), "drain-ms")
+		b.ReportMetric(float64(n)/max(late[len(late)-1].Seconds(), 0.001), "closes/s")
+		b.ReportMetric(scrapeLabeled(b, p.url, "hourglass_orders_closed_total", `by="sweeper"`), "swept")
+		b.ReportMetric(scrapeCounterSum(b, p.url, "hourglass_close_noops_total"), "noops")
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// scrapeCounterSum returns the sum of every series of a metric.
+func scrapeCounterSum(b *testing.B, url, name string) float64 { return scrapeLabeled(b, url, name, "") }
+
+// scrapeLabeled returns the sum of the series of metric name whose labels
+// contain label (every series when label is empty); 0 when there is none.
+func scrapeLabeled(b *testing.B, url, name, label string) float64 {
+	b.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if label != "" && !strings.Contains(rest, label) {
+			continue
+		}
+		f, _ := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+		sum += f
+	}
+	return sum
 }

@@ -353,7 +353,7 @@ type record struct {
 	actErr    *api.Error
 }
 
-func listAll(t *testing.T, c *api.Client) []api.OrderJSON {
+func listAll(t testing.TB, c *api.Client) []api.OrderJSON {
 	t.Helper()
 	var out []api.OrderJSON
 	var after int64
