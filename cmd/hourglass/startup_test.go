@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // TestStartupErrors: a configuration mistake stops `hourglass serve` at
@@ -47,6 +49,9 @@ func TestStartupErrors(t *testing.T) {
 		{"rabbitmq unreachable", []string{"--delay", "rabbitmq", "--rabbitmq-url", "amqp://guest:guest@" + dead + "/"}, "--delay rabbitmq"},
 		{"nats unreachable", []string{"--delay", "nats", "--nats-url", "nats://" + dead}, "--delay nats"},
 		{"kafka unreachable", []string{"--delay", "kafka", "--kafka-url", "kafka://" + dead}, "--delay kafka"},
+		{"database URL scheme", []string{"--database-url", "oracle://scott:tiger-secret@" + dead + "/db"}, "unknown scheme"},
+		{"sqlite URL relative", []string{"--database-url", "sqlite://data/x.db"}, "sqlite:///absolute/path/file.db"},
+		{"db max conns", []string{"--db-max-conns", "5000"}, "--db-max-conns"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,7 +80,44 @@ func TestStartupErrors(t *testing.T) {
 			if len(errLines) != 1 || !strings.Contains(errLines[0], tt.want) {
 				t.Fatalf("want exactly one error line containing %q, got:\n%s", tt.want, stderr.String())
 			}
+			if strings.Contains(stderr.String(), "secret") {
+				t.Fatalf("the output shows the database password:\n%s", stderr.String())
+			}
 			t.Logf("%s", errLines[0])
 		})
+	}
+}
+
+// TestMigrateCommand: `hourglass migrate --status` lists every migration as
+// pending on a new database, `hourglass migrate` applies them once, and the
+// status then shows them applied; on the store HOURGLASS_TEST_STORE names.
+func TestMigrateCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	t.Parallel()
+	bin := buildBinary(t, t.TempDir())
+	url := storetest.URL(t)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append([]string{"migrate", "--database-url", url}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("hourglass migrate %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	before := run("--status")
+	if !strings.Contains(before, "0 applied") || strings.Contains(before, "\tapplied") {
+		t.Fatalf("status of a new database:\n%s", before)
+	}
+	if out := run(); !strings.Contains(out, "applied ") || strings.Contains(out, "applied 0 ") {
+		t.Fatalf("migrate on a new database:\n%s", out)
+	}
+	if out := run(); !strings.Contains(out, "applied 0 migrations") {
+		t.Fatalf("second migrate applied something:\n%s", out)
+	}
+	after := run("--status")
+	if !strings.Contains(after, " 0 pending") || strings.Contains(after, "\tpending") {
+		t.Fatalf("status after migrate:\n%s", after)
 	}
 }
