@@ -41,6 +41,8 @@ type testServer struct {
 type serverConfig struct {
 	// Token, when set, is required on every /v1 route.
 	Token string
+	// Observer, when set, records the API's requests.
+	Observer api.Observer
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
@@ -84,7 +86,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		store.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := api.NewServer(api.Config{Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token})
+	srv, err := api.NewServer(api.Config{Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer})
 	if err != nil {
 		store.Close()
 		t.Fatalf("api.NewServer: %v", err)
