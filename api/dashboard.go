@@ -77,7 +77,7 @@ func (s *Server) asset(assets fs.FS, name string) http.Handler {
 			w.Write(body)
 		}
 		if s.cfg.Observer != nil {
-			s.cfg.Observer.ObserveRequest(route, r.Method, http.StatusOK, s.clock.Now().Sub(start))
+			s.cfg.Observer.ObserveRequest(route, MethodLabel(r.Method), http.StatusOK, s.clock.Now().Sub(start))
 		}
 	})
 }

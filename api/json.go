@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +117,9 @@ func decodeJSON(body []byte, v any, allowEmpty bool) error {
 	if t := bytes.TrimSpace(body); t[0] != '{' {
 		return hourglass.Errorf(hourglass.CodeInvalidArgument, "request body must be a JSON object")
 	}
+	if err := checkStrict(body, reflect.TypeOf(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -124,6 +129,142 @@ func decodeJSON(body []byte, v any, allowEmpty bool) error {
 		return hourglass.Errorf(hourglass.CodeInvalidArgument, "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// checkStrict refuses what encoding/json would let through although the API
+// says it is refused: a key that names a field only when case is ignored
+// ({"AVAILABLE":7}), a key given twice in one object (where the last would
+// win), and the number -0. It walks the JSON value alongside t, the type it
+// will be decoded into; anything else wrong (syntax, unknown fields, types)
+// is left to the decoder, which reports it.
+func checkStrict(body []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	err := strictValue(dec, t, "")
+	if errors.Is(err, errLeaveToDecoder) {
+		return nil
+	}
+	return err
+}
+
+// errLeaveToDecoder stops checkStrict at a syntax error: the decoder
+// reports it with its offset.
+var errLeaveToDecoder = errors.New("api: leave to the decoder")
+
+// strictValue checks the next JSON value from dec; t is the Go type it
+// decodes into (nil when unknown: keys are then only checked for repeats).
+func strictValue(dec *json.Decoder, t reflect.Type, path string) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return errLeaveToDecoder
+	}
+	switch tok := tok.(type) {
+	case json.Number:
+		if n := string(tok); strings.HasPrefix(n, "-") {
+			if f, err := strconv.ParseFloat(n, 64); err == nil && f == 0 {
+				return hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: %s is not a valid value (negative zero)", fieldPath(path), n)
+			}
+		}
+	case json.Delim:
+		switch tok {
+		case '{':
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return errLeaveToDecoder
+				}
+				key, _ := kt.(string)
+				at := key
+				if path != "" {
+					at = path + "." + key
+				}
+				if seen[key] {
+					return hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: given more than once", at)
+				}
+				seen[key] = true
+				var ft reflect.Type
+				if t != nil {
+					switch t.Kind() {
+					case reflect.Map:
+						ft = t.Elem()
+					case reflect.Struct:
+						f, exact, ok := structField(t, key)
+						if ok && !exact {
+							return hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown field %q (field names are case-sensitive: did you mean %q?)", at, f)
+						}
+						if ok {
+							sf, _ := t.FieldByName(goFieldName(t, f))
+							ft = sf.Type
+						}
+					}
+				}
+				if err := strictValue(dec, ft, at); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil { // '}'
+				return errLeaveToDecoder
+			}
+		case '[':
+			var et reflect.Type
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+				et = t.Elem()
+			}
+			for i := 0; dec.More(); i++ {
+				if err := strictValue(dec, et, path+"["+strconv.Itoa(i)+"]"); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil { // ']'
+				return errLeaveToDecoder
+			}
+		}
+	}
+	return nil
+}
+
+func fieldPath(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}
+
+// structField finds the JSON name of t's field that key names: exactly
+// (exact true), or only when case is ignored (the name it should have been).
+func structField(t reflect.Type, key string) (name string, exact, ok bool) {
+	for i := range t.NumField() {
+		n := jsonName(t.Field(i))
+		if n == key {
+			return n, true, true
+		}
+		if strings.EqualFold(n, key) {
+			name, ok = n, true
+		}
+	}
+	return name, false, ok
+}
+
+// goFieldName returns the Go name of t's field whose JSON name is name.
+func goFieldName(t reflect.Type, name string) string {
+	for i := range t.NumField() {
+		if jsonName(t.Field(i)) == name {
+			return t.Field(i).Name
+		}
+	}
+	return ""
+}
+
+func jsonName(f reflect.StructField) string {
+	tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if tag == "-" || !f.IsExported() {
+		return ""
+	}
+	return cmp.Or(tag, f.Name)
 }
 
 func jsonError(err error) error {
@@ -278,10 +419,20 @@ func policyJSON(p hourglass.Policy) PolicyJSON {
 }
 
 // parseID parses an order id from the path.
-func parseID(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, hourglass.Errorf(hourglass.CodeInvalidArgument, "order id %q: must be a positive integer", s)
+func parseID(s string) (int64, error) { return parseResourceID("order", s) }
+
+// parsePositive parses a positive integer written canonically: decimal
+// digits without sign or leading zero, so one resource has one path ("01"
+// and "+1" are refused, not read as 1). ok is false otherwise.
+func parsePositive(s string) (n int64, ok bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
 	}
-	return id, nil
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }

@@ -129,10 +129,10 @@ func (s *Server) routes() {
 	}))
 	s.mux.Handle("GET /readyz", s.wrap("/readyz", false, func(*http.Request, []byte) (int, any, error) {
 		if !s.cfg.Scheduler.Ready() {
-			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "recovery has not finished")
+			return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "recovery has not finished")}
 		}
 		if err := s.cfg.Scheduler.Healthy(); err != nil {
-			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "%s", err.Error())
+			return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "%s", err.Error())}
 		}
 		return http.StatusOK, map[string]string{"status": "ready"}, nil
 	}))
@@ -144,9 +144,16 @@ func (s *Server) routes() {
 	}
 	// Under /v1 even a miss needs the token, so the API's shape is not
 	// disclosed to anonymous callers.
-	s.mux.Handle("/v1/", s.wrap("unmatched", true, notFound))
-	s.mux.Handle("/", s.wrap("unmatched", false, notFound))
+	s.mux.Handle("/v1/", s.wrap(OtherLabel, true, notFound))
+	s.mux.Handle("/", s.wrap(OtherLabel, false, notFound))
 }
+
+// notReady is /readyz's 503: an answer to a probe, expected during start-up
+// and outages (whose causes are logged where they happen), so it is not
+// logged as a failed request.
+type notReady struct{ error }
+
+func (e notReady) Unwrap() error { return e.error }
 
 type methodError struct{ allow, method string }
 
@@ -167,9 +174,25 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 		}
 		writeJSON(w, status, v)
 		if s.cfg.Observer != nil {
-			s.cfg.Observer.ObserveRequest(route, r.Method, status, s.clock.Now().Sub(start))
+			s.cfg.Observer.ObserveRequest(route, MethodLabel(r.Method), status, s.clock.Now().Sub(start))
 		}
 	})
+}
+
+// OtherLabel is the route and method label of a request whose route or
+// method is not one of the API's: labels come from a fixed set, so a client
+// cannot grow the metrics by sending made-up methods or paths.
+const OtherLabel = "other"
+
+// MethodLabel returns method if it is a standard HTTP method, else
+// OtherLabel. The method is compared as sent (methods are case-sensitive).
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return OtherLabel
 }
 
 func (s *Server) serve(r *http.Request, auth bool, h handlerFunc) (status int, v any, err error) {
@@ -198,9 +221,11 @@ func (s *Server) serve(r *http.Request, auth bool, h handlerFunc) (status int, v
 	return h(r, body)
 }
 
+// authorized checks the bearer token in constant time. The scheme is
+// case-insensitive (RFC 7235 section 2.1), so "bearer" and "BEARER" work too.
 func (s *Server) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
 }
 
 func (s *Server) renderError(w http.ResponseWriter, r *http.Request, err error) (int, any) {
@@ -215,8 +240,14 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	status := StatusOf(code)
 	msg := hourglass.ErrorMessage(err)
+	var probe notReady
+	switch {
+	case errors.As(err, &probe):
+		s.log.Debug("api: not ready", "err", err)
+	case status >= 500:
+		s.log.Error("api: request failed", "method", MethodLabel(r.Method), "path", r.URL.Path, "err", err)
+	}
 	if status >= 500 {
-		s.log.Error("api: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		if code == hourglass.CodeUnavailable {
 			msg = err.Error()
 		}

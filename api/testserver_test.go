@@ -43,6 +43,8 @@ type testServer struct {
 type serverConfig struct {
 	// Token, when set, is required on every /v1 route.
 	Token string
+	// Observer, when set, records the API's requests.
+	Observer api.Observer
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
@@ -88,7 +90,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		db.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := api.NewServer(api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token})
+	srv, err := api.NewServer(api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer})
 	if err != nil {
 		db.Close()
 		t.Fatalf("api.NewServer: %v", err)

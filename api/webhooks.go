@@ -152,11 +152,12 @@ func decodeCreateWebhook(body []byte) (hourglass.WebhookParams, error) {
 	return p, p.Validate()
 }
 
-// parseResourceID parses a positive integer id from the path.
+// parseResourceID parses a positive integer id from the path, written
+// canonically (parsePositive).
 func parseResourceID(what, s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s id %q: must be a positive integer", what, s)
+	id, ok := parsePositive(s)
+	if !ok {
+		return 0, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s id %q: must be a positive integer, without sign or leading zeros", what, s)
 	}
 	return id, nil
 }

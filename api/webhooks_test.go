@@ -258,6 +258,8 @@ func TestWebhookAPI(t *testing.T) {
 		{"no secret", with("secret", nil), "secret: required"},
 		{"short secret", with("secret", "short"), "secret: must be 16 to 256 bytes, got 5"},
 		{"long secret", with("secret", strings.Repeat("s", 257)), "got 257"},
+		{"url twice", []byte(`{"url":"https://evil.example.com/h","url":"https://hooks.example.com/h","events":["order.paid"],"secret":"` + hookSecret + `"}`), "url: given more than once"},
+		{"URL in upper case", []byte(`{"URL":"https://hooks.example.com/h","events":["order.paid"],"secret":"` + hookSecret + `"}`), "case-sensitive"},
 	}
 	for _, tt := range bad {
 		status, _, raw := s.call(t, http.MethodPost, "/v1/webhooks", nil, tt.body)
@@ -277,6 +279,9 @@ func TestWebhookAPI(t *testing.T) {
 		{"DELETE", "/v1/webhooks/999", 404, "not_found"},
 		{"GET", "/v1/webhooks/abc", 400, "invalid_argument"},
 		{"DELETE", "/v1/webhooks/0", 400, "invalid_argument"},
+		{"GET", fmt.Sprintf("/v1/webhooks/0%d", all.ID), 400, "invalid_argument"},
+		{"GET", fmt.Sprintf("/v1/webhooks/+%d", all.ID), 400, "invalid_argument"},
+		{"DELETE", "/v1/deadletters/01", 400, "invalid_argument"},
 		{"PUT", "/v1/webhooks", 405, "method_not_allowed"},
 		{"GET", "/v1/webhooks?x=1", 400, "invalid_argument"},
 		{"POST", "/v1/deadletters/999/retry", 404, "not_found"},

@@ -59,6 +59,10 @@ const (
 	MaxRetries = 20
 	// MaxWebhooksDefault is how many webhooks may exist at once.
 	MaxWebhooksDefault = 100
+	// MaxWebhooksLimit is the largest MaxWebhooks accepted: each event
+	// writes one delivery per subscribed webhook in the order's own
+	// transaction, so this bounds that transaction's cost.
+	MaxWebhooksLimit = 10000
 	// ScanLagDefault is how far back the new-delivery scan looks: a
 	// delivery is due at its event's commit time, and a transaction may
 	// commit (and become visible) up to this long after it read that time.
@@ -97,6 +101,9 @@ type Config struct {
 	// Allow lists the hosts webhooks may target. The zero AllowList allows
 	// none: every webhook create is refused with a message saying so.
 	Allow AllowList
+	// AllowPrivate lets a host matched only by a wildcard entry resolve to
+	// private addresses (see AllowList); exact entries may regardless.
+	AllowPrivate bool
 	// Retry is the delay before each retry: len(Retry) retries after the
 	// first attempt, then the delivery is dead (default RetryDefault()).
 	// Each delay is varied by ±Jitter.
@@ -170,6 +177,9 @@ func (c Config) Validate() error {
 	}
 	if c.EventRetention > 0 && c.EventRetention < time.Minute {
 		return fmt.Errorf("webhook: EventRetention must be at least 1m (or negative for forever), got %s", c.EventRetention)
+	}
+	if c.MaxWebhooks < 0 || c.MaxWebhooks > MaxWebhooksLimit {
+		return fmt.Errorf("webhook: MaxWebhooks must be 0..%d, got %d", MaxWebhooksLimit, c.MaxWebhooks)
 	}
 	if c.Workers < 0 || c.Workers > 1024 {
 		return fmt.Errorf("webhook: Workers must be 0..1024, got %d", c.Workers)
@@ -247,7 +257,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Control: cfg.Allow.control}
+		dialer := newDialer(cfg.Allow, cfg.AllowPrivate, cfg.Timeout)
 		transport = &http.Transport{
 			Proxy:                 nil, // a proxy would dial for us, past the address check
 			DialContext:           dialer.DialContext,

@@ -202,7 +202,7 @@ func delivered(rs []receivedEvent, id string) bool {
 func TestWebhookFlags(t *testing.T) {
 	t.Parallel()
 	ok := webhookFlags{WebhookAllow: "hooks.example.com", WebhookRetry: []time.Duration{time.Minute}, WebhookJitter: 0.2,
-		WebhookTimeout: 10 * time.Second, WebhookWorkers: 16, EventRetention: 168 * time.Hour}
+		WebhookTimeout: 10 * time.Second, WebhookWorkers: 16, EventRetention: 168 * time.Hour, WebhookMax: 100}
 	tests := []struct {
 		name   string
 		change func(f *webhookFlags)
@@ -218,6 +218,10 @@ func TestWebhookFlags(t *testing.T) {
 		{"timeout", func(f *webhookFlags) { f.WebhookTimeout = 0 }, "--webhook-timeout"},
 		{"workers", func(f *webhookFlags) { f.WebhookWorkers = 0 }, "--webhook-workers"},
 		{"retention", func(f *webhookFlags) { f.EventRetention = time.Second }, "--event-retention"},
+		{"no webhooks", func(f *webhookFlags) { f.WebhookMax = 0 }, "--webhook-max: must be between 1 and 10000, got 0"},
+		{"too many webhooks", func(f *webhookFlags) { f.WebhookMax = 10001 }, "--webhook-max: must be between 1 and 10000"},
+		{"many webhooks", func(f *webhookFlags) { f.WebhookMax = 10000 }, ""},
+		{"private allowed", func(f *webhookFlags) { f.WebhookAllowPrivate = true }, ""},
 	}
 	for _, tt := range tests {
 		f := ok
@@ -228,6 +232,9 @@ func TestWebhookFlags(t *testing.T) {
 			t.Errorf("%s: %v", tt.name, err)
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("%s: %v, want an error with %q", tt.name, err, tt.want)
+		}
+		if tt.name == "many webhooks" && cfg.MaxWebhooks != 10000 || tt.name == "private allowed" && !cfg.AllowPrivate {
+			t.Errorf("%s: config %+v", tt.name, cfg)
 		}
 		if tt.name == "no jitter, keep events forever" && (cfg.Jitter >= 0 || cfg.EventRetention >= 0) {
 			t.Errorf("zero flags gave jitter %g, retention %s; want none and forever (negative)", cfg.Jitter, cfg.EventRetention)
