@@ -11,23 +11,32 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-// StoreHarness tells ExerciseStore how to get a fresh, empty store driven by
-// a fake clock.
+// StoreOptions configures a store the suite opens.
+type StoreOptions struct {
+	Clock  hourglass.Clock // nil: the database's own clock (production); the suite mostly passes a fake *Clock
+	Outbox bool            // the store writes each created order's timer to its outbox (hourglass.Outbox)
+}
+
+// StoreHarness tells ExerciseStore how to get stores.
 type StoreHarness struct {
-	// Open returns a new empty store whose writes read time from clock. The
-	// harness closes it in t.Cleanup.
-	Open func(t *testing.T, clock hourglass.Clock) hourglass.Store
+	// Open returns a new, empty database. The harness closes it in t.Cleanup.
+	Open func(t *testing.T, o StoreOptions) hourglass.Database
+	// OpenShared, when set (stores meant to be shared by several processes),
+	// returns two store values on one new, empty database.
+	OpenShared func(t *testing.T, o StoreOptions) (a, b hourglass.Database)
 }
 
 // Epoch is the fake clock's starting time in the suites.
 var Epoch = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 
-// ExerciseStore runs the conformance suite every hourglass.Store must pass.
+// ExerciseStore runs the conformance suite every hourglass.Database must
+// pass. Cases that need two store values on one database are skipped when
+// h.OpenShared is nil.
 func ExerciseStore(t *testing.T, h StoreHarness) {
 	setup := func(t *testing.T) (context.Context, hourglass.Store, *Clock) {
 		t.Helper()
 		clock := NewClock(Epoch)
-		return context.Background(), h.Open(t, clock), clock
+		return context.Background(), h.Open(t, StoreOptions{Clock: clock}), clock
 	}
 	product := func(t *testing.T, ctx context.Context, s hourglass.Store, sku, category string, available int64) {
 		t.Helper()

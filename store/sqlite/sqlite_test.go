@@ -23,7 +23,15 @@ func open(t *testing.T, dir string, clock hourglass.Clock) *sqlite.Store {
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
-		Open: func(t *testing.T, clock hourglass.Clock) hourglass.Store { return open(t, t.TempDir(), clock) },
+		// No OpenShared: SQLite is one process per file.
+		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {
+			s, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: o.Clock, Outbox: o.Outbox})
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	})
 }
 
