@@ -71,6 +71,9 @@ func (s *Store) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hour
 
 // Webhook implements hourglass.WebhookStore.
 func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	if id <= 0 {
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
 	ws, err := listWebhooks(ctx, s.pool, id-1, id, 1)
 	if err != nil {
 		return hourglass.Webhook{}, s.fail("get webhook", err)
@@ -118,6 +121,9 @@ JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.position`, 
 // subscriptions, pending deliveries and dead letters go in one transaction
 // (the foreign keys cascade). Errors: not_found, unavailable.
 func (s *Store) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	if id <= 0 {
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
 	var out hourglass.Webhook
 	err := s.tx(ctx, "delete webhook", func(tx pgx.Tx) error {
 		ws, err := listWebhooks(ctx, tx, id-1, id, 1)
