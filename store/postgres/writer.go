@@ -246,22 +246,28 @@ func (st *batchState) skus() []string {
 // The statements of a batch. $1 is always the now parameter.
 const (
 	lockOrderSQL  = `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`
-	lockOrdersSQL = `SELECT 1 FROM orders WHERE id = ANY($1) AND status = 'pending_payment' ORDER BY id FOR UPDATE`
+	lockOrdersSQL = `SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+	// Every statement keyed by order ids wraps its state and deadline test
+	// in IS TRUE so that no index but the primary key can serve it: given
+	// the (status, deadline) index, the planner (a generic plan, or stale
+	// statistics) may otherwise scan every pending order to find the few
+	// listed.
+	//
 	// The compare-and-set of a payment: only a pending order strictly before
 	// its deadline. The closer's is the mirror image (deadline <= now).
 	paySQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
 UPDATE orders o SET status = 'paid', paid_at = now.ms, payment_id = $3 FROM now
-WHERE o.id = $2 AND o.status = 'pending_payment' AND o.deadline > now.ms
+WHERE o.id = $2 AND (o.status = 'pending_payment' AND o.deadline > now.ms) IS TRUE
 RETURNING ` + orderColumns + `, now.ms`
 	// A cancel, like a payment, is refused at or after the deadline: by then
 	// the order belongs to the closer.
 	transitionSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
 UPDATE orders o SET status = $4 FROM now
-WHERE o.id = $2 AND o.status = $3 AND ($3 <> 'pending_payment' OR o.deadline > now.ms)
+WHERE o.id = $2 AND (o.status = $3 AND ($3 <> 'pending_payment' OR o.deadline > now.ms)) IS TRUE
 RETURNING ` + orderColumns + `, now.ms`
 	closeSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
 UPDATE orders o SET status = 'closed', closed_at = now.ms, close_reason = 'timeout' FROM now
-WHERE o.id = ANY($2) AND o.status = 'pending_payment' AND o.deadline <= now.ms
+WHERE o.id = ANY($2) AND (o.status = 'pending_payment' AND o.deadline <= now.ms) IS TRUE
 RETURNING o.id, o.items, o.deadline, now.ms`
 	lookUpSQL = `SELECT ` + orderColumns + `, COALESCE($1::bigint, ` + dbNow + `) FROM orders o WHERE o.id = $2`
 
