@@ -152,6 +152,7 @@ type Store struct {
 	log      *slog.Logger
 	pool     *pgxpool.Pool
 	where    string // "user@host:port/db", for messages
+	schema   string // the schema the tables are in (current_schema())
 	orderSeq string // the orders.id sequence, schema-qualified
 	channel  string // the NOTIFY channel of this database and schema
 
@@ -228,9 +229,12 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, s.startupError("connect", err)
 	}
 	s.pool = pool
-	var version int
-	var sync string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('synchronous_commit')`).Scan(&version, &sync); err != nil {
+	var (
+		version int
+		sync    string
+		schema  *string
+	)
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('synchronous_commit'), current_schema()`).Scan(&version, &sync, &schema); err != nil {
 		pool.Close()
 		return nil, s.startupError("connect", err)
 	}
@@ -239,6 +243,11 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: the server at %s is PostgreSQL %d.%d; hourglass needs %d or later: upgrade the server",
 			s.host(), version/10000, version%10000, MinServerVersion/10000)
 	}
+	if schema == nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %s: no schema of the search_path exists (current_schema() is NULL); create it or fix the URL's search_path", s.where)
+	}
+	s.schema = *schema
 	if sync == "off" || sync == "local" {
 		s.log.Warn("postgres: synchronous_commit is not on: an acknowledged write may be lost in a crash", "synchronous_commit", sync)
 	}
@@ -266,7 +275,7 @@ func (s *Store) startupError(op string, err error) error {
 		case "3D000":
 			return fmt.Errorf("postgres: %s: database %q does not exist on %s (3D000); create it (CREATE DATABASE %s) or fix the URL's path", op, db, host, pgx.Identifier{db}.Sanitize())
 		case "42501":
-			return fmt.Errorf("postgres: %s: user %q lacks a permission in database %q: %s (42501); GRANT CREATE, USAGE ON SCHEMA <schema> TO %s (or run hourglass once as the schema's owner)", op, user, db, pe.Message, pgx.Identifier{user}.Sanitize())
+			return fmt.Errorf("postgres: %s: user %q lacks a permission in database %q: %s (42501); GRANT CREATE, USAGE ON SCHEMA %s TO %s (or run hourglass once as the schema's owner)", op, user, db, pe.Message, pgx.Identifier{cmp.Or(s.schema, "<schema>")}.Sanitize(), pgx.Identifier{user}.Sanitize())
 		case "53300":
 			return fmt.Errorf("postgres: %s: the server at %s has no connection left (53300): lower Config.MaxConns or raise max_connections", op, host)
 		}
