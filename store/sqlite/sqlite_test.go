@@ -116,37 +116,3 @@ func BenchmarkCreateOrder(b *testing.B) {
 		})
 	}
 }
-
-// TestOutbox: with Outbox set, each create writes its timer in the same
-// transaction, and OutboxDone removes it.
-func TestOutbox(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clock := hourglasstest.NewClock(hourglasstest.Epoch)
-	s, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Outbox: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 1}); err != nil {
-		t.Fatal(err)
-	}
-	o, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A refused create writes no timer.
-	if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}}); err == nil {
-		t.Fatal("oversold")
-	}
-	batch, err := s.OutboxBatch(ctx, 10)
-	if err != nil || len(batch) != 1 || batch[0].OrderID != o.ID || !batch[0].Deadline.Equal(o.Deadline) {
-		t.Fatalf("outbox = %+v, %v; want the one order's timer", batch, err)
-	}
-	if err := s.OutboxDone(ctx, []int64{o.ID}); err != nil {
-		t.Fatal(err)
-	}
-	if batch, _ := s.OutboxBatch(ctx, 10); len(batch) != 0 {
-		t.Fatalf("outbox after done = %+v", batch)
-	}
-}
