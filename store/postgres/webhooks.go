@@ -29,9 +29,13 @@ func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, li
 	var out hourglass.Webhook
 	err := s.tx(ctx, "create webhook", func(tx pgx.Tx) error {
 		if limit > 0 {
+			// Two statements: the count must take its snapshot after the
+			// lock is held (one statement's snapshot predates its wait).
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`, webhookLockClass, webhookLockKey); err != nil {
+				return err
+			}
 			var n int64
-			if err := tx.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int), (SELECT count(*) FROM webhooks)`,
-				webhookLockClass, webhookLockKey).Scan(nil, &n); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhooks`).Scan(&n); err != nil {
 				return err
 			}
 			if n >= int64(limit) {
