@@ -1,0 +1,132 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/postgres"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
+)
+
+// benchStore opens a store with the production settings (database clock,
+// default pool and batch) on a new database.
+func benchStore(b *testing.B) *postgres.Store {
+	b.Helper()
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: pgtest.NewDatabase(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// benchParallelism × GOMAXPROCS goroutines create at once: an API under load.
+const benchParallelism = 64
+
+// BenchmarkCreateOrder creates orders of one item each over 1,000 SKUs from
+// many goroutines: durable creates per second of one store value.
+func BenchmarkCreateOrder(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	const skus = 1000
+	for i := range skus {
+		if _, err := s.PutProduct(ctx, hourglass.Product{SKU: fmt.Sprintf("S%04d", i), Available: 1 << 40}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			_, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Hour,
+				Items: []hourglass.Item{{SKU: fmt.Sprintf("S%04d", i%skus), Quantity: 1}}})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
+}
+
+// BenchmarkCreateOrderHotSKU creates orders of one SKU from many goroutines:
+// every order of a batch locks and updates the same product row, which the
+// batch writes once.
+func BenchmarkCreateOrderHotSKU(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "HOT", Available: 1 << 40}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Hour,
+				Items: []hourglass.Item{{SKU: "HOT", Quantity: 1}}})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
+}
+
+// BenchmarkCloseOrders closes due orders 512 per call (the engine's batch),
+// over 100 SKUs; ns/op is per call, closes/s counts orders.
+func BenchmarkCloseOrders(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	const skus, perCall = 100, 512
+	for i := range skus {
+		if _, err := s.PutProduct(ctx, hourglass.Product{SKU: fmt.Sprintf("S%03d", i), Available: 1 << 40}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Orders due in 1 s, created in parallel (not timed), then closed.
+	ids := make([]int64, b.N*perCall)
+	var next atomic.Int64
+	done := make(chan error, 32)
+	for range 32 {
+		go func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(ids)) {
+					done <- nil
+					return
+				}
+				o, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Second,
+					Items: []hourglass.Item{{SKU: fmt.Sprintf("S%03d", i%skus), Quantity: 1}}})
+				if err != nil {
+					done <- err
+					return
+				}
+				ids[i] = o.ID
+			}
+		}()
+	}
+	for range 32 {
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // every deadline passed (the database's clock)
+	b.ResetTimer()
+	for i := range b.N {
+		closed, err := s.CloseOrders(ctx, ids[i*perCall:(i+1)*perCall])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(closed) != perCall {
+			b.Fatalf("closed %d of %d", len(closed), perCall)
+		}
+	}
+	b.ReportMetric(float64(b.N*perCall)/b.Elapsed().Seconds(), "closes/s")
+}

@@ -1,0 +1,216 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/jackc/pgx/v5"
+)
+
+// orderColumns are an order's columns, in scanOrder's order, of the orders
+// table aliased o.
+const orderColumns = `o.id, o.user_id, o.status, o.items, o.created_at, o.deadline, o.paid_at, o.closed_at, o.close_reason, o.payment_id`
+
+// scanOrder scans orderColumns followed by extra destinations.
+func scanOrder(row pgx.Row, extra ...any) (hourglass.Order, error) {
+	var (
+		o                 hourglass.Order
+		status, items     string
+		created, deadline int64
+		paid, closed      *int64
+		reason, paymentID *string
+	)
+	dest := append([]any{&o.ID, &o.UserID, &status, &items, &created, &deadline, &paid, &closed, &reason, &paymentID}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return o, err
+	}
+	o.Status = hourglass.State(status)
+	o.CreatedAt, o.Deadline = hourglass.FromUnixMilli(created), hourglass.FromUnixMilli(deadline)
+	if paid != nil {
+		o.PaidAt = hourglass.FromUnixMilli(*paid)
+	}
+	if closed != nil {
+		o.ClosedAt = hourglass.FromUnixMilli(*closed)
+	}
+	if reason != nil {
+		o.CloseReason = *reason
+	}
+	if paymentID != nil {
+		o.PaymentID = *paymentID
+	}
+	its, err := decodeItems(items)
+	if err != nil {
+		return o, fmt.Errorf("order %d: %w", o.ID, err)
+	}
+	o.Items = its
+	return o, nil
+}
+
+// CreateOrder implements hourglass.Store. It is group-committed: the stock
+// check and the reservation hold the products' row locks, so no concurrency
+// (goroutines, store values, processes) can oversell. With an idempotency
+// key it is idempotent across processes. Errors: invalid_argument,
+// not_found, insufficient_stock, idempotency_key_reused, unavailable.
+func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
+	if err := hourglass.ValidateUserID(p.UserID); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	if err := hourglass.ValidateItems(p.Items); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	if p.Timeout != 0 {
+		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
+			return hourglass.Order{}, false, err
+		}
+	}
+	o := &op{kind: opCreate, create: p, items: encodeItems(p.Items)}
+	if err := s.submit(ctx, o, false); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	return o.order, o.created, nil
+}
+
+// Order implements hourglass.Store.
+func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = $1`, id))
+	if err == pgx.ErrNoRows {
+		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+	}
+	return o, s.fail("get order", err)
+}
+
+// ListOrders implements hourglass.Store. Status filtering follows
+// Order.View: a pending order past its deadline counts as closed.
+func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
+	var where string
+	switch f.Status {
+	case "":
+		where = "o.id > $1"
+	case hourglass.StatePendingPayment:
+		where = "o.id > $1 AND o.status = 'pending_payment' AND o.deadline > $2"
+	case hourglass.StateClosed:
+		where = "o.id > $1 AND (o.status = 'closed' OR (o.status = 'pending_payment' AND o.deadline <= $2))"
+	default:
+		where = "o.id > $1 AND o.status = $3"
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+orderColumns+` FROM orders o WHERE `+where+` AND $2::bigint IS NOT NULL AND $3::text IS NOT NULL ORDER BY o.id LIMIT $4`,
+		f.After, hourglass.UnixMilli(f.Now), string(f.Status), limit)
+	if err != nil {
+		return nil, s.fail("list orders", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanOrder(row) })
+	return out, s.fail("list orders", err)
+}
+
+// PayOrder implements hourglass.Store: a compare-and-set on status and
+// deadline (deadline > the database's now, read after the row lock), group
+// committed. Idempotent for the same payment id. Errors: invalid_argument,
+// not_found, order_not_payable, unavailable.
+func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
+		return hourglass.Order{}, err
+	}
+	o := &op{kind: opPay, id: id, paymentID: paymentID}
+	if err := s.submit(ctx, o, false); err != nil {
+		return hourglass.Order{}, err
+	}
+	return o.order, nil
+}
+
+func describe(o hourglass.Order, now time.Time) string {
+	v := o.View(now)
+	if v.Status == hourglass.StateClosed && o.Status == hourglass.StatePendingPayment {
+		return "past its deadline " + v.Deadline.Format(time.RFC3339Nano)
+	}
+	if v.Status == hourglass.StatePaid || v.Status == hourglass.StateShipped || v.Status == hourglass.StateCompleted {
+		return string(v.Status) + " with another payment_id"
+	}
+	return string(v.Status)
+}
+
+// TransitionOrder implements hourglass.Store: a compare-and-set on the
+// current state, group committed. Errors: not_found, invalid_transition,
+// unavailable.
+func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
+	from, to, err := a.Transition()
+	if err != nil {
+		return hourglass.Order{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s", err.Error())
+	}
+	o := &op{kind: opTransition, id: id, action: a, from: from, to: to}
+	if err := s.submit(ctx, o, false); err != nil {
+		return hourglass.Order{}, err
+	}
+	return o.order, nil
+}
+
+// CloseOrders implements hourglass.Store. Closes jump the queue of API
+// writes; every close of the call is one statement in one transaction.
+// Idempotent. Errors: unavailable.
+func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	o := &op{kind: opClose, ids: ids}
+	if err := s.submit(ctx, o, true); err != nil {
+		return nil, err
+	}
+	return o.closed, nil
+}
+
+// PendingDue implements hourglass.Store: one range of the (status,
+// deadline, id) index.
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, deadline FROM orders
+WHERE status = 'pending_payment' AND (deadline, id) > ($1, $2) AND deadline <= $3
+ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+	if err != nil {
+		return nil, s.fail("pending due", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) {
+		var id, deadline int64
+		err := row.Scan(&id, &deadline)
+		return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)}, err
+	})
+	return out, s.fail("pending due", err)
+}
+
+// encodeItems writes items as a JSON array; SKUs are validated to
+// [A-Za-z0-9._-], so they need no escaping.
+func encodeItems(items []hourglass.Item) string {
+	b := make([]byte, 0, 32*len(items))
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"sku":"`...)
+		b = append(b, it.SKU...)
+		b = append(b, `","quantity":`...)
+		b = strconv.AppendInt(b, it.Quantity, 10)
+		b = append(b, '}')
+	}
+	return string(append(b, ']'))
+}
+
+func decodeItems(raw string) ([]hourglass.Item, error) {
+	var rows []struct {
+		SKU      string `json:"sku"`
+		Quantity int64  `json:"quantity"`
+	}
+	if err := json.Unmarshal([]byte(raw), &rows); err != nil {
+		return nil, fmt.Errorf("decode items: %w", err)
+	}
+	items := make([]hourglass.Item, len(rows))
+	for i, r := range rows {
+		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
+	}
+	return items, nil
+}

@@ -1,0 +1,425 @@
+// Package postgres is the shared Store: a PostgreSQL (13 or later) database
+// that several hourglass processes may use at once. It makes no
+// single-process assumption: every check-then-write is one conditional
+// statement or holds a row lock, "now" is the database server's clock read
+// inside the statement that needs it, the policy is read inside each create,
+// deliveries fan out with INSERT … SELECT from the subscriptions, and other
+// processes' new deliveries arrive through LISTEN/NOTIFY.
+//
+// Order writes (create, pay, cancel/ship/complete, close) are group-committed:
+// concurrent calls in one process share one transaction and a few pipelined
+// round trips (see writer.go). Everything else is one short transaction on
+// the pool. Commits are durable: synchronous_commit is left as the server
+// has it (on by default).
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of Config.
+const (
+	// MaxConnsDefault is the pool size: the group-commit writers hold one
+	// connection each while a batch runs and reads share the rest.
+	// PostgreSQL's throughput peaks at a few active connections per server
+	// core, and several hourglass processes share the server's
+	// max_connections (100 by default), so a small pool is both faster and
+	// kinder than one connection per request.
+	MaxConnsDefault = 10
+	// MaxBatchDefault is the most writes group-committed in one transaction.
+	MaxBatchDefault = 512
+	// ConnectTimeoutDefault bounds each connection attempt when the URL has
+	// no connect_timeout.
+	ConnectTimeoutDefault = 5 * time.Second
+	// MinServerVersion is the oldest PostgreSQL accepted (server_version_num):
+	// 13 brings DROP DATABASE … WITH (FORCE) and the planner features the
+	// queries count on.
+	MinServerVersion = 130000
+)
+
+// writeTimeout bounds one group commit, so a server that stopped answering
+// (a half-open TCP connection) fails the batch as unavailable instead of
+// blocking its callers for ever.
+const writeTimeout = 30 * time.Second
+
+// writers is the number of group-commit goroutines: while one batch waits for
+// its commit, the next one is being collected and sent.
+const writers = 2
+
+// Config configures Open. The zero value of each field means its default.
+type Config struct {
+	// URL is postgres:// or postgresql://user:pass@host:port/db?sslmode=…
+	// Required. Its password is never logged or put in an error.
+	URL string
+	// MaxConns is the pool size (default MaxConnsDefault). One more
+	// connection, outside the pool, listens for other processes'
+	// deliveries.
+	MaxConns int
+	// MaxBatch is the most writes group-committed in one transaction
+	// (default MaxBatchDefault).
+	MaxBatch int
+	// Clock, when set (tests), gives "now" to writes instead of the
+	// database server's clock. Production leaves it nil.
+	Clock hourglass.Clock
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Outbox makes every created order also write its timer to the timer
+	// outbox, in the order's transaction (see hourglass.Outbox).
+	Outbox bool
+	// Observe, if set, is called after every group commit with the number of
+	// writes it held and how long it took, commit included.
+	Observe func(writes int, commit time.Duration)
+}
+
+// Validate reports a configuration error, naming the field. It does not
+// connect.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("postgres: Config.URL is required (postgres://user:password@host:port/database)")
+	}
+	if _, err := parseURL(c.URL); err != nil {
+		return err
+	}
+	if c.MaxConns < 0 || c.MaxConns > 1000 {
+		return fmt.Errorf("postgres: Config.MaxConns must be 0..1000, got %d", c.MaxConns)
+	}
+	if c.MaxConns != 0 && c.MaxConns < writers+1 {
+		return fmt.Errorf("postgres: Config.MaxConns must be at least %d (writers and a reader), got %d", writers+1, c.MaxConns)
+	}
+	if c.MaxBatch < 0 || c.MaxBatch > 100000 {
+		return fmt.Errorf("postgres: Config.MaxBatch must be 0..100000, got %d", c.MaxBatch)
+	}
+	return nil
+}
+
+// parseURL checks the URL's form and returns it parsed for messages.
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: Config.URL is not a valid URL (%s); want postgres://user:password@host:port/database", scrub(err.Error(), raw))
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return nil, fmt.Errorf("postgres: Config.URL %s: scheme must be postgres:// or postgresql://, got %q", redact(raw), u.Scheme)
+	}
+	return u, nil
+}
+
+// redact returns raw with its password replaced, for messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// scrub removes the URL's password from msg, wherever a library put it.
+func scrub(msg, raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+		}
+	}
+	// The whole URL may be in msg with an undecodable password: cut it.
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if j := strings.LastIndex(msg[i:], "@"); j >= 0 {
+			msg = msg[:i+3] + "xxxxx" + msg[i+j:]
+		}
+	}
+	return msg
+}
+
+// Store is the PostgreSQL implementation of hourglass.Database. It is safe
+// for concurrent use, by many goroutines and many processes on one database.
+type Store struct {
+	cfg      Config
+	log      *slog.Logger
+	pool     *pgxpool.Pool
+	where    string // "user@host:port/db", for messages
+	schema   string // the schema the tables are in (current_schema())
+	orderSeq string // the orders.id sequence, schema-qualified
+	channel  string // the NOTIFY channel of this database and schema
+
+	queue writeQueue
+	wg    sync.WaitGroup // writers and listener
+	stop  context.CancelFunc
+
+	policy     policyCache
+	deliveries notifier
+
+	closeOnce sync.Once
+}
+
+var _ hourglass.Database = (*Store)(nil)
+
+// Open connects to cfg.URL, checks the server (version 13 or later, the
+// login, the permissions), applies pending migrations and starts the
+// group-commit writers and the NOTIFY listener. Close must be called to stop
+// them. Errors are one line that says what to fix, without the password.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.migrate(ctx); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	if err := s.lookUpNames(ctx); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	bg, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.queue.init()
+	for range writers {
+		s.wg.Add(1)
+		go s.writeLoop()
+	}
+	ready := make(chan struct{})
+	s.wg.Add(1)
+	go s.listen(bg, ready)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	}
+	return s, nil
+}
+
+// connect validates cfg, opens the pool and checks that the server is
+// reachable, lets us in and is recent enough.
+func connect(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, MaxConnsDefault)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		msg := "could not be parsed"
+		if inner := errors.Unwrap(err); inner != nil {
+			msg = inner.Error()
+		}
+		return nil, fmt.Errorf("postgres: Config.URL %s is not a valid PostgreSQL URL: %s", redact(cfg.URL), scrub(msg, cfg.URL))
+	}
+	pc.MaxConns = int32(cfg.MaxConns)
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
+	}
+	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
+	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, s.startupError("connect", err)
+	}
+	s.pool = pool
+	var (
+		version int
+		sync    string
+		schema  *string
+	)
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('synchronous_commit'), current_schema()`).Scan(&version, &sync, &schema); err != nil {
+		pool.Close()
+		return nil, s.startupError("connect", err)
+	}
+	if version < MinServerVersion {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: the server at %s is PostgreSQL %d.%d; hourglass needs %d or later: upgrade the server",
+			s.host(), version/10000, version%10000, MinServerVersion/10000)
+	}
+	if schema == nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %s: no schema of the search_path exists (current_schema() is NULL); create it or fix the URL's search_path", s.where)
+	}
+	s.schema = *schema
+	if sync == "off" || sync == "local" {
+		s.log.Warn("postgres: synchronous_commit is not on: an acknowledged write may be lost in a crash", "synchronous_commit", sync)
+	}
+	return s, nil
+}
+
+func (s *Store) host() string {
+	_, rest, _ := strings.Cut(s.where, "@")
+	h, _, _ := strings.Cut(rest, "/")
+	return h
+}
+
+// startupError turns a connection or permission failure at start-up into one
+// line that says what to fix.
+func (s *Store) startupError(op string, err error) error {
+	user, rest, _ := strings.Cut(s.where, "@")
+	host, db, _ := strings.Cut(rest, "/")
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "28P01":
+			return fmt.Errorf("postgres: %s: the server at %s refused the login of user %q: wrong password (28P01); fix the URL's user and password", op, host, user)
+		case "28000":
+			return fmt.Errorf("postgres: %s: the server at %s refused the login of user %q: %s (28000); create the role WITH LOGIN or fix pg_hba.conf", op, host, user, pe.Message)
+		case "3D000":
+			return fmt.Errorf("postgres: %s: database %q does not exist on %s (3D000); create it (CREATE DATABASE %s) or fix the URL's path", op, db, host, pgx.Identifier{db}.Sanitize())
+		case "42501":
+			return fmt.Errorf("postgres: %s: user %q lacks a permission in database %q: %s (42501); GRANT CREATE, USAGE ON SCHEMA %s TO %s (or run hourglass once as the schema's owner)", op, user, db, pe.Message, pgx.Identifier{cmp.Or(s.schema, "<schema>")}.Sanitize(), pgx.Identifier{user}.Sanitize())
+		case "53300":
+			return fmt.Errorf("postgres: %s: the server at %s has no connection left (53300): lower Config.MaxConns or raise max_connections", op, host)
+		}
+		return fmt.Errorf("postgres: %s: %s: %s (%s)", op, s.where, pe.Message, pe.Code)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("postgres: %s: %s: %w", op, s.where, err)
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		cause := err
+		if inner := errors.Unwrap(ce); inner != nil {
+			cause = inner
+		}
+		return fmt.Errorf("postgres: %s: cannot reach the server at %s (%s); check the URL's host and port and that PostgreSQL is running", op, host, scrub(oneLine(cause.Error()), s.cfg.URL))
+	}
+	return fmt.Errorf("postgres: %s: %s: %s", op, s.where, scrub(oneLine(err.Error()), s.cfg.URL))
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// lookUpNames reads the names that depend on the search_path: the orders
+// sequence and the NOTIFY channel (scoped to database and schema, so two
+// hourglass deployments on one server do not wake each other).
+func (s *Store) lookUpNames(ctx context.Context) error {
+	var db, schema string
+	err := s.pool.QueryRow(ctx, `SELECT pg_get_serial_sequence('orders', 'id'), current_database(), current_schema()`).Scan(&s.orderSeq, &db, &schema)
+	if err != nil {
+		return s.startupError("read the schema", err)
+	}
+	s.channel = channelName(db, schema)
+	return nil
+}
+
+// channelName is the NOTIFY channel of a database and schema: at most 63
+// bytes (an identifier), so the two names are hashed.
+func channelName(db, schema string) string {
+	h := uint64(14695981039346656037) // FNV-1a
+	for _, c := range []byte(db + "\x00" + schema) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return fmt.Sprintf("hourglass_deliveries_%016x", h)
+}
+
+// Close stops the writers after the queued writes, stops the listener and
+// closes the pool. It is idempotent and safe for concurrent use.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.queue.close()
+		s.stop()
+		s.wg.Wait()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// errClosed is returned by writes after Close.
+var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
+
+// nowArg is the "now" parameter of every statement: nil (NULL) in
+// production, so the statement reads the server's clock, or the test
+// clock's value in unix ms.
+func (s *Store) nowArg() any {
+	if s.cfg.Clock == nil {
+		return nil
+	}
+	return hourglass.UnixMilli(s.cfg.Clock.Now())
+}
+
+// dbNow is the database's now in unix ms, read when the statement evaluates
+// it: clock_timestamp(), not now() (the transaction's start, which may be
+// earlier than a lock wait). Statements use it as COALESCE($n::bigint, dbNow)
+// so a test clock can stand in.
+const dbNow = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
+// pgCode returns the SQLSTATE of err, or "".
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// retryable reports a serialization failure or a deadlock: the transaction
+// was rolled back and running it again is safe.
+func retryable(err error) bool {
+	c := pgCode(err)
+	return c == "40001" || c == "40P01"
+}
+
+// unavailable reports an error that means the database could not be reached
+// or could not make a write durable: a lost or refused connection, a server
+// shutting down, no resources (disk full), a read-only standby.
+func unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if c := pgCode(err); c != "" {
+		return strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") || strings.HasPrefix(c, "58") ||
+			c == "57P01" || c == "57P02" || c == "57P03" || c == "25006"
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, pgconn.ErrConnClosed) ||
+		pgconn.Timeout(err) || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "closed pool")
+}
+
+// fail maps err of operation op to the contract's errors: *hourglass.Error
+// values pass through; an unreachable database becomes CodeUnavailable (the
+// detail is logged); anything else is wrapped with the package and op.
+func (s *Store) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var he *hourglass.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	if unavailable(err) {
+		s.log.Warn("postgres: database unavailable", "op", op, "err", scrub(err.Error(), s.cfg.URL))
+		return &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "database unavailable (" + op + "); retry later"}
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// tx runs fn in a transaction on a pooled connection, retrying serialization
+// failures and deadlocks a bounded number of times. fn may run more than
+// once; it must not keep results of a failed attempt.
+func (s *Store) tx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		err = pgx.BeginFunc(ctx, s.pool, fn)
+		if !retryable(err) {
+			break
+		}
+	}
+	return s.fail(op, err)
+}
+
+// maxRetries bounds the attempts of a transaction that keeps meeting
+// serialization failures or deadlocks.
+const maxRetries = 5

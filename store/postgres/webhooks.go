@@ -1,0 +1,459 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/jackc/pgx/v5"
+)
+
+// webhookLockClass and webhookLockKey name the transaction advisory lock
+// that makes CreateWebhook's count and insert one atomic step.
+const (
+	webhookLockClass int32 = 0x68676b32 // "hgk2"
+	webhookLockKey   int32 = 1
+)
+
+// CreateWebhook implements hourglass.WebhookStore. With limit > 0, the count
+// and the insert run under a transaction advisory lock every CreateWebhook
+// on the database takes, so concurrent creates (any process) cannot pass the
+// limit together. Not idempotent. Errors: invalid_argument, limit_exceeded,
+// unavailable.
+func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Webhook{}, err
+	}
+	var out hourglass.Webhook
+	err := s.tx(ctx, "create webhook", func(tx pgx.Tx) error {
+		if limit > 0 {
+			// Two statements: the count must take its snapshot after the
+			// lock is held (one statement's snapshot predates its wait).
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`, webhookLockClass, webhookLockKey); err != nil {
+				return err
+			}
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhooks`).Scan(&n); err != nil {
+				return err
+			}
+			if n >= int64(limit) {
+				return hourglass.Errorf(hourglass.CodeLimitExceeded, "webhooks: %d exist, the most allowed (--webhook-max); delete one first", n)
+			}
+		}
+		var id, created int64
+		if err := tx.QueryRow(ctx, `INSERT INTO webhooks (url, secret, created_at) VALUES ($1, $2, COALESCE($3::bigint, `+dbNow+`))
+RETURNING id, created_at`, p.URL, p.Secret, s.nowArg()).Scan(&id, &created); err != nil {
+			return err
+		}
+		types := make([]string, len(p.Events))
+		for i, t := range p.Events {
+			types[i] = string(t)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO webhook_subscriptions (webhook_id, type, position)
+SELECT $1, t, p FROM unnest($2::text[]) WITH ORDINALITY AS x(t, p)`, id, types); err != nil {
+			return err
+		}
+		out = hourglass.Webhook{
+			ID:        id,
+			URL:       p.URL,
+			Events:    append([]hourglass.EventType(nil), p.Events...),
+			Secret:    p.Secret,
+			CreatedAt: hourglass.FromUnixMilli(created),
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Webhooks implements hourglass.WebhookStore.
+func (s *Store) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error) {
+	out, err := listWebhooks(ctx, s.pool, f.After, 0, f.Limit)
+	return out, s.fail("list webhooks", err)
+}
+
+// Webhook implements hourglass.WebhookStore.
+func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	if id <= 0 {
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
+	ws, err := listWebhooks(ctx, s.pool, id-1, id, 1)
+	if err != nil {
+		return hourglass.Webhook{}, s.fail("get webhook", err)
+	}
+	if len(ws) == 0 {
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
+	return ws[0], nil
+}
+
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// listWebhooks returns up to limit webhooks with id > after, by id, and only
+// up to id until when until > 0.
+func listWebhooks(ctx context.Context, q queryer, after, until int64, limit int) ([]hourglass.Webhook, error) {
+	rows, err := q.Query(ctx, `SELECT w.id, w.url, w.secret, w.created_at, s.type FROM
+(SELECT * FROM webhooks WHERE id > $1 AND ($2 = 0 OR id <= $2) ORDER BY id LIMIT $3) w
+JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.position`, after, until, max(limit, 0))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []hourglass.Webhook
+	for rows.Next() {
+		var (
+			wid, created int64
+			url, secret  string
+			typ          string
+		)
+		if err := rows.Scan(&wid, &url, &secret, &created, &typ); err != nil {
+			return nil, err
+		}
+		if len(out) == 0 || out[len(out)-1].ID != wid {
+			out = append(out, hourglass.Webhook{ID: wid, URL: url, Secret: secret, CreatedAt: hourglass.FromUnixMilli(created)})
+		}
+		w := &out[len(out)-1]
+		w.Events = append(w.Events, hourglass.EventType(typ))
+	}
+	return out, rows.Err()
+}
+
+// DeleteWebhook implements hourglass.WebhookStore: the webhook, its
+// subscriptions, pending deliveries and dead letters go in one transaction
+// (the foreign keys cascade). Errors: not_found, unavailable.
+func (s *Store) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	if id <= 0 {
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
+	var out hourglass.Webhook
+	err := s.tx(ctx, "delete webhook", func(tx pgx.Tx) error {
+		ws, err := listWebhooks(ctx, tx, id-1, id, 1)
+		if err != nil {
+			return err
+		}
+		if len(ws) == 0 {
+			return hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		}
+		ct, err := tx.Exec(ctx, `DELETE FROM webhooks WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if ct.RowsAffected() == 0 {
+			return hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		}
+		out = ws[0]
+		return nil
+	})
+	return out, err
+}
+
+const deadLetterColumns = `d.id, d.webhook_id, e.id, e.type, d.order_id, d.attempts, COALESCE(d.last_error, ''), COALESCE(d.failed_at, 0)`
+
+func scanDeadLetter(row pgx.Row) (hourglass.DeadLetter, error) {
+	var (
+		dl       hourglass.DeadLetter
+		typ      string
+		failedAt int64
+	)
+	err := row.Scan(&dl.ID, &dl.WebhookID, &dl.EventID, &typ, &dl.OrderID, &dl.Attempts, &dl.LastError, &failedAt)
+	dl.EventType, dl.FailedAt = hourglass.EventType(typ), hourglass.FromUnixMilli(failedAt)
+	return dl, err
+}
+
+// DeadLetters implements hourglass.WebhookStore.
+func (s *Store) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.state = 'dead' AND d.id > $1 ORDER BY d.id LIMIT $2`, after, max(limit, 0))
+	if err != nil {
+		return nil, s.fail("list dead letters", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DeadLetter, error) { return scanDeadLetter(row) })
+	return out, s.fail("list dead letters", err)
+}
+
+// RetryDeadLetter implements hourglass.WebhookStore: a compare-and-set from
+// dead to pending, due at the database's now. Errors: not_found, unavailable.
+func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
+	var at int64
+	err := s.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET state = 'pending', attempts = 0,
+next_attempt_at = COALESCE($2::bigint, `+dbNow+`), last_error = NULL, failed_at = NULL
+WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return hourglass.DeliveryTimer{}, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+	}
+	if err != nil {
+		return hourglass.DeliveryTimer{}, s.fail("retry dead letter", err)
+	}
+	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, nil
+}
+
+// DeleteDeadLetter implements hourglass.WebhookStore. Errors: not_found,
+// unavailable.
+func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
+	dl, err := scanDeadLetter(s.pool.QueryRow(ctx, `WITH d AS (
+	DELETE FROM webhook_deliveries WHERE id = $1 AND state = 'dead' RETURNING *
+) SELECT `+deadLetterColumns+` FROM d JOIN events e ON e.seq = d.event_seq`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dl, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+	}
+	return dl, s.fail("delete dead letter", err)
+}
+
+// DeliveryCounts implements hourglass.WebhookStore: two counts over the
+// (state, next_attempt_at, id) index, in one snapshot.
+func (s *Store) DeliveryCounts(ctx context.Context) (pending, dead int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT
+	(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
+	(SELECT count(*) FROM webhook_deliveries WHERE state = 'dead')`).Scan(&pending, &dead)
+	return pending, dead, s.fail("count deliveries", err)
+}
+
+func collectTimers(rows pgx.Rows) ([]hourglass.DeliveryTimer, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DeliveryTimer, error) {
+		var id, at int64
+		err := row.Scan(&id, &at)
+		return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, err
+	})
+}
+
+// DueDeliveries implements hourglass.DeliveryStore: one range of the
+// (state, next_attempt_at, id) index. Ids are not in commit order; the
+// cursor is the due time.
+func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries
+WHERE state = 'pending' AND (next_attempt_at, id) > ($1, $2) AND next_attempt_at <= $3
+ORDER BY next_attempt_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+	if err != nil {
+		return nil, s.fail("due deliveries", err)
+	}
+	out, err := collectTimers(rows)
+	return out, s.fail("due deliveries", err)
+}
+
+// PendingDelivery implements hourglass.DeliveryStore. The body is rendered
+// from the order's current row as of the event (hourglass.Order.AsOf), as
+// store/sqlite renders it. Errors: not_found, unavailable.
+func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
+	var (
+		out            hourglass.PendingDelivery
+		typ            string
+		seq, createdAt int64
+		next           int64
+		blockedID      *int64
+		blockedAt      *int64
+	)
+	row := s.pool.QueryRow(ctx, `SELECT `+orderColumns+`, d.id, d.webhook_id, w.url, w.secret, e.id, e.type, e.created_at,
+	d.attempts, d.next_attempt_at, d.event_seq, b.id, b.next_attempt_at
+FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
+JOIN orders o ON o.id = d.order_id
+LEFT JOIN LATERAL (SELECT id, next_attempt_at FROM webhook_deliveries b
+	WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
+	ORDER BY b.event_seq LIMIT 1) b ON true
+WHERE d.id = $1 AND d.state = 'pending'`, id)
+	o, err := scanOrder(row, &out.ID, &out.WebhookID, &out.URL, &out.Secret, &out.EventID, &typ, &createdAt,
+		&out.Attempts, &next, &seq, &blockedID, &blockedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
+	}
+	if err != nil {
+		return out, s.fail("get delivery", err)
+	}
+	out.OrderID = o.ID
+	out.EventType = hourglass.EventType(typ)
+	out.NextAttemptAt = hourglass.FromUnixMilli(next)
+	out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
+	if blockedID != nil {
+		out.BlockedBy = hourglass.DeliveryTimer{ID: *blockedID, At: hourglass.FromUnixMilli(*blockedAt)}
+	}
+	return out, nil
+}
+
+// renderEvent returns the JSON body of an event: current is the order's row
+// as it is now, seen as of the event (hourglass.Order.AsOf).
+func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current hourglass.Order) []byte {
+	return hourglass.MarshalEvent(hourglass.Event{
+		ID:        id,
+		Type:      typ,
+		CreatedAt: hourglass.FromUnixMilli(createdAtMs),
+		Order:     current.AsOf(typ),
+	})
+}
+
+// NextDelivery implements hourglass.DeliveryStore: the head of the (webhook,
+// order) stream index.
+func (s *Store) NextDelivery(ctx context.Context, webhookID, orderID int64) (hourglass.DeliveryTimer, bool, error) {
+	var id, at int64
+	err := s.pool.QueryRow(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries
+WHERE webhook_id = $1 AND order_id = $2 AND state = 'pending' ORDER BY event_seq LIMIT 1`, webhookID, orderID).Scan(&id, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return hourglass.DeliveryTimer{}, false, nil
+	}
+	if err != nil {
+		return hourglass.DeliveryTimer{}, false, s.fail("next delivery", err)
+	}
+	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true, nil
+}
+
+// RecordAttempt implements hourglass.DeliveryStore: a compare-and-set on
+// (state pending, attempts); false when another attempt was recorded first
+// or the delivery is gone. Errors: unavailable.
+func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (bool, error) {
+	var (
+		sql  string
+		args = []any{r.ID, r.Attempts}
+	)
+	switch {
+	case r.OK:
+		sql = `DELETE FROM webhook_deliveries WHERE id = $1 AND state = 'pending' AND attempts = $2`
+	case r.RetryAt.IsZero():
+		sql = `UPDATE webhook_deliveries SET state = 'dead', attempts = $2 + 1, last_error = $3,
+failed_at = COALESCE($4::bigint, ` + dbNow + `) WHERE id = $1 AND state = 'pending' AND attempts = $2`
+		args = append(args, r.Error, s.nowArg())
+	default:
+		sql = `UPDATE webhook_deliveries SET attempts = $2 + 1, last_error = $3, next_attempt_at = $4
+WHERE id = $1 AND state = 'pending' AND attempts = $2`
+		args = append(args, r.Error, hourglass.UnixMilli(r.RetryAt))
+	}
+	ct, err := s.pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return false, s.fail("record delivery attempt", err)
+	}
+	return ct.RowsAffected() == 1, nil
+}
+
+// PruneEvents implements hourglass.DeliveryStore. Events still referenced by
+// a pending delivery or a dead letter are kept whatever their age.
+func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	ct, err := s.pool.Exec(ctx, `DELETE FROM events WHERE seq IN (
+	SELECT e.seq FROM events e WHERE e.created_at < $1
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
+	ORDER BY e.created_at LIMIT $2)`, hourglass.UnixMilli(before), limit)
+	if err != nil {
+		return 0, s.fail("prune events", err)
+	}
+	return int(ct.RowsAffected()), nil
+}
+
+// OrderEvents implements hourglass.Database: the order's events in the order
+// they were written. It scans the events table (no index by order keeps the
+// insert on every transition cheap): for tests and debugging.
+func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
+	o, err := s.Order(ctx, orderID)
+	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT seq, id, type, created_at FROM events WHERE order_id = $1 ORDER BY seq`, orderID)
+	if err != nil {
+		return nil, s.fail("order events", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.EventRecord, error) {
+		var (
+			e   hourglass.EventRecord
+			typ string
+			at  int64
+		)
+		err := row.Scan(&e.Seq, &e.ID, &typ, &at)
+		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(at)
+		e.Body = renderEvent(e.ID, e.Type, at, o)
+		return e, err
+	})
+	return out, s.fail("order events", err)
+}
+
+// notifier is a coalescing wake-up channel with one consumer; its zero value
+// is ready to use. Safe for concurrent use.
+type notifier struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (n *notifier) channel() chan struct{} {
+	n.once.Do(func() { n.ch = make(chan struct{}, 1) })
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	select {
+	case n.channel() <- struct{}{}:
+	default:
+	}
+}
+
+// DeliveriesCreated implements hourglass.DeliveryStore. It fires after this
+// store value's commits that created deliveries and, through LISTEN/NOTIFY,
+// after any other store value's or process's on the same database and
+// schema. It is a hint: it also fires after the listener reconnects.
+func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
+
+// listen keeps one connection, outside the pool, listening on the store's
+// NOTIFY channel, reconnecting with backoff until ctx ends. ready is closed
+// after the first attempt, so Open can return with the listener in place.
+func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
+	defer s.wg.Done()
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	first := true
+	for {
+		err := s.listenOnce(ctx, func() {
+			backoff = minBackoff
+			if first {
+				first = false
+				close(ready)
+			} else {
+				s.deliveries.notify() // notifications may have been missed while down
+			}
+		})
+		if first {
+			first = false
+			close(ready)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("postgres: the deliveries listener lost its connection; reconnecting", "err", scrubErr(err, s.cfg.URL), "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func scrubErr(err error, url string) string {
+	if err == nil {
+		return ""
+	}
+	return scrub(err.Error(), url)
+}
+
+// listenOnce connects, LISTENs (then calls listening) and forwards
+// notifications until the connection fails or ctx ends.
+func (s *Store) listenOnce(ctx context.Context, listening func()) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return err
+	}
+	listening()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		s.deliveries.notify()
+	}
+}

@@ -1,0 +1,753 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hourglass/hourglass"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit.
+//
+// The order writes (create, pay, cancel/ship/complete, close) are queued and
+// taken in batches of up to Config.MaxBatch by a few writer goroutines, each
+// running its batch as one transaction on one pooled connection, in two or
+// three pipelined round trips (pgx.Batch) whatever the batch's size:
+//
+//  1. BEGIN, then the order-first writes (pay, transitions, close): each
+//     locks its order rows (SELECT … FOR UPDATE, ids ascending) and then
+//     runs a compare-and-set UPDATE whose "now" is read after the lock, so a
+//     wait for a lock can never let a payment through after its deadline.
+//     A refusal is zero rows, not an error.
+//  2. Only when the batch has creates: their idempotency keys' advisory
+//     locks and rows, the policy, the product rows of every SKU the batch
+//     touches locked FOR UPDATE in SKU order, the database's now and the
+//     new orders' ids. (With no order-first writes this is round trip 1.)
+//     Go then decides in queue order which creates fit the locked stock.
+//  3. One UPDATE of products for the whole batch (each SKU's row written
+//     once, however many orders of the batch reserve or release it: the hot
+//     SKU case), one INSERT of the new orders (with their outbox timers and
+//     idempotency keys), one INSERT of the events that fans out deliveries
+//     with INSERT … SELECT and NOTIFYs other processes, and COMMIT.
+//
+// Locks are taken in one order (order rows, then idempotency keys, then
+// products by SKU), so batches of several processes do not deadlock each
+// other in the common cases; the rare deadlock or serialization failure rolls
+// the batch back and runs it again, a bounded number of times. A write
+// refused for a domain reason fails only itself. Any other server error rolls
+// the batch back and runs each of its writes alone, so a broken write cannot
+// fail its peers. A lost connection fails the whole batch with
+// CodeUnavailable and is not retried here: its COMMIT may have been applied.
+
+// opKind names the order write an op carries.
+type opKind int
+
+const (
+	opCreate opKind = iota
+	opPay
+	opTransition
+	opClose
+)
+
+// op is one order write waiting for a writer. Outputs are valid once done is
+// closed.
+type op struct {
+	ctx  context.Context
+	kind opKind
+	// Inputs.
+	create    hourglass.CreateOrderParams
+	items     string // create: the items, encoded
+	id        int64  // pay, transition
+	paymentID string
+	action    hourglass.Action
+	from, to  hourglass.State
+	ids       []int64 // close
+	// Outputs.
+	order   hourglass.Order
+	created bool
+	closed  []hourglass.ClosedOrder
+	err     error
+	done    chan struct{}
+}
+
+func (o *op) reset() {
+	o.order, o.created, o.closed, o.err = hourglass.Order{}, false, nil, nil
+}
+
+// submit queues o and waits until its transaction committed or failed. Once
+// queued, a write runs even if ctx ends while it waits, unless ctx ended
+// before its batch began: then it is skipped and fails with ctx.Err().
+func (s *Store) submit(ctx context.Context, o *op, urgent bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o.ctx, o.done = ctx, make(chan struct{})
+	if !s.queue.push(o, urgent) {
+		return errClosed
+	}
+	<-o.done
+	return o.err
+}
+
+func (s *Store) writeLoop() {
+	defer s.wg.Done()
+	batch := make([]*op, 0, s.cfg.MaxBatch)
+	for {
+		batch = s.queue.take(batch[:0], s.cfg.MaxBatch)
+		if len(batch) == 0 {
+			return // closed and drained
+		}
+		s.commit(batch)
+	}
+}
+
+// commit runs a batch and answers each of its ops.
+func (s *Store) commit(batch []*op) {
+	start := hourglass.SystemClock{}.Now()
+	live := make([]*op, 0, len(batch))
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+			continue
+		}
+		live = append(live, o)
+	}
+	var fanned int64
+	if len(live) > 0 {
+		n, err := s.runWithRetry(live)
+		fanned += n
+		switch {
+		case err == nil:
+		case unavailable(err) || len(live) == 1:
+			for _, o := range live {
+				o.reset()
+				o.err = s.fail("write orders", err)
+			}
+		default:
+			s.log.Warn("postgres: group commit failed; retrying its writes one by one", "writes", len(live), "err", err)
+			for _, o := range live {
+				n, err := s.runWithRetry([]*op{o})
+				fanned += n
+				if err != nil {
+					o.reset()
+					o.err = s.fail("write orders", err)
+				}
+			}
+		}
+	}
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(len(batch), hourglass.SystemClock{}.Now().Sub(start))
+	}
+	if fanned > 0 {
+		s.deliveries.notify()
+	}
+	for _, o := range batch {
+		close(o.done)
+	}
+}
+
+// runWithRetry runs ops as one transaction, again after a serialization
+// failure or deadlock, at most maxRetries times. It returns the number of
+// deliveries created.
+func (s *Store) runWithRetry(ops []*op) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		for _, o := range ops {
+			o.reset()
+		}
+		n, err := s.runBatch(ops)
+		if err == nil || !retryable(err) || attempt >= maxRetries {
+			return n, err
+		}
+	}
+}
+
+// runBatch runs ops in one transaction on a pooled connection.
+func (s *Store) runBatch(ops []*op) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Release()
+	conn := c.Conn()
+	n, err := s.runTx(ctx, conn, ops)
+	if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			conn.Close(ctx) // the pool drops it
+		}
+	}
+	return n, err
+}
+
+// batchState is what a batch's writes add up to, written in its last round
+// trip.
+type batchState struct {
+	deltas map[string]*stockDelta
+	events struct {
+		ids, types []string
+		orders     []int64
+		at         []int64
+	}
+	refused []*op // order-first writes that matched nothing: look up why
+}
+
+type stockDelta struct{ available, reserved, sold int64 }
+
+func (st *batchState) move(items []hourglass.Item, from, to string) {
+	if st.deltas == nil {
+		st.deltas = make(map[string]*stockDelta)
+	}
+	for _, it := range items {
+		d := st.deltas[it.SKU]
+		if d == nil {
+			d = &stockDelta{}
+			st.deltas[it.SKU] = d
+		}
+		for _, f := range [...]struct {
+			name string
+			sign int64
+		}{{from, -1}, {to, 1}} {
+			switch f.name {
+			case "available":
+				d.available += f.sign * it.Quantity
+			case "reserved":
+				d.reserved += f.sign * it.Quantity
+			case "sold":
+				d.sold += f.sign * it.Quantity
+			}
+		}
+	}
+}
+
+func (st *batchState) event(orderID int64, status hourglass.State, atMs int64) {
+	st.events.ids = append(st.events.ids, hourglass.NewEventID())
+	st.events.types = append(st.events.types, string(hourglass.EventFor(status)))
+	st.events.orders = append(st.events.orders, orderID)
+	st.events.at = append(st.events.at, atMs)
+}
+
+// skus returns the SKUs whose stock the batch changes, sorted.
+func (st *batchState) skus() []string {
+	out := make([]string, 0, len(st.deltas))
+	for sku := range st.deltas {
+		out = append(out, sku)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The statements of a batch. $1 is always the now parameter.
+const (
+	lockOrderSQL  = `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`
+	lockOrdersSQL = `SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+	// Every statement keyed by order ids wraps its state and deadline test
+	// in IS TRUE so that no index but the primary key can serve it: given
+	// the (status, deadline) index, the planner (a generic plan, or stale
+	// statistics) may otherwise scan every pending order to find the few
+	// listed.
+	//
+	// The compare-and-set of a payment: only a pending order strictly before
+	// its deadline. The closer's is the mirror image (deadline <= now).
+	paySQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
+UPDATE orders o SET status = 'paid', paid_at = now.ms, payment_id = $3 FROM now
+WHERE o.id = $2 AND (o.status = 'pending_payment' AND o.deadline > now.ms) IS TRUE
+RETURNING ` + orderColumns + `, now.ms`
+	// A cancel, like a payment, is refused at or after the deadline: by then
+	// the order belongs to the closer.
+	transitionSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
+UPDATE orders o SET status = $4 FROM now
+WHERE o.id = $2 AND (o.status = $3 AND ($3 <> 'pending_payment' OR o.deadline > now.ms)) IS TRUE
+RETURNING ` + orderColumns + `, now.ms`
+	closeSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
+UPDATE orders o SET status = 'closed', closed_at = now.ms, close_reason = 'timeout' FROM now
+WHERE o.id = ANY($2) AND (o.status = 'pending_payment' AND o.deadline <= now.ms) IS TRUE
+RETURNING o.id, o.items, o.deadline, now.ms`
+	lookUpSQL = `SELECT ` + orderColumns + `, COALESCE($1::bigint, ` + dbNow + `) FROM orders o WHERE o.id = $2`
+
+	idemLockSQL = `SELECT pg_advisory_xact_lock($1::int, h) FROM
+(SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS x`
+	idemReadSQL = `SELECT ` + orderColumns + `, k.key, k.request_hash
+FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key = ANY($1)`
+	policyReadSQL     = `SELECT value FROM settings WHERE name = 'policy'`
+	productsLockSQL   = `SELECT sku, category, available FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
+	productsOnlyLock  = `SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
+	nowSQL            = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
+	idsSQL            = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
+	productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku`
+	insertOrdersSQL = `WITH o AS (
+	INSERT INTO orders (id, user_id, status, items, created_at, deadline)
+	SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS v(id, u, it, d)
+	RETURNING id, deadline
+), t AS (
+	INSERT INTO timer_outbox (order_id, deadline) SELECT id, deadline FROM o WHERE $6::boolean
+)
+INSERT INTO idempotency_keys (key, request_hash, order_id, created_at)
+SELECT v.k, v.h, v.id, $1 FROM unnest($7::text[], $8::bytea[], $9::bigint[]) AS v(k, h, id)`
+	// The events of the batch, their deliveries (one per subscribed webhook,
+	// due at the event's time) and, if any, a NOTIFY delivered at commit.
+	eventsSQL = `WITH e AS (
+	INSERT INTO events (id, type, order_id, created_at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+	RETURNING seq, type, order_id, created_at
+), d AS (
+	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
+	SELECT s.webhook_id, e.seq, e.order_id, 'pending', e.created_at
+	FROM e JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
+	RETURNING 1
+), n AS (
+	SELECT pg_notify($5, '') FROM (SELECT 1 FROM d LIMIT 1) AS x
+)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
+)
+
+// idemLockClass is the first key of the idempotency keys' advisory locks.
+const idemLockClass int32 = 0x68676b31 // "hgk1"
+
+// runTx runs the batch's transaction; see the comment at the top.
+func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, error) {
+	now := s.nowArg()
+	var creates, first []*op
+	for _, o := range ops {
+		if o.kind == opCreate {
+			creates = append(creates, o)
+		} else {
+			first = append(first, o)
+		}
+	}
+	st := &batchState{}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, o := range first {
+		s.queueFirst(b, o, now, st)
+	}
+	var cr *createReads
+	if len(first) == 0 {
+		cr = s.queueCreateReads(b, creates, nil, now)
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return 0, err
+	}
+	b = &pgx.Batch{}
+	for _, o := range st.refused {
+		queueLookUp(b, o, now)
+	}
+	if cr == nil && len(creates) > 0 {
+		cr = s.queueCreateReads(b, creates, st.skus(), now)
+	}
+	if cr != nil && b.Len() > 0 {
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return 0, err
+		}
+		b = &pgx.Batch{}
+	}
+	var accepted []*op
+	if cr != nil {
+		var err error
+		if accepted, err = s.decideCreates(cr, creates, st); err != nil {
+			return 0, err
+		}
+	}
+	if len(st.deltas) > 0 {
+		skus := st.skus()
+		if cr == nil {
+			b.Queue(productsOnlyLock, skus)
+		}
+		da, dr, ds := make([]int64, len(skus)), make([]int64, len(skus)), make([]int64, len(skus))
+		for i, sku := range skus {
+			d := st.deltas[sku]
+			da[i], dr[i], ds[i] = d.available, d.reserved, d.sold
+		}
+		b.Queue(productsUpdateSQL, skus, da, dr, ds).Exec(func(ct pgconn.CommandTag) error {
+			if ct.RowsAffected() != int64(len(skus)) {
+				return fmt.Errorf("update stock of %d products: %d rows found", len(skus), ct.RowsAffected())
+			}
+			return nil
+		})
+	}
+	if len(accepted) > 0 {
+		queueInsertOrders(b, accepted, cr.now, s.cfg.Outbox)
+	}
+	var fanned int64
+	if len(st.events.ids) > 0 {
+		b.Queue(eventsSQL, st.events.ids, st.events.types, st.events.orders, st.events.at, s.channel).QueryRow(func(row pgx.Row) error {
+			var notified int64
+			return row.Scan(&fanned, &notified)
+		})
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return 0, err
+	}
+	return fanned, nil
+}
+
+// queueFirst queues an order-first write (pay, transition, close).
+func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
+	switch o.kind {
+	case opPay, opTransition:
+		b.Queue(lockOrderSQL, o.id)
+		var q *pgx.QueuedQuery
+		if o.kind == opPay {
+			q = b.Queue(paySQL, now, o.id, o.paymentID)
+		} else {
+			q = b.Queue(transitionSQL, now, o.id, string(o.from), string(o.to))
+		}
+		q.QueryRow(func(row pgx.Row) error {
+			var atMs int64
+			ord, err := scanOrder(row, &atMs)
+			if errors.Is(err, pgx.ErrNoRows) {
+				st.refused = append(st.refused, o)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			o.order = ord
+			switch ord.Status {
+			case hourglass.StatePaid:
+				st.move(ord.Items, "reserved", "sold")
+			case hourglass.StateCancelled:
+				st.move(ord.Items, "reserved", "available")
+			}
+			st.event(ord.ID, ord.Status, atMs)
+			return nil
+		})
+	case opClose:
+		b.Queue(lockOrdersSQL, o.ids)
+		b.Queue(closeSQL, now, o.ids).Query(func(rows pgx.Rows) error {
+			defer rows.Close()
+			for rows.Next() {
+				var (
+					id, deadline, atMs int64
+					raw                string
+				)
+				if err := rows.Scan(&id, &raw, &deadline, &atMs); err != nil {
+					return err
+				}
+				items, err := decodeItems(raw)
+				if err != nil {
+					return fmt.Errorf("order %d: %w", id, err)
+				}
+				st.move(items, "reserved", "available")
+				st.event(id, hourglass.StateClosed, atMs)
+				o.closed = append(o.closed, hourglass.ClosedOrder{
+					OrderID:  id,
+					Deadline: hourglass.FromUnixMilli(deadline),
+					ClosedAt: hourglass.FromUnixMilli(atMs),
+				})
+			}
+			return rows.Err()
+		})
+	}
+}
+
+// queueLookUp reads a refused pay or transition's order to answer it: not
+// found, a repeat of the payment that succeeded, or why it is refused.
+func queueLookUp(b *pgx.Batch, o *op, now any) {
+	b.Queue(lookUpSQL, now, o.id).QueryRow(func(row pgx.Row) error {
+		var nowMs int64
+		cur, err := scanOrder(row, &nowMs)
+		if errors.Is(err, pgx.ErrNoRows) {
+			o.err = hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", o.id)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		at := hourglass.FromUnixMilli(nowMs)
+		if o.kind == opPay {
+			if cur.PaymentID == o.paymentID && cur.Status != hourglass.StatePendingPayment && !cur.PaidAt.IsZero() {
+				o.order = cur // a repeat of the payment that succeeded
+				return nil
+			}
+			o.err = hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", o.id, describe(cur, at))
+			return nil
+		}
+		o.err = hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", o.action, o.id, cur.View(at).Status)
+		return nil
+	})
+}
+
+// createReads is what round trip 2 reads for the batch's creates.
+type createReads struct {
+	keys      map[string]idemRow
+	policyRaw string
+	products  map[string]productRow
+	now       int64
+	ids       []int64
+}
+
+type idemRow struct {
+	hash  []byte
+	order hourglass.Order
+}
+
+type productRow struct {
+	category  string
+	available int64
+}
+
+// queueCreateReads queues the reads (and locks) the creates need; extra are
+// more SKUs to lock (those the order-first writes release or sell).
+func (s *Store) queueCreateReads(b *pgx.Batch, creates []*op, extra []string, now any) *createReads {
+	cr := &createReads{keys: map[string]idemRow{}, products: map[string]productRow{}}
+	var keys []string
+	skuSet := make(map[string]struct{})
+	for _, sku := range extra {
+		skuSet[sku] = struct{}{}
+	}
+	for _, o := range creates {
+		if o.create.IdempotencyKey != "" {
+			keys = append(keys, o.create.IdempotencyKey)
+		}
+		for _, it := range o.create.Items {
+			skuSet[it.SKU] = struct{}{}
+		}
+	}
+	skus := make([]string, 0, len(skuSet))
+	for sku := range skuSet {
+		skus = append(skus, sku)
+	}
+	slices.Sort(skus)
+	if len(keys) > 0 {
+		// Every process takes a key's lock before reading it, and holds it
+		// until its insert of the key committed: the read below sees the
+		// winner of any race for the same key.
+		b.Queue(idemLockSQL, idemLockClass, keys)
+		b.Queue(idemReadSQL, keys).Query(func(rows pgx.Rows) error {
+			defer rows.Close()
+			for rows.Next() {
+				var (
+					key  string
+					hash []byte
+				)
+				ord, err := scanOrder(rows, &key, &hash)
+				if err != nil {
+					return err
+				}
+				cr.keys[key] = idemRow{hash: hash, order: ord}
+			}
+			return rows.Err()
+		})
+	}
+	b.Queue(policyReadSQL).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&cr.policyRaw)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	b.Queue(productsLockSQL, skus).Query(func(rows pgx.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				sku string
+				p   productRow
+			)
+			if err := rows.Scan(&sku, &p.category, &p.available); err != nil {
+				return err
+			}
+			cr.products[sku] = p
+		}
+		return rows.Err()
+	})
+	// After the product locks: a create that waited for a hot SKU's row
+	// takes the time it got it.
+	b.Queue(nowSQL, now).QueryRow(func(row pgx.Row) error { return row.Scan(&cr.now) })
+	b.Queue(idsSQL, s.orderSeq, len(creates)).Query(func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		cr.ids = ids
+		return err
+	})
+	return cr
+}
+
+// decideCreates decides, in queue order, which creates the locked stock
+// admits, and records their stock moves and events; it returns the admitted
+// ones, whose order is set.
+func (s *Store) decideCreates(cr *createReads, creates []*op, st *batchState) ([]*op, error) {
+	var policy hourglass.Policy
+	var policyErr error
+	policyLoaded := false
+	available := make(map[string]int64, len(cr.products))
+	for sku, p := range cr.products {
+		available[sku] = p.available
+	}
+	inBatch := make(map[string]*op)
+	var accepted []*op
+	next := 0
+ops:
+	for _, o := range creates {
+		p := o.create
+		if key := p.IdempotencyKey; key != "" {
+			if ex, ok := cr.keys[key]; ok {
+				if !bytes.Equal(ex.hash, p.RequestHash) {
+					o.err = hourglass.ErrIdempotencyKeyReused
+				} else {
+					o.order = ex.order
+				}
+				continue
+			}
+			if first, ok := inBatch[key]; ok {
+				if !bytes.Equal(first.create.RequestHash, p.RequestHash) {
+					o.err = hourglass.ErrIdempotencyKeyReused
+				} else {
+					o.order = first.order
+				}
+				continue
+			}
+		}
+		categories := make([]string, 0, len(p.Items))
+		for i, it := range p.Items {
+			row, ok := cr.products[it.SKU]
+			if !ok {
+				o.err = hourglass.Errorf(hourglass.CodeNotFound, "items[%d].sku: product %q not found", i, it.SKU)
+				continue ops
+			}
+			if a := available[it.SKU]; a < it.Quantity {
+				o.err = hourglass.Errorf(hourglass.CodeInsufficientStock, "items[%d]: %d of %q requested, %d available", i, it.Quantity, it.SKU, a)
+				continue ops
+			}
+			categories = append(categories, row.category)
+		}
+		timeout := p.Timeout
+		if timeout == 0 {
+			// Read in the transaction: a policy put through another store
+			// value or process governs this order.
+			if !policyLoaded {
+				policy, policyErr = s.policy.decode(cr.policyRaw)
+				policyLoaded = true
+			}
+			if policyErr != nil {
+				return nil, policyErr
+			}
+			timeout = policy.Timeout(categories)
+		}
+		for _, it := range p.Items {
+			available[it.SKU] -= it.Quantity
+		}
+		st.move(p.Items, "available", "reserved")
+		if next >= len(cr.ids) {
+			return nil, fmt.Errorf("create orders: %d ids drawn for %d creates", len(cr.ids), len(creates))
+		}
+		o.order = hourglass.Order{
+			ID:        cr.ids[next],
+			UserID:    p.UserID,
+			Status:    hourglass.StatePendingPayment,
+			Items:     append([]hourglass.Item(nil), p.Items...),
+			CreatedAt: hourglass.FromUnixMilli(cr.now),
+			Deadline:  hourglass.FromUnixMilli(cr.now + timeout.Milliseconds()),
+		}
+		next++
+		o.created = true
+		if p.IdempotencyKey != "" {
+			inBatch[p.IdempotencyKey] = o
+		}
+		accepted = append(accepted, o)
+		st.event(o.order.ID, hourglass.StatePendingPayment, cr.now)
+	}
+	return accepted, nil
+}
+
+// queueInsertOrders queues the insert of the admitted orders, their outbox
+// timers and idempotency keys.
+func queueInsertOrders(b *pgx.Batch, accepted []*op, nowMs int64, outbox bool) {
+	n := len(accepted)
+	ids, deadlines := make([]int64, n), make([]int64, n)
+	users, items := make([]string, n), make([]string, n)
+	var keys []string
+	var hashes [][]byte
+	var keyIDs []int64
+	for i, o := range accepted {
+		ids[i], deadlines[i] = o.order.ID, hourglass.UnixMilli(o.order.Deadline)
+		users[i], items[i] = o.create.UserID, o.items
+		if k := o.create.IdempotencyKey; k != "" {
+			keys = append(keys, k)
+			hashes = append(hashes, append([]byte{}, o.create.RequestHash...))
+			keyIDs = append(keyIDs, o.order.ID)
+		}
+	}
+	b.Queue(insertOrdersSQL, nowMs, ids, users, items, deadlines, outbox, keys, hashes, keyIDs)
+}
+
+// writeQueue holds writes waiting for the writers: urgent ones (closes) are
+// taken before normal ones, so a burst of creates cannot make a deadline
+// late. Safe for concurrent use by many producers and consumers.
+type writeQueue struct {
+	mu             sync.Mutex
+	urgent, normal []*op
+	closed         bool
+	ready          chan struct{} // holds a token while there is work or after close
+}
+
+func (q *writeQueue) init() { q.ready = make(chan struct{}, 1) }
+
+func (q *writeQueue) push(o *op, urgent bool) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	if urgent {
+		q.urgent = append(q.urgent, o)
+	} else {
+		q.normal = append(q.normal, o)
+	}
+	q.mu.Unlock()
+	q.wake()
+	return true
+}
+
+func (q *writeQueue) wake() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *writeQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// take blocks until there is work and appends up to max ops to batch, urgent
+// first. It returns an empty batch once the queue is closed and drained.
+func (q *writeQueue) take(batch []*op, max int) []*op {
+	for {
+		q.mu.Lock()
+		n := min(max, len(q.urgent))
+		batch = append(batch, q.urgent[:n]...)
+		q.urgent = shift(q.urgent, n)
+		m := min(max-n, len(q.normal))
+		batch = append(batch, q.normal[:m]...)
+		q.normal = shift(q.normal, m)
+		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
+		q.mu.Unlock()
+		if more || closed {
+			q.wake() // another writer may take the rest, or see the close
+		}
+		if len(batch) > 0 || closed {
+			return batch
+		}
+		<-q.ready
+	}
+}
+
+// shift drops the first n ops, releasing the backing array when empty.
+func shift(ops []*op, n int) []*op {
+	if n == len(ops) {
+		return nil
+	}
+	clear(ops[:n])
+	return ops[n:]
+}
