@@ -374,9 +374,11 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 		nowMs     int64
 		rawPolicy sql.NullString
 		increment int64
+		webhooks  bool // any subscription exists: fan out
 	)
-	if err := tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment`,
-		s.nowArg()).Scan(&nowMs, &rawPolicy, &increment); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment,
+	EXISTS (SELECT 1 FROM webhook_subscriptions)`,
+		s.nowArg()).Scan(&nowMs, &rawPolicy, &increment, &webhooks); err != nil {
 		return nil, 0, fmt.Errorf("read now and policy: %w", err)
 	}
 	now := hourglass.FromUnixMilli(nowMs)
@@ -582,9 +584,14 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 			o := lo.o
 			args = append(args, o.ID, string(o.Status), nullMs(o.PaidAt), nullMs(o.ClosedAt), nullString(o.CloseReason), nullString(o.PaymentID))
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE (`+derived(len(dirty), `? AS id, ? AS status, ? AS paid_at, ? AS closed_at, ? AS close_reason, ? AS payment_id`, `?, ?, ?, ?, ?, ?`)+`) v
-STRAIGHT_JOIN orders o ON o.id = v.id
-SET o.status = v.status, o.paid_at = v.paid_at, o.closed_at = v.closed_at, o.close_reason = v.close_reason, o.payment_id = v.payment_id`, args...); err != nil {
+		// One statement for every changed order: an upsert whose rows all
+		// exist (they are locked), so each is an update; VALUES() is
+		// understood by MariaDB and MySQL 8 (where it is deprecated in
+		// favour of a row alias MariaDB lacks).
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id) VALUES `+
+			rowsOf(len(dirty), `(?, '', ?, '', 0, 0, ?, ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), closed_at = VALUES(closed_at),
+	close_reason = VALUES(close_reason), payment_id = VALUES(payment_id)`, args...); err != nil {
 			return nil, 0, fmt.Errorf("update orders: %w", err)
 		}
 	}
@@ -602,14 +609,13 @@ SET o.status = v.status, o.paid_at = v.paid_at, o.closed_at = v.closed_at, o.clo
 		}
 		// Absolute values: the rows are locked, so the values computed from
 		// them are current.
-		if _, err := tx.ExecContext(ctx, `UPDATE (`+derived(len(dirtySKUs),
-			`CONVERT(? USING ascii) COLLATE ascii_bin AS sku, ? AS available, ? AS reserved, ? AS sold`,
-			`CONVERT(? USING ascii) COLLATE ascii_bin, ?, ?, ?`)+`) v
-STRAIGHT_JOIN products p ON p.sku = v.sku
-SET p.available = v.available, p.reserved = v.reserved, p.sold = v.sold`, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
+			rowsOf(len(dirtySKUs), `(?, '', '', ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = VALUES(reserved), sold = VALUES(sold)`, args...); err != nil {
 			return nil, 0, fmt.Errorf("update products: %w", err)
 		}
 	}
+	var firstSeq int64
 	if len(events) > 0 {
 		args := make([]any, 0, 4*len(events))
 		for _, e := range events {
@@ -623,19 +629,20 @@ SET p.available = v.available, p.reserved = v.reserved, p.sold = v.sold`, args..
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert events: %w", err)
 		}
-		first, err := res.LastInsertId()
-		if err != nil {
+		if firstSeq, err = res.LastInsertId(); err != nil {
 			return nil, 0, fmt.Errorf("insert events: %w", err)
 		}
+	}
+	if len(events) > 0 && webhooks {
 		seqs := make([]any, 1, len(events)+1)
 		seqs[0] = nowMs
 		for j := range events {
-			seqs = append(seqs, first+int64(j)*increment)
+			seqs = append(seqs, firstSeq+int64(j)*increment)
 		}
 		// Fan-out to the webhooks subscribed now, read with a shared lock
 		// so that a webhook deleted concurrently waits for this commit and
 		// then deletes its deliveries too.
-		res, err = tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
 SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, ? FROM events e
 JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
 WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
@@ -701,19 +708,6 @@ func rowsOf(n int, row string) string {
 			b.WriteString(", ")
 		}
 		b.WriteString(row)
-	}
-	return b.String()
-}
-
-// derived returns a derived table of n rows: first names the columns, the
-// others repeat rest.
-func derived(n int, first, rest string) string {
-	var b strings.Builder
-	b.WriteString("SELECT ")
-	b.WriteString(first)
-	for range n - 1 {
-		b.WriteString(" UNION ALL SELECT ")
-		b.WriteString(rest)
 	}
 	return b.String()
 }
