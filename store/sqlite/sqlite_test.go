@@ -23,7 +23,15 @@ func open(t *testing.T, dir string, clock hourglass.Clock) *sqlite.Store {
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
-		Open: func(t *testing.T, clock hourglass.Clock) hourglass.Store { return open(t, t.TempDir(), clock) },
+		// No OpenShared: SQLite is one process per file.
+		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {
+			s, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: o.Clock, Outbox: o.Outbox})
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	})
 }
 
@@ -106,39 +114,5 @@ func BenchmarkCreateOrder(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "orders/s")
 		})
-	}
-}
-
-// TestOutbox: with Outbox set, each create writes its timer in the same
-// transaction, and OutboxDone removes it.
-func TestOutbox(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clock := hourglasstest.NewClock(hourglasstest.Epoch)
-	s, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Outbox: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 1}); err != nil {
-		t.Fatal(err)
-	}
-	o, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A refused create writes no timer.
-	if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}}); err == nil {
-		t.Fatal("oversold")
-	}
-	batch, err := s.OutboxBatch(ctx, 10)
-	if err != nil || len(batch) != 1 || batch[0].OrderID != o.ID || !batch[0].Deadline.Equal(o.Deadline) {
-		t.Fatalf("outbox = %+v, %v; want the one order's timer", batch, err)
-	}
-	if err := s.OutboxDone(ctx, []int64{o.ID}); err != nil {
-		t.Fatal(err)
-	}
-	if batch, _ := s.OutboxBatch(ctx, 10); len(batch) != 0 {
-		t.Fatalf("outbox after done = %+v", batch)
 	}
 }

@@ -89,6 +89,11 @@ func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error
 }
 
 func getWebhook(conn *sqlite.Conn, id int64) (hourglass.Webhook, error) {
+	if id <= 0 {
+		// Ids start at 1; and listWebhooks reads until 0 as "no upper
+		// bound", which would return (or delete) the first webhook.
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
 	ws, err := listWebhooks(conn, id-1, id, 1)
 	if err != nil {
 		return hourglass.Webhook{}, err
