@@ -28,8 +28,12 @@ func open(t testing.TB, url string, clock hourglass.Clock, outbox bool) *mysql.S
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
-		Open: func(t *testing.T, clock hourglass.Clock) hourglass.Store {
-			return open(t, mytest.NewDatabase(t), clock, false)
+		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {
+			return open(t, mytest.NewDatabase(t), o.Clock, o.Outbox)
+		},
+		OpenShared: func(t *testing.T, o hourglasstest.StoreOptions) (a, b hourglass.Database) {
+			url := mytest.NewDatabase(t)
+			return open(t, url, o.Clock, o.Outbox), open(t, url, o.Clock, o.Outbox)
 		},
 	})
 }

@@ -71,6 +71,9 @@ func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error
 }
 
 func getWebhook(ctx context.Context, q querier, id int64, lock bool) (hourglass.Webhook, error) {
+	if id <= 0 { // listWebhooks reads until 0 as "no upper bound"
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
 	ws, err := listWebhooks(ctx, q, id-1, id, 1, lock)
 	if err != nil {
 		return hourglass.Webhook{}, err
