@@ -276,10 +276,18 @@ func inspect(ctx context.Context, db *sql.DB, cfg Config, mc *gomysql.Config) (s
 		return server{}, "", startupError(err, cfg, mc)
 	}
 	srv := parseVersion(version)
-	if srv.mariaDB && srv.num < minMariaDB || !srv.mariaDB && srv.num < minMySQL {
-		return srv, "", fmt.Errorf("mysql: %s at %s is too old: hourglass needs MySQL 8.0+ or MariaDB 10.6+", srv, mc.Addr)
+	if err := srv.supported(mc.Addr); err != nil {
+		return srv, "", err
 	}
 	return srv, strings.ToUpper(binlog), nil
+}
+
+// supported refuses MySQL before 8.0 and MariaDB before 10.6 in one line.
+func (v server) supported(addr string) error {
+	if v.mariaDB && v.num < minMariaDB || !v.mariaDB && v.num < minMySQL {
+		return fmt.Errorf("mysql: %s at %s is too old: hourglass needs MySQL 8.0+ or MariaDB 10.6+; upgrade the server", v, addr)
+	}
+	return nil
 }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)`)
