@@ -1,0 +1,841 @@
+package mysql
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Group commit of order writes.
+//
+// CreateOrder, PayOrder, TransitionOrder and CloseOrders queue an op and
+// wait. writersDefault writer goroutines each take up to MaxBatch ops
+// (closes first: a burst of creates must not make a deadline late) and run
+// them in one transaction:
+//
+//  1. read the idempotency keys the batch's creates carry (a key that
+//     another process commits meanwhile makes step 7 fail with a duplicate
+//     key, and the batch runs again and finds it);
+//  2. lock the orders the batch pays, cancels, ships, completes or closes:
+//     SELECT … WHERE id IN (…) ORDER BY id FOR UPDATE;
+//  3. lock the products those pending orders and the creates touch, in SKU
+//     order: SELECT … WHERE sku IN (…) ORDER BY sku FOR UPDATE. Every batch
+//     of every process locks orders by id, then products by SKU, so batches
+//     cannot deadlock on these rows;
+//  4. read now (the server's clock, after the locks are held) and the
+//     policy, in one statement;
+//  5. decide every op in queue order in Go on the locked rows: a hot SKU's
+//     stock is checked and moved in memory for each of the batch's orders,
+//     and a refused op (insufficient stock, not payable, …) writes nothing
+//     and fails alone;
+//  6. write: one multi-row INSERT of the new orders; one UPDATE of every
+//     changed order and one of every changed product (each joined to a
+//     derived table of the new values, so a hot SKU's row is written once
+//     per batch); one INSERT of the events; one INSERT … SELECT fanning
+//     them out to the webhooks subscribed now; the outbox timers and the
+//     idempotency keys;
+//  7. commit.
+//
+// A deadlock, lock wait timeout or racing duplicate key rolls the batch
+// back and runs it again (bounded). Any other error rolls it back and runs
+// each op alone, so one broken write cannot fail its peers. A lost
+// connection, or a commit whose outcome is unknown, fails every op of the
+// batch with unavailable and runs nothing again.
+
+type opKind int
+
+const (
+	opCreate opKind = iota
+	opPay
+	opTransition
+	opClose
+)
+
+// op is one order write waiting for a writer.
+type op struct {
+	ctx       context.Context
+	kind      opKind
+	create    hourglass.CreateOrderParams // opCreate
+	items     string                      // opCreate: encoded items
+	id        int64                       // opPay, opTransition
+	paymentID string                      // opPay
+	action    hourglass.Action            // opTransition
+	ids       []int64                     // opClose
+	result    chan opResult
+}
+
+type opResult struct {
+	order   hourglass.Order
+	created bool
+	replay  int64 // an idempotent replay: the answer is the stored order with this id
+	closed  []hourglass.ClosedOrder
+	err     error
+}
+
+// submit queues o and waits for its result. Once queued, an op runs even if
+// its ctx ends while it waits, unless it has not been planned yet when ctx
+// ends: then it is skipped and ctx.Err() returned.
+func (s *Store) submit(ctx context.Context, o *op) opResult {
+	if err := ctx.Err(); err != nil {
+		return opResult{err: err}
+	}
+	o.ctx = ctx
+	o.result = make(chan opResult, 1)
+	if !s.queue.push(o, o.kind == opClose) {
+		return opResult{err: errClosed}
+	}
+	return <-o.result
+}
+
+func (s *Store) writeLoop() {
+	defer s.done.Done()
+	batch := make([]*op, 0, s.cfg.MaxBatch)
+	for {
+		batch = s.queue.take(batch[:0], s.cfg.MaxBatch)
+		if len(batch) == 0 {
+			return // closed and drained
+		}
+		s.commit(batch)
+	}
+}
+
+// commitUnknown marks a COMMIT that failed in a way that leaves its outcome
+// unknown.
+type commitUnknown struct{ err error }
+
+func (e commitUnknown) Error() string { return "commit: " + e.err.Error() }
+func (e commitUnknown) Unwrap() error { return e.err }
+
+// commit runs a batch and hands each op its result.
+func (s *Store) commit(batch []*op) {
+	start := s.timer().Now()
+	results, fanned, err := s.runRetrying(batch)
+	switch {
+	case err == nil:
+	case isConnLost(err) || errors.As(err, new(commitUnknown)) || errors.Is(err, context.DeadlineExceeded):
+		// The batch may or may not have committed: never guess, and never
+		// run it again (a create would happen twice).
+		unavailable := &hourglass.Error{Code: hourglass.CodeUnavailable,
+			Message: "mysql: order write: the database connection was lost; the write may or may not have committed: " + err.Error()}
+		results = make([]opResult, len(batch))
+		for i := range results {
+			results[i].err = unavailable
+		}
+	case len(batch) > 1:
+		s.log.Warn("mysql: group commit failed; retrying its writes one by one", "writes", len(batch), "err", err)
+		results = make([]opResult, len(batch))
+		fanned = 0
+		for i, o := range batch {
+			one, n, err := s.runRetrying([]*op{o})
+			if err != nil {
+				results[i].err = s.opError(err)
+				continue
+			}
+			results[i] = one[0]
+			fanned += n
+		}
+	default:
+		results = []opResult{{err: s.opError(err)}}
+	}
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(len(batch), s.timer().Now().Sub(start))
+	}
+	if fanned > 0 {
+		s.deliveries.notify()
+	}
+	for i, o := range batch {
+		o.result <- results[i]
+	}
+}
+
+func (s *Store) opError(err error) error {
+	if isConnLost(err) || errors.As(err, new(commitUnknown)) {
+		return &hourglass.Error{Code: hourglass.CodeUnavailable,
+			Message: "mysql: order write: the database connection was lost; the write may or may not have committed: " + err.Error()}
+	}
+	return fail("order write", err)
+}
+
+// timer is the clock that measures durations: the test clock, else the system's.
+func (s *Store) timer() hourglass.Clock {
+	if s.clock != nil {
+		return s.clock
+	}
+	return hourglass.SystemClock{}
+}
+
+// runRetrying runs a batch, again after a deadlock, lock wait timeout or
+// racing duplicate key, at most retries times.
+func (s *Store) runRetrying(batch []*op) ([]opResult, int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	var err error
+	for attempt := range retries {
+		if attempt > 0 {
+			backoff(attempt)
+		}
+		var (
+			results []opResult
+			fanned  int
+		)
+		results, fanned, err = s.runBatch(ctx, batch)
+		if err == nil {
+			return results, fanned, nil
+		}
+		if !isRetryable(err) {
+			return nil, 0, err
+		}
+	}
+	return nil, 0, err
+}
+
+// lockedProduct is a product row locked by the batch, changed in memory.
+type lockedProduct struct {
+	category                  string
+	available, reserved, sold int64
+	dirty                     bool
+}
+
+// lockedOrder is an order row locked by the batch, changed in memory.
+type lockedOrder struct {
+	o     hourglass.Order
+	dirty bool
+}
+
+// newOrder is an order the batch inserts.
+type newOrder struct {
+	o     hourglass.Order
+	items string
+	key   string
+	hash  []byte
+}
+
+// batchEvent is an event the batch writes: of a new order (newIdx >= 0)
+// or of a locked one.
+type batchEvent struct {
+	typ     hourglass.EventType
+	newIdx  int
+	orderID int64
+}
+
+type storedKey struct {
+	hash    []byte
+	orderID int64
+}
+
+// runBatch runs ops in one transaction (the steps above). It returns the
+// results and how many deliveries it created; an error means nothing
+// committed, unless it is a commitUnknown or a lost connection.
+func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fanned int, err error) {
+	results = make([]opResult, len(ops))
+	live := make([]bool, len(ops))
+	var (
+		keys     []any
+		orderIDs []int64
+	)
+	for i, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			results[i].err = err
+			continue
+		}
+		live[i] = true
+		switch o.kind {
+		case opCreate:
+			if o.create.IdempotencyKey != "" {
+				keys = append(keys, []byte(o.create.IdempotencyKey))
+			}
+		case opPay, opTransition:
+			orderIDs = append(orderIDs, o.id)
+		case opClose:
+			orderIDs = append(orderIDs, o.ids...)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.Rollback()
+		}
+	}()
+
+	// 1. Idempotency keys already stored.
+	stored := map[string]storedKey{}
+	if len(keys) > 0 {
+		rows, err := tx.QueryContext(ctx, `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (`+placeholders(len(keys))+`)`, keys...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read idempotency keys: %w", err)
+		}
+		for rows.Next() {
+			var (
+				k, h []byte
+				id   int64
+			)
+			if err := rows.Scan(&k, &h, &id); err != nil {
+				rows.Close()
+				return nil, 0, fmt.Errorf("read idempotency keys: %w", err)
+			}
+			stored[string(k)] = storedKey{hash: h, orderID: id}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, 0, fmt.Errorf("read idempotency keys: %w", err)
+		}
+	}
+
+	// 2. Lock the orders, by id.
+	orders := map[int64]*lockedOrder{}
+	if len(orderIDs) > 0 {
+		slices.Sort(orderIDs)
+		orderIDs = slices.Compact(orderIDs)
+		args := make([]any, len(orderIDs))
+		for i, id := range orderIDs {
+			args[i] = id
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id IN (`+placeholders(len(args))+`) ORDER BY id FOR UPDATE`, args...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("lock orders: %w", err)
+		}
+		for rows.Next() {
+			o, err := scanOrder(rows)
+			if err != nil {
+				rows.Close()
+				return nil, 0, fmt.Errorf("lock orders: %w", err)
+			}
+			orders[o.ID] = &lockedOrder{o: o}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, 0, fmt.Errorf("lock orders: %w", err)
+		}
+	}
+
+	// 3. Lock the products, by SKU.
+	var skus []string
+	for i, o := range ops {
+		if live[i] && o.kind == opCreate {
+			if k, ok := stored[o.create.IdempotencyKey]; ok && o.create.IdempotencyKey != "" && k.orderID != 0 {
+				continue // a replay reserves nothing
+			}
+			for _, it := range o.create.Items {
+				skus = append(skus, it.SKU)
+			}
+		}
+	}
+	for _, lo := range orders {
+		if lo.o.Status == hourglass.StatePendingPayment {
+			for _, it := range lo.o.Items {
+				skus = append(skus, it.SKU)
+			}
+		}
+	}
+	products := map[string]*lockedProduct{}
+	if len(skus) > 0 {
+		slices.Sort(skus) // byte order: the order of the ascii_bin primary key
+		skus = slices.Compact(skus)
+		args := make([]any, len(skus))
+		for i, sku := range skus {
+			args[i] = sku
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (`+placeholders(len(args))+`) ORDER BY sku FOR UPDATE`, args...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("lock products: %w", err)
+		}
+		for rows.Next() {
+			var (
+				sku string
+				p   lockedProduct
+			)
+			if err := rows.Scan(&sku, &p.category, &p.available, &p.reserved, &p.sold); err != nil {
+				rows.Close()
+				return nil, 0, fmt.Errorf("lock products: %w", err)
+			}
+			products[sku] = &p
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, 0, fmt.Errorf("lock products: %w", err)
+		}
+	}
+
+	// 4. Now, read with the locks held, and the policy.
+	var (
+		nowMs     int64
+		rawPolicy sql.NullString
+		increment int64
+		webhooks  bool // any subscription exists: fan out
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment,
+	EXISTS (SELECT 1 FROM webhook_subscriptions)`,
+		s.nowArg()).Scan(&nowMs, &rawPolicy, &increment, &webhooks); err != nil {
+		return nil, 0, fmt.Errorf("read now and policy: %w", err)
+	}
+	now := hourglass.FromUnixMilli(nowMs)
+	policy, err := s.policy.decode(rawPolicy.String)
+	if err != nil {
+		return nil, 0, err
+	}
+
+	// 5. Decide each op in queue order.
+	var (
+		news    []newOrder
+		newOf   = make([]int, len(ops)) // index into news of a create's order, else -1
+		sameAs  = make([]int, len(ops)) // a create answered by an earlier create of the batch (its news index), else -1
+		events  []batchEvent
+		inBatch = map[string]int{} // idempotency key → index into news
+	)
+	move := func(items []hourglass.Item, from, to func(p *lockedProduct) *int64) error {
+		for _, it := range items {
+			p := products[it.SKU]
+			if p == nil {
+				return fmt.Errorf("product %q of a pending order is missing", it.SKU)
+			}
+			*from(p) -= it.Quantity
+			*to(p) += it.Quantity
+			p.dirty = true
+		}
+		return nil
+	}
+	avail := func(p *lockedProduct) *int64 { return &p.available }
+	resv := func(p *lockedProduct) *int64 { return &p.reserved }
+	sold := func(p *lockedProduct) *int64 { return &p.sold }
+	for i, o := range ops {
+		newOf[i], sameAs[i] = -1, -1
+		if !live[i] {
+			continue
+		}
+		r := &results[i]
+		switch o.kind {
+		case opCreate:
+			p := o.create
+			if key := p.IdempotencyKey; key != "" {
+				if j, ok := inBatch[key]; ok {
+					if !bytes.Equal(news[j].hash, p.RequestHash) {
+						r.err = hourglass.ErrIdempotencyKeyReused
+					} else {
+						sameAs[i] = j
+					}
+					continue
+				}
+				if k, ok := stored[key]; ok {
+					if !bytes.Equal(k.hash, p.RequestHash) {
+						r.err = hourglass.ErrIdempotencyKeyReused
+					} else {
+						r.replay = k.orderID
+					}
+					continue
+				}
+			}
+			categories := make([]string, 0, len(p.Items))
+			for j, it := range p.Items {
+				prod := products[it.SKU]
+				if prod == nil {
+					r.err = hourglass.Errorf(hourglass.CodeNotFound, "items[%d].sku: product %q not found", j, it.SKU)
+					break
+				}
+				if prod.available < it.Quantity {
+					r.err = hourglass.Errorf(hourglass.CodeInsufficientStock, "items[%d]: %d of %q requested, %d available", j, it.Quantity, it.SKU, prod.available)
+					break
+				}
+				categories = append(categories, prod.category)
+			}
+			if r.err != nil {
+				continue
+			}
+			if err := move(p.Items, avail, resv); err != nil {
+				return nil, 0, err
+			}
+			timeout := p.Timeout
+			if timeout == 0 {
+				timeout = policy.Timeout(categories)
+			}
+			newOf[i] = len(news)
+			if p.IdempotencyKey != "" {
+				inBatch[p.IdempotencyKey] = len(news)
+			}
+			events = append(events, batchEvent{typ: hourglass.EventOrderCreated, newIdx: len(news)})
+			news = append(news, newOrder{
+				o: hourglass.Order{
+					UserID:    p.UserID,
+					Status:    hourglass.StatePendingPayment,
+					Items:     slices.Clone(p.Items),
+					CreatedAt: now,
+					Deadline:  now.Add(timeout.Truncate(time.Millisecond)),
+				},
+				items: o.items,
+				key:   p.IdempotencyKey,
+				hash:  p.RequestHash,
+			})
+		case opPay:
+			lo := orders[o.id]
+			if lo == nil {
+				r.err = hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", o.id)
+				continue
+			}
+			cur := &lo.o
+			// The compare-and-set, on the locked row: only a pending order
+			// strictly before its deadline becomes paid. The close is its
+			// mirror image (deadline <= now); the row lock orders them.
+			if cur.Payable(now) {
+				if err := move(cur.Items, resv, sold); err != nil {
+					return nil, 0, err
+				}
+				cur.Status, cur.PaidAt, cur.PaymentID = hourglass.StatePaid, now, o.paymentID
+				lo.dirty = true
+				events = append(events, batchEvent{typ: hourglass.EventOrderPaid, newIdx: -1, orderID: cur.ID})
+				r.order = cloneOrder(*cur)
+				continue
+			}
+			if cur.PaymentID == o.paymentID && cur.Status != hourglass.StatePendingPayment && !cur.PaidAt.IsZero() {
+				r.order = cloneOrder(*cur) // a repeat of the payment that succeeded
+				continue
+			}
+			r.err = hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", o.id, describe(*cur, now))
+		case opTransition:
+			from, to, err := o.action.Transition()
+			if err != nil {
+				r.err = err
+				continue
+			}
+			lo := orders[o.id]
+			if lo == nil {
+				r.err = hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", o.id)
+				continue
+			}
+			cur := &lo.o
+			// A cancel, like a payment, is refused at or after the
+			// deadline: by then the order belongs to the closer.
+			if cur.Status != from || (from == hourglass.StatePendingPayment && !cur.Payable(now)) {
+				r.err = hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", o.action, o.id, cur.View(now).Status)
+				continue
+			}
+			if to == hourglass.StateCancelled {
+				if err := move(cur.Items, resv, avail); err != nil {
+					return nil, 0, err
+				}
+			}
+			cur.Status = to
+			lo.dirty = true
+			events = append(events, batchEvent{typ: hourglass.EventFor(to), newIdx: -1, orderID: cur.ID})
+			r.order = cloneOrder(*cur)
+		case opClose:
+			for _, id := range o.ids {
+				lo := orders[id]
+				if lo == nil || lo.o.Status != hourglass.StatePendingPayment || lo.o.Payable(now) {
+					continue // paid, cancelled, already closed, unknown or not yet due: nothing to do
+				}
+				cur := &lo.o
+				if err := move(cur.Items, resv, avail); err != nil {
+					return nil, 0, err
+				}
+				cur.Status, cur.ClosedAt, cur.CloseReason = hourglass.StateClosed, now, hourglass.CloseReasonTimeout
+				lo.dirty = true
+				events = append(events, batchEvent{typ: hourglass.EventOrderClosed, newIdx: -1, orderID: id})
+				r.closed = append(r.closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: now})
+			}
+		}
+	}
+
+	// 6. Write.
+	if len(news) > 0 {
+		args := make([]any, 0, 4*len(news))
+		for _, n := range news {
+			args = append(args, n.o.UserID, n.items, nowMs, hourglass.UnixMilli(n.o.Deadline))
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES `+
+			rowsOf(len(news), `(?, 'pending_payment', ?, ?, ?)`), args...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("insert orders: %w", err)
+		}
+		// A multi-row INSERT … VALUES knows its row count, so InnoDB hands
+		// it consecutive ids (step auto_increment_increment) in every
+		// innodb_autoinc_lock_mode; LAST_INSERT_ID is the first.
+		first, err := res.LastInsertId()
+		if err != nil {
+			return nil, 0, fmt.Errorf("insert orders: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(news)) {
+			return nil, 0, fmt.Errorf("insert orders: %d rows inserted, want %d (%v)", n, len(news), err)
+		}
+		for j := range news {
+			news[j].o.ID = first + int64(j)*increment
+		}
+	}
+	var dirty []*lockedOrder
+	for _, id := range orderIDs {
+		if lo := orders[id]; lo != nil && lo.dirty {
+			dirty = append(dirty, lo)
+		}
+	}
+	if len(dirty) > 0 {
+		args := make([]any, 0, 6*len(dirty))
+		for _, lo := range dirty {
+			o := lo.o
+			args = append(args, o.ID, string(o.Status), nullMs(o.PaidAt), nullMs(o.ClosedAt), nullString(o.CloseReason), nullString(o.PaymentID))
+		}
+		// One statement for every changed order: an upsert whose rows all
+		// exist (they are locked), so each is an update; VALUES() is
+		// understood by MariaDB and MySQL 8 (where it is deprecated in
+		// favour of a row alias MariaDB lacks).
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id) VALUES `+
+			rowsOf(len(dirty), `(?, '', ?, '', 0, 0, ?, ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), closed_at = VALUES(closed_at),
+	close_reason = VALUES(close_reason), payment_id = VALUES(payment_id)`, args...); err != nil {
+			return nil, 0, fmt.Errorf("update orders: %w", err)
+		}
+	}
+	var dirtySKUs []string
+	for _, sku := range skus {
+		if p := products[sku]; p != nil && p.dirty {
+			dirtySKUs = append(dirtySKUs, sku)
+		}
+	}
+	if len(dirtySKUs) > 0 {
+		args := make([]any, 0, 4*len(dirtySKUs))
+		for _, sku := range dirtySKUs {
+			p := products[sku]
+			args = append(args, sku, p.available, p.reserved, p.sold)
+		}
+		// Absolute values: the rows are locked, so the values computed from
+		// them are current.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
+			rowsOf(len(dirtySKUs), `(?, '', '', ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = VALUES(reserved), sold = VALUES(sold)`, args...); err != nil {
+			return nil, 0, fmt.Errorf("update products: %w", err)
+		}
+	}
+	var firstSeq int64
+	if len(events) > 0 {
+		args := make([]any, 0, 4*len(events))
+		for _, e := range events {
+			id := e.orderID
+			if e.newIdx >= 0 {
+				id = news[e.newIdx].o.ID
+			}
+			args = append(args, hourglass.NewEventID(), string(e.typ), id, nowMs)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO events (id, type, order_id, created_at) VALUES `+rowsOf(len(events), `(?, ?, ?, ?)`), args...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("insert events: %w", err)
+		}
+		if firstSeq, err = res.LastInsertId(); err != nil {
+			return nil, 0, fmt.Errorf("insert events: %w", err)
+		}
+	}
+	if len(events) > 0 && webhooks {
+		seqs := make([]any, 1, len(events)+1)
+		seqs[0] = nowMs
+		for j := range events {
+			seqs = append(seqs, firstSeq+int64(j)*increment)
+		}
+		// Fan-out to the webhooks subscribed now, read with a shared lock
+		// so that a webhook deleted concurrently waits for this commit and
+		// then deletes its deliveries too.
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, ? FROM events e
+JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
+WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("fan out events: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, 0, fmt.Errorf("fan out events: %w", err)
+		}
+		fanned = int(n)
+	}
+	if s.cfg.Outbox && len(news) > 0 {
+		args := make([]any, 0, 2*len(news))
+		for _, n := range news {
+			args = append(args, n.o.ID, hourglass.UnixMilli(n.o.Deadline))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(news), `(?, ?)`), args...); err != nil {
+			return nil, 0, fmt.Errorf("insert outbox timers: %w", err)
+		}
+	}
+	var keyArgs []any
+	for _, n := range news {
+		if n.key != "" {
+			keyArgs = append(keyArgs, []byte(n.key), nonNilBytes(n.hash), n.o.ID, nowMs)
+		}
+	}
+	if len(keyArgs) > 0 {
+		// A key committed by another process since step 1 fails here with a
+		// duplicate key (1062): the batch runs again and replays it.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (idem_key, request_hash, order_id, created_at) VALUES `+
+			rowsOf(len(keyArgs)/4, `(?, ?, ?, ?)`), keyArgs...); err != nil {
+			return nil, 0, fmt.Errorf("insert idempotency keys: %w", err)
+		}
+	}
+
+	// 7. Commit.
+	if err := tx.Commit(); err != nil {
+		committed = true // nothing left to roll back
+		if isRetryable(err) {
+			return nil, 0, err // rolled back (a deadlock or Galera's certification)
+		}
+		return nil, 0, commitUnknown{err}
+	}
+	committed = true
+	for i := range ops {
+		if j := newOf[i]; j >= 0 {
+			results[i].order, results[i].created = cloneOrder(news[j].o), true
+		}
+		if j := sameAs[i]; j >= 0 {
+			results[i].order = cloneOrder(news[j].o)
+		}
+	}
+	return results, fanned, nil
+}
+
+// rowsOf returns n copies of row joined by ", ".
+func rowsOf(n int, row string) string {
+	var b strings.Builder
+	b.Grow(n * (len(row) + 2))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+func nullMs(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return hourglass.UnixMilli(t)
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func cloneOrder(o hourglass.Order) hourglass.Order {
+	o.Items = slices.Clone(o.Items)
+	return o
+}
+
+func describe(o hourglass.Order, now time.Time) string {
+	v := o.View(now)
+	if v.Status == hourglass.StateClosed && o.Status == hourglass.StatePendingPayment {
+		return "past its deadline " + v.Deadline.Format(time.RFC3339Nano)
+	}
+	if v.Status == hourglass.StatePaid || v.Status == hourglass.StateShipped || v.Status == hourglass.StateCompleted {
+		return string(v.Status) + " with another payment_id"
+	}
+	return string(v.Status)
+}
+
+// writeQueue holds order writes waiting for the writers: urgent ones
+// (closes) are taken before normal ones. Safe for concurrent use.
+type writeQueue struct {
+	mu             sync.Mutex
+	urgent, normal []*op
+	closed         bool
+	ready          chan struct{} // holds a token while there is work or after close
+}
+
+func (q *writeQueue) init() { q.ready = make(chan struct{}, 1) }
+
+func (q *writeQueue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *writeQueue) push(o *op, urgent bool) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	if urgent {
+		q.urgent = append(q.urgent, o)
+	} else {
+		q.normal = append(q.normal, o)
+	}
+	q.mu.Unlock()
+	q.signal()
+	return true
+}
+
+func (q *writeQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+// take blocks until there is work and appends up to max ops to batch, urgent
+// first. It returns an empty batch once the queue is closed and drained.
+func (q *writeQueue) take(batch []*op, max int) []*op {
+	for {
+		q.mu.Lock()
+		n := min(max, len(q.urgent))
+		batch = append(batch, q.urgent[:n]...)
+		q.urgent = shift(q.urgent, n)
+		m := min(max-n, len(q.normal))
+		batch = append(batch, q.normal[:m]...)
+		q.normal = shift(q.normal, m)
+		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
+		q.mu.Unlock()
+		if more || closed {
+			q.signal() // wake another writer for the rest, or to see the close
+		}
+		if len(batch) > 0 || closed {
+			return batch
+		}
+		<-q.ready
+	}
+}
+
+// shift drops the first n ops, releasing the backing array when empty.
+func shift(ops []*op, n int) []*op {
+	if n == len(ops) {
+		return nil
+	}
+	clear(ops[:n])
+	return ops[n:]
+}
+
+// encodeItems writes items as a JSON array; SKUs are validated to
+// [A-Za-z0-9._-], so they need no escaping.
+func encodeItems(items []hourglass.Item) string {
+	b := make([]byte, 0, 32*len(items))
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"sku":"`...)
+		b = append(b, it.SKU...)
+		b = append(b, `","quantity":`...)
+		b = strconv.AppendInt(b, it.Quantity, 10)
+		b = append(b, '}')
+	}
+	return string(append(b, ']'))
+}

@@ -1,0 +1,121 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// renderEvent returns the JSON body of an event: current is the order's row
+// as it is now, seen as of the event (hourglass.Order.AsOf).
+func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current hourglass.Order) []byte {
+	return hourglass.MarshalEvent(hourglass.Event{
+		ID:        id,
+		Type:      typ,
+		CreatedAt: hourglass.FromUnixMilli(createdAtMs),
+		Order:     current.AsOf(typ),
+	})
+}
+
+// notifier is a coalescing wake-up channel with one consumer; its zero value
+// is ready to use. Safe for concurrent use.
+type notifier struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (n *notifier) channel() chan struct{} {
+	n.once.Do(func() { n.ch = make(chan struct{}, 1) })
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	select {
+	case n.channel() <- struct{}{}:
+	default:
+	}
+}
+
+// DeliveriesCreated implements hourglass.DeliveryStore. It fires after this
+// store value's commits that created deliveries. MySQL has no NOTIFY:
+// deliveries created by other processes (or other store values) are found
+// only by the consumer's polling of DueDeliveries, so that polling is what
+// bounds their latency.
+func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
+
+// OrderEvents implements hourglass.Database. It scans the events table (no
+// index by order keeps every transition's insert cheap): for tests and
+// debugging.
+func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
+	o, err := s.Order(ctx, orderID)
+	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, id, type, created_at FROM events WHERE order_id = ? ORDER BY seq`, orderID)
+	if err != nil {
+		return nil, fail(fmt.Sprintf("order %d events", orderID), err)
+	}
+	defer rows.Close()
+	var out []hourglass.EventRecord
+	for rows.Next() {
+		var (
+			e       hourglass.EventRecord
+			typ     string
+			created int64
+		)
+		if err := rows.Scan(&e.Seq, &e.ID, &typ, &created); err != nil {
+			return nil, fail(fmt.Sprintf("order %d events", orderID), err)
+		}
+		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(created)
+		e.Body = renderEvent(e.ID, e.Type, created, o)
+		out = append(out, e)
+	}
+	return out, fail(fmt.Sprintf("order %d events", orderID), rows.Err())
+}
+
+// PruneEvents implements hourglass.DeliveryStore: one DELETE over the
+// events_created_at index. Events still referenced by a pending delivery or
+// a dead letter are kept whatever their age.
+func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.retry(ctx, "prune events", func() error {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE created_at < ?
+AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)
+ORDER BY created_at LIMIT ?`, hourglass.UnixMilli(before), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// retry runs one autocommit statement, again after a deadlock or lock wait
+// timeout (bounded).
+func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
+	var err error
+	for attempt := range retries {
+		if attempt > 0 {
+			backoff(attempt)
+		}
+		if err = fn(); err == nil || !isRetryable(err) {
+			break
+		}
+	}
+	var he *hourglass.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	return fail(op, err)
+}

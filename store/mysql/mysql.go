@@ -1,0 +1,493 @@
+// Package mysql is the hourglass.Database on MySQL 8.0+ and MariaDB 10.6+
+// (InnoDB), through go-sql-driver/mysql and database/sql. Several processes
+// may share one database: every check-then-write holds row locks taken in
+// one global order (orders by id, then products by SKU), the policy and the
+// webhook subscriptions are read inside each write, and time comes from the
+// database server's clock.
+//
+// Order writes (create, pay, cancel/ship/complete, close) are group-committed:
+// concurrent calls in one process queue up and a few writer goroutines each
+// take a batch, lock its rows, decide every write in Go in queue order (so a
+// hot SKU's product row is read and written once per batch, not once per
+// order), and write the batch with a handful of multi-row statements in one
+// transaction (see batch.go). Other writes are short transactions of their
+// own. The package owns its schema (migrations/*.sql, applied by Open).
+package mysql
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
+)
+
+// Defaults of Config.
+const (
+	// MaxConnsDefault is the pool size when Config.MaxConns is 0. Writers
+	// need writersDefault connections and every read is one short query, so
+	// 16 serves a busy API while eight processes on one server stay far
+	// below MySQL's default max_connections of 151.
+	MaxConnsDefault = 16
+	// MaxBatchDefault is the most order writes group-committed in one
+	// transaction when Config.MaxBatch is 0: large enough that a burst of
+	// thousands of creates a second needs a few commits, small enough that a
+	// batch's statements stay well under max_allowed_packet.
+	MaxBatchDefault = 512
+	// writersDefault is how many batches are in flight at once: one commits
+	// (waits for the redo log flush) while the next locks and plans.
+	writersDefault = 2
+	// lockWaitTimeout bounds how long a statement waits for a row lock
+	// (session innodb_lock_wait_timeout, seconds) before the batch retries.
+	lockWaitTimeout = 10
+	// batchTimeout bounds one batch transaction, retries included.
+	batchTimeout = 60 * time.Second
+	// retries is how many times a batch that hit a deadlock, a lock wait
+	// timeout or a racing duplicate key is run again before it fails.
+	retries = 8
+)
+
+// Minimum server versions.
+const (
+	minMySQL   = 8_00_00  // 8.0
+	minMariaDB = 10_06_00 // 10.6
+)
+
+// Config configures Open. The zero value of each field means its default.
+type Config struct {
+	// URL is mysql://user:password@host:3306/database, optionally with
+	// ?tls=true|false|skip-verify|preferred and &timeout=5s (dial timeout).
+	// Required.
+	URL string
+	// MaxConns is the connection pool size (default MaxConnsDefault).
+	MaxConns int
+	// MaxBatch is the most order writes group-committed in one transaction
+	// (default MaxBatchDefault).
+	MaxBatch int
+	// Clock gives "now" to writes. nil (production) means the database
+	// server's clock, read inside the transaction that makes each change;
+	// tests pass a fake clock, whose value the same statements then bind.
+	Clock hourglass.Clock
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Outbox makes every created order also write its timer to the
+	// timer_outbox table in the same transaction (see hourglass.Outbox).
+	Outbox bool
+	// Observe, if set, is called after every group commit with the number
+	// of writes it held and how long the transaction took.
+	Observe func(writes int, commit time.Duration)
+}
+
+// Validate reports a configuration error, naming the field; it does not
+// contact the server. The message never contains the password.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("mysql: URL is required (mysql://user:password@host:3306/database)")
+	}
+	if _, err := myurl.Parse(c.URL); err != nil {
+		return fmt.Errorf("mysql: %w", err)
+	}
+	if c.MaxConns < 0 || c.MaxConns > 1000 {
+		return fmt.Errorf("mysql: MaxConns must be 0..1000, got %d", c.MaxConns)
+	}
+	if c.MaxBatch < 0 || c.MaxBatch > 10000 {
+		return fmt.Errorf("mysql: MaxBatch must be 0..10000, got %d", c.MaxBatch)
+	}
+	return nil
+}
+
+// server describes the server Open connected to.
+type server struct {
+	mariaDB bool
+	version string // as SELECT VERSION() says
+	num     int    // major*10000 + minor*100 + patch
+}
+
+func (v server) String() string {
+	if v.mariaDB {
+		return "MariaDB " + v.version
+	}
+	return "MySQL " + v.version
+}
+
+// Store is the MySQL implementation of hourglass.Database. It is safe for
+// concurrent use, and any number of Store values, in any number of
+// processes, may share one database.
+type Store struct {
+	cfg    Config
+	clock  hourglass.Clock // nil: the database server's clock
+	log    *slog.Logger
+	db     *sql.DB
+	server server
+	queue  writeQueue
+	done   sync.WaitGroup
+	policy policyCache
+
+	// deliveries wakes the delivery engine after this store value's commits
+	// that created deliveries.
+	deliveries notifier
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ hourglass.Database = (*Store)(nil)
+
+// Open connects to cfg.URL, checks the server (MySQL 8.0+ or MariaDB 10.6+),
+// applies the pending migrations (once, under a lock every process takes)
+// and starts the writers. Start-up errors are one line saying what to fix
+// (the URL, the host and port, the login, the database, a GRANT, the
+// server's version), without the password. Close must be called.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	db, srv, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrateDB(ctx, db, cfg); err != nil {
+		db.Close()
+		return nil, err
+	}
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
+	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv}
+	s.queue.init()
+	writers := writersDefault
+	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
+		writers = 1 // leave connections to the reads
+	}
+	for range writers {
+		s.done.Add(1)
+		go s.writeLoop()
+	}
+	s.log.Debug("mysql: opened", "server", srv.String(), "url", myurl.Redact(cfg.URL))
+	return s, nil
+}
+
+// Migrate connects to cfg.URL and applies the pending migrations, returning
+// how many it applied. It is safe to run from several processes at once.
+// Errors as Open's.
+func Migrate(ctx context.Context, cfg Config) (applied int, err error) {
+	db, _, err := connect(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	return migrateDB(ctx, db, cfg)
+}
+
+// Close waits for the queued order writes, stops the writers and closes the
+// connections. Writes after Close fail with unavailable. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.queue.close()
+		s.done.Wait()
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+// connect validates cfg, opens the pool with the session settings every
+// statement relies on, and checks the server. Its errors are one line.
+func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, server{}, err
+	}
+	mc, _ := myurl.Parse(cfg.URL) // validated above
+	log := cmp.Or(cfg.Logger, slog.Default())
+	mc.Logger = driverLogger{log}
+	// interpolateParams: one round trip per statement instead of three
+	// (prepare, execute, close). clientFoundRows: RowsAffected counts the
+	// rows matched, so a compare-and-set reads "did it match".
+	mc.InterpolateParams = true
+	mc.ClientFoundRows = true
+	mc.Loc = time.UTC
+	mc.Params = map[string]string{
+		"time_zone":                "'+00:00'",
+		"innodb_lock_wait_timeout": strconv.Itoa(lockWaitTimeout),
+	}
+	probe, err := openPool(mc, 1)
+	if err != nil {
+		return nil, server{}, err
+	}
+	srv, binlogFormat, err := inspect(ctx, probe, cfg, mc)
+	probe.Close()
+	if err != nil {
+		return nil, server{}, err
+	}
+	// Strict mode, whatever the server's default: a value that does not fit
+	// is an error, never silently truncated.
+	mc.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
+	// READ COMMITTED: locking reads lock the rows they find, not the gaps
+	// between them, and INSERT … SELECT reads its source without locking
+	// it. Statement-based binary logging cannot log READ COMMITTED writes,
+	// so a server with binlog_format=STATEMENT keeps REPEATABLE READ (the
+	// locks taken are then wider; correctness is the same).
+	if binlogFormat != "STATEMENT" {
+		name := "transaction_isolation" // MySQL 8 removed tx_isolation
+		if srv.mariaDB && srv.num < 11_01_00 {
+			name = "tx_isolation" // MariaDB names it so before 11.1
+		}
+		mc.Params[name] = "'READ-COMMITTED'"
+	}
+	db, err := openPool(mc, cmp.Or(cfg.MaxConns, MaxConnsDefault))
+	if err != nil {
+		return nil, server{}, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, server{}, startupError(err, cfg, mc)
+	}
+	return db, srv, nil
+}
+
+func openPool(mc *gomysql.Config, size int) (*sql.DB, error) {
+	conn, err := gomysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(size)
+	db.SetMaxIdleConns(size)
+	// Under every server's default wait_timeout (8 h) and most proxies'.
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	db.SetConnMaxLifetime(time.Hour)
+	return db, nil
+}
+
+// inspect checks that the server is reachable, accepts the login and is
+// recent enough, and returns its binlog format.
+func inspect(ctx context.Context, db *sql.DB, cfg Config, mc *gomysql.Config) (server, string, error) {
+	var version, binlog string
+	err := db.QueryRowContext(ctx, `SELECT VERSION(), @@binlog_format`).Scan(&version, &binlog)
+	if err != nil {
+		return server{}, "", startupError(err, cfg, mc)
+	}
+	srv := parseVersion(version)
+	if err := srv.supported(mc.Addr); err != nil {
+		return srv, "", err
+	}
+	return srv, strings.ToUpper(binlog), nil
+}
+
+// supported refuses MySQL before 8.0 and MariaDB before 10.6 in one line.
+func (v server) supported(addr string) error {
+	if v.mariaDB && v.num < minMariaDB || !v.mariaDB && v.num < minMySQL {
+		return fmt.Errorf("mysql: %s at %s is too old: hourglass needs MySQL 8.0+ or MariaDB 10.6+; upgrade the server", v, addr)
+	}
+	return nil
+}
+
+var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)`)
+
+// parseVersion reads "8.0.36", "10.11.6-MariaDB-0+deb12u1" or, behind a
+// replication-compatible prefix, "5.5.5-10.11.6-MariaDB".
+func parseVersion(v string) server {
+	s := server{version: v, mariaDB: strings.Contains(strings.ToLower(v), "mariadb")}
+	v = strings.TrimPrefix(v, "5.5.5-")
+	if m := versionRE.FindStringSubmatch(v); m != nil {
+		a, _ := strconv.Atoi(m[1])
+		b, _ := strconv.Atoi(m[2])
+		c, _ := strconv.Atoi(m[3])
+		s.num = a*10000 + b*100 + c
+	}
+	return s
+}
+
+// startupError turns a connection or first-query error into one line that
+// says what to fix. The password is never part of it.
+func startupError(err error, cfg Config, mc *gomysql.Config) error {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1045:
+			return fmt.Errorf("mysql: %s refused the login of user %q (error 1045): check the user and password in the URL", mc.Addr, mc.User)
+		case 1049:
+			return fmt.Errorf("mysql: database %q does not exist on %s (error 1049): create it (CREATE DATABASE `%s` CHARACTER SET utf8mb4) or fix the URL's path", mc.DBName, mc.Addr, mc.DBName)
+		case 1044:
+			return fmt.Errorf("mysql: user %q may not use database %q on %s (error 1044): GRANT ALL ON `%s`.* TO '%s'@'%%'", mc.User, mc.DBName, mc.Addr, mc.DBName, mc.User)
+		case 1142, 1227, 1143:
+			return fmt.Errorf("mysql: user %q lacks a privilege on database %q (error %d: %s): GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX ON `%s`.* TO '%s'@'%%'", mc.User, mc.DBName, me.Number, me.Message, mc.DBName, mc.User)
+		}
+		return fmt.Errorf("mysql: %s (user %q, database %q): error %d: %s", mc.Addr, mc.User, mc.DBName, me.Number, me.Message)
+	}
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("mysql: cannot reach the server at %s (%v): check the host and port in the URL and that MySQL or MariaDB is running there", mc.Addr, rootCause(err))
+	}
+	if strings.Contains(err.Error(), "tls") || strings.Contains(err.Error(), "TLS") || strings.Contains(err.Error(), "x509") {
+		return fmt.Errorf("mysql: TLS to %s failed (%v): check the tls parameter of the URL (true, skip-verify, preferred, false)", mc.Addr, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("mysql: connecting to %s: %w", mc.Addr, err)
+	}
+	return fmt.Errorf("mysql: connecting to %s as %q: %v", mc.Addr, mc.User, err)
+}
+
+// rootCause is the innermost error, for short messages.
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// driverLogger sends go-sql-driver's messages (lost connections, mostly) to
+// the store's logger instead of the driver's global one.
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Warn("mysql: driver: " + fmt.Sprint(v...)) }
+
+// errClosed is returned by writes after Close.
+var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
+
+// isConnLost reports whether err means the connection (or the server) went
+// away, so the outcome of a statement in flight, a COMMIT included, is
+// unknown.
+func isConnLost(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, gomysql.ErrInvalidConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 2006, 2013, 1053, 1077, 1927, 3169: // gone away, lost, shutdown, killed
+			return true
+		}
+	}
+	return false
+}
+
+// isRetryable reports whether a transaction failed only because of others
+// running at the same time and was rolled back: a deadlock (also Galera's
+// certification failure), a lock wait timeout, or a duplicate key that a
+// racing transaction committed first (the retry reads the winner).
+func isRetryable(err error) bool {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1213, 1205, 1062, 1020: // deadlock, lock wait timeout, duplicate key, record changed
+			return true
+		}
+	}
+	return false
+}
+
+// fail wraps err of operation op: connection loss (and a closed pool)
+// becomes unavailable; *hourglass.Error passes through; anything else is an
+// internal error naming the package and operation.
+func fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var he *hourglass.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	// database/sql's "database is closed" has no exported sentinel.
+	if isConnLost(err) || strings.Contains(err.Error(), "sql: database is closed") {
+		return &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "mysql: " + op + ": database unreachable: " + err.Error()}
+	}
+	return fmt.Errorf("mysql: %s: %w", op, err)
+}
+
+// nowArg is the value bound to the COALESCE(?, dbNowMs) of every statement
+// that reads "now": NULL in production (the server's clock), the test
+// clock's milliseconds otherwise.
+func (s *Store) nowArg() any {
+	if s.clock == nil {
+		return nil
+	}
+	return hourglass.UnixMilli(s.clock.Now())
+}
+
+// dbNowMs is the database server's now in unix milliseconds. The session is
+// in UTC, so UNIX_TIMESTAMP(NOW(3)) is exact; NOW(3) is the statement's
+// start.
+const dbNowMs = `CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`
+
+// nowExpr is "now" in every statement: the bound test clock, else the server's.
+const nowExpr = `COALESCE(?, ` + dbNowMs + `)`
+
+// now reads now (nowExpr) in its own statement.
+func (s *Store) now(ctx context.Context, q querier) (int64, error) {
+	var ms int64
+	if err := q.QueryRowContext(ctx, `SELECT `+nowExpr, s.nowArg()).Scan(&ms); err != nil {
+		return 0, err
+	}
+	return ms, nil
+}
+
+// querier is what *sql.DB, *sql.Tx and *sql.Conn share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// inTx runs fn in a transaction on the pool, retrying it (bounded) after a
+// deadlock, a lock wait timeout or a racing duplicate key. fn must be safe
+// to run again. Connection loss is unavailable; the commit's outcome is
+// then unknown and the caller must not assume either.
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	var err error
+	for attempt := range retries {
+		if attempt > 0 {
+			backoff(attempt)
+		}
+		err = s.tryTx(ctx, fn)
+		if err == nil || !isRetryable(err) {
+			break
+		}
+	}
+	return fail(op, err)
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// backoff sleeps a little longer on each retry of a transaction that lost a
+// race, so the winners can finish: 1, 2, 4… ms, at most 50 ms.
+func backoff(attempt int) {
+	d := time.Duration(1<<min(attempt-1, 6)) * time.Millisecond
+	time.Sleep(min(d, 50*time.Millisecond))
+}
+
+// placeholders returns "?, ?, …" with n marks.
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}

@@ -1,0 +1,196 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/hourglass/hourglass"
+)
+
+const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
+
+// CreateOrder implements hourglass.Store. It is group-committed (batch.go):
+// the stock check and the reservation run on the batch's locked product
+// rows, so concurrent creates, in this process or others, never oversell.
+// The policy is read inside the batch's transaction. Idempotent when
+// p.IdempotencyKey is set, also when two processes race the same key.
+func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
+	if err := hourglass.ValidateUserID(p.UserID); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	if err := hourglass.ValidateItems(p.Items); err != nil {
+		return hourglass.Order{}, false, err
+	}
+	if p.Timeout != 0 {
+		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
+			return hourglass.Order{}, false, err
+		}
+	}
+	if len(p.IdempotencyKey) > 255 || len(p.RequestHash) > 255 {
+		return hourglass.Order{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "idempotency key and request hash: at most 255 bytes each")
+	}
+	r := s.submit(ctx, &op{kind: opCreate, create: p, items: encodeItems(p.Items)})
+	if r.err != nil {
+		return hourglass.Order{}, false, r.err
+	}
+	if r.replay != 0 {
+		o, err := s.Order(ctx, r.replay)
+		return o, false, err
+	}
+	return r.order, r.created, nil
+}
+
+// Order implements hourglass.Store.
+func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	o, err := scanOrder(s.db.QueryRowContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+	}
+	return o, fail(fmt.Sprintf("get order %d", id), err)
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanOrder(sc scanner) (hourglass.Order, error) {
+	var (
+		o                 hourglass.Order
+		status, items     string
+		created, deadline int64
+		paidAt, closedAt  sql.NullInt64
+		reason, paymentID sql.NullString
+	)
+	if err := sc.Scan(&o.ID, &o.UserID, &status, &items, &created, &deadline, &paidAt, &closedAt, &reason, &paymentID); err != nil {
+		return o, err
+	}
+	o.Status = hourglass.State(status)
+	o.CreatedAt = hourglass.FromUnixMilli(created)
+	o.Deadline = hourglass.FromUnixMilli(deadline)
+	if paidAt.Valid {
+		o.PaidAt = hourglass.FromUnixMilli(paidAt.Int64)
+	}
+	if closedAt.Valid {
+		o.ClosedAt = hourglass.FromUnixMilli(closedAt.Int64)
+	}
+	o.CloseReason, o.PaymentID = reason.String, paymentID.String
+	its, err := decodeItems(items)
+	if err != nil {
+		return o, fmt.Errorf("order %d: %w", o.ID, err)
+	}
+	o.Items = its
+	return o, nil
+}
+
+func decodeItems(raw string) ([]hourglass.Item, error) {
+	var rows []struct {
+		SKU      string `json:"sku"`
+		Quantity int64  `json:"quantity"`
+	}
+	if err := json.Unmarshal([]byte(raw), &rows); err != nil {
+		return nil, fmt.Errorf("decode items: %w", err)
+	}
+	items := make([]hourglass.Item, len(rows))
+	for i, r := range rows {
+		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
+	}
+	return items, nil
+}
+
+// ListOrders implements hourglass.Store. Status filtering follows
+// Order.View: a pending order past its deadline counts as closed.
+func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
+	nowMs := hourglass.UnixMilli(f.Now)
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	where, args := "id > ?", []any{f.After}
+	switch f.Status {
+	case "":
+	case hourglass.StatePendingPayment:
+		where += " AND status = 'pending_payment' AND deadline > ?"
+		args = append(args, nowMs)
+	case hourglass.StateClosed:
+		where += " AND (status = 'closed' OR (status = 'pending_payment' AND deadline <= ?))"
+		args = append(args, nowMs)
+	default:
+		where += " AND status = ?"
+		args = append(args, string(f.Status))
+	}
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE `+where+` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fail("list orders", err)
+	}
+	defer rows.Close()
+	var out []hourglass.Order
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, fail("list orders", err)
+		}
+		out = append(out, o)
+	}
+	return out, fail("list orders", rows.Err())
+}
+
+// PayOrder implements hourglass.Store. Group-committed: the deadline check
+// (deadline > now, the server's now read with the order's row locked) and
+// the update are one step under the row lock, so a pay and a close racing
+// at the deadline, from any processes, end with exactly one of them.
+func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
+		return hourglass.Order{}, err
+	}
+	r := s.submit(ctx, &op{kind: opPay, id: id, paymentID: paymentID})
+	return r.order, r.err
+}
+
+// TransitionOrder implements hourglass.Store; group-committed like PayOrder.
+func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
+	if _, _, err := a.Transition(); err != nil {
+		return hourglass.Order{}, err
+	}
+	r := s.submit(ctx, &op{kind: opTransition, id: id, action: a})
+	return r.order, r.err
+}
+
+// CloseOrders implements hourglass.Store. Closes jump the queue of API
+// writes; the batch releases each SKU's stock with one UPDATE however many
+// of its orders close.
+func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	r := s.submit(ctx, &op{kind: opClose, ids: ids})
+	return r.closed, r.err
+}
+
+// PendingDue implements hourglass.Store: one range of the (status,
+// deadline) index, whose entries end with the primary key, so the order is
+// (deadline, id) without a sort.
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	after := hourglass.UnixMilli(p.After)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, deadline FROM orders FORCE INDEX (orders_status_deadline)
+WHERE status = 'pending_payment' AND deadline >= ? AND (deadline > ? OR id > ?) AND deadline <= ?
+ORDER BY deadline, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+	if err != nil {
+		return nil, fail("pending due", err)
+	}
+	defer rows.Close()
+	var out []hourglass.Timer
+	for rows.Next() {
+		var (
+			id int64
+			d  int64
+		)
+		if err := rows.Scan(&id, &d); err != nil {
+			return nil, fail("pending due", err)
+		}
+		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)})
+	}
+	return out, fail("pending due", rows.Err())
+}

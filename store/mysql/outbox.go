@@ -1,0 +1,47 @@
+package mysql
+
+import (
+	"context"
+
+	"github.com/hourglass/hourglass"
+)
+
+// OutboxBatch implements hourglass.Outbox: up to limit unsent timers,
+// oldest order first. Rows are written in each order's transaction when
+// Config.Outbox is set.
+func (s *Store) OutboxBatch(ctx context.Context, limit int) ([]hourglass.Timer, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT order_id, deadline FROM timer_outbox ORDER BY order_id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fail("read outbox", err)
+	}
+	defer rows.Close()
+	var out []hourglass.Timer
+	for rows.Next() {
+		var id, d int64
+		if err := rows.Scan(&id, &d); err != nil {
+			return nil, fail("read outbox", err)
+		}
+		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)})
+	}
+	return out, fail("read outbox", rows.Err())
+}
+
+// OutboxDone implements hourglass.Outbox: it deletes the timers, 1000 ids
+// per statement. Idempotent.
+func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
+	for len(orderIDs) > 0 {
+		chunk := orderIDs[:min(len(orderIDs), 1000)]
+		orderIDs = orderIDs[len(chunk):]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		if err := s.retry(ctx, "outbox done", func() error {
+			_, err := s.db.ExecContext(ctx, `DELETE FROM timer_outbox WHERE order_id IN (`+placeholders(len(args))+`)`, args...)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

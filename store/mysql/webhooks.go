@@ -1,0 +1,380 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// maxLastError bounds the stored error text of a failed attempt (a BLOB).
+const maxLastError = 60000
+
+// CreateWebhook implements hourglass.WebhookStore. With limit > 0 it locks
+// the 'webhooks' settings row (FOR UPDATE) before counting, so creates
+// racing in any number of processes never exceed the limit.
+func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Webhook{}, err
+	}
+	var out hourglass.Webhook
+	err := s.inTx(ctx, "create webhook", func(tx *sql.Tx) error {
+		if limit > 0 {
+			var v string
+			if err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = 'webhooks' FOR UPDATE`).Scan(&v); err != nil {
+				return fmt.Errorf("lock the webhook count: %w", err)
+			}
+			var n int64
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM webhooks`).Scan(&n); err != nil {
+				return err
+			}
+			if n >= int64(limit) {
+				return hourglass.Errorf(hourglass.CodeLimitExceeded, "webhooks: %d exist, the most allowed (--webhook-max); delete one first", n)
+			}
+		}
+		nowMs, err := s.now(ctx, tx)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhooks (url, secret, created_at) VALUES (?, ?, ?)`, p.URL, p.Secret, nowMs)
+		if err != nil {
+			return err
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		args := make([]any, 0, 3*len(p.Events))
+		for i, t := range p.Events {
+			args = append(args, id, string(t), i)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_subscriptions (webhook_id, type, position) VALUES `+rowsOf(len(p.Events), `(?, ?, ?)`), args...); err != nil {
+			return err
+		}
+		out = hourglass.Webhook{ID: id, URL: p.URL, Events: append([]hourglass.EventType(nil), p.Events...), Secret: p.Secret, CreatedAt: hourglass.FromUnixMilli(nowMs)}
+		return nil
+	})
+	return out, err
+}
+
+// Webhooks implements hourglass.WebhookStore.
+func (s *Store) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error) {
+	return listWebhooks(ctx, s.db, f.After, 0, f.Limit, false)
+}
+
+// Webhook returns one webhook, or a not_found error. Safe for concurrent use.
+func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	return getWebhook(ctx, s.db, id, false)
+}
+
+func getWebhook(ctx context.Context, q querier, id int64, lock bool) (hourglass.Webhook, error) {
+	if id <= 0 { // listWebhooks reads until 0 as "no upper bound"
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
+	ws, err := listWebhooks(ctx, q, id-1, id, 1, lock)
+	if err != nil {
+		return hourglass.Webhook{}, err
+	}
+	if len(ws) == 0 {
+		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+	}
+	return ws[0], nil
+}
+
+// listWebhooks returns up to limit webhooks with id > after, by id, and only
+// up to id until when until > 0; lock takes their rows FOR UPDATE.
+func listWebhooks(ctx context.Context, q querier, after, until int64, limit int, lock bool) ([]hourglass.Webhook, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	forUpdate := ""
+	if lock {
+		forUpdate = " FOR UPDATE"
+	}
+	rows, err := q.QueryContext(ctx, `SELECT id, url, secret, created_at FROM webhooks WHERE id > ? AND (? = 0 OR id <= ?) ORDER BY id LIMIT ?`+forUpdate,
+		after, until, until, limit)
+	if err != nil {
+		return nil, fail("list webhooks", err)
+	}
+	var out []hourglass.Webhook
+	byID := map[int64]int{}
+	for rows.Next() {
+		var (
+			w       hourglass.Webhook
+			created int64
+		)
+		if err := rows.Scan(&w.ID, &w.URL, &w.Secret, &created); err != nil {
+			rows.Close()
+			return nil, fail("list webhooks", err)
+		}
+		w.CreatedAt = hourglass.FromUnixMilli(created)
+		byID[w.ID] = len(out)
+		out = append(out, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fail("list webhooks", err)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	rows, err = q.QueryContext(ctx, `SELECT webhook_id, type FROM webhook_subscriptions FORCE INDEX (webhook_subscriptions_webhook)
+WHERE webhook_id BETWEEN ? AND ? ORDER BY webhook_id, position`, out[0].ID, out[len(out)-1].ID)
+	if err != nil {
+		return nil, fail("list webhook subscriptions", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id  int64
+			typ string
+		)
+		if err := rows.Scan(&id, &typ); err != nil {
+			return nil, fail("list webhook subscriptions", err)
+		}
+		if i, ok := byID[id]; ok {
+			out[i].Events = append(out[i].Events, hourglass.EventType(typ))
+		}
+	}
+	return out, fail("list webhook subscriptions", rows.Err())
+}
+
+// DeleteWebhook implements hourglass.WebhookStore. It deletes the
+// subscriptions first: a batch fanning out reads them with a shared lock,
+// so the delete waits for it and then removes the deliveries it created.
+func (s *Store) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	var out hourglass.Webhook
+	err := s.inTx(ctx, "delete webhook", func(tx *sql.Tx) error {
+		w, err := getWebhook(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		for _, q := range []string{
+			`DELETE FROM webhook_subscriptions WHERE webhook_id = ?`,
+			`DELETE FROM webhook_deliveries WHERE webhook_id = ?`,
+			`DELETE FROM webhooks WHERE id = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+				return err
+			}
+		}
+		out = w
+		return nil
+	})
+	return out, err
+}
+
+const deadLetterColumns = `d.id, d.webhook_id, e.id, e.type, d.order_id, d.attempts, d.last_error, d.failed_at`
+
+func scanDeadLetter(sc scanner) (hourglass.DeadLetter, error) {
+	var (
+		dl       hourglass.DeadLetter
+		typ      string
+		lastErr  []byte
+		failedAt sql.NullInt64
+	)
+	err := sc.Scan(&dl.ID, &dl.WebhookID, &dl.EventID, &typ, &dl.OrderID, &dl.Attempts, &lastErr, &failedAt)
+	dl.EventType, dl.LastError, dl.FailedAt = hourglass.EventType(typ), string(lastErr), hourglass.FromUnixMilli(failedAt.Int64)
+	return dl, err
+}
+
+// DeadLetters implements hourglass.WebhookStore.
+func (s *Store) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.state = 'dead' AND d.id > ? ORDER BY d.id LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, fail("list dead letters", err)
+	}
+	defer rows.Close()
+	var out []hourglass.DeadLetter
+	for rows.Next() {
+		dl, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, fail("list dead letters", err)
+		}
+		out = append(out, dl)
+	}
+	return out, fail("list dead letters", rows.Err())
+}
+
+// RetryDeadLetter implements hourglass.WebhookStore: a compare-and-set on
+// state 'dead', due at the database's now.
+func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
+	var out hourglass.DeliveryTimer
+	err := s.inTx(ctx, fmt.Sprintf("retry dead letter %d", id), func(tx *sql.Tx) error {
+		nowMs, err := s.now(ctx, tx)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?,
+last_error = NULL, failed_at = NULL WHERE id = ? AND state = 'dead'`, nowMs, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+		}
+		out = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(nowMs)}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteDeadLetter implements hourglass.WebhookStore.
+func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
+	var out hourglass.DeadLetter
+	err := s.inTx(ctx, fmt.Sprintf("delete dead letter %d", id), func(tx *sql.Tx) error {
+		dl, err := scanDeadLetter(tx.QueryRowContext(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.state = 'dead' AND d.id = ? FOR UPDATE`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id = ? AND state = 'dead'`, id); err != nil {
+			return err
+		}
+		out = dl
+		return nil
+	})
+	return out, err
+}
+
+// DeliveryCounts implements hourglass.WebhookStore: two counts over the
+// webhook_deliveries_due index, in one statement (one snapshot).
+func (s *Store) DeliveryCounts(ctx context.Context) (pending, dead int, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT
+	(SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending'),
+	(SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'dead')`).Scan(&pending, &dead)
+	return pending, dead, fail("count deliveries", err)
+}
+
+// readTimers reads rows of (id, next_attempt_at).
+func readTimers(rows *sql.Rows, what string) ([]hourglass.DeliveryTimer, error) {
+	defer rows.Close()
+	var out []hourglass.DeliveryTimer
+	for rows.Next() {
+		var id, at int64
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, fail(what, err)
+		}
+		out = append(out, hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)})
+	}
+	return out, fail(what, rows.Err())
+}
+
+// DueDeliveries implements hourglass.DeliveryStore: one range of the
+// (state, next_attempt_at, id) index. Ids are handed out before commit, so
+// a delivery with a smaller id may commit later; it is still returned by
+// the next call whose cursor is before its due time.
+func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
+	after := hourglass.UnixMilli(p.After)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_due)
+WHERE state = 'pending' AND next_attempt_at >= ? AND (next_attempt_at > ? OR id > ?) AND next_attempt_at <= ?
+ORDER BY next_attempt_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+	if err != nil {
+		return nil, fail("due deliveries", err)
+	}
+	return readTimers(rows, "due deliveries")
+}
+
+// PendingDelivery implements hourglass.DeliveryStore. The body is rendered
+// from the order's current row as of the event's type, like store/sqlite's.
+func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
+	var (
+		out            hourglass.PendingDelivery
+		typ            string
+		seq, createdAt int64
+		nextAt         int64
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts,
+	d.next_attempt_at, d.event_seq
+FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
+WHERE d.id = ? AND d.state = 'pending'`, id).Scan(&out.ID, &out.WebhookID, &out.URL, &out.Secret, &out.EventID, &typ, &out.OrderID,
+		&createdAt, &out.Attempts, &nextAt, &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
+	}
+	if err != nil {
+		return out, fail(fmt.Sprintf("get delivery %d", id), err)
+	}
+	out.EventType, out.NextAttemptAt = hourglass.EventType(typ), hourglass.FromUnixMilli(nextAt)
+	o, err := s.Order(ctx, out.OrderID)
+	if err != nil {
+		return out, fmt.Errorf("mysql: delivery %d: %w", id, err)
+	}
+	out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
+	var bid, bat int64
+	err = s.db.QueryRowContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_stream)
+WHERE webhook_id = ? AND order_id = ? AND event_seq < ? AND state = 'pending' ORDER BY event_seq LIMIT 1`, out.WebhookID, out.OrderID, seq).Scan(&bid, &bat)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return out, fail(fmt.Sprintf("delivery %d: look for an earlier one", id), err)
+	default:
+		out.BlockedBy = hourglass.DeliveryTimer{ID: bid, At: hourglass.FromUnixMilli(bat)}
+	}
+	return out, nil
+}
+
+// NextDelivery implements hourglass.DeliveryStore.
+func (s *Store) NextDelivery(ctx context.Context, webhookID, orderID int64) (hourglass.DeliveryTimer, bool, error) {
+	var id, at int64
+	err := s.db.QueryRowContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_stream)
+WHERE webhook_id = ? AND order_id = ? AND state = 'pending' ORDER BY event_seq LIMIT 1`, webhookID, orderID).Scan(&id, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return hourglass.DeliveryTimer{}, false, nil
+	}
+	if err != nil {
+		return hourglass.DeliveryTimer{}, false, fail(fmt.Sprintf("next delivery of webhook %d, order %d", webhookID, orderID), err)
+	}
+	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true, nil
+}
+
+// RecordAttempt implements hourglass.DeliveryStore: one autocommit
+// statement, a compare-and-set on (state 'pending', attempts).
+func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (bool, error) {
+	msg := r.Error
+	if len(msg) > maxLastError {
+		msg = msg[:maxLastError]
+	}
+	var (
+		q    string
+		args []any
+	)
+	switch {
+	case r.OK:
+		q, args = `DELETE FROM webhook_deliveries WHERE id = ? AND state = 'pending' AND attempts = ?`, []any{r.ID, r.Attempts}
+	case r.RetryAt.IsZero():
+		q = `UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_error = ?, failed_at = ` + nowExpr + `
+WHERE id = ? AND state = 'pending' AND attempts = ?`
+		args = []any{[]byte(msg), s.nowArg(), r.ID, r.Attempts}
+	default:
+		q = `UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?
+WHERE id = ? AND state = 'pending' AND attempts = ?`
+		args = []any{[]byte(msg), hourglass.UnixMilli(r.RetryAt), r.ID, r.Attempts}
+	}
+	var recorded bool
+	err := s.retry(ctx, fmt.Sprintf("record attempt of delivery %d", r.ID), func() error {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		recorded = n == 1
+		return err
+	})
+	return recorded, err
+}
+
+// nowTime is for tests: the store's now as a time.
+func (s *Store) nowTime(ctx context.Context) (time.Time, error) {
+	ms, err := s.now(ctx, s.db)
+	return hourglass.FromUnixMilli(ms), err
+}
