@@ -18,6 +18,8 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/migrate"
+	"github.com/hourglass/hourglass/store/mysql"
+	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
 
@@ -115,8 +117,19 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 			clock = hourglass.SystemClock{}
 		}
 		return sqlite.Open(sqlite.Config{Dir: dir, FileName: file, Clock: clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe})
+	case KindPostgres:
+		return postgres.Open(ctx, postgresConfig(o))
+	default:
+		return mysql.Open(ctx, mysqlConfig(o))
 	}
-	return nil, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
+}
+
+func postgresConfig(o Options) postgres.Config {
+	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe}
+}
+
+func mysqlConfig(o Options) mysql.Config {
+	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe}
 }
 
 // Migrate applies the pending migrations of the database o.URL names and
@@ -137,8 +150,11 @@ func Migrate(ctx context.Context, o Options) (int, error) {
 			return 0, err
 		}
 		return migrate.Pending(before), db.Close()
+	case KindPostgres:
+		return postgres.Migrate(ctx, postgresConfig(o))
+	default:
+		return mysql.Migrate(ctx, mysqlConfig(o))
 	}
-	return 0, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
 }
 
 // MigrationStatus returns every migration of the database o.URL names with
@@ -155,8 +171,11 @@ func MigrationStatus(ctx context.Context, o Options) ([]migrate.Status, error) {
 			return nil, err
 		}
 		return sqlite.MigrationStatus(ctx, dir, file)
+	case KindPostgres:
+		return postgres.MigrationStatus(ctx, postgresConfig(o))
+	default:
+		return mysql.MigrationStatus(ctx, mysqlConfig(o))
 	}
-	return nil, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
 }
 
 // OpenScratch opens a new, empty database on the server o.URL names, for a
@@ -186,5 +205,18 @@ func OpenScratch(ctx context.Context, o Options) (db hourglass.Database, drop fu
 		}
 		return db, func() error { return errors.Join(db.Close(), os.RemoveAll(dir)) }, nil
 	}
-	return nil, nil, errors.New("database URL " + Redact(o.URL) + ": the " + kind + " store is not built into this binary")
+	create := postgres.CreateScratch
+	if kind == KindMySQL {
+		create = mysql.CreateScratch
+	}
+	url, dropDB, err := create(ctx, o.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.URL = url
+	db, err = Open(ctx, o)
+	if err != nil {
+		return nil, nil, errors.Join(err, dropDB(context.Background()))
+	}
+	return db, func() error { return errors.Join(db.Close(), dropDB(context.Background())) }, nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
 // Kind returns the store the tests run on: HOURGLASS_TEST_STORE, default
@@ -26,6 +28,10 @@ func URL(t testing.TB) string {
 	switch Kind() {
 	case store.KindSQLite:
 		return "sqlite://" + filepath.Join(t.TempDir(), "hourglass.db")
+	case store.KindPostgres:
+		return pgtest.NewDatabase(t)
+	case store.KindMySQL:
+		return mytest.NewDatabase(t)
 	}
 	t.Fatalf("HOURGLASS_TEST_STORE=%q: want sqlite, postgres or mysql", Kind())
 	return ""
