@@ -52,6 +52,9 @@ func TestStartupErrors(t *testing.T) {
 		{"database URL scheme", []string{"--database-url", "oracle://scott:tiger-secret@" + dead + "/db"}, "unknown scheme"},
 		{"sqlite URL relative", []string{"--database-url", "sqlite://data/x.db"}, "sqlite:///absolute/path/file.db"},
 		{"db max conns", []string{"--db-max-conns", "5000"}, "--db-max-conns"},
+		{"postgres unreachable", []string{"--database-url", "postgres://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
+		{"postgres bad URL", []string{"--database-url", "postgres://hg:secret@%zz/db"}, "postgres"},
+		{"mysql unreachable", []string{"--database-url", "mysql://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
