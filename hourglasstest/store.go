@@ -28,6 +28,10 @@ type StoreHarness struct {
 // Epoch is the fake clock's starting time in the suites.
 var Epoch = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 
+// maxPages bounds every paging loop, so that a cursor that does not advance
+// fails the case instead of hanging it.
+const maxPages = 1000
+
 // farFuture is later than any time a case reaches, and still a date every
 // database can store.
 var farFuture = Epoch.AddDate(10, 0, 0)
@@ -190,7 +194,10 @@ func (f storeFixture) due(t *testing.T, until time.Time) []hourglass.DeliveryTim
 		out []hourglass.DeliveryTimer
 		p   = hourglass.DueDeliveriesParams{Until: until, Limit: limit}
 	)
-	for {
+	for n := 0; ; n++ {
+		if n > maxPages {
+			t.Fatalf("DueDeliveries paging does not end: the cursor does not advance")
+		}
 		page, err := f.db.DueDeliveries(f.ctx, p)
 		if err != nil {
 			t.Fatalf("DueDeliveries(%+v): %v", p, err)

@@ -275,7 +275,10 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 			want   []int64
 		}{{"", all}, {hourglass.StateClosed, []int64{short.ID, closed.ID}}} {
 			var got []int64
-			for after := int64(0); ; {
+			for after, n := int64(0), 0; ; n++ {
+				if n > maxPages {
+					t.Fatalf("ListOrders paging does not end: the cursor does not advance")
+				}
 				page, err := f.db.ListOrders(f.ctx, hourglass.OrderFilter{Status: tt.status, After: after, Limit: 2, Now: now})
 				if err != nil {
 					t.Fatal(err)
@@ -546,7 +549,10 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 		for _, limit := range []int{1, 4, 5, 100} {
 			var got []hourglass.Timer
 			p := hourglass.PendingDueParams{Until: until, Limit: limit} // the zero cursor starts at the beginning
-			for {
+			for n := 0; ; n++ {
+				if n > maxPages {
+					t.Fatalf("PendingDue paging does not end: the cursor does not advance")
+				}
 				page, err := f.db.PendingDue(f.ctx, p)
 				if err != nil {
 					t.Fatal(err)
