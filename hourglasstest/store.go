@@ -56,6 +56,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Deliveries", exerciseDeliveries},
 		{"Stats", exerciseStats},
 		{"Concurrency", exerciseConcurrency},
+		{"Edges", exerciseEdges},
 		{"Shared", exerciseShared},
 	} {
 		t.Run(area.name, func(t *testing.T) {
