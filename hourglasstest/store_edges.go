@@ -67,6 +67,47 @@ func exerciseEdges(t *testing.T, h StoreHarness) {
 		}
 	})
 
+	t.Run("CloseWithWritesInFlight", func(t *testing.T) {
+		t.Parallel()
+		f := setupStore(t, h)
+		f.product(t, "A", "x", 1_000_000)
+		var wg sync.WaitGroup
+		var ok atomic.Int64
+		started := make(chan struct{}, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					if i == 1 {
+						started <- struct{}{}
+					}
+					// Once closed, writes fail (any error will do); none may hang or panic.
+					if _, _, err := f.db.CreateOrder(f.ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{item("A", 1)}, Timeout: time.Minute}); err != nil {
+						return
+					}
+					ok.Add(1)
+				}
+			}()
+		}
+		for range 4 {
+			<-started
+		}
+		if err := f.db.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		wg.Wait()
+		if err := f.db.Close(); err != nil { // idempotent (and the harness closes it once more)
+			t.Fatalf("second Close: %v", err)
+		}
+		if _, err := f.db.PutProduct(f.ctx, hourglass.Product{SKU: "B", Available: 1}); err == nil {
+			t.Fatal("a write after Close succeeded")
+		}
+		if ok.Load() < 4 {
+			t.Fatalf("%d creates succeeded before Close, want at least 4", ok.Load())
+		}
+	})
+
 	t.Run("LargeBatches", func(t *testing.T) {
 		t.Parallel()
 		f := setupStoreWith(t, h, StoreOptions{Outbox: true})

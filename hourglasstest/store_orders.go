@@ -212,8 +212,15 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 		if d := o.Deadline.Sub(o.CreatedAt); d != time.Hour {
 			t.Fatalf("deadline - created = %s, want 1h", d)
 		}
-		if p := f.pay(t, o.ID, "p"); p.Status != hourglass.StatePaid || p.PaidAt.Before(o.CreatedAt) || !p.PaidAt.Before(o.Deadline) {
+		p := f.pay(t, o.ID, "p")
+		if p.Status != hourglass.StatePaid || p.PaidAt.Before(o.CreatedAt) || !p.PaidAt.Before(o.Deadline) {
 			t.Fatalf("paid %+v", p)
+		}
+		// The database's now is stored in milliseconds too.
+		for _, tm := range []time.Time{o.CreatedAt, o.Deadline, p.PaidAt, f.order(t, o.ID).CreatedAt, f.order(t, o.ID).PaidAt} {
+			if !tm.Equal(ms(tm)) {
+				t.Errorf("time %v has a part below the millisecond", tm)
+			}
 		}
 	})
 
