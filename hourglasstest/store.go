@@ -40,6 +40,11 @@ var farFuture = Epoch.AddDate(10, 0, 0)
 // pass: every method of the interface, by area, each case on a new, empty
 // database driven by a fake clock. The cases under Shared need two store
 // values on one database and are skipped when h.OpenShared is nil.
+//
+// A few cases open with a nil Clock (the database's own; one of them, in
+// Shared, waits for a real deadline of hourglass.MinTimeout), and one calls
+// Close itself before the harness's cleanup does (Close is idempotent). Every case calls
+// t.Parallel: Open must give each call its own database.
 func ExerciseStore(t *testing.T, h StoreHarness) {
 	if h.Open == nil {
 		t.Fatal("hourglasstest: StoreHarness.Open is required")

@@ -2,6 +2,7 @@ package hourglasstest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,6 +55,52 @@ func exerciseConcurrency(t *testing.T, h StoreHarness) {
 		}
 		if got := f.stock(t, "A"); got != [3]int64{7, 0, 3} {
 			t.Fatalf("stock %v, want sold once", got)
+		}
+	})
+
+	t.Run("RetriedRequests", func(t *testing.T) {
+		t.Parallel()
+		f := setupStore(t, h)
+		f.product(t, "A", "x", 10)
+		o := f.create(t, time.Minute, item("A", 3))
+		// The same payment sent many times at once (a client's retries): all succeed, it counts once.
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := f.db.PayOrder(f.ctx, o.ID, "pay-1")
+				if err != nil || got.Status != hourglass.StatePaid || got.PaymentID != "pay-1" {
+					t.Errorf("PayOrder(same id) = %+v, %v; want paid", got, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if got := f.stock(t, "A"); got != [3]int64{7, 0, 3} {
+			t.Fatalf("stock %v, want sold once", got)
+		}
+		// The same transition many times at once: exactly one applies.
+		var won atomic.Int64
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := f.db.TransitionOrder(f.ctx, o.ID, hourglass.ActionShip)
+				switch {
+				case err == nil:
+					won.Add(1)
+				case hourglass.ErrorCode(err) != hourglass.CodeInvalidTransition:
+					t.Errorf("ship: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if won.Load() != 1 {
+			t.Fatalf("%d concurrent ships succeeded, want 1", won.Load())
+		}
+		want := []hourglass.EventType{hourglass.EventOrderCreated, hourglass.EventOrderPaid, hourglass.EventOrderShipped}
+		if got := eventTypes(f.events(t, o.ID)); !slices.Equal(got, want) {
+			t.Fatalf("events %v, want %v: one per transition", got, want)
 		}
 	})
 
