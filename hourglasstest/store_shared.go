@@ -164,6 +164,12 @@ func exerciseShared(t *testing.T, h StoreHarness) {
 		idempotentCreates(t, []storeFixture{a, b})
 	})
 
+	t.Run("PutProductDuringCreates", func(t *testing.T) {
+		t.Parallel()
+		a, b := setup(t)
+		putDuringCreates(t, []storeFixture{a, b})
+	})
+
 	t.Run("PayAgainstCloseAtTheDeadline", func(t *testing.T) {
 		t.Parallel()
 		a, b := setup(t)
