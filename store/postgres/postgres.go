@@ -140,7 +140,11 @@ func scrub(msg, raw string) string {
 	// userinfo (from "://" to the "@" before the host).
 	if i := strings.Index(msg, "://"); i >= 0 {
 		rest := msg[i+3:]
-		if j := strings.IndexAny(rest, "@/ "); j >= 0 && rest[j] == '@' {
+		end := strings.IndexAny(rest, "/ ?")
+		if end < 0 {
+			end = len(rest)
+		}
+		if j := strings.LastIndex(rest[:end], "@"); j >= 0 {
 			msg = msg[:i+3] + "xxxxx" + rest[j:]
 		}
 	}
