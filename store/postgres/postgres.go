@@ -136,10 +136,16 @@ func scrub(msg, raw string) string {
 			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
 		}
 	}
-	// The whole URL may be in msg with an undecodable password: cut it.
+	// A URL in msg may hold a password that did not decode: cut its
+	// userinfo (from "://" to the "@" before the host).
 	if i := strings.Index(msg, "://"); i >= 0 {
-		if j := strings.LastIndex(msg[i:], "@"); j >= 0 {
-			msg = msg[:i+3] + "xxxxx" + msg[i+j:]
+		rest := msg[i+3:]
+		end := strings.IndexAny(rest, "/ ?")
+		if end < 0 {
+			end = len(rest)
+		}
+		if j := strings.LastIndex(rest[:end], "@"); j >= 0 {
+			msg = msg[:i+3] + "xxxxx" + rest[j:]
 		}
 	}
 	return msg
@@ -374,6 +380,10 @@ func retryable(err error) bool {
 func unavailable(err error) bool {
 	if err == nil {
 		return false
+	}
+	var unknown outcomeUnknown
+	if errors.As(err, &unknown) {
+		return true
 	}
 	if c := pgCode(err); c != "" {
 		return strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") || strings.HasPrefix(c, "58") ||

@@ -456,3 +456,52 @@ func TestIdempotencyRace(t *testing.T) {
 		t.Fatalf("stock %v, want 2 reserved per key", got)
 	}
 }
+
+// TestListenerReconnects terminates the listening connection of a store
+// value: it reconnects, and deliveries committed through another store value
+// wake it again.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	a, b := open(t, db, nil, false), open(t, db, nil, false)
+	if _, err := a.CreateWebhook(ctx, hourglass.WebhookParams{URL: "https://example.com/hook", Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "0123456789abcdef"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustProduct(t, a, "A", 10)
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var killed int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&killed); err != nil || killed != 2 {
+		t.Fatalf("terminated %d listeners (%v), want 2", killed, err)
+	}
+	// Wait until both listen again, then drain the reconnection hints.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listeners after 10 s, want 2", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-b.DeliveriesCreated(): // the hint after reconnecting
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up after the listener reconnected")
+	}
+	mustCreate(t, a, time.Minute, "A")
+	select {
+	case <-b.DeliveriesCreated():
+	case <-time.After(10 * time.Second):
+		t.Fatal("store b was not woken after its listener reconnected")
+	}
+}

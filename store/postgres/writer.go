@@ -183,8 +183,21 @@ func (s *Store) runBatch(ops []*op) (int64, error) {
 			conn.Close(ctx) // the pool drops it
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		// The database stopped answering: whether the batch committed is
+		// unknown.
+		err = outcomeUnknown{err}
+	}
 	return n, err
 }
+
+// outcomeUnknown wraps an error after which a batch may or may not have
+// committed (its COMMIT was sent and no answer came back). Such a batch is
+// never run again: its writes fail with CodeUnavailable.
+type outcomeUnknown struct{ err error }
+
+func (e outcomeUnknown) Error() string { return "outcome unknown: " + e.err.Error() }
+func (e outcomeUnknown) Unwrap() error { return e.err }
 
 // batchState is what a batch's writes add up to, written in its last round
 // trip.
@@ -355,6 +368,7 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 			return 0, err
 		}
 	}
+	var stockErr error
 	if len(st.deltas) > 0 {
 		skus := st.skus()
 		if cr == nil {
@@ -366,8 +380,8 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 			da[i], dr[i], ds[i] = d.available, d.reserved, d.sold
 		}
 		b.Queue(productsUpdateSQL, skus, da, dr, ds).Exec(func(ct pgconn.CommandTag) error {
-			if ct.RowsAffected() != int64(len(skus)) {
-				return fmt.Errorf("update stock of %d products: %d rows found", len(skus), ct.RowsAffected())
+			if ct.RowsAffected() != int64(len(skus)) { // cannot happen: the rows are locked
+				stockErr = fmt.Errorf("update stock of %d products: %d rows found", len(skus), ct.RowsAffected())
 			}
 			return nil
 		})
@@ -375,16 +389,31 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	if len(accepted) > 0 {
 		queueInsertOrders(b, accepted, cr.now, s.cfg.Outbox)
 	}
-	var fanned int64
+	// COMMIT is in the same pipeline, so from here on a callback's error
+	// does not roll anything back: the callbacks only record, and only the
+	// server's own errors (which abort the transaction) count as a
+	// rollback.
+	var (
+		fanned  int64
+		scanErr error
+	)
 	if len(st.events.ids) > 0 {
 		b.Queue(eventsSQL, st.events.ids, st.events.types, st.events.orders, st.events.at, s.channel).QueryRow(func(row pgx.Row) error {
 			var notified int64
-			return row.Scan(&fanned, &notified)
+			scanErr = row.Scan(&fanned, &notified)
+			return nil
 		})
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return 0, err
+		if pgCode(err) != "" {
+			return 0, err // the server refused a statement: rolled back
+		}
+		return 0, outcomeUnknown{err}
+	}
+	if stockErr != nil || scanErr != nil {
+		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr)
+		fanned = 1 // wake the delivery engine anyway
 	}
 	return fanned, nil
 }
