@@ -43,6 +43,8 @@ type serverConfig struct {
 	Token string
 	// Observer, when set, records the API's requests.
 	Observer api.Observer
+	// MaxBodyMemory is api.Config's (0: its default).
+	MaxBodyMemory int64
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
@@ -86,7 +88,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		store.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := api.NewServer(api.Config{Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer})
+	srv, err := api.NewServer(api.Config{Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory})
 	if err != nil {
 		store.Close()
 		t.Fatalf("api.NewServer: %v", err)
