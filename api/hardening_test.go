@@ -219,3 +219,41 @@ func TestLimitConnections(t *testing.T) {
 	}
 	t.Errorf("no connection served after one of two closed: %v", lastErr)
 }
+
+// failingWritesStore is a Store whose writes fail for a storage cause.
+type failingWritesStore struct{ hourglass.Store }
+
+func (failingWritesStore) WriteHealth() error {
+	return hourglass.Errorf(hourglass.CodeUnavailable, "database write failed: the disk is full (SQLITE_FULL)")
+}
+
+type readyScheduler struct{ notReadyScheduler }
+
+func (readyScheduler) Ready() bool { return true }
+
+// TestReadyzWhileWritesFail: /readyz is 503 naming the cause while the
+// store reports failing writes (a full disk once left it 200).
+func TestReadyzWhileWritesFail(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		store hourglass.Store
+		want  int
+	}{
+		{"writes fail", failingWritesStore{}, http.StatusServiceUnavailable},
+		{"store without the ability", struct{ hourglass.Store }{}, http.StatusOK},
+	} {
+		srv, err := api.NewServer(api.Config{Store: tt.store, Scheduler: readyScheduler{}, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if w.Code != tt.want {
+			t.Errorf("%s: /readyz %d %s, want %d", tt.name, w.Code, w.Body, tt.want)
+		}
+		if tt.want != http.StatusOK && !strings.Contains(w.Body.String(), "the disk is full") {
+			t.Errorf("%s: /readyz body %s does not name the cause", tt.name, w.Body)
+		}
+	}
+}

@@ -29,6 +29,14 @@ type Scheduler interface {
 	Healthy() error
 }
 
+// WriteHealthReporter is an optional ability of a Store: WriteHealth returns
+// why writes are failing now (the disk is full, read-only, I/O errors), or
+// nil while they commit. While it is not nil, /readyz answers 503 with its
+// message.
+type WriteHealthReporter interface {
+	WriteHealth() error
+}
+
 // Observer records requests for metrics.
 type Observer interface {
 	ObserveRequest(route, method string, code int, d time.Duration)
@@ -154,6 +162,11 @@ func (s *Server) routes() {
 		}
 		if err := s.cfg.Scheduler.Healthy(); err != nil {
 			return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "%s", err.Error())}
+		}
+		if wh, ok := s.cfg.Store.(WriteHealthReporter); ok {
+			if err := wh.WriteHealth(); err != nil {
+				return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "%s", hourglass.ErrorMessage(err))}
+			}
 		}
 		return http.StatusOK, map[string]string{"status": "ready"}, nil
 	}))
