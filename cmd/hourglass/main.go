@@ -160,7 +160,12 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
 	alertsStopped := alerts.start(engCtx)
-	webhooksStopped := startWebhooks(engCtx, webhooks, log)
+	// Webhook delivery stops first on shutdown, on its own context: its
+	// attempts in flight are cancelled (and sent again after the next
+	// start), so a slow receiver cannot hold the shutdown past its grace.
+	hookCtx, stopHooks := context.WithCancel(context.Background())
+	defer stopHooks()
+	webhooksStopped := startWebhooks(hookCtx, webhooks, log)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- httpSrv.Serve(ln) }()
 	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "data_dir", s.DataDir, "delay", s.Delay)
@@ -177,12 +182,15 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownGrace)
 	defer cancel()
+	stopHooks()
 	if err := httpSrv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("hourglass: http shutdown", "err", err)
 	}
 	stopEngine()
 	alertsStopped()
-	webhooksStopped()
+	if !waitUntil(shutCtx, webhooksStopped) {
+		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
+	}
 	if err := <-engDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -193,6 +201,18 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		log.Info("hourglass: stopped")
 	}
 	return runErr
+}
+
+// waitUntil runs wait and reports whether it returned before ctx ended.
+func waitUntil(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // MaxHeaderBytes bounds a request's header block: the API's headers are a
