@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -256,4 +259,72 @@ func TestReadyzWhileWritesFail(t *testing.T) {
 			t.Errorf("%s: /readyz body %s does not name the cause", tt.name, w.Body)
 		}
 	}
+}
+
+// TestDiskFullThroughTheAPI: on a full disk a create is a 503 unavailable
+// naming the cause (it was a vague 500 internal), /readyz is 503 saying why
+// (it stayed 200), and both recover by themselves once space is freed.
+func TestDiskFullThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("mounts a tmpfs; skipped with -short")
+	}
+	fs := filepath.Join(t.TempDir(), "fs")
+	if err := os.Mkdir(fs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", fs).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs to fill (needs root or CAP_SYS_ADMIN): %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", fs).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	})
+	func() { // cleanups run last first: the server stops before the unmount
+		s := startServer(t, serverConfig{Dir: filepath.Join(fs, "data")})
+		s.putProduct(t, "A", "", 1_000_000)
+		filler, err := os.Create(filepath.Join(fs, "filler"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for chunk := make([]byte, 4096); ; {
+			if _, err := filler.Write(chunk); err != nil {
+				break
+			}
+		}
+		filler.Close()
+
+		var status int
+		var raw []byte
+		for i := 0; i < 20000; i++ {
+			body := fmt.Sprintf(`{"user_id":"%s","items":[{"sku":"A","quantity":1}],"timeout_ms":600000}`, strings.Repeat("u", 100))
+			if status, _, raw = s.call(t, http.MethodPost, "/v1/orders", nil, []byte(body)); status != http.StatusCreated {
+				break
+			}
+		}
+		if status != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"code":"unavailable"`) || !strings.Contains(string(raw), "the disk is full") {
+			t.Fatalf("create on a full disk: %d %s, want 503 unavailable naming the full disk", status, raw)
+		}
+		if status, _, raw := s.call(t, http.MethodGet, "/readyz", nil, nil); status != http.StatusServiceUnavailable || !strings.Contains(string(raw), "the disk is full") {
+			t.Errorf("/readyz on a full disk: %d %s", status, raw)
+		}
+		if err := os.Remove(filepath.Join(fs, "filler")); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			status, _, raw := s.call(t, http.MethodGet, "/readyz", nil, nil)
+			if status == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz %d %s 10 s after space was freed", status, raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if status, _, raw := s.call(t, http.MethodPost, "/v1/orders", nil, []byte(`{"user_id":"u","items":[{"sku":"A","quantity":1}],"timeout_ms":600000}`)); status != http.StatusCreated {
+			t.Errorf("create after space was freed: %d %s", status, raw)
+		}
+	}()
 }

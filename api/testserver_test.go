@@ -45,6 +45,8 @@ type serverConfig struct {
 	Observer api.Observer
 	// MaxBodyMemory is api.Config's (0: its default).
 	MaxBodyMemory int64
+	// Dir is the data directory (default a new temporary one).
+	Dir string
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
@@ -58,7 +60,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	// (default: the wheel); its service is found like every integration
 	// test finds it (hourglasstest.ServiceURL).
 	mechanism := cmp.Or(os.Getenv("HOURGLASS_TEST_DELAY"), "wheel")
-	store, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
+	store, err := sqlite.Open(sqlite.Config{Dir: cmp.Or(cfg.Dir, t.TempDir()), Clock: clock, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
 	}
