@@ -2,6 +2,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -28,6 +29,14 @@ type Scheduler interface {
 	Healthy() error
 }
 
+// WriteHealthReporter is an optional ability of a Store: WriteHealth returns
+// why writes are failing now (the disk is full, read-only, I/O errors), or
+// nil while they commit. While it is not nil, /readyz answers 503 with its
+// message.
+type WriteHealthReporter interface {
+	WriteHealth() error
+}
+
 // Observer records requests for metrics.
 type Observer interface {
 	ObserveRequest(route, method string, code int, d time.Duration)
@@ -49,14 +58,30 @@ type Config struct {
 	Webhooks WebhookService
 	// Dashboard serves the dashboard at / when set (dashboard.go).
 	Dashboard DashboardSource
+	// MaxBodyMemory bounds the bytes of request bodies held at once
+	// (default MaxBodyMemoryDefault). A request reserves its body's size
+	// (its Content-Length, or MaxBodyBytes when unknown) before reading it;
+	// when the budget stays exhausted for BodyWait, it is answered 503
+	// unavailable.
+	MaxBodyMemory int64
 }
+
+// Defaults of Config.
+const (
+	// MaxBodyMemoryDefault is 64 bodies of the largest size, or hundreds of
+	// thousands of ordinary ones.
+	MaxBodyMemoryDefault = 64 * MaxBodyBytes
+	// BodyWait is how long a request waits for room in MaxBodyMemory.
+	BodyWait = 2 * time.Second
+)
 
 // Server serves the API. It is safe for concurrent use.
 type Server struct {
-	cfg   Config
-	clock hourglass.Clock
-	log   *slog.Logger
-	mux   *http.ServeMux
+	cfg    Config
+	clock  hourglass.Clock
+	log    *slog.Logger
+	mux    *http.ServeMux
+	bodies *byteBudget
 }
 
 // NewServer returns a server; Handler returns its http.Handler.
@@ -64,7 +89,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.Scheduler == nil {
 		return nil, errors.New("api: Store and Scheduler are required")
 	}
-	s := &Server{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux()}
+	if cfg.MaxBodyMemory < 0 {
+		return nil, errors.New("api: MaxBodyMemory must not be negative")
+	}
+	s := &Server{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux(),
+		bodies: newByteBudget(cmp.Or(cfg.MaxBodyMemory, MaxBodyMemoryDefault))}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
@@ -133,6 +162,11 @@ func (s *Server) routes() {
 		}
 		if err := s.cfg.Scheduler.Healthy(); err != nil {
 			return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "%s", err.Error())}
+		}
+		if wh, ok := s.cfg.Store.(WriteHealthReporter); ok {
+			if err := wh.WriteHealth(); err != nil {
+				return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "%s", hourglass.ErrorMessage(err))}
+			}
 		}
 		return http.StatusOK, map[string]string{"status": "ready"}, nil
 	}))
@@ -208,8 +242,28 @@ func (s *Server) serve(r *http.Request, auth bool, h handlerFunc) (status int, v
 		return 0, nil, hourglass.Errorf(hourglass.CodeUnauthorized, "missing or wrong bearer token in the Authorization header")
 	}
 	var body []byte
-	if r.Body != nil && r.Method != http.MethodGet {
-		body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet {
+		if r.ContentLength > MaxBodyBytes {
+			return 0, nil, hourglass.Errorf(hourglass.CodePayloadTooLarge, "request body exceeds %d bytes", MaxBodyBytes)
+		}
+		// Reserve the body's size before reading it; of unknown size, the
+		// most it may be.
+		size := r.ContentLength
+		if size < 0 {
+			size = MaxBodyBytes
+		}
+		if !s.bodies.acquire(r.Context(), size, BodyWait) {
+			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "too many request bodies in flight; retry shortly")
+		}
+		defer s.bodies.release(size)
+		if r.ContentLength >= 0 {
+			// The server's body reader ends at Content-Length: read into a
+			// buffer of exactly that size.
+			body = make([]byte, r.ContentLength)
+			_, err = io.ReadFull(r.Body, body)
+		} else {
+			body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return 0, nil, hourglass.Errorf(hourglass.CodePayloadTooLarge, "request body exceeds %d bytes", MaxBodyBytes)

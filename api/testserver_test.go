@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -45,6 +46,10 @@ type serverConfig struct {
 	Token string
 	// Observer, when set, records the API's requests.
 	Observer api.Observer
+	// MaxBodyMemory is api.Config's (0: its default).
+	MaxBodyMemory int64
+	// Dir is the data directory (default a new temporary one).
+	Dir string
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
@@ -59,8 +64,13 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	// test finds it (hourglasstest.ServiceURL).
 	mechanism := cmp.Or(os.Getenv("HOURGLASS_TEST_DELAY"), "wheel")
 	// No test clock: the store decides deadlines with the database's own
-	// clock, as in production.
-	db, err := store.Open(context.Background(), store.Options{URL: storetest.URL(t), Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
+	// clock, as in production. cfg.Dir puts a SQLite store in that
+	// directory instead.
+	url := "sqlite://" + filepath.Join(cfg.Dir, "hourglass.db")
+	if cfg.Dir == "" {
+		url = storetest.URL(t)
+	}
+	db, err := store.Open(context.Background(), store.Options{URL: url, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
 	if err != nil {
 		t.Fatalf("store.Open(%s): %v", storetest.Kind(), err)
 	}
@@ -90,7 +100,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		db.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := api.NewServer(api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer})
+	srv, err := api.NewServer(api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory})
 	if err != nil {
 		db.Close()
 		t.Fatalf("api.NewServer: %v", err)

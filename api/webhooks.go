@@ -278,11 +278,21 @@ func (c *Client) CreateWebhook(ctx context.Context, req CreateWebhookRequest) (W
 	return w, err
 }
 
-// Webhooks lists the webhooks.
+// Webhooks lists all the webhooks, following the pages of GET /v1/webhooks.
 func (c *Client) Webhooks(ctx context.Context) ([]WebhookJSON, error) {
-	var l WebhookListJSON
-	_, err := c.Do(ctx, http.MethodGet, "/v1/webhooks", nil, nil, &l)
-	return l.Webhooks, err
+	var all []WebhookJSON
+	path := "/v1/webhooks?limit=" + strconv.Itoa(MaxWebhookLimit)
+	for {
+		var l WebhookListJSON
+		if _, err := c.Do(ctx, http.MethodGet, path, nil, nil, &l); err != nil {
+			return all, err
+		}
+		all = append(all, l.Webhooks...)
+		if l.Next == nil {
+			return all, nil
+		}
+		path = "/v1/webhooks?limit=" + strconv.Itoa(MaxWebhookLimit) + "&after=" + strconv.FormatInt(*l.Next, 10)
+	}
 }
 
 // DeleteWebhook deletes a webhook with its pending deliveries and dead letters.

@@ -31,6 +31,13 @@ const hookSecret = "whsec-api-0123456789"
 // running until the test ends.
 func startWebhookServer(t *testing.T, allow string, retry ...time.Duration) *testServer {
 	t.Helper()
+	return startWebhookServerWith(t, allow, func(c *webhook.Config) { c.Retry = retry })
+}
+
+// startWebhookServerWith is startWebhookServer with the webhook
+// configuration adjusted by change.
+func startWebhookServerWith(t *testing.T, allow string, change func(*webhook.Config)) *testServer {
+	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := hourglass.SystemClock{}
@@ -50,8 +57,10 @@ func startWebhookServer(t *testing.T, allow string, retry ...time.Duration) *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := webhook.New(store, webhook.Config{Allow: list, Retry: retry, Jitter: -1, Timeout: 5 * time.Second,
-		PollInterval: 50 * time.Millisecond, Window: 2 * time.Second, LoadInterval: 500 * time.Millisecond, Clock: clock, Logger: logger})
+	cfg := webhook.Config{Allow: list, Jitter: -1, Timeout: 5 * time.Second,
+		PollInterval: 50 * time.Millisecond, Window: 2 * time.Second, LoadInterval: 500 * time.Millisecond, Clock: clock, Logger: logger}
+	change(&cfg)
+	svc, err := webhook.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,5 +508,65 @@ func TestMarshalOrderMatchesTheAPI(t *testing.T) {
 		if got := hourglass.MarshalOrder(o); !bytes.Equal(got, want) {
 			t.Errorf("order %d:\nMarshalOrder %s\nAPI          %s", o.ID, got, want)
 		}
+	}
+}
+
+// TestWebhookLimitAndPaging: beyond MaxWebhooks a create is a 409
+// limit_exceeded (10,000 webhooks once made every order create take
+// seconds); deleting one makes room; GET /v1/webhooks is paged like the
+// other lists.
+func TestWebhookLimitAndPaging(t *testing.T) {
+	t.Parallel()
+	s := startWebhookServerWith(t, "hooks.example.com", func(c *webhook.Config) { c.MaxWebhooks = 3 })
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, s.createWebhook(t, fmt.Sprintf("https://hooks.example.com/%d", i), "*").ID)
+	}
+	body := []byte(`{"url":"https://hooks.example.com/4","events":["*"],"secret":"` + hookSecret + `"}`)
+	status, _, raw := s.call(t, http.MethodPost, "/v1/webhooks", nil, body)
+	checkError(t, "fourth webhook", status, raw, http.StatusConflict, "limit_exceeded")
+	if !bytes.Contains(raw, []byte("3")) {
+		t.Errorf("limit_exceeded message does not say the limit: %s", raw)
+	}
+
+	var got []int64
+	after := int64(0)
+	for pages := 0; ; pages++ {
+		path := "/v1/webhooks?limit=2"
+		if after > 0 {
+			path += fmt.Sprintf("&after=%d", after)
+		}
+		status, _, raw := s.call(t, http.MethodGet, path, nil, nil)
+		var l api.WebhookListJSON
+		if status != http.StatusOK || json.Unmarshal(raw, &l) != nil || len(l.Webhooks) > 2 {
+			t.Fatalf("GET %s: %d %s", path, status, raw)
+		}
+		for _, w := range l.Webhooks {
+			got = append(got, w.ID)
+		}
+		if l.Next == nil {
+			if pages != 1 {
+				t.Errorf("%d pages of 2 for 3 webhooks, want 2", pages+1)
+			}
+			break
+		}
+		after = *l.Next
+	}
+	if !slices.Equal(got, ids) {
+		t.Errorf("paged ids %v, want %v", got, ids)
+	}
+	for _, path := range []string{"/v1/webhooks?limit=0", "/v1/webhooks?limit=1001", "/v1/webhooks?after=x"} {
+		status, _, raw := s.call(t, http.MethodGet, path, nil, nil)
+		checkError(t, "GET "+path, status, raw, http.StatusBadRequest, "invalid_argument")
+	}
+	if all, err := s.Client.Webhooks(t.Context()); err != nil || len(all) != 3 {
+		t.Errorf("Client.Webhooks: %d, %v", len(all), err)
+	}
+
+	if status, _, raw := s.call(t, http.MethodDelete, fmt.Sprintf("/v1/webhooks/%d", ids[0]), nil, nil); status != http.StatusOK {
+		t.Fatalf("delete: %d %s", status, raw)
+	}
+	if status, _, raw := s.call(t, http.MethodPost, "/v1/webhooks", nil, body); status != http.StatusCreated {
+		t.Errorf("create after a delete made room: %d %s", status, raw)
 	}
 }

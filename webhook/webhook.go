@@ -63,6 +63,8 @@ const (
 	// writes one delivery per subscribed webhook in the order's own
 	// transaction, so this bounds that transaction's cost.
 	MaxWebhooksLimit = 10000
+	// MaxHeldDefault is Config.MaxHeld's default: about 1 MB of memory.
+	MaxHeldDefault = 10000
 	// ScanLagDefault is how far back the new-delivery scan looks: a
 	// delivery is due at its event's commit time, and a transaction may
 	// commit (and become visible) up to this long after it read that time.
@@ -134,7 +136,12 @@ type Config struct {
 	MaxWebhooks int
 	// ScanLag is how far behind now the new-delivery scan starts (default
 	// ScanLagDefault).
-	ScanLag  time.Duration
+	ScanLag time.Duration
+	// MaxHeld bounds the deliveries held in memory (scheduled or in
+	// flight; default MaxHeldDefault). When more are due within Window,
+	// the loader holds the earliest MaxHeld and pages in more as they
+	// drain, so a backlog of millions costs memory for MaxHeld.
+	MaxHeld  int
 	Clock    hourglass.Clock
 	Logger   *slog.Logger
 	Observer Observer
@@ -178,6 +185,9 @@ func (c Config) Validate() error {
 	if c.EventRetention > 0 && c.EventRetention < time.Minute {
 		return fmt.Errorf("webhook: EventRetention must be at least 1m (or negative for forever), got %s", c.EventRetention)
 	}
+	if c.MaxHeld < 0 {
+		return fmt.Errorf("webhook: MaxHeld must not be negative, got %d", c.MaxHeld)
+	}
 	if c.MaxWebhooks < 0 || c.MaxWebhooks > MaxWebhooksLimit {
 		return fmt.Errorf("webhook: MaxWebhooks must be 0..%d, got %d", MaxWebhooksLimit, c.MaxWebhooks)
 	}
@@ -216,8 +226,13 @@ type Service struct {
 	sleepUntil int64   // what the timing loop sleeps towards
 	scanned    int64   // unix ms: the new-delivery scan read everything due up to here, as of ScanLag ago
 
+	// truncated: the last load stopped at MaxHeld, short of its target;
+	// the workers wake the loader (loadWake) when half of that has drained.
+	truncated bool
+
 	wake      chan struct{} // the timing loop: an earlier deadline was added
 	readyWake chan struct{} // the workers: ready is not empty
+	loadWake  chan struct{} // the loader: room to load more
 }
 
 // New returns a service over store; it delivers nothing until Run.
@@ -245,6 +260,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	cfg.StoreRetry = cmp.Or(cfg.StoreRetry, StoreRetryDefault)
 	cfg.MaxWebhooks = cmp.Or(cfg.MaxWebhooks, MaxWebhooksDefault)
 	cfg.ScanLag = cmp.Or(cfg.ScanLag, ScanLagDefault)
+	cfg.MaxHeld = cmp.Or(cfg.MaxHeld, MaxHeldDefault)
 	s := &Service{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
@@ -281,6 +297,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	s.again = map[int64]int64{}
 	s.wake = make(chan struct{}, 1)
 	s.readyWake = make(chan struct{}, 1)
+	s.loadWake = make(chan struct{}, 1)
 	return s, nil
 }
 
@@ -363,10 +380,19 @@ func (s *Service) Pending() int {
 	return s.wheel.Len() + len(s.ready)
 }
 
+// heldLocked returns the deliveries held in memory: in the wheel, or fired
+// and not finished. s.mu must be held.
+func (s *Service) heldLocked() int { return s.wheel.Len() + len(s.busy) }
+
 // schedule puts a delivery in the wheel at t.At if it is within the horizon
 // (else the loader brings it in time) or if force is set, unless it is being
 // attempted (its attempt reschedules it from what the database says).
-func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
+//
+// Without force, it also keeps at most MaxHeld held: when full, it lowers
+// the horizon to just before t (every delivery due up to the new horizon is
+// still held or handled; the loader reads the rest again as room comes back)
+// and returns false, so its caller stops paging.
+func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) bool {
 	at := hourglass.UnixMilli(t.At)
 	s.mu.Lock()
 	if s.busy[t.ID] {
@@ -376,11 +402,17 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
 			}
 		}
 		s.mu.Unlock()
-		return
+		return true
 	}
 	if !force && at > s.horizon {
 		s.mu.Unlock()
-		return
+		return true
+	}
+	if !force && s.heldLocked() >= s.cfg.MaxHeld {
+		s.horizon = min(s.horizon, at-1)
+		s.truncated = true
+		s.mu.Unlock()
+		return false
 	}
 	s.wheel.Add(uint64(t.ID), at)
 	wake := at < s.sleepUntil
@@ -388,6 +420,7 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
 	if wake {
 		signal(s.wake)
 	}
+	return true
 }
 
 func signal(c chan struct{}) {
@@ -476,6 +509,10 @@ func (s *Service) work(ctx context.Context) {
 		next, force := s.attempt(ctx, id)
 		s.mu.Lock()
 		delete(s.busy, id)
+		if s.truncated && s.heldLocked() <= s.cfg.MaxHeld/2 {
+			s.truncated = false
+			signal(s.loadWake)
+		}
 		if at, ok := s.again[id]; ok {
 			delete(s.again, id)
 			if next.ID == 0 || at < hourglass.UnixMilli(next.At) {
@@ -696,7 +733,9 @@ func (s *Service) scan(ctx context.Context) error {
 			return err
 		}
 		for _, t := range page {
-			s.schedule(t, false) // past the horizon, the loader brings it
+			if !s.schedule(t, false) { // past the horizon, the loader brings it
+				return nil // full: the loader brings the rest as room comes back
+			}
 		}
 		if len(page) < p.Limit {
 			break
@@ -719,15 +758,19 @@ func (s *Service) loadLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.load(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
-			}
+		case <-s.loadWake:
+		}
+		if err := s.load(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
 		}
 	}
 }
 
 // load pages every pending delivery due up to now+Window and past the
-// current horizon into the wheel.
+// current horizon into the wheel, but no more than MaxHeld held at once: at
+// that bound it stops, lowers the horizon to just before the last delivery
+// it loaded (others due in that millisecond may be left) and marks the load
+// truncated; the workers wake the loader again when half has drained.
 func (s *Service) load(ctx context.Context) error {
 	target := hourglass.UnixMilli(s.clock.Now().Add(s.cfg.Window))
 	s.mu.Lock()
@@ -737,13 +780,27 @@ func (s *Service) load(ctx context.Context) error {
 		return nil
 	}
 	s.horizon = target // first, so a delivery rescheduled from now on is accepted by schedule
+	s.truncated = false
 	s.mu.Unlock()
 	after, afterID := hourglass.FromUnixMilli(max(from, 0)), int64(1<<63-1)
 	if from < 0 {
 		after, afterID = hourglass.FromUnixMilli(0), 0
 	}
 	for {
-		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: LoadPageSizeDefault})
+		s.mu.Lock()
+		room := s.cfg.MaxHeld - s.heldLocked()
+		if room <= 0 {
+			// Keep only what was loaded: every delivery due before the
+			// last one loaded is held; others due in its millisecond may
+			// not be.
+			s.horizon = min(s.horizon, hourglass.UnixMilli(after)-1)
+			s.truncated = true
+			s.mu.Unlock()
+			return nil
+		}
+		s.mu.Unlock()
+		limit := min(LoadPageSizeDefault, room)
+		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: limit})
 		if err != nil {
 			s.mu.Lock()
 			if s.horizon == target { // let the next load retry this range
@@ -753,9 +810,11 @@ func (s *Service) load(ctx context.Context) error {
 			return err
 		}
 		for _, t := range page {
-			s.schedule(t, false)
+			if !s.schedule(t, false) {
+				return nil // full: schedule lowered the horizon
+			}
 		}
-		if len(page) < LoadPageSizeDefault {
+		if len(page) < limit {
 			return nil
 		}
 		last := page[len(page)-1]

@@ -59,14 +59,15 @@ func (f databaseFlags) location() string {
 }
 
 type serveCmd struct {
-	Addr          string `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
-	databaseFlags `embed:""`
-	APIToken      string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>'." env:"HOURGLASS_API_TOKEN"`
-	Window        time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
-	LoadInterval  time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
-	SweepInterval time.Duration `help:"How often the compensation sweeper scans for missed deadlines." default:"1s" env:"HOURGLASS_SWEEP_INTERVAL"`
-	SweepGrace    time.Duration `help:"How far past its deadline an order must be before the sweeper takes it (0 for none)." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
-	ShutdownGrace time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
+	Addr           string `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
+	databaseFlags  `embed:""`
+	APIToken       string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>'." env:"HOURGLASS_API_TOKEN"`
+	Window         time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
+	LoadInterval   time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
+	SweepInterval  time.Duration `help:"How often the compensation sweeper scans for missed deadlines." default:"1s" env:"HOURGLASS_SWEEP_INTERVAL"`
+	SweepGrace     time.Duration `help:"How far past its deadline an order must be before the sweeper takes it (0 for none)." default:"2s" env:"HOURGLASS_SWEEP_GRACE"`
+	ShutdownGrace  time.Duration `help:"How long in-flight requests may take to finish on SIGTERM." default:"10s" env:"HOURGLASS_SHUTDOWN_GRACE"`
+	MaxConnections int           `help:"Most HTTP connections open at once (further clients wait); 0: 10000, or less if the open-file limit is lower." default:"0" env:"HOURGLASS_MAX_CONNECTIONS"`
 
 	Delay       string `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
 	delay.Flags `embed:""`
@@ -176,23 +177,26 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 
+	maxConns, err := maxConnections(s.MaxConnections)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another process using it? set --addr)", s.Addr, err)
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	ln = api.LimitConnections(ln, maxConns)
+	httpSrv := newHTTPServer(srv.Handler(), log)
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
 	alertsStopped := alerts.start(engCtx)
-	webhooksStopped := startWebhooks(engCtx, webhooks, log)
+	// Webhook delivery stops first on shutdown, on its own context: its
+	// attempts in flight are cancelled (and sent again after the next
+	// start), so a slow receiver cannot hold the shutdown past its grace.
+	hookCtx, stopHooks := context.WithCancel(context.Background())
+	defer stopHooks()
+	webhooksStopped := startWebhooks(hookCtx, webhooks, log)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- httpSrv.Serve(ln) }()
 	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "database", s.location(), "delay", s.Delay)
@@ -209,12 +213,15 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownGrace)
 	defer cancel()
+	stopHooks()
 	if err := httpSrv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("hourglass: http shutdown", "err", err)
 	}
 	stopEngine()
 	alertsStopped()
-	webhooksStopped()
+	if !waitUntil(shutCtx, webhooksStopped) {
+		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
+	}
 	if err := <-engDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -225,6 +232,58 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		log.Info("hourglass: stopped")
 	}
 	return runErr
+}
+
+// waitUntil runs wait and reports whether it returned before ctx ended.
+func waitUntil(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// MaxHeaderBytes bounds a request's header block: the API's headers are a
+// token, a content type and an idempotency key, far below it.
+const MaxHeaderBytes = 16 << 10
+
+// newHTTPServer returns the API's http.Server: timeouts against slow
+// clients and a small header limit (a larger header block is a 431).
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// maxConnectionsDefault is --max-connections' 0 when the open-file limit is
+// high enough.
+const maxConnectionsDefault = 10000
+
+// maxConnections returns the connection limit for the flag's value n: n
+// itself (1 to 1,000,000), or for 0 the default, lowered to leave 256 file
+// descriptors (the database, brokers, webhook receivers) below the process's
+// open-file limit.
+func maxConnections(n int) (int, error) {
+	if n < 0 || n > 1_000_000 {
+		return 0, fmt.Errorf("--max-connections: must be between 1 and 1000000 (0 for the default), got %d", n)
+	}
+	if n > 0 {
+		return n, nil
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < maxConnectionsDefault+256 {
+		return max(int(lim.Cur)-256, 64), nil
+	}
+	return maxConnectionsDefault, nil
 }
 
 // sweepGrace maps the flag's 0 ("no grace") to the engine's "negative means none".

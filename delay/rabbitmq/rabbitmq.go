@@ -45,9 +45,13 @@
 //
 // With the rabbitmq_delayed_message_exchange plugin (detected at start-up by
 // declaring an x-delayed-message exchange on a throwaway connection) a timer
-// is instead published once to ns.delayed with x-delay = d, and the plugin
-// routes it to ns.due when it is due; the consumer is the same. The plugin
-// keeps delayed messages on one node only, outside quorum queues.
+// at least the last stretch away is instead published once to ns.delayed
+// with x-delay = d - margin, and the plugin routes it to ns.due.delayed with
+// the margin left; the consumer is the same and holds the last stretch in
+// memory as in tier mode. ns.due.delayed is a classic queue: at boot the
+// plugin fires the timers that fell due while the broker was down, without
+// confirms, and a quorum queue without a leader yet would drop them. The
+// plugin keeps delayed messages on one node only, outside quorum queues.
 //
 // # Guarantees
 //
@@ -318,13 +322,28 @@ func (s *Scheduler) checkAccess(ctx context.Context) error {
 	if err := ch.Cancel(tag, false); err != nil {
 		return fmt.Errorf("cancel the access check's consumer: %w", err)
 	}
-	if s.topo.plugin {
-		return nil // publishes go to the delayed exchange, declared by us
+	// Both modes publish timers within the last stretch through the
+	// default exchange; plugin mode publishes the others to the delayed
+	// exchange. Each check publishes an empty message with a routing key
+	// nothing is bound to: the broker drops it (the default exchange
+	// returns it as unroutable).
+	if err := s.checkPublish(ctx, "", "publish to the default exchange (amq.default)"); err != nil {
+		return err
 	}
+	if s.topo.plugin {
+		return s.checkPublish(ctx, s.topo.delayed, "publish to exchange "+s.topo.delayed)
+	}
+	return nil
+}
+
+// checkPublish publishes an empty message to exchange with a routing key
+// nothing is bound to, and returns the refusal explained, if any. A refusal
+// closes the publishing channel: the caller then drops the connection.
+func (s *Scheduler) checkPublish(ctx context.Context, exchange, what string) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
 	probe := s.cfg.Namespace + ".access-check"
-	dc, err := s.pub.ch.PublishWithDeferredConfirmWithContext(pctx, "", probe, true, false, amqp.Publishing{})
+	dc, err := s.pub.ch.PublishWithDeferredConfirmWithContext(pctx, exchange, probe, exchange == "", false, amqp.Publishing{})
 	if err == nil {
 		_, err = dc.WaitContext(pctx)
 	}
@@ -333,7 +352,7 @@ func (s *Scheduler) checkAccess(ctx context.Context) error {
 	}
 	drainReturns(s.pub.returns) // the expected NO_ROUTE
 	if err != nil {
-		return explainAccess("publish to the default exchange (amq.default)", "", err)
+		return explainAccess(what, "", err)
 	}
 	return nil
 }

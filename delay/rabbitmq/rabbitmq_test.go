@@ -129,8 +129,14 @@ func TestRoute(t *testing.T) {
 		{"first tier", tiers, 2 * time.Second, route{key: "ns.tier.1s", mandatory: true, tier: 0}},
 		{"margin keeps it below 2s", tiers, 2999 * time.Millisecond, route{key: "ns.tier.1s", mandatory: true, tier: 0}},
 		{"30 minutes", tiers, 30 * time.Minute, route{key: "ns.tier.1024s", mandatory: true, tier: 10}},
-		{"plugin due", plugin, time.Second, route{key: "ns.due", mandatory: true, tier: -1}},
-		{"plugin delay rounds up", plugin, 1500*time.Millisecond + time.Microsecond, route{exchange: "ns.delayed", key: dueKey, delay: 1501, tier: -1}},
+		{"plugin due", plugin, time.Second, route{key: "ns.due.delayed", mandatory: true, tier: -1}},
+		// Plugin mode holds the same last stretch in memory as the tiers
+		// (issue 11: x-delay was the whole delay, so lateness was the
+		// plugin's firing rate).
+		{"plugin last stretch", plugin, 1999 * time.Millisecond, route{key: "ns.due.delayed", mandatory: true, tier: -1}},
+		{"plugin delay less the margin", plugin, 2 * time.Second, route{exchange: "ns.delayed", key: dueKey, delay: 1000, tier: -1}},
+		{"plugin delay rounds down", plugin, 2500*time.Millisecond + time.Microsecond, route{exchange: "ns.delayed", key: dueKey, delay: 1500, tier: -1}},
+		{"plugin 30 minutes", plugin, 30 * time.Minute, route{exchange: "ns.delayed", key: dueKey, delay: 30*60*1000 - 1000, tier: -1}},
 	} {
 		if got := tc.topo.route(tc.d); got != tc.want {
 			t.Errorf("%s: route(%s) = %+v, want %+v", tc.name, tc.d, got, tc.want)
@@ -141,6 +147,13 @@ func TestRoute(t *testing.T) {
 	for d := time.Duration(0); d < 70*time.Second; d += 7 * time.Millisecond {
 		if r := tiers.route(d); !r.toDue() && tiers.tiers[r.tier] > d-time.Second {
 			t.Fatalf("route(%s) picks tier %s", d, tiers.tiers[r.tier])
+		}
+		// A plugin-delayed timer comes out with the margin left, which is
+		// inside the last stretch: the consumer holds it, not sends it
+		// round again.
+		if r := plugin.route(d); !r.toDue() && (time.Duration(r.delay)*time.Millisecond > d-time.Second ||
+			!plugin.route(d-time.Duration(r.delay)*time.Millisecond).toDue()) {
+			t.Fatalf("plugin route(%s) = %+v", d, r)
 		}
 	}
 }

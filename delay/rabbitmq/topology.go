@@ -36,7 +36,8 @@ const dueKey = "due"
 // timer with a given remaining delay is published. Immutable.
 type topology struct {
 	router  string // direct exchange: the tiers' dead-letter exchange
-	due     string // quorum queue the consumers read
+	due     string // the queue the consumers read: ns.due, or in plugin mode ns.due.delayed
+	quorum  string // ns.due, the quorum queue bound to the router (declared in both modes)
 	delayed string // x-delayed-message exchange, in plugin mode only
 	tiers   []time.Duration
 	names   []string // queue of each tier
@@ -48,18 +49,29 @@ func newTopology(ns string, margin time.Duration, plugin bool) topology {
 	t := topology{
 		router: ns + ".router",
 		due:    ns + ".due",
+		quorum: ns + ".due",
 		margin: margin,
 		plugin: plugin,
 		tiers:  Tiers(),
 	}
 	if plugin {
 		t.delayed = ns + ".delayed"
+		t.due = pluginDueName(ns)
 	}
 	for _, ttl := range t.tiers {
 		t.names = append(t.names, tierName(ns, ttl))
 	}
 	return t
 }
+
+// pluginDueName is the due queue of plugin mode: a classic queue, not a
+// quorum one. When the broker starts, the plugin fires every message that
+// fell due while it was down, without publisher confirms; a quorum queue
+// that has not elected its leader yet drops them ("leader not known"), a
+// classic queue is local to the node and is recovered before. The plugin
+// keeps its delayed messages on one node too, so the classic queue loses no
+// replication they had.
+func pluginDueName(ns string) string { return ns + ".due.delayed" }
 
 func tierName(ns string, ttl time.Duration) string {
 	return ns + ".tier." + strconv.FormatInt(int64(ttl/time.Second), 10) + "s"
@@ -81,16 +93,19 @@ func (r route) toDue() bool { return r.tier < 0 && r.delay == 0 }
 // route returns where a timer with remaining delay d is published.
 // Tiers: the longest tier whose TTL is <= d-margin; none fits, the due queue
 // (the consumer waits out the rest, at most the shortest TTL plus the
-// margin). Plugin: the delayed exchange with x-delay d, or the due queue when
-// d is within the margin.
+// margin). Plugin: the same last stretch in memory (under the shortest tier
+// plus the margin: the due queue), else the delayed exchange with x-delay
+// d-margin, so the timer comes out with the margin left and the consumer
+// waits out the rest in memory: the plugin fires bursts slowly, and the
+// margin absorbs that as it does the tiers' dead-lettering.
 func (t topology) route(d time.Duration) route {
 	if t.plugin {
-		if d <= t.margin {
+		if d < t.tiers[0]+t.margin {
 			return route{key: t.due, mandatory: true, tier: -1}
 		}
 		// The plugin does not support mandatory: it cannot route at publish
-		// time. Round up so the plugin never fires before the deadline.
-		ms := (d + time.Millisecond - 1) / time.Millisecond
+		// time. Round down: the consumer holds what is left.
+		ms := (d - t.margin) / time.Millisecond
 		return route{exchange: t.delayed, key: dueKey, delay: int64(ms), tier: -1}
 	}
 	i := pickTier(t.tiers, d-t.margin)
@@ -133,8 +148,17 @@ func (t topology) declare(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(t.delayed, delayedExchangeType, true, false, false, false, delayedArgs); err != nil {
 			return explainDeclare("exchange", t.delayed, err)
 		}
+		if _, err := ch.QueueDeclare(t.due, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}); err != nil {
+			return explainDeclare("queue", t.due, err)
+		}
 		if err := ch.QueueBind(t.due, dueKey, t.delayed, false, nil); err != nil {
 			return explainDeclare("binding of queue", t.due, err)
+		}
+		// Before the classic due queue, the delayed exchange was bound
+		// to the quorum one: no longer (unbinding a missing binding is
+		// not an error).
+		if err := ch.QueueUnbind(t.quorum, dueKey, t.delayed, nil); err != nil {
+			return explainDeclare("unbinding of queue", t.quorum, err)
 		}
 		return nil
 	}
@@ -180,7 +204,7 @@ var delayedArgs = amqp.Table{"x-delayed-type": amqp.ExchangeDirect}
 // in them are lost.
 func deleteAll(ch *amqp.Channel, ns string) error {
 	t := newTopology(ns, 0, true)
-	for _, q := range append(t.names, t.due) {
+	for _, q := range append(t.names, t.quorum, t.due) {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			return fmt.Errorf("delete queue %q: %w", q, err)
 		}

@@ -82,6 +82,12 @@ type Store struct {
 	deliveries notifier
 	webhooks   webhookCounter
 
+	// writeErr is why writes fail now (an unavailable *hourglass.Error
+	// naming the cause), nil while they commit: see WriteHealth.
+	writeErr atomic.Pointer[hourglass.Error]
+
+	probeStop, probeDone chan struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -114,10 +120,10 @@ func Open(cfg Config) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("sqlite: create data dir: %w", err)
-	}
 	path := dbPath(cfg.Dir, cfg.FileName)
+	if err := prepareFiles(cfg.Dir, path, s.log); err != nil {
+		return nil, err
+	}
 	w, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -156,8 +162,46 @@ func Open(cfg Config) (*Store, error) {
 	s.reads = pool
 	s.queue.init()
 	s.done = make(chan struct{})
+	s.probeDone = make(chan struct{})
+	s.probeStop = make(chan struct{})
 	go s.writeLoop()
+	go s.probeLoop()
 	return s, nil
+}
+
+// prepareFiles creates the data directory (0700) and the database file
+// (0600) if missing, since the database holds webhook secrets; it refuses a
+// directory others can write (they could replace the database), and takes
+// group and other permissions off the database files hourglass owns.
+func prepareFiles(dir, path string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("sqlite: create data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("sqlite: data dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("sqlite: data dir %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		return fmt.Errorf("sqlite: data dir %s is writable by others (mode %04o): run chmod 700 %s, or choose another --data-dir", dir, perm, dir)
+	} else if perm&0o077 != 0 {
+		log.Warn("sqlite: the data dir is readable by group or others; the database holds webhook secrets: chmod 700 it", "dir", dir, "mode", fmt.Sprintf("%04o", perm))
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("sqlite: create %s: %w", path, err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, 0o600); err != nil {
+				return fmt.Errorf("sqlite: chmod 600 %s: %w", p, err)
+			}
+		}
+	}
+	return nil
 }
 
 // dbPath is the database file's path.
@@ -169,6 +213,8 @@ func dbPath(dir, fileName string) string {
 // It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.probeStop)
+		<-s.probeDone
 		s.queue.close()
 		<-s.done
 		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())
@@ -313,8 +359,94 @@ func (s *Store) commit(batch []*op) {
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(len(batch), s.clock.Now().Sub(start))
 	}
+	s.noteWrites(results)
 	for i, o := range batch {
 		o.result <- results[i]
+	}
+}
+
+// noteWrites maps each result that failed for a storage cause (disk full,
+// I/O error, read-only) to an unavailable error naming the cause, and records
+// whether writes are failing now: a write that failed so sets writeErr, one
+// that committed clears it.
+func (s *Store) noteWrites(results []error) {
+	var failed *hourglass.Error
+	committed := false
+	for i, err := range results {
+		if err == nil {
+			committed = true
+			continue
+		}
+		if he := storageError(err); he != nil {
+			results[i] = he
+			failed = he
+		}
+	}
+	switch {
+	case failed != nil:
+		if s.writeErr.Swap(failed) == nil {
+			s.log.Error("sqlite: writes are failing; /readyz answers 503 until one commits", "err", failed.Message)
+		}
+	case committed:
+		if s.writeErr.Swap(nil) != nil {
+			s.log.Info("sqlite: writes commit again")
+		}
+	}
+}
+
+// storageError returns, for an error whose cause is the storage under the
+// database (SQLITE_FULL, SQLITE_IOERR*, SQLITE_READONLY*), an unavailable
+// *hourglass.Error whose message names the cause; nil for any other error.
+// A retry is safe (nothing was written) and succeeds once the cause is gone.
+func storageError(err error) *hourglass.Error {
+	var cause string
+	switch sqlite.ErrCode(err).ToPrimary() {
+	case sqlite.ResultFull:
+		cause = "the disk is full"
+	case sqlite.ResultIOErr:
+		cause = "an I/O error on the disk"
+	case sqlite.ResultReadOnly:
+		cause = "the database is read-only"
+	default:
+		return nil
+	}
+	return &hourglass.Error{Code: hourglass.CodeUnavailable, Message: fmt.Sprintf("database write failed: %s (%s); nothing was written, retry later", cause, sqlite.ErrCode(err))}
+}
+
+// WriteHealth returns nil while writes commit, or, since a write failed for
+// a storage cause and until one commits again, an unavailable
+// *hourglass.Error naming the cause. While it is not nil the store probes
+// with a small write every ProbeInterval, so it recovers without traffic.
+// It is safe for concurrent use.
+func (s *Store) WriteHealth() error {
+	if e := s.writeErr.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// ProbeInterval is how often a store whose writes fail tries a small write.
+const ProbeInterval = time.Second
+
+// probeLoop writes a probe row while writes fail, so WriteHealth clears when
+// the cause goes away even if nothing else writes.
+func (s *Store) probeLoop() {
+	defer close(s.probeDone)
+	t := time.NewTicker(ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.probeStop:
+			return
+		case <-t.C:
+		}
+		if s.writeErr.Load() == nil {
+			continue
+		}
+		s.write(context.Background(), func(conn *sqlite.Conn, now time.Time) error {
+			return sqlitex.Execute(conn, `INSERT INTO settings (name, value) VALUES ('write_probe', ?1)
+				ON CONFLICT (name) DO UPDATE SET value = excluded.value`, &sqlitex.ExecOptions{Args: []any{now.UTC().Format(time.RFC3339Nano)}})
+		})
 	}
 }
 
