@@ -12,6 +12,8 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/sqlpoll"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
 
@@ -194,10 +196,11 @@ func (s *suiteScheduler) Run(ctx context.Context, deliver hourglass.Deliver) err
 }
 
 // TestConcurrentPollersCloseOnce runs two pollers, each with its own store
-// handle, over one database with the engine's delivery (the store's close),
-// as two hourglass processes would: SQLite cannot claim rows, so both may
-// read the same due orders, and the close's compare-and-set must make every
-// order close exactly once and release its stock once.
+// handle, over one PostgreSQL database with the engine's delivery (the
+// store's close), as two hourglass processes would (one SQLite file has one
+// process): the poller claims no rows, so both may read the same due
+// orders, and the close's compare-and-set must make every order close
+// exactly once and release its stock once.
 func TestConcurrentPollersCloseOnce(t *testing.T) {
 	t.Parallel()
 	const (
@@ -205,9 +208,9 @@ func TestConcurrentPollersCloseOnce(t *testing.T) {
 		initial = 1 << 40
 	)
 	ctx := context.Background()
-	dir := t.TempDir()
-	open := func() *sqlite.Store {
-		s, err := sqlite.Open(sqlite.Config{Dir: dir})
+	url := pgtest.NewDatabase(t)
+	open := func() hourglass.Database {
+		s, err := store.Open(ctx, store.Options{URL: url})
 		if err != nil {
 			t.Fatal(err)
 		}

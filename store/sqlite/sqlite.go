@@ -88,6 +88,7 @@ type Store struct {
 
 	probeStop, probeDone chan struct{}
 
+	lock      *os.File // held while open: see lockFile
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -124,6 +125,17 @@ func Open(cfg Config) (*Store, error) {
 	if err := prepareFiles(cfg.Dir, path, s.log); err != nil {
 		return nil, err
 	}
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	opened := false
+	defer func() {
+		if !opened {
+			s.unlock()
+		}
+	}()
 	w, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -166,6 +178,7 @@ func Open(cfg Config) (*Store, error) {
 	s.probeStop = make(chan struct{})
 	go s.writeLoop()
 	go s.probeLoop()
+	opened = true
 	return s, nil
 }
 
@@ -218,8 +231,17 @@ func (s *Store) Close() error {
 		s.queue.close()
 		<-s.done
 		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())
+		s.unlock()
 	})
 	return s.closeErr
+}
+
+// unlock releases the file lock (closing the file drops the flock).
+func (s *Store) unlock() {
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
 }
 
 // errClosed is returned by writes after Close.

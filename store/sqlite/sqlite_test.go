@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +116,26 @@ func BenchmarkCreateOrder(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "orders/s")
 		})
 	}
+}
+
+// TestSecondStoreOnOneFileRefused: one SQLite file has one hourglass writer;
+// a second Open of it fails with a line that says why, and succeeds once the
+// first store is closed.
+func TestSecondStoreOnOneFileRefused(t *testing.T) {
+	dir := t.TempDir()
+	first, err := sqlite.Open(sqlite.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.Open(sqlite.Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use by another hourglass process") {
+		t.Fatalf("second Open = %v, want refused as in use", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := sqlite.Open(sqlite.Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open after the first closed: %v", err)
+	}
+	second.Close()
 }
