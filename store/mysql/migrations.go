@@ -79,6 +79,17 @@ func (t *target) Lock(ctx context.Context) (func() error, error) {
 
 // Applied implements migrate.Target.
 func (t *target) Applied(ctx context.Context) ([]int, error) {
+	// Looked up first, so that a user with only SELECT, INSERT, UPDATE and
+	// DELETE can start on a database an owner migrated (CREATE TABLE IF
+	// NOT EXISTS needs the CREATE privilege even when the table exists).
+	var exists int
+	if err := t.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = ?`, versionTable).Scan(&exists); err != nil {
+		return nil, err
+	}
+	if exists > 0 {
+		return t.versions(ctx)
+	}
 	if _, err := t.conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+versionTable+` (
 	version    INT NOT NULL,
 	name       VARCHAR(255) NOT NULL,
@@ -87,6 +98,11 @@ func (t *target) Applied(ctx context.Context) ([]int, error) {
 ) ENGINE = InnoDB`); err != nil {
 		return nil, err
 	}
+	return t.versions(ctx)
+}
+
+// versions reads the applied versions, ascending.
+func (t *target) versions(ctx context.Context) ([]int, error) {
 	rows, err := t.conn.QueryContext(ctx, `SELECT version FROM `+versionTable+` ORDER BY version`)
 	if err != nil {
 		return nil, err
