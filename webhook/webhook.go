@@ -408,7 +408,7 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) bool {
 		s.mu.Unlock()
 		return true
 	}
-	if !force && s.heldLocked() >= s.cfg.MaxHeld {
+	if !force && s.heldLocked() >= s.cfg.MaxHeld && !s.wheel.Contains(uint64(t.ID)) {
 		s.horizon = min(s.horizon, at-1)
 		s.truncated = true
 		s.mu.Unlock()
