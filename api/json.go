@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -134,97 +135,249 @@ func decodeJSON(body []byte, v any, allowEmpty bool) error {
 // checkStrict refuses what encoding/json would let through although the API
 // says it is refused: a key that names a field only when case is ignored
 // ({"AVAILABLE":7}), a key given twice in one object (where the last would
-// win), and the number -0. It walks the JSON value alongside t, the type it
+// win), and the number -0. It scans the JSON value alongside t, the type it
 // will be decoded into; anything else wrong (syntax, unknown fields, types)
-// is left to the decoder, which reports it.
+// is left to the decoder, which reports it. The scan allocates nothing for
+// ordinary bodies, so the request path pays little for it.
 func checkStrict(body []byte, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	err := strictValue(dec, t, "")
-	if errors.Is(err, errLeaveToDecoder) {
-		return nil
-	}
-	return err
+	sc := strictScanner{b: body}
+	return sc.value(t, "", nil)
 }
 
-// errLeaveToDecoder stops checkStrict at a syntax error: the decoder
-// reports it with its offset.
-var errLeaveToDecoder = errors.New("api: leave to the decoder")
+// strictScanner walks JSON bytes. On anything it does not expect it stops
+// with stop set and no error: the decoder reports the syntax error.
+type strictScanner struct {
+	b    []byte
+	i    int
+	stop bool
+}
 
-// strictValue checks the next JSON value from dec; t is the Go type it
-// decodes into (nil when unknown: keys are then only checked for repeats).
-func strictValue(dec *json.Decoder, t reflect.Type, path string) error {
+func (sc *strictScanner) ws() {
+	for sc.i < len(sc.b) {
+		switch sc.b[sc.i] {
+		case ' ', '\t', '\n', '\r':
+			sc.i++
+		default:
+			return
+		}
+	}
+}
+
+// str scans a JSON string starting at its quote and returns its raw
+// contents (escapes not decoded) and whether it had escapes.
+func (sc *strictScanner) str() (raw []byte, escaped bool) {
+	start := sc.i + 1
+	for j := start; j < len(sc.b); j++ {
+		switch sc.b[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			sc.i = j + 1
+			return sc.b[start:j], escaped
+		}
+	}
+	sc.stop = true
+	return nil, false
+}
+
+// joinPath joins an object path and a key.
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// value checks the next JSON value: the value of key (nil for an array
+// element or the body) in the object at path. The path is built only for
+// containers and errors.
+func (sc *strictScanner) value(t reflect.Type, path string, key []byte) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return errLeaveToDecoder
+	sc.ws()
+	if sc.i >= len(sc.b) {
+		sc.stop = true
+		return nil
 	}
-	switch tok := tok.(type) {
-	case json.Number:
-		if n := string(tok); strings.HasPrefix(n, "-") {
-			if f, err := strconv.ParseFloat(n, 64); err == nil && f == 0 {
+	if key != nil && (sc.b[sc.i] == '{' || sc.b[sc.i] == '[') {
+		path, key = joinPath(path, string(key)), nil
+	}
+	switch c := sc.b[sc.i]; {
+	case c == '{':
+		return sc.object(t, path)
+	case c == '[':
+		var et reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			et = t.Elem()
+		}
+		sc.i++
+		for n := 0; ; n++ {
+			sc.ws()
+			if sc.i < len(sc.b) && sc.b[sc.i] == ']' {
+				sc.i++
+				return nil
+			}
+			if err := sc.value(et, path, nil); err != nil || sc.stop {
+				return err
+			}
+			sc.ws()
+			if sc.i < len(sc.b) && sc.b[sc.i] == ',' {
+				sc.i++
+				continue
+			}
+			if sc.i < len(sc.b) && sc.b[sc.i] == ']' {
+				sc.i++
+				return nil
+			}
+			sc.stop = true
+			return nil
+		}
+	case c == '"':
+		sc.str()
+	case c == '-' || c >= '0' && c <= '9':
+		start := sc.i
+		for sc.i < len(sc.b) && strings.IndexByte("+-.eE0123456789", sc.b[sc.i]) >= 0 {
+			sc.i++
+		}
+		if n := sc.b[start:sc.i]; c == '-' {
+			if f, err := strconv.ParseFloat(string(n), 64); err == nil && f == 0 {
+				if key != nil {
+					path = joinPath(path, string(key))
+				}
 				return hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: %s is not a valid value (negative zero)", fieldPath(path), n)
 			}
 		}
-	case json.Delim:
-		switch tok {
-		case '{':
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return errLeaveToDecoder
-				}
-				key, _ := kt.(string)
-				at := key
-				if path != "" {
-					at = path + "." + key
-				}
-				if seen[key] {
-					return hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: given more than once", at)
-				}
-				seen[key] = true
-				var ft reflect.Type
-				if t != nil {
-					switch t.Kind() {
-					case reflect.Map:
-						ft = t.Elem()
-					case reflect.Struct:
-						f, exact, ok := structField(t, key)
-						if ok && !exact {
-							return hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown field %q (field names are case-sensitive: did you mean %q?)", at, f)
-						}
-						if ok {
-							sf, _ := t.FieldByName(goFieldName(t, f))
-							ft = sf.Type
-						}
-					}
-				}
-				if err := strictValue(dec, ft, at); err != nil {
-					return err
-				}
-			}
-			if _, err := dec.Token(); err != nil { // '}'
-				return errLeaveToDecoder
-			}
-		case '[':
-			var et reflect.Type
-			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-				et = t.Elem()
-			}
-			for i := 0; dec.More(); i++ {
-				if err := strictValue(dec, et, path+"["+strconv.Itoa(i)+"]"); err != nil {
-					return err
-				}
-			}
-			if _, err := dec.Token(); err != nil { // ']'
-				return errLeaveToDecoder
-			}
+	default: // true, false, null, or junk for the decoder
+		for sc.i < len(sc.b) && sc.b[sc.i] >= 'a' && sc.b[sc.i] <= 'z' {
+			sc.i++
 		}
 	}
 	return nil
+}
+
+func (sc *strictScanner) object(t reflect.Type, path string) error {
+	sc.i++ // {
+	var fields []jsonField
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = structFields(t)
+	}
+	var seenArr [8][]byte
+	seen := seenArr[:0]
+	for {
+		sc.ws()
+		if sc.i >= len(sc.b) {
+			sc.stop = true
+			return nil
+		}
+		if sc.b[sc.i] == '}' {
+			sc.i++
+			return nil
+		}
+		if sc.b[sc.i] != '"' {
+			sc.stop = true
+			return nil
+		}
+		raw, escaped := sc.str()
+		if sc.stop {
+			return nil
+		}
+		key := raw
+		if escaped {
+			var k string
+			if err := json.Unmarshal(sc.b[sc.i-len(raw)-2:sc.i], &k); err != nil {
+				sc.stop = true
+				return nil
+			}
+			key = []byte(k)
+		}
+		for _, k := range seen {
+			if bytes.Equal(k, key) {
+				return hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: given more than once", joinPath(path, string(key)))
+			}
+		}
+		seen = append(seen, key)
+		var ft reflect.Type
+		switch {
+		case fields != nil:
+			f, exact := lookupField(fields, key)
+			if f != nil && !exact {
+				return hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown field %q (field names are case-sensitive: did you mean %q?)", joinPath(path, string(key)), f.name)
+			}
+			if f != nil {
+				ft = f.typ
+			}
+		case t != nil && t.Kind() == reflect.Map:
+			ft = t.Elem()
+		}
+		sc.ws()
+		if sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
+			sc.stop = true
+			return nil
+		}
+		sc.i++
+		if err := sc.value(ft, path, key); err != nil || sc.stop {
+			if err == nil && sc.stop {
+				return nil
+			}
+			return err
+		}
+		sc.ws()
+		if sc.i < len(sc.b) && sc.b[sc.i] == ',' {
+			sc.i++
+			continue
+		}
+		if sc.i < len(sc.b) && sc.b[sc.i] == '}' {
+			sc.i++
+			return nil
+		}
+		sc.stop = true
+		return nil
+	}
+}
+
+// jsonField is a struct field's JSON name and Go type.
+type jsonField struct {
+	name string
+	typ  reflect.Type
+}
+
+// fieldCache holds structFields per type: the request types are few and
+// fixed, and reflection per request would cost allocations.
+var fieldCache sync.Map // reflect.Type → []jsonField
+
+func structFields(t reflect.Type) []jsonField {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.([]jsonField)
+	}
+	var fields []jsonField
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if tag == "-" || !sf.IsExported() {
+			continue
+		}
+		fields = append(fields, jsonField{name: cmp.Or(tag, sf.Name), typ: sf.Type})
+	}
+	fieldCache.Store(t, fields)
+	return fields
+}
+
+// lookupField finds the field key names: exactly, or only when case is
+// ignored (exact false: the name it should have been).
+func lookupField(fields []jsonField, key []byte) (f *jsonField, exact bool) {
+	for i := range fields {
+		if fields[i].name == string(key) {
+			return &fields[i], true
+		}
+	}
+	for i := range fields {
+		if strings.EqualFold(fields[i].name, string(key)) {
+			return &fields[i], false
+		}
+	}
+	return nil, false
 }
 
 func fieldPath(path string) string {
@@ -232,39 +385,6 @@ func fieldPath(path string) string {
 		return "body"
 	}
 	return path
-}
-
-// structField finds the JSON name of t's field that key names: exactly
-// (exact true), or only when case is ignored (the name it should have been).
-func structField(t reflect.Type, key string) (name string, exact, ok bool) {
-	for i := range t.NumField() {
-		n := jsonName(t.Field(i))
-		if n == key {
-			return n, true, true
-		}
-		if strings.EqualFold(n, key) {
-			name, ok = n, true
-		}
-	}
-	return name, false, ok
-}
-
-// goFieldName returns the Go name of t's field whose JSON name is name.
-func goFieldName(t reflect.Type, name string) string {
-	for i := range t.NumField() {
-		if jsonName(t.Field(i)) == name {
-			return t.Field(i).Name
-		}
-	}
-	return ""
-}
-
-func jsonName(f reflect.StructField) string {
-	tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-	if tag == "-" || !f.IsExported() {
-		return ""
-	}
-	return cmp.Or(tag, f.Name)
 }
 
 func jsonError(err error) error {

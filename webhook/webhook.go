@@ -8,9 +8,10 @@
 // time it is due. The schedule runs on hourglass's timing wheel (package
 // timingwheel), keyed by delivery id and driven by one goroutine that sleeps
 // until the next due delivery, like the order-close path: only deliveries
-// due within Config.Window are held in memory, paged in from the database
-// every Config.LoadInterval, and new ones are read as soon as the store says
-// it created some. A restart (even after kill -9) loses nothing: every
+// due within Config.Window, and at most Config.MaxHeld of them, are held in
+// memory, paged in from the database every Config.LoadInterval (and as a
+// backlog drains), and new ones are read as soon as the store says it
+// created some. A restart (even after kill -9) loses nothing: every
 // pending delivery and its next attempt time is a row, loaded again on
 // start; an attempt in flight at the crash is sent again.
 //
@@ -408,7 +409,7 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) bool {
 		s.mu.Unlock()
 		return true
 	}
-	if !force && s.heldLocked() >= s.cfg.MaxHeld {
+	if !force && s.heldLocked() >= s.cfg.MaxHeld && !s.wheel.Contains(uint64(t.ID)) {
 		s.horizon = min(s.horizon, at-1)
 		s.truncated = true
 		s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -35,6 +36,13 @@ func TestStartupErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { busy.Close() }) // the parallel subtests run after this function returns
+	openDir := filepath.Join(dir, "world-writable")
+	if err := os.Mkdir(openDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(openDir, 0o777); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -43,6 +51,9 @@ func TestStartupErrors(t *testing.T) {
 		{"unknown mechanism", []string{"--delay", "cron"}, `want one of wheel, heap`},
 		{"address in use", []string{"--addr", busy.Addr().String()}, "listen on " + busy.Addr().String()},
 		{"data dir is a file", []string{"--data-dir", bin}, "data dir"},
+		{"data dir writable by others", []string{"--data-dir", openDir}, "is writable by others (mode 0777): run chmod 700"},
+		{"max connections", []string{"--max-connections=2000000"}, "--max-connections: must be between 1 and 1000000"},
+		{"webhook max", []string{"--webhook-max", "0"}, "--webhook-max: must be between 1 and 10000"},
 		{"load interval not below window", []string{"--window", "10s", "--load-interval", "10s"}, "LoadInterval"},
 		{"redis unreachable", []string{"--delay", "redis", "--redis-url", "redis://" + dead + "/0"}, "--delay redis"},
 		{"redis bad URL", []string{"--delay", "redis", "--redis-url", "http://nope"}, "--delay redis"},
