@@ -71,10 +71,7 @@ const (
 type Config struct {
 	// URL is mysql://user:password@host:3306/database, optionally with
 	// ?tls=true|false|skip-verify|preferred and &timeout=5s (dial timeout).
-	// Required. MySQL 8's default caching_sha2_password login needs TLS
-	// (tls=true, or preferred/skip-verify with its self-signed certificate)
-	// the first time a user logs in after a server start: the driver does
-	// not fetch the server's RSA key over plain TCP.
+	// Required.
 	URL string
 	// MaxConns is the connection pool size (default MaxConnsDefault).
 	MaxConns int
