@@ -23,7 +23,7 @@ import (
 // them in one transaction:
 //
 //  1. read the idempotency keys the batch's creates carry (a key that
-//     another process commits meanwhile makes step 7 fail with a duplicate
+//     another process commits meanwhile makes its insert in step 6 fail with a duplicate
 //     key, and the batch runs again and finds it);
 //  2. lock the orders the batch pays, cancels, ships, completes or closes:
 //     SELECT … WHERE id IN (…) ORDER BY id FOR UPDATE;
@@ -31,18 +31,19 @@ import (
 //     order: SELECT … WHERE sku IN (…) ORDER BY sku FOR UPDATE. Every batch
 //     of every process locks orders by id, then products by SKU, so batches
 //     cannot deadlock on these rows;
-//  4. read now (the server's clock, after the locks are held) and the
-//     policy, in one statement;
+//  4. read now (the server's clock, after the locks are held), the policy
+//     and whether any webhook subscription exists, in one statement;
 //  5. decide every op in queue order in Go on the locked rows: a hot SKU's
 //     stock is checked and moved in memory for each of the batch's orders,
 //     and a refused op (insufficient stock, not payable, …) writes nothing
 //     and fails alone;
-//  6. write: one multi-row INSERT of the new orders; one UPDATE of every
-//     changed order and one of every changed product (each joined to a
-//     derived table of the new values, so a hot SKU's row is written once
-//     per batch); one INSERT of the events; one INSERT … SELECT fanning
-//     them out to the webhooks subscribed now; the outbox timers and the
-//     idempotency keys;
+//  6. write: one multi-row INSERT of the new orders; the changed orders and
+//     products, each row written once per batch (a hot SKU's row once,
+//     however many orders moved it) with one UPDATE … WHERE key IN (…) per
+//     distinct change, or one multi-row upsert when the changes are many
+//     and varied; one INSERT of the events; when subscriptions exist, one
+//     INSERT … SELECT fanning them out to the webhooks subscribed now; the
+//     outbox timers and the idempotency keys;
 //  7. commit.
 //
 // A deadlock, lock wait timeout or racing duplicate key rolls the batch
