@@ -23,8 +23,8 @@ import (
 // them in one transaction:
 //
 //  1. read the idempotency keys the batch's creates carry (a key that
-//     another process commits meanwhile makes its insert in step 6 fail with a duplicate
-//     key, and the batch runs again and finds it);
+//     another process commits meanwhile makes its insert in step 6 fail
+//     with a duplicate key, and the batch runs again and finds it);
 //  2. lock the orders the batch pays, cancels, ships, completes or closes:
 //     SELECT … WHERE id IN (…) ORDER BY id FOR UPDATE;
 //  3. lock the products those pending orders and the creates touch, in SKU
