@@ -23,26 +23,27 @@ import (
 // them in one transaction:
 //
 //  1. read the idempotency keys the batch's creates carry (a key that
-//     another process commits meanwhile makes step 7 fail with a duplicate
-//     key, and the batch runs again and finds it);
+//     another process commits meanwhile makes its insert in step 6 fail
+//     with a duplicate key, and the batch runs again and finds it);
 //  2. lock the orders the batch pays, cancels, ships, completes or closes:
 //     SELECT … WHERE id IN (…) ORDER BY id FOR UPDATE;
 //  3. lock the products those pending orders and the creates touch, in SKU
 //     order: SELECT … WHERE sku IN (…) ORDER BY sku FOR UPDATE. Every batch
 //     of every process locks orders by id, then products by SKU, so batches
 //     cannot deadlock on these rows;
-//  4. read now (the server's clock, after the locks are held) and the
-//     policy, in one statement;
+//  4. read now (the server's clock, after the locks are held), the policy
+//     and whether any webhook subscription exists, in one statement;
 //  5. decide every op in queue order in Go on the locked rows: a hot SKU's
 //     stock is checked and moved in memory for each of the batch's orders,
 //     and a refused op (insufficient stock, not payable, …) writes nothing
 //     and fails alone;
-//  6. write: one multi-row INSERT of the new orders; one UPDATE of every
-//     changed order and one of every changed product (each joined to a
-//     derived table of the new values, so a hot SKU's row is written once
-//     per batch); one INSERT of the events; one INSERT … SELECT fanning
-//     them out to the webhooks subscribed now; the outbox timers and the
-//     idempotency keys;
+//  6. write: one multi-row INSERT of the new orders; the changed orders and
+//     products, each row written once per batch (a hot SKU's row once,
+//     however many orders moved it) with one UPDATE … WHERE key IN (…) per
+//     distinct change, or one multi-row upsert when the changes are many
+//     and varied; one INSERT of the events; when subscriptions exist, one
+//     INSERT … SELECT fanning them out to the webhooks subscribed now; the
+//     outbox timers and the idempotency keys;
 //  7. commit.
 //
 // A deadlock, lock wait timeout or racing duplicate key rolls the batch
@@ -202,6 +203,7 @@ func (s *Store) runRetrying(batch []*op) ([]opResult, int, error) {
 type lockedProduct struct {
 	category                  string
 	available, reserved, sold int64
+	read                      [3]int64 // available, reserved, sold as locked
 	dirty                     bool
 }
 
@@ -361,6 +363,7 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 				rows.Close()
 				return nil, 0, fmt.Errorf("lock products: %w", err)
 			}
+			p.read = [3]int64{p.available, p.reserved, p.sold}
 			products[sku] = &p
 		}
 		rows.Close()
@@ -578,22 +581,8 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 			dirty = append(dirty, lo)
 		}
 	}
-	if len(dirty) > 0 {
-		args := make([]any, 0, 6*len(dirty))
-		for _, lo := range dirty {
-			o := lo.o
-			args = append(args, o.ID, string(o.Status), nullMs(o.PaidAt), nullMs(o.ClosedAt), nullString(o.CloseReason), nullString(o.PaymentID))
-		}
-		// One statement for every changed order: an upsert whose rows all
-		// exist (they are locked), so each is an update; VALUES() is
-		// understood by MariaDB and MySQL 8 (where it is deprecated in
-		// favour of a row alias MariaDB lacks).
-		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id) VALUES `+
-			rowsOf(len(dirty), `(?, '', ?, '', 0, 0, ?, ?, ?, ?)`)+`
-ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), closed_at = VALUES(closed_at),
-	close_reason = VALUES(close_reason), payment_id = VALUES(payment_id)`, args...); err != nil {
-			return nil, 0, fmt.Errorf("update orders: %w", err)
-		}
+	if err := updateOrders(ctx, tx, dirty); err != nil {
+		return nil, 0, err
 	}
 	var dirtySKUs []string
 	for _, sku := range skus {
@@ -601,19 +590,8 @@ ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), clos
 			dirtySKUs = append(dirtySKUs, sku)
 		}
 	}
-	if len(dirtySKUs) > 0 {
-		args := make([]any, 0, 4*len(dirtySKUs))
-		for _, sku := range dirtySKUs {
-			p := products[sku]
-			args = append(args, sku, p.available, p.reserved, p.sold)
-		}
-		// Absolute values: the rows are locked, so the values computed from
-		// them are current.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
-			rowsOf(len(dirtySKUs), `(?, '', '', ?, ?, ?)`)+`
-ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = VALUES(reserved), sold = VALUES(sold)`, args...); err != nil {
-			return nil, 0, fmt.Errorf("update products: %w", err)
-		}
+	if err := updateProducts(ctx, tx, products, dirtySKUs); err != nil {
+		return nil, 0, err
 	}
 	var firstSeq int64
 	if len(events) > 0 {
@@ -697,6 +675,118 @@ WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
 		}
 	}
 	return results, fanned, nil
+}
+
+// maxGroups is the most UPDATE … WHERE key IN (…) statements a batch
+// sends for one table before it writes the rows with one upsert instead. A
+// batch of creates usually moves every SKU by the same quantity (one
+// group), a batch of closes sets every order to the same values: a plain
+// UPDATE of a key list is cheaper for InnoDB than an upsert, which first
+// tries each row as an insert.
+const maxGroups = 2
+
+// updateOrders writes the changed orders' status and timestamps: one UPDATE
+// per distinct set of values if there are at most maxGroups, else one
+// upsert whose rows all exist (they are locked), so each is an update.
+// VALUES() is understood by MariaDB and MySQL 8 (where it is deprecated in
+// favour of a row alias MariaDB lacks).
+func updateOrders(ctx context.Context, tx *sql.Tx, dirty []*lockedOrder) error {
+	if len(dirty) == 0 {
+		return nil
+	}
+	type shape struct {
+		status                 hourglass.State
+		paidAt, closedAt       int64
+		closeReason, paymentID string
+	}
+	groups := map[shape][]any{}
+	var order []shape
+	for _, lo := range dirty {
+		o := lo.o
+		k := shape{o.Status, hourglass.UnixMilli(o.PaidAt), hourglass.UnixMilli(o.ClosedAt), o.CloseReason, o.PaymentID}
+		if o.PaidAt.IsZero() {
+			k.paidAt = 0
+		}
+		if o.ClosedAt.IsZero() {
+			k.closedAt = 0
+		}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], o.ID)
+	}
+	if len(groups) <= maxGroups {
+		for _, k := range order {
+			ids := groups[k]
+			args := append([]any{string(k.status), nullMsOf(k.paidAt), nullMsOf(k.closedAt), nullString(k.closeReason), nullString(k.paymentID)}, ids...)
+			if _, err := tx.ExecContext(ctx, `UPDATE orders SET status = ?, paid_at = ?, closed_at = ?, close_reason = ?, payment_id = ?
+WHERE id IN (`+placeholders(len(ids))+`)`, args...); err != nil {
+				return fmt.Errorf("update orders: %w", err)
+			}
+		}
+		return nil
+	}
+	args := make([]any, 0, 6*len(dirty))
+	for _, lo := range dirty {
+		o := lo.o
+		args = append(args, o.ID, string(o.Status), nullMs(o.PaidAt), nullMs(o.ClosedAt), nullString(o.CloseReason), nullString(o.PaymentID))
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id) VALUES `+
+		rowsOf(len(dirty), `(?, '', ?, '', 0, 0, ?, ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), closed_at = VALUES(closed_at),
+	close_reason = VALUES(close_reason), payment_id = VALUES(payment_id)`, args...); err != nil {
+		return fmt.Errorf("update orders: %w", err)
+	}
+	return nil
+}
+
+// updateProducts writes the changed products' stock: the rows are locked,
+// so the values computed from them are current. One UPDATE per distinct
+// change (a hot SKU's row is written once however many orders moved it),
+// or one upsert of the new values when there are more than maxGroups.
+func updateProducts(ctx context.Context, tx *sql.Tx, products map[string]*lockedProduct, skus []string) error {
+	if len(skus) == 0 {
+		return nil
+	}
+	groups := map[[3]int64][]any{}
+	var order [][3]int64
+	for _, sku := range skus {
+		p := products[sku]
+		d := [3]int64{p.available - p.read[0], p.reserved - p.read[1], p.sold - p.read[2]}
+		if _, ok := groups[d]; !ok {
+			order = append(order, d)
+		}
+		groups[d] = append(groups[d], sku)
+	}
+	if len(groups) <= maxGroups {
+		for _, d := range order {
+			list := groups[d]
+			args := append([]any{d[0], d[1], d[2]}, list...)
+			if _, err := tx.ExecContext(ctx, `UPDATE products SET available = available + ?, reserved = reserved + ?, sold = sold + ?
+WHERE sku IN (`+placeholders(len(list))+`)`, args...); err != nil {
+				return fmt.Errorf("update products: %w", err)
+			}
+		}
+		return nil
+	}
+	args := make([]any, 0, 4*len(skus))
+	for _, sku := range skus {
+		p := products[sku]
+		args = append(args, sku, p.available, p.reserved, p.sold)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
+		rowsOf(len(skus), `(?, '', '', ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = VALUES(reserved), sold = VALUES(sold)`, args...); err != nil {
+		return fmt.Errorf("update products: %w", err)
+	}
+	return nil
+}
+
+func nullMsOf(ms int64) any {
+	if ms == 0 {
+		return nil
+	}
+	return ms
 }
 
 // rowsOf returns n copies of row joined by ", ".

@@ -433,3 +433,46 @@ func TestIdempotencyKeyRaceAcrossStores(t *testing.T) {
 		t.Fatalf("stock %v, want one reservation per key", got)
 	}
 }
+
+// TestConcurrentCreatesShareCommits: concurrent creates are group-committed
+// (Observe sees batches of more than one write) and every one commits.
+func TestConcurrentCreatesShareCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var batches, writes, largest atomic.Int64
+	s, err := mysql.Open(ctx, mysql.Config{URL: mytest.NewDatabase(t), Observe: func(n int, _ time.Duration) {
+		batches.Add(1)
+		writes.Add(int64(n))
+		for {
+			l := largest.Load()
+			if int64(n) <= l || largest.CompareAndSwap(l, int64(n)) {
+				return
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	put(t, s, "A", 10000)
+	put(t, s, "B", 10000)
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for range 10 {
+				sku := []string{"A", "B"}[g%2]
+				if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: sku, Quantity: 1}}, Timeout: time.Hour}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if writes.Load() != 640 || largest.Load() < 2 {
+		t.Fatalf("%d writes in %d batches, largest %d: want 640 writes sharing commits", writes.Load(), batches.Load(), largest.Load())
+	}
+	t.Logf("640 creates in %d commits (largest %d)", batches.Load(), largest.Load())
+	if a, b := stockOf(t, s, "A"), stockOf(t, s, "B"); a != [3]int64{9680, 320, 0} || b != [3]int64{9680, 320, 0} {
+		t.Fatalf("stock A %v B %v", a, b)
+	}
+}

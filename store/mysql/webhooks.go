@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hourglass/hourglass"
 )
@@ -371,10 +370,4 @@ WHERE id = ? AND state = 'pending' AND attempts = ?`
 		return err
 	})
 	return recorded, err
-}
-
-// nowTime is for tests: the store's now as a time.
-func (s *Store) nowTime(ctx context.Context) (time.Time, error) {
-	ms, err := s.now(ctx, s.db)
-	return hourglass.FromUnixMilli(ms), err
 }

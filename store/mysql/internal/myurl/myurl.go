@@ -75,22 +75,22 @@ func Parse(raw string) (*gomysql.Config, error) {
 }
 
 // Redact returns raw with its password replaced by "xxxxx", for messages.
-// A string that does not parse as a URL is cut to its scheme and host part
-// as far as can be told, never echoing what may be a password.
+// What does not parse as a URL with a host is cut at its last '@', or
+// hidden whole, never echoing what may be a password.
 func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		scheme, rest, ok := strings.Cut(raw, "://")
-		if !ok {
-			return "(unparsable URL)"
-		}
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			user, _, _ := strings.Cut(rest[:at], ":")
-			return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
-		}
+	if u, err := url.Parse(raw); err == nil && u.Opaque == "" && u.Host != "" {
+		return u.Redacted()
+	}
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
 		return "(unparsable URL)"
 	}
-	return u.Redacted()
+	scheme, userinfo, ok := strings.Cut(raw[:at], "://")
+	if !ok {
+		return "xxxxx@" + raw[at+1:]
+	}
+	user, _, _ := strings.Cut(userinfo, ":")
+	return scheme + "://" + user + ":xxxxx@" + raw[at+1:]
 }
 
 // WithDatabase returns raw with its path replaced by db.
