@@ -150,6 +150,11 @@ func (s *Store) commit(batch []*op) {
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(len(batch), s.timer().Now().Sub(start))
 	}
+	if err == nil {
+		s.health.Record(nil)
+	} else {
+		s.health.Record(s.opError(err))
+	}
 	if fanned > 0 {
 		s.deliveries.notify()
 	}

@@ -34,6 +34,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
+	"github.com/hourglass/hourglass/store/writehealth"
 )
 
 // Defaults of Config.
@@ -140,6 +141,8 @@ type Store struct {
 	// deliveries wakes the delivery engine after this store value's commits
 	// that created deliveries.
 	deliveries notifier
+	// health is whether order writes commit (WriteHealth, for /readyz).
+	health *writehealth.Tracker
 
 	closeOnce sync.Once
 	closeErr  error
@@ -164,6 +167,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv}
 	s.queue.init()
+	s.health = writehealth.Start(time.Second, s.probeWrite)
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
 		writers = 1 // leave connections to the reads
@@ -194,6 +198,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.queue.close()
 		s.done.Wait()
+		s.health.Stop()
 		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
@@ -490,4 +495,18 @@ func placeholders(n int) string {
 		return ""
 	}
 	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// WriteHealth returns nil while order writes commit, or, from a write that
+// failed because the database was unreachable until one commits again, an
+// unavailable *hourglass.Error saying so (api.WriteHealthReporter: /readyz
+// answers 503 meanwhile). While it is not nil a small write is tried every
+// second, so it clears by itself when the database is back.
+func (s *Store) WriteHealth() error { return s.health.Err() }
+
+// probeWrite is the health tracker's small write.
+func (s *Store) probeWrite(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('write_probe', ?)
+ON DUPLICATE KEY UPDATE value = VALUES(value)`, s.timer().Now().UTC().Format(time.RFC3339Nano))
+	return fail("write probe", err)
 }

@@ -126,8 +126,18 @@ func TestLostConnectionMidWrite(t *testing.T) {
 	if hourglass.ErrorCode(err) != hourglass.CodeUnavailable {
 		t.Fatalf("create on a cut connection = %v, want unavailable", err)
 	}
+	if err := s.WriteHealth(); hourglass.ErrorCode(err) != hourglass.CodeUnavailable {
+		t.Fatalf("WriteHealth after a lost write = %v, want unavailable (for /readyz)", err)
+	}
 	tx.Rollback()
 	proxy.Restore()
+	// With no traffic, the store's probe write clears it once the database
+	// is reachable again.
+	for deadline := time.Now().Add(10 * time.Second); s.WriteHealth() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("WriteHealth still %v 10 s after the connection came back", s.WriteHealth())
+		}
+	}
 	if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Minute}); err != nil {
 		t.Fatalf("create after the connection came back: %v", err)
 	}
