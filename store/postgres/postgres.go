@@ -191,6 +191,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.pool.Close()
 		return nil, err
 	}
+	if err := s.checkPrivileges(ctx); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.queue.init()
@@ -313,6 +317,36 @@ func (s *Store) lookUpNames(ctx context.Context) error {
 		return s.startupError("read the schema", err)
 	}
 	s.channel = channelName(db, schema)
+	return nil
+}
+
+// checkPrivileges makes a user that can connect but not write (a database
+// migrated by its owner, the tables not granted) fail at Open with the GRANT
+// to run, rather than at the first write.
+func (s *Store) checkPrivileges(ctx context.Context) error {
+	var missing []string
+	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+AND c.relname IN ('products', 'orders', 'idempotency_keys', 'settings', 'timer_outbox', 'events',
+	'webhooks', 'webhook_subscriptions', 'webhook_deliveries')
+AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
+	AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE'))
+UNION ALL
+SELECT $1::text WHERE NOT has_sequence_privilege($1::text, 'USAGE')
+ORDER BY 1`, s.orderSeq)
+	if err != nil {
+		return s.startupError("check privileges", err)
+	}
+	missing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return s.startupError("check privileges", err)
+	}
+	if len(missing) > 0 {
+		user, _, _ := strings.Cut(s.where, "@")
+		schema, role := pgx.Identifier{s.schema}.Sanitize(), pgx.Identifier{user}.Sanitize()
+		return fmt.Errorf("postgres: user %q may not write %s in %s; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %s TO %s",
+			user, strings.Join(missing, ", "), s.where, schema, role, schema, role)
+	}
 	return nil
 }
 
