@@ -2,6 +2,7 @@ package hourglasstest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +56,58 @@ func exerciseConcurrency(t *testing.T, h StoreHarness) {
 		if got := f.stock(t, "A"); got != [3]int64{7, 0, 3} {
 			t.Fatalf("stock %v, want sold once", got)
 		}
+	})
+
+	t.Run("RetriedRequests", func(t *testing.T) {
+		t.Parallel()
+		f := setupStore(t, h)
+		f.product(t, "A", "x", 10)
+		o := f.create(t, time.Minute, item("A", 3))
+		// The same payment sent many times at once (a client's retries): all succeed, it counts once.
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := f.db.PayOrder(f.ctx, o.ID, "pay-1")
+				if err != nil || got.Status != hourglass.StatePaid || got.PaymentID != "pay-1" {
+					t.Errorf("PayOrder(same id) = %+v, %v; want paid", got, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if got := f.stock(t, "A"); got != [3]int64{7, 0, 3} {
+			t.Fatalf("stock %v, want sold once", got)
+		}
+		// The same transition many times at once: exactly one applies.
+		var won atomic.Int64
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := f.db.TransitionOrder(f.ctx, o.ID, hourglass.ActionShip)
+				switch {
+				case err == nil:
+					won.Add(1)
+				case hourglass.ErrorCode(err) != hourglass.CodeInvalidTransition:
+					t.Errorf("ship: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if won.Load() != 1 {
+			t.Fatalf("%d concurrent ships succeeded, want 1", won.Load())
+		}
+		want := []hourglass.EventType{hourglass.EventOrderCreated, hourglass.EventOrderPaid, hourglass.EventOrderShipped}
+		if got := eventTypes(f.events(t, o.ID)); !slices.Equal(got, want) {
+			t.Fatalf("events %v, want %v: one per transition", got, want)
+		}
+	})
+
+	t.Run("PutProductDuringCreates", func(t *testing.T) {
+		t.Parallel()
+		f := setupStore(t, h)
+		putDuringCreates(t, []storeFixture{f})
 	})
 
 	t.Run("CancelAgainstPay", func(t *testing.T) {
@@ -270,5 +323,52 @@ func payAgainstClose(t *testing.T, pay, close storeFixture) {
 	}
 	if got := pay.stock(t, "A"); got != [3]int64{1000 - 2*nPaid, 0, 2 * nPaid} {
 		t.Fatalf("stock %v after %d paid of %d: want nothing reserved, only the paid sold", got, nPaid, n)
+	}
+}
+
+// putDuringCreates sets a product's available stock over and over (through
+// the first store value) while orders reserve it (through all of them): no
+// reservation is lost, and the last put's available stands.
+func putDuringCreates(t *testing.T, fs []storeFixture) {
+	t.Helper()
+	f := fs[0]
+	const available, goroutines, each = 1_000_000, 6, 20
+	f.product(t, "A", "x", available)
+	var wg sync.WaitGroup
+	var created atomic.Int64
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db := fs[g%len(fs)].db
+			for range each {
+				if _, _, err := db.CreateOrder(f.ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{item("A", 1)}, Timeout: time.Minute}); err != nil {
+					t.Errorf("CreateOrder: %v", err)
+					return
+				}
+				created.Add(1)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 20 {
+			if _, err := f.db.PutProduct(f.ctx, hourglass.Product{SKU: "A", Name: fmt.Sprint("v", i), Category: "x", Available: available}); err != nil {
+				t.Errorf("PutProduct: %v", err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	p, err := f.db.Product(f.ctx, "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Reserved != created.Load() || p.Sold != 0 || p.Name != "v19" {
+		t.Fatalf("product %+v after %d creates: want every reservation kept and the last put's name", p, created.Load())
+	}
+	if p.Available > available || p.Available < available-created.Load() {
+		t.Fatalf("available %d, want between %d and %d", p.Available, available-created.Load(), available)
 	}
 }

@@ -445,7 +445,10 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		}
 		slices.SortFunc(dead, func(a, b hourglass.DeadLetter) int { return cmp.Compare(a.ID, b.ID) })
 		var got []hourglass.DeadLetter
-		for after := int64(0); ; {
+		for after, n := int64(0), 0; ; n++ {
+			if n > maxPages {
+				t.Fatalf("DeadLetters paging does not end: the cursor does not advance")
+			}
 			page, err := f.db.DeadLetters(f.ctx, after, 2)
 			if err != nil {
 				t.Fatal(err)

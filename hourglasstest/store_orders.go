@@ -212,8 +212,15 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 		if d := o.Deadline.Sub(o.CreatedAt); d != time.Hour {
 			t.Fatalf("deadline - created = %s, want 1h", d)
 		}
-		if p := f.pay(t, o.ID, "p"); p.Status != hourglass.StatePaid || p.PaidAt.Before(o.CreatedAt) || !p.PaidAt.Before(o.Deadline) {
+		p := f.pay(t, o.ID, "p")
+		if p.Status != hourglass.StatePaid || p.PaidAt.Before(o.CreatedAt) || !p.PaidAt.Before(o.Deadline) {
 			t.Fatalf("paid %+v", p)
+		}
+		// The database's now is stored in milliseconds too.
+		for _, tm := range []time.Time{o.CreatedAt, o.Deadline, p.PaidAt, f.order(t, o.ID).CreatedAt, f.order(t, o.ID).PaidAt} {
+			if !tm.Equal(ms(tm)) {
+				t.Errorf("time %v has a part below the millisecond", tm)
+			}
 		}
 	})
 
@@ -275,7 +282,10 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 			want   []int64
 		}{{"", all}, {hourglass.StateClosed, []int64{short.ID, closed.ID}}} {
 			var got []int64
-			for after := int64(0); ; {
+			for after, n := int64(0), 0; ; n++ {
+				if n > maxPages {
+					t.Fatalf("ListOrders paging does not end: the cursor does not advance")
+				}
 				page, err := f.db.ListOrders(f.ctx, hourglass.OrderFilter{Status: tt.status, After: after, Limit: 2, Now: now})
 				if err != nil {
 					t.Fatal(err)
@@ -546,7 +556,10 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 		for _, limit := range []int{1, 4, 5, 100} {
 			var got []hourglass.Timer
 			p := hourglass.PendingDueParams{Until: until, Limit: limit} // the zero cursor starts at the beginning
-			for {
+			for n := 0; ; n++ {
+				if n > maxPages {
+					t.Fatalf("PendingDue paging does not end: the cursor does not advance")
+				}
 				page, err := f.db.PendingDue(f.ctx, p)
 				if err != nil {
 					t.Fatal(err)

@@ -157,6 +157,19 @@ func exerciseShared(t *testing.T, h StoreHarness) {
 		oversell(t, []storeFixture{a, b})
 	})
 
+	t.Run("IdempotencyAcrossValues", func(t *testing.T) {
+		t.Parallel()
+		a, b := setup(t)
+		a.product(t, "A", "x", 1000)
+		idempotentCreates(t, []storeFixture{a, b})
+	})
+
+	t.Run("PutProductDuringCreates", func(t *testing.T) {
+		t.Parallel()
+		a, b := setup(t)
+		putDuringCreates(t, []storeFixture{a, b})
+	})
+
 	t.Run("PayAgainstCloseAtTheDeadline", func(t *testing.T) {
 		t.Parallel()
 		a, b := setup(t)

@@ -86,7 +86,10 @@ func exerciseWebhooks(t *testing.T, h StoreHarness) {
 		page := func(t *testing.T, limit int) []hourglass.Webhook {
 			t.Helper()
 			var got []hourglass.Webhook
-			for after := int64(0); ; {
+			for after, n := int64(0), 0; ; n++ {
+				if n > maxPages {
+					t.Fatalf("Webhooks paging does not end: the cursor does not advance")
+				}
 				ws, err := f.db.Webhooks(f.ctx, hourglass.WebhookFilter{After: after, Limit: limit})
 				if err != nil {
 					t.Fatal(err)
