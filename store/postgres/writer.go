@@ -293,8 +293,10 @@ FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key = ANY($1)
 	productsOnlyLock  = `SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
 	nowSQL            = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
 	idsSQL            = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
+	// One UPDATE per batch, each SKU's row written once. "p.sku = ANY($1)"
+	// lets the primary key find the rows whatever the join plan.
 	productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku`
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku AND p.sku = ANY($1)`
 	insertOrdersSQL = `WITH o AS (
 	INSERT INTO orders (id, user_id, status, items, created_at, deadline)
 	SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS v(id, u, it, d)
