@@ -288,11 +288,11 @@ RETURNING o.id, o.items, o.deadline, now.ms`
 (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS x`
 	idemReadSQL = `SELECT ` + orderColumns + `, k.key, k.request_hash
 FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key = ANY($1)`
-	policyReadSQL     = `SELECT value FROM settings WHERE name = 'policy'`
-	productsLockSQL   = `SELECT sku, category, available FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
-	productsOnlyLock  = `SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
-	nowSQL            = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
-	idsSQL            = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
+	policyReadSQL    = `SELECT value FROM settings WHERE name = 'policy'`
+	productsLockSQL  = `SELECT sku, category, available FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
+	productsOnlyLock = `SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
+	nowSQL           = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
+	idsSQL           = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
 	// One UPDATE per batch, each SKU's row written once. "p.sku = ANY($1)"
 	// lets the primary key find the rows whatever the join plan.
 	productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
