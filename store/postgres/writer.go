@@ -20,11 +20,12 @@ import (
 // running its batch as one transaction on one pooled connection, in two or
 // three pipelined round trips (pgx.Batch) whatever the batch's size:
 //
-//  1. BEGIN, then the order-first writes (pay, transitions, close): each
-//     locks its order rows (SELECT … FOR UPDATE, ids ascending) and then
-//     runs a compare-and-set UPDATE whose "now" is read after the lock, so a
-//     wait for a lock can never let a payment through after its deadline.
-//     A refusal is zero rows, not an error.
+//  1. BEGIN, then the order-first writes (pay, transitions, close): one
+//     statement locks every order row they name (SELECT … FOR UPDATE, ids
+//     ascending), then each runs a compare-and-set UPDATE whose "now" is
+//     read after the locks are held, so a wait for a lock can never let a
+//     payment through after its deadline. A refusal is zero rows, not an
+//     error.
 //  2. Only when the batch has creates: their idempotency keys' advisory
 //     locks and rows, the policy, the product rows of every SKU the batch
 //     touches locked FOR UPDATE in SKU order, the database's now and the
@@ -258,7 +259,6 @@ func (st *batchState) skus() []string {
 
 // The statements of a batch. $1 is always the now parameter.
 const (
-	lockOrderSQL  = `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`
 	lockOrdersSQL = `SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 	// Every statement keyed by order ids wraps its state and deadline test
 	// in IS TRUE so that no index but the primary key can serve it: given
@@ -340,6 +340,20 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	st := &batchState{}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if len(first) > 0 {
+		// Every order row the batch changes, locked by one statement in
+		// id order: two batches (of this process or another) cannot
+		// deadlock on orders.
+		var ids []int64
+		for _, o := range first {
+			if o.kind == opClose {
+				ids = append(ids, o.ids...)
+			} else {
+				ids = append(ids, o.id)
+			}
+		}
+		b.Queue(lockOrdersSQL, ids)
+	}
 	for _, o := range first {
 		s.queueFirst(b, o, now, st)
 	}
@@ -424,7 +438,6 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 	switch o.kind {
 	case opPay, opTransition:
-		b.Queue(lockOrderSQL, o.id)
 		var q *pgx.QueuedQuery
 		if o.kind == opPay {
 			q = b.Queue(paySQL, now, o.id, o.paymentID)
@@ -452,7 +465,6 @@ func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 			return nil
 		})
 	case opClose:
-		b.Queue(lockOrdersSQL, o.ids)
 		b.Queue(closeSQL, now, o.ids).Query(func(rows pgx.Rows) error {
 			defer rows.Close()
 			for rows.Next() {
