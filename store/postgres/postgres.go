@@ -277,6 +277,7 @@ func (s *Store) startupError(op string, err error) error {
 	host, db, _ := strings.Cut(rest, "/")
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		pe := &pgconn.PgError{Code: pe.Code, Message: scrub(oneLine(pe.Message), s.cfg.URL)}
 		switch pe.Code {
 		case "28P01":
 			return fmt.Errorf("postgres: %s: the server at %s refused the login of user %q: wrong password (28P01); fix the URL's user and password", op, host, user)
