@@ -124,7 +124,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{postgres.Config{}, "Config.URL is required"},
 		{postgres.Config{URL: "postgres://h/db", MaxConns: -1}, "Config.MaxConns"},
-		{postgres.Config{URL: "postgres://h/db", MaxConns: 2}, "Config.MaxConns"},
+		{postgres.Config{URL: "postgres://h/db", MaxConns: 1}, "Config.MaxConns"},
 		{postgres.Config{URL: "postgres://h/db", MaxBatch: -1}, "Config.MaxBatch"},
 	} {
 		if err := tt.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -16,9 +16,10 @@ import (
 // Group commit.
 //
 // The order writes (create, pay, cancel/ship/complete, close) are queued and
-// taken in batches of up to Config.MaxBatch by a few writer goroutines, each
-// running its batch as one transaction on one pooled connection, in two or
-// three pipelined round trips (pgx.Batch) whatever the batch's size:
+// taken in batches of up to Config.MaxBatch by the writer goroutine (see
+// writers), which runs each batch as one transaction on one pooled
+// connection, in two or three pipelined round trips (pgx.Batch) whatever the
+// batch's size:
 //
 //  1. BEGIN, then the order-first writes (pay, transitions, close): one
 //     statement locks every order row they name (SELECT … FOR UPDATE, ids
