@@ -331,7 +331,7 @@ func (s *Store) lookUpNames(ctx context.Context) error {
 func (s *Store) checkPrivileges(ctx context.Context) error {
 	var missing []string
 	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
-WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind = 'r'
 AND c.relname IN ('products', 'orders', 'idempotency_keys', 'settings', 'timer_outbox', 'events',
 	'webhooks', 'webhook_subscriptions', 'webhook_deliveries')
 AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')

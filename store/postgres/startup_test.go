@@ -226,22 +226,17 @@ func TestSchemaNewer(t *testing.T) {
 func TestSearchPath(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	exec(t, db, `CREATE SCHEMA hg_app`)
-	u, _ := url.Parse(db)
-	q := u.Query()
-	q.Set("search_path", "hg_app")
-	u.RawQuery = q.Encode()
-	s := open(t, u.String(), nil, false)
-	if _, err := s.Policy(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	exec(t, db, `CREATE SCHEMA "Hg App"`)
+	s := open(t, db+"&search_path=%22Hg%20App%22", nil, false) // pgx does not read "+" as a space
+	mustProduct(t, s, "A", 1)
+	mustCreate(t, s, time.Minute, "A")
 	conn, err := pgx.Connect(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
 	var inApp, inPublic bool
-	if err := conn.QueryRow(context.Background(), `SELECT to_regclass('hg_app.orders') IS NOT NULL, to_regclass('public.orders') IS NOT NULL`).Scan(&inApp, &inPublic); err != nil {
+	if err := conn.QueryRow(context.Background(), `SELECT to_regclass('"Hg App".orders') IS NOT NULL, to_regclass('public.orders') IS NOT NULL`).Scan(&inApp, &inPublic); err != nil {
 		t.Fatal(err)
 	}
 	if !inApp || inPublic {
