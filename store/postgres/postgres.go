@@ -469,6 +469,19 @@ func (s *Store) tx(ctx context.Context, op string, fn func(tx pgx.Tx) error) err
 	return s.fail(op, err)
 }
 
+// retry runs one autocommit statement (fn), again after a deadlock or
+// serialization failure, at most maxRetries times; it returns fn's last
+// error unmapped.
+func retry(fn func() error) error {
+	var err error
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		if err = fn(); !retryable(err) {
+			break
+		}
+	}
+	return err
+}
+
 // maxRetries bounds the attempts of a transaction that keeps meeting
 // serialization failures or deadlocks.
 const maxRetries = 5
