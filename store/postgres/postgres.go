@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -434,7 +435,8 @@ func unavailable(err error) bool {
 	var ne net.Error
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, pgconn.ErrConnClosed) ||
-		pgconn.Timeout(err) || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "closed pool")
+		pgconn.Timeout(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "closed pool")
 }
 
 // fail maps err of operation op to the contract's errors: *hourglass.Error
