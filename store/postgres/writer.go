@@ -289,15 +289,17 @@ RETURNING o.id, o.items, o.deadline, now.ms`
 (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS x`
 	idemReadSQL = `SELECT ` + orderColumns + `, k.key, k.request_hash
 FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key = ANY($1)`
-	policyReadSQL    = `SELECT value FROM settings WHERE name = 'policy'`
-	productsLockSQL  = `SELECT sku, category, available FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
-	productsOnlyLock = `SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
+	policyReadSQL = `SELECT value FROM settings WHERE name = 'policy'`
+	// The batch's product rows, locked in SKU order. A join on the array,
+	// not "sku = ANY($1)": the planner scans a small products table, and
+	// ANY then compares every row with every listed SKU.
+	productsLockSQL  = `SELECT p.sku, p.category, p.available FROM products p WHERE p.sku IN (SELECT unnest($1::text[])) ORDER BY p.sku FOR UPDATE OF p`
+	productsOnlyLock = `SELECT 1 FROM products p WHERE p.sku IN (SELECT unnest($1::text[])) ORDER BY p.sku FOR UPDATE OF p`
 	nowSQL           = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
 	idsSQL           = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
-	// One UPDATE per batch, each SKU's row written once. "p.sku = ANY($1)"
-	// lets the primary key find the rows whatever the join plan.
+	// One UPDATE per batch, each SKU's row written once.
 	productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku AND p.sku = ANY($1)`
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku`
 	insertOrdersSQL = `WITH o AS (
 	INSERT INTO orders (id, user_id, status, items, created_at, deadline)
 	SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS v(id, u, it, d)
