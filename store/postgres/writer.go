@@ -288,7 +288,7 @@ RETURNING o.id, o.items, o.deadline, now.ms`
 	idemLockSQL = `SELECT pg_advisory_xact_lock($1::int, h) FROM
 (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS x`
 	idemReadSQL = `SELECT ` + orderColumns + `, k.key, k.request_hash
-FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key = ANY($1)`
+FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key IN (SELECT unnest($1::text[]))`
 	policyReadSQL = `SELECT value FROM settings WHERE name = 'policy'`
 	// The batch's product rows, locked in SKU order. A join on the array,
 	// not "sku = ANY($1)": the planner scans a small products table, and
