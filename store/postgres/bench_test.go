@@ -14,13 +14,22 @@ import (
 
 // benchStore opens a store with the production settings (database clock,
 // default pool and batch) on a new database.
+// It reports the mean number of writes per group commit and the mean commit
+// time when the benchmark ends.
 func benchStore(b *testing.B) *postgres.Store {
 	b.Helper()
-	s, err := postgres.Open(context.Background(), postgres.Config{URL: pgtest.NewDatabase(b)})
+	var commits, writes, nanos atomic.Int64
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: pgtest.NewDatabase(b),
+		Observe: func(n int, d time.Duration) { commits.Add(1); writes.Add(int64(n)); nanos.Add(int64(d)) }})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
+	b.Cleanup(func() {
+		if c := commits.Load(); c > 0 {
+			b.Logf("%d group commits, %.1f writes and %.2f ms each", c, float64(writes.Load())/float64(c), float64(nanos.Load())/float64(c)/1e6)
+		}
+	})
 	return s
 }
 

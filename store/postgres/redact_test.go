@@ -3,6 +3,8 @@ package postgres
 import (
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestScrub(t *testing.T) {
@@ -19,5 +21,31 @@ func TestScrub(t *testing.T) {
 	}
 	if got := redact("postgres://u:secret@h:5432/db"); strings.Contains(got, "secret") {
 		t.Errorf("redact = %q", got)
+	}
+}
+
+// TestStartupErrorCodes covers the lines the test server cannot provoke
+// (it trusts every login, so no wrong password).
+func TestStartupErrorCodes(t *testing.T) {
+	t.Parallel()
+	s := &Store{cfg: Config{URL: "postgres://app:hunter2x@db.example:5432/shop"}, where: "app@db.example:5432/shop", schema: "public"}
+	for _, tt := range []struct {
+		code string
+		want []string
+	}{
+		{"28P01", []string{`user "app"`, "wrong password", "db.example:5432"}},
+		{"53300", []string{"no connection left", "MaxConns"}},
+		{"42501", []string{`GRANT CREATE, USAGE ON SCHEMA "public" TO "app"`}},
+	} {
+		err := s.startupError("connect", &pgconn.PgError{Code: tt.code, Message: "msg with hunter2x"})
+		msg := err.Error()
+		for _, w := range tt.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: %q does not contain %q", tt.code, msg, w)
+			}
+		}
+		if strings.Contains(msg, "\n") || strings.Contains(msg, "hunter2x") {
+			t.Errorf("%s: %q", tt.code, msg)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/hourglass/hourglass/store/postgres"
@@ -61,7 +62,15 @@ func TestStartupErrors(t *testing.T) {
 	const secret = "s3cr3t-pw"
 	nologin := newRole(t, admin, "NOLOGIN")
 	plain := newRole(t, admin, "LOGIN")
+	reader := newRole(t, admin, "LOGIN")
 	db := pgtest.NewDatabase(t) // after the roles: dropped before them
+	// A database migrated by its owner whose tables reader may not write.
+	if _, err := postgres.Migrate(context.Background(), postgres.Config{URL: db, MaxConns: 4}); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, "GRANT USAGE ON SCHEMA public TO "+reader)
+	exec(t, db, "GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+reader)
+	noCreate := pgtest.NewDatabase(t) // a new database plain may connect to but not create in
 	for _, tt := range []struct {
 		name string
 		url  string
@@ -73,7 +82,8 @@ func TestStartupErrors(t *testing.T) {
 		{"unknown database", withUser(strings.Replace(db, "/hg_", "/hg_missing_", 1), "postgres", secret), []string{"does not exist", "(3D000)", "CREATE DATABASE"}},
 		{"unknown user", withUser(db, "hg_no_such_role", secret), []string{`user "hg_no_such_role"`, "28000", "does not exist"}},
 		{"role without LOGIN", withUser(db, nologin, secret), []string{nologin, "not permitted to log in", "28000"}},
-		{"no CREATE on the schema", withUser(db, plain, secret), []string{"42501", "GRANT CREATE", plain}},
+		{"no CREATE on the schema", withUser(noCreate, plain, secret), []string{"42501", "GRANT CREATE", plain}},
+		{"no write on the tables", withUser(db, reader, secret), []string{reader, "may not write", "orders, products", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := postgres.Open(context.Background(), postgres.Config{URL: tt.url, MaxConns: 4})
@@ -96,6 +106,13 @@ func TestStartupErrors(t *testing.T) {
 			t.Log(msg)
 		})
 	}
+	t.Run("granted as told", func(t *testing.T) {
+		exec(t, db, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+reader)
+		exec(t, db, "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "+reader)
+		s := open(t, withUser(db, reader, secret), nil, false)
+		mustProduct(t, s, "A", 1)
+		mustCreate(t, s, time.Minute, "A")
+	})
 }
 
 // TestConfigValidate checks Validate names the field.
@@ -107,7 +124,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{postgres.Config{}, "Config.URL is required"},
 		{postgres.Config{URL: "postgres://h/db", MaxConns: -1}, "Config.MaxConns"},
-		{postgres.Config{URL: "postgres://h/db", MaxConns: 2}, "Config.MaxConns"},
+		{postgres.Config{URL: "postgres://h/db", MaxConns: 1}, "Config.MaxConns"},
 		{postgres.Config{URL: "postgres://h/db", MaxBatch: -1}, "Config.MaxBatch"},
 	} {
 		if err := tt.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -209,22 +226,17 @@ func TestSchemaNewer(t *testing.T) {
 func TestSearchPath(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	exec(t, db, `CREATE SCHEMA hg_app`)
-	u, _ := url.Parse(db)
-	q := u.Query()
-	q.Set("search_path", "hg_app")
-	u.RawQuery = q.Encode()
-	s := open(t, u.String(), nil, false)
-	if _, err := s.Policy(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	exec(t, db, `CREATE SCHEMA "Hg App"`)
+	s := open(t, db+"&search_path=%22Hg%20App%22", nil, false) // pgx does not read "+" as a space
+	mustProduct(t, s, "A", 1)
+	mustCreate(t, s, time.Minute, "A")
 	conn, err := pgx.Connect(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
 	var inApp, inPublic bool
-	if err := conn.QueryRow(context.Background(), `SELECT to_regclass('hg_app.orders') IS NOT NULL, to_regclass('public.orders') IS NOT NULL`).Scan(&inApp, &inPublic); err != nil {
+	if err := conn.QueryRow(context.Background(), `SELECT to_regclass('"Hg App".orders') IS NOT NULL, to_regclass('public.orders') IS NOT NULL`).Scan(&inApp, &inPublic); err != nil {
 		t.Fatal(err)
 	}
 	if !inApp || inPublic {

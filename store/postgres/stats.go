@@ -107,6 +107,9 @@ func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
 	if len(orderIDs) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox WHERE order_id = ANY($1)`, orderIDs)
+	err := retry(func() error {
+		_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox WHERE order_id = ANY($1)`, orderIDs)
+		return err
+	})
 	return s.fail("outbox done", err)
 }

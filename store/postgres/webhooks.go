@@ -178,9 +178,11 @@ WHERE d.state = 'dead' AND d.id > $1 ORDER BY d.id LIMIT $2`, after, max(limit, 
 // dead to pending, due at the database's now. Errors: not_found, unavailable.
 func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
 	var at int64
-	err := s.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET state = 'pending', attempts = 0,
+	err := retry(func() error {
+		return s.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET state = 'pending', attempts = 0,
 next_attempt_at = COALESCE($2::bigint, `+dbNow+`), last_error = NULL, failed_at = NULL
 WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Scan(&at)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return hourglass.DeliveryTimer{}, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
 	}
@@ -193,9 +195,14 @@ WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Sca
 // DeleteDeadLetter implements hourglass.WebhookStore. Errors: not_found,
 // unavailable.
 func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
-	dl, err := scanDeadLetter(s.pool.QueryRow(ctx, `WITH d AS (
+	var dl hourglass.DeadLetter
+	err := retry(func() error {
+		var err error
+		dl, err = scanDeadLetter(s.pool.QueryRow(ctx, `WITH d AS (
 	DELETE FROM webhook_deliveries WHERE id = $1 AND state = 'dead' RETURNING *
 ) SELECT `+deadLetterColumns+` FROM d JOIN events e ON e.seq = d.event_seq`, id))
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dl, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
 	}
@@ -317,11 +324,13 @@ failed_at = COALESCE($4::bigint, ` + dbNow + `) WHERE id = $1 AND state = 'pendi
 WHERE id = $1 AND state = 'pending' AND attempts = $2`
 		args = append(args, r.Error, hourglass.UnixMilli(r.RetryAt))
 	}
-	ct, err := s.pool.Exec(ctx, sql, args...)
-	if err != nil {
-		return false, s.fail("record delivery attempt", err)
-	}
-	return ct.RowsAffected() == 1, nil
+	var recorded bool
+	err := retry(func() error {
+		ct, err := s.pool.Exec(ctx, sql, args...)
+		recorded = err == nil && ct.RowsAffected() == 1
+		return err
+	})
+	return recorded, s.fail("record delivery attempt", err)
 }
 
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by
@@ -330,14 +339,19 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 	if limit <= 0 {
 		return 0, nil
 	}
-	ct, err := s.pool.Exec(ctx, `DELETE FROM events WHERE seq IN (
+	var n int
+	err := retry(func() error {
+		ct, err := s.pool.Exec(ctx, `DELETE FROM events WHERE seq IN (
 	SELECT e.seq FROM events e WHERE e.created_at < $1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
 	ORDER BY e.created_at LIMIT $2)`, hourglass.UnixMilli(before), limit)
+		n = int(ct.RowsAffected())
+		return err
+	})
 	if err != nil {
 		return 0, s.fail("prune events", err)
 	}
-	return int(ct.RowsAffected()), nil
+	return n, nil
 }
 
 // OrderEvents implements hourglass.Database: the order's events in the order

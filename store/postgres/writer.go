@@ -16,15 +16,17 @@ import (
 // Group commit.
 //
 // The order writes (create, pay, cancel/ship/complete, close) are queued and
-// taken in batches of up to Config.MaxBatch by a few writer goroutines, each
-// running its batch as one transaction on one pooled connection, in two or
-// three pipelined round trips (pgx.Batch) whatever the batch's size:
+// taken in batches of up to Config.MaxBatch by the writer goroutine (see
+// writers), which runs each batch as one transaction on one pooled
+// connection, in two or three pipelined round trips (pgx.Batch) whatever the
+// batch's size:
 //
-//  1. BEGIN, then the order-first writes (pay, transitions, close): each
-//     locks its order rows (SELECT … FOR UPDATE, ids ascending) and then
-//     runs a compare-and-set UPDATE whose "now" is read after the lock, so a
-//     wait for a lock can never let a payment through after its deadline.
-//     A refusal is zero rows, not an error.
+//  1. BEGIN, then the order-first writes (pay, transitions, close): one
+//     statement locks every order row they name (SELECT … FOR UPDATE, ids
+//     ascending), then each runs a compare-and-set UPDATE whose "now" is
+//     read after the locks are held, so a wait for a lock can never let a
+//     payment through after its deadline. A refusal is zero rows, not an
+//     error.
 //  2. Only when the batch has creates: their idempotency keys' advisory
 //     locks and rows, the policy, the product rows of every SKU the batch
 //     touches locked FOR UPDATE in SKU order, the database's now and the
@@ -258,7 +260,6 @@ func (st *batchState) skus() []string {
 
 // The statements of a batch. $1 is always the now parameter.
 const (
-	lockOrderSQL  = `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`
 	lockOrdersSQL = `SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 	// Every statement keyed by order ids wraps its state and deadline test
 	// in IS TRUE so that no index but the primary key can serve it: given
@@ -287,12 +288,16 @@ RETURNING o.id, o.items, o.deadline, now.ms`
 	idemLockSQL = `SELECT pg_advisory_xact_lock($1::int, h) FROM
 (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS x`
 	idemReadSQL = `SELECT ` + orderColumns + `, k.key, k.request_hash
-FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key = ANY($1)`
-	policyReadSQL     = `SELECT value FROM settings WHERE name = 'policy'`
-	productsLockSQL   = `SELECT sku, category, available FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
-	productsOnlyLock  = `SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`
-	nowSQL            = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
-	idsSQL            = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
+FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key IN (SELECT unnest($1::text[]))`
+	policyReadSQL = `SELECT value FROM settings WHERE name = 'policy'`
+	// The batch's product rows, locked in SKU order. A join on the array,
+	// not "sku = ANY($1)": the planner scans a small products table, and
+	// ANY then compares every row with every listed SKU.
+	productsLockSQL  = `SELECT p.sku, p.category, p.available FROM products p WHERE p.sku IN (SELECT unnest($1::text[])) ORDER BY p.sku FOR UPDATE OF p`
+	productsOnlyLock = `SELECT 1 FROM products p WHERE p.sku IN (SELECT unnest($1::text[])) ORDER BY p.sku FOR UPDATE OF p`
+	nowSQL           = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
+	idsSQL           = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
+	// One UPDATE per batch, each SKU's row written once.
 	productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku`
 	insertOrdersSQL = `WITH o AS (
@@ -338,6 +343,20 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	st := &batchState{}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if len(first) > 0 {
+		// Every order row the batch changes, locked by one statement in
+		// id order: two batches (of this process or another) cannot
+		// deadlock on orders.
+		var ids []int64
+		for _, o := range first {
+			if o.kind == opClose {
+				ids = append(ids, o.ids...)
+			} else {
+				ids = append(ids, o.id)
+			}
+		}
+		b.Queue(lockOrdersSQL, ids)
+	}
 	for _, o := range first {
 		s.queueFirst(b, o, now, st)
 	}
@@ -422,7 +441,6 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 	switch o.kind {
 	case opPay, opTransition:
-		b.Queue(lockOrderSQL, o.id)
 		var q *pgx.QueuedQuery
 		if o.kind == opPay {
 			q = b.Queue(paySQL, now, o.id, o.paymentID)
@@ -450,7 +468,6 @@ func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 			return nil
 		})
 	case opClose:
-		b.Queue(lockOrdersSQL, o.ids)
 		b.Queue(closeSQL, now, o.ids).Query(func(rows pgx.Rows) error {
 			defer rows.Close()
 			for rows.Next() {

@@ -3,8 +3,11 @@
 -- {"sku","quantity"}), created in the first schema of the connection's
 -- search_path (no name here is schema-qualified).
 
+-- SKUs are A-Za-z0-9._- (hourglass.ValidateSKU): the "C" collation
+-- compares them bytewise, so the SKU-ordered locking and lookups never pay
+-- for the database's locale.
 CREATE TABLE products (
-	sku       TEXT PRIMARY KEY,
+	sku       TEXT COLLATE "C" PRIMARY KEY,
 	name      TEXT NOT NULL,
 	category  TEXT NOT NULL,
 	available BIGINT NOT NULL CHECK (available >= 0),
