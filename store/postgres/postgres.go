@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/writehealth"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -173,6 +174,8 @@ type Store struct {
 
 	policy     policyCache
 	deliveries notifier
+	// health is whether order writes commit (WriteHealth, for /readyz).
+	health *writehealth.Tracker
 
 	closeOnce sync.Once
 }
@@ -203,6 +206,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.queue.init()
+	s.health = writehealth.Start(time.Second, s.probeWrite)
 	for range writers {
 		s.wg.Add(1)
 		go s.writeLoop()
@@ -374,6 +378,7 @@ func (s *Store) Close() error {
 		s.queue.close()
 		s.stop()
 		s.wg.Wait()
+		s.health.Stop()
 		s.pool.Close()
 	})
 	return nil
@@ -487,3 +492,17 @@ func retry(fn func() error) error {
 // maxRetries bounds the attempts of a transaction that keeps meeting
 // serialization failures or deadlocks.
 const maxRetries = 5
+
+// WriteHealth returns nil while order writes commit, or, from a write that
+// failed because the database was unreachable until one commits again, an
+// unavailable *hourglass.Error saying so (api.WriteHealthReporter: /readyz
+// answers 503 meanwhile). While it is not nil a small write is tried every
+// second, so it clears by itself when the database is back.
+func (s *Store) WriteHealth() error { return s.health.Err() }
+
+// probeWrite is the health tracker's small write.
+func (s *Store) probeWrite(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO settings (name, value) VALUES ('write_probe', $1)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value`, hourglass.SystemClock{}.Now().UTC().Format(time.RFC3339Nano))
+	return s.fail("write probe", err)
+}

@@ -137,10 +137,20 @@ func TestLostConnection(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the create did not return after its connection was lost")
 			}
+			if err := s.WriteHealth(); hourglass.ErrorCode(err) != hourglass.CodeUnavailable {
+				t.Fatalf("WriteHealth after a lost write = %v, want unavailable (for /readyz)", err)
+			}
 			if err := tx.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
 			proxy.Restore()
+			// With no traffic, the store's probe write clears it once the
+			// database is reachable again.
+			for deadline := time.Now().Add(10 * time.Second); s.WriteHealth() != nil; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("WriteHealth still %v 10 s after the connection came back", s.WriteHealth())
+				}
+			}
 			var o hourglass.Order
 			for attempt := 0; ; attempt++ {
 				o, _, err = s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute, Items: []hourglass.Item{{SKU: "A", Quantity: 1}}})

@@ -124,6 +124,11 @@ func (s *Store) commit(batch []*op) {
 	if len(live) > 0 {
 		n, err := s.runWithRetry(live)
 		fanned += n
+		if err == nil {
+			s.health.Record(nil)
+		} else {
+			s.health.Record(s.fail("write orders", err))
+		}
 		switch {
 		case err == nil:
 		case unavailable(err) || len(live) == 1:
