@@ -20,6 +20,6 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			return s
 		},
-		MaxLateness: 100 * time.Millisecond, // as the wheel, under the suite's light load
+		MaxLateness: 250 * time.Millisecond, // under -race, beside the store suites on 2 cores; lateness is measured by hourglass bench
 	})
 }

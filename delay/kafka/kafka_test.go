@@ -105,7 +105,7 @@ func TestConformance(t *testing.T) {
 	var cl cleaner
 	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
 		New:         func(t *testing.T, ns string) hourglass.Scheduler { return open(t, url, ns, &cl) },
-		MaxLateness: 250 * time.Millisecond,
+		MaxLateness: time.Second, // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
 	})
 }
 

@@ -98,7 +98,7 @@ func TestMsgSchedules(t *testing.T) {
 				}
 				return s
 			},
-			MaxLateness: 250 * time.Millisecond,
+			MaxLateness: time.Second, // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
 			Redelivery:  nats.AckWaitDefault,
 		})
 	})

@@ -58,7 +58,7 @@ func TestConformance(t *testing.T) {
 		},
 		// Spread-out timers are waited out in memory and fire within a few
 		// ms; the margin absorbs the machine being shared with other tests.
-		MaxLateness: 250 * time.Millisecond,
+		MaxLateness: time.Second, // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
 	})
 }
 
@@ -72,7 +72,7 @@ func TestConformanceThroughTiers(t *testing.T) {
 		New: func(t *testing.T, ns string) hourglass.Scheduler {
 			return setup(t, Config{URL: url, Namespace: ns, Mode: ModeTiers, Margin: 100 * time.Millisecond})
 		},
-		MaxLateness: 250 * time.Millisecond,
+		MaxLateness: time.Second, // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
 	})
 }
 

@@ -52,7 +52,7 @@ func TestConformance(t *testing.T) {
 			// comes back within the suite's Redelivery (10 s).
 			return open(t, redis.Config{URL: raw, Namespace: ns, VisibilityTimeout: 3 * time.Second}, c)
 		},
-		MaxLateness: 200 * time.Millisecond,
+		MaxLateness: time.Second, // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
 	})
 }
 

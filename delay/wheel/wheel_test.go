@@ -16,6 +16,6 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			return s
 		},
-		MaxLateness: 100 * 1e6, // 100 ms, under the suite's light load
+		MaxLateness: 250 * 1e6, // 250 ms: under -race, beside the store suites on 2 cores; lateness is measured by hourglass bench
 	})
 }
