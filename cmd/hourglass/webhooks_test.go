@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -69,7 +70,8 @@ func TestWebhooksSurviveKill(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 	dataDir := filepath.Join(dir, "data")
-	args := []string{"--webhook-allow", "127.0.0.1", "--webhook-retry", "1s,2s,4s", "--webhook-jitter", "0"}
+	args := []string{"--webhook-allow", "127.0.0.1", "--webhook-retry", "1s,2s,4s", "--webhook-jitter", "0",
+		"--database-url", storetest.URL(t)} // HOURGLASS_TEST_STORE picks the store; SQLite by default
 	first := startHourglass(t, "first run", bin, dataDir, args...)
 	client := api.NewClient(first.url, "", &http.Client{Timeout: 10 * time.Second})
 	ctx := t.Context()
