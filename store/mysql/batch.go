@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -91,7 +89,7 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 	}
 	o.ctx = ctx
 	o.result = make(chan opResult, 1)
-	if !s.queue.push(o, o.kind == opClose) {
+	if !s.queue.Push(o, o.kind == opClose) {
 		return opResult{err: errClosed}
 	}
 	return <-o.result
@@ -101,7 +99,7 @@ func (s *Store) writeLoop() {
 	defer s.done.Done()
 	batch := make([]*op, 0, s.cfg.MaxBatch)
 	for {
-		batch = s.queue.take(batch[:0], s.cfg.MaxBatch)
+		batch = s.queue.Take(batch[:0], s.cfg.MaxBatch)
 		if len(batch) == 0 {
 			return // closed and drained
 		}
@@ -390,7 +388,7 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 		return nil, 0, fmt.Errorf("read now and policy: %w", err)
 	}
 	now := hourglass.FromUnixMilli(nowMs)
-	policy, err := s.policy.decode(rawPolicy.String)
+	policy, err := s.policy.Decode(rawPolicy.String)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -842,95 +840,4 @@ func describe(o hourglass.Order, now time.Time) string {
 		return string(v.Status) + " with another payment_id"
 	}
 	return string(v.Status)
-}
-
-// writeQueue holds order writes waiting for the writers: urgent ones
-// (closes) are taken before normal ones. Safe for concurrent use.
-type writeQueue struct {
-	mu             sync.Mutex
-	urgent, normal []*op
-	closed         bool
-	ready          chan struct{} // holds a token while there is work or after close
-}
-
-func (q *writeQueue) init() { q.ready = make(chan struct{}, 1) }
-
-func (q *writeQueue) signal() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (q *writeQueue) push(o *op, urgent bool) bool {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return false
-	}
-	if urgent {
-		q.urgent = append(q.urgent, o)
-	} else {
-		q.normal = append(q.normal, o)
-	}
-	q.mu.Unlock()
-	q.signal()
-	return true
-}
-
-func (q *writeQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
-
-// take blocks until there is work and appends up to max ops to batch, urgent
-// first. It returns an empty batch once the queue is closed and drained.
-func (q *writeQueue) take(batch []*op, max int) []*op {
-	for {
-		q.mu.Lock()
-		n := min(max, len(q.urgent))
-		batch = append(batch, q.urgent[:n]...)
-		q.urgent = shift(q.urgent, n)
-		m := min(max-n, len(q.normal))
-		batch = append(batch, q.normal[:m]...)
-		q.normal = shift(q.normal, m)
-		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
-		q.mu.Unlock()
-		if more || closed {
-			q.signal() // wake another writer for the rest, or to see the close
-		}
-		if len(batch) > 0 || closed {
-			return batch
-		}
-		<-q.ready
-	}
-}
-
-// shift drops the first n ops, releasing the backing array when empty.
-func shift(ops []*op, n int) []*op {
-	if n == len(ops) {
-		return nil
-	}
-	clear(ops[:n])
-	return ops[n:]
-}
-
-// encodeItems writes items as a JSON array; SKUs are validated to
-// [A-Za-z0-9._-], so they need no escaping.
-func encodeItems(items []hourglass.Item) string {
-	b := make([]byte, 0, 32*len(items))
-	b = append(b, '[')
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"sku":"`...)
-		b = append(b, it.SKU...)
-		b = append(b, `","quantity":`...)
-		b = strconv.AppendInt(b, it.Quantity, 10)
-		b = append(b, '}')
-	}
-	return string(append(b, ']'))
 }

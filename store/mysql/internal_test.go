@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
@@ -75,16 +76,13 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 	items := []hourglass.Item{{SKU: "A", Quantity: 1}}
 	good := func() *op {
 		return &op{ctx: ctx, kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
-			items: encodeItems(items), result: make(chan opResult, 1)}
+			items: stored.EncodeItems(items), result: make(chan opResult, 1)}
 	}
 	bad := good()
 	bad.items = strings.Repeat("x", 70000) // longer than a TEXT column
 	ops := []*op{good(), bad, good()}
 	// Queue all three at once, so one writer takes them as one batch.
-	s.queue.mu.Lock()
-	s.queue.normal = append(s.queue.normal, ops...)
-	s.queue.mu.Unlock()
-	s.queue.signal()
+	s.queue.PushAll(ops, false)
 	for i, o := range ops {
 		r := <-o.result
 		if o == bad {

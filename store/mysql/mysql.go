@@ -33,6 +33,8 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 	"github.com/hourglass/hourglass/store/writehealth"
 )
@@ -134,9 +136,9 @@ type Store struct {
 	log    *slog.Logger
 	db     *sql.DB
 	server server
-	queue  writeQueue
+	queue  *writequeue.Queue[*op]
 	done   sync.WaitGroup
-	policy policyCache
+	policy stored.PolicyCache
 
 	// deliveries wakes the delivery engine after this store value's commits
 	// that created deliveries.
@@ -166,7 +168,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv}
-	s.queue.init()
+	s.queue = writequeue.New[*op]()
 	s.health = writehealth.Start(time.Second, s.probeWrite)
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
@@ -196,7 +198,7 @@ func Migrate(ctx context.Context, cfg Config) (applied int, err error) {
 // connections. Writes after Close fail with unavailable. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.queue.close()
+		s.queue.Close()
 		s.done.Wait()
 		s.health.Stop()
 		s.closeErr = s.db.Close()

@@ -3,11 +3,11 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
 const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
@@ -32,7 +32,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	if len(p.IdempotencyKey) > 255 || len(p.RequestHash) > 255 {
 		return hourglass.Order{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "idempotency key and request hash: at most 255 bytes each")
 	}
-	r := s.submit(ctx, &op{kind: opCreate, create: p, items: encodeItems(p.Items)})
+	r := s.submit(ctx, &op{kind: opCreate, create: p, items: stored.EncodeItems(p.Items)})
 	if r.err != nil {
 		return hourglass.Order{}, false, r.err
 	}
@@ -76,27 +76,12 @@ func scanOrder(sc scanner) (hourglass.Order, error) {
 		o.ClosedAt = hourglass.FromUnixMilli(closedAt.Int64)
 	}
 	o.CloseReason, o.PaymentID = reason.String, paymentID.String
-	its, err := decodeItems(items)
+	its, err := stored.DecodeItems(items)
 	if err != nil {
 		return o, fmt.Errorf("order %d: %w", o.ID, err)
 	}
 	o.Items = its
 	return o, nil
-}
-
-func decodeItems(raw string) ([]hourglass.Item, error) {
-	var rows []struct {
-		SKU      string `json:"sku"`
-		Quantity int64  `json:"quantity"`
-	}
-	if err := json.Unmarshal([]byte(raw), &rows); err != nil {
-		return nil, fmt.Errorf("decode items: %w", err)
-	}
-	items := make([]hourglass.Item, len(rows))
-	for i, r := range rows {
-		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
-	}
-	return items, nil
 }
 
 // ListOrders implements hourglass.Store. Status filtering follows

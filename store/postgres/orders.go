@@ -2,12 +2,11 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -42,7 +41,7 @@ func scanOrder(row pgx.Row, extra ...any) (hourglass.Order, error) {
 	if paymentID != nil {
 		o.PaymentID = *paymentID
 	}
-	its, err := decodeItems(items)
+	its, err := stored.DecodeItems(items)
 	if err != nil {
 		return o, fmt.Errorf("order %d: %w", o.ID, err)
 	}
@@ -67,7 +66,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 			return hourglass.Order{}, false, err
 		}
 	}
-	o := &op{kind: opCreate, create: p, items: encodeItems(p.Items)}
+	o := &op{kind: opCreate, create: p, items: stored.EncodeItems(p.Items)}
 	if err := s.submit(ctx, o, false); err != nil {
 		return hourglass.Order{}, false, err
 	}
@@ -180,37 +179,4 @@ ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourgl
 		return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)}, err
 	})
 	return out, s.fail("pending due", err)
-}
-
-// encodeItems writes items as a JSON array; SKUs are validated to
-// [A-Za-z0-9._-], so they need no escaping.
-func encodeItems(items []hourglass.Item) string {
-	b := make([]byte, 0, 32*len(items))
-	b = append(b, '[')
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"sku":"`...)
-		b = append(b, it.SKU...)
-		b = append(b, `","quantity":`...)
-		b = strconv.AppendInt(b, it.Quantity, 10)
-		b = append(b, '}')
-	}
-	return string(append(b, ']'))
-}
-
-func decodeItems(raw string) ([]hourglass.Item, error) {
-	var rows []struct {
-		SKU      string `json:"sku"`
-		Quantity int64  `json:"quantity"`
-	}
-	if err := json.Unmarshal([]byte(raw), &rows); err != nil {
-		return nil, fmt.Errorf("decode items: %w", err)
-	}
-	items := make([]hourglass.Item, len(rows))
-	for i, r := range rows {
-		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
-	}
-	return items, nil
 }

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/writehealth"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -168,11 +170,11 @@ type Store struct {
 	orderSeq string // the orders.id sequence, schema-qualified
 	channel  string // the NOTIFY channel of this database and schema
 
-	queue writeQueue
+	queue *writequeue.Queue[*op]
 	wg    sync.WaitGroup // writers and listener
 	stop  context.CancelFunc
 
-	policy     policyCache
+	policy     stored.PolicyCache
 	deliveries notifier
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
@@ -205,7 +207,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.queue.init()
+	s.queue = writequeue.New[*op]()
 	s.health = writehealth.Start(time.Second, s.probeWrite)
 	for range writers {
 		s.wg.Add(1)
@@ -375,7 +377,7 @@ func channelName(db, schema string) string {
 // closes the pool. It is idempotent and safe for concurrent use.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.queue.close()
+		s.queue.Close()
 		s.stop()
 		s.wg.Wait()
 		s.health.Stop()

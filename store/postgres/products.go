@@ -2,13 +2,12 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -46,44 +45,6 @@ func (s *Store) Product(ctx context.Context, sku string) (hourglass.Product, err
 	return p, s.fail("get product", err)
 }
 
-// policyJSON is the stored form of hourglass.Policy, in milliseconds (the
-// same as store/sqlite's).
-type policyJSON struct {
-	DefaultTimeoutMs int64            `json:"default_timeout_ms"`
-	Categories       map[string]int64 `json:"categories"`
-}
-
-// policyCache keeps the policy decoded from one stored text: every create
-// re-reads the stored row inside its transaction (another process may have
-// changed it) but decodes it only when it changed. Safe for concurrent use.
-type policyCache struct{ p atomic.Pointer[cachedPolicy] }
-
-type cachedPolicy struct {
-	raw    string
-	policy hourglass.Policy
-}
-
-// decode returns the policy stored as raw ("" when none is stored). Its
-// result is shared: callers must not modify its Categories.
-func (c *policyCache) decode(raw string) (hourglass.Policy, error) {
-	if cp := c.p.Load(); cp != nil && cp.raw == raw {
-		return cp.policy, nil
-	}
-	p := hourglass.Policy{DefaultTimeout: hourglass.DefaultTimeout, Categories: map[string]time.Duration{}}
-	if raw != "" {
-		var j policyJSON
-		if err := json.Unmarshal([]byte(raw), &j); err != nil {
-			return p, fmt.Errorf("decode stored policy: %w", err)
-		}
-		p.DefaultTimeout = time.Duration(j.DefaultTimeoutMs) * time.Millisecond
-		for cat, ms := range j.Categories {
-			p.Categories[cat] = time.Duration(ms) * time.Millisecond
-		}
-	}
-	c.p.Store(&cachedPolicy{raw: raw, policy: p})
-	return p, nil
-}
-
 // Policy implements hourglass.Store: the policy as stored now, a copy.
 func (s *Store) Policy(ctx context.Context) (hourglass.Policy, error) {
 	var raw string
@@ -91,7 +52,7 @@ func (s *Store) Policy(ctx context.Context) (hourglass.Policy, error) {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return hourglass.Policy{}, s.fail("get policy", err)
 	}
-	p, err := s.policy.decode(raw)
+	p, err := s.policy.Decode(raw)
 	if err != nil {
 		return p, s.fail("get policy", err)
 	}
@@ -109,13 +70,9 @@ func (s *Store) PutPolicy(ctx context.Context, p hourglass.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	j := policyJSON{DefaultTimeoutMs: p.DefaultTimeout.Milliseconds(), Categories: map[string]int64{}}
-	for c, d := range p.Categories {
-		j.Categories[c] = d.Milliseconds()
-	}
-	raw, err := json.Marshal(j)
+	raw, err := stored.EncodePolicy(p)
 	if err != nil {
-		return fmt.Errorf("postgres: encode policy: %w", err)
+		return fmt.Errorf("postgres: %w", err)
 	}
 	return s.tx(ctx, "put policy", func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO settings (name, value) VALUES ('policy', $1)

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -90,7 +90,7 @@ func (s *Store) submit(ctx context.Context, o *op, urgent bool) error {
 		return err
 	}
 	o.ctx, o.done = ctx, make(chan struct{})
-	if !s.queue.push(o, urgent) {
+	if !s.queue.Push(o, urgent) {
 		return errClosed
 	}
 	<-o.done
@@ -101,7 +101,7 @@ func (s *Store) writeLoop() {
 	defer s.wg.Done()
 	batch := make([]*op, 0, s.cfg.MaxBatch)
 	for {
-		batch = s.queue.take(batch[:0], s.cfg.MaxBatch)
+		batch = s.queue.Take(batch[:0], s.cfg.MaxBatch)
 		if len(batch) == 0 {
 			return // closed and drained
 		}
@@ -483,7 +483,7 @@ func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 				if err := rows.Scan(&id, &raw, &deadline, &atMs); err != nil {
 					return err
 				}
-				items, err := decodeItems(raw)
+				items, err := stored.DecodeItems(raw)
 				if err != nil {
 					return fmt.Errorf("order %d: %w", id, err)
 				}
@@ -674,7 +674,7 @@ ops:
 			// Read in the transaction: a policy put through another store
 			// value or process governs this order.
 			if !policyLoaded {
-				policy, policyErr = s.policy.decode(cr.policyRaw)
+				policy, policyErr = s.policy.Decode(cr.policyRaw)
 				policyLoaded = true
 			}
 			if policyErr != nil {
@@ -727,78 +727,4 @@ func queueInsertOrders(b *pgx.Batch, accepted []*op, nowMs int64, outbox bool) {
 		}
 	}
 	b.Queue(insertOrdersSQL, nowMs, ids, users, items, deadlines, outbox, keys, hashes, keyIDs)
-}
-
-// writeQueue holds writes waiting for the writers: urgent ones (closes) are
-// taken before normal ones, so a burst of creates cannot make a deadline
-// late. Safe for concurrent use by many producers and consumers.
-type writeQueue struct {
-	mu             sync.Mutex
-	urgent, normal []*op
-	closed         bool
-	ready          chan struct{} // holds a token while there is work or after close
-}
-
-func (q *writeQueue) init() { q.ready = make(chan struct{}, 1) }
-
-func (q *writeQueue) push(o *op, urgent bool) bool {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return false
-	}
-	if urgent {
-		q.urgent = append(q.urgent, o)
-	} else {
-		q.normal = append(q.normal, o)
-	}
-	q.mu.Unlock()
-	q.wake()
-	return true
-}
-
-func (q *writeQueue) wake() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (q *writeQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.wake()
-}
-
-// take blocks until there is work and appends up to max ops to batch, urgent
-// first. It returns an empty batch once the queue is closed and drained.
-func (q *writeQueue) take(batch []*op, max int) []*op {
-	for {
-		q.mu.Lock()
-		n := min(max, len(q.urgent))
-		batch = append(batch, q.urgent[:n]...)
-		q.urgent = shift(q.urgent, n)
-		m := min(max-n, len(q.normal))
-		batch = append(batch, q.normal[:m]...)
-		q.normal = shift(q.normal, m)
-		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
-		q.mu.Unlock()
-		if more || closed {
-			q.wake() // another writer may take the rest, or see the close
-		}
-		if len(batch) > 0 || closed {
-			return batch
-		}
-		<-q.ready
-	}
-}
-
-// shift drops the first n ops, releasing the backing array when empty.
-func shift(ops []*op, n int) []*op {
-	if n == len(ops) {
-		return nil
-	}
-	clear(ops[:n])
-	return ops[n:]
 }

@@ -1,0 +1,91 @@
+// Package writequeue is the queue in front of a store's group-commit
+// writers: writes wait in it, and each writer takes what is waiting as one
+// batch for one transaction. Urgent writes (closes) are taken before normal
+// ones (API writes), so a burst of creates cannot make a deadline late.
+package writequeue
+
+import "sync"
+
+// Queue holds items waiting for the writers. Its zero value is not ready:
+// use New. It is safe for concurrent use by many producers and consumers.
+type Queue[T any] struct {
+	mu             sync.Mutex
+	urgent, normal []T
+	closed         bool
+	ready          chan struct{} // holds a token while there is work or after Close
+}
+
+// New returns an empty, open queue.
+func New[T any]() *Queue[T] { return &Queue[T]{ready: make(chan struct{}, 1)} }
+
+// Push queues item, ahead of every normal item when urgent. It returns false,
+// queueing nothing, once the queue is closed.
+func (q *Queue[T]) Push(item T, urgent bool) bool { return q.PushAll([]T{item}, urgent) }
+
+// PushAll queues items together, in order: a writer that takes any of them
+// takes as many of them as its batch has room for. It returns false,
+// queueing nothing, once the queue is closed.
+func (q *Queue[T]) PushAll(items []T, urgent bool) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	if urgent {
+		q.urgent = append(q.urgent, items...)
+	} else {
+		q.normal = append(q.normal, items...)
+	}
+	q.mu.Unlock()
+	q.wake()
+	return true
+}
+
+func (q *Queue[T]) wake() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Close refuses further pushes; the items already queued are still taken.
+// It is idempotent.
+func (q *Queue[T]) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// Take blocks until there is work and appends up to max items to batch,
+// urgent first, in the order they were pushed. It returns batch unchanged
+// (empty) once the queue is closed and drained.
+func (q *Queue[T]) Take(batch []T, max int) []T {
+	for {
+		q.mu.Lock()
+		n := min(max, len(q.urgent))
+		batch = append(batch, q.urgent[:n]...)
+		q.urgent = shift(q.urgent, n)
+		m := min(max-n, len(q.normal))
+		batch = append(batch, q.normal[:m]...)
+		q.normal = shift(q.normal, m)
+		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
+		q.mu.Unlock()
+		if more || closed {
+			q.wake() // another writer may take the rest, or see the close
+		}
+		if len(batch) > 0 || closed {
+			return batch
+		}
+		<-q.ready
+	}
+}
+
+// shift drops the first n items, releasing the backing array when empty.
+func shift[T any](items []T, n int) []T {
+	if n == len(items) {
+		return nil
+	}
+	clear(items[:n])
+	return items[n:]
+}

@@ -1,0 +1,85 @@
+package writequeue
+
+import (
+	"slices"
+	"sync"
+	"testing"
+)
+
+func TestUrgentFirstInOrderAndBounded(t *testing.T) {
+	q := New[int]()
+	for i := 1; i <= 5; i++ {
+		q.Push(i, false)
+	}
+	q.Push(100, true)
+	q.Push(101, true)
+	if got := q.Take(nil, 4); !slices.Equal(got, []int{100, 101, 1, 2}) {
+		t.Fatalf("first batch %v, want the urgent ones first, then the oldest normal ones, at most 4", got)
+	}
+	if got := q.Take(nil, 4); !slices.Equal(got, []int{3, 4, 5}) {
+		t.Fatalf("second batch %v", got)
+	}
+}
+
+func TestCloseDrainsThenStops(t *testing.T) {
+	q := New[int]()
+	q.Push(1, false)
+	q.Close()
+	q.Close() // idempotent
+	if q.Push(2, true) {
+		t.Fatal("Push after Close accepted an item")
+	}
+	if got := q.Take(nil, 10); !slices.Equal(got, []int{1}) {
+		t.Fatalf("Take after Close = %v, want what was queued before", got)
+	}
+	if got := q.Take(nil, 10); len(got) != 0 {
+		t.Fatalf("Take on a closed, drained queue = %v, want empty", got)
+	}
+}
+
+// TestManyWritersTakeEverythingOnce: concurrent producers and two consumers
+// (the stores run one or two writers); every item is taken exactly once and
+// both consumers see the close.
+func TestManyWritersTakeEverythingOnce(t *testing.T) {
+	q := New[int]()
+	const producers, each = 8, 1000
+	var (
+		mu    sync.Mutex
+		taken = map[int]int{}
+		wg    sync.WaitGroup
+	)
+	for range 2 {
+		wg.Go(func() {
+			for {
+				b := q.Take(nil, 64)
+				if len(b) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, v := range b {
+					taken[v]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	var pw sync.WaitGroup
+	for p := range producers {
+		pw.Go(func() {
+			for i := range each {
+				q.Push(p*each+i, i%7 == 0)
+			}
+		})
+	}
+	pw.Wait()
+	q.Close()
+	wg.Wait()
+	if len(taken) != producers*each {
+		t.Fatalf("%d distinct items taken, want %d", len(taken), producers*each)
+	}
+	for v, n := range taken {
+		if n != 1 {
+			t.Fatalf("item %d taken %d times", v, n)
+		}
+	}
+}
