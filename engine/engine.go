@@ -34,6 +34,7 @@ const (
 	LoadPageSizeDefault   = 10000
 	SweepIntervalDefault  = time.Second
 	SweepGraceDefault     = 2 * time.Second
+	BacklogGraceDefault   = 30 * time.Second
 	DegradedSweepInterval = 100 * time.Millisecond
 	CloseBatchDefault     = 512
 	RetryMaxDefault       = 5 * time.Second
@@ -60,6 +61,11 @@ type Config struct {
 	// sweeper takes it, so that it does not race the scheduler. Zero means
 	// the default; a negative value means no grace.
 	SweepGrace time.Duration
+	// BacklogGrace is how long the sweeper leaves a due order to a
+	// scheduler that reports it in its backlog (Backlogger) before taking
+	// it anyway: a burst being closed is not a missed deadline, a close
+	// path stuck for this long is.
+	BacklogGrace time.Duration
 	// CloseBatch is the most orders the sweeper closes in one store call.
 	CloseBatch int
 	// RetryMax caps the backoff between attempts after a scheduler error.
@@ -84,6 +90,7 @@ func (c Config) Validate() error {
 		check("LoadInterval", c.LoadInterval, 10*time.Millisecond, 12*time.Hour),
 		check("SweepInterval", c.SweepInterval, 10*time.Millisecond, time.Hour),
 		check("SweepGrace", max(c.SweepGrace, 0), 0, time.Hour),
+		check("BacklogGrace", c.BacklogGrace, time.Second, time.Hour),
 		check("RetryMax", c.RetryMax, time.Millisecond, time.Hour),
 	} {
 		if e != nil {
@@ -155,6 +162,20 @@ type Engine struct {
 	relayWake chan struct{}
 	ready     atomic.Bool
 	lastErr   atomic.Int64 // unix ms of the last scheduler error, 0 if none
+	// While the first window load runs (loading), loadedTo is the latest
+	// deadline (unix ms) up to which every pending order has been handed to
+	// the scheduler; the sweeper leaves later ones to the loader.
+	loading  atomic.Bool
+	loadedTo atomic.Int64
+}
+
+// Backlogger is an optional interface of a Scheduler whose fired timers
+// wait in a queue for the close path (the in-memory timerloop's
+// dispatcher). Backlog returns the earliest deadline among the timers
+// fired but not yet delivered; ok is false when there are none. It must be
+// safe for concurrent use and cheap enough to call once per sweep.
+type Backlogger interface {
+	Backlog() (oldest time.Time, ok bool)
 }
 
 // New returns an engine over store. It does nothing until Run.
@@ -172,6 +193,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	case cfg.SweepGrace < 0:
 		cfg.SweepGrace = 0
 	}
+	cfg.BacklogGrace = cmp.Or(cfg.BacklogGrace, BacklogGraceDefault)
 	cfg.CloseBatch = cmp.Or(cfg.CloseBatch, CloseBatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
 	cfg.RelayBatch = cmp.Or(cfg.RelayBatch, RelayBatchDefault)
@@ -263,30 +285,27 @@ func (e *Engine) Cancel(orderID int64) {
 	}
 }
 
-// Run recovers (closes every order whose deadline passed while the process
-// was down), loads the first window, marks the engine ready and then runs
-// the scheduler, the loader or relay, and the sweeper until ctx ends. It
-// returns nil when ctx ends, or the recovery error.
+// Run runs the scheduler, the loader or relay, and the sweeper until ctx
+// ends, and returns nil then. It reports ready at once: start-up recovery
+// is background work, not a gate. Orders whose deadline passed while the
+// process was down are already shown closed (hourglass.Order.View) and
+// refused payment by the store, so the API need not wait for them. For a
+// FeedWindow scheduler the first load pages them into the scheduler (from
+// the earliest deadline on), which closes them at the close path's burst
+// rate; for the other feeds a recovery sweep closes them. The sweeper
+// leaves orders the first load has not reached yet alone.
 func (e *Engine) Run(ctx context.Context) error {
-	recovered, err := e.sweep(ctx, 0)
-	if err != nil {
-		return fmt.Errorf("engine: start-up recovery: %w", err)
-	}
-	if recovered > 0 {
-		e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
-	}
-	if e.info.Feed == hourglass.FeedWindow {
-		if err := e.load(ctx); err != nil {
-			return fmt.Errorf("engine: load first window: %w", err)
-		}
-	}
-	e.ready.Store(true)
-	defer e.ready.Store(false)
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
+	if e.info.Feed == hourglass.FeedWindow {
+		e.loadedTo.Store(-1 << 62)
+		e.loading.Store(true)
+	}
+	e.ready.Store(true)
+	defer e.ready.Store(false)
 	run(e.schedulerLoop)
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
@@ -294,9 +313,33 @@ func (e *Engine) Run(ctx context.Context) error {
 	case hourglass.FeedOutbox:
 		run(e.relayLoop)
 	}
+	if e.info.Feed != hourglass.FeedWindow {
+		run(e.recover)
+	}
 	run(e.sweepLoop)
 	wg.Wait()
 	return nil
+}
+
+// recover closes every order whose deadline passed while the process was
+// down, for schedulers that are not fed a window (a broker may hold their
+// timers too: whichever closes an order second makes a no-op).
+func (e *Engine) recover(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		recovered, err := e.sweep(ctx, 0)
+		if recovered > 0 {
+			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+		e.log.Error("engine: start-up recovery failed; retrying", "retry_in", backoff, "err", err)
+		if !sleep(ctx, backoff) {
+			return
+		}
+	}
 }
 
 // schedulerLoop runs the scheduler and restarts it with capped exponential
@@ -345,8 +388,24 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 	return nil
 }
 
-// loadLoop extends the window every LoadInterval.
+// loadLoop loads the first window (retrying with backoff until it
+// succeeds), then extends the window every LoadInterval.
 func (e *Engine) loadLoop(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		err := e.load(ctx)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		// Let the sweeper take what the failed load did not reach.
+		e.loading.Store(false)
+		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+		e.log.Error("engine: load first window failed; retrying", "retry_in", backoff, "err", err)
+		if !sleep(ctx, backoff) {
+			return
+		}
+	}
+	e.loading.Store(false)
 	t := time.NewTicker(e.cfg.LoadInterval)
 	defer t.Stop()
 	for {
@@ -398,6 +457,9 @@ func (e *Engine) load(ctx context.Context) error {
 		}
 		last := page[len(page)-1]
 		after, afterID = last.Deadline, last.OrderID
+		// Every order due before the last one's millisecond is with the
+		// scheduler now.
+		e.loadedTo.Store(hourglass.UnixMilli(last.Deadline) - 1)
 	}
 }
 
@@ -481,12 +543,44 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	}
 }
 
+// sweepUntil returns the latest deadline the sweeper may take: grace
+// before now, and, while the scheduler is healthy, before what the close
+// path is still working through: the first load's cursor, and the oldest
+// due timer the scheduler has not delivered yet, unless that one is more
+// than BacklogGrace overdue (then the close path is stuck or hopelessly
+// behind, and the sweeper joins in). Orders before that point which are
+// still pending were lost by the mechanism: the sweeper's business.
+func (e *Engine) sweepUntil(grace time.Duration) time.Time {
+	now := e.clock.Now()
+	until := now.Add(-grace)
+	if e.Healthy() != nil {
+		return until
+	}
+	if e.loading.Load() {
+		until = minTime(until, hourglass.FromUnixMilli(e.loadedTo.Load()))
+	}
+	if b, ok := e.sched.(Backlogger); ok {
+		if oldest, ok := b.Backlog(); ok && now.Sub(oldest) <= e.cfg.BacklogGrace {
+			until = minTime(until, oldest.Add(-time.Millisecond))
+		}
+	}
+	return until
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // sweep closes every pending order whose deadline is more than grace in the
-// past and returns how many it closed. Normally it finds none: each one it
-// finds is a timer the scheduler lost or was late with (or a restart's
-// backlog).
+// past (and not left to the close path, see sweepUntil) and returns how
+// many it closed. Normally it finds none: each one it finds is a timer the
+// scheduler lost or was late with (or a restart's backlog when the
+// scheduler is not fed a window).
 func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
-	until := e.clock.Now().Add(-grace)
+	until := e.sweepUntil(grace)
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	for {

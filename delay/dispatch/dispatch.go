@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -36,7 +37,11 @@ type Dispatcher struct {
 	mu     sync.Mutex
 	queue  []hourglass.Timer
 	closed bool
-	ready  chan struct{} // holds a token while queue is non-empty or closed
+	// inflight holds the earliest deadline of each batch being delivered,
+	// by worker, so Oldest counts what has left the queue but not yet
+	// been delivered.
+	inflight []int64
+	ready    chan struct{} // holds a token while queue is non-empty or closed
 }
 
 // New returns a dispatcher; Run starts its workers.
@@ -60,6 +65,23 @@ func (d *Dispatcher) Push(timers []hourglass.Timer) {
 	d.queue = append(d.queue, timers...)
 	d.mu.Unlock()
 	d.signal()
+}
+
+// Oldest returns the earliest deadline among the timers queued or being
+// delivered; ok is false when there are none. It scans the queue (the
+// queue is in firing order only until a failed batch is pushed back), so
+// it costs O(queued): call it about once a second, not per timer.
+func (d *Dispatcher) Oldest() (deadline int64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	deadline = math.MaxInt64
+	for _, t := range d.queue {
+		deadline = min(deadline, hourglass.UnixMilli(t.Deadline))
+	}
+	for _, dl := range d.inflight {
+		deadline = min(deadline, dl)
+	}
+	return deadline, deadline != math.MaxInt64
 }
 
 // Len returns the number of queued timers.
@@ -90,31 +112,43 @@ func (d *Dispatcher) Run(ctx context.Context, deliver hourglass.Deliver) {
 		d.signal()
 	})
 	defer stop()
+	d.mu.Lock()
+	d.inflight = make([]int64, d.cfg.Workers)
+	for i := range d.inflight {
+		d.inflight[i] = math.MaxInt64
+	}
+	d.mu.Unlock()
 	var wg sync.WaitGroup
-	for range d.cfg.Workers {
+	for w := range d.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.work(ctx, deliver)
+			d.work(ctx, w, deliver)
 		}()
 	}
 	wg.Wait()
 }
 
-func (d *Dispatcher) work(ctx context.Context, deliver hourglass.Deliver) {
+func (d *Dispatcher) work(ctx context.Context, worker int, deliver hourglass.Deliver) {
 	var backoff time.Duration
 	for {
-		batch, ok := d.pop()
+		batch, ok := d.pop(worker)
 		if !ok {
 			return
 		}
-		if err := deliver(ctx, batch); err != nil {
+		err := deliver(ctx, batch)
+		if err != nil {
+			d.Push(batch) // queued again before it stops counting as in flight
+		}
+		d.mu.Lock()
+		d.inflight[worker] = math.MaxInt64
+		d.mu.Unlock()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			backoff = min(max(2*backoff, 10*time.Millisecond), d.cfg.RetryMax)
 			d.log.Error("dispatch: delivery failed; retrying", "timers", len(batch), "retry_in", backoff, "err", err)
-			d.Push(batch)
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -128,9 +162,10 @@ func (d *Dispatcher) work(ctx context.Context, deliver hourglass.Deliver) {
 	}
 }
 
-// pop blocks until timers are queued and returns up to Batch of them; ok is
+// pop blocks until timers are queued and returns up to Batch of them,
+// recording their earliest deadline as the worker's in-flight one; ok is
 // false once Run's context has ended.
-func (d *Dispatcher) pop() (batch []hourglass.Timer, ok bool) {
+func (d *Dispatcher) pop(worker int) (batch []hourglass.Timer, ok bool) {
 	for {
 		d.mu.Lock()
 		if d.closed {
@@ -140,6 +175,11 @@ func (d *Dispatcher) pop() (batch []hourglass.Timer, ok bool) {
 		}
 		if n := min(d.cfg.Batch, len(d.queue)); n > 0 {
 			batch = append([]hourglass.Timer(nil), d.queue[:n]...)
+			earliest := int64(math.MaxInt64)
+			for _, t := range batch {
+				earliest = min(earliest, hourglass.UnixMilli(t.Deadline))
+			}
+			d.inflight[worker] = earliest
 			if n == len(d.queue) {
 				d.queue = nil
 			} else {

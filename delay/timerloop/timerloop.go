@@ -138,6 +138,25 @@ func (s *Scheduler) Pending() int {
 	return s.timers.Len()
 }
 
+// Backlog returns the earliest deadline among the due timers not yet
+// delivered: fired and waiting for or in delivery, or held and due (the
+// loop is about to fire them); ok is false when there are none. The
+// engine's sweeper leaves orders due at or after it to the close path: in
+// a burst they are being worked through, not lost.
+func (s *Scheduler) Backlog() (oldest time.Time, ok bool) {
+	d, ok := s.disp.Oldest()
+	s.mu.Lock()
+	next, held := s.timers.Next()
+	s.mu.Unlock()
+	if held && next <= hourglass.UnixMilli(s.clock.Now()) && (!ok || next < d) {
+		d, ok = next, true
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	return hourglass.FromUnixMilli(d), true
+}
+
 // Run implements hourglass.Scheduler: it sleeps until the next deadline (or
 // until Schedule adds an earlier one), pops what is due and hands it to the
 // dispatcher's workers, which call deliver. A failed delivery is retried by
