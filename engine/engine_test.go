@@ -170,7 +170,7 @@ func TestRecoveryIsBackground(t *testing.T) {
 }
 
 // waitClosed waits (up to 30 s) until rec has seen n closes.
-func waitClosed(t *testing.T, rec *recorder, n int) {
+func waitClosed(t testing.TB, rec *recorder, n int) {
 	t.Helper()
 	limit := time.Now().Add(30 * time.Second)
 	for {
@@ -291,7 +291,7 @@ func TestBurstClosedByClosePath(t *testing.T) {
 
 // createN creates n orders with the same timeout, concurrently (so they
 // share group commits) and at one fake instant, so they share a deadline.
-func createN(t *testing.T, f fixture, n int, timeout time.Duration) {
+func createN(t testing.TB, f fixture, n int, timeout time.Duration) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for w := range 32 {

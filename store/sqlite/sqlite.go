@@ -118,6 +118,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: create data dir: %w", err)
 	}
 	path := dbPath(cfg.Dir, cfg.FileName)
+	pinAllocatorPages()
 	w, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
