@@ -61,10 +61,10 @@ type Config struct {
 	// sweeper takes it, so that it does not race the scheduler. Zero means
 	// the default; a negative value means no grace.
 	SweepGrace time.Duration
-	// BacklogGrace is how long the sweeper leaves a due order to a
-	// scheduler that reports it in its backlog (Backlogger) before taking
-	// it anyway: a burst being closed is not a missed deadline, a close
-	// path stuck for this long is.
+	// BacklogGrace is how long the sweeper leaves due orders to a
+	// scheduler that reports them in its backlog (Backlogger) while its
+	// close path makes no progress: a burst being closed is not a missed
+	// deadline, a close path stuck for this long is.
 	BacklogGrace time.Duration
 	// CloseBatch is the most orders the sweeper closes in one store call.
 	CloseBatch int
@@ -169,13 +169,15 @@ type Engine struct {
 	loadedTo atomic.Int64
 }
 
-// Backlogger is an optional interface of a Scheduler whose fired timers
+// Backlogger is an optional interface of a Scheduler whose due timers
 // wait in a queue for the close path (the in-memory timerloop's
-// dispatcher). Backlog returns the earliest deadline among the timers
-// fired but not yet delivered; ok is false when there are none. It must be
-// safe for concurrent use and cheap enough to call once per sweep.
+// dispatcher). Backlog returns the earliest deadline among the due timers
+// not yet delivered and when the close path last made progress (a
+// delivery completed, or it started on an idle queue); ok is false when
+// there are none. It must be safe for concurrent use and cheap enough to
+// call once per sweep.
 type Backlogger interface {
-	Backlog() (oldest time.Time, ok bool)
+	Backlog() (oldest, progress time.Time, ok bool)
 }
 
 // New returns an engine over store. It does nothing until Run.
@@ -546,9 +548,9 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 // sweepUntil returns the latest deadline the sweeper may take: grace
 // before now, and, while the scheduler is healthy, before what the close
 // path is still working through: the first load's cursor, and the oldest
-// due timer the scheduler has not delivered yet, unless that one is more
-// than BacklogGrace overdue (then the close path is stuck or hopelessly
-// behind, and the sweeper joins in). Orders before that point which are
+// due timer the scheduler has not delivered yet, unless the close path has
+// made no progress for BacklogGrace (then it is stuck, and the sweeper
+// takes over). Orders before that point which are
 // still pending were lost by the mechanism: the sweeper's business.
 func (e *Engine) sweepUntil(grace time.Duration) time.Time {
 	now := e.clock.Now()
@@ -560,7 +562,7 @@ func (e *Engine) sweepUntil(grace time.Duration) time.Time {
 		until = minTime(until, hourglass.FromUnixMilli(e.loadedTo.Load()))
 	}
 	if b, ok := e.sched.(Backlogger); ok {
-		if oldest, ok := b.Backlog(); ok && now.Sub(oldest) <= e.cfg.BacklogGrace {
+		if oldest, progress, ok := b.Backlog(); ok && now.Sub(progress) < e.cfg.BacklogGrace {
 			until = minTime(until, oldest.Add(-time.Millisecond))
 		}
 	}

@@ -250,7 +250,7 @@ func TestBurstClosedByClosePath(t *testing.T) {
 			for !e.Ready() || e.loading.Load() || e.Pending() > 0 {
 				time.Sleep(time.Millisecond)
 			}
-			if oldest, ok := e.sched.(Backlogger).Backlog(); !ok || !oldest.Equal(due) {
+			if oldest, _, ok := e.sched.(Backlogger).Backlog(); !ok || !oldest.Equal(due) {
 				t.Fatalf("Backlog() = %v, %v; want the burst's deadline %v", oldest, ok, due)
 			}
 			if stuck {

@@ -28,6 +28,8 @@ type Config struct {
 	Batch    int           // most timers per delivery
 	RetryMax time.Duration // cap of the backoff after a failed delivery
 	Logger   *slog.Logger
+	// Clock dates progress for Oldest (default the system clock).
+	Clock hourglass.Clock
 }
 
 // Dispatcher is safe for concurrent use.
@@ -41,6 +43,9 @@ type Dispatcher struct {
 	// by worker, so Oldest counts what has left the queue but not yet
 	// been delivered.
 	inflight []int64
+	// progress is when a delivery last completed, or when the dispatcher
+	// last went from idle to busy (unix ms).
+	progress int64
 	ready    chan struct{} // holds a token while queue is non-empty or closed
 }
 
@@ -49,6 +54,9 @@ func New(cfg Config) *Dispatcher {
 	cfg.Workers = cmp.Or(cfg.Workers, WorkersDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
+	if cfg.Clock == nil {
+		cfg.Clock = hourglass.SystemClock{}
+	}
 	d := &Dispatcher{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}, 1)}
 	if d.log == nil {
 		d.log = slog.Default()
@@ -62,18 +70,34 @@ func (d *Dispatcher) Push(timers []hourglass.Timer) {
 		return
 	}
 	d.mu.Lock()
+	if len(d.queue) == 0 && !d.busy() {
+		d.progress = hourglass.UnixMilli(d.cfg.Clock.Now())
+	}
 	d.queue = append(d.queue, timers...)
 	d.mu.Unlock()
 	d.signal()
 }
 
+// busy reports whether a delivery is in flight; d.mu must be held.
+func (d *Dispatcher) busy() bool {
+	for _, dl := range d.inflight {
+		if dl != math.MaxInt64 {
+			return true
+		}
+	}
+	return false
+}
+
 // Oldest returns the earliest deadline among the timers queued or being
-// delivered; ok is false when there are none. It scans the queue (the
-// queue is in firing order only until a failed batch is pushed back), so
-// it costs O(queued): call it about once a second, not per timer.
-func (d *Dispatcher) Oldest() (deadline int64, ok bool) {
+// delivered, and when the dispatcher last made progress (a delivery
+// completed, or it went from idle to busy), both in unix ms; ok is false
+// when there are none. It scans the queue (the queue is in firing order
+// only until a failed batch is pushed back), so it costs O(queued): call it
+// about once a second, not per timer.
+func (d *Dispatcher) Oldest() (deadline, progress int64, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	progress = d.progress
 	deadline = math.MaxInt64
 	for _, t := range d.queue {
 		deadline = min(deadline, hourglass.UnixMilli(t.Deadline))
@@ -81,7 +105,7 @@ func (d *Dispatcher) Oldest() (deadline int64, ok bool) {
 	for _, dl := range d.inflight {
 		deadline = min(deadline, dl)
 	}
-	return deadline, deadline != math.MaxInt64
+	return deadline, progress, deadline != math.MaxInt64
 }
 
 // Len returns the number of queued timers.
@@ -142,6 +166,9 @@ func (d *Dispatcher) work(ctx context.Context, worker int, deliver hourglass.Del
 		}
 		d.mu.Lock()
 		d.inflight[worker] = math.MaxInt64
+		if err == nil {
+			d.progress = hourglass.UnixMilli(d.cfg.Clock.Now())
+		}
 		d.mu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {

@@ -78,6 +78,9 @@ func New(timers Timers, cfg Config) *Scheduler {
 	if cfg.Dispatch.Logger == nil {
 		cfg.Dispatch.Logger = cfg.Logger
 	}
+	if cfg.Dispatch.Clock == nil {
+		cfg.Dispatch.Clock = cfg.Clock
+	}
 	return &Scheduler{
 		name:       cfg.Name,
 		clock:      cfg.Clock,
@@ -139,22 +142,28 @@ func (s *Scheduler) Pending() int {
 }
 
 // Backlog returns the earliest deadline among the due timers not yet
-// delivered: fired and waiting for or in delivery, or held and due (the
-// loop is about to fire them); ok is false when there are none. The
-// engine's sweeper leaves orders due at or after it to the close path: in
-// a burst they are being worked through, not lost.
-func (s *Scheduler) Backlog() (oldest time.Time, ok bool) {
-	d, ok := s.disp.Oldest()
+// delivered (fired and waiting for or in delivery, or held and due: the
+// loop is about to fire them) and when the close path last made progress
+// (a delivery completed, or the dispatcher went from idle to busy); ok is
+// false when there is no such timer. The engine's sweeper leaves orders
+// due at or after oldest to the close path while it progresses: in a burst
+// they are being worked through, not lost.
+func (s *Scheduler) Backlog() (oldest, progress time.Time, ok bool) {
+	nowMs := hourglass.UnixMilli(s.clock.Now())
+	d, p, ok := s.disp.Oldest()
+	if !ok {
+		p = nowMs // nothing in delivery: held due timers are fired right now
+	}
 	s.mu.Lock()
 	next, held := s.timers.Next()
 	s.mu.Unlock()
-	if held && next <= hourglass.UnixMilli(s.clock.Now()) && (!ok || next < d) {
+	if held && next <= nowMs && (!ok || next < d) {
 		d, ok = next, true
 	}
 	if !ok {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
 	}
-	return hourglass.FromUnixMilli(d), true
+	return hourglass.FromUnixMilli(d), hourglass.FromUnixMilli(p), true
 }
 
 // Run implements hourglass.Scheduler: it sleeps until the next deadline (or
