@@ -396,8 +396,11 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 		nowMs := hourglass.UnixMilli(now)
 		// NOT INDEXED: look each id up by rowid. Left to itself the planner
 		// walks the (status, deadline) index, which in a burst holds every
-		// order due at this instant.
-		stmt := conn.Prep(`UPDATE orders NOT INDEXED SET status = 'closed', closed_at = ?2, close_reason = 'timeout'
+		// order due at this instant. OR FAIL: a failing constraint would fail
+		// the whole write op anyway (and roll back its transaction), so the
+		// statement needs no statement journal of its own, which copied
+		// every page the batch touched.
+		stmt := conn.Prep(`UPDATE OR FAIL orders NOT INDEXED SET status = 'closed', closed_at = ?2, close_reason = 'timeout'
 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending_payment' AND deadline <= ?2
 RETURNING id, deadline, items`)
 		defer stmt.Reset()
