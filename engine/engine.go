@@ -167,6 +167,10 @@ type Engine struct {
 	// the scheduler; the sweeper leaves later ones to the loader.
 	loading  atomic.Bool
 	loadedTo atomic.Int64
+	// started is when Run began (unix ms); recovered turns true once every
+	// order overdue then has been closed (see Recovered).
+	started   atomic.Int64
+	recovered atomic.Bool
 }
 
 // Backlogger is an optional interface of a Scheduler whose due timers
@@ -228,8 +232,29 @@ func New(store Store, cfg Config) (*Engine, error) {
 // Scheduler returns the delay mechanism in use.
 func (e *Engine) Scheduler() hourglass.Scheduler { return e.sched }
 
-// Ready reports whether start-up recovery has run and the engine is running.
+// Ready reports whether the engine is running. It does not wait for
+// start-up recovery (see Recovered).
 func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// Recovered reports whether the backlog start-up found (orders whose
+// deadline passed while the process was down) has been closed: the first
+// window load is done and the close path holds no timer due before Run
+// began, or (other feeds) the recovery sweep has finished. Alerts wait for
+// it, so the backlog a restart leaves does not page anyone.
+func (e *Engine) Recovered() bool { return e.recovered.Load() }
+
+// checkRecovered sets recovered once the start-up backlog has drained.
+func (e *Engine) checkRecovered() {
+	if e.recovered.Load() || e.info.Feed != hourglass.FeedWindow || e.loading.Load() {
+		return
+	}
+	if b, ok := e.sched.(Backlogger); ok {
+		if oldest, _, ok := b.Backlog(); ok && hourglass.UnixMilli(oldest) < e.started.Load() {
+			return
+		}
+	}
+	e.recovered.Store(true)
+}
 
 // Healthy returns nil, or the reason the delay mechanism is degraded (it
 // failed within the last HealthyAfter). While degraded, the sweeper closes
@@ -302,6 +327,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
+	e.started.Store(hourglass.UnixMilli(e.clock.Now()))
 	if e.info.Feed == hourglass.FeedWindow {
 		e.loadedTo.Store(-1 << 62)
 		e.loading.Store(true)
@@ -333,7 +359,11 @@ func (e *Engine) recover(ctx context.Context) {
 		if recovered > 0 {
 			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
 		}
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			e.recovered.Store(true)
+			return
+		}
+		if ctx.Err() != nil {
 			return
 		}
 		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
@@ -530,6 +560,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		if !sleep(ctx, tick) {
 			return
 		}
+		e.checkRecovered()
 		interval, grace := e.cfg.SweepInterval, e.cfg.SweepGrace
 		if e.Healthy() != nil {
 			interval, grace = min(interval, DegradedSweepInterval), 0

@@ -151,6 +151,9 @@ func TestRecoveryIsBackground(t *testing.T) {
 		}
 	}
 	waitClosed(t, f.rec, len(overdue))
+	for !e.Recovered() {
+		time.Sleep(time.Millisecond)
+	}
 	if closed, swept, _ := f.rec.counts(); closed != len(overdue) || swept != 0 {
 		t.Fatalf("recovery closed %d (swept %d), want %d by the close path", closed, swept, len(overdue))
 	}
