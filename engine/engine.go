@@ -167,6 +167,10 @@ type Engine struct {
 	// the scheduler; the sweeper leaves later ones to the loader.
 	loading  atomic.Bool
 	loadedTo atomic.Int64
+	// firstPage is closed once the first page of the first load is with
+	// the scheduler (or that load failed): Run is ready then.
+	firstPage     chan struct{}
+	firstPageOnce sync.Once
 	// started is when Run began (unix ms); recovered turns true once every
 	// order overdue then has been closed (see Recovered).
 	started   atomic.Int64
@@ -226,6 +230,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	}
 	e.horizon = -1 << 62 // nothing accepted until the first load
 	e.relayWake = make(chan struct{}, 1)
+	e.firstPage = make(chan struct{})
 	return e, nil
 }
 
@@ -313,8 +318,9 @@ func (e *Engine) Cancel(orderID int64) {
 }
 
 // Run runs the scheduler, the loader or relay, and the sweeper until ctx
-// ends, and returns nil then. It reports ready at once: start-up recovery
-// is background work, not a gate. Orders whose deadline passed while the
+// ends, and returns nil then. It reports ready as soon as the scheduler
+// holds the first page of deadlines (FeedWindow) or at once (other feeds):
+// start-up recovery is background work, not a gate. Orders whose deadline passed while the
 // process was down are already shown closed (hourglass.Order.View) and
 // refused payment by the store, so the API need not wait for them. For a
 // FeedWindow scheduler the first load pages them into the scheduler (from
@@ -332,7 +338,6 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.loadedTo.Store(-1 << 62)
 		e.loading.Store(true)
 	}
-	e.ready.Store(true)
 	defer e.ready.Store(false)
 	run(e.schedulerLoop)
 	switch e.info.Feed {
@@ -345,6 +350,15 @@ func (e *Engine) Run(ctx context.Context) error {
 		run(e.recover)
 	}
 	run(e.sweepLoop)
+	if e.info.Feed == hourglass.FeedWindow {
+		select {
+		case <-e.firstPage:
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() == nil {
+		e.ready.Store(true)
+	}
 	wg.Wait()
 	return nil
 }
@@ -420,6 +434,8 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 	return nil
 }
 
+func (e *Engine) firstPageDone() { e.firstPageOnce.Do(func() { close(e.firstPage) }) }
+
 // loadLoop loads the first window (retrying with backoff until it
 // succeeds), then extends the window every LoadInterval.
 func (e *Engine) loadLoop(ctx context.Context) {
@@ -431,6 +447,7 @@ func (e *Engine) loadLoop(ctx context.Context) {
 		}
 		// Let the sweeper take what the failed load did not reach.
 		e.loading.Store(false)
+		e.firstPageDone()
 		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
 		e.log.Error("engine: load first window failed; retrying", "retry_in", backoff, "err", err)
 		if !sleep(ctx, backoff) {
@@ -438,6 +455,7 @@ func (e *Engine) loadLoop(ctx context.Context) {
 		}
 	}
 	e.loading.Store(false)
+	e.firstPageDone()
 	t := time.NewTicker(e.cfg.LoadInterval)
 	defer t.Stop()
 	for {
@@ -484,6 +502,7 @@ func (e *Engine) load(ctx context.Context) error {
 			e.mu.Unlock()
 			return err
 		}
+		e.firstPageDone()
 		if len(page) < e.cfg.LoadPageSize {
 			return nil
 		}

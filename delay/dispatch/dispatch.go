@@ -17,7 +17,9 @@ import (
 
 // Defaults of Config.
 const (
-	WorkersDefault  = 2
+	// WorkersDefault is enough deliveries in flight that, in a burst, the
+	// store always has the next batches queued while it commits one.
+	WorkersDefault  = 4
 	BatchDefault    = 512
 	RetryMaxDefault = 5 * time.Second
 )

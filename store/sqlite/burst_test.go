@@ -50,51 +50,57 @@ INSERT INTO orders (user_id, status, items, created_at, deadline) SELECT 'burst'
 func BenchmarkCloseOrdersBurst(b *testing.B) {
 	for _, batch := range []int{512, 4096} {
 		for _, webhooks := range []int{0, 5} {
-			b.Run(fmt.Sprintf("batch=%d/webhooks=%d", batch, webhooks), func(b *testing.B) {
-				const n = 100_000
-				clock := hourglasstest.NewClock(hourglasstest.Epoch)
-				s, err := Open(Config{Dir: b.TempDir(), Clock: clock})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				ctx := context.Background()
-				for i := range webhooks {
-					if _, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i), Secret: "0123456789abcdef", Events: []hourglass.EventType{hourglass.EventTypeAll}}, 100); err != nil {
+			for _, desc := range []bool{false, true} {
+				b.Run(fmt.Sprintf("batch=%d/webhooks=%d/descending=%v", batch, webhooks, desc), func(b *testing.B) {
+					const n = 100_000
+					clock := hourglasstest.NewClock(hourglasstest.Epoch)
+					s, err := Open(Config{Dir: b.TempDir(), Clock: clock})
+					if err != nil {
 						b.Fatal(err)
 					}
-				}
-				b.ResetTimer()
-				for range b.N {
-					b.StopTimer()
-					first := seedBurst(b, s, fmt.Sprintf("SKU%d", b.N), n, clock.Now())
-					clock.Advance(time.Millisecond)
-					b.StartTimer()
-					start := time.Now()
-					var wg sync.WaitGroup
-					next := make(chan int64)
-					for range 2 {
-						wg.Go(func() {
-							for lo := range next {
-								ids := make([]int64, 0, batch)
-								for id := lo; id < min(lo+int64(batch), first+n); id++ {
-									ids = append(ids, id)
+					defer s.Close()
+					ctx := context.Background()
+					for i := range webhooks {
+						if _, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i), Secret: "0123456789abcdef", Events: []hourglass.EventType{hourglass.EventTypeAll}}, 100); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ResetTimer()
+					for range b.N {
+						b.StopTimer()
+						first := seedBurst(b, s, fmt.Sprintf("SKU%d", b.N), n, clock.Now())
+						clock.Advance(time.Millisecond)
+						b.StartTimer()
+						start := time.Now()
+						var wg sync.WaitGroup
+						next := make(chan int64)
+						for range 2 {
+							wg.Go(func() {
+								for lo := range next {
+									ids := make([]int64, 0, batch)
+									for id := lo; id < min(lo+int64(batch), first+n); id++ {
+										ids = append(ids, id)
+									}
+									closed, err := s.CloseOrders(ctx, ids)
+									if err != nil || len(closed) != len(ids) {
+										b.Errorf("closed %d of %d: %v", len(closed), len(ids), err)
+									}
 								}
-								closed, err := s.CloseOrders(ctx, ids)
-								if err != nil || len(closed) != len(ids) {
-									b.Errorf("closed %d of %d: %v", len(closed), len(ids), err)
-								}
+							})
+						}
+						for i := range (n + batch - 1) / batch {
+							lo := first + int64(i*batch)
+							if desc { // batches in descending order, as a LIFO timer slot fires them
+								lo = first + int64(((n+batch-1)/batch-1-i)*batch)
 							}
-						})
+							next <- lo
+						}
+						close(next)
+						wg.Wait()
+						b.ReportMetric(n/time.Since(start).Seconds(), "closes/s")
 					}
-					for lo := first; lo < first+n; lo += int64(batch) {
-						next <- lo
-					}
-					close(next)
-					wg.Wait()
-					b.ReportMetric(n/time.Since(start).Seconds(), "closes/s")
-				}
-			})
+				})
+			}
 		}
 	}
 }

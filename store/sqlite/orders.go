@@ -391,7 +391,7 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 		closed []hourglass.ClosedOrder
 		fanned int // deliveries created with the events
 	)
-	err := s.writeUrgent(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	err := s.writeUrgent(ctx, len(ids), func(conn *sqlite.Conn, now time.Time) error {
 		closed, fanned = closed[:0], 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// NOT INDEXED: look each id up by rowid. Left to itself the planner
