@@ -319,10 +319,11 @@ func (e *Engine) Cancel(orderID int64) {
 
 // Run runs the scheduler, the loader or relay, and the sweeper until ctx
 // ends, and returns nil then. It reports ready as soon as the scheduler
-// holds the first page of deadlines (FeedWindow) or at once (other feeds):
-// start-up recovery is background work, not a gate. Orders whose deadline passed while the
-// process was down are already shown closed (hourglass.Order.View) and
-// refused payment by the store, so the API need not wait for them. For a
+// holds the first page of deadlines (FeedWindow) or at once (other
+// feeds): start-up recovery is background work, not a gate. Orders whose
+// deadline passed while the process was down are already shown closed
+// (hourglass.Order.View) and refused payment by the store, so the API need
+// not wait for them. For a
 // FeedWindow scheduler the first load pages them into the scheduler (from
 // the earliest deadline on), which closes them at the close path's burst
 // rate; for the other feeds a recovery sweep closes them. The sweeper
