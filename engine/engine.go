@@ -175,6 +175,11 @@ type Engine struct {
 	// order overdue then has been closed (see Recovered).
 	started   atomic.Int64
 	recovered atomic.Bool
+	// For schedulers that are not Backloggers (brokers, sqlpoll): the
+	// earliest deadline of the latest successful delivery and when it was
+	// made (unix ms), so the sweeper can tell a mechanism working through
+	// a backlog from one that lost timers.
+	lastFront, lastDelivery atomic.Int64
 }
 
 // Backlogger is an optional interface of a Scheduler whose due timers
@@ -426,6 +431,14 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 		e.obs.CloseFailed(len(ids), err)
 		return err
 	}
+	if len(due) > 0 {
+		front := hourglass.UnixMilli(due[0].Deadline)
+		for _, t := range due[1:] {
+			front = min(front, hourglass.UnixMilli(t.Deadline))
+		}
+		e.lastFront.Store(front)
+		e.lastDelivery.Store(hourglass.UnixMilli(e.clock.Now()))
+	}
 	for _, c := range closed {
 		e.obs.Closed(c, false)
 	}
@@ -601,7 +614,8 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 // path is still working through: the first load's cursor, and the oldest
 // due timer the scheduler has not delivered yet, unless the close path has
 // made no progress for BacklogGrace (then it is stuck, and the sweeper
-// takes over). Orders before that point which are
+// takes over); for other schedulers, the earliest deadline of their latest
+// delivery, if it was recent. Orders before that point which are
 // still pending were lost by the mechanism: the sweeper's business.
 func (e *Engine) sweepUntil(grace time.Duration) time.Time {
 	now := e.clock.Now()
@@ -616,6 +630,17 @@ func (e *Engine) sweepUntil(grace time.Duration) time.Time {
 		if oldest, progress, ok := b.Backlog(); ok && now.Sub(progress) < e.cfg.BacklogGrace {
 			until = minTime(until, oldest.Add(-time.Millisecond))
 		}
+		return until
+	}
+	// A mechanism whose queue the engine cannot see (a broker) and which
+	// delivered within the last max(SweepGrace, 1 s) is working through
+	// deadlines from its latest delivery's earliest on: those are its
+	// backlog (in steady state that is a few ms ago, and changes nothing).
+	// Orders due before it that are still pending were lost; and a
+	// mechanism that stopped delivering is swept as before.
+	window := max(e.cfg.SweepGrace, time.Second).Milliseconds()
+	if last := e.lastDelivery.Load(); last != 0 && hourglass.UnixMilli(now)-last <= window {
+		until = minTime(until, hourglass.FromUnixMilli(e.lastFront.Load()-1))
 	}
 	return until
 }

@@ -473,3 +473,28 @@ func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
 	}
 	t.Logf("closed %s after its deadline by the degraded sweeper", late)
 }
+
+// TestSweeperDefersToDeliveringBroker: for a mechanism whose queue the
+// engine cannot see, the sweeper leaves alone deadlines from its latest
+// delivery's earliest on while it keeps delivering (a broker working
+// through a burst), takes what is older (lost), and once the mechanism
+// has gone quiet for max(SweepGrace, 1 s) sweeps as before.
+func TestSweeperDefersToDeliveringBroker(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	// brokenScheduler hides the wheel's Backlog, as a broker has none.
+	e := f.engine(t, Config{Scheduler: brokenScheduler{wheel.New(wheel.Config{Clock: clock})}})
+	burst := clock.Now()
+	clock.Advance(3 * time.Second) // the broker delivers the burst 3 s late
+	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sweepUntil(e.cfg.SweepGrace), burst.Add(-time.Millisecond); !got.Equal(want) {
+		t.Errorf("while the broker delivers the burst: sweep until %v, want %v (just before the burst)", got, want)
+	}
+	clock.Advance(e.cfg.SweepGrace + time.Millisecond)
+	if got, want := e.sweepUntil(e.cfg.SweepGrace), clock.Now().Add(-e.cfg.SweepGrace); !got.Equal(want) {
+		t.Errorf("after the broker went quiet: sweep until %v, want now − grace %v", got, want)
+	}
+}
