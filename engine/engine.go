@@ -29,12 +29,17 @@ import (
 
 // Defaults of Config.
 const (
-	WindowDefault         = 2 * time.Minute
-	LoadIntervalDefault   = 30 * time.Second
-	LoadPageSizeDefault   = 10000
-	SweepIntervalDefault  = time.Second
-	SweepGraceDefault     = 2 * time.Second
-	BacklogGraceDefault   = 30 * time.Second
+	WindowDefault        = 2 * time.Minute
+	LoadIntervalDefault  = 30 * time.Second
+	LoadPageSizeDefault  = 10000
+	SweepIntervalDefault = time.Second
+	SweepGraceDefault    = 2 * time.Second
+	BacklogGraceDefault  = 30 * time.Second
+	// BrokerBacklogMax is how far past its deadline an order may be left to
+	// a mechanism the engine cannot see into (a broker) that is working
+	// through a backlog: a broker slower than the sweeper must not make a
+	// burst later than this.
+	BrokerBacklogMax      = 5 * time.Second
 	DegradedSweepInterval = 100 * time.Millisecond
 	CloseBatchDefault     = 512
 	RetryMaxDefault       = 5 * time.Second
@@ -615,7 +620,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 // due timer the scheduler has not delivered yet, unless the close path has
 // made no progress for BacklogGrace (then it is stuck, and the sweeper
 // takes over); for other schedulers, the earliest deadline of their latest
-// delivery, if it was recent. Orders before that point which are
+// delivery, if it was recent (and at most BrokerBacklogMax back). Orders before that point which are
 // still pending were lost by the mechanism: the sweeper's business.
 func (e *Engine) sweepUntil(grace time.Duration) time.Time {
 	now := e.clock.Now()
@@ -640,7 +645,12 @@ func (e *Engine) sweepUntil(grace time.Duration) time.Time {
 	// mechanism that stopped delivering is swept as before.
 	window := max(e.cfg.SweepGrace, time.Second).Milliseconds()
 	if last := e.lastDelivery.Load(); last != 0 && hourglass.UnixMilli(now)-last <= window {
-		until = minTime(until, hourglass.FromUnixMilli(e.lastFront.Load()-1))
+		deferred := minTime(until, hourglass.FromUnixMilli(e.lastFront.Load()-1))
+		// ... but for at most BrokerBacklogMax past a deadline.
+		if floor := now.Add(-max(BrokerBacklogMax, e.cfg.SweepGrace)); deferred.Before(floor) {
+			deferred = minTime(until, floor)
+		}
+		until = deferred
 	}
 	return until
 }

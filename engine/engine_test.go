@@ -477,8 +477,9 @@ func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
 // TestSweeperDefersToDeliveringBroker: for a mechanism whose queue the
 // engine cannot see, the sweeper leaves alone deadlines from its latest
 // delivery's earliest on while it keeps delivering (a broker working
-// through a burst), takes what is older (lost), and once the mechanism
-// has gone quiet for max(SweepGrace, 1 s) sweeps as before.
+// through a burst), takes what is older (lost) or more than
+// BrokerBacklogMax late, and once the mechanism has gone quiet for
+// max(SweepGrace, 1 s) sweeps as before.
 func TestSweeperDefersToDeliveringBroker(t *testing.T) {
 	t.Parallel()
 	clock := hourglasstest.NewClock(hourglasstest.Epoch)
@@ -492,6 +493,13 @@ func TestSweeperDefersToDeliveringBroker(t *testing.T) {
 	}
 	if got, want := e.sweepUntil(e.cfg.SweepGrace), burst.Add(-time.Millisecond); !got.Equal(want) {
 		t.Errorf("while the broker delivers the burst: sweep until %v, want %v (just before the burst)", got, want)
+	}
+	clock.Advance(BrokerBacklogMax - 3*time.Second + time.Second) // still delivering, but the burst is 6 s late now
+	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sweepUntil(e.cfg.SweepGrace), clock.Now().Add(-BrokerBacklogMax); !got.Equal(want) {
+		t.Errorf("with the burst %s late: sweep until %v, want now − BrokerBacklogMax %v", BrokerBacklogMax+time.Second, got, want)
 	}
 	clock.Advance(e.cfg.SweepGrace + time.Millisecond)
 	if got, want := e.sweepUntil(e.cfg.SweepGrace), clock.Now().Add(-e.cfg.SweepGrace); !got.Equal(want) {
