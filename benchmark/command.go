@@ -17,23 +17,25 @@ import (
 
 // Command is `hourglass bench`: its flags (kong tags) and its run.
 type Command struct {
-	Rate         int           `help:"Orders created per second (open loop: a slow system cannot slow the generator)." default:"2000"`
-	Duration     time.Duration `help:"How long orders are created." default:"10s"`
-	Timeout      string        `help:"Order timeouts: a duration (2s), a uniform range (1s..10s), or mix (virtual 5 min / physical 30 min, scaled by --time-scale)." default:"2s"`
-	TimeScale    float64       `help:"Scale of the mix's 5 min / 30 min timeouts." default:"0.01"`
-	PayFraction  float64       `help:"Share of orders paid." default:"0.3"`
-	RaceFraction float64       `help:"Share of payments aimed at the deadline ± --race-jitter, to stress the pay/close race." default:"0.2"`
-	RaceJitter   time.Duration `help:"Spread of racing payments around the deadline." default:"5ms"`
-	Grace        time.Duration `help:"An order not closed by deadline + grace counts as lost by the mechanism." default:"5s"`
-	Backends     string        `help:"Comma-separated delay mechanisms to run in-process, one after another." default:"wheel,heap,gotimer,sqlpoll"`
-	Target       string        `help:"Drive a running server over its API instead (black-box), e.g. http://127.0.0.1:8080."`
-	APIToken     string        `help:"Token for --target." env:"HOURGLASS_API_TOKEN"`
-	Pending      int           `help:"Also measure memory per pending timer with this many timers held (in-memory mechanisms)."`
-	JSON         string        `help:"Write every figure to this JSON file."`
-	Plot         string        `help:"Write the lateness distributions of all systems to this .svg or .png file."`
-	Seed         uint64        `help:"Random seed of the workload." default:"1"`
-	DatabaseURL  []string      `help:"Run every mechanism on each of these stores (a new scratch database on each server, dropped afterwards); '' or sqlite is the embedded SQLite. Repeat the flag to compare stores." name:"database-url" sep:"none" default:""`
-	delay.Flags  `embed:""`
+	Rate          int           `help:"Orders created per second (open loop: a slow system cannot slow the generator)." default:"2000"`
+	Duration      time.Duration `help:"How long orders are created." default:"10s"`
+	Timeout       string        `help:"Order timeouts: a duration (2s), a uniform range (1s..10s), or mix (virtual 5 min / physical 30 min, scaled by --time-scale)." default:"2s"`
+	TimeScale     float64       `help:"Scale of the mix's 5 min / 30 min timeouts." default:"0.01"`
+	PayFraction   float64       `help:"Share of orders paid." default:"0.3"`
+	RaceFraction  float64       `help:"Share of payments aimed at the deadline ± --race-jitter, to stress the pay/close race." default:"0.2"`
+	RaceJitter    time.Duration `help:"Spread of racing payments around the deadline." default:"5ms"`
+	Grace         time.Duration `help:"An order not closed by deadline + grace counts as lost by the mechanism." default:"5s"`
+	Backends      string        `help:"Comma-separated delay mechanisms to run in-process, one after another." default:"wheel,heap,gotimer,sqlpoll"`
+	Target        string        `help:"Drive a running server over its API instead (black-box), e.g. http://127.0.0.1:8080."`
+	APIToken      string        `help:"Token for --target." env:"HOURGLASS_API_TOKEN"`
+	Pending       int           `help:"Also measure memory per pending timer with this many timers held (in-memory mechanisms)."`
+	JSON          string        `help:"Write every figure to this JSON file."`
+	Plot          string        `help:"Write the lateness distributions of all systems to this .svg or .png file."`
+	Seed          uint64        `help:"Random seed of the workload." default:"1"`
+	DatabaseURL   []string      `help:"Run every mechanism on each of these stores (a new scratch database on each server, dropped afterwards); '' or sqlite is the embedded SQLite. Repeat the flag to compare stores." name:"database-url" sep:"none" default:""`
+	Burst         int           `help:"Run the mass-expiry workload instead: this many orders for one SKU, all due at one instant (created as fast as the store allows), closed at default settings on each of --backends; 0 runs the steady workload."`
+	BurstWebhooks string        `help:"With --burst: comma-separated webhook counts (to a local receiver) to run the burst with, to show the fan-out's cost." default:"0,5"`
+	delay.Flags   `embed:""`
 }
 
 // Run runs the workload on the --target server or on each of --backends,
@@ -49,6 +51,9 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		RaceFraction: b.RaceFraction, RaceJitter: b.RaceJitter, Grace: b.Grace, Seed: b.Seed}
 	if err := w.Validate(); err != nil {
 		return err
+	}
+	if b.Burst > 0 {
+		return b.runBurst(ctx, log)
 	}
 	var names []string
 	if b.Target == "" {
@@ -186,4 +191,67 @@ func machine() Machine {
 		}
 	}
 	return m
+}
+
+// runBurst runs the mass-expiry workload on every backend and store, once
+// per --burst-webhooks count, and prints one table.
+func (b *Command) runBurst(ctx context.Context, log *slog.Logger) error {
+	if b.Target != "" {
+		return fmt.Errorf("--burst runs in-process: drop --target")
+	}
+	var hooks []int
+	for _, f := range strings.Split(b.BurstWebhooks, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > 100 {
+			return fmt.Errorf("--burst-webhooks: want comma-separated counts 0..100, got %q", f)
+		}
+		hooks = append(hooks, n)
+	}
+	databases, err := b.databases()
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	m := machine()
+	fmt.Fprintf(os.Stderr, "burst: %d orders due at one instant; %s, %d CPUs\n", b.Burst, m.CPUModel, m.CPUs)
+	var results []BurstResult
+	failed := false
+	for _, db := range databases {
+		for _, n := range strings.Split(b.Backends, ",") {
+			n = strings.TrimSpace(n)
+			if !delay.Valid(n) {
+				return fmt.Errorf("--backends: unknown mechanism %q (want some of %s)", n, strings.Join(delay.Names(), ", "))
+			}
+			sys := System{Name: n, Feed: delay.FeedOf(n), Open: func(ctx context.Context, store hourglass.Store) (hourglass.Scheduler, error) {
+				o := b.Flags.Options(store, hourglass.SystemClock{}, quiet)
+				o.Namespace = fmt.Sprintf("%s-bench-%d", b.DelayNamespace, time.Now().UnixNano())
+				return delay.Open(ctx, n, o)
+			}}
+			if len(databases) > 1 || db.kind != store.KindSQLite {
+				sys.Name += "@" + db.kind
+			}
+			for _, h := range hooks {
+				w := BurstWorkload{Orders: b.Burst, Webhooks: h, BoundaryPays: 100, ProbeRate: 200}
+				progress := func(system string, done, total int, phase string) {
+					if done == 0 || done == total {
+						fmt.Fprintf(os.Stderr, "%s (%d webhooks): %s\n", system, h, phase)
+					}
+				}
+				res, err := RunBurst(ctx, sys, db.url, w, progress)
+				if err != nil {
+					res.Error, failed = err.Error(), true
+					log.Warn("bench: burst failed", "system", sys.Name, "webhooks", h, "err", err)
+				}
+				results = append(results, res)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	WriteBurstTable(os.Stdout, results)
+	if failed {
+		return fmt.Errorf("bench: a burst run failed (see above)")
+	}
+	return nil
 }

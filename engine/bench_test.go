@@ -3,12 +3,15 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
 )
 
 // BenchmarkCloseLateness drives the whole close path at a constant rate:
@@ -92,4 +95,41 @@ func closeLatenessScenario(b *testing.B, rate int, d time.Duration) []time.Durat
 		b.Errorf("the sweeper closed %d orders: the wheel missed them", f.rec.swept)
 	}
 	return out
+}
+
+// BenchmarkBurst closes a flash sale's backlog through the whole close path
+// (first load, wheel, dispatcher, SQLite) and reports closes per second:
+// n orders (HOURGLASS_BENCH_BURST, default 50,000) all due at one instant,
+// with the fake clock standing at that instant while they close. It is the
+// in-process twin of cmd/hourglass's BenchmarkCloseBurst, for -cpuprofile.
+func BenchmarkBurst(b *testing.B) {
+	n := 50_000
+	if v := os.Getenv("HOURGLASS_BENCH_BURST"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("HOURGLASS_BENCH_BURST=%q: want a positive integer", v)
+		}
+	}
+	for range b.N {
+		b.StopTimer()
+		clock := hourglasstest.NewClock(hourglasstest.Epoch)
+		f := setup(b, clock)
+		createN(b, f, n, 10*time.Second)
+		clock.Advance(10 * time.Second)
+		e := f.engine(b, Config{})
+		ctx, cancel := context.WithCancel(f.ctx)
+		done := make(chan error, 1)
+		b.StartTimer()
+		start := time.Now()
+		go func() { done <- e.Run(ctx) }()
+		waitClosed(b, f.rec, n)
+		elapsed := time.Since(start)
+		b.StopTimer()
+		cancel()
+		<-done
+		_, swept, _ := f.rec.counts()
+		b.ReportMetric(float64(n)/elapsed.Seconds(), "closes/s")
+		b.ReportMetric(float64(swept), "swept")
+		b.ReportMetric(float64(f.rec.staleCount()), "noops")
+	}
 }

@@ -29,11 +29,17 @@ import (
 
 // Defaults of Config.
 const (
-	WindowDefault         = 2 * time.Minute
-	LoadIntervalDefault   = 30 * time.Second
-	LoadPageSizeDefault   = 10000
-	SweepIntervalDefault  = time.Second
-	SweepGraceDefault     = 2 * time.Second
+	WindowDefault        = 2 * time.Minute
+	LoadIntervalDefault  = 30 * time.Second
+	LoadPageSizeDefault  = 10000
+	SweepIntervalDefault = time.Second
+	SweepGraceDefault    = 2 * time.Second
+	BacklogGraceDefault  = 30 * time.Second
+	// BrokerBacklogMax is how far past its deadline an order may be left to
+	// a mechanism the engine cannot see into (a broker) that is working
+	// through a backlog: a broker slower than the sweeper must not make a
+	// burst later than this.
+	BrokerBacklogMax      = 5 * time.Second
 	DegradedSweepInterval = 100 * time.Millisecond
 	CloseBatchDefault     = 512
 	RetryMaxDefault       = 5 * time.Second
@@ -60,6 +66,11 @@ type Config struct {
 	// sweeper takes it, so that it does not race the scheduler. Zero means
 	// the default; a negative value means no grace.
 	SweepGrace time.Duration
+	// BacklogGrace is how long the sweeper leaves due orders to a
+	// scheduler that reports them in its backlog (Backlogger) while its
+	// close path makes no progress: a burst being closed is not a missed
+	// deadline, a close path stuck for this long is.
+	BacklogGrace time.Duration
 	// CloseBatch is the most orders the sweeper closes in one store call.
 	CloseBatch int
 	// RetryMax caps the backoff between attempts after a scheduler error.
@@ -84,6 +95,7 @@ func (c Config) Validate() error {
 		check("LoadInterval", c.LoadInterval, 10*time.Millisecond, 12*time.Hour),
 		check("SweepInterval", c.SweepInterval, 10*time.Millisecond, time.Hour),
 		check("SweepGrace", max(c.SweepGrace, 0), 0, time.Hour),
+		check("BacklogGrace", c.BacklogGrace, time.Second, time.Hour),
 		check("RetryMax", c.RetryMax, time.Millisecond, time.Hour),
 	} {
 		if e != nil {
@@ -155,6 +167,35 @@ type Engine struct {
 	relayWake chan struct{}
 	ready     atomic.Bool
 	lastErr   atomic.Int64 // unix ms of the last scheduler error, 0 if none
+	// While the first window load runs (loading), loadedTo is the latest
+	// deadline (unix ms) up to which every pending order has been handed to
+	// the scheduler; the sweeper leaves later ones to the loader.
+	loading  atomic.Bool
+	loadedTo atomic.Int64
+	// firstPage is closed once the first page of the first load is with
+	// the scheduler (or that load failed): Run is ready then.
+	firstPage     chan struct{}
+	firstPageOnce sync.Once
+	// started is when Run began (unix ms); recovered turns true once every
+	// order overdue then has been closed (see Recovered).
+	started   atomic.Int64
+	recovered atomic.Bool
+	// For schedulers that are not Backloggers (brokers, sqlpoll): the
+	// earliest deadline of the latest successful delivery and when it was
+	// made (unix ms), so the sweeper can tell a mechanism working through
+	// a backlog from one that lost timers.
+	lastFront, lastDelivery atomic.Int64
+}
+
+// Backlogger is an optional interface of a Scheduler whose due timers
+// wait in a queue for the close path (the in-memory timerloop's
+// dispatcher). Backlog returns the earliest deadline among the due timers
+// not yet delivered and when the close path last made progress (a
+// delivery completed, or it started on an idle queue); ok is false when
+// there are none. It must be safe for concurrent use and cheap enough to
+// call once per sweep.
+type Backlogger interface {
+	Backlog() (oldest, progress time.Time, ok bool)
 }
 
 // New returns an engine over store. It does nothing until Run.
@@ -172,6 +213,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	case cfg.SweepGrace < 0:
 		cfg.SweepGrace = 0
 	}
+	cfg.BacklogGrace = cmp.Or(cfg.BacklogGrace, BacklogGraceDefault)
 	cfg.CloseBatch = cmp.Or(cfg.CloseBatch, CloseBatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
 	cfg.RelayBatch = cmp.Or(cfg.RelayBatch, RelayBatchDefault)
@@ -198,14 +240,36 @@ func New(store Store, cfg Config) (*Engine, error) {
 	}
 	e.horizon = -1 << 62 // nothing accepted until the first load
 	e.relayWake = make(chan struct{}, 1)
+	e.firstPage = make(chan struct{})
 	return e, nil
 }
 
 // Scheduler returns the delay mechanism in use.
 func (e *Engine) Scheduler() hourglass.Scheduler { return e.sched }
 
-// Ready reports whether start-up recovery has run and the engine is running.
+// Ready reports whether the engine is running. It does not wait for
+// start-up recovery (see Recovered).
 func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// Recovered reports whether the backlog start-up found (orders whose
+// deadline passed while the process was down) has been closed: the first
+// window load is done and the close path holds no timer due before Run
+// began, or (other feeds) the recovery sweep has finished. Alerts wait for
+// it, so the backlog a restart leaves does not page anyone.
+func (e *Engine) Recovered() bool { return e.recovered.Load() }
+
+// checkRecovered sets recovered once the start-up backlog has drained.
+func (e *Engine) checkRecovered() {
+	if e.recovered.Load() || e.info.Feed != hourglass.FeedWindow || e.loading.Load() {
+		return
+	}
+	if b, ok := e.sched.(Backlogger); ok {
+		if oldest, _, ok := b.Backlog(); ok && hourglass.UnixMilli(oldest) < e.started.Load() {
+			return
+		}
+	}
+	e.recovered.Store(true)
+}
 
 // Healthy returns nil, or the reason the delay mechanism is degraded (it
 // failed within the last HealthyAfter). While degraded, the sweeper closes
@@ -263,30 +327,29 @@ func (e *Engine) Cancel(orderID int64) {
 	}
 }
 
-// Run recovers (closes every order whose deadline passed while the process
-// was down), loads the first window, marks the engine ready and then runs
-// the scheduler, the loader or relay, and the sweeper until ctx ends. It
-// returns nil when ctx ends, or the recovery error.
+// Run runs the scheduler, the loader or relay, and the sweeper until ctx
+// ends, and returns nil then. It reports ready as soon as the scheduler
+// holds the first page of deadlines (FeedWindow) or at once (other
+// feeds): start-up recovery is background work, not a gate. Orders whose
+// deadline passed while the process was down are already shown closed
+// (hourglass.Order.View) and refused payment by the store, so the API need
+// not wait for them. For a
+// FeedWindow scheduler the first load pages them into the scheduler (from
+// the earliest deadline on), which closes them at the close path's burst
+// rate; for the other feeds a recovery sweep closes them. The sweeper
+// leaves orders the first load has not reached yet alone.
 func (e *Engine) Run(ctx context.Context) error {
-	recovered, err := e.sweep(ctx, 0)
-	if err != nil {
-		return fmt.Errorf("engine: start-up recovery: %w", err)
-	}
-	if recovered > 0 {
-		e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
-	}
-	if e.info.Feed == hourglass.FeedWindow {
-		if err := e.load(ctx); err != nil {
-			return fmt.Errorf("engine: load first window: %w", err)
-		}
-	}
-	e.ready.Store(true)
-	defer e.ready.Store(false)
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
+	e.started.Store(hourglass.UnixMilli(e.clock.Now()))
+	if e.info.Feed == hourglass.FeedWindow {
+		e.loadedTo.Store(-1 << 62)
+		e.loading.Store(true)
+	}
+	defer e.ready.Store(false)
 	run(e.schedulerLoop)
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
@@ -294,9 +357,46 @@ func (e *Engine) Run(ctx context.Context) error {
 	case hourglass.FeedOutbox:
 		run(e.relayLoop)
 	}
+	if e.info.Feed != hourglass.FeedWindow {
+		run(e.recover)
+	}
 	run(e.sweepLoop)
+	if e.info.Feed == hourglass.FeedWindow {
+		select {
+		case <-e.firstPage:
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() == nil {
+		e.ready.Store(true)
+	}
 	wg.Wait()
 	return nil
+}
+
+// recover closes every order whose deadline passed while the process was
+// down, for schedulers that are not fed a window (a broker may hold their
+// timers too: whichever closes an order second makes a no-op).
+func (e *Engine) recover(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		recovered, err := e.sweep(ctx, 0)
+		if recovered > 0 {
+			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
+		}
+		if err == nil {
+			e.recovered.Store(true)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+		e.log.Error("engine: start-up recovery failed; retrying", "retry_in", backoff, "err", err)
+		if !sleep(ctx, backoff) {
+			return
+		}
+	}
 }
 
 // schedulerLoop runs the scheduler and restarts it with capped exponential
@@ -336,6 +436,14 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 		e.obs.CloseFailed(len(ids), err)
 		return err
 	}
+	if len(due) > 0 {
+		front := hourglass.UnixMilli(due[0].Deadline)
+		for _, t := range due[1:] {
+			front = min(front, hourglass.UnixMilli(t.Deadline))
+		}
+		e.lastFront.Store(front)
+		e.lastDelivery.Store(hourglass.UnixMilli(e.clock.Now()))
+	}
 	for _, c := range closed {
 		e.obs.Closed(c, false)
 	}
@@ -345,8 +453,28 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 	return nil
 }
 
-// loadLoop extends the window every LoadInterval.
+func (e *Engine) firstPageDone() { e.firstPageOnce.Do(func() { close(e.firstPage) }) }
+
+// loadLoop loads the first window (retrying with backoff until it
+// succeeds), then extends the window every LoadInterval.
 func (e *Engine) loadLoop(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		err := e.load(ctx)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		// Let the sweeper take what the failed load did not reach.
+		e.loading.Store(false)
+		e.firstPageDone()
+		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+		e.log.Error("engine: load first window failed; retrying", "retry_in", backoff, "err", err)
+		if !sleep(ctx, backoff) {
+			return
+		}
+	}
+	e.loading.Store(false)
+	e.firstPageDone()
 	t := time.NewTicker(e.cfg.LoadInterval)
 	defer t.Stop()
 	for {
@@ -393,11 +521,15 @@ func (e *Engine) load(ctx context.Context) error {
 			e.mu.Unlock()
 			return err
 		}
+		e.firstPageDone()
 		if len(page) < e.cfg.LoadPageSize {
 			return nil
 		}
 		last := page[len(page)-1]
 		after, afterID = last.Deadline, last.OrderID
+		// Every order due before the last one's millisecond is with the
+		// scheduler now.
+		e.loadedTo.Store(hourglass.UnixMilli(last.Deadline) - 1)
 	}
 }
 
@@ -466,6 +598,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		if !sleep(ctx, tick) {
 			return
 		}
+		e.checkRecovered()
 		interval, grace := e.cfg.SweepInterval, e.cfg.SweepGrace
 		if e.Healthy() != nil {
 			interval, grace = min(interval, DegradedSweepInterval), 0
@@ -481,12 +614,61 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	}
 }
 
+// sweepUntil returns the latest deadline the sweeper may take: grace
+// before now, and, while the scheduler is healthy, before what the close
+// path is still working through: the first load's cursor, and the oldest
+// due timer the scheduler has not delivered yet, unless the close path has
+// made no progress for BacklogGrace (then it is stuck, and the sweeper
+// takes over); for other schedulers, the earliest deadline of their latest
+// delivery, if it was recent (and at most BrokerBacklogMax back). Orders before that point which are
+// still pending were lost by the mechanism: the sweeper's business.
+func (e *Engine) sweepUntil(grace time.Duration) time.Time {
+	now := e.clock.Now()
+	until := now.Add(-grace)
+	if e.Healthy() != nil {
+		return until
+	}
+	if e.loading.Load() {
+		until = minTime(until, hourglass.FromUnixMilli(e.loadedTo.Load()))
+	}
+	if b, ok := e.sched.(Backlogger); ok {
+		if oldest, progress, ok := b.Backlog(); ok && now.Sub(progress) < e.cfg.BacklogGrace {
+			until = minTime(until, oldest.Add(-time.Millisecond))
+		}
+		return until
+	}
+	// A mechanism whose queue the engine cannot see (a broker) and which
+	// delivered within the last max(SweepGrace, 1 s) is working through
+	// deadlines from its latest delivery's earliest on: those are its
+	// backlog (in steady state that is a few ms ago, and changes nothing).
+	// Orders due before it that are still pending were lost; and a
+	// mechanism that stopped delivering is swept as before.
+	window := max(e.cfg.SweepGrace, time.Second).Milliseconds()
+	if last := e.lastDelivery.Load(); last != 0 && hourglass.UnixMilli(now)-last <= window {
+		deferred := minTime(until, hourglass.FromUnixMilli(e.lastFront.Load()-1))
+		// ... but for at most BrokerBacklogMax past a deadline.
+		if floor := now.Add(-max(BrokerBacklogMax, e.cfg.SweepGrace)); deferred.Before(floor) {
+			deferred = minTime(until, floor)
+		}
+		until = deferred
+	}
+	return until
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // sweep closes every pending order whose deadline is more than grace in the
-// past and returns how many it closed. Normally it finds none: each one it
-// finds is a timer the scheduler lost or was late with (or a restart's
-// backlog).
+// past (and not left to the close path, see sweepUntil) and returns how
+// many it closed. Normally it finds none: each one it finds is a timer the
+// scheduler lost or was late with (or a restart's backlog when the
+// scheduler is not fed a window).
 func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
-	until := e.clock.Now().Add(-grace)
+	until := e.sweepUntil(grace)
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	for {

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ type recorder struct {
 	closed   []hourglass.ClosedOrder
 	swept    int
 	failures int
+	stale    int
 }
 
 func (r *recorder) Closed(c hourglass.ClosedOrder, swept bool) {
@@ -31,8 +34,13 @@ func (r *recorder) Closed(c hourglass.ClosedOrder, swept bool) {
 }
 func (r *recorder) CloseFailed(n int, _ error) { r.mu.Lock(); r.failures += n; r.mu.Unlock() }
 func (r *recorder) Swept(int)                  {}
-func (r *recorder) Stale(int)                  {}
-func (r *recorder) SchedulerFailed(error)      {}
+func (r *recorder) Stale(n int)                { r.mu.Lock(); r.stale += n; r.mu.Unlock() }
+func (r *recorder) staleCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stale
+}
+func (r *recorder) SchedulerFailed(error) {}
 func (r *recorder) counts() (closed, swept, failures int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -114,9 +122,11 @@ func TestWindowHoldsOnlyNearDeadlines(t *testing.T) {
 	}
 }
 
-// TestRecoveryClosesOverdueBeforeReady: orders whose deadline passed while
-// no engine ran are closed by Run before it reports ready.
-func TestRecoveryClosesOverdueBeforeReady(t *testing.T) {
+// TestRecoveryIsBackground: orders whose deadline passed while no engine
+// ran do not hold up readiness; the first load hands them to the
+// scheduler, which closes them all (the sweeper none) and leaves a future
+// order pending.
+func TestRecoveryIsBackground(t *testing.T) {
 	t.Parallel()
 	clock := hourglasstest.NewClock(hourglasstest.Epoch)
 	f := setup(t, clock)
@@ -126,13 +136,13 @@ func TestRecoveryClosesOverdueBeforeReady(t *testing.T) {
 	}
 	future := f.create(t, time.Hour)
 	clock.Advance(time.Minute)
-	e := f.engine(t, Config{SweepInterval: time.Hour, LoadInterval: time.Minute})
+	e := f.engine(t, Config{LoadInterval: time.Minute})
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	// The fake clock stands still, so the engine's loops wait on their
-	// tickers; Run returns when ctx ends.
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
+	// Ready at once: the fake clock stands still, so only the first load
+	// and the close path run; the sweeper waits for an interval to pass.
 	for !e.Ready() {
 		select {
 		case err := <-done:
@@ -140,8 +150,12 @@ func TestRecoveryClosesOverdueBeforeReady(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	if closed, swept, _ := f.rec.counts(); closed != len(overdue) || swept != len(overdue) {
-		t.Fatalf("recovery closed %d (swept %d), want %d", closed, swept, len(overdue))
+	waitClosed(t, f.rec, len(overdue))
+	for !e.Recovered() {
+		time.Sleep(time.Millisecond)
+	}
+	if closed, swept, _ := f.rec.counts(); closed != len(overdue) || swept != 0 {
+		t.Fatalf("recovery closed %d (swept %d), want %d by the close path", closed, swept, len(overdue))
 	}
 	for _, o := range []hourglass.Order{overdue[0], overdue[len(overdue)-1]} {
 		got, _ := f.store.Order(f.ctx, o.ID)
@@ -155,6 +169,151 @@ func TestRecoveryClosesOverdueBeforeReady(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitClosed waits (up to 30 s) until rec has seen n closes.
+func waitClosed(t testing.TB, rec *recorder, n int) {
+	t.Helper()
+	limit := time.Now().Add(30 * time.Second)
+	for {
+		closed, _, _ := rec.counts()
+		if closed >= n {
+			return
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("closed %d of %d orders", closed, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// burstStore hides one order from the window loader (its query reaches
+// past now; the sweeper's does not), so the mechanism really loses it, and
+// holds every close until release is closed, except those whose context
+// says ungated (the test's own sweep), so the burst stays in the close
+// path's backlog while the test sweeps.
+type burstStore struct {
+	Store
+	clock   hourglass.Clock
+	lost    int64
+	release chan struct{}
+	gated   atomic.Int32 // close calls waiting at the gate
+}
+
+func (s *burstStore) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	page, err := s.Store.PendingDue(ctx, p)
+	if p.Until.After(s.clock.Now()) {
+		page = slices.DeleteFunc(page, func(t hourglass.Timer) bool { return t.OrderID == s.lost })
+	}
+	return page, err
+}
+
+type ungated struct{}
+
+func (s *burstStore) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
+	if ctx.Value(ungated{}) == nil {
+		s.gated.Add(1)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Store.CloseOrders(ctx, ids)
+}
+
+// TestBurstClosedByClosePath: a flash sale's orders, all due at one
+// instant and already more than the default sweep grace overdue while the
+// close path works through them, are closed by the close path, not the
+// sweeper, with no no-op closes and all their stock released; the sweeper
+// still takes the one order the mechanism lost. A close path stuck for
+// BacklogGrace is swept after all.
+func TestBurstClosedByClosePath(t *testing.T) {
+	t.Parallel()
+	for _, stuck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stuck=%v", stuck), func(t *testing.T) {
+			t.Parallel()
+			const n = 3000 // several dispatcher batches per worker
+			clock := hourglasstest.NewClock(hourglasstest.Epoch)
+			f := setup(t, clock)
+			due := clock.Now().Add(10 * time.Second)
+			createN(t, f, n, 10*time.Second)
+			lost := f.create(t, 9*time.Second)
+			clock.Set(due.Add(SweepGraceDefault + time.Second))
+			bs := &burstStore{Store: f.store, clock: clock, lost: lost.ID, release: make(chan struct{})}
+			e, err := New(bs, Config{Clock: clock, Observer: f.rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(f.ctx)
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			// Wait until the first load is done and the burst has fired
+			// into the close path, where the gate holds it (the timing
+			// loop hands a burst to the dispatcher in one push, so one
+			// close call at the gate means all of it is there).
+			for !e.Ready() || e.loading.Load() || e.Pending() > 0 || bs.gated.Load() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			if oldest, _, ok := e.sched.(Backlogger).Backlog(); !ok || !oldest.Equal(due) {
+				t.Fatalf("Backlog() = %v, %v; want the burst's deadline %v", oldest, ok, due)
+			}
+			if stuck {
+				clock.Advance(BacklogGraceDefault)
+			}
+			swept, err := e.sweep(context.WithValue(f.ctx, ungated{}, true), e.cfg.SweepGrace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(bs.release)
+			waitClosed(t, f.rec, n+1)
+			if stuck {
+				// The sweep loop may have swept some too (the clock moved).
+				if _, swept, _ := f.rec.counts(); swept != n+1 {
+					t.Fatalf("the sweeper closed %d orders of a stuck close path, want all %d", swept, n+1)
+				}
+				return // the held batches then closed nothing: no-ops, as a stuck close path must allow
+			}
+			if swept != 1 {
+				t.Fatalf("the sweeper closed %d orders, want 1 (the lost one)", swept)
+			}
+			if closed, swept, failures := f.rec.counts(); closed != n+1 || swept != 1 || failures != 0 {
+				t.Fatalf("closed %d, swept %d, failures %d; want %d closed, only the lost one swept", closed, swept, failures, n+1)
+			}
+			if stale := f.rec.staleCount(); stale != 0 {
+				t.Errorf("%d no-op closes, want 0", stale)
+			}
+			p, err := f.store.Product(f.ctx, "A")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Reserved != 0 || p.Available != 1<<30 {
+				t.Errorf("product after the burst: available %d, reserved %d; want all %d released", p.Available, p.Reserved, int64(1<<30))
+			}
+		})
+	}
+}
+
+// createN creates n orders with the same timeout, concurrently (so they
+// share group commits) and at one fake instant, so they share a deadline.
+func createN(t testing.TB, f fixture, n int, timeout time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := w; i < n; i += 32 {
+				if _, _, err := f.store.CreateOrder(f.ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: timeout}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 
@@ -317,4 +476,37 @@ func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
 		t.Errorf("closed %s after its deadline while degraded; want within the degraded sweep interval", late)
 	}
 	t.Logf("closed %s after its deadline by the degraded sweeper", late)
+}
+
+// TestSweeperDefersToDeliveringBroker: for a mechanism whose queue the
+// engine cannot see, the sweeper leaves alone deadlines from its latest
+// delivery's earliest on while it keeps delivering (a broker working
+// through a burst), takes what is older (lost) or more than
+// BrokerBacklogMax late, and once the mechanism has gone quiet for
+// max(SweepGrace, 1 s) sweeps as before.
+func TestSweeperDefersToDeliveringBroker(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	// brokenScheduler hides the wheel's Backlog, as a broker has none.
+	e := f.engine(t, Config{Scheduler: brokenScheduler{wheel.New(wheel.Config{Clock: clock})}})
+	burst := clock.Now()
+	clock.Advance(3 * time.Second) // the broker delivers the burst 3 s late
+	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sweepUntil(e.cfg.SweepGrace), burst.Add(-time.Millisecond); !got.Equal(want) {
+		t.Errorf("while the broker delivers the burst: sweep until %v, want %v (just before the burst)", got, want)
+	}
+	clock.Advance(BrokerBacklogMax - 3*time.Second + time.Second) // still delivering, but the burst is 6 s late now
+	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sweepUntil(e.cfg.SweepGrace), clock.Now().Add(-BrokerBacklogMax); !got.Equal(want) {
+		t.Errorf("with the burst %s late: sweep until %v, want now − BrokerBacklogMax %v", BrokerBacklogMax+time.Second, got, want)
+	}
+	clock.Advance(e.cfg.SweepGrace + time.Millisecond)
+	if got, want := e.sweepUntil(e.cfg.SweepGrace), clock.Now().Add(-e.cfg.SweepGrace); !got.Equal(want) {
+		t.Errorf("after the broker went quiet: sweep until %v, want now − grace %v", got, want)
+	}
 }

@@ -59,7 +59,7 @@ type alerting struct {
 }
 
 // wire builds the alerting parts over the store and the metrics. ready is
-// the engine's Ready: rules are evaluated only once start-up recovery ran.
+// the engine's Recovered: rules are evaluated only once start-up recovery ran.
 func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready func() bool, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
 	if err := f.validate(); err != nil {
 		return nil, err

@@ -141,7 +141,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 
 	var eng *engine.Engine
 	m = metrics.New(func() int { return eng.Pending() })
-	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Ready() }, clock, log)
+	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Recovered() }, clock, log)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 
 // Defaults of Config.
 const (
-	WorkersDefault  = 2
+	// WorkersDefault is enough deliveries in flight that, in a burst, the
+	// store always has the next batches queued while it commits one.
+	WorkersDefault  = 4
 	BatchDefault    = 512
 	RetryMaxDefault = 5 * time.Second
 )
@@ -27,6 +30,8 @@ type Config struct {
 	Batch    int           // most timers per delivery
 	RetryMax time.Duration // cap of the backoff after a failed delivery
 	Logger   *slog.Logger
+	// Clock dates progress for Oldest (default the system clock).
+	Clock hourglass.Clock
 }
 
 // Dispatcher is safe for concurrent use.
@@ -36,7 +41,14 @@ type Dispatcher struct {
 	mu     sync.Mutex
 	queue  []hourglass.Timer
 	closed bool
-	ready  chan struct{} // holds a token while queue is non-empty or closed
+	// inflight holds the earliest deadline of each batch being delivered,
+	// by worker, so Oldest counts what has left the queue but not yet
+	// been delivered.
+	inflight []int64
+	// progress is when a delivery last completed, or when the dispatcher
+	// last went from idle to busy (unix ms).
+	progress int64
+	ready    chan struct{} // holds a token while queue is non-empty or closed
 }
 
 // New returns a dispatcher; Run starts its workers.
@@ -44,6 +56,9 @@ func New(cfg Config) *Dispatcher {
 	cfg.Workers = cmp.Or(cfg.Workers, WorkersDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
+	if cfg.Clock == nil {
+		cfg.Clock = hourglass.SystemClock{}
+	}
 	d := &Dispatcher{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}, 1)}
 	if d.log == nil {
 		d.log = slog.Default()
@@ -57,9 +72,42 @@ func (d *Dispatcher) Push(timers []hourglass.Timer) {
 		return
 	}
 	d.mu.Lock()
+	if len(d.queue) == 0 && !d.busy() {
+		d.progress = hourglass.UnixMilli(d.cfg.Clock.Now())
+	}
 	d.queue = append(d.queue, timers...)
 	d.mu.Unlock()
 	d.signal()
+}
+
+// busy reports whether a delivery is in flight; d.mu must be held.
+func (d *Dispatcher) busy() bool {
+	for _, dl := range d.inflight {
+		if dl != math.MaxInt64 {
+			return true
+		}
+	}
+	return false
+}
+
+// Oldest returns the earliest deadline among the timers queued or being
+// delivered, and when the dispatcher last made progress (a delivery
+// completed, or it went from idle to busy), both in unix ms; ok is false
+// when there are none. It scans the queue (the queue is in firing order
+// only until a failed batch is pushed back), so it costs O(queued): call it
+// about once a second, not per timer.
+func (d *Dispatcher) Oldest() (deadline, progress int64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	progress = d.progress
+	deadline = math.MaxInt64
+	for _, t := range d.queue {
+		deadline = min(deadline, hourglass.UnixMilli(t.Deadline))
+	}
+	for _, dl := range d.inflight {
+		deadline = min(deadline, dl)
+	}
+	return deadline, progress, deadline != math.MaxInt64
 }
 
 // Len returns the number of queued timers.
@@ -90,31 +138,46 @@ func (d *Dispatcher) Run(ctx context.Context, deliver hourglass.Deliver) {
 		d.signal()
 	})
 	defer stop()
+	d.mu.Lock()
+	d.inflight = make([]int64, d.cfg.Workers)
+	for i := range d.inflight {
+		d.inflight[i] = math.MaxInt64
+	}
+	d.mu.Unlock()
 	var wg sync.WaitGroup
-	for range d.cfg.Workers {
+	for w := range d.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.work(ctx, deliver)
+			d.work(ctx, w, deliver)
 		}()
 	}
 	wg.Wait()
 }
 
-func (d *Dispatcher) work(ctx context.Context, deliver hourglass.Deliver) {
+func (d *Dispatcher) work(ctx context.Context, worker int, deliver hourglass.Deliver) {
 	var backoff time.Duration
 	for {
-		batch, ok := d.pop()
+		batch, ok := d.pop(worker)
 		if !ok {
 			return
 		}
-		if err := deliver(ctx, batch); err != nil {
+		err := deliver(ctx, batch)
+		if err != nil {
+			d.Push(batch) // queued again before it stops counting as in flight
+		}
+		d.mu.Lock()
+		d.inflight[worker] = math.MaxInt64
+		if err == nil {
+			d.progress = hourglass.UnixMilli(d.cfg.Clock.Now())
+		}
+		d.mu.Unlock()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			backoff = min(max(2*backoff, 10*time.Millisecond), d.cfg.RetryMax)
 			d.log.Error("dispatch: delivery failed; retrying", "timers", len(batch), "retry_in", backoff, "err", err)
-			d.Push(batch)
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -128,9 +191,10 @@ func (d *Dispatcher) work(ctx context.Context, deliver hourglass.Deliver) {
 	}
 }
 
-// pop blocks until timers are queued and returns up to Batch of them; ok is
+// pop blocks until timers are queued and returns up to Batch of them,
+// recording their earliest deadline as the worker's in-flight one; ok is
 // false once Run's context has ended.
-func (d *Dispatcher) pop() (batch []hourglass.Timer, ok bool) {
+func (d *Dispatcher) pop(worker int) (batch []hourglass.Timer, ok bool) {
 	for {
 		d.mu.Lock()
 		if d.closed {
@@ -140,6 +204,11 @@ func (d *Dispatcher) pop() (batch []hourglass.Timer, ok bool) {
 		}
 		if n := min(d.cfg.Batch, len(d.queue)); n > 0 {
 			batch = append([]hourglass.Timer(nil), d.queue[:n]...)
+			earliest := int64(math.MaxInt64)
+			for _, t := range batch {
+				earliest = min(earliest, hourglass.UnixMilli(t.Deadline))
+			}
+			d.inflight[worker] = earliest
 			if n == len(d.queue) {
 				d.queue = nil
 			} else {

@@ -67,7 +67,7 @@ func TestConformance(t *testing.T) {
 		New: func(t *testing.T, ns string) hourglass.Scheduler {
 			return open(t, url, ns, nats.Config{})
 		},
-		MaxLateness: time.Second, // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
+		MaxLateness: time.Second,         // a broken mechanism is seconds late; lateness itself is measured by hourglass bench
 		Redelivery:  nats.AckWaitDefault, // a consumer that dies without handing back its messages
 	})
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -367,54 +369,81 @@ AND (?2 <> 'pending_payment' OR deadline > ?4) RETURNING ` + orderColumns)
 	return out, err
 }
 
-// CloseOrders implements hourglass.Store.
+// CloseOrders implements hourglass.Store. The work is set-based, so a burst
+// of closes costs a few statements per batch instead of several per order:
+// one UPDATE … RETURNING closes every listed order still pending and due,
+// each product's stock is released by one UPDATE with the batch's sum, and
+// the events (and their webhook deliveries) are inserted together.
 func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	list := make([]byte, 0, 8*len(ids)+2)
+	list = append(list, '[')
+	for i, id := range ids {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		list = strconv.AppendInt(list, id, 10)
+	}
+	list = append(list, ']')
 	var (
 		closed []hourglass.ClosedOrder
 		fanned int // deliveries created with the events
 	)
-	err := s.writeUrgent(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	err := s.writeUrgent(ctx, len(ids), func(conn *sqlite.Conn, now time.Time) error {
 		closed, fanned = closed[:0], 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
-		for _, id := range ids {
-			stmt := conn.Prep(`UPDATE orders SET status = 'closed', closed_at = ?2, close_reason = 'timeout'
-WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING ` + orderColumns)
-			stmt.BindInt64(1, id)
-			stmt.BindInt64(2, nowMs)
-			var (
-				o       hourglass.Order
-				scanErr error
-			)
-			found, err := step(stmt, func(st *sqlite.Stmt) { o, scanErr = scanOrder(st) })
+		// NOT INDEXED: look each id up by rowid. Left to itself the planner
+		// walks the (status, deadline) index, which in a burst holds every
+		// order due at this instant. OR FAIL: a failing constraint would fail
+		// the whole write op anyway (and roll back its transaction), so the
+		// statement needs no statement journal of its own, which copied
+		// every page the batch touched.
+		stmt := conn.Prep(`UPDATE OR FAIL orders NOT INDEXED SET status = 'closed', closed_at = ?2, close_reason = 'timeout'
+WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending_payment' AND deadline <= ?2
+RETURNING id, deadline, items`)
+		defer stmt.Reset()
+		stmt.BindText(1, string(list))
+		stmt.BindInt64(2, nowMs)
+		release := make(map[string]int64, 1)
+		for {
+			row, err := stmt.Step()
 			if err != nil {
+				return fmt.Errorf("sqlite: close %d orders: %w", len(ids), err)
+			}
+			if !row {
+				break
+			}
+			id := stmt.ColumnInt64(0)
+			if err := sumItems(stmt.ColumnText(2), release); err != nil {
 				return fmt.Errorf("sqlite: close order %d: %w", id, err)
 			}
-			if !found {
-				continue // paid, cancelled, already closed or not yet due: nothing to do
-			}
-			if scanErr != nil {
-				return fmt.Errorf("sqlite: close order %d: %w", id, scanErr)
-			}
-			for _, it := range o.Items {
-				if err := moveStock(conn, it.SKU, it.Quantity, "reserved", "available"); err != nil {
-					return err
-				}
-			}
-			n, err := s.writeEvent(conn, nowMs, o)
-			if err != nil {
-				return err
-			}
-			fanned += n
 			closed = append(closed, hourglass.ClosedOrder{
 				OrderID:  id,
-				Deadline: o.Deadline,
+				Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1)),
 				ClosedAt: hourglass.FromUnixMilli(nowMs),
 			})
 		}
-		return nil
+		stmt.Reset()
+		if len(closed) == 0 {
+			return nil // all paid, cancelled, already closed or not yet due
+		}
+		// Release the stock in SKU order, so two batches never take the
+		// products' pages in a different order (one writer today, but cheap).
+		skus := make([]string, 0, len(release))
+		for sku := range release {
+			skus = append(skus, sku)
+		}
+		slices.Sort(skus)
+		for _, sku := range skus {
+			if err := moveStock(conn, sku, release[sku], "reserved", "available"); err != nil {
+				return err
+			}
+		}
+		var err error
+		fanned, err = s.writeEvents(conn, nowMs, hourglass.EventFor(hourglass.StateClosed), closed)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -423,6 +452,106 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline <= ?2 RETURNING ` + or
 		s.deliveries.notify()
 	}
 	return closed, nil
+}
+
+// writeEvents is writeEvent for many orders that entered the same state in
+// one write op (a batch of closes): one event row each, then each
+// subscribed webhook's deliveries for all of them with one INSERT … SELECT
+// per subscribed type. It returns the number of deliveries created.
+func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, closed []hourglass.ClosedOrder) (int, error) {
+	if typ == "" {
+		return 0, fmt.Errorf("sqlite: write events: no event type")
+	}
+	stmt := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
+	var first, last int64
+	for i, c := range closed {
+		stmt.BindText(1, hourglass.NewEventID())
+		stmt.BindText(2, string(typ))
+		stmt.BindInt64(3, c.OrderID)
+		stmt.BindInt64(4, nowMs)
+		if _, err := step(stmt, nil); err != nil {
+			return 0, fmt.Errorf("sqlite: write %s event of order %d: %w", typ, c.OrderID, err)
+		}
+		seq := conn.LastInsertRowID()
+		if i == 0 {
+			first = seq
+		}
+		last = seq
+	}
+	if s.webhookCount(conn) <= 0 {
+		return 0, nil
+	}
+	// Every event with a seq in [first, last] was inserted just now by this
+	// op: the single writer inserts nothing in between, and a new seq is
+	// above every existing one. Deliveries are created in seq order, so
+	// each (webhook, order) stream stays in event order.
+	fanned := 0
+	for _, t := range [...]string{string(typ), string(hourglass.EventTypeAll)} {
+		stmt := conn.Prep(`INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w
+WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = ?4 ORDER BY e.seq, w.webhook_id`)
+		stmt.BindInt64(1, first)
+		stmt.BindInt64(2, last)
+		stmt.BindInt64(3, nowMs)
+		stmt.BindText(4, t)
+		if _, err := step(stmt, nil); err != nil {
+			return 0, fmt.Errorf("sqlite: fan out %d %s events: %w", len(closed), typ, err)
+		}
+		fanned += conn.Changes()
+	}
+	return fanned, nil
+}
+
+// sumItems adds the quantity of each item of an order's items column to
+// by[sku]. The column is written by encodeItems, whose exact form it parses
+// without reflection; anything else goes through decodeItems.
+func sumItems(raw string, by map[string]int64) error {
+	if items, ok := parseEncodedItems(raw); ok {
+		for _, it := range items {
+			by[it.SKU] += it.Quantity
+		}
+		return nil
+	}
+	items, err := decodeItems(raw)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		by[it.SKU] += it.Quantity
+	}
+	return nil
+}
+
+// parseEncodedItems parses exactly what encodeItems writes; ok is false for
+// anything else (then decodeItems, which accepts any JSON, must be used).
+func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
+	const skuKey, qtyKey = `{"sku":"`, `","quantity":`
+	rest, ok := strings.CutPrefix(raw, "[")
+	for ok && rest != "]" {
+		var sku string
+		if rest, ok = strings.CutPrefix(rest, skuKey); !ok {
+			return nil, false
+		}
+		if sku, rest, ok = strings.Cut(rest, qtyKey); !ok || strings.ContainsAny(sku, `"\`) {
+			return nil, false
+		}
+		end := strings.IndexAny(rest, ",}")
+		if end <= 0 || rest[end] != '}' {
+			return nil, false
+		}
+		qty, err := strconv.ParseInt(rest[:end], 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		items = append(items, hourglass.Item{SKU: sku, Quantity: qty})
+		rest = rest[end+1:]
+		if next, more := strings.CutPrefix(rest, ","); more && next != "]" {
+			rest = next
+		} else if more || rest != "]" {
+			return nil, false
+		}
+	}
+	return items, ok
 }
 
 // PendingDue implements hourglass.Store.

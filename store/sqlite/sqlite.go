@@ -103,6 +103,8 @@ type op struct {
 	ctx    context.Context
 	run    func(conn *sqlite.Conn, now time.Time) error
 	result chan error
+	// orders is how many orders an urgent op closes (see urgentPerCommit).
+	orders int
 }
 
 // Open opens (creating if needed) the database in cfg.Dir, applies
@@ -122,6 +124,7 @@ func Open(cfg Config) (*Store, error) {
 		s.log = slog.Default()
 	}
 	path := dbPath(cfg.Dir, cfg.FileName)
+	pinAllocatorPages()
 	if err := prepareFiles(cfg.Dir, path, s.log); err != nil {
 		return nil, err
 	}
@@ -252,20 +255,22 @@ var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "stor
 // while it waits, unless it has not started yet when ctx ends: then it is
 // skipped and ctx.Err() returned.
 func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.submit(ctx, false, run)
+	return s.submit(ctx, 0, run)
 }
 
-// writeUrgent is write for closes: they jump the queue of API writes, so a
-// burst of creates cannot make a deadline late.
-func (s *Store) writeUrgent(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.submit(ctx, true, run)
+// writeUrgent is write for closes of n orders: they jump the queue of API
+// writes, so a burst of creates cannot make a deadline late.
+func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Conn, now time.Time) error) error {
+	return s.submit(ctx, n, run)
 }
 
-func (s *Store) submit(ctx context.Context, urgent bool, run func(conn *sqlite.Conn, now time.Time) error) error {
+// submit queues run; orders > 0 makes it urgent.
+func (s *Store) submit(ctx context.Context, orders int, run func(conn *sqlite.Conn, now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o := &op{ctx: ctx, run: run, result: make(chan error, 1)}
+	urgent := orders > 0
+	o := &op{ctx: ctx, run: run, result: make(chan error, 1), orders: orders}
 	if !s.queue.push(o, urgent) {
 		return errClosed
 	}
@@ -324,12 +329,26 @@ func (q *writeQueue) close() {
 	}
 }
 
+// urgentPerCommit is about the most orders the urgent ops (close batches)
+// of one transaction close: the writer takes urgent ops until they reach
+// it (at least one). In a burst, a commit's fsync is then shared by
+// thousands of closes, the close path keeps the next batches queued so the
+// writer never waits for them (they are pipelined), and a transaction stays
+// short enough (tens of ms) that the API writes sharing it or waiting for
+// it are not held up by a whole burst's worth of closes.
+const urgentPerCommit = 1024
+
 // take blocks until there is work and appends up to max ops to batch, urgent
-// first. It returns an empty batch once the queue is closed and drained.
+// first (see urgentPerCommit). It returns an empty batch once the queue is
+// closed and drained.
 func (q *writeQueue) take(batch []*op, max int) []*op {
 	for {
 		q.mu.Lock()
-		n := min(max, len(q.urgent))
+		n, orders := 0, 0
+		for n < min(max, len(q.urgent)) && (n == 0 || orders+q.urgent[n].orders <= urgentPerCommit) {
+			orders += q.urgent[n].orders
+			n++
+		}
 		batch = append(batch, q.urgent[:n]...)
 		q.urgent = shift(q.urgent, n)
 		m := min(max-n, len(q.normal))

@@ -1,0 +1,387 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/webhook"
+)
+
+// BurstWorkload is a flash sale's mass expiry: N orders for one SKU,
+// created as fast as the store allows, each with the timeout that puts its
+// deadline at one instant, then closed by the close path at default
+// settings while a probe keeps creating and paying other orders.
+type BurstWorkload struct {
+	// Orders is how many orders fall due at the instant.
+	Orders int
+	// Webhooks is how many webhooks (to a local receiver, subscribed to
+	// every event) exist during the burst, so the fan-out's cost shows.
+	Webhooks int
+	// BoundaryPays is how many of the burst's orders are paid in the last
+	// 50 ms before the deadline: each must end paid if its pay succeeded
+	// and closed if it was refused.
+	BoundaryPays int
+	// ProbeRate is the creates and the pays per second (each) sent during
+	// the burst to measure the API's latency.
+	ProbeRate int
+}
+
+// BurstResult is what one burst run measured.
+type BurstResult struct {
+	System   string
+	Orders   int
+	Webhooks int
+	// CreateRate is the orders per second the seeding achieved.
+	CreateRate float64
+	// Drain is when the last burst order closed, after the deadline;
+	// Late are lateness percentiles (closed_at − deadline) over the closed
+	// burst orders.
+	Drain                time.Duration
+	LateP50, LateP99     time.Duration
+	ClosesPerSecond      float64
+	Closed, Swept, Noops int
+	PaidAtBoundary       int
+	RefusedAtBoundary    int
+	CreateP99, PayP99    time.Duration
+	Probes               int
+	Delivered            int           // webhook deliveries received when the burst had drained
+	DeliveredAll         time.Duration // after the deadline, when every delivery had arrived (0: not within a minute)
+	Error                string
+}
+
+// burstObserver records every close's lateness and counts sweeps and no-ops.
+type burstObserver struct {
+	mu     sync.Mutex
+	late   []time.Duration
+	last   time.Time
+	swept  int
+	noops  int
+	closed atomic.Int64
+}
+
+func (o *burstObserver) Closed(c hourglass.ClosedOrder, swept bool) {
+	o.mu.Lock()
+	o.late = append(o.late, c.ClosedAt.Sub(c.Deadline))
+	if c.ClosedAt.After(o.last) {
+		o.last = c.ClosedAt
+	}
+	if swept {
+		o.swept++
+	}
+	o.mu.Unlock()
+	o.closed.Add(1)
+}
+func (o *burstObserver) Stale(n int)            { o.mu.Lock(); o.noops += n; o.mu.Unlock() }
+func (o *burstObserver) CloseFailed(int, error) {}
+func (o *burstObserver) Swept(int)              {}
+func (o *burstObserver) SchedulerFailed(error)  {}
+
+// RunBurst runs w on sys, behind the engine at its default settings, on a
+// fresh scratch database on the server databaseURL names (SQLite in a
+// temporary directory when empty).
+func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorkload, progress Progress) (BurstResult, error) {
+	res := BurstResult{System: sys.Name, Orders: w.Orders, Webhooks: w.Webhooks}
+	db, drop, err := store.OpenScratch(ctx, store.Options{URL: databaseURL, Outbox: sys.Feed == hourglass.FeedOutbox})
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	sched, err := sys.Open(ctx, db)
+	if err != nil {
+		return res, fmt.Errorf("open %s: %w", sys.Name, err)
+	}
+	defer sched.Close()
+	obs := &burstObserver{}
+	eng, err := engine.New(db, engine.Config{Scheduler: sched, Observer: obs})
+	if err != nil {
+		return res, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+	bg.Go(func() { eng.Run(runCtx) })
+
+	// The webhooks and their receiver, with delivery running as in serve.
+	var (
+		received atomic.Int64
+		svc      *webhook.Service
+	)
+	if w.Webhooks > 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return res, err
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			received.Add(1)
+		})}
+		bg.Go(func() { srv.Serve(ln) })
+		defer srv.Close()
+		allow, err := webhook.ParseAllowList("127.0.0.1")
+		if err != nil {
+			return res, err
+		}
+		svc, err = webhook.New(db, webhook.Config{Allow: allow, Logger: quietLogger()})
+		if err != nil {
+			return res, err
+		}
+		for i := range w.Webhooks {
+			if _, err := svc.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("http://%s/hook/%d", ln.Addr(), i),
+				Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "burst-benchmark-secret"}); err != nil {
+				return res, fmt.Errorf("create webhook: %w", err)
+			}
+		}
+		bg.Go(func() { svc.Run(runCtx) })
+	}
+
+	const sku, probeSKU = "BURST", "PROBE"
+	probes := 2 * w.ProbeRate * 120 // enough for two minutes of probing
+	for _, p := range []hourglass.Product{{SKU: sku, Name: sku, Category: "physical", Available: int64(w.Orders)},
+		{SKU: probeSKU, Name: probeSKU, Category: "physical", Available: int64(2 * probes)}} {
+		if _, err := db.PutProduct(ctx, p); err != nil {
+			return res, err
+		}
+	}
+	target := &storeTarget{store: db, eng: eng}
+	// Orders to pay during the burst, due long after it. Created the way
+	// the burst is, they also measure the store's create rate, which sets
+	// how far ahead the burst's deadline must lie.
+	toPay := make(chan int64, probes)
+	calStart := time.Now()
+	var calWG sync.WaitGroup
+	calErr := make(chan error, 64)
+	for g := range 64 {
+		calWG.Go(func() {
+			for i := g; i < probes/2; i += 64 {
+				o, err := target.Create(ctx, probeSKU, 1, 10*time.Minute)
+				if err != nil {
+					calErr <- err
+					return
+				}
+				toPay <- o.ID
+			}
+		})
+	}
+	calWG.Wait()
+	close(calErr)
+	if err := <-calErr; err != nil {
+		return res, err
+	}
+	rate := float64(probes/2) / time.Since(calStart).Seconds()
+	// Seed: the deadline lies 1.5 times the measured seeding time ahead,
+	// plus 3 s.
+	due := time.Now().Add(3*time.Second + time.Duration(1.5*float64(w.Orders)/rate*float64(time.Second))).Truncate(time.Second)
+	ids := make([]int64, w.Orders)
+	var (
+		next   atomic.Int64
+		seedWG sync.WaitGroup
+		errs   = make(chan error, 64)
+	)
+	seedStart := time.Now()
+	for range 64 {
+		seedWG.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= w.Orders {
+					return
+				}
+				if i%1000 == 0 && progress != nil {
+					progress(sys.Name, i, w.Orders, "seeding")
+				}
+				o, err := target.Create(ctx, sku, 1, time.Until(due))
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i] = o.ID
+			}
+		})
+	}
+	seedWG.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, fmt.Errorf("seed: %w", err)
+	}
+	res.CreateRate = float64(w.Orders) / time.Since(seedStart).Seconds()
+	if !time.Now().Before(due) {
+		return res, fmt.Errorf("seeding %d orders ended %s after their deadline (%.0f creates/s)", w.Orders, time.Since(due), res.CreateRate)
+	}
+	if progress != nil {
+		progress(sys.Name, w.Orders, w.Orders, "waiting for the deadline")
+	}
+
+	// Boundary pays: the first BoundaryPays orders, paid in the last 50 ms.
+	type payResult struct {
+		id int64
+		ok bool
+	}
+	boundary := make(chan payResult, w.BoundaryPays)
+	var payWG sync.WaitGroup
+	for i := range min(w.BoundaryPays, w.Orders) {
+		at := due.Add(-50*time.Millisecond + time.Duration(i)*50*time.Millisecond/time.Duration(max(w.BoundaryPays, 1)))
+		payWG.Go(func() {
+			time.Sleep(time.Until(at))
+			ok, err := target.Pay(ctx, ids[i])
+			if err != nil {
+				ok = false
+			}
+			boundary <- payResult{ids[i], ok}
+		})
+	}
+
+	// The probe: creates and pays at ProbeRate each from the deadline until
+	// the burst has drained.
+	time.Sleep(time.Until(due))
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	var (
+		probeMu           sync.Mutex
+		createLat, payLat []time.Duration
+		probeWG           sync.WaitGroup
+	)
+	probe := func(do func() error, into *[]time.Duration) {
+		t := time.NewTicker(time.Second / time.Duration(max(w.ProbeRate, 1)))
+		defer t.Stop()
+		for {
+			select {
+			case <-probeCtx.Done():
+				return
+			case <-t.C:
+			}
+			start := time.Now()
+			if err := do(); err != nil {
+				continue
+			}
+			probeMu.Lock()
+			*into = append(*into, time.Since(start))
+			probeMu.Unlock()
+		}
+	}
+	if w.ProbeRate > 0 {
+		probeWG.Go(func() {
+			probe(func() error { _, err := target.Create(probeCtx, probeSKU, 1, 10*time.Minute); return err }, &createLat)
+		})
+		probeWG.Go(func() {
+			probe(func() error {
+				select {
+				case id := <-toPay:
+					_, err := target.Pay(probeCtx, id)
+					return err
+				default:
+					return fmt.Errorf("no order left to pay")
+				}
+			}, &payLat)
+		})
+	}
+	payWG.Wait()
+	close(boundary)
+	paid := map[int64]bool{}
+	for r := range boundary {
+		paid[r.id] = r.ok
+		if r.ok {
+			res.PaidAtBoundary++
+		} else {
+			res.RefusedAtBoundary++
+		}
+	}
+	want := int64(w.Orders - res.PaidAtBoundary)
+	for obs.closed.Load() < want {
+		if time.Since(due) > 5*time.Minute {
+			stopProbe()
+			probeWG.Wait()
+			return res, fmt.Errorf("only %d of %d orders closed 5 minutes after their deadline", obs.closed.Load(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopProbe()
+	probeWG.Wait()
+	res.Delivered = int(received.Load())
+
+	obs.mu.Lock()
+	late := slices.Clone(obs.late)
+	res.Drain, res.Swept, res.Noops, res.Closed = obs.last.Sub(due), obs.swept, obs.noops, len(obs.late)
+	obs.mu.Unlock()
+	slices.Sort(late)
+	res.LateP50, res.LateP99 = late[len(late)/2], late[(len(late)-1)*99/100]
+	res.ClosesPerSecond = float64(len(late)) / max(res.Drain.Seconds(), 0.001)
+	res.CreateP99, res.PayP99 = p99(createLat), p99(payLat)
+	res.Probes = len(createLat) + len(payLat)
+
+	// The boundary: a pay that succeeded left its order paid, a refused one
+	// left it closed.
+	for id, ok := range paid {
+		o, err := db.Order(ctx, id)
+		if err != nil {
+			return res, err
+		}
+		if ok != (o.Status == hourglass.StatePaid) || !ok && o.Status != hourglass.StateClosed {
+			return res, fmt.Errorf("order %d: pay at the boundary ok=%v but the order is %s", id, ok, o.Status)
+		}
+	}
+	// Stock: every closed burst order's unit is available again.
+	p, err := db.Product(ctx, sku)
+	if err != nil {
+		return res, err
+	}
+	if p.Reserved != 0 || p.Available != int64(w.Orders-res.PaidAtBoundary) || p.Sold != int64(res.PaidAtBoundary) {
+		return res, fmt.Errorf("stock after the burst: available %d, reserved %d, sold %d; want %d, 0, %d", p.Available, p.Reserved, p.Sold, w.Orders-res.PaidAtBoundary, res.PaidAtBoundary)
+	}
+	if w.Webhooks > 0 {
+		// Every close, pay and create of the run has one delivery per webhook.
+		for time.Since(due) < time.Minute {
+			pending, _, err := svc.DeliveryCounts(ctx)
+			if err == nil && pending == 0 {
+				res.DeliveredAll = time.Since(due)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return res, nil
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)*99/100]
+}
+
+// WriteBurstTable prints one row per burst run.
+func WriteBurstTable(out io.Writer, results []BurstResult) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\torders\twebhooks\tcreates/s\tdrain\tlate p50\tlate p99\tcloses/s\tswept\tno-ops\tcreate p99\tpay p99\tboundary paid/refused\tall delivered\terror\t")
+	ms := func(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
+	for _, r := range results {
+		delivered := "-"
+		if r.Webhooks > 0 {
+			delivered = "> 60 s"
+			if r.DeliveredAll > 0 {
+				delivered = fmt.Sprintf("%.1f s", r.DeliveredAll.Seconds())
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%s\t%s\t%d/%d\t%s\t%s\t\n", r.System, r.Orders, r.Webhooks, r.CreateRate,
+			ms(r.Drain), ms(r.LateP50), ms(r.LateP99), r.ClosesPerSecond, r.Swept, r.Noops, ms(r.CreateP99), ms(r.PayP99),
+			r.PaidAtBoundary, r.RefusedAtBoundary, delivered, r.Error)
+	}
+	tw.Flush()
+}
