@@ -41,10 +41,7 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 		})
 	}()
 	for {
-		s.queue.mu.Lock()
-		n := len(s.queue.normal)
-		s.queue.mu.Unlock()
-		if n == 2 {
+		if s.queue.Len() == 2 {
 			break
 		}
 		time.Sleep(time.Millisecond)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 )
@@ -30,7 +31,7 @@ func seedBurst(tb testing.TB, s *Store, sku string, n int, deadline time.Time) (
 		firstID = maxID + 1
 		if err := sqlitex.Execute(conn, `WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?1)
 INSERT INTO orders (user_id, status, items, created_at, deadline) SELECT 'burst', 'pending_payment', ?2, ?3, ?4 FROM k`,
-			&sqlitex.ExecOptions{Args: []any{n, encodeItems([]hourglass.Item{{SKU: sku, Quantity: 1}}), hourglass.UnixMilli(now), hourglass.UnixMilli(deadline)}}); err != nil {
+			&sqlitex.ExecOptions{Args: []any{n, stored.EncodeItems([]hourglass.Item{{SKU: sku, Quantity: 1}}), hourglass.UnixMilli(now), hourglass.UnixMilli(deadline)}}); err != nil {
 			return err
 		}
 		return sqlitex.Execute(conn, `UPDATE products SET available = available - ?1, reserved = reserved + ?1 WHERE sku = ?2`,
@@ -111,9 +112,9 @@ func TestParseEncodedItems(t *testing.T) {
 		{{SKU: "A", Quantity: 1}},
 		{{SKU: "SKU-1.x_y", Quantity: 3}, {SKU: "B", Quantity: 12345678901}},
 	} {
-		got, ok := parseEncodedItems(encodeItems(items))
+		got, ok := parseEncodedItems(stored.EncodeItems(items))
 		if !ok || fmt.Sprint(got) != fmt.Sprint(items) {
-			t.Errorf("parseEncodedItems(%s) = %v, %v; want %v", encodeItems(items), got, ok, items)
+			t.Errorf("parseEncodedItems(%s) = %v, %v; want %v", stored.EncodeItems(items), got, ok, items)
 		}
 	}
 	for _, raw := range []string{``, `[`, `[{"sku":"A","quantity":1}`, `[{"quantity":1,"sku":"A"}]`, `[{"sku":"A","quantity":x}]`, `[{"sku": "A","quantity":1}]`, `[{"sku":"A","quantity":1},]`} {

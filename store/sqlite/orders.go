@@ -3,7 +3,6 @@ package sqlite
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -30,7 +30,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 			return hourglass.Order{}, false, err
 		}
 	}
-	items := encodeItems(p.Items)
+	items := stored.EncodeItems(p.Items)
 	var (
 		out     hourglass.Order
 		created bool
@@ -199,7 +199,7 @@ func scanOrder(st *sqlite.Stmt) (hourglass.Order, error) {
 	if !st.ColumnIsNull(7) {
 		o.ClosedAt = hourglass.FromUnixMilli(st.ColumnInt64(7))
 	}
-	items, err := decodeItems(st.ColumnText(3))
+	items, err := stored.DecodeItems(st.ColumnText(3))
 	if err != nil {
 		return o, fmt.Errorf("sqlite: order %d: %w", o.ID, err)
 	}
@@ -503,8 +503,8 @@ WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = ?4 ORDER BY e.seq, w.webhook_id`)
 }
 
 // sumItems adds the quantity of each item of an order's items column to
-// by[sku]. The column is written by encodeItems, whose exact form it parses
-// without reflection; anything else goes through decodeItems.
+// by[sku]. The column is written by stored.EncodeItems, whose exact form it parses
+// without reflection; anything else goes through stored.DecodeItems.
 func sumItems(raw string, by map[string]int64) error {
 	if items, ok := parseEncodedItems(raw); ok {
 		for _, it := range items {
@@ -512,7 +512,7 @@ func sumItems(raw string, by map[string]int64) error {
 		}
 		return nil
 	}
-	items, err := decodeItems(raw)
+	items, err := stored.DecodeItems(raw)
 	if err != nil {
 		return err
 	}
@@ -522,8 +522,8 @@ func sumItems(raw string, by map[string]int64) error {
 	return nil
 }
 
-// parseEncodedItems parses exactly what encodeItems writes; ok is false for
-// anything else (then decodeItems, which accepts any JSON, must be used).
+// parseEncodedItems parses exactly what stored.EncodeItems writes; ok is false for
+// anything else (then stored.DecodeItems, which accepts any JSON, must be used).
 func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
 	const skuKey, qtyKey = `{"sku":"`, `","quantity":`
 	rest, ok := strings.CutPrefix(raw, "[")
@@ -578,37 +578,4 @@ ORDER BY deadline, id LIMIT ?4`)
 		}
 	})
 	return out, err
-}
-
-// encodeItems writes items as a JSON array; SKUs are validated to
-// [A-Za-z0-9._-], so they need no escaping.
-func encodeItems(items []hourglass.Item) string {
-	b := make([]byte, 0, 32*len(items))
-	b = append(b, '[')
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"sku":"`...)
-		b = append(b, it.SKU...)
-		b = append(b, `","quantity":`...)
-		b = strconv.AppendInt(b, it.Quantity, 10)
-		b = append(b, '}')
-	}
-	return string(append(b, ']'))
-}
-
-func decodeItems(raw string) ([]hourglass.Item, error) {
-	var rows []struct {
-		SKU      string `json:"sku"`
-		Quantity int64  `json:"quantity"`
-	}
-	if err := json.Unmarshal([]byte(raw), &rows); err != nil {
-		return nil, fmt.Errorf("decode items: %w", err)
-	}
-	items := make([]hourglass.Item, len(rows))
-	for i, r := range rows {
-		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
-	}
-	return items, nil
 }

@@ -2,27 +2,13 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"zombiezen.com/go/sqlite"
 )
-
-// policyJSON is the stored form of hourglass.Policy, in milliseconds.
-type policyJSON struct {
-	DefaultTimeoutMs int64            `json:"default_timeout_ms"`
-	Categories       map[string]int64 `json:"categories"`
-}
-
-// cachedPolicy is the policy decoded from one stored text, so that a create
-// re-reads the stored row (another store value may have changed it) but
-// decodes it only when it changed.
-type cachedPolicy struct {
-	raw    string
-	policy hourglass.Policy
-}
 
 // loadPolicy reads the stored policy on conn. Its result is shared: callers
 // must not modify its Categories.
@@ -32,30 +18,9 @@ func (s *Store) loadPolicy(conn *sqlite.Conn) (hourglass.Policy, error) {
 	if _, err := step(stmt, func(st *sqlite.Stmt) { raw = st.ColumnText(0) }); err != nil {
 		return hourglass.Policy{}, fmt.Errorf("sqlite: load policy: %w", err)
 	}
-	if c := s.policy.Load(); c != nil && c.raw == raw {
-		return c.policy, nil
-	}
-	p, err := decodePolicy(raw)
+	p, err := s.policy.Decode(raw)
 	if err != nil {
-		return p, err
-	}
-	s.policy.Store(&cachedPolicy{raw: raw, policy: p})
-	return p, nil
-}
-
-// decodePolicy decodes a stored policy; "" (none stored) is the default.
-func decodePolicy(raw string) (hourglass.Policy, error) {
-	p := hourglass.Policy{DefaultTimeout: hourglass.DefaultTimeout, Categories: map[string]time.Duration{}}
-	if raw == "" {
-		return p, nil
-	}
-	var j policyJSON
-	if err := json.Unmarshal([]byte(raw), &j); err != nil {
-		return p, fmt.Errorf("sqlite: decode stored policy: %w", err)
-	}
-	p.DefaultTimeout = time.Duration(j.DefaultTimeoutMs) * time.Millisecond
-	for c, ms := range j.Categories {
-		p.Categories[c] = time.Duration(ms) * time.Millisecond
+		return p, fmt.Errorf("sqlite: %w", err)
 	}
 	return p, nil
 }
@@ -83,13 +48,9 @@ func (s *Store) PutPolicy(ctx context.Context, p hourglass.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	j := policyJSON{DefaultTimeoutMs: p.DefaultTimeout.Milliseconds(), Categories: map[string]int64{}}
-	for c, d := range p.Categories {
-		j.Categories[c] = d.Milliseconds()
-	}
-	raw, err := json.Marshal(j)
+	raw, err := stored.EncodePolicy(p)
 	if err != nil {
-		return fmt.Errorf("sqlite: encode policy: %w", err)
+		return fmt.Errorf("sqlite: %w", err)
 	}
 	return s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
 		stmt := conn.Prep(`INSERT INTO settings (name, value) VALUES ('policy', ?1)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 )
@@ -74,9 +76,9 @@ type Store struct {
 	log    *slog.Logger
 	writer *sqlite.Conn
 	reads  *sqlitex.Pool
-	queue  writeQueue
+	queue  *writequeue.Queue[*op]
 	done   chan struct{}
-	policy atomic.Pointer[cachedPolicy]
+	policy stored.PolicyCache
 	// deliveries wakes the webhook delivery engine after a commit that
 	// created deliveries; webhooks counts webhooks (events.go).
 	deliveries notifier
@@ -175,7 +177,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open read pool: %w", err)
 	}
 	s.reads = pool
-	s.queue.init()
+	s.queue = writequeue.NewBudgeted(func(o *op) int { return o.orders }, urgentPerCommit)
 	s.done = make(chan struct{})
 	s.probeDone = make(chan struct{})
 	s.probeStop = make(chan struct{})
@@ -231,7 +233,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.probeStop)
 		<-s.probeDone
-		s.queue.close()
+		s.queue.Close()
 		<-s.done
 		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())
 		s.unlock()
@@ -271,7 +273,7 @@ func (s *Store) submit(ctx context.Context, orders int, run func(conn *sqlite.Co
 	}
 	urgent := orders > 0
 	o := &op{ctx: ctx, run: run, result: make(chan error, 1), orders: orders}
-	if !s.queue.push(o, urgent) {
+	if !s.queue.Push(o, urgent) {
 		return errClosed
 	}
 	return <-o.result
@@ -281,51 +283,11 @@ func (s *Store) writeLoop() {
 	defer close(s.done)
 	batch := make([]*op, 0, s.cfg.MaxBatch)
 	for {
-		batch = s.queue.take(batch[:0], s.cfg.MaxBatch)
+		batch = s.queue.Take(batch[:0], s.cfg.MaxBatch)
 		if len(batch) == 0 {
 			return // closed and drained
 		}
 		s.commit(batch)
-	}
-}
-
-// writeQueue holds writes waiting for the writer: urgent ones (closes) are
-// taken before normal ones. Safe for concurrent use.
-type writeQueue struct {
-	mu             sync.Mutex
-	urgent, normal []*op
-	closed         bool
-	ready          chan struct{} // holds a token while there is work or after close
-}
-
-func (q *writeQueue) init() { q.ready = make(chan struct{}, 1) }
-
-func (q *writeQueue) push(o *op, urgent bool) bool {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return false
-	}
-	if urgent {
-		q.urgent = append(q.urgent, o)
-	} else {
-		q.normal = append(q.normal, o)
-	}
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-func (q *writeQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
 	}
 }
 
@@ -337,46 +299,6 @@ func (q *writeQueue) close() {
 // short enough (tens of ms) that the API writes sharing it or waiting for
 // it are not held up by a whole burst's worth of closes.
 const urgentPerCommit = 1024
-
-// take blocks until there is work and appends up to max ops to batch, urgent
-// first (see urgentPerCommit). It returns an empty batch once the queue is
-// closed and drained.
-func (q *writeQueue) take(batch []*op, max int) []*op {
-	for {
-		q.mu.Lock()
-		n, orders := 0, 0
-		for n < min(max, len(q.urgent)) && (n == 0 || orders+q.urgent[n].orders <= urgentPerCommit) {
-			orders += q.urgent[n].orders
-			n++
-		}
-		batch = append(batch, q.urgent[:n]...)
-		q.urgent = shift(q.urgent, n)
-		m := min(max-n, len(q.normal))
-		batch = append(batch, q.normal[:m]...)
-		q.normal = shift(q.normal, m)
-		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
-		q.mu.Unlock()
-		if more {
-			select {
-			case q.ready <- struct{}{}:
-			default:
-			}
-		}
-		if len(batch) > 0 || closed {
-			return batch
-		}
-		<-q.ready
-	}
-}
-
-// shift drops the first n ops, releasing the backing array when empty.
-func shift(ops []*op, n int) []*op {
-	if n == len(ops) {
-		return nil
-	}
-	clear(ops[:n])
-	return ops[n:]
-}
 
 // commit runs a batch in one transaction. A domain refusal fails only its op;
 // any other error rolls back the batch and retries each op on its own.

@@ -13,10 +13,25 @@ type Queue[T any] struct {
 	urgent, normal []T
 	closed         bool
 	ready          chan struct{} // holds a token while there is work or after Close
+	// weight and budget bound the urgent items of one batch (see
+	// NewBudgeted); weight is nil for no bound.
+	weight func(T) int
+	budget int
 }
 
 // New returns an empty, open queue.
 func New[T any]() *Queue[T] { return &Queue[T]{ready: make(chan struct{}, 1)} }
+
+// NewBudgeted returns an empty, open queue whose Take puts urgent items into
+// a batch only while their weights add up to at most budget (always at
+// least one): a store whose closes weigh by their order count keeps each
+// transaction short, so the API writes sharing or waiting for it are not
+// held up by a whole burst's closes.
+func NewBudgeted[T any](weight func(T) int, budget int) *Queue[T] {
+	q := New[T]()
+	q.weight, q.budget = weight, budget
+	return q
+}
 
 // Push queues item, ahead of every normal item when urgent. It returns false,
 // queueing nothing, once the queue is closed.
@@ -48,6 +63,13 @@ func (q *Queue[T]) wake() {
 	}
 }
 
+// Len returns how many items are waiting (urgent and normal).
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.urgent) + len(q.normal)
+}
+
 // Close refuses further pushes; the items already queued are still taken.
 // It is idempotent.
 func (q *Queue[T]) Close() {
@@ -64,6 +86,9 @@ func (q *Queue[T]) Take(batch []T, max int) []T {
 	for {
 		q.mu.Lock()
 		n := min(max, len(q.urgent))
+		if q.weight != nil {
+			n = q.underBudget(n)
+		}
 		batch = append(batch, q.urgent[:n]...)
 		q.urgent = shift(q.urgent, n)
 		m := min(max-n, len(q.normal))
@@ -79,6 +104,19 @@ func (q *Queue[T]) Take(batch []T, max int) []T {
 		}
 		<-q.ready
 	}
+}
+
+// underBudget returns how many of the first n urgent items fit the budget
+// (at least one when n > 0); q.mu must be held.
+func (q *Queue[T]) underBudget(n int) int {
+	total := 0
+	for i := range n {
+		total += q.weight(q.urgent[i])
+		if i > 0 && total > q.budget {
+			return i
+		}
+	}
+	return n
 }
 
 // shift drops the first n items, releasing the backing array when empty.

@@ -83,3 +83,20 @@ func TestManyWritersTakeEverythingOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestBudgetBoundsUrgentItems(t *testing.T) {
+	q := NewBudgeted(func(n int) int { return n }, 10)
+	for _, w := range []int{4, 5, 3, 20} {
+		q.Push(w, true)
+	}
+	q.Push(-1, false)
+	if got := q.Take(nil, 100); !slices.Equal(got, []int{4, 5, -1}) {
+		t.Fatalf("first batch %v, want urgent items up to weight 10, then the normal one", got)
+	}
+	if got := q.Take(nil, 100); !slices.Equal(got, []int{3}) {
+		t.Fatalf("second batch %v, want 3 (3+20 is over the budget)", got)
+	}
+	if got := q.Take(nil, 100); !slices.Equal(got, []int{20}) {
+		t.Fatalf("third batch %v, want the heavy item alone (always at least one)", got)
+	}
+}
