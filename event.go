@@ -369,6 +369,9 @@ type DueDeliveriesParams struct {
 	Until time.Time
 	// Limit is the most returned; it must be positive.
 	Limit int
+	// Parts, when not nil, keeps only deliveries of orders of these
+	// partitions (the ones this node owns); see Parts.
+	Parts Parts
 }
 
 // DeliveryStore is the webhook delivery queue: one row per (event, matching

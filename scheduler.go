@@ -62,8 +62,9 @@ type Canceler interface {
 // FeedOutbox schedulers: every created order's timer is written in the
 // order's own transaction.
 type Outbox interface {
-	// OutboxBatch returns up to limit unsent timers, oldest order first.
-	OutboxBatch(ctx context.Context, limit int) ([]Timer, error)
+	// OutboxBatch returns up to limit unsent timers, oldest order first,
+	// of the orders in parts (nil: all; see Parts).
+	OutboxBatch(ctx context.Context, limit int, parts Parts) ([]Timer, error)
 	// OutboxDone removes timers that were published.
 	OutboxDone(ctx context.Context, orderIDs []int64) error
 }

@@ -86,4 +86,7 @@ type PendingDueParams struct {
 	Until time.Time
 	// Limit is the most timers returned; it must be positive.
 	Limit int
+	// Parts, when not nil, keeps only orders of these partitions (the
+	// ones this node owns); see Parts.
+	Parts Parts
 }

@@ -565,7 +565,7 @@ func (e *Engine) relayLoop(ctx context.Context) {
 // a crash in between publishes it again: a duplicate, never a loss.
 func (e *Engine) relay(ctx context.Context) error {
 	for {
-		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch)
+		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch, nil)
 		if err != nil || len(batch) == 0 {
 			return err
 		}

@@ -62,6 +62,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Stats", exerciseStats},
 		{"Concurrency", exerciseConcurrency},
 		{"Edges", exerciseEdges},
+		{"Partitions", exercisePartitions},
 		{"Shared", exerciseShared},
 	} {
 		t.Run(area.name, func(t *testing.T) {

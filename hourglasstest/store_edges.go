@@ -138,14 +138,14 @@ func exerciseEdges(t *testing.T, h StoreHarness) {
 		if t.Failed() {
 			return
 		}
-		batch, err := f.db.OutboxBatch(f.ctx, n+10)
+		batch, err := f.db.OutboxBatch(f.ctx, n+10, nil)
 		if err != nil || len(batch) != n {
 			t.Fatalf("OutboxBatch = %d timers, %v; want %d", len(batch), err, n)
 		}
 		if err := f.db.OutboxDone(f.ctx, all); err != nil {
 			t.Fatal(err)
 		}
-		if batch, err := f.db.OutboxBatch(f.ctx, 10); err != nil || len(batch) != 0 {
+		if batch, err := f.db.OutboxBatch(f.ctx, 10, nil); err != nil || len(batch) != 0 {
 			t.Fatalf("OutboxBatch after OutboxDone of all = %d, %v", len(batch), err)
 		}
 		f.clock.Advance(time.Second)

@@ -132,11 +132,11 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		if _, created, err := f.db.CreateOrder(f.ctx, params); err != nil || created {
 			t.Fatalf("repeat: created=%v, %v", created, err)
 		}
-		batch, err := f.db.OutboxBatch(f.ctx, 100)
+		batch, err := f.db.OutboxBatch(f.ctx, 100, nil)
 		if err != nil || !sameTimers(batch, want) {
 			t.Fatalf("OutboxBatch = %v, %v; want %v", batch, err, want)
 		}
-		batch, err = f.db.OutboxBatch(f.ctx, 2)
+		batch, err = f.db.OutboxBatch(f.ctx, 2, nil)
 		if err != nil || !sameTimers(batch, want[:2]) {
 			t.Fatalf("OutboxBatch(2) = %v, %v; want the oldest two %v", batch, err, want[:2])
 		}
@@ -146,7 +146,7 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 			t.Fatal(err)
 		}
 		rest := []hourglass.Timer{want[0], want[2], want[4], want[5]}
-		if batch, err := f.db.OutboxBatch(f.ctx, 100); err != nil || !sameTimers(batch, rest) {
+		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || !sameTimers(batch, rest) {
 			t.Fatalf("OutboxBatch after done = %v, %v; want %v", batch, err, rest)
 		}
 		if err := f.db.OutboxDone(f.ctx, []int64{want[1].OrderID}); err != nil { // again: a no-op
@@ -162,7 +162,7 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		if err := f.db.OutboxDone(f.ctx, all); err != nil {
 			t.Fatal(err)
 		}
-		if batch, err := f.db.OutboxBatch(f.ctx, 100); err != nil || len(batch) != 0 {
+		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || len(batch) != 0 {
 			t.Fatalf("OutboxBatch after all done = %v, %v", batch, err)
 		}
 	})
@@ -172,7 +172,7 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		f := setupStore(t, h)
 		f.product(t, "A", "x", 10)
 		f.create(t, time.Minute, item("A", 1))
-		if batch, err := f.db.OutboxBatch(f.ctx, 100); err != nil || len(batch) != 0 {
+		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || len(batch) != 0 {
 			t.Fatalf("OutboxBatch without Outbox = %v, %v; want none", batch, err)
 		}
 	})

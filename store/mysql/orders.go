@@ -160,8 +160,8 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	after := hourglass.UnixMilli(p.After)
 	rows, err := s.db.QueryContext(ctx, `SELECT id, deadline FROM orders FORCE INDEX (orders_status_deadline)
-WHERE status = 'pending_payment' AND deadline >= ? AND (deadline > ? OR id > ?) AND deadline <= ?
-ORDER BY deadline, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+WHERE status = 'pending_payment' AND deadline >= ? AND (deadline > ? OR id > ?) AND deadline <= ? AND ((? >> (id % 64)) & 1) = 1
+ORDER BY deadline, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
 	if err != nil {
 		return nil, fail("pending due", err)
 	}

@@ -9,8 +9,9 @@ import (
 // OutboxBatch implements hourglass.Outbox: up to limit unsent timers,
 // oldest order first. Rows are written in each order's transaction when
 // Config.Outbox is set.
-func (s *Store) OutboxBatch(ctx context.Context, limit int) ([]hourglass.Timer, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, deadline FROM timer_outbox ORDER BY order_id LIMIT ?`, limit)
+func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.Timer, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT order_id, deadline FROM timer_outbox
+WHERE ((? >> (order_id % 64)) & 1) = 1 ORDER BY order_id LIMIT ?`, parts.Mask(), limit)
 	if err != nil {
 		return nil, fail("read outbox", err)
 	}

@@ -275,8 +275,8 @@ func readTimers(rows *sql.Rows, what string) ([]hourglass.DeliveryTimer, error) 
 func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
 	after := hourglass.UnixMilli(p.After)
 	rows, err := s.db.QueryContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_due)
-WHERE state = 'pending' AND next_attempt_at >= ? AND (next_attempt_at > ? OR id > ?) AND next_attempt_at <= ?
-ORDER BY next_attempt_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+WHERE state = 'pending' AND next_attempt_at >= ? AND (next_attempt_at > ? OR id > ?) AND next_attempt_at <= ? AND ((? >> (order_id % 64)) & 1) = 1
+ORDER BY next_attempt_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
 	if err != nil {
 		return nil, fail("due deliveries", err)
 	}

@@ -168,8 +168,8 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 // deadline, id) index.
 func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, deadline FROM orders
-WHERE status = 'pending_payment' AND (deadline, id) > ($1, $2) AND deadline <= $3
-ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+WHERE status = 'pending_payment' AND (deadline, id) > ($1, $2) AND deadline <= $3 AND (($5::bigint >> (id % 64)::int) & 1) = 1
+ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit, p.Parts.Mask())
 	if err != nil {
 		return nil, s.fail("pending due", err)
 	}

@@ -89,8 +89,9 @@ WHERE status = 'pending_payment' AND deadline > $1 AND deadline <= $3 GROUP BY 1
 
 // OutboxBatch implements hourglass.Outbox: up to limit unsent timers, oldest
 // order first.
-func (s *Store) OutboxBatch(ctx context.Context, limit int) ([]hourglass.Timer, error) {
-	rows, err := s.pool.Query(ctx, `SELECT order_id, deadline FROM timer_outbox ORDER BY order_id LIMIT $1`, max(limit, 0))
+func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.Timer, error) {
+	rows, err := s.pool.Query(ctx, `SELECT order_id, deadline FROM timer_outbox
+WHERE (($2::bigint >> (order_id % 64)::int) & 1) = 1 ORDER BY order_id LIMIT $1`, max(limit, 0), parts.Mask())
 	if err != nil {
 		return nil, s.fail("read outbox", err)
 	}

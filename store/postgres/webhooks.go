@@ -231,8 +231,8 @@ func collectTimers(rows pgx.Rows) ([]hourglass.DeliveryTimer, error) {
 // cursor is the due time.
 func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries
-WHERE state = 'pending' AND (next_attempt_at, id) > ($1, $2) AND next_attempt_at <= $3
-ORDER BY next_attempt_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit)
+WHERE state = 'pending' AND (next_attempt_at, id) > ($1, $2) AND next_attempt_at <= $3 AND (($5::bigint >> (order_id % 64)::int) & 1) = 1
+ORDER BY next_attempt_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit, p.Parts.Mask())
 	if err != nil {
 		return nil, s.fail("due deliveries", err)
 	}

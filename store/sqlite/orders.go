@@ -559,13 +559,14 @@ func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([
 	var out []hourglass.Timer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(`SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
-WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3
+WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
 ORDER BY deadline, id LIMIT ?4`)
 		defer stmt.Reset()
 		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
 		stmt.BindInt64(2, p.AfterID)
 		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
 		stmt.BindInt64(4, int64(p.Limit))
+		stmt.BindInt64(5, p.Parts.Mask())
 		for {
 			row, err := stmt.Step()
 			if err != nil {

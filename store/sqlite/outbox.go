@@ -12,12 +12,13 @@ import (
 var _ hourglass.Outbox = (*Store)(nil)
 
 // OutboxBatch implements hourglass.Outbox.
-func (s *Store) OutboxBatch(ctx context.Context, limit int) ([]hourglass.Timer, error) {
+func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.Timer, error) {
 	var out []hourglass.Timer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT order_id, deadline FROM timer_outbox ORDER BY order_id LIMIT ?1`)
+		stmt := conn.Prep(`SELECT order_id, deadline FROM timer_outbox WHERE ((?2 >> (order_id % 64)) & 1) = 1 ORDER BY order_id LIMIT ?1`)
 		defer stmt.Reset()
 		stmt.BindInt64(1, int64(limit))
+		stmt.BindInt64(2, parts.Mask())
 		for {
 			row, err := stmt.Step()
 			if err != nil {

@@ -294,12 +294,13 @@ func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesPara
 	var out []hourglass.DeliveryTimer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_due
-WHERE state = 'pending' AND (next_attempt_at > ?1 OR (next_attempt_at = ?1 AND id > ?2)) AND next_attempt_at <= ?3
+WHERE state = 'pending' AND (next_attempt_at > ?1 OR (next_attempt_at = ?1 AND id > ?2)) AND next_attempt_at <= ?3 AND ((?5 >> (order_id % 64)) & 1) = 1
 ORDER BY next_attempt_at, id LIMIT ?4`)
 		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
 		stmt.BindInt64(2, p.AfterID)
 		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
 		stmt.BindInt64(4, int64(p.Limit))
+		stmt.BindInt64(5, p.Parts.Mask())
 		var err error
 		out, err = readTimers(stmt, "due deliveries")
 		return err
