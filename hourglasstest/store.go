@@ -63,6 +63,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Concurrency", exerciseConcurrency},
 		{"Edges", exerciseEdges},
 		{"Partitions", exercisePartitions},
+		{"Cluster", exerciseCluster},
 		{"Shared", exerciseShared},
 	} {
 		t.Run(area.name, func(t *testing.T) {
