@@ -89,8 +89,8 @@ type Config struct {
 	// order's partition schedules it whichever node took the create.
 	WatchCreated func(ctx context.Context, fn func([]hourglass.Timer)) error
 	Clock        hourglass.Clock
-	Logger     *slog.Logger
-	Observer   Observer
+	Logger       *slog.Logger
+	Observer     Observer
 }
 
 // Validate reports a configuration error, naming the field and its range.
