@@ -241,10 +241,13 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 			}
 			var nodes []node
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			var wg sync.WaitGroup
-			t.Cleanup(func() { cancel(); wg.Wait() })
 			for i, off := range []time.Duration{2 * time.Second, 0, -2 * time.Second} {
 				db := open()
+				if i == 0 { // cleanups run last first: stop the nodes before their stores close
+					t.Cleanup(func() { cancel(); wg.Wait() })
+				}
 				cs := db.(hourglass.ClusterStore)
 				m, err := cluster.New(cs, cluster.Config{NodeID: fmt.Sprintf("n%d", i), LeaseTTL: time.Second, Clock: skewed{off}})
 				if err != nil {
