@@ -238,7 +238,7 @@ func checkLease(owner string, ttl time.Duration) error {
 }
 
 // ReleaseLeases implements hourglass.ClusterStore: the partitions owner
-// holds among parts become free (owner '', expired), keeping their epoch.
+// holds among parts become free (no owner, expired), keeping their epoch.
 // Errors: unavailable when the database cannot be reached.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string, parts []int) error {
 	if len(parts) == 0 || owner == "" {
@@ -372,10 +372,19 @@ func (s *Store) watchFeed(ctx context.Context, cfg watchConfig, fn func([]hourgl
 	clock := hourglass.SystemClock{}
 	ticker := time.NewTicker(cfg.poll)
 	defer ticker.Stop()
+	pruned := make(chan struct{})
+	pctx, stopPrune := context.WithCancel(ctx)
+	go func() {
+		defer close(pruned)
+		s.pruneLoop(pctx, cfg)
+	}()
+	defer func() {
+		stopPrune()
+		<-pruned
+	}()
 	var (
-		cur       *feedCursor // nil until the start is read
-		failed    bool        // the last read failed
-		lastPrune time.Time
+		cur    *feedCursor // nil until the start is read
+		failed bool        // the last read failed
 	)
 	for {
 		var err error
@@ -406,12 +415,6 @@ func (s *Store) watchFeed(ctx context.Context, cfg watchConfig, fn func([]hourgl
 				s.log.Warn("mysql: watch created orders: reading the feed failed; retrying", "err", err)
 			}
 			failed = true
-		}
-		if now := clock.Now(); now.Sub(lastPrune) >= cfg.pruneEvery {
-			lastPrune = now
-			if err := s.pruneFeed(ctx, cfg.retention); err != nil && ctx.Err() == nil {
-				s.log.Debug("mysql: watch created orders: pruning the feed failed", "err", err)
-			}
 		}
 		select {
 		case <-ctx.Done():
@@ -526,9 +529,30 @@ func (s *Store) feedPoll(ctx context.Context, c *feedCursor, lag time.Duration, 
 	return timers, nil
 }
 
+// pruneLoop prunes the feed every cfg.pruneEvery until ctx ends. It runs
+// beside the polls, never in their way: a DELETE may wait for the lock of
+// a feed row whose batch is committing.
+func (s *Store) pruneLoop(ctx context.Context, cfg watchConfig) {
+	ticker := time.NewTicker(cfg.pruneEvery)
+	defer ticker.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(cfg.pruneEvery, 5*time.Second))
+		err := s.pruneFeed(pctx, cfg.retention)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Debug("mysql: watch created orders: pruning the feed failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
 // pruneFeed deletes at most feedPruneLimit feed rows older than retention,
-// oldest first (an order by a unique key: safe for statement-based binary
-// logging).
+// oldest first (ordered by a unique key: deterministic, so safe for
+// statement-based binary logging).
 func (s *Store) pruneFeed(ctx context.Context, retention time.Duration) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM order_feed WHERE created_at < `+dbNowMs+` - ? ORDER BY created_at, seq LIMIT `+strconv.Itoa(feedPruneLimit),
 		retention.Milliseconds())
