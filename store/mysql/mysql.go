@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"regexp"
 	"strconv"
@@ -60,8 +61,32 @@ const (
 	// batchTimeout bounds one batch transaction, retries included.
 	batchTimeout = 60 * time.Second
 	// retries is how many times a batch that hit a deadlock, a lock wait
-	// timeout or a racing duplicate key is run again before it fails.
-	retries = 8
+	// timeout, a racing duplicate key or (Galera) a certification conflict
+	// is run again before it fails. On Galera a hot row written from several
+	// nodes at once loses certification often (one node wins each round),
+	// hence more than a single server would need.
+	retries = 16
+)
+
+// Reasons a transaction is run again, as Config.ObserveRetry receives them.
+const (
+	// RetryDeadlock is error 1213 on a statement: InnoDB's deadlock
+	// detector chose this transaction, or, on Galera, a write set
+	// replicated from another node aborted it (a brute-force abort).
+	RetryDeadlock = "deadlock"
+	// RetryCertification is error 1213 at COMMIT (or on an autocommit
+	// statement of a Galera node): Galera's certification failed because
+	// another node committed a conflicting write first.
+	RetryCertification = "certification"
+	// RetrySerialization is error 1020, "record has changed since last
+	// read" (MariaDB's innodb_snapshot_isolation).
+	RetrySerialization = "serialization"
+	// RetryLockTimeout is error 1205, a row lock wait that timed out.
+	RetryLockTimeout = "lock_timeout"
+	// RetryDuplicateKey is error 1062 from a key another transaction
+	// committed first (an idempotency key, a new row's key); the retry
+	// reads the winner.
+	RetryDuplicateKey = "duplicate_key"
 )
 
 // Minimum server versions.
@@ -93,6 +118,12 @@ type Config struct {
 	// Observe, if set, is called after every group commit with the number
 	// of writes it held and how long the transaction took.
 	Observe func(writes int, commit time.Duration)
+	// ObserveRetry, if set, is called each time a transaction or statement
+	// is run again after losing a race, with the reason (RetryDeadlock,
+	// RetryCertification, RetrySerialization, RetryLockTimeout,
+	// RetryDuplicateKey). It is called from the writer goroutines and
+	// must be safe for concurrent use.
+	ObserveRetry func(reason string)
 }
 
 // Validate reports a configuration error, naming the field; it does not
@@ -118,6 +149,10 @@ type server struct {
 	mariaDB bool
 	version string // as SELECT VERSION() says
 	num     int    // major*10000 + minor*100 + patch
+	// galera: the server is a node of a Galera cluster (wsrep_on=ON).
+	galera bool
+	// syncWait is the server's global wsrep_sync_wait (Galera).
+	syncWait int
 }
 
 func (v server) String() string {
@@ -242,6 +277,17 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 	// it. Statement-based binary logging cannot log READ COMMITTED writes,
 	// so a server with binlog_format=STATEMENT keeps REPEATABLE READ (the
 	// locks taken are then wider; correctness is the same).
+	// Galera applies another node's commits a little after they return:
+	// without a causality check a read on this node may miss a write the
+	// client saw committed on another (an order created through one
+	// hourglass node, paid through the next). wsrep_sync_wait makes reads
+	// (1) and UPDATE/DELETE statements (2) first wait until this node has
+	// applied every write set committed in the cluster before they began;
+	// INSERTs need no wait: a conflicting one fails certification. A
+	// stricter global setting is kept.
+	if srv.galera {
+		mc.Params["wsrep_sync_wait"] = strconv.Itoa(srv.syncWait | 3)
+	}
 	if binlogFormat != "STATEMENT" {
 		name := "transaction_isolation" // MySQL 8 removed tx_isolation
 		if srv.mariaDB && srv.num < 11_01_00 {
@@ -285,6 +331,28 @@ func inspect(ctx context.Context, db *sql.DB, cfg Config, mc *gomysql.Config) (s
 	srv := parseVersion(version)
 	if err := srv.supported(mc.Addr); err != nil {
 		return srv, "", err
+	}
+	// wsrep_on exists on MariaDB (and Percona XtraDB Cluster) only: SHOW
+	// VARIABLES finds nothing elsewhere.
+	rows, err := db.QueryContext(ctx, `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait')`)
+	if err != nil {
+		return srv, "", startupError(err, cfg, mc)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return srv, "", startupError(err, cfg, mc)
+		}
+		switch strings.ToLower(name) {
+		case "wsrep_on":
+			srv.galera = strings.EqualFold(value, "ON")
+		case "wsrep_sync_wait":
+			srv.syncWait, _ = strconv.Atoi(value)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return srv, "", startupError(err, cfg, mc)
 	}
 	return srv, strings.ToUpper(binlog), nil
 }
@@ -382,6 +450,8 @@ func isConnLost(err error) bool {
 		switch me.Number {
 		case 2006, 2013, 1053, 1077, 1927, 3169: // gone away, lost, shutdown, killed
 			return true
+		case 1047: // Galera: this node is not part of the primary component (or not synced yet)
+			return true
 		}
 	}
 	return false
@@ -389,17 +459,55 @@ func isConnLost(err error) bool {
 
 // isRetryable reports whether a transaction failed only because of others
 // running at the same time and was rolled back: a deadlock (also Galera's
-// certification failure), a lock wait timeout, or a duplicate key that a
-// racing transaction committed first (the retry reads the winner).
-func isRetryable(err error) bool {
+// certification failure, at COMMIT), a lock wait timeout, or a duplicate
+// key that a racing transaction committed first (the retry reads the
+// winner).
+func isRetryable(err error) bool { return retryReason(err, false) != "" }
+
+// atCommit marks an error returned by COMMIT, where Galera reports a failed
+// certification (error 1213).
+type atCommit struct{ err error }
+
+func (e atCommit) Error() string { return "commit: " + e.err.Error() }
+func (e atCommit) Unwrap() error { return e.err }
+
+// retryReason returns why err is worth running the transaction again (one
+// of the Retry… reasons), or "" when it is not. galeraAutocommit says err
+// came from an autocommit statement on a Galera node, whose COMMIT is the
+// statement's own.
+func retryReason(err error, galeraAutocommit bool) string {
 	var me *gomysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1213, 1205, 1062, 1020: // deadlock, lock wait timeout, duplicate key, record changed
-			return true
-		}
+	if !errors.As(err, &me) {
+		return ""
 	}
-	return false
+	switch me.Number {
+	case 1213:
+		if galeraAutocommit || errors.As(err, new(atCommit)) {
+			return RetryCertification
+		}
+		return RetryDeadlock
+	case 1205:
+		return RetryLockTimeout
+	case 1062:
+		return RetryDuplicateKey
+	case 1020:
+		return RetrySerialization
+	}
+	return ""
+}
+
+// shouldRetry reports whether err, from attempt attempt (0-based) of a
+// transaction (or, autocommit, of a statement), is worth another attempt,
+// and counts the retry (Config.ObserveRetry).
+func (s *Store) shouldRetry(err error, autocommit bool, attempt int) bool {
+	reason := retryReason(err, autocommit && s.server.galera)
+	if reason == "" || attempt+1 >= retries {
+		return false
+	}
+	if s.cfg.ObserveRetry != nil {
+		s.cfg.ObserveRetry(reason)
+	}
+	return true
 }
 
 // fail wraps err of operation op: connection loss (and a closed pool)
@@ -465,7 +573,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) 
 			backoff(attempt)
 		}
 		err = s.tryTx(ctx, fn)
-		if err == nil || !isRetryable(err) {
+		if err == nil || !s.shouldRetry(err, false, attempt) {
 			break
 		}
 	}
@@ -481,14 +589,20 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return atCommit{err}
+	}
+	return nil
 }
 
 // backoff sleeps a little longer on each retry of a transaction that lost a
-// race, so the winners can finish: 1, 2, 4… ms, at most 50 ms.
+// race, so the winners can finish: about 1, 2, 4… ms, at most 50 ms, each
+// drawn at random from half to one and a half times that. The randomness
+// matters on Galera: two nodes whose batches conflicted on a hot row would
+// otherwise retry in step and conflict again.
 func backoff(attempt int) {
-	d := time.Duration(1<<min(attempt-1, 6)) * time.Millisecond
-	time.Sleep(min(d, 50*time.Millisecond))
+	d := min(time.Duration(1<<min(attempt-1, 6))*time.Millisecond, 50*time.Millisecond)
+	time.Sleep(d/2 + rand.N(d))
 }
 
 // placeholders returns "?, ?, …" with n marks.
