@@ -332,26 +332,7 @@ func inspect(ctx context.Context, db *sql.DB, cfg Config, mc *gomysql.Config) (s
 	if err := srv.supported(mc.Addr); err != nil {
 		return srv, "", err
 	}
-	// wsrep_on exists on MariaDB (and Percona XtraDB Cluster) only: SHOW
-	// VARIABLES finds nothing elsewhere.
-	rows, err := db.QueryContext(ctx, `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait')`)
-	if err != nil {
-		return srv, "", startupError(err, cfg, mc)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			return srv, "", startupError(err, cfg, mc)
-		}
-		switch strings.ToLower(name) {
-		case "wsrep_on":
-			srv.galera = strings.EqualFold(value, "ON")
-		case "wsrep_sync_wait":
-			srv.syncWait, _ = strconv.Atoi(value)
-		}
-	}
-	if err := rows.Err(); err != nil {
+	if srv.galera, srv.syncWait, err = galeraSettings(ctx, db); err != nil {
 		return srv, "", startupError(err, cfg, mc)
 	}
 	return srv, strings.ToUpper(binlog), nil
