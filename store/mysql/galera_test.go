@@ -2,15 +2,19 @@ package mysql_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
 // TestGaleraConformance runs the conformance suite on a 3-node Galera
@@ -68,5 +72,145 @@ func TestGaleraMigrateOnceAcrossNodes(t *testing.T) {
 		if err != nil || migrate.Pending(st) != 0 {
 			t.Fatalf("node %d: status %v, %v; want every migration applied", i+1, st, err)
 		}
+	}
+}
+
+// retryCounts counts Config.ObserveRetry's calls by reason.
+type retryCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *retryCounts) observe(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[reason]++
+}
+
+func (c *retryCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+// certFailures sums wsrep_local_cert_failures and wsrep_local_bf_aborts
+// over the nodes: the conflicts Galera itself counted.
+func certFailures(t *testing.T, urls []string) (cert, bf int64) {
+	t.Helper()
+	for _, u := range urls {
+		var c, b int64
+		err := mytest.Admin(t, u).QueryRow(`SELECT
+	(SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_LOCAL_CERT_FAILURES'),
+	(SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_LOCAL_BF_ABORTS')`).Scan(&c, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert += c
+		bf += b
+	}
+	return cert, bf
+}
+
+// TestGaleraHotSKUConflicts: three stores, one per node, create orders on
+// one hot SKU at once, then pay or cancel them, each through a node other
+// than the one that created it. Every batch writes the SKU's row, so the
+// nodes' batches conflict at certification: each conflict is retried (and
+// counted), no order is refused for any reason but stock, none oversells,
+// and the stock is conserved.
+func TestGaleraHotSKUConflicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	urls := galeratest.NewDatabase(t)
+	var counts retryCounts
+	stores := make([]*mysql.Store, len(urls))
+	for i, u := range urls {
+		s, err := mysql.Open(ctx, mysql.Config{URL: u, ObserveRetry: counts.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	const stock, perNode = 300, 200 // 600 attempts for 300 units
+	put(t, stores[0], "HOT", stock)
+	certBefore, bfBefore := certFailures(t, urls)
+
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		created         []hourglass.Order
+		refused, failed atomic.Int64
+		paid, cancelled atomic.Int64
+		start           = make(chan struct{})
+	)
+	for n, s := range stores {
+		for g := range perNode {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				o, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: fmt.Sprint("u", n, "-", g),
+					Items: []hourglass.Item{{SKU: "HOT", Quantity: 1}}, Timeout: time.Hour})
+				switch {
+				case err == nil:
+					mu.Lock()
+					created = append(created, o)
+					mu.Unlock()
+				case hourglass.ErrorCode(err) == hourglass.CodeInsufficientStock:
+					refused.Add(1)
+				default:
+					failed.Add(1)
+					t.Errorf("create on node %d: %v", n+1, err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if len(created) != stock || refused.Load() != int64(len(stores)*perNode-stock) {
+		t.Fatalf("%d created, %d refused, %d failed; want %d created and the rest refused", len(created), refused.Load(), failed.Load(), stock)
+	}
+	afterCreates := counts.snapshot()
+
+	for i, o := range created {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[(i+1)%len(stores)]
+			if i%3 == 0 {
+				if _, err := s.TransitionOrder(ctx, o.ID, hourglass.ActionCancel); err != nil {
+					t.Errorf("cancel %d: %v", o.ID, err)
+					return
+				}
+				cancelled.Add(1)
+				return
+			}
+			if _, err := s.PayOrder(ctx, o.ID, fmt.Sprint("pay-", o.ID)); err != nil {
+				t.Errorf("pay %d: %v", o.ID, err)
+				return
+			}
+			paid.Add(1)
+		}()
+	}
+	wg.Wait()
+	for i, s := range stores {
+		got := stockOf(t, s, "HOT")
+		want := [3]int64{stock - int64(len(created)) + cancelled.Load(), int64(len(created)) - paid.Load() - cancelled.Load(), paid.Load()}
+		if got != want {
+			t.Fatalf("node %d: stock (available, reserved, sold) = %v, want %v", i+1, got, want)
+		}
+	}
+	retried := counts.snapshot()
+	cert, bf := certFailures(t, urls)
+	t.Logf("retries after the creates: %v; after the payments and cancels: %v; Galera counted %d certification failures and %d brute-force aborts",
+		afterCreates, retried, cert-certBefore, bf-bfBefore)
+	if retried[mysql.RetryCertification]+retried[mysql.RetryDeadlock] == 0 {
+		t.Fatalf("no conflict was retried (%v): the test did not make the nodes conflict", retried)
+	}
+	if got := int64(retried[mysql.RetryCertification]); got > cert-certBefore {
+		t.Fatalf("%d certification retries counted, but Galera saw only %d certification failures", got, cert-certBefore)
 	}
 }
