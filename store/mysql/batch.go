@@ -195,7 +195,7 @@ func (s *Store) runRetrying(batch []*op) ([]opResult, int, error) {
 		if err == nil {
 			return results, fanned, nil
 		}
-		if !s.shouldRetry(err, false, attempt) {
+		if !s.shouldRetry(err, attempt) {
 			return nil, 0, err
 		}
 	}
@@ -664,7 +664,7 @@ WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
 	if err := tx.Commit(); err != nil {
 		committed = true // nothing left to roll back
 		if isRetryable(err) {
-			return nil, 0, atCommit{err} // rolled back (a deadlock or Galera's certification)
+			return nil, 0, err // rolled back (a deadlock or Galera's certification)
 		}
 		return nil, 0, commitUnknown{err}
 	}

@@ -160,7 +160,7 @@ WHERE id = 1 AND (owner = ? OR expires_at <= `+dbNowMs+`)`, owner, lease, owner)
 		return false, nil // held by another process
 	}
 	if err := tx.Commit(); err != nil {
-		return false, t.lost(atCommit{err})
+		return false, t.lost(err)
 	}
 	return true, nil
 }
@@ -168,7 +168,7 @@ WHERE id = 1 AND (owner = ? OR expires_at <= `+dbNowMs+`)`, owner, lease, owner)
 // lost returns nil, after counting it, when err means another process's
 // write won the race for the lease row; else err.
 func (t *target) lost(err error) error {
-	reason := retryReason(err, false)
+	reason := retryReason(err, true)
 	if reason == "" {
 		return err
 	}
@@ -212,7 +212,7 @@ func (t *target) holdLease(owner string) func() error {
 				backoff(attempt)
 			}
 			_, err = t.conn.ExecContext(ctx, `DELETE FROM `+lockTable+` WHERE id = 1 AND owner = ?`, owner)
-			if err == nil || retryReason(err, true) == "" {
+			if err == nil || !isRetryable(err) {
 				break
 			}
 		}

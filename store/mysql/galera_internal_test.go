@@ -2,11 +2,14 @@ package mysql
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 )
@@ -74,4 +77,32 @@ func TestGaleraLeaseLockExcludes(t *testing.T) {
 		t.Fatalf("the lock was taken %d times, want %d", got, perNode*len(urls)*rounds)
 	}
 	t.Logf("%d takes, %d lost certifications or deadlocks on the lease row", taken.Load(), conflicts.Load())
+}
+
+func TestRetryReason(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		number uint16
+		galera bool
+		want   string
+	}{
+		{1213, false, RetryDeadlock},
+		{1213, true, RetryCertification},
+		{1205, true, RetryLockTimeout},
+		{1062, false, RetryDuplicateKey},
+		{1020, false, RetrySerialization},
+		{1047, true, ""}, // not in the primary component: unavailable, not a race
+		{1146, false, ""},
+	} {
+		err := fmt.Errorf("wrapped: %w", &gomysql.MySQLError{Number: tt.number})
+		if got := retryReason(err, tt.galera); got != tt.want {
+			t.Errorf("retryReason(%d, galera=%v) = %q, want %q", tt.number, tt.galera, got, tt.want)
+		}
+	}
+	if got := retryReason(errors.New("other"), true); got != "" {
+		t.Errorf("retryReason(a non-MySQL error) = %q", got)
+	}
+	if !isConnLost(&gomysql.MySQLError{Number: 1047}) {
+		t.Error("error 1047 (a Galera node out of the primary component) is not unavailable")
+	}
 }

@@ -70,13 +70,15 @@ const (
 
 // Reasons a transaction is run again, as Config.ObserveRetry receives them.
 const (
-	// RetryDeadlock is error 1213 on a statement: InnoDB's deadlock
-	// detector chose this transaction, or, on Galera, a write set
-	// replicated from another node aborted it (a brute-force abort).
+	// RetryDeadlock is error 1213 on a single server: InnoDB's deadlock
+	// detector chose this transaction.
 	RetryDeadlock = "deadlock"
-	// RetryCertification is error 1213 at COMMIT (or on an autocommit
-	// statement of a Galera node): Galera's certification failed because
-	// another node committed a conflicting write first.
+	// RetryCertification is error 1213 on a Galera node: the transaction
+	// conflicted with another node's write, and either lost certification
+	// at COMMIT or was aborted by that node's replicated write set while
+	// it held a row lock the write set needed (a brute-force abort, which
+	// surfaces on the next statement or at COMMIT). The error does not
+	// tell a rare local InnoDB deadlock apart: on Galera it counts here.
 	RetryCertification = "certification"
 	// RetrySerialization is error 1020, "record has changed since last
 	// read" (MariaDB's innodb_snapshot_isolation).
@@ -445,25 +447,17 @@ func isConnLost(err error) bool {
 // winner).
 func isRetryable(err error) bool { return retryReason(err, false) != "" }
 
-// atCommit marks an error returned by COMMIT, where Galera reports a failed
-// certification (error 1213).
-type atCommit struct{ err error }
-
-func (e atCommit) Error() string { return "commit: " + e.err.Error() }
-func (e atCommit) Unwrap() error { return e.err }
-
 // retryReason returns why err is worth running the transaction again (one
-// of the Retry… reasons), or "" when it is not. galeraAutocommit says err
-// came from an autocommit statement on a Galera node, whose COMMIT is the
-// statement's own.
-func retryReason(err error, galeraAutocommit bool) string {
+// of the Retry… reasons), or "" when it is not. galera says the server is
+// a Galera node.
+func retryReason(err error, galera bool) string {
 	var me *gomysql.MySQLError
 	if !errors.As(err, &me) {
 		return ""
 	}
 	switch me.Number {
 	case 1213:
-		if galeraAutocommit || errors.As(err, new(atCommit)) {
+		if galera {
 			return RetryCertification
 		}
 		return RetryDeadlock
@@ -478,10 +472,10 @@ func retryReason(err error, galeraAutocommit bool) string {
 }
 
 // shouldRetry reports whether err, from attempt attempt (0-based) of a
-// transaction (or, autocommit, of a statement), is worth another attempt,
-// and counts the retry (Config.ObserveRetry).
-func (s *Store) shouldRetry(err error, autocommit bool, attempt int) bool {
-	reason := retryReason(err, autocommit && s.server.galera)
+// transaction or an autocommit statement, is worth another attempt, and
+// counts the retry (Config.ObserveRetry).
+func (s *Store) shouldRetry(err error, attempt int) bool {
+	reason := retryReason(err, s.server.galera)
 	if reason == "" || attempt+1 >= retries {
 		return false
 	}
@@ -554,7 +548,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) 
 			backoff(attempt)
 		}
 		err = s.tryTx(ctx, fn)
-		if err == nil || !s.shouldRetry(err, false, attempt) {
+		if err == nil || !s.shouldRetry(err, attempt) {
 			break
 		}
 	}
@@ -570,10 +564,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return atCommit{err}
-	}
-	return nil
+	return tx.Commit()
 }
 
 // backoff sleeps a little longer on each retry of a transaction that lost a
