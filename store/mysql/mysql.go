@@ -123,8 +123,8 @@ type Config struct {
 	// ObserveRetry, if set, is called each time a transaction or statement
 	// is run again after losing a race, with the reason (RetryDeadlock,
 	// RetryCertification, RetrySerialization, RetryLockTimeout,
-	// RetryDuplicateKey). It is called from the writer goroutines and
-	// must be safe for concurrent use.
+	// RetryDuplicateKey). It is called from many goroutines at once (the
+	// writers', the callers') and must be safe for concurrent use.
 	ObserveRetry func(reason string)
 }
 
@@ -274,11 +274,6 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 	// Strict mode, whatever the server's default: a value that does not fit
 	// is an error, never silently truncated.
 	mc.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
-	// READ COMMITTED: locking reads lock the rows they find, not the gaps
-	// between them, and INSERT … SELECT reads its source without locking
-	// it. Statement-based binary logging cannot log READ COMMITTED writes,
-	// so a server with binlog_format=STATEMENT keeps REPEATABLE READ (the
-	// locks taken are then wider; correctness is the same).
 	// Galera applies another node's commits a little after they return:
 	// without a causality check a read on this node may miss a write the
 	// client saw committed on another (an order created through one
@@ -290,6 +285,11 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 	if srv.galera {
 		mc.Params["wsrep_sync_wait"] = strconv.Itoa(srv.syncWait | 3)
 	}
+	// READ COMMITTED: locking reads lock the rows they find, not the gaps
+	// between them, and INSERT … SELECT reads its source without locking
+	// it. Statement-based binary logging cannot log READ COMMITTED writes,
+	// so a server with binlog_format=STATEMENT keeps REPEATABLE READ (the
+	// locks taken are then wider; correctness is the same).
 	if binlogFormat != "STATEMENT" {
 		name := "transaction_isolation" // MySQL 8 removed tx_isolation
 		if srv.mariaDB && srv.num < 11_01_00 {
