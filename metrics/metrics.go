@@ -30,6 +30,7 @@ type Metrics struct {
 	requestLatency *prometheus.HistogramVec
 	commitWrites   prometheus.Histogram
 	commitLatency  prometheus.Histogram
+	dbRetries      *prometheus.CounterVec
 	alertsFiring   *prometheus.GaugeVec
 	closeBacklog   prometheus.Gauge
 	deadLetters    prometheus.Gauge
@@ -93,6 +94,10 @@ func New(pending func() int) *Metrics {
 			Help:    "Duration of a group commit, execution and fsync included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
+		dbRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hourglass_db_retries_total",
+			Help: "Database transactions run again after losing a race, by reason: deadlock (chosen as a deadlock victim; on Galera also aborted by a conflicting write replicated from another node), certification (Galera: lost certification at COMMIT to another node's write), serialization, lock_timeout, duplicate_key.",
+		}, []string{"reason"}),
 		alertsFiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hourglass_alerts_firing",
 			Help: "1 while the built-in alert rule is firing, 0 otherwise.",
@@ -111,7 +116,7 @@ func New(pending func() int) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.closeLateness, m.closed, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
-		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.alertsFiring, m.closeBacklog, m.deadLetters,
+		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.dbRetries, m.alertsFiring, m.closeBacklog, m.deadLetters,
 		m.deliveries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hourglass_timers_pending",
@@ -124,6 +129,9 @@ func New(pending func() int) *Metrics {
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")
+	for _, reason := range []string{"deadlock", "certification", "serialization"} {
+		m.dbRetries.WithLabelValues(reason)
+	}
 	for _, outcome := range []string{"delivered", "retry", "dead"} {
 		m.deliveries.WithLabelValues(outcome)
 	}
@@ -169,6 +177,10 @@ func (m *Metrics) ObserveCommit(writes int, d time.Duration) {
 	m.commitWrites.Observe(float64(writes))
 	m.commitLatency.Observe(d.Seconds())
 }
+
+// ObserveRetry counts one database transaction run again, by reason
+// (store.Options.ObserveRetry).
+func (m *Metrics) ObserveRetry(reason string) { m.dbRetries.WithLabelValues(reason).Inc() }
 
 // AlertFiring implements alert.Observer: it sets hourglass_alerts_firing{rule}.
 func (m *Metrics) AlertFiring(rule string, firing bool) {

@@ -49,6 +49,13 @@ type Options struct {
 	Outbox bool
 	// Observe, if set, is called after every group commit.
 	Observe func(writes int, commit time.Duration)
+	// ObserveRetry, if set, is called each time a transaction is run again
+	// after losing a race with another, with the reason: "deadlock",
+	// "certification" (Galera), "serialization", "lock_timeout" or
+	// "duplicate_key" (mysql.Retry…). It must be safe for concurrent use.
+	// The MySQL store reports; SQLite (one writer) never retries, and the
+	// PostgreSQL store does not report yet.
+	ObserveRetry func(reason string)
 }
 
 // Kind returns which store a URL names, or an error saying what URLs are
@@ -129,7 +136,7 @@ func postgresConfig(o Options) postgres.Config {
 }
 
 func mysqlConfig(o Options) mysql.Config {
-	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe}
+	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry}
 }
 
 // Migrate applies the pending migrations of the database o.URL names and

@@ -124,6 +124,11 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 			m.ObserveCommit(writes, d)
 		}
 	}
+	opts.ObserveRetry = func(reason string) {
+		if m != nil {
+			m.ObserveRetry(reason)
+		}
+	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, opts)
 	cancelOpen()

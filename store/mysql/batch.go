@@ -196,7 +196,7 @@ func (s *Store) runRetrying(batch []*op) ([]opResult, int, error) {
 		if err == nil {
 			return results, fanned, nil
 		}
-		if !isRetryable(err) {
+		if !s.shouldRetry(err, attempt) {
 			return nil, 0, err
 		}
 	}

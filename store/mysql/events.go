@@ -109,7 +109,7 @@ func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
 		if attempt > 0 {
 			backoff(attempt)
 		}
-		if err = fn(); err == nil || !isRetryable(err) {
+		if err = fn(); err == nil || !s.shouldRetry(err, attempt) {
 			break
 		}
 	}

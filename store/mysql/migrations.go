@@ -36,10 +36,16 @@ const versionTable = "hourglass_schema_migrations"
 const migrationLockWait = 120 * time.Second
 
 // target is migrate.Target on one dedicated connection: GET_LOCK is held by
-// a connection, so the lock, the reads and the migrations all use it.
+// a connection, so the lock, the reads and the migrations all use it. On a
+// Galera node, whose GET_LOCK locks that node alone, the lock is a lease
+// row instead (galera.go).
 type target struct {
 	conn *sql.Conn
 	lock string // the GET_LOCK name
+
+	db      *sql.DB             // renews the Galera lease
+	galera  bool                // the server is a Galera node (wsrep_on=ON)
+	observe func(reason string) // Config.ObserveRetry, or nil
 }
 
 func newTarget(ctx context.Context, db *sql.DB, dbName string) (*target, error) {
@@ -52,15 +58,24 @@ func newTarget(ctx context.Context, db *sql.DB, dbName string) (*target, error) 
 		sum := sha256.Sum256([]byte(dbName))
 		name = "hourglass_migrate_" + hex.EncodeToString(sum[:16])
 	}
-	return &target{conn: conn, lock: name}, nil
+	galera, _, err := galeraSettings(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &target{conn: conn, lock: name, db: db, galera: galera}, nil
 }
 
 // Lock takes GET_LOCK('hourglass_migrate_<db>'), which every process
-// migrating the same database takes, waiting up to migrationLockWait.
+// migrating the same database takes, waiting up to migrationLockWait; on
+// Galera it takes the lease row of hourglass_migration_lock (leaseLock).
 func (t *target) Lock(ctx context.Context) (func() error, error) {
 	wait := migrationLockWait
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(d), time.Second)
+	}
+	if t.galera {
+		return t.leaseLock(ctx, wait)
 	}
 	var got sql.NullInt64
 	if err := t.conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, t.lock, int(wait.Seconds())).Scan(&got); err != nil {
@@ -166,6 +181,7 @@ func migrateDB(ctx context.Context, db *sql.DB, cfg Config) (int, error) {
 		return 0, migrationError(err, mc)
 	}
 	defer t.conn.Close()
+	t.observe = cfg.ObserveRetry
 	n, err := migrate.Up(ctx, t, ms)
 	if err != nil {
 		return n, migrationError(err, mc)

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"regexp"
 	"strconv"
@@ -60,8 +61,34 @@ const (
 	// batchTimeout bounds one batch transaction, retries included.
 	batchTimeout = 60 * time.Second
 	// retries is how many times a batch that hit a deadlock, a lock wait
-	// timeout or a racing duplicate key is run again before it fails.
-	retries = 8
+	// timeout, a racing duplicate key or (Galera) a certification conflict
+	// is run again before it fails. On Galera a hot row written from several
+	// nodes at once loses certification often (one node wins each round),
+	// hence more than a single server would need.
+	retries = 16
+)
+
+// Reasons a transaction is run again, as Config.ObserveRetry receives them.
+const (
+	// RetryDeadlock is error 1213 on a single server: InnoDB's deadlock
+	// detector chose this transaction.
+	RetryDeadlock = "deadlock"
+	// RetryCertification is error 1213 on a Galera node: the transaction
+	// conflicted with another node's write, and either lost certification
+	// at COMMIT or was aborted by that node's replicated write set while
+	// it held a row lock the write set needed (a brute-force abort, which
+	// surfaces on the next statement or at COMMIT). The error does not
+	// tell a rare local InnoDB deadlock apart: on Galera it counts here.
+	RetryCertification = "certification"
+	// RetrySerialization is error 1020, "record has changed since last
+	// read" (MariaDB's innodb_snapshot_isolation).
+	RetrySerialization = "serialization"
+	// RetryLockTimeout is error 1205, a row lock wait that timed out.
+	RetryLockTimeout = "lock_timeout"
+	// RetryDuplicateKey is error 1062 from a key another transaction
+	// committed first (an idempotency key, a new row's key); the retry
+	// reads the winner.
+	RetryDuplicateKey = "duplicate_key"
 )
 
 // Minimum server versions.
@@ -93,6 +120,12 @@ type Config struct {
 	// Observe, if set, is called after every group commit with the number
 	// of writes it held and how long the transaction took.
 	Observe func(writes int, commit time.Duration)
+	// ObserveRetry, if set, is called each time a transaction or statement
+	// is run again after losing a race, with the reason (RetryDeadlock,
+	// RetryCertification, RetrySerialization, RetryLockTimeout,
+	// RetryDuplicateKey). It is called from many goroutines at once (the
+	// writers', the callers') and must be safe for concurrent use.
+	ObserveRetry func(reason string)
 }
 
 // Validate reports a configuration error, naming the field; it does not
@@ -118,6 +151,10 @@ type server struct {
 	mariaDB bool
 	version string // as SELECT VERSION() says
 	num     int    // major*10000 + minor*100 + patch
+	// galera: the server is a node of a Galera cluster (wsrep_on=ON).
+	galera bool
+	// syncWait is the server's global wsrep_sync_wait (Galera).
+	syncWait int
 }
 
 func (v server) String() string {
@@ -239,6 +276,17 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 	// Strict mode, whatever the server's default: a value that does not fit
 	// is an error, never silently truncated.
 	mc.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
+	// Galera applies another node's commits a little after they return:
+	// without a causality check a read on this node may miss a write the
+	// client saw committed on another (an order created through one
+	// hourglass node, paid through the next). wsrep_sync_wait makes reads
+	// (1) and UPDATE/DELETE statements (2) first wait until this node has
+	// applied every write set committed in the cluster before they began;
+	// INSERTs need no wait: a conflicting one fails certification. A
+	// stricter global setting is kept.
+	if srv.galera {
+		mc.Params["wsrep_sync_wait"] = strconv.Itoa(srv.syncWait | 3)
+	}
 	// READ COMMITTED: locking reads lock the rows they find, not the gaps
 	// between them, and INSERT … SELECT reads its source without locking
 	// it. Statement-based binary logging cannot log READ COMMITTED writes,
@@ -287,6 +335,9 @@ func inspect(ctx context.Context, db *sql.DB, cfg Config, mc *gomysql.Config) (s
 	srv := parseVersion(version)
 	if err := srv.supported(mc.Addr); err != nil {
 		return srv, "", err
+	}
+	if srv.galera, srv.syncWait, err = galeraSettings(ctx, db); err != nil {
+		return srv, "", startupError(err, cfg, mc)
 	}
 	return srv, strings.ToUpper(binlog), nil
 }
@@ -384,6 +435,8 @@ func isConnLost(err error) bool {
 		switch me.Number {
 		case 2006, 2013, 1053, 1077, 1927, 3169: // gone away, lost, shutdown, killed
 			return true
+		case 1047: // Galera: this node is not part of the primary component (or not synced yet)
+			return true
 		}
 	}
 	return false
@@ -391,17 +444,47 @@ func isConnLost(err error) bool {
 
 // isRetryable reports whether a transaction failed only because of others
 // running at the same time and was rolled back: a deadlock (also Galera's
-// certification failure), a lock wait timeout, or a duplicate key that a
-// racing transaction committed first (the retry reads the winner).
-func isRetryable(err error) bool {
+// certification failure, at COMMIT), a lock wait timeout, or a duplicate
+// key that a racing transaction committed first (the retry reads the
+// winner).
+func isRetryable(err error) bool { return retryReason(err, false) != "" }
+
+// retryReason returns why err is worth running the transaction again (one
+// of the Retry… reasons), or "" when it is not. galera says the server is
+// a Galera node.
+func retryReason(err error, galera bool) string {
 	var me *gomysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1213, 1205, 1062, 1020: // deadlock, lock wait timeout, duplicate key, record changed
-			return true
-		}
+	if !errors.As(err, &me) {
+		return ""
 	}
-	return false
+	switch me.Number {
+	case 1213:
+		if galera {
+			return RetryCertification
+		}
+		return RetryDeadlock
+	case 1205:
+		return RetryLockTimeout
+	case 1062:
+		return RetryDuplicateKey
+	case 1020:
+		return RetrySerialization
+	}
+	return ""
+}
+
+// shouldRetry reports whether err, from attempt attempt (0-based) of a
+// transaction or an autocommit statement, is worth another attempt, and
+// counts the retry (Config.ObserveRetry).
+func (s *Store) shouldRetry(err error, attempt int) bool {
+	reason := retryReason(err, s.server.galera)
+	if reason == "" || attempt+1 >= retries {
+		return false
+	}
+	if s.cfg.ObserveRetry != nil {
+		s.cfg.ObserveRetry(reason)
+	}
+	return true
 }
 
 // fail wraps err of operation op: connection loss (and a closed pool)
@@ -467,7 +550,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) 
 			backoff(attempt)
 		}
 		err = s.tryTx(ctx, fn)
-		if err == nil || !isRetryable(err) {
+		if err == nil || !s.shouldRetry(err, attempt) {
 			break
 		}
 	}
@@ -487,10 +570,13 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 // backoff sleeps a little longer on each retry of a transaction that lost a
-// race, so the winners can finish: 1, 2, 4… ms, at most 50 ms.
+// race, so the winners can finish: about 1, 2, 4… ms, at most 50 ms, each
+// drawn at random from half to one and a half times that. The randomness
+// matters on Galera: two nodes whose batches conflicted on a hot row would
+// otherwise retry in step and conflict again.
 func backoff(attempt int) {
-	d := time.Duration(1<<min(attempt-1, 6)) * time.Millisecond
-	time.Sleep(min(d, 50*time.Millisecond))
+	d := min(time.Duration(1<<min(attempt-1, 6))*time.Millisecond, 50*time.Millisecond)
+	time.Sleep(d/2 + rand.N(d))
 }
 
 // placeholders returns "?, ?, …" with n marks.

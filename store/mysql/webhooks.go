@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/hourglass/hourglass"
 )
@@ -13,8 +14,9 @@ import (
 const maxLastError = 60000
 
 // CreateWebhook implements hourglass.WebhookStore. With limit > 0 it locks
-// the 'webhooks' settings row (FOR UPDATE) before counting, so creates
-// racing in any number of processes never exceed the limit.
+// the 'webhooks' settings row (FOR UPDATE) before counting and writes the
+// new count into it, so creates racing in any number of processes (on
+// Galera: on any number of nodes) never exceed the limit.
 func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error) {
 	if err := p.Validate(); err != nil {
 		return hourglass.Webhook{}, err
@@ -32,6 +34,13 @@ func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, li
 			}
 			if n >= int64(limit) {
 				return hourglass.Errorf(hourglass.CodeLimitExceeded, "webhooks: %d exist, the most allowed (--webhook-max); delete one first", n)
+			}
+			// Write the locked row too: on Galera a row lock is this node's
+			// alone, and only a write makes two creates on two nodes
+			// conflict (at certification), so that one runs again and
+			// counts the other's webhook.
+			if _, err := tx.ExecContext(ctx, `UPDATE settings SET value = ? WHERE name = 'webhooks'`, strconv.FormatInt(n+1, 10)); err != nil {
+				return fmt.Errorf("lock the webhook count: %w", err)
 			}
 		}
 		nowMs, err := s.now(ctx, tx)
