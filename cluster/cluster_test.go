@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/delay/wheel"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
@@ -61,18 +62,33 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// galera names the MariaDB Galera cluster in these tests: each store value
+// opened on it goes to the next of its three nodes.
+const galera = "galera"
+
+// kinds are the shared stores the tests run on.
+var kinds = []string{store.KindPostgres, store.KindMySQL, galera}
+
 // opener returns a function that opens store values on one new database of
-// kind.
+// kind (on Galera, each on the next node).
 func opener(t *testing.T, kind string) func() hourglass.Database {
 	t.Helper()
-	var url string
+	var urls []string
 	switch kind {
 	case store.KindPostgres:
-		url = pgtest.NewDatabase(t)
+		urls = []string{pgtest.NewDatabase(t)}
 	case store.KindMySQL:
-		url = mytest.NewDatabase(t)
+		urls = []string{mytest.NewDatabase(t)}
+	case galera:
+		urls = galeratest.NewDatabase(t)
 	}
+	var mu sync.Mutex
+	next := 0
 	return func() hourglass.Database {
+		mu.Lock()
+		url := urls[next%len(urls)]
+		next++
+		mu.Unlock()
 		db, err := store.Open(context.Background(), store.Options{URL: url})
 		if err != nil {
 			t.Fatalf("open %s: %v", kind, err)
@@ -168,7 +184,7 @@ func balanced(v hourglass.ClusterView, nodes []*runNode) bool {
 }
 
 func TestMembership(t *testing.T) {
-	for _, kind := range []string{store.KindPostgres, store.KindMySQL} {
+	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			open := opener(t, kind)
@@ -230,7 +246,7 @@ func (s skewed) Now() time.Time { return time.Now().Add(s.off) }
 // database's clock decides) and none late by the skew (each node corrects
 // its schedule by its measured offset).
 func TestNodesWithSkewedClocks(t *testing.T) {
-	for _, kind := range []string{store.KindPostgres, store.KindMySQL} {
+	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			open := opener(t, kind)
