@@ -56,6 +56,13 @@ type Options struct {
 	// The MySQL store reports; SQLite (one writer) never retries, and the
 	// PostgreSQL store does not report yet.
 	ObserveRetry func(reason string)
+	// AnnounceWithin, when positive, limits the created orders a shared
+	// store announces to the other processes (ClusterStore.WatchCreated)
+	// to those due within it: an order due later is beyond every node's
+	// window, and its owner's loader brings it in time. Set it to the
+	// engine's window (and the same window on every node). Zero: announce
+	// every created order.
+	AnnounceWithin time.Duration
 }
 
 // Kind returns which store a URL names, or an error saying what URLs are
@@ -136,7 +143,7 @@ func postgresConfig(o Options) postgres.Config {
 }
 
 func mysqlConfig(o Options) mysql.Config {
-	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry}
+	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin}
 }
 
 // Migrate applies the pending migrations of the database o.URL names and

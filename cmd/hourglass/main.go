@@ -119,6 +119,10 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	opts.Outbox = delay.FeedOf(s.Delay) == hourglass.FeedOutbox
+	// Other nodes learn of the orders this one creates that fall inside
+	// their window (the same --window on every node); their loaders bring
+	// the later ones.
+	opts.AnnounceWithin = s.Window + time.Second
 	opts.Observe = func(writes int, d time.Duration) {
 		if m != nil {
 			m.ObserveCommit(writes, d)

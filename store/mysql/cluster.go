@@ -276,13 +276,19 @@ func (s *Store) LeaveCluster(ctx context.Context, nodeID string) error {
 // handed out as late as possible before the commit makes it visible.
 func (s *Store) writeFeed(ctx context.Context, tx *sql.Tx, news []newOrder) error {
 	body := make([]byte, 0, 32*len(news))
-	for i, n := range news {
-		if i > 0 {
+	for _, n := range news {
+		if within := s.cfg.AnnounceWithin; within > 0 && n.o.Deadline.Sub(n.o.CreatedAt) > within {
+			continue // beyond every node's window: its owner's loader brings it
+		}
+		if len(body) > 0 {
 			body = append(body, ',')
 		}
 		body = strconv.AppendInt(body, n.o.ID, 10)
 		body = append(body, ':')
 		body = strconv.AppendInt(body, hourglass.UnixMilli(n.o.Deadline), 10)
+	}
+	if len(body) == 0 {
+		return nil
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO order_feed (origin, created_at, body) VALUES (?, `+dbNowMs+`, ?)`, s.origin, string(body)); err != nil {
 		return fmt.Errorf("insert order feed: %w", err)

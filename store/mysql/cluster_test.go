@@ -147,6 +147,43 @@ func TestWatchSkipsOwnCreates(t *testing.T) {
 	quiet(t, reports, 300*time.Millisecond)
 }
 
+// TestWatchAnnouncesWithin: a store value with AnnounceWithin writes only
+// the orders due within it to the feed (a batch with none, no row).
+func TestWatchAnnouncesWithin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, admin, reports := watchSetup(t, watchConfig{})
+	other, err := Open(ctx, Config{URL: s.cfg.URL, AnnounceWithin: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var rowsBefore int
+	if err := admin.QueryRow(`SELECT COUNT(*) FROM order_feed`).Scan(&rowsBefore); err != nil {
+		t.Fatal(err)
+	}
+	create := func(timeout time.Duration) hourglass.Order {
+		o, _, err := other.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	create(time.Hour) // beyond a minute: not announced, no feed row
+	var rows int
+	if err := admin.QueryRow(`SELECT COUNT(*) FROM order_feed`).Scan(&rows); err != nil || rows != rowsBefore {
+		t.Fatalf("feed rows after an order due in an hour = %d, %v; want %d (none written)", rows, err, rowsBefore)
+	}
+	soon := create(30 * time.Second)
+	if got := next(t, reports); len(got) != 1 || got[0].OrderID != soon.ID {
+		t.Fatalf("reported %v, want only order %d (due within the minute)", got, soon.ID)
+	}
+	quiet(t, reports, 300*time.Millisecond)
+}
+
 // TestWatchReloadsAfterFailedRead: while the feed cannot be read the watch
 // reports nothing; once it can, it reports nil (reload), not the rows it
 // may have missed one by one.

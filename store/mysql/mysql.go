@@ -126,6 +126,10 @@ type Config struct {
 	// RetryDuplicateKey). It is called from many goroutines at once (the
 	// writers', the callers') and must be safe for concurrent use.
 	ObserveRetry func(reason string)
+	// AnnounceWithin, when positive, leaves out of the order feed the
+	// created orders due later than it after their creation (see
+	// store.Options.AnnounceWithin); a batch with none writes no feed row.
+	AnnounceWithin time.Duration
 }
 
 // Validate reports a configuration error, naming the field; it does not
