@@ -63,6 +63,12 @@ type Options struct {
 	// engine's window (and the same window on every node). Zero: announce
 	// every created order.
 	AnnounceWithin time.Duration
+	// IdleTxTimeout, when positive, has a PostgreSQL or MySQL server end a
+	// session idle inside a transaction for this long, so a paused process
+	// does not hold row locks over the others (cluster nodes set their
+	// lease TTL: by when their partitions move). See mysql.Config and
+	// postgres.Config.
+	IdleTxTimeout time.Duration
 }
 
 // Kind returns which store a URL names, or an error saying what URLs are
@@ -143,7 +149,7 @@ func postgresConfig(o Options) postgres.Config {
 }
 
 func mysqlConfig(o Options) mysql.Config {
-	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin}
+	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout}
 }
 
 // Migrate applies the pending migrations of the database o.URL names and

@@ -123,6 +123,9 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	// their window (the same --window on every node); their loaders bring
 	// the later ones.
 	opts.AnnounceWithin = s.Window + time.Second
+	// A node paused inside a transaction must not hold row locks past the
+	// moment its partitions move to the others.
+	opts.IdleTxTimeout = s.LeaseTTL
 	opts.Observe = func(writes int, d time.Duration) {
 		if m != nil {
 			m.ObserveCommit(writes, d)

@@ -258,3 +258,44 @@ SELECT 'other', `+dbNowMs+` - 120000, '1:1' FROM cluster_leases, (SELECT 1 UNION
 		t.Fatalf("the row left is %d (%v), want the fresh one %d", left, err, fresh)
 	}
 }
+
+// TestIdleTransactionEnded: a session of a store value with IdleTxTimeout
+// that sits idle inside a transaction holding a row lock (its process was
+// paused) is ended by the server, so another store value's write of that
+// row goes through within about the timeout, not after the lock wait.
+func TestIdleTransactionEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := mytest.NewDatabase(t)
+	paused, err := Open(ctx, Config{URL: url, IdleTxTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paused.Close()
+	other, err := Open(ctx, Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := paused.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT available FROM products WHERE sku = 'A' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, _, err := other.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Minute}); err != nil {
+		t.Fatalf("a create waiting for the paused session's lock: %v", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the create waited %s for a session idle in its transaction; want about the 1s timeout", waited)
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("the idle transaction committed after the server should have ended it")
+	}
+}

@@ -130,6 +130,14 @@ type Config struct {
 	// created orders due later than it after their creation (see
 	// store.Options.AnnounceWithin); a batch with none writes no feed row.
 	AnnounceWithin time.Duration
+	// IdleTxTimeout, when positive, has the server end a session that sits
+	// idle inside a transaction this long (rolling it back), so that a
+	// process paused mid-transaction (SIGSTOP, a VM freeze) does not hold
+	// its row locks over the other processes for longer: MariaDB's
+	// idle_transaction_timeout. MySQL 8 has no such limit; there the
+	// session's wait_timeout is set to it instead (and the pool drops idle
+	// connections before that), which ends any idle session.
+	IdleTxTimeout time.Duration
 }
 
 // Validate reports a configuration error, naming the field; it does not
@@ -268,7 +276,7 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 		"time_zone":                "'+00:00'",
 		"innodb_lock_wait_timeout": strconv.Itoa(lockWaitTimeout),
 	}
-	probe, err := openPool(mc, 1)
+	probe, err := openPool(mc, 1, time.Minute)
 	if err != nil {
 		return nil, server{}, err
 	}
@@ -303,7 +311,17 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 		}
 		mc.Params[name] = "'READ-COMMITTED'"
 	}
-	db, err := openPool(mc, cmp.Or(cfg.MaxConns, MaxConnsDefault))
+	maxIdle := 5 * time.Minute // under every server's default wait_timeout (8 h) and most proxies'
+	if d := cfg.IdleTxTimeout; d > 0 {
+		secs := strconv.Itoa(int(max((d+time.Second-1)/time.Second, 1)))
+		if srv.mariaDB {
+			mc.Params["idle_transaction_timeout"] = secs
+		} else {
+			mc.Params["wait_timeout"] = secs
+			maxIdle = min(maxIdle, d/2)
+		}
+	}
+	db, err := openPool(mc, cmp.Or(cfg.MaxConns, MaxConnsDefault), maxIdle)
 	if err != nil {
 		return nil, server{}, err
 	}
@@ -314,7 +332,7 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 	return db, srv, nil
 }
 
-func openPool(mc *gomysql.Config, size int) (*sql.DB, error) {
+func openPool(mc *gomysql.Config, size int, maxIdle time.Duration) (*sql.DB, error) {
 	conn, err := gomysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)
@@ -322,8 +340,7 @@ func openPool(mc *gomysql.Config, size int) (*sql.DB, error) {
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(size)
 	db.SetMaxIdleConns(size)
-	// Under every server's default wait_timeout (8 h) and most proxies'.
-	db.SetConnMaxIdleTime(5 * time.Minute)
+	db.SetConnMaxIdleTime(maxIdle)
 	db.SetConnMaxLifetime(time.Hour)
 	return db, nil
 }
