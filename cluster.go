@@ -127,3 +127,18 @@ func (ps Parts) Mask() int64 {
 	}
 	return int64(m)
 }
+
+// ClusterView is what GET /v1/cluster shows: the partitions and the live
+// nodes, each with the partitions it owns (ascending) and whether it is the
+// node answering.
+type ClusterView struct {
+	Partitions int
+	Nodes      []NodeView
+}
+
+// NodeView is one node of a ClusterView.
+type NodeView struct {
+	Node
+	Partitions []int
+	Self       bool
+}

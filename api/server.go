@@ -58,6 +58,8 @@ type Config struct {
 	Webhooks WebhookService
 	// Dashboard serves the dashboard at / when set (dashboard.go).
 	Dashboard DashboardSource
+	// Cluster serves GET /v1/cluster when set (cluster.go).
+	Cluster ClusterSource
 	// MaxBodyMemory bounds the bytes of request bodies held at once
 	// (default MaxBodyMemoryDefault). A request reserves its body's size
 	// (its Content-Length, or MaxBodyBytes when unknown) before reading it;
@@ -133,6 +135,7 @@ func (s *Server) routes() {
 	}
 	routes = append(routes, s.webhookRoutes()...)
 	routes = append(routes, s.dashboardRoutes()...)
+	routes = append(routes, s.clusterRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))

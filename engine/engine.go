@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,9 +78,19 @@ type Config struct {
 	RetryMax time.Duration
 	// RelayBatch is the most outbox timers published per Schedule call.
 	RelayBatch int
-	Clock      hourglass.Clock
-	Logger     *slog.Logger
-	Observer   Observer
+	// Ownership divides the orders among the nodes sharing the database
+	// (package cluster): the engine loads, schedules, relays and sweeps
+	// only the orders of the partitions it owns, loads a partition's
+	// window when it gains it, and drops the timers of one it lost as they
+	// fire. Nil: this node owns every order.
+	Ownership Ownership
+	// WatchCreated, when set, reports the orders other nodes create
+	// (hourglass.ClusterStore.WatchCreated), so that the owner of an
+	// order's partition schedules it whichever node took the create.
+	WatchCreated func(ctx context.Context, fn func([]hourglass.Timer)) error
+	Clock        hourglass.Clock
+	Logger       *slog.Logger
+	Observer     Observer
 }
 
 // Validate reports a configuration error, naming the field and its range.
@@ -117,6 +128,14 @@ func (c Config) Validate() error {
 type Store interface {
 	CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error)
 	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+}
+
+// Ownership is the set of partitions this node owns (cluster.Membership).
+type Ownership interface {
+	// Owned returns the partitions owned now.
+	Owned() hourglass.Parts
+	// OnChange registers fn, called (without blocking) after each change.
+	OnChange(fn func(gained, lost []int))
 }
 
 // Observer receives what the engine does, for metrics. Its methods are called
@@ -185,6 +204,13 @@ type Engine struct {
 	// made (unix ms), so the sweeper can tell a mechanism working through
 	// a backlog from one that lost timers.
 	lastFront, lastDelivery atomic.Int64
+
+	// parts is the partitions owned (nil pointer: all); gained collects the
+	// partitions gained (or, on a resync, all owned) whose window the
+	// loader must load, and catchUp wakes it.
+	parts   atomic.Pointer[hourglass.Parts]
+	gained  map[int]bool
+	catchUp chan struct{}
 }
 
 // Backlogger is an optional interface of a Scheduler whose due timers
@@ -241,7 +267,59 @@ func New(store Store, cfg Config) (*Engine, error) {
 	e.horizon = -1 << 62 // nothing accepted until the first load
 	e.relayWake = make(chan struct{}, 1)
 	e.firstPage = make(chan struct{})
+	e.catchUp = make(chan struct{}, 1)
+	e.gained = map[int]bool{}
+	if cfg.Ownership != nil {
+		owned := cfg.Ownership.Owned()
+		e.parts.Store(&owned)
+		cfg.Ownership.OnChange(e.ownershipChanged)
+	}
 	return e, nil
+}
+
+// owned returns the partitions this node owns (nil: all).
+func (e *Engine) owned() hourglass.Parts {
+	if p := e.parts.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ownershipChanged takes the new set, and has the loader load the window
+// of each gained partition (its orders due meanwhile included) and the
+// relay publish their outbox. Timers of lost partitions are dropped as
+// they fire (deliver).
+func (e *Engine) ownershipChanged(gained, _ []int) {
+	owned := e.cfg.Ownership.Owned()
+	e.parts.Store(&owned)
+	if len(gained) > 0 {
+		e.mu.Lock()
+		for _, p := range gained {
+			e.gained[p] = true
+		}
+		e.mu.Unlock()
+		wake(e.catchUp)
+		wake(e.relayWake)
+	}
+}
+
+// resync has the loader load the whole window of every owned partition
+// again (a watch of other nodes' creates may have missed some).
+func (e *Engine) resync() {
+	e.mu.Lock()
+	for p := range hourglass.Partitions {
+		e.gained[p] = true
+	}
+	e.mu.Unlock()
+	wake(e.catchUp)
+	wake(e.relayWake)
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // Scheduler returns the delay mechanism in use.
@@ -299,6 +377,9 @@ func (e *Engine) Pending() int {
 // Schedule tells the engine a pending order was committed. Call it after the
 // commit. Idempotent.
 func (e *Engine) Schedule(t hourglass.Timer) {
+	if !e.owned().Has(t.OrderID) {
+		return // its partition's owner learns of it from the database
+	}
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
 		e.mu.Lock()
@@ -310,9 +391,62 @@ func (e *Engine) Schedule(t hourglass.Timer) {
 			}
 		}
 	case hourglass.FeedOutbox:
-		select {
-		case e.relayWake <- struct{}{}:
-		default:
+		wake(e.relayWake)
+	}
+}
+
+// created takes the orders other nodes created: those of owned partitions
+// inside the horizon go to the scheduler (FeedWindow), or wake the relay
+// (FeedOutbox). nil means some may have been missed: load the window again.
+func (e *Engine) created(ts []hourglass.Timer) {
+	if ts == nil {
+		e.resync()
+		return
+	}
+	owned := e.owned()
+	e.mu.Lock()
+	horizon := e.horizon
+	e.mu.Unlock()
+	var mine []hourglass.Timer
+	for _, t := range ts {
+		if owned.Has(t.OrderID) {
+			mine = append(mine, t)
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	switch e.info.Feed {
+	case hourglass.FeedWindow:
+		in := mine[:0]
+		for _, t := range mine {
+			if hourglass.UnixMilli(t.Deadline) <= horizon {
+				in = append(in, t)
+			}
+		}
+		if len(in) > 0 {
+			if err := e.sched.Schedule(context.Background(), in); err != nil {
+				e.log.Warn("engine: schedule of another node's orders failed; the loader or sweeper will catch them", "orders", len(in), "err", err)
+			}
+		}
+	case hourglass.FeedOutbox:
+		wake(e.relayWake)
+	}
+}
+
+// watchLoop runs WatchCreated until ctx ends, again after a failure.
+func (e *Engine) watchLoop(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		err := e.cfg.WatchCreated(ctx, e.created)
+		if ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+		e.log.Warn("engine: watch of other nodes' orders stopped; restarting it", "retry_in", backoff, "err", err)
+		e.resync()
+		if !sleep(ctx, backoff) {
+			return
 		}
 	}
 }
@@ -361,6 +495,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		run(e.recover)
 	}
 	run(e.sweepLoop)
+	if e.cfg.WatchCreated != nil {
+		run(e.watchLoop)
+	}
 	if e.info.Feed == hourglass.FeedWindow {
 		select {
 		case <-e.firstPage:
@@ -427,9 +564,17 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 // deliver is the hourglass.Deliver the scheduler calls with due timers: one
 // store call closes them all, each an idempotent compare-and-set.
 func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
-	ids := make([]int64, len(due))
-	for i, t := range due {
-		ids[i] = t.OrderID
+	owned := e.owned()
+	ids := make([]int64, 0, len(due))
+	for _, t := range due {
+		// A timer of a partition this node lost is the new owner's now
+		// (it loaded it): dropped, not closed twice.
+		if owned.Has(t.OrderID) {
+			ids = append(ids, t.OrderID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	closed, err := e.store.CloseOrders(ctx, ids)
 	if err != nil {
@@ -485,7 +630,54 @@ func (e *Engine) loadLoop(ctx context.Context) {
 			if err := e.load(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("engine: load window failed; retrying at the next interval", "err", err)
 			}
+		case <-e.catchUp:
+			if err := e.loadGained(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("engine: load window of partitions taken over failed; retrying", "err", err)
+				sleep(ctx, min(e.cfg.RetryMax, time.Second))
+				wake(e.catchUp)
+			}
 		}
+	}
+}
+
+// loadGained pages every pending order of the partitions gained, due up
+// to the horizon (those overdue first), into the scheduler: the window the
+// previous owner held. On failure the partitions stay to load.
+func (e *Engine) loadGained(ctx context.Context) error {
+	e.mu.Lock()
+	var parts hourglass.Parts
+	owned := e.owned()
+	for p := range e.gained {
+		if owned == nil || slices.Contains(owned, p) {
+			parts = append(parts, p)
+		}
+	}
+	clear(e.gained)
+	horizon := e.horizon
+	e.mu.Unlock()
+	if len(parts) == 0 || e.info.Feed != hourglass.FeedWindow {
+		return nil
+	}
+	slices.Sort(parts)
+	after, afterID := hourglass.FromUnixMilli(0), int64(0)
+	for {
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(horizon), Limit: e.cfg.LoadPageSize, Parts: parts})
+		if err == nil && len(page) > 0 {
+			err = e.sched.Schedule(ctx, page)
+		}
+		if err != nil {
+			e.mu.Lock()
+			for _, p := range parts {
+				e.gained[p] = true
+			}
+			e.mu.Unlock()
+			return err
+		}
+		if len(page) < e.cfg.LoadPageSize {
+			return nil
+		}
+		last := page[len(page)-1]
+		after, afterID = last.Deadline, last.OrderID
 	}
 }
 
@@ -508,7 +700,7 @@ func (e *Engine) load(ctx context.Context) error {
 		after, afterID = hourglass.FromUnixMilli(0), 0
 	}
 	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: e.cfg.LoadPageSize})
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: e.cfg.LoadPageSize, Parts: e.owned()})
 		if err == nil && len(page) > 0 {
 			err = e.sched.Schedule(ctx, page)
 		}
@@ -565,7 +757,7 @@ func (e *Engine) relayLoop(ctx context.Context) {
 // a crash in between publishes it again: a duplicate, never a loss.
 func (e *Engine) relay(ctx context.Context) error {
 	for {
-		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch, nil)
+		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch, e.owned())
 		if err != nil || len(batch) == 0 {
 			return err
 		}
@@ -672,7 +864,7 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch})
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: e.owned()})
 		if err != nil {
 			return total, err
 		}

@@ -34,6 +34,7 @@ type Metrics struct {
 	closeBacklog   prometheus.Gauge
 	deadLetters    prometheus.Gauge
 	deliveries     *prometheus.CounterVec
+	cluster        clusterMetrics
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -119,6 +120,7 @@ func New(pending func() int) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.cluster = newClusterMetrics(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")

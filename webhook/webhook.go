@@ -32,9 +32,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -92,6 +94,14 @@ type Observer interface {
 	WebhookAttempted(outcome string)
 }
 
+// Ownership is the set of partitions this node owns (cluster.Membership).
+type Ownership interface {
+	// Owned returns the partitions owned now.
+	Owned() hourglass.Parts
+	// OnChange registers fn, called (without blocking) after each change.
+	OnChange(fn func(gained, lost []int))
+}
+
 // Store is what the service needs of the database.
 type Store interface {
 	hourglass.WebhookStore
@@ -146,6 +156,14 @@ type Config struct {
 	Clock    hourglass.Clock
 	Logger   *slog.Logger
 	Observer Observer
+	// Ownership divides the deliveries among the nodes sharing the
+	// database (package cluster): a node loads and sends only those of
+	// orders in the partitions it owns, loads a partition's pending
+	// deliveries when it gains it, and drops those of a partition it lost.
+	// Nil: every delivery. Leader, when set, says whether this node does
+	// the cluster's event pruning.
+	Ownership Ownership
+	Leader    func() bool
 	// Transport overrides the HTTP transport (tests). By default a
 	// transport whose dialer enforces Allow on the address dialled, with no
 	// proxy.
@@ -231,6 +249,11 @@ type Service struct {
 	// the workers wake the loader (loadWake) when half of that has drained.
 	truncated bool
 
+	// parts is the partitions owned (nil pointer: all); gained those whose
+	// pending deliveries the loader must load (loadWake wakes it).
+	parts  atomic.Pointer[hourglass.Parts]
+	gained map[int]bool
+
 	wake      chan struct{} // the timing loop: an earlier deadline was added
 	readyWake chan struct{} // the workers: ready is not empty
 	loadWake  chan struct{} // the loader: room to load more
@@ -299,7 +322,32 @@ func New(store Store, cfg Config) (*Service, error) {
 	s.wake = make(chan struct{}, 1)
 	s.readyWake = make(chan struct{}, 1)
 	s.loadWake = make(chan struct{}, 1)
+	s.gained = map[int]bool{}
+	if cfg.Ownership != nil {
+		owned := cfg.Ownership.Owned()
+		s.parts.Store(&owned)
+		cfg.Ownership.OnChange(func(gained, _ []int) {
+			owned := cfg.Ownership.Owned()
+			s.parts.Store(&owned)
+			if len(gained) > 0 {
+				s.mu.Lock()
+				for _, p := range gained {
+					s.gained[p] = true
+				}
+				s.mu.Unlock()
+				signal(s.loadWake)
+			}
+		})
+	}
 	return s, nil
+}
+
+// owned returns the partitions this node owns (nil: all).
+func (s *Service) owned() hourglass.Parts {
+	if p := s.parts.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 type nopObserver struct{}
@@ -571,6 +619,9 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	if err != nil {
 		return retryLater(err, "reading a delivery")
 	}
+	if !s.owned().Has(d.OrderID) {
+		return hourglass.DeliveryTimer{}, false // its partition moved to another node, which loaded it
+	}
 	now := s.clock.Now()
 	if d.NextAttemptAt.After(now) {
 		return hourglass.DeliveryTimer{ID: id, At: d.NextAttemptAt}, false // a stale timer: it is due later
@@ -727,7 +778,7 @@ func (s *Service) scan(ctx context.Context) error {
 	from := max(s.scanned, now-s.cfg.ScanLag.Milliseconds()*6) - s.cfg.ScanLag.Milliseconds()
 	until := s.horizon
 	s.mu.Unlock()
-	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(from), AfterID: 0, Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault}
+	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(from), AfterID: 0, Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: s.owned()}
 	for {
 		page, err := s.store.DueDeliveries(ctx, p)
 		if err != nil {
@@ -760,6 +811,9 @@ func (s *Service) loadLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.loadWake:
+		}
+		if err := s.loadGained(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("webhook: loading the deliveries of partitions taken over failed; retrying at the next interval", "err", err)
 		}
 		if err := s.load(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
@@ -801,7 +855,7 @@ func (s *Service) load(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		limit := min(LoadPageSizeDefault, room)
-		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: limit})
+		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: limit, Parts: s.owned()})
 		if err != nil {
 			s.mu.Lock()
 			if s.horizon == target { // let the next load retry this range
@@ -823,6 +877,49 @@ func (s *Service) load(ctx context.Context) error {
 	}
 }
 
+// loadGained schedules the pending deliveries of the partitions gained, due
+// up to the horizon (overdue ones included): what the previous owner held.
+// At MaxHeld, schedule lowers the horizon and the next load brings the
+// rest. On failure the partitions stay to load.
+func (s *Service) loadGained(ctx context.Context) error {
+	s.mu.Lock()
+	owned := s.owned()
+	var parts hourglass.Parts
+	for p := range s.gained {
+		if owned == nil || slices.Contains(owned, p) {
+			parts = append(parts, p)
+		}
+	}
+	clear(s.gained)
+	until := s.horizon
+	s.mu.Unlock()
+	if len(parts) == 0 {
+		return nil
+	}
+	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(0), Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: parts}
+	for {
+		page, err := s.store.DueDeliveries(ctx, p)
+		if err != nil {
+			s.mu.Lock()
+			for _, q := range parts {
+				s.gained[q] = true
+			}
+			s.mu.Unlock()
+			return err
+		}
+		for _, t := range page {
+			if !s.schedule(t, false) {
+				return nil
+			}
+		}
+		if len(page) < p.Limit {
+			return nil
+		}
+		last := page[len(page)-1]
+		p.After, p.AfterID = last.At, last.ID
+	}
+}
+
 // pruneLoop deletes old events no delivery needs, every PruneInterval.
 func (s *Service) pruneLoop(ctx context.Context) {
 	if s.cfg.EventRetention < 0 {
@@ -835,6 +932,9 @@ func (s *Service) pruneLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if s.cfg.Leader != nil && !s.cfg.Leader() {
+			continue // the cluster's leader prunes
 		}
 		before := s.clock.Now().Add(-s.cfg.EventRetention)
 		total := 0

@@ -75,6 +75,7 @@ type serveCmd struct {
 	// alerts.go).
 	webhookFlags `embed:""`
 	alertFlags   `embed:""`
+	clusterFlags `embed:""`
 }
 
 func main() {
@@ -105,7 +106,7 @@ func main() {
 }
 
 func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
-	clock := hourglass.SystemClock{}
+	var clock hourglass.Clock = hourglass.SystemClock{}
 	var m *metrics.Metrics
 	if !delay.Valid(s.Delay) {
 		return fmt.Errorf("--delay %q: want one of %s", s.Delay, strings.Join(delay.Names(), ", "))
@@ -131,6 +132,15 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	defer db.Close()
 
+	var eng *engine.Engine
+	m = metrics.New(func() int { return eng.Pending() })
+	// A node of a cluster times everything by the database's clock.
+	self, err := s.clusterFlags.join(ctx, db, s.Addr, m, clock, log)
+	if err != nil {
+		return err
+	}
+	clock = self.clock
+
 	openCtx, cancelOpen = context.WithTimeout(ctx, 15*time.Second)
 	sched, err := delay.Open(openCtx, s.Delay, s.Flags.Options(db, clock, log))
 	cancelOpen()
@@ -139,17 +149,16 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	defer sched.Close()
 
-	var eng *engine.Engine
-	m = metrics.New(func() int { return eng.Pending() })
-	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Recovered() }, clock, log)
+	// Alerts are evaluated and notified by one node of a cluster.
+	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Recovered() && self.leader() }, clock, log)
 	if err != nil {
 		return err
 	}
-	webhooks, err := s.webhookFlags.openWebhooks(db, m, clock, log)
+	webhooks, err := s.webhookFlags.openWebhooks(db, m, self, clock, log)
 	if err != nil {
 		return err
 	}
-	eng, err = engine.New(db, engine.Config{
+	engCfg := engine.Config{
 		Scheduler:     sched,
 		Window:        s.Window,
 		LoadInterval:  s.LoadInterval,
@@ -158,7 +167,12 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		Clock:         clock,
 		Logger:        log,
 		Observer:      alerts.engineObserver(m),
-	})
+	}
+	if own := self.ownership(); own != nil {
+		engCfg.Ownership = own
+		engCfg.WatchCreated = db.(hourglass.ClusterStore).WatchCreated
+	}
+	eng, err = engine.New(db, engCfg)
 	if err != nil {
 		return err
 	}
@@ -172,6 +186,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		Metrics:   m.Handler(),
 		Dashboard: alerts.dashboard,
 		Webhooks:  webhooks,
+		Cluster:   self.view,
 	})
 	if err != nil {
 		return err
@@ -187,6 +202,11 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	ln = api.LimitConnections(ln, maxConns)
 	httpSrv := newHTTPServer(srv.Handler(), log)
+	// The membership runs until SIGTERM, and hands its partitions over
+	// first thing then.
+	nodeCtx, leave := context.WithCancel(context.Background())
+	defer leave()
+	left := self.run(nodeCtx)
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
@@ -211,6 +231,8 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		runErr = err
 		engDone <- nil
 	}
+	leave()
+	left()
 	shutCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownGrace)
 	defer cancel()
 	stopHooks()

@@ -79,12 +79,15 @@ func (f *webhookFlags) config() (webhook.Config, error) {
 // openWebhooks returns the webhook service (the API's WebhookService and the
 // delivery engine) over store, reporting to m. It delivers nothing until
 // startWebhooks.
-func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
+func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics, self *node, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Clock, cfg.Logger, cfg.Observer = clock, log, m
+	if own := self.ownership(); own != nil {
+		cfg.Ownership, cfg.Leader = own, self.leader
+	}
 	if cfg.Allow.Len() == 0 {
 		log.Info("hourglass: --webhook-allow is empty: webhooks cannot be created until hosts are listed")
 	}

@@ -1,0 +1,546 @@
+// Package cluster makes the hourglass processes sharing one database one
+// system: each node registers itself, and the work that must happen once
+// (an order's deadline, its broker publish, its webhook deliveries, and the
+// cluster-wide chores) is divided into hourglass.Partitions partitions
+// leased in the database (hourglass.ClusterStore). The database is the only
+// coordinator and its clock the only clock: a lease expires LeaseTTL after
+// its last renewal by the database's clock, whatever the nodes' clocks say.
+//
+// Each node runs one loop (Run), every Tick (LeaseTTL/10):
+//
+//  1. heartbeat: refresh its node row and read the database's clock, which
+//     gives the node's clock offset (Clock corrects for it);
+//  2. renew the leases it holds (a compare-and-set on owner and epoch); a
+//     lease it could not renew is lost: its work stops at once;
+//  3. read every lease and the live nodes, and compute each live node's fair
+//     share (Partitions / nodes, the first nodes by id one more);
+//  4. below its share, take free leases (never owned, released, or expired)
+//     and then, from nodes above their share, their surplus (a rebalance:
+//     the old owner learns at its next renewal, within a Tick, and the two
+//     may both attempt a close meanwhile, which the store's compare-and-set
+//     makes a counted no-op).
+//
+// A node that stops renewing (a crash, a partition from the database, a
+// long pause) keeps nothing after the TTL: the others take its partitions
+// over at their next Tick and load their window. Run's end (SIGTERM)
+// releases every lease at once, so the others take them within a Tick.
+//
+// Listeners (the engine, webhook delivery) learn of partitions gained and
+// lost through OnChange; Owned and Leader answer at any time.
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Defaults of Config.
+const (
+	LeaseTTLDefault = 5 * time.Second
+	// LeaseTTLMin and LeaseTTLMax bound Config.LeaseTTL.
+	LeaseTTLMin = 500 * time.Millisecond
+	LeaseTTLMax = 5 * time.Minute
+	// offsetSamples is how many heartbeats the clock offset is taken over.
+	offsetSamples = 8
+	// leaveTimeout bounds the release of leases on the way out.
+	leaveTimeout = 3 * time.Second
+)
+
+// Observer receives what the membership does, for metrics. Its methods are
+// called from Run's goroutine.
+type Observer interface {
+	// Owned is called with the number of partitions this node holds after
+	// each change.
+	Owned(n int)
+	// Takeover is called once per partition taken from another node (its
+	// lease expired, or a rebalance took it).
+	Takeover()
+	// Nodes is called with the number of live nodes after each tick.
+	Nodes(n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Owned(int) {}
+func (nopObserver) Takeover() {}
+func (nopObserver) Nodes(int) {}
+
+// Config configures a Membership; zero values mean the defaults.
+type Config struct {
+	// NodeID names this node (default: DefaultNodeID()). At most 200
+	// characters.
+	NodeID string
+	// Addr is the address the node's API listens on, shown to the others.
+	Addr string
+	// LeaseTTL is how long a lease lasts without renewal (default 5 s).
+	LeaseTTL time.Duration
+	// Clock is the node's own clock (default the system clock).
+	Clock    hourglass.Clock
+	Logger   *slog.Logger
+	Observer Observer
+}
+
+// Validate reports a configuration error, naming the field and its range.
+func (c Config) Validate() error {
+	if c.LeaseTTL != 0 && (c.LeaseTTL < LeaseTTLMin || c.LeaseTTL > LeaseTTLMax) {
+		return fmt.Errorf("cluster: lease TTL must be between %s and %s, got %s", LeaseTTLMin, LeaseTTLMax, c.LeaseTTL)
+	}
+	if len(c.NodeID) > 200 || strings.ContainsFunc(c.NodeID, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return fmt.Errorf("cluster: node id must be at most 200 printable ASCII characters without spaces, got %q", c.NodeID)
+	}
+	return nil
+}
+
+// DefaultNodeID returns the host name and a random suffix: unique per
+// process.
+func DefaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	if len(host) > 180 {
+		host = host[:180]
+	}
+	return host + "-" + strings.ToLower(rand.Text()[:8])
+}
+
+// Change is a change of the partitions this node owns.
+type Change struct {
+	Gained, Lost []int
+}
+
+// Membership is this node's part in the cluster. Its methods are safe for
+// concurrent use; Run is called once.
+type Membership struct {
+	store hourglass.ClusterStore
+	cfg   Config
+	tick  time.Duration
+	clock hourglass.Clock
+	log   *slog.Logger
+	obs   Observer
+
+	mu        sync.Mutex
+	leases    map[int]hourglass.Lease // held, by partition
+	renewedAt time.Time               // own clock, of the last successful renewal
+	startedAt time.Time               // the database's, from the first heartbeat
+	offsets   []time.Duration         // recent lower bounds of the database's clock minus ours
+	offset    time.Duration
+	watchers  []func(gained, lost []int)
+	last      hourglass.ClusterState
+}
+
+// New returns a membership over store. It does nothing until Run.
+func New(store hourglass.ClusterStore, cfg Config) (*Membership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.NodeID = cmp.Or(cfg.NodeID, DefaultNodeID())
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
+	m := &Membership{store: store, cfg: cfg, tick: cfg.LeaseTTL / 10, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}}
+	if m.clock == nil {
+		m.clock = hourglass.SystemClock{}
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.obs == nil {
+		m.obs = nopObserver{}
+	}
+	return m, nil
+}
+
+// NodeID returns this node's id.
+func (m *Membership) NodeID() string { return m.cfg.NodeID }
+
+// Tick returns the interval of the membership loop.
+func (m *Membership) Tick() time.Duration { return m.tick }
+
+// OnChange registers fn to be called with every change of the partitions
+// this node owns, in order, from Run's goroutine, after Owned reflects it.
+// fn must not block (hand the work to another goroutine).
+func (m *Membership) OnChange(fn func(gained, lost []int)) {
+	m.mu.Lock()
+	m.watchers = append(m.watchers, fn)
+	m.mu.Unlock()
+}
+
+// Owned returns the partitions this node holds now, ascending (empty, not
+// nil, when it holds none).
+func (m *Membership) Owned() hourglass.Parts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ownedLocked()
+}
+
+func (m *Membership) ownedLocked() hourglass.Parts {
+	out := make(hourglass.Parts, 0, len(m.leases))
+	for p := range m.leases {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Leader reports whether this node owns partition 0, whose owner does the
+// chores that must run once for the cluster (alert notifications, event
+// pruning).
+func (m *Membership) Leader() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.leases[0]
+	return ok
+}
+
+// Offset returns the measured offset of the database's clock from this
+// node's (positive: the database is ahead).
+func (m *Membership) Offset() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.offset
+}
+
+// Clock returns this node's clock corrected by the measured offset, so that
+// timers fire by the database's clock. The correction errs late, never
+// early: each sample is the database's now minus our clock when its answer
+// arrived, a lower bound of the true offset, and the largest of the recent
+// ones is used.
+func (m *Membership) Clock() hourglass.Clock { return correctedClock{m} }
+
+type correctedClock struct{ m *Membership }
+
+func (c correctedClock) Now() time.Time { return c.m.clock.Now().Add(c.m.Offset()) }
+
+// Join makes the first heartbeat (so the clock offset is known before
+// anything is scheduled). Run calls it if it was not called.
+func (m *Membership) Join(ctx context.Context) error {
+	return m.heartbeat(ctx)
+}
+
+func (m *Membership) heartbeat(ctx context.Context) error {
+	m.mu.Lock()
+	n := hourglass.Node{ID: m.cfg.NodeID, Addr: m.cfg.Addr, StartedAt: m.startedAt}
+	m.mu.Unlock()
+	dbNow, err := m.store.Heartbeat(ctx, n)
+	arrived := m.clock.Now()
+	if err != nil {
+		return fmt.Errorf("cluster: heartbeat: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.startedAt.IsZero() {
+		m.startedAt = dbNow
+	}
+	// The database read its clock before its answer arrived: dbNow -
+	// arrived is at most the true offset. The database's clock is in whole
+	// milliseconds, so a millisecond more is taken off.
+	m.offsets = append(m.offsets, dbNow.Sub(arrived)-time.Millisecond)
+	if len(m.offsets) > offsetSamples {
+		m.offsets = m.offsets[1:]
+	}
+	m.offset = slices.Max(m.offsets)
+	return nil
+}
+
+// Run takes part in the cluster until ctx ends, then releases every lease
+// and leaves, and returns nil. Errors of the database are logged and
+// retried at the next tick; leases not renewed within the TTL (by this
+// node's clock) are given up locally.
+func (m *Membership) Run(ctx context.Context) error {
+	if m.startedAt.IsZero() {
+		if err := m.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("cluster: first heartbeat failed; retrying", "err", err)
+		}
+	}
+	t := time.NewTicker(m.tick)
+	defer t.Stop()
+	for {
+		if err := m.step(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("cluster: membership step failed; retrying at the next tick", "node", m.cfg.NodeID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			m.leave()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// leave gives every lease up locally, then in the database, and removes the
+// node's row, so the others take the partitions at their next tick.
+func (m *Membership) leave() {
+	m.mu.Lock()
+	lost := m.ownedLocked()
+	m.leases = map[int]hourglass.Lease{}
+	m.mu.Unlock()
+	m.notify(Change{Lost: lost})
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	if err := m.store.LeaveCluster(ctx, m.cfg.NodeID); err != nil {
+		m.log.Warn("cluster: leaving failed; the others take this node's partitions when its leases expire", "node", m.cfg.NodeID, "ttl", m.cfg.LeaseTTL, "err", err)
+		return
+	}
+	m.log.Info("cluster: left; partitions released", "node", m.cfg.NodeID, "partitions", len(lost))
+}
+
+// step is one tick of the loop.
+func (m *Membership) step(ctx context.Context) error {
+	hbErr := m.heartbeat(ctx)
+	if err := m.renew(ctx); err != nil {
+		return errors.Join(hbErr, err)
+	}
+	if hbErr != nil {
+		return hbErr
+	}
+	st, err := m.store.ClusterState(ctx, m.cfg.LeaseTTL)
+	if err != nil {
+		return fmt.Errorf("cluster: read state: %w", err)
+	}
+	m.mu.Lock()
+	m.last = st
+	m.mu.Unlock()
+	m.obs.Nodes(len(st.Nodes))
+	return m.balance(ctx, st)
+}
+
+// renew extends the held leases; those not renewed are lost. When renewal
+// fails and the last success is a TTL old by our clock, every lease is
+// given up: the others may hold them by now.
+func (m *Membership) renew(ctx context.Context) error {
+	m.mu.Lock()
+	held := make([]hourglass.Lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		held = append(held, l)
+	}
+	last := m.renewedAt
+	m.mu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	start := m.clock.Now()
+	renewed, err := m.store.RenewLeases(ctx, m.cfg.NodeID, held, m.cfg.LeaseTTL)
+	if err != nil {
+		if m.clock.Now().Sub(last) >= m.cfg.LeaseTTL {
+			m.mu.Lock()
+			lost := m.ownedLocked()
+			m.leases = map[int]hourglass.Lease{}
+			m.mu.Unlock()
+			m.log.Error("cluster: could not renew leases for a TTL; giving them up", "node", m.cfg.NodeID, "partitions", len(lost), "err", err)
+			m.changed(Change{Lost: lost})
+		}
+		return fmt.Errorf("cluster: renew: %w", err)
+	}
+	keep := make(map[int]hourglass.Lease, len(renewed))
+	for _, l := range renewed {
+		keep[l.Part] = l
+	}
+	var lost []int
+	for _, l := range held {
+		if _, ok := keep[l.Part]; !ok {
+			lost = append(lost, l.Part)
+		}
+	}
+	m.mu.Lock()
+	for _, p := range lost {
+		delete(m.leases, p)
+	}
+	for p, l := range keep {
+		if _, ok := m.leases[p]; ok {
+			m.leases[p] = l
+		}
+	}
+	m.renewedAt = start
+	m.mu.Unlock()
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		m.log.Info("cluster: partitions lost to another node", "node", m.cfg.NodeID, "partitions", lost)
+		m.changed(Change{Lost: lost})
+	}
+	return nil
+}
+
+// Shares returns each live node's fair share of the partitions, by id:
+// Partitions / len(nodes), and one more for the first Partitions % n
+// nodes in id order.
+func Shares(nodes []hourglass.Node) map[string]int {
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.ID
+	}
+	slices.Sort(ids)
+	out := make(map[string]int, len(ids))
+	for i, id := range ids {
+		out[id] = hourglass.Partitions / len(ids)
+		if i < hourglass.Partitions%len(ids) {
+			out[id]++
+		}
+	}
+	return out
+}
+
+// balance takes this node's share: free leases first, then the surplus of
+// nodes above their share.
+func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) error {
+	self := m.cfg.NodeID
+	live := st.Nodes
+	if !slices.ContainsFunc(live, func(n hourglass.Node) bool { return n.ID == self }) {
+		live = append(slices.Clone(live), hourglass.Node{ID: self})
+	}
+	shares := Shares(live)
+	m.mu.Lock()
+	need := shares[self] - len(m.leases)
+	m.mu.Unlock()
+	if need <= 0 {
+		return nil
+	}
+	held := map[string][]hourglass.Lease{} // live owners' unexpired leases
+	var free []hourglass.Lease
+	for _, l := range st.Leases {
+		switch {
+		case l.Owner == "" || !l.Expires.After(st.Now):
+			free = append(free, l)
+		case l.Owner != self:
+			held[l.Owner] = append(held[l.Owner], l)
+		}
+	}
+	var candidates []candidate
+	for _, l := range free {
+		candidates = append(candidates, candidate{l, false})
+	}
+	// The surplus of each node above its share (a node no longer live
+	// has share 0: its leases are taken as they expire, not stolen), its
+	// highest partitions first, so that nodes taking at once contend for
+	// the same ones and the compare-and-set settles it.
+	owners := make([]string, 0, len(held))
+	for o := range held {
+		owners = append(owners, o)
+	}
+	slices.Sort(owners)
+	for _, o := range owners {
+		share, alive := shares[o]
+		if !alive {
+			continue
+		}
+		ls := held[o]
+		slices.SortFunc(ls, func(a, b hourglass.Lease) int { return b.Part - a.Part })
+		for _, l := range ls[:max(len(ls)-share, 0)] {
+			candidates = append(candidates, candidate{l, true})
+		}
+	}
+	var gained []int
+	var firstErr error
+	for _, c := range candidates {
+		if need == 0 || ctx.Err() != nil {
+			break
+		}
+		l, ok, err := m.store.AcquireLease(ctx, self, c.lease, c.steal, m.cfg.LeaseTTL)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("cluster: acquire partition %d: %w", c.lease.Part, err))
+			break
+		}
+		if !ok {
+			continue // another node was faster: the next tick sees it
+		}
+		if c.lease.Owner != "" && c.lease.Owner != self {
+			m.obs.Takeover()
+		}
+		m.mu.Lock()
+		m.leases[l.Part] = l
+		m.mu.Unlock()
+		gained = append(gained, l.Part)
+		need--
+	}
+	if len(gained) > 0 {
+		slices.Sort(gained)
+		m.log.Info("cluster: partitions taken", "node", self, "partitions", gained)
+		m.changed(Change{Gained: gained})
+	}
+	return firstErr
+}
+
+type candidate struct {
+	lease hourglass.Lease
+	steal bool
+}
+
+// changed reports a change to the observer and the watchers.
+func (m *Membership) changed(c Change) {
+	m.mu.Lock()
+	n := len(m.leases)
+	m.mu.Unlock()
+	m.obs.Owned(n)
+	m.notify(c)
+}
+
+func (m *Membership) notify(c Change) {
+	if len(c.Gained) == 0 && len(c.Lost) == 0 {
+		return
+	}
+	m.mu.Lock()
+	ws := slices.Clone(m.watchers)
+	m.mu.Unlock()
+	for _, w := range ws {
+		w(c.Gained, c.Lost)
+	}
+}
+
+// View returns the cluster as GET /v1/cluster shows it: the live nodes
+// (from a fresh read of the database) with the partitions each holds.
+func (m *Membership) View(ctx context.Context) (hourglass.ClusterView, error) {
+	st, err := m.store.ClusterState(ctx, m.cfg.LeaseTTL)
+	if err != nil {
+		return hourglass.ClusterView{}, fmt.Errorf("cluster: read state: %w", err)
+	}
+	return viewOf(st, m.cfg.NodeID), nil
+}
+
+func viewOf(st hourglass.ClusterState, self string) hourglass.ClusterView {
+	v := hourglass.ClusterView{Partitions: hourglass.Partitions}
+	for _, n := range st.Nodes {
+		nv := hourglass.NodeView{Node: n, Partitions: []int{}, Self: n.ID == self}
+		for _, l := range st.Leases {
+			if l.Owner == n.ID && l.Expires.After(st.Now) {
+				nv.Partitions = append(nv.Partitions, l.Part)
+			}
+		}
+		v.Nodes = append(v.Nodes, nv)
+	}
+	return v
+}
+
+// Single is the cluster of a store that cannot be shared (SQLite): this
+// process owns every partition and is the leader.
+type Single struct {
+	ID        string
+	Addr      string
+	StartedAt time.Time
+	Clock     hourglass.Clock // gives last_seen
+}
+
+// View returns the one node, owning every partition.
+func (s Single) View(context.Context) (hourglass.ClusterView, error) {
+	all := make([]int, hourglass.Partitions)
+	for i := range all {
+		all[i] = i
+	}
+	var now time.Time
+	if s.Clock != nil {
+		now = s.Clock.Now()
+	}
+	return hourglass.ClusterView{Partitions: hourglass.Partitions, Nodes: []hourglass.NodeView{{
+		Node:       hourglass.Node{ID: s.ID, Addr: s.Addr, StartedAt: s.StartedAt, LastSeen: now},
+		Partitions: all,
+		Self:       true,
+	}}}, nil
+}
