@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hourglass/hourglass"
 )
 
 // View is the answer of GET /v1/cluster: the nodes alive within the lease
@@ -55,7 +58,7 @@ func (v View) Owned(id string) []int {
 // Unowned returns the partitions no node owns.
 func (v View) Unowned() []int {
 	var out []int
-	for p := range v.Partitions {
+	for p := range cmp.Or(v.Partitions, hourglass.Partitions) {
 		if v.Owner(p) == "" {
 			out = append(out, p)
 		}
@@ -169,19 +172,20 @@ func (c *Cluster) View(ctx context.Context) (View, *Node, error) {
 // resolution of the takeover times they measure.
 const pollInterval = 20 * time.Millisecond
 
-// WaitBalanced waits until every partition is owned and every live node
-// owns at least one, as the live nodes see it, and returns that view.
+// WaitBalanced waits until every partition is owned and the live nodes'
+// shares are fair (they differ by at most one partition), as the live
+// nodes see it, and returns that view.
 func (c *Cluster) WaitBalanced(ctx context.Context, timeout time.Duration) (View, error) {
 	return c.waitView(ctx, timeout, func(v View) bool {
 		if len(v.Unowned()) > 0 {
 			return false
 		}
+		least, most := hourglass.Partitions, 0
 		for _, n := range c.Live() {
-			if len(v.Owned(n.ID())) == 0 {
-				return false
-			}
+			k := len(v.Owned(n.ID()))
+			least, most = min(least, k), max(most, k)
 		}
-		return true
+		return least > 0 && most-least <= 1
 	})
 }
 
