@@ -267,10 +267,14 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			return nil, err
 		}
 		logf("soak: %s %s (it owned %d partitions)", action, id, len(parts))
-		if action == ActionPause || !clusterAPI {
-			if action != ActionPause {
-				report.Unmeasured = append(report.Unmeasured, fmt.Sprintf("%s of %s: no /v1/cluster", action, id))
-			}
+		switch {
+		case action == ActionPause:
+			continue
+		case !clusterAPI:
+			report.Unmeasured = append(report.Unmeasured, fmt.Sprintf("%s of %s: no /v1/cluster", action, id))
+			continue
+		case len(parts) == 0:
+			report.Unmeasured = append(report.Unmeasured, fmt.Sprintf("%s of %s: it owned no partition yet", action, id))
 			continue
 		}
 		took, v, err := c.WaitTakenOver(ctx, at, id, parts, 3*ttl+5*time.Second)
