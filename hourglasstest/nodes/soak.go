@@ -119,6 +119,10 @@ type SoakReport struct {
 	Takeovers []time.Duration
 	// Handovers are the same per SIGTERM.
 	Handovers []time.Duration
+	// KillLateness is, per measured SIGKILL, the latest close among the
+	// orders of the killed node's partitions that fell due between the
+	// kill and the takeover: the takeover as the orders saw it.
+	KillLateness []time.Duration
 	// Unmeasured notes the kills and terms whose takeover was not seen
 	// (a binary without /v1/cluster, or not within the wait).
 	Unmeasured []string
@@ -135,6 +139,7 @@ func (r *SoakReport) Report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d; actions %v\n", r.Seed, r.Actions)
 	fmt.Fprintf(&b, "kill → takeover (%d SIGKILLs): %s\n", len(r.Takeovers), durationStats(r.Takeovers))
+	fmt.Fprintf(&b, "kill → close lateness of its orders due before the takeover (%d SIGKILLs): %s\n", len(r.KillLateness), durationStats(r.KillLateness))
 	fmt.Fprintf(&b, "term → handover (%d SIGTERMs): %s\n", len(r.Handovers), durationStats(r.Handovers))
 	for _, u := range r.Unmeasured {
 		fmt.Fprintf(&b, "  not measured: %s\n", u)
@@ -199,6 +204,13 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	}
 	defer load.Stop()
 
+	// kills are the measured SIGKILLs, for KillLateness.
+	type kill struct {
+		at    time.Time
+		took  time.Duration
+		parts []int
+	}
+	var kills []kill
 	// due are the restarts and resumes waiting for their time.
 	type comeback struct {
 		at   time.Time
@@ -285,6 +297,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		logf("soak: %s's %d partitions owned by live nodes %s after the %s: %s", id, len(parts), took.Round(time.Millisecond), action, v.Summary())
 		if action == ActionKill {
 			report.Takeovers = append(report.Takeovers, took)
+			kills = append(kills, kill{at, took, parts})
 		} else {
 			report.Handovers = append(report.Handovers, took)
 		}
@@ -312,6 +325,14 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, k := range kills {
+		late, n := report.Verdict.MaxLateness(func(c Close) bool {
+			return slices.Contains(k.parts, c.Partition) && !c.Deadline.Before(k.at) && c.Deadline.Before(k.at.Add(k.took))
+		})
+		if n > 0 {
+			report.KillLateness = append(report.KillLateness, late)
+		}
 	}
 	return report, nil
 }
