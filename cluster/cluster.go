@@ -15,10 +15,12 @@
 //  3. read every lease and the live nodes, and compute each live node's fair
 //     share (Partitions / nodes, the first nodes by id one more);
 //  4. below its share, take free leases (never owned, released, or expired)
-//     and then, from nodes above their share, their surplus (a rebalance:
-//     the old owner learns at its next renewal, within a Tick, and the two
-//     may both attempt a close meanwhile, which the store's compare-and-set
-//     makes a counted no-op).
+//     and then, from nodes above their share, their surplus (a rebalance).
+//     The old owner of a partition taken in a rebalance learns of it at its
+//     next renewal, within a Tick; the new owner starts working it only
+//     after HandoverDelay, so the two do not send its webhooks or close its
+//     orders at once (were they to, the store's compare-and-sets make the
+//     second close a counted no-op).
 //
 // A node that stops renewing (a crash, a partition from the database, a
 // long pause) keeps nothing after the TTL: the others take its partitions
@@ -56,6 +58,11 @@ const (
 	// leaveTimeout bounds the release of leases on the way out.
 	leaveTimeout = 3 * time.Second
 )
+
+// HandoverDelay returns how long a node waits before working a partition
+// it took from a live node in a rebalance: a Tick and a half, by which the
+// old owner's renewal has told it to stop.
+func HandoverDelay(tick time.Duration) time.Duration { return tick * 3 / 2 }
 
 // Observer receives what the membership does, for metrics. Its methods are
 // called from Run's goroutine.
@@ -130,11 +137,14 @@ type Membership struct {
 	log   *slog.Logger
 	obs   Observer
 
-	mu        sync.Mutex
-	leases    map[int]hourglass.Lease // held, by partition
-	renewedAt time.Time               // own clock, of the last successful renewal
-	startedAt time.Time               // the database's, from the first heartbeat
-	offsets   []time.Duration         // recent lower bounds of the database's clock minus ours
+	mu     sync.Mutex
+	leases map[int]hourglass.Lease // held, by partition
+	// waiting holds the partitions taken in a rebalance and not worked yet,
+	// with when to start (see HandoverDelay); Owned leaves them out.
+	waiting   map[int]time.Time
+	renewedAt time.Time       // own clock, of the last successful renewal
+	startedAt time.Time       // the database's, from the first heartbeat
+	offsets   []time.Duration // recent lower bounds of the database's clock minus ours
 	offset    time.Duration
 	watchers  []func(gained, lost []int)
 	last      hourglass.ClusterState
@@ -147,7 +157,7 @@ func New(store hourglass.ClusterStore, cfg Config) (*Membership, error) {
 	}
 	cfg.NodeID = cmp.Or(cfg.NodeID, DefaultNodeID())
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
-	m := &Membership{store: store, cfg: cfg, tick: cfg.LeaseTTL / 10, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}}
+	m := &Membership{store: store, cfg: cfg, tick: cfg.LeaseTTL / 10, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}, waiting: map[int]time.Time{}}
 	if m.clock == nil {
 		m.clock = hourglass.SystemClock{}
 	}
@@ -186,7 +196,9 @@ func (m *Membership) Owned() hourglass.Parts {
 func (m *Membership) ownedLocked() hourglass.Parts {
 	out := make(hourglass.Parts, 0, len(m.leases))
 	for p := range m.leases {
-		out = append(out, p)
+		if _, wait := m.waiting[p]; !wait {
+			out = append(out, p)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -199,7 +211,8 @@ func (m *Membership) Leader() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, ok := m.leases[0]
-	return ok
+	_, wait := m.waiting[0]
+	return ok && !wait
 }
 
 // Offset returns the measured offset of the database's clock from this
@@ -283,6 +296,7 @@ func (m *Membership) leave() {
 	m.mu.Lock()
 	lost := m.ownedLocked()
 	m.leases = map[int]hourglass.Lease{}
+	clear(m.waiting)
 	m.mu.Unlock()
 	m.notify(Change{Lost: lost})
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
@@ -303,6 +317,7 @@ func (m *Membership) step(ctx context.Context) error {
 	if hbErr != nil {
 		return hbErr
 	}
+	m.startWaiting()
 	st, err := m.store.ClusterState(ctx, m.cfg.LeaseTTL)
 	if err != nil {
 		return fmt.Errorf("cluster: read state: %w", err)
@@ -335,6 +350,7 @@ func (m *Membership) renew(ctx context.Context) error {
 			m.mu.Lock()
 			lost := m.ownedLocked()
 			m.leases = map[int]hourglass.Lease{}
+			clear(m.waiting)
 			m.mu.Unlock()
 			m.log.Error("cluster: could not renew leases for a TTL; giving them up", "node", m.cfg.NodeID, "partitions", len(lost), "err", err)
 			m.changed(Change{Lost: lost})
@@ -346,14 +362,15 @@ func (m *Membership) renew(ctx context.Context) error {
 		keep[l.Part] = l
 	}
 	var lost []int
+	m.mu.Lock()
 	for _, l := range held {
 		if _, ok := keep[l.Part]; !ok {
-			lost = append(lost, l.Part)
+			if _, wait := m.waiting[l.Part]; !wait { // it was worked: tell
+				lost = append(lost, l.Part)
+			}
+			delete(m.leases, l.Part)
+			delete(m.waiting, l.Part)
 		}
-	}
-	m.mu.Lock()
-	for _, p := range lost {
-		delete(m.leases, p)
 	}
 	for p, l := range keep {
 		if _, ok := m.leases[p]; ok {
@@ -457,8 +474,13 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 		}
 		m.mu.Lock()
 		m.leases[l.Part] = l
+		if c.steal {
+			m.waiting[l.Part] = m.clock.Now().Add(HandoverDelay(m.tick))
+		}
 		m.mu.Unlock()
-		gained = append(gained, l.Part)
+		if !c.steal {
+			gained = append(gained, l.Part)
+		}
 		need--
 	}
 	if len(gained) > 0 {
@@ -467,6 +489,26 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 		m.changed(Change{Gained: gained})
 	}
 	return firstErr
+}
+
+// startWaiting starts working the partitions taken in a rebalance whose
+// handover delay has passed.
+func (m *Membership) startWaiting() {
+	now := m.clock.Now()
+	var gained []int
+	m.mu.Lock()
+	for p, at := range m.waiting {
+		if !now.Before(at) {
+			delete(m.waiting, p)
+			gained = append(gained, p)
+		}
+	}
+	m.mu.Unlock()
+	if len(gained) > 0 {
+		slices.Sort(gained)
+		m.log.Info("cluster: partitions handed over", "node", m.cfg.NodeID, "partitions", gained)
+		m.changed(Change{Gained: gained})
+	}
 }
 
 type candidate struct {

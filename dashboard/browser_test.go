@@ -207,6 +207,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if overdue := run(t, ctx, "read overdue", chromedp.Evaluate[string](`document.getElementById('overdue').textContent`)); overdue != "0" {
 		t.Errorf("page shows %q overdue orders, want 0", overdue)
 	}
+	// The nodes card: this server, owning every partition.
+	eventually(t, 10*time.Second, "the page shows this node owning every partition", func() bool {
+		nodes := run(t, ctx, "read nodes", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#nodes tbody tr')].map(tr => tr.dataset.node + ' ' + tr.querySelector('td.parts').textContent)`))
+		return len(nodes) == 1 && nodes[0] == "dash-node 64: 0-63"
+	})
 	if search := run(t, ctx, "read location", chromedp.Evaluate[string](`location.search`)); search != "" {
 		t.Errorf("address bar still has %q: the token should be dropped from it", search)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/store/sqlite"
@@ -75,6 +76,7 @@ func startServer(t *testing.T) *server {
 	srv, err := api.NewServer(api.Config{
 		Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: testToken,
 		Observer: rec, Webhooks: hooks, Dashboard: src,
+		Cluster: cluster.Single{ID: "dash-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 	})
 	if err != nil {
 		t.Fatalf("api.NewServer: %v", err)

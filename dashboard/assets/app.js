@@ -211,6 +211,44 @@
     }
   }
 
+  // Nodes: the cluster sharing this server's database, and the partitions
+  // each owns (one node owning all of them on SQLite).
+  async function refreshNodes() {
+    const r = await api('GET', '/v1/cluster');
+    const table = $('nodes'), count = $('nodes-count');
+    if (r.status === 404) {
+      table.hidden = true;
+      count.textContent = '';
+      return;
+    }
+    if (r.status !== 200) throw new Error('cluster: ' + errorText(r));
+    const nodes = r.body.nodes || [];
+    count.textContent = '(' + fmt(nodes.length) + ', ' + fmt(r.body.partitions) + ' partitions)';
+    const tbody = table.tBodies[0];
+    tbody.replaceChildren();
+    for (const n of nodes) {
+      const tr = el('tr', { 'data-node': n.id });
+      tr.appendChild(el('td', {}, n.id + (n.self ? ' (this one)' : '')));
+      tr.appendChild(el('td', {}, n.addr));
+      tr.appendChild(el('td', {}, fmtTime(n.started_at)));
+      tr.appendChild(el('td', {}, fmtTime(n.last_seen)));
+      tr.appendChild(el('td', { class: 'parts' }, fmt(n.partitions.length) + ': ' + ranges(n.partitions)));
+      tbody.appendChild(tr);
+    }
+  }
+
+  // ranges writes ascending partition numbers as "0-3, 7, 9-12".
+  function ranges(ps) {
+    const out = [];
+    for (let i = 0; i < ps.length; i++) {
+      let j = i;
+      while (j + 1 < ps.length && ps[j + 1] === ps[j] + 1) j++;
+      out.push(i === j ? String(ps[i]) : ps[i] + '-' + ps[j]);
+      i = j;
+    }
+    return out.join(', ') || 'none';
+  }
+
   async function retry(id, button) {
     button.disabled = true;
     try {
@@ -258,6 +296,7 @@
     if (r.status !== 200) throw new Error(errorText(r));
     render(r.body);
     await refreshDeadLetters();
+    await refreshNodes();
     setStatus('updated ' + fmtTime(r.body.now));
     document.body.dataset.updated = r.body.now; // for tests: a render finished
   }

@@ -41,7 +41,8 @@ import (
 //     distinct change, or one multi-row upsert when the changes are many
 //     and varied; one INSERT of the events; when subscriptions exist, one
 //     INSERT … SELECT fanning them out to the webhooks subscribed now; the
-//     outbox timers and the idempotency keys;
+//     outbox timers and the idempotency keys; last, one order_feed row
+//     of the created orders (cluster.go);
 //  7. commit.
 //
 // A deadlock, lock wait timeout or racing duplicate key rolls the batch
@@ -657,6 +658,13 @@ WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (idem_key, request_hash, order_id, created_at) VALUES `+
 			rowsOf(len(keyArgs)/4, `(?, ?, ?, ?)`), keyArgs...); err != nil {
 			return nil, 0, fmt.Errorf("insert idempotency keys: %w", err)
+		}
+	}
+	// Last, so that its seq, handed out now, becomes visible soon after:
+	// the feed of the other processes' WatchCreated (cluster.go).
+	if len(news) > 0 {
+		if err := s.writeFeed(ctx, tx, news); err != nil {
+			return nil, 0, err
 		}
 	}
 

@@ -145,6 +145,8 @@ type Store struct {
 	deliveries notifier
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
+	// origin marks this store value's order_feed rows (cluster.go).
+	origin string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -167,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
-	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv}
+	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv, origin: newOrigin()}
 	s.queue = writequeue.New[*op]()
 	s.health = writehealth.Start(time.Second, s.probeWrite)
 	writers := writersDefault

@@ -4,7 +4,8 @@
 // statement or holds a row lock, "now" is the database server's clock read
 // inside the statement that needs it, the policy is read inside each create,
 // deliveries fan out with INSERT … SELECT from the subscriptions, and other
-// processes' new deliveries arrive through LISTEN/NOTIFY.
+// processes' new deliveries and orders arrive through LISTEN/NOTIFY. It is a
+// hourglass.ClusterStore: membership and partition leases (cluster.go).
 //
 // Order writes (create, pay, cancel/ship/complete, close) are group-committed:
 // concurrent calls in one process share one transaction and a few pipelined
@@ -16,6 +17,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -76,7 +78,7 @@ type Config struct {
 	URL string
 	// MaxConns is the pool size (default MaxConnsDefault). One more
 	// connection, outside the pool, listens for other processes'
-	// deliveries.
+	// deliveries and created orders.
 	MaxConns int
 	// MaxBatch is the most writes group-committed in one transaction
 	// (default MaxBatchDefault).
@@ -168,7 +170,11 @@ type Store struct {
 	where    string // "user@host:port/db", for messages
 	schema   string // the schema the tables are in (current_schema())
 	orderSeq string // the orders.id sequence, schema-qualified
-	channel  string // the NOTIFY channel of this database and schema
+	channel  string // the NOTIFY channel of deliveries, of this database and schema
+	// createdChannel is the NOTIFY channel of created orders (see cluster.go),
+	// scoped like channel; origin names this store value in its payloads.
+	createdChannel string
+	origin         string
 
 	queue *writequeue.Queue[*op]
 	wg    sync.WaitGroup // writers and listener
@@ -176,6 +182,8 @@ type Store struct {
 
 	policy     stored.PolicyCache
 	deliveries notifier
+	watches    watchers        // WatchCreated's
+	closed     <-chan struct{} // closed by Close
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
 
@@ -206,7 +214,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	bg, stop := context.WithCancel(context.Background())
-	s.stop = stop
+	s.stop, s.closed = stop, bg.Done()
 	s.queue = writequeue.New[*op]()
 	s.health = writehealth.Start(time.Second, s.probeWrite)
 	for range writers {
@@ -320,15 +328,18 @@ func (s *Store) startupError(op string, err error) error {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // lookUpNames reads the names that depend on the search_path: the orders
-// sequence and the NOTIFY channel (scoped to database and schema, so two
-// hourglass deployments on one server do not wake each other).
+// sequence and the NOTIFY channels (scoped to database and schema, so two
+// hourglass deployments on one server do not wake each other), and draws
+// the store value's origin.
 func (s *Store) lookUpNames(ctx context.Context) error {
 	var db, schema string
 	err := s.pool.QueryRow(ctx, `SELECT pg_get_serial_sequence('orders', 'id'), current_database(), current_schema()`).Scan(&s.orderSeq, &db, &schema)
 	if err != nil {
 		return s.startupError("read the schema", err)
 	}
-	s.channel = channelName(db, schema)
+	s.channel = channelName("hourglass_deliveries_", db, schema)
+	s.createdChannel = channelName("hourglass_created_", db, schema)
+	s.origin = rand.Text()[:10]
 	return nil
 }
 
@@ -340,7 +351,7 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
 WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind = 'r'
 AND c.relname IN ('products', 'orders', 'idempotency_keys', 'settings', 'timer_outbox', 'events',
-	'webhooks', 'webhook_subscriptions', 'webhook_deliveries')
+	'webhooks', 'webhook_subscriptions', 'webhook_deliveries', 'cluster_nodes', 'cluster_leases')
 AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
 	AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE'))
 UNION ALL
@@ -362,15 +373,15 @@ ORDER BY 1`, s.orderSeq)
 	return nil
 }
 
-// channelName is the NOTIFY channel of a database and schema: at most 63
-// bytes (an identifier), so the two names are hashed.
-func channelName(db, schema string) string {
+// channelName is a NOTIFY channel of a database and schema: prefix and a
+// hash of the two names, to stay within 63 bytes (an identifier).
+func channelName(prefix, db, schema string) string {
 	h := uint64(14695981039346656037) // FNV-1a
 	for _, c := range []byte(db + "\x00" + schema) {
 		h ^= uint64(c)
 		h *= 1099511628211
 	}
-	return fmt.Sprintf("hourglass_deliveries_%016x", h)
+	return fmt.Sprintf("%s%016x", prefix, h)
 }
 
 // Close stops the writers after the queued writes, stops the listener and

@@ -409,7 +409,7 @@ func (n *notifier) notify() {
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
 
 // listen keeps one connection, outside the pool, listening on the store's
-// NOTIFY channel, reconnecting with backoff until ctx ends. ready is closed
+// NOTIFY channels (deliveries, created orders), reconnecting with backoff until ctx ends. ready is closed
 // after the first attempt, so Open can return with the listener in place.
 func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 	defer s.wg.Done()
@@ -423,7 +423,9 @@ func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 				first = false
 				close(ready)
 			} else {
-				s.deliveries.notify() // notifications may have been missed while down
+				// Notifications may have been missed while down.
+				s.deliveries.notify()
+				s.watches.push(nil, true)
 			}
 		})
 		if first {
@@ -433,7 +435,7 @@ func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("postgres: the deliveries listener lost its connection; reconnecting", "err", scrubErr(err, s.cfg.URL), "in", backoff)
+		s.log.Warn("postgres: the NOTIFY listener lost its connection; reconnecting", "err", scrubErr(err, s.cfg.URL), "in", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -452,22 +454,28 @@ func scrubErr(err error, url string) string {
 	return scrub(err.Error(), url)
 }
 
-// listenOnce connects, LISTENs (then calls listening) and forwards
-// notifications until the connection fails or ctx ends.
+// listenOnce connects, LISTENs on both channels (then calls listening) and
+// forwards notifications until the connection fails or ctx ends.
 func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	// One simple-protocol query of two statements: one round trip.
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.createdChannel}.Sanitize()); err != nil {
 		return err
 	}
 	listening()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		s.deliveries.notify()
+		if n.Channel == s.createdChannel {
+			s.onCreated(n.Payload)
+		} else {
+			s.deliveries.notify()
+		}
 	}
 }

@@ -36,7 +36,8 @@ import (
 //     once, however many orders of the batch reserve or release it: the hot
 //     SKU case), one INSERT of the new orders (with their outbox timers and
 //     idempotency keys), one INSERT of the events that fans out deliveries
-//     with INSERT … SELECT and NOTIFYs other processes, and COMMIT.
+//     with INSERT … SELECT and NOTIFYs other processes, the NOTIFY of the
+//     created orders (WatchCreated, see cluster.go), and COMMIT.
 //
 // Locks are taken in one order (order rows, then idempotency keys, then
 // products by SKU), so batches of several processes do not deadlock each
@@ -412,6 +413,7 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	}
 	if len(accepted) > 0 {
 		queueInsertOrders(b, accepted, cr.now, s.cfg.Outbox)
+		s.queueCreatedNotify(b, accepted)
 	}
 	// COMMIT is in the same pipeline, so from here on a callback's error
 	// does not roll anything back: the callbacks only record, and only the
@@ -706,6 +708,20 @@ ops:
 		st.event(o.order.ID, hourglass.StatePendingPayment, cr.now)
 	}
 	return accepted, nil
+}
+
+// createdNotifySQL announces created orders ($2: payloads of
+// createdPayloads) on the created-orders channel $1, at commit.
+const createdNotifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
+
+// queueCreatedNotify queues the NOTIFY of the admitted orders, for other
+// store values' WatchCreated.
+func (s *Store) queueCreatedNotify(b *pgx.Batch, accepted []*op) {
+	ids, deadlines := make([]int64, len(accepted)), make([]int64, len(accepted))
+	for i, o := range accepted {
+		ids[i], deadlines[i] = o.order.ID, hourglass.UnixMilli(o.order.Deadline)
+	}
+	b.Queue(createdNotifySQL, s.createdChannel, createdPayloads(s.origin, ids, deadlines))
 }
 
 // queueInsertOrders queues the insert of the admitted orders, their outbox

@@ -1,0 +1,223 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
+)
+
+// What the shared suite cannot see of the create feed: rows that commit
+// out of seq order, reports never repeated, its own rows skipped, a failed
+// read reported as a reload, and pruning.
+
+// watchSetup opens a store on a fresh database and starts its watch with
+// cfg; it returns the store, an admin pool on the same database, and the
+// watch's reports (a nil slice for fn(nil)).
+func watchSetup(t *testing.T, cfg watchConfig) (*Store, *sql.DB, <-chan []hourglass.Timer) {
+	t.Helper()
+	url := mytest.NewDatabase(t)
+	s, err := Open(context.Background(), Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	admin := mytest.Admin(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan []hourglass.Timer, 100)
+	done := make(chan error, 1)
+	go func() { done <- s.watchFeed(ctx, cfg, func(ts []hourglass.Timer) { reports <- ts }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch returned %v after its context ended, want nil", err)
+		}
+	})
+	if got := next(t, reports); got != nil {
+		t.Fatalf("the watch's first report is %v, want nil (reload)", got)
+	}
+	return s, admin, reports
+}
+
+func next(t *testing.T, reports <-chan []hourglass.Timer) []hourglass.Timer {
+	t.Helper()
+	select {
+	case ts := <-reports:
+		return ts
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report within 10s")
+		return nil
+	}
+}
+
+// quiet fails if anything is reported within d.
+func quiet(t *testing.T, reports <-chan []hourglass.Timer, d time.Duration) {
+	t.Helper()
+	select {
+	case ts := <-reports:
+		t.Fatalf("reported %v, want nothing more", ts)
+	case <-time.After(d):
+	}
+}
+
+// feedRow inserts a feed row of another process through ex, returning its seq.
+func feedRow(t *testing.T, ex interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, createdAgo time.Duration, body string) int64 {
+	t.Helper()
+	res, err := ex.ExecContext(context.Background(), `INSERT INTO order_feed (origin, created_at, body) VALUES ('other', `+dbNowMs+` - ?, ?)`,
+		createdAgo.Milliseconds(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := res.LastInsertId()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+func TestWatchLateCommitReportedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lag := time.Second
+	_, admin, reports := watchSetup(t, watchConfig{lag: lag})
+
+	// Two transactions: the first takes the lower seq and commits last.
+	late, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback()
+	lowSeq := feedRow(t, late, 0, "101:1000")
+	highSeq := feedRow(t, admin, 0, "102:2000,103:3000")
+	if lowSeq >= highSeq {
+		t.Fatalf("seqs %d, %d: want the first insert's lower", lowSeq, highSeq)
+	}
+	got := next(t, reports)
+	if len(got) != 2 || got[0].OrderID != 102 || !got[0].Deadline.Equal(hourglass.FromUnixMilli(2000)) || got[1].OrderID != 103 {
+		t.Fatalf("reported %v, want orders 102 and 103 with their deadlines", got)
+	}
+	time.Sleep(lag / 4) // polls read the higher row again meanwhile
+	if err := late.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, reports); len(got) != 1 || got[0].OrderID != 101 || !got[0].Deadline.Equal(hourglass.FromUnixMilli(1000)) {
+		t.Fatalf("reported %v, want the late commit's order 101", got)
+	}
+	// Past the lag the cursor moves beyond both; nothing comes again, and
+	// later rows still do.
+	quiet(t, reports, lag+500*time.Millisecond)
+	feedRow(t, admin, 0, "104:4000")
+	if got := next(t, reports); len(got) != 1 || got[0].OrderID != 104 {
+		t.Fatalf("reported %v, want order 104", got)
+	}
+	quiet(t, reports, 300*time.Millisecond)
+}
+
+// TestWatchSkipsOwnCreates: the watch reports another store value's
+// creates, through the group commit's feed row, and not its own.
+func TestWatchSkipsOwnCreates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, reports := watchSetup(t, watchConfig{})
+	other, err := Open(ctx, Config{URL: s.cfg.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(st *Store) hourglass.Order {
+		o, _, err := st.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	create(s)
+	o := create(other)
+	if got := next(t, reports); len(got) != 1 || got[0].OrderID != o.ID || !got[0].Deadline.Equal(o.Deadline) {
+		t.Fatalf("reported %v, want only the other store value's order %d, deadline %s", got, o.ID, o.Deadline)
+	}
+	quiet(t, reports, 300*time.Millisecond)
+}
+
+// TestWatchReloadsAfterFailedRead: while the feed cannot be read the watch
+// reports nothing; once it can, it reports nil (reload), not the rows it
+// may have missed one by one.
+func TestWatchReloadsAfterFailedRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, admin, reports := watchSetup(t, watchConfig{})
+	if _, err := admin.ExecContext(ctx, `RENAME TABLE order_feed TO order_feed_away`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := admin.ExecContext(ctx, `RENAME TABLE order_feed_away TO order_feed`); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, reports); got != nil {
+		t.Fatalf("after a failed read reported %v, want nil (reload)", got)
+	}
+	feedRow(t, admin, 0, "7:7000")
+	if got := next(t, reports); len(got) != 1 || got[0].OrderID != 7 {
+		t.Fatalf("reported %v, want order 7", got)
+	}
+}
+
+// TestWatchPrunesFeed: rows older than the retention are deleted, at most
+// feedPruneLimit at a time; newer rows stay.
+func TestWatchPrunesFeed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := mytest.NewDatabase(t)
+	admin := mytest.Admin(t, url)
+	s, err := Open(ctx, Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// 1,500 rows two minutes old, one a second old.
+	for range 15 {
+		if _, err := admin.ExecContext(ctx, `INSERT INTO order_feed (origin, created_at, body)
+SELECT 'other', `+dbNowMs+` - 120000, '1:1' FROM cluster_leases, (SELECT 1 UNION ALL SELECT 2) two LIMIT 100`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := feedRow(t, admin, time.Second, "2:2")
+	count := func() (n int64) {
+		t.Helper()
+		if err := admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM order_feed`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := s.pruneFeed(ctx, FeedRetention); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1501-feedPruneLimit {
+		t.Fatalf("after one prune %d rows are left, want %d", n, 1501-feedPruneLimit)
+	}
+	// The watch prunes by itself.
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.watchFeed(wctx, watchConfig{pruneEvery: 50 * time.Millisecond}, func([]hourglass.Timer) {})
+	}()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); count() > 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d feed rows left after 10s of watching, want 1", count())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var left int64
+	if err := admin.QueryRowContext(ctx, `SELECT seq FROM order_feed`).Scan(&left); err != nil || left != fresh {
+		t.Fatalf("the row left is %d (%v), want the fresh one %d", left, err, fresh)
+	}
+}
