@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -27,9 +25,8 @@ type clusterSetup struct {
 // setupCluster builds the binary and starts n nodes of it on a new
 // database of the store kind, with the lease TTL given, and waits until
 // every partition is owned and every node owns some. It skips under
-// -short, when the server is absent (fails under CI=true), and while the
-// store does not implement hourglass.ClusterStore. On failure the nodes'
-// logs are written to the test log.
+// -short, and when the server is absent (fails under CI=true). On failure
+// the nodes' logs are written to the test log.
 func setupCluster(t *testing.T, kind string, n int, ttl time.Duration) clusterSetup {
 	t.Helper()
 	if testing.Short() {
@@ -44,16 +41,6 @@ func setupCluster(t *testing.T, kind string, n int, ttl time.Duration) clusterSe
 	default:
 		t.Fatalf("setupCluster: %s is not a shared store", kind)
 	}
-	db, err := store.Open(t.Context(), store.Options{URL: dbURL, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, shared := db.(hourglass.ClusterStore)
-	db.Close()
-	if !shared {
-		t.Skipf("the %s store does not implement hourglass.ClusterStore yet: its nodes would not divide the work", kind)
-	}
-
 	dir := t.TempDir()
 	c, err := nodes.Start(t.Context(), nodes.Config{
 		Binary:      buildBinary(t, dir),
