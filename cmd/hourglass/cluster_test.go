@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/hourglasstest/nodes"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
+)
+
+// sharedStores are the stores several processes may share.
+var sharedStores = []string{store.KindPostgres, store.KindMySQL}
+
+// clusterSetup is what a cluster test needs: the database and the running
+// nodes.
+type clusterSetup struct {
+	dbURL   string
+	cluster *nodes.Cluster
+}
+
+// setupCluster builds the binary and starts n nodes of it on a new
+// database of the store kind, with the lease TTL given, and waits until
+// every partition is owned and every node owns some. It skips under
+// -short, and when the server is absent (fails under CI=true). On failure
+// the nodes' logs are written to the test log.
+func setupCluster(t *testing.T, kind string, n int, ttl time.Duration) clusterSetup {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a cluster of the built binary; skipped with -short")
+	}
+	var dbURL string
+	switch kind {
+	case store.KindPostgres:
+		dbURL = pgtest.NewDatabase(t)
+	case store.KindMySQL:
+		dbURL = mytest.NewDatabase(t)
+	default:
+		t.Fatalf("setupCluster: %s is not a shared store", kind)
+	}
+	dir := t.TempDir()
+	c, err := nodes.Start(t.Context(), nodes.Config{
+		Binary:      buildBinary(t, dir),
+		DatabaseURL: dbURL,
+		LeaseTTL:    ttl,
+		LogDir:      t.TempDir(),
+		Logf:        t.Logf,
+	}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if t.Failed() {
+			t.Logf("the nodes' logs, last lines:\n%s", c.LogTails(6000))
+		}
+	})
+	v, err := c.WaitBalanced(t.Context(), 3*ttl+10*time.Second)
+	if err != nil {
+		t.Fatalf("the cluster did not balance: %v", err)
+	}
+	t.Logf("balanced: %s", v.Summary())
+	return clusterSetup{dbURL: dbURL, cluster: c}
+}
+
+// TestClusterKill: three nodes on one database take creates and pays
+// round-robin; one is SIGKILLed mid-load and restarted (under its old id)
+// after its leases expired and some of its deadlines passed. Every
+// acknowledged order ends paid xor closed, none before its deadline, none
+// closed twice, stock is conserved, and no order, the killed node's
+// included, is closed later than --lease-ttl + 1 s after its deadline.
+func TestClusterKill(t *testing.T) {
+	for _, kind := range sharedStores {
+		t.Run(kind, func(t *testing.T) {
+			const ttl = 2 * time.Second
+			s := setupCluster(t, kind, 3, ttl)
+			ctx := t.Context()
+			c := s.cluster
+			load, err := c.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: time.Second, TimeoutMax: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer load.Stop()
+			time.Sleep(3 * time.Second)
+
+			victim := c.Node(1)
+			v, _, err := c.View(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, parts := victim.ID(), v.Owned(victim.ID())
+			killedAt := time.Now()
+			if err := victim.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			took, v, err := c.WaitTakenOver(ctx, killedAt, id, parts, ttl+5*time.Second)
+			if err != nil {
+				t.Errorf("the killed node's %d partitions were not taken over: %v", len(parts), err)
+			} else {
+				t.Logf("SIGKILL of %s: its %d partitions owned by the others after %s (TTL %s): %s", id, len(parts), took.Round(time.Millisecond), ttl, v.Summary())
+			}
+			// Deadlines reach 3 s past the kill: let them pass while the
+			// node is down, then bring it back under load.
+			time.Sleep(time.Until(killedAt.Add(ttl + 2*time.Second)))
+			if err := victim.Restart(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			restartedAt := victim.ReadyAt()
+			time.Sleep(3 * time.Second)
+			ledger := load.Stop()
+
+			verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
+			late, n := verdict.MaxLateness(func(c nodes.Close) bool {
+				return slices.Contains(parts, c.Partition) && c.Deadline.After(killedAt) && c.Deadline.Before(restartedAt)
+			})
+			if n == 0 {
+				t.Errorf("no order of the killed node's partitions fell due while it was down: the test's timing is off")
+			}
+			t.Logf("the killed node's partitions: %d orders fell due while it was down, closed at most %s after their deadline (bound %s)", n, late, ttl+time.Second)
+		})
+	}
+}
+
+// TestClusterTerm: SIGTERM of one of three nodes hands its partitions to
+// the others within 1 s (the TTL is the default 5 s, so it cannot be their
+// expiry), and no order is closed later than 1 s after its deadline.
+func TestClusterTerm(t *testing.T) {
+	for _, kind := range sharedStores {
+		t.Run(kind, func(t *testing.T) {
+			const ttl = 5 * time.Second
+			s := setupCluster(t, kind, 3, ttl)
+			ctx := t.Context()
+			c := s.cluster
+			load, err := c.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: time.Second, TimeoutMax: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer load.Stop()
+			time.Sleep(3 * time.Second)
+
+			victim := c.Node(2)
+			v, _, err := c.View(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, parts := victim.ID(), v.Owned(victim.ID())
+			termAt := time.Now()
+			termErr := make(chan error, 1)
+			go func() { termErr <- victim.Term() }()
+			took, v, err := c.WaitTakenOver(ctx, termAt, id, parts, ttl+5*time.Second)
+			if err != nil {
+				t.Errorf("the terminated node's %d partitions were not taken over: %v", len(parts), err)
+			} else {
+				t.Logf("SIGTERM of %s: its %d partitions owned by the others after %s: %s", id, len(parts), took.Round(time.Millisecond), v.Summary())
+				if took > time.Second {
+					t.Errorf("SIGTERM of %s: its partitions were owned by the others only %s after the signal, want within 1s", id, took.Round(time.Millisecond))
+				}
+			}
+			if err := <-termErr; err != nil {
+				t.Error(err)
+			}
+			time.Sleep(4 * time.Second)
+			ledger := load.Stop()
+
+			verdict := judge(t, s.dbURL, ledger, time.Second)
+			late, n := verdict.MaxLateness(func(c nodes.Close) bool {
+				return slices.Contains(parts, c.Partition) && c.Deadline.After(termAt)
+			})
+			if n == 0 {
+				t.Errorf("no order of the terminated node's partitions fell due after the SIGTERM: the test's timing is off")
+			}
+			t.Logf("the terminated node's partitions: %d orders fell due after the SIGTERM, closed at most %s after their deadline", n, late)
+		})
+	}
+}
+
+// judge waits for the ledger's orders to settle, judges the database with
+// the lateness bound given, fails the test on any problem and logs the
+// report.
+func judge(t *testing.T, dbURL string, ledger *nodes.Ledger, lateBound time.Duration) *nodes.Verdict {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	verdict, err := nodes.Judge(ctx, nodes.JudgeConfig{DatabaseURL: dbURL, Ledger: ledger, LateBound: lateBound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := ledger.Counts()
+	if counts["create acknowledged"] == 0 || counts["pay acknowledged"] == 0 || verdict.Statuses["closed"] == 0 {
+		t.Errorf("the load did too little to test anything: %v, orders %v", counts, verdict.Statuses)
+	}
+	if !verdict.OK() {
+		t.Errorf("%s", verdict.Report(20))
+	} else {
+		t.Logf("%s", verdict.Report(0))
+	}
+	return verdict
+}
