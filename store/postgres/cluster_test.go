@@ -272,8 +272,10 @@ func mustCreateOn(t *testing.T, s *Store) hourglass.Order {
 func BenchmarkCreatedNotify(b *testing.B) {
 	ctx := context.Background()
 	var stores [2]*Store // 0 notifies, 1 is muted
+	var commits, writes atomic.Int64
 	for i := range stores {
-		s, err := Open(ctx, Config{URL: pgtest.NewDatabase(b)})
+		s, err := Open(ctx, Config{URL: pgtest.NewDatabase(b),
+			Observe: func(n int, _ time.Duration) { commits.Add(1); writes.Add(int64(n)) }})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -351,6 +353,7 @@ func BenchmarkCreatedNotify(b *testing.B) {
 	b.ReportMetric(rate[0], "notify-creates/s")
 	b.ReportMetric(rate[1], "muted-creates/s")
 	b.ReportMetric(rate[0]/rate[1], "ratio")
+	b.ReportMetric(float64(writes.Load())/float64(max(commits.Load(), 1)), "writes/commit")
 	if serverCPU[0] > 0 && serverCPU[1] > 0 {
 		b.ReportMetric(perCreate[0], "notify-cpu-µs/create")
 		b.ReportMetric(perCreate[1], "muted-cpu-µs/create")
