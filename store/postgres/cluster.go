@@ -250,8 +250,8 @@ func (s *Store) LeaveCluster(ctx context.Context, nodeID string) error {
 
 // Created orders reach other processes by NOTIFY, sent by the group-commit
 // writer in the transaction of each batch that created orders (so only
-// committed orders are announced, at their commit) on the store's created
-// channel (createdChannelName). A payload is
+// committed orders are announced, at their commit; see eventsSQL) on the
+// store's created-orders channel (Store.createdChannel). A payload is
 //
 //	<origin>|<id>:<deadline ms>,<id>:<deadline ms>,…
 //

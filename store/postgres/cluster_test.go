@@ -5,10 +5,16 @@ package postgres
 // the listening connection is lost.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,4 +257,148 @@ func mustCreateOn(t *testing.T, s *Store) hourglass.Order {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// BenchmarkCreatedNotify measures what announcing created orders (the
+// NOTIFY of each group commit, for WatchCreated) costs creates: two store
+// values on two databases, one of them muted (no created-orders channel),
+// take turns of 250 ms under the same load of many goroutines creating
+// orders of one item over 1,000 SKUs, so that both see the same noise of a
+// shared machine. Between turns the creates in flight drain. It reports the
+// creates/s of each and their ratio, and, a steadier figure when the machine
+// is busy, the CPU time of a create: this process's during the store's turns
+// plus that of the server processes of its database (read from /proc when
+// the server runs on this machine).
+func BenchmarkCreatedNotify(b *testing.B) {
+	ctx := context.Background()
+	var stores [2]*Store // 0 notifies, 1 is muted
+	var commits, writes atomic.Int64
+	for i := range stores {
+		s, err := Open(ctx, Config{URL: pgtest.NewDatabase(b),
+			Observe: func(n int, _ time.Duration) { commits.Add(1); writes.Add(int64(n)) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		for k := range 1000 {
+			if _, err := s.PutProduct(ctx, hourglass.Product{SKU: fmt.Sprintf("S%04d", k), Available: 1 << 40}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stores[i] = s
+	}
+	stores[1].createdChannel = ""
+	var (
+		turn    sync.RWMutex // creates hold it shared; a change of turn, exclusive
+		current atomic.Int32
+		creates [2]atomic.Int64
+		spent   [2]time.Duration
+		cpu     [2]time.Duration // this process's, during the turns
+		n       atomic.Int64
+	)
+	var serverCPU [2]time.Duration
+	for i, s := range stores {
+		serverCPU[i] = -backendCPU(b, s)
+	}
+	done := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		start, startCPU := time.Now(), processCPU()
+		account := func() {
+			now, nowCPU := time.Now(), processCPU()
+			spent[current.Load()] += now.Sub(start)
+			cpu[current.Load()] += nowCPU - startCPU
+			start, startCPU = now, nowCPU
+		}
+		for {
+			select {
+			case <-done:
+				account()
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			turn.Lock()
+			account()
+			current.Store(1 - current.Load())
+			turn.Unlock()
+		}
+	}()
+	b.SetParallelism(64)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			turn.RLock()
+			i := current.Load()
+			_, _, err := stores[i].CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Hour,
+				Items: []hourglass.Item{{SKU: fmt.Sprintf("S%04d", n.Add(1)%1000), Quantity: 1}}})
+			if err == nil {
+				creates[i].Add(1)
+			}
+			turn.RUnlock()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	close(done)
+	<-flipped
+	var rate, perCreate [2]float64
+	for i, s := range stores {
+		serverCPU[i] += backendCPU(b, s)
+		rate[i] = float64(creates[i].Load()) / spent[i].Seconds()
+		perCreate[i] = float64((cpu[i] + serverCPU[i]).Microseconds()) / float64(creates[i].Load())
+	}
+	b.ReportMetric(rate[0], "notify-creates/s")
+	b.ReportMetric(rate[1], "muted-creates/s")
+	b.ReportMetric(rate[0]/rate[1], "ratio")
+	b.ReportMetric(float64(writes.Load())/float64(max(commits.Load(), 1)), "writes/commit")
+	if serverCPU[0] > 0 && serverCPU[1] > 0 {
+		b.ReportMetric(perCreate[0], "notify-cpu-µs/create")
+		b.ReportMetric(perCreate[1], "muted-cpu-µs/create")
+	}
+}
+
+// processCPU returns the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendCPU returns the CPU time used so far by the server processes
+// connected to s's database, read from /proc/<pid>/stat (utime and stime,
+// in ticks of 1/100 s), or 0 when the server is not on this machine.
+func backendCPU(b *testing.B, s *Store) time.Duration {
+	rows, err := s.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ticks int64
+	for _, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0
+		}
+		// After "pid (comm) ": state is the first field, utime the 12th.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 13 {
+			return 0
+		}
+		for _, f := range fields[11:13] {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return 0
+			}
+			ticks += v
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }

@@ -84,7 +84,9 @@ type Config struct {
 	// (default MaxBatchDefault).
 	MaxBatch int
 	// Clock, when set (tests), gives "now" to writes instead of the
-	// database server's clock. Production leaves it nil.
+	// database server's clock. Production leaves it nil. The cluster's
+	// membership and leases ignore it: they are timed by the server's
+	// clock, the one every process sharing the database reads.
 	Clock hourglass.Clock
 	// Logger (default slog.Default()).
 	Logger *slog.Logger

@@ -409,8 +409,9 @@ func (n *notifier) notify() {
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
 
 // listen keeps one connection, outside the pool, listening on the store's
-// NOTIFY channels (deliveries, created orders), reconnecting with backoff until ctx ends. ready is closed
-// after the first attempt, so Open can return with the listener in place.
+// NOTIFY channels (deliveries, created orders), reconnecting with backoff
+// until ctx ends. ready is closed after the first attempt, so Open can
+// return with the listener in place.
 func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 	defer s.wg.Done()
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
