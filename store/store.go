@@ -145,7 +145,7 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 }
 
 func postgresConfig(o Options) postgres.Config {
-	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe}
+	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout}
 }
 
 func mysqlConfig(o Options) mysql.Config {

@@ -402,3 +402,73 @@ func backendCPU(b *testing.B, s *Store) time.Duration {
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond
 }
+
+// TestWatchCreatedAnnouncesWithin: a store value with AnnounceWithin
+// announces only the orders due within it.
+func TestWatchCreatedAnnouncesWithin(t *testing.T) {
+	t.Parallel()
+	url, a, _ := setupShared(t)
+	b, err := Open(context.Background(), Config{URL: url, MaxConns: 4, AnnounceWithin: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	calls := watch(t, a)
+	create := func(timeout time.Duration) hourglass.Order {
+		o, _, err := b.CreateOrder(context.Background(), hourglass.CreateOrderParams{UserID: "u", Timeout: timeout, Items: []hourglass.Item{{SKU: "W", Quantity: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	create(time.Hour)
+	soon := create(30 * time.Second)
+	select {
+	case ts := <-calls:
+		if len(ts) != 1 || ts[0].OrderID != soon.ID {
+			t.Fatalf("announced %v, want only order %d (due within the minute)", ts, soon.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the order due within the minute was not announced")
+	}
+	select {
+	case ts := <-calls:
+		t.Fatalf("announced %v, want nothing more", ts)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestIdleTransactionEnded: a session of a store value with IdleTxTimeout
+// idle inside a transaction that holds a row lock (its process was paused)
+// is ended by the server, so another store value's write of that row goes
+// through within about the timeout.
+func TestIdleTransactionEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, _, other := setupShared(t)
+	paused, err := Open(ctx, Config{URL: url, MaxConns: 4, IdleTxTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paused.Close()
+	tx, err := paused.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT available FROM products WHERE sku = 'W' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, _, err := other.CreateOrder(wctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute, Items: []hourglass.Item{{SKU: "W", Quantity: 1}}}); err != nil {
+		t.Fatalf("a create waiting for the paused session's lock: %v", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the create waited %s for a session idle in its transaction; want about the 1s timeout", waited)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("the idle transaction committed after the server should have ended it")
+	}
+}

@@ -96,6 +96,15 @@ type Config struct {
 	// Observe, if set, is called after every group commit with the number of
 	// writes it held and how long it took, commit included.
 	Observe func(writes int, commit time.Duration)
+	// AnnounceWithin, when positive, leaves out of the created-orders
+	// NOTIFY the orders due later than it after their creation (see
+	// store.Options.AnnounceWithin); a batch with none sends none.
+	AnnounceWithin time.Duration
+	// IdleTxTimeout, when positive, is every session's
+	// idle_in_transaction_session_timeout: the server ends a session idle
+	// inside a transaction this long (a process paused mid-transaction),
+	// releasing its row locks for the other processes.
+	IdleTxTimeout time.Duration
 }
 
 // Validate reports a configuration error, naming the field. It does not
@@ -252,6 +261,9 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	pc.MaxConns = int32(cfg.MaxConns)
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
+	}
+	if d := cfg.IdleTxTimeout; d > 0 {
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 	}
 	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)

@@ -723,9 +723,15 @@ func (s *Store) createdPayloads(accepted []*op) []string {
 	if len(accepted) == 0 || s.createdChannel == "" {
 		return []string{} // not looked up (a store that only migrates), or muted by a benchmark
 	}
-	ids, deadlines := make([]int64, len(accepted)), make([]int64, len(accepted))
-	for i, o := range accepted {
-		ids[i], deadlines[i] = o.order.ID, hourglass.UnixMilli(o.order.Deadline)
+	ids, deadlines := make([]int64, 0, len(accepted)), make([]int64, 0, len(accepted))
+	for _, o := range accepted {
+		if within := s.cfg.AnnounceWithin; within > 0 && o.order.Deadline.Sub(o.order.CreatedAt) > within {
+			continue // beyond every node's window: its owner's loader brings it
+		}
+		ids, deadlines = append(ids, o.order.ID), append(deadlines, hourglass.UnixMilli(o.order.Deadline))
+	}
+	if len(ids) == 0 {
+		return []string{}
 	}
 	return createdPayloads(s.origin, ids, deadlines)
 }
