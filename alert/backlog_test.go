@@ -65,6 +65,10 @@ func TestBacklogFiresAndResolves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every order overdue before the first evaluation: creating them may
+	// take longer than their timeout on a loaded machine, and a first
+	// evaluation between two deadlines would see part of the backlog.
+	time.Sleep(time.Until(last.Deadline) + 10*time.Millisecond)
 	runCtx, stop := context.WithCancel(ctx)
 	evDone := make(chan error, 1)
 	go func() { evDone <- ev.Run(runCtx) }()
