@@ -53,8 +53,8 @@ type Options struct {
 	// after losing a race with another, with the reason: "deadlock",
 	// "certification" (Galera), "serialization", "lock_timeout" or
 	// "duplicate_key" (mysql.Retry…). It must be safe for concurrent use.
-	// The MySQL store reports; SQLite (one writer) never retries, and the
-	// PostgreSQL store does not report yet.
+	// The MySQL and PostgreSQL stores report; SQLite (one writer) never
+	// retries.
 	ObserveRetry func(reason string)
 	// AnnounceWithin, when positive, limits the created orders a shared
 	// store announces to the other processes (ClusterStore.WatchCreated)
@@ -145,7 +145,7 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 }
 
 func postgresConfig(o Options) postgres.Config {
-	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout}
+	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry}
 }
 
 func mysqlConfig(o Options) mysql.Config {

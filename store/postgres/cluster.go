@@ -78,7 +78,7 @@ func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, err
 		started = hourglass.UnixMilli(n.StartedAt)
 	}
 	var now int64
-	err := retry(func() error {
+	err := s.retry(func() error {
 		return s.pool.QueryRow(ctx, heartbeatSQL, n.ID, n.Addr, started).Scan(&now)
 	})
 	if err != nil {
@@ -91,7 +91,7 @@ func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, err
 // leases, the nodes and Now are one snapshot. Errors: unavailable.
 func (s *Store) ClusterState(ctx context.Context, ttl time.Duration) (hourglass.ClusterState, error) {
 	var out hourglass.ClusterState
-	err := retry(func() error {
+	err := s.retry(func() error {
 		out = hourglass.ClusterState{Leases: make([]hourglass.Lease, 0, hourglass.Partitions)}
 		rows, err := s.pool.Query(ctx, clusterStateSQL, ttl.Milliseconds())
 		if err != nil {
@@ -147,7 +147,7 @@ func (s *Store) AcquireLease(ctx context.Context, owner string, prev hourglass.L
 		got hourglass.Lease
 		ok  bool
 	)
-	err := retry(func() error {
+	err := s.retry(func() error {
 		var (
 			part         int
 			who          string
@@ -183,7 +183,7 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, leases []hourglas
 		parts[i], epochs[i] = int32(l.Part), l.Epoch
 	}
 	var out []hourglass.Lease
-	err := retry(func() error {
+	err := s.retry(func() error {
 		out = nil
 		rows, err := s.pool.Query(ctx, renewLeasesSQL, owner, ttl.Milliseconds(), parts, epochs)
 		if err != nil {
@@ -228,7 +228,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, owner string, parts []int) er
 	for i, p := range parts {
 		ps[i] = int32(p)
 	}
-	err := retry(func() error {
+	err := s.retry(func() error {
 		_, err := s.pool.Exec(ctx, releaseLeasesSQL, owner, ps)
 		return err
 	})
@@ -241,7 +241,7 @@ func (s *Store) LeaveCluster(ctx context.Context, nodeID string) error {
 	if nodeID == "" {
 		return nil
 	}
-	err := retry(func() error {
+	err := s.retry(func() error {
 		_, err := s.pool.Exec(ctx, leaveClusterSQL, nodeID)
 		return err
 	})

@@ -105,6 +105,10 @@ type Config struct {
 	// inside a transaction this long (a process paused mid-transaction),
 	// releasing its row locks for the other processes.
 	IdleTxTimeout time.Duration
+	// ObserveRetry, if set, is called each time a transaction or statement
+	// is run again after a deadlock ("deadlock", 40P01) or a serialization
+	// failure ("serialization", 40001). It must be safe for concurrent use.
+	ObserveRetry func(reason string)
 }
 
 // Validate reports a configuration error, naming the field. It does not
@@ -446,6 +450,18 @@ func retryable(err error) bool {
 	return c == "40001" || c == "40P01"
 }
 
+// retried counts a retry of err's kind (Config.ObserveRetry).
+func (s *Store) retried(err error) {
+	if s.cfg.ObserveRetry == nil {
+		return
+	}
+	reason := "serialization"
+	if pgCode(err) == "40P01" {
+		reason = "deadlock"
+	}
+	s.cfg.ObserveRetry(reason)
+}
+
 // unavailable reports an error that means the database could not be reached
 // or could not make a write durable: a lost or refused connection, a server
 // shutting down, no resources (disk full), a read-only standby.
@@ -496,9 +512,10 @@ func (s *Store) tx(ctx context.Context, op string, fn func(tx pgx.Tx) error) err
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		err = pgx.BeginFunc(ctx, s.pool, fn)
-		if !retryable(err) {
+		if !retryable(err) || attempt == maxRetries-1 {
 			break
 		}
+		s.retried(err)
 	}
 	return s.fail(op, err)
 }
@@ -506,12 +523,13 @@ func (s *Store) tx(ctx context.Context, op string, fn func(tx pgx.Tx) error) err
 // retry runs one autocommit statement (fn), again after a deadlock or
 // serialization failure, at most maxRetries times; it returns fn's last
 // error unmapped.
-func retry(fn func() error) error {
+func (s *Store) retry(fn func() error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		if err = fn(); !retryable(err) {
+		if err = fn(); !retryable(err) || attempt == maxRetries-1 {
 			break
 		}
+		s.retried(err)
 	}
 	return err
 }

@@ -108,7 +108,7 @@ func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
 	if len(orderIDs) == 0 {
 		return nil
 	}
-	err := retry(func() error {
+	err := s.retry(func() error {
 		_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox WHERE order_id = ANY($1)`, orderIDs)
 		return err
 	})

@@ -178,7 +178,7 @@ WHERE d.state = 'dead' AND d.id > $1 ORDER BY d.id LIMIT $2`, after, max(limit, 
 // dead to pending, due at the database's now. Errors: not_found, unavailable.
 func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
 	var at int64
-	err := retry(func() error {
+	err := s.retry(func() error {
 		return s.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET state = 'pending', attempts = 0,
 next_attempt_at = COALESCE($2::bigint, `+dbNow+`), last_error = NULL, failed_at = NULL
 WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Scan(&at)
@@ -196,7 +196,7 @@ WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Sca
 // unavailable.
 func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
 	var dl hourglass.DeadLetter
-	err := retry(func() error {
+	err := s.retry(func() error {
 		var err error
 		dl, err = scanDeadLetter(s.pool.QueryRow(ctx, `WITH d AS (
 	DELETE FROM webhook_deliveries WHERE id = $1 AND state = 'dead' RETURNING *
@@ -325,7 +325,7 @@ WHERE id = $1 AND state = 'pending' AND attempts = $2`
 		args = append(args, r.Error, hourglass.UnixMilli(r.RetryAt))
 	}
 	var recorded bool
-	err := retry(func() error {
+	err := s.retry(func() error {
 		ct, err := s.pool.Exec(ctx, sql, args...)
 		recorded = err == nil && ct.RowsAffected() == 1
 		return err
@@ -340,7 +340,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 		return 0, nil
 	}
 	var n int
-	err := retry(func() error {
+	err := s.retry(func() error {
 		ct, err := s.pool.Exec(ctx, `DELETE FROM events WHERE seq IN (
 	SELECT e.seq FROM events e WHERE e.created_at < $1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)

@@ -172,6 +172,7 @@ func (s *Store) runWithRetry(ops []*op) (int64, error) {
 		if err == nil || !retryable(err) || attempt >= maxRetries {
 			return n, err
 		}
+		s.retried(err)
 	}
 }
 
