@@ -52,6 +52,9 @@ type Options struct {
 	Namespace string
 	// PollInterval is sqlpoll's scan interval (default 1 s).
 	PollInterval time.Duration
+	// Parts, when set, returns the partitions this node owns; sqlpoll
+	// scans only their orders.
+	Parts func() hourglass.Parts
 	RedisURL     string
 	RabbitMQURL  string
 	KafkaURL     string // kafka://host:port[,host:port…]

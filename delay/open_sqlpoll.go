@@ -15,5 +15,5 @@ func openSQLPoll(ctx context.Context, o Options) (hourglass.Scheduler, error) {
 	if o.Store == nil {
 		return nil, errors.New("sqlpoll: needs the order database (Options.Store)")
 	}
-	return sqlpoll.New(ctx, sqlpoll.Config{Store: o.Store, Clock: o.Clock, Logger: o.Logger, PollInterval: o.PollInterval})
+	return sqlpoll.New(ctx, sqlpoll.Config{Store: o.Store, Clock: o.Clock, Logger: o.Logger, PollInterval: o.PollInterval, Parts: o.Parts})
 }

@@ -154,7 +154,11 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	clock = self.clock
 
 	openCtx, cancelOpen = context.WithTimeout(ctx, 15*time.Second)
-	sched, err := delay.Open(openCtx, s.Delay, s.Flags.Options(db, clock, log))
+	delayOpts := s.Flags.Options(db, clock, log)
+	if self.m != nil {
+		delayOpts.Parts = self.m.Owned // sqlpoll scans only this node's partitions
+	}
+	sched, err := delay.Open(openCtx, s.Delay, delayOpts)
 	cancelOpen()
 	if err != nil {
 		return fmt.Errorf("--delay %s: %w", s.Delay, err)

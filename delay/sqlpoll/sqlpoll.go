@@ -83,6 +83,9 @@ type Config struct {
 	// Batch is the most orders read and delivered at once (default
 	// BatchDefault, 1..BatchMax).
 	Batch int
+	// Parts, when set, returns the partitions this node owns (a cluster):
+	// each scan reads only their orders. Nil: every order.
+	Parts func() hourglass.Parts
 }
 
 // Validate reports a configuration error, naming the field and its range.
@@ -108,6 +111,7 @@ type Scheduler struct {
 	log      *slog.Logger
 	interval time.Duration
 	batch    int
+	parts    func() hourglass.Parts
 }
 
 var _ hourglass.Scheduler = (*Scheduler)(nil)
@@ -125,6 +129,7 @@ func New(ctx context.Context, cfg Config) (*Scheduler, error) {
 		log:      cmp.Or(cfg.Logger, slog.Default()),
 		interval: cmp.Or(cfg.PollInterval, PollIntervalDefault),
 		batch:    cmp.Or(cfg.Batch, BatchDefault),
+		parts:    cfg.Parts,
 	}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
@@ -185,7 +190,11 @@ func (s *Scheduler) scan(ctx context.Context, deliver hourglass.Deliver) error {
 	until := s.clock.Now()
 	after, afterID := time.UnixMilli(0), int64(0)
 	for {
-		page, err := s.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: until, Limit: s.batch})
+		var parts hourglass.Parts
+		if s.parts != nil {
+			parts = s.parts()
+		}
+		page, err := s.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: until, Limit: s.batch, Parts: parts})
 		if err != nil {
 			return fmt.Errorf("sqlpoll: read due orders: %w", err)
 		}

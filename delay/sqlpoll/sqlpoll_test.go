@@ -377,3 +377,58 @@ func TestNewChecksTheStore(t *testing.T) {
 		t.Errorf("New over a fresh SQLite store: %v", err)
 	}
 }
+
+// TestScansOnlyOwnedPartitions: with Parts, a scan delivers only the due
+// orders of the partitions the node owns.
+func TestScansOnlyOwnedPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.PutProduct(ctx, hourglass.Product{SKU: "p", Available: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i := range 10 {
+		o, _, err := db.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: fmt.Sprint("u", i), Items: []hourglass.Item{{SKU: "p", Quantity: 1}}, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	owned := hourglass.Parts{hourglass.PartitionOf(ids[0]), hourglass.PartitionOf(ids[3])}
+	s, err := sqlpoll.New(ctx, sqlpoll.Config{Store: db, PollInterval: 20 * time.Millisecond, Parts: func() hourglass.Parts { return owned }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // every order due
+	runCtx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	got := map[int64]bool{}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, t := range due {
+				got[t.OrderID] = true
+			}
+			return nil
+		})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if got[id] != owned.Has(id) {
+			t.Errorf("order %d (partition %d) delivered = %v; owned partitions %v", id, hourglass.PartitionOf(id), got[id], owned)
+		}
+	}
+}
