@@ -54,11 +54,11 @@ type Options struct {
 	PollInterval time.Duration
 	// Parts, when set, returns the partitions this node owns; sqlpoll
 	// scans only their orders.
-	Parts func() hourglass.Parts
-	RedisURL     string
-	RabbitMQURL  string
-	KafkaURL     string // kafka://host:port[,host:port…]
-	NATSURL      string
+	Parts       func() hourglass.Parts
+	RedisURL    string
+	RabbitMQURL string
+	KafkaURL    string // kafka://host:port[,host:port…]
+	NATSURL     string
 }
 
 // Open connects the named mechanism and checks it can work (reachable,
