@@ -6,7 +6,7 @@
 // coordinator and its clock the only clock: a lease expires LeaseTTL after
 // its last renewal by the database's clock, whatever the nodes' clocks say.
 //
-// Each node runs one loop (Run), every Tick (LeaseTTL/10):
+// Each node runs one loop (Run), every Tick (LeaseTTL/10, at most TickMax):
 //
 //  1. heartbeat: refresh its node row and read the database's clock, which
 //     gives the node's clock offset (Clock corrects for it);
@@ -53,6 +53,9 @@ const (
 	// LeaseTTLMin and LeaseTTLMax bound Config.LeaseTTL.
 	LeaseTTLMin = 500 * time.Millisecond
 	LeaseTTLMax = 5 * time.Minute
+	// TickMax bounds the loop's interval: the partitions a node releases
+	// (SIGTERM) are taken by the others at their next tick.
+	TickMax = 250 * time.Millisecond
 	// offsetSamples is how many heartbeats the clock offset is taken over.
 	offsetSamples = 8
 	// leaveTimeout bounds the release of leases on the way out.
@@ -157,7 +160,7 @@ func New(store hourglass.ClusterStore, cfg Config) (*Membership, error) {
 	}
 	cfg.NodeID = cmp.Or(cfg.NodeID, DefaultNodeID())
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
-	m := &Membership{store: store, cfg: cfg, tick: cfg.LeaseTTL / 10, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}, waiting: map[int]time.Time{}}
+	m := &Membership{store: store, cfg: cfg, tick: min(cfg.LeaseTTL/10, TickMax), clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}, waiting: map[int]time.Time{}}
 	if m.clock == nil {
 		m.clock = hourglass.SystemClock{}
 	}
