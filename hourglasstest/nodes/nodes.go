@@ -548,3 +548,14 @@ func tail(path string, max int) string {
 	}
 	return string(b)
 }
+
+// Pid returns the process id of the node's current run, or 0 before its
+// first start.
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
