@@ -26,7 +26,7 @@ type Command struct {
 	RaceJitter    time.Duration `help:"Spread of racing payments around the deadline." default:"5ms"`
 	Grace         time.Duration `help:"An order not closed by deadline + grace counts as lost by the mechanism." default:"5s"`
 	Backends      string        `help:"Comma-separated delay mechanisms to run in-process, one after another." default:"wheel,heap,gotimer,sqlpoll"`
-	Target        string        `help:"Drive a running server over its API instead (black-box), e.g. http://127.0.0.1:8080."`
+	Target        []string      `help:"Drive a running server over its API instead (black-box), e.g. http://127.0.0.1:8080. Repeat it for the nodes of a cluster: requests go round-robin over them."`
 	APIToken      string        `help:"Token for --target." env:"HOURGLASS_API_TOKEN"`
 	Pending       int           `help:"Also measure memory per pending timer with this many timers held (in-memory mechanisms)."`
 	JSON          string        `help:"Write every figure to this JSON file."`
@@ -56,7 +56,7 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		return b.runBurst(ctx, log)
 	}
 	var names []string
-	if b.Target == "" {
+	if len(b.Target) == 0 {
 		for _, n := range strings.Split(b.Backends, ",") {
 			n = strings.TrimSpace(n)
 			if !delay.Valid(n) {
@@ -86,8 +86,12 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		fmt.Fprintf(os.Stderr, "\r\033[K%-14s [%s%s] %d/%d %s", system, strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total, phase)
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	if b.Target != "" {
-		res, err := Drive(ctx, b.Target, NewHTTPTarget(b.Target, b.APIToken), w, progress, nil, nil)
+	if len(b.Target) > 0 {
+		targets := make([]Target, len(b.Target))
+		for i, u := range b.Target {
+			targets[i] = NewHTTPTarget(u, b.APIToken)
+		}
+		res, err := Drive(ctx, strings.Join(b.Target, ","), NewRoundRobin(targets...), w, progress, nil, nil)
 		if tty {
 			fmt.Fprintln(os.Stderr)
 		}
@@ -196,7 +200,7 @@ func machine() Machine {
 // runBurst runs the mass-expiry workload on every backend and store, once
 // per --burst-webhooks count, and prints one table.
 func (b *Command) runBurst(ctx context.Context, log *slog.Logger) error {
-	if b.Target != "" {
+	if len(b.Target) > 0 {
 		return fmt.Errorf("--burst runs in-process: drop --target")
 	}
 	var hooks []int

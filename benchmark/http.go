@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -91,4 +92,46 @@ func fromJSON(o api.OrderJSON) (hourglass.Order, error) {
 		}
 	}
 	return out, nil
+}
+
+// RoundRobin spreads a workload over several targets that share one
+// database (the nodes of a cluster): each create, pay and read goes to the
+// next target in turn, as a load balancer in front of the nodes would send
+// it; PutProduct goes to the first only, the products being shared. It is
+// safe for concurrent use when its targets are.
+type RoundRobin struct {
+	targets []Target
+	next    atomic.Uint64
+}
+
+// NewRoundRobin returns a Target over targets, which must not be empty.
+func NewRoundRobin(targets ...Target) *RoundRobin {
+	return &RoundRobin{targets: targets}
+}
+
+func (r *RoundRobin) pick() Target {
+	return r.targets[(r.next.Add(1)-1)%uint64(len(r.targets))]
+}
+
+// Create implements Target.
+func (r *RoundRobin) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
+	return r.pick().Create(ctx, sku, qty, timeout)
+}
+
+// Pay implements Target.
+func (r *RoundRobin) Pay(ctx context.Context, id int64) (bool, error) { return r.pick().Pay(ctx, id) }
+
+// Order implements Target.
+func (r *RoundRobin) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	return r.pick().Order(ctx, id)
+}
+
+// Product implements Target.
+func (r *RoundRobin) Product(ctx context.Context, sku string) (hourglass.Product, error) {
+	return r.pick().Product(ctx, sku)
+}
+
+// PutProduct implements Target, on the first target.
+func (r *RoundRobin) PutProduct(ctx context.Context, p hourglass.Product) error {
+	return r.targets[0].PutProduct(ctx, p)
 }

@@ -1,7 +1,8 @@
 // Command hourglass-chaos is the cluster's chaos soak (issue 9): it runs
-// several `hourglass serve` nodes on one PostgreSQL or MySQL database,
-// sends them orders and payments, kills, terminates and pauses random nodes
-// for a while, and prints a verdict (orders lost, duplicated, closed early,
+// several `hourglass serve` nodes on one PostgreSQL or MySQL database (or
+// one MariaDB Galera cluster, the nodes spread over its servers), sends
+// them orders and payments, kills, terminates and pauses random nodes for a
+// while, and prints a verdict (orders lost, duplicated, closed early,
 // closed twice or later than the bound, stock) with the kill-to-takeover
 // times. It exits with status 1 on a bad verdict. It only parses flags: the
 // soak is hourglasstest/nodes.Soak.
@@ -22,7 +23,7 @@ import (
 )
 
 type cli struct {
-	DatabaseURL  string        `help:"The server to soak on: postgres://… or mysql://…. A new database is created on it for the soak (the user needs CREATE DATABASE) unless --in-place." required:"" env:"HOURGLASS_DATABASE_URL"`
+	DatabaseURL  []string      `help:"The server to soak on: postgres://… or mysql://…. A new database is created on it for the soak (the user needs CREATE DATABASE) unless --in-place. Repeat it for the servers of one clustered database (MariaDB Galera): node i connects to the i-th URL modulo their count, the new database is created through the first and reached under the same name through the others." required:"" env:"HOURGLASS_DATABASE_URL" sep:"none"`
 	InPlace      bool          `help:"Use the URL's database itself instead of a new one (its data is judged too: use an empty database)."`
 	KeepDatabase bool          `help:"Keep the soak's new database after a good verdict (it is always kept after a bad one)."`
 	Bin          string        `help:"The hourglass binary; default: build ./cmd/hourglass (run from inside the repository)." type:"existingfile"`
@@ -88,20 +89,30 @@ func (c *cli) run(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	dbURL := c.DatabaseURL
+	dbURLs := c.DatabaseURL
 	var drop func(context.Context) error
 	if !c.InPlace {
-		var err error
-		if dbURL, drop, err = nodes.ScratchDatabase(ctx, c.DatabaseURL); err != nil {
+		scratch, dropScratch, err := nodes.ScratchDatabase(ctx, c.DatabaseURL[0])
+		if err != nil {
 			return false, err
 		}
-		logf("soak database: %s", store.Redact(dbURL))
+		drop = dropScratch
+		dbURLs = []string{scratch}
+		for _, u := range c.DatabaseURL[1:] {
+			same, err := nodes.SameDatabase(u, scratch)
+			if err != nil {
+				return false, err
+			}
+			dbURLs = append(dbURLs, same)
+		}
+		logf("soak database: %s", store.Redact(scratch))
 	}
+	dbURL := dbURLs[0]
 
 	report, err := nodes.Soak(ctx, nodes.SoakConfig{
 		Cluster: nodes.Config{
 			Binary:           bin,
-			DatabaseURL:      dbURL,
+			DatabaseURLs:     dbURLs,
 			LeaseTTL:         c.LeaseTTL,
 			LogDir:           logDir,
 			Args:             c.Args,

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,14 +71,21 @@ func SupportsCluster(ctx context.Context, bin string) (bool, error) {
 	return bytes.Contains(out, []byte("--node-id")), nil
 }
 
-// Config describes the cluster Start runs. Binary, DatabaseURL and LogDir
-// are required; the zero value of every other field is its default.
+// Config describes the cluster Start runs. Binary, DatabaseURL (or
+// DatabaseURLs) and LogDir are required; the zero value of every other
+// field is its default.
 type Config struct {
 	// Binary is the path of the hourglass binary (see Build).
 	Binary string
 	// DatabaseURL is the --database-url every node shares: postgres://…
 	// or mysql://….
 	DatabaseURL string
+	// DatabaseURLs, when not empty, gives each node its own --database-url:
+	// node i uses DatabaseURLs[i % len], for a database that is one
+	// cluster reached through several servers (MariaDB Galera: each
+	// hourglass node on a different Galera node). Every URL must name the
+	// same database; DatabaseURL may then be empty.
+	DatabaseURLs []string
 	// LeaseTTL is --lease-ttl; 0 leaves the binary's default.
 	LeaseTTL time.Duration
 	// LogDir receives each run of each node's output, as
@@ -102,14 +110,25 @@ func (c Config) validate() error {
 	switch {
 	case c.Binary == "":
 		return errors.New("nodes: Config.Binary is empty")
-	case c.DatabaseURL == "":
-		return errors.New("nodes: Config.DatabaseURL is empty")
+	case c.DatabaseURL == "" && len(c.DatabaseURLs) == 0:
+		return errors.New("nodes: Config.DatabaseURL and Config.DatabaseURLs are empty")
+	case slices.Contains(c.DatabaseURLs, ""):
+		return errors.New("nodes: Config.DatabaseURLs holds an empty URL")
 	case c.LogDir == "":
 		return errors.New("nodes: Config.LogDir is empty")
 	case c.LeaseTTL < 0:
 		return fmt.Errorf("nodes: Config.LeaseTTL must be >= 0, got %s", c.LeaseTTL)
 	}
 	return nil
+}
+
+// NodeDatabaseURL returns the --database-url of the node of index i:
+// DatabaseURLs[i % len] when DatabaseURLs is set, DatabaseURL otherwise.
+func (c Config) NodeDatabaseURL(i int) string {
+	if len(c.DatabaseURLs) > 0 {
+		return c.DatabaseURLs[i%len(c.DatabaseURLs)]
+	}
+	return c.DatabaseURL
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -428,7 +447,7 @@ func (n *Node) startOnce(ctx context.Context) error {
 	n.mu.Lock()
 	n.runs++
 	logPath := filepath.Join(cfg.LogDir, fmt.Sprintf("%s.%d.log", n.id, n.runs))
-	args := []string{"serve", "--addr", n.addr, "--database-url", cfg.DatabaseURL}
+	args := []string{"serve", "--addr", n.addr, "--database-url", cfg.NodeDatabaseURL(n.Index)}
 	if !cfg.OmitClusterFlags {
 		args = append(args, "--node-id", n.id)
 		if cfg.LeaseTTL > 0 {
@@ -528,4 +547,15 @@ func tail(path string, max int) string {
 		}
 	}
 	return string(b)
+}
+
+// Pid returns the process id of the node's current run, or 0 before its
+// first start.
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
 }

@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"net/url"
 
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql"
@@ -25,4 +26,21 @@ func ScratchDatabase(ctx context.Context, serverURL string) (url string, drop fu
 		return mysql.CreateScratch(ctx, serverURL)
 	}
 	return "", nil, fmt.Errorf("nodes: a cluster needs a shared database, postgres:// or mysql://, not %s", store.Redact(serverURL))
+}
+
+// SameDatabase returns serverURL with the database of dbURL: the URL of
+// the scratch database ScratchDatabase made through one server of a
+// cluster (a Galera node) as reached through another. Only the path
+// changes; the user, host and parameters stay serverURL's.
+func SameDatabase(serverURL, dbURL string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", fmt.Errorf("nodes: %s: %w", store.Redact(serverURL), err)
+	}
+	d, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("nodes: %s: %w", store.Redact(dbURL), err)
+	}
+	u.Path, u.RawPath = d.Path, d.RawPath
+	return u.String(), nil
 }

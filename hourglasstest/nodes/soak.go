@@ -30,8 +30,8 @@ const (
 	leaseTTLDefault = 5 * time.Second
 )
 
-// SoakConfig describes a chaos soak. Cluster's Binary, DatabaseURL and
-// LogDir are required; the zero value of every other field is its default.
+// SoakConfig describes a chaos soak. Cluster's Binary, DatabaseURL (or
+// DatabaseURLs: the verdict reads the first) and LogDir are required; the zero value of every other field is its default.
 type SoakConfig struct {
 	Cluster Config
 	// Nodes is how many nodes run (SoakNodesDefault); at least one is
@@ -318,7 +318,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	}
 	logf("soak: load stopped after %d creates; judging", len(ledger.Creates))
 	report.Verdict, err = Judge(ctx, JudgeConfig{
-		DatabaseURL:    cfg.Cluster.DatabaseURL,
+		DatabaseURL:    cfg.Cluster.NodeDatabaseURL(0),
 		Ledger:         ledger,
 		LateBound:      cfg.LateBound,
 		RequestTimeout: cmp.Or(cfg.Load.RequestTimeout, LoadRequestTimeoutDefault),

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -106,12 +107,35 @@ func (n *Node) View(ctx context.Context) (View, error) {
 // Metrics returns the node's Prometheus metrics (GET /metrics), each name's
 // samples summed over their labels.
 func (n *Node) Metrics(ctx context.Context) (map[string]float64, error) {
+	samples, err := n.Samples(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for name, v := range samples {
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
+		}
+		out[name] += v
+	}
+	return out, nil
+}
+
+// Samples returns the node's Prometheus samples (GET /metrics) by their
+// name and labels as exposed, e.g. `hourglass_db_retries_total{reason="certification"}`.
+func (n *Node) Samples(ctx context.Context) (map[string]float64, error) {
 	body, status, err := get(ctx, n.URL()+"/metrics")
 	if err != nil || status != http.StatusOK {
 		return nil, fmt.Errorf("nodes: %s: GET /metrics: %d %v", n.ID(), status, err)
 	}
+	return parseSamples(body)
+}
+
+// parseSamples reads Prometheus's text format: one sample a line, the value
+// after the last space; comments and unparsable values are skipped.
+func parseSamples(body []byte) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -126,11 +150,7 @@ func (n *Node) Metrics(ctx context.Context) (map[string]float64, error) {
 		if err != nil {
 			continue
 		}
-		name := line[:i]
-		if j := strings.IndexByte(name, '{'); j >= 0 {
-			name = name[:j]
-		}
-		out[name] += v
+		out[line[:i]] += v
 	}
 	return out, sc.Err()
 }

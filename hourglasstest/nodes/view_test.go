@@ -70,6 +70,13 @@ hourglass_orders_closed_total{by="scheduler"} 10
 hourglass_orders_closed_total{by="sweeper"} 2
 hourglass_close_lateness_seconds_bucket{le="+Inf"} 12
 `)
+	samples, err := n.Samples(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := samples[`hourglass_orders_closed_total{by="sweeper"}`]; got != 2 {
+		t.Errorf(`Samples: hourglass_orders_closed_total{by="sweeper"} = %g, want 2`, got)
+	}
 	m, err := n.Metrics(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +88,43 @@ hourglass_close_lateness_seconds_bucket{le="+Inf"} 12
 	} {
 		if m[name] != want {
 			t.Errorf("%s = %g, want %g", name, m[name], want)
+		}
+	}
+}
+
+func TestNodeDatabaseURL(t *testing.T) {
+	t.Parallel()
+	one := Config{DatabaseURL: "postgres://a/db"}
+	several := Config{DatabaseURL: "ignored", DatabaseURLs: []string{"mysql://h1/db", "mysql://h2/db", "mysql://h3/db"}}
+	for _, tc := range []struct {
+		cfg  Config
+		i    int
+		want string
+	}{
+		{one, 0, "postgres://a/db"},
+		{one, 5, "postgres://a/db"},
+		{several, 0, "mysql://h1/db"},
+		{several, 2, "mysql://h3/db"},
+		{several, 4, "mysql://h2/db"},
+	} {
+		if got := tc.cfg.NodeDatabaseURL(tc.i); got != tc.want {
+			t.Errorf("NodeDatabaseURL(%d) with %v = %q, want %q", tc.i, tc.cfg.DatabaseURLs, got, tc.want)
+		}
+	}
+	if err := (Config{Binary: "b", LogDir: "d", DatabaseURLs: []string{"mysql://h1/db", ""}}).validate(); err == nil {
+		t.Error("validate accepted an empty URL in DatabaseURLs")
+	}
+}
+
+func TestSameDatabase(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ server, db, want string }{
+		{"mysql://root@127.0.0.1:4307/test", "mysql://root@127.0.0.1:4306/hourglass_scratch_ab", "mysql://root@127.0.0.1:4307/hourglass_scratch_ab"},
+		{"postgres://u:p@h2:5432/test?sslmode=disable", "postgres://u:p@h1:5432/s1?sslmode=disable", "postgres://u:p@h2:5432/s1?sslmode=disable"},
+	} {
+		got, err := SameDatabase(tc.server, tc.db)
+		if err != nil || got != tc.want {
+			t.Errorf("SameDatabase(%q, %q) = %q, %v; want %q", tc.server, tc.db, got, err, tc.want)
 		}
 	}
 }
