@@ -464,6 +464,7 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 		if need == 0 || ctx.Err() != nil {
 			break
 		}
+		asked := m.clock.Now()
 		l, ok, err := m.store.AcquireLease(ctx, self, c.lease, c.steal, m.cfg.LeaseTTL)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, fmt.Errorf("cluster: acquire partition %d: %w", c.lease.Part, err))
@@ -476,6 +477,11 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 			m.obs.Takeover()
 		}
 		m.mu.Lock()
+		if len(m.leases) == 0 {
+			// The first lease held: it is valid from about now, so a
+			// failed first renewal does not give it up at once.
+			m.renewedAt = asked
+		}
 		m.leases[l.Part] = l
 		if c.steal {
 			m.waiting[l.Part] = m.clock.Now().Add(HandoverDelay(m.tick))
