@@ -19,12 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/delay/wheel"
 )
 
@@ -83,7 +83,7 @@ type Config struct {
 	// only the orders of the partitions it owns, loads a partition's
 	// window when it gains it, and drops the timers of one it lost as they
 	// fire. Nil: this node owns every order.
-	Ownership Ownership
+	Ownership cluster.Ownership
 	// WatchCreated, when set, reports the orders other nodes create
 	// (hourglass.ClusterStore.WatchCreated), so that the owner of an
 	// order's partition schedules it whichever node took the create.
@@ -128,14 +128,6 @@ func (c Config) Validate() error {
 type Store interface {
 	CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error)
 	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
-}
-
-// Ownership is the set of partitions this node owns (cluster.Membership).
-type Ownership interface {
-	// Owned returns the partitions owned now.
-	Owned() hourglass.Parts
-	// OnChange registers fn, called (without blocking) after each change.
-	OnChange(fn func(gained, lost []int))
 }
 
 // Observer receives what the engine does, for metrics. Its methods are called
@@ -205,11 +197,9 @@ type Engine struct {
 	// a backlog from one that lost timers.
 	lastFront, lastDelivery atomic.Int64
 
-	// parts is the partitions owned (nil pointer: all); gained collects the
-	// partitions gained (or, on a resync, all owned) whose window the
-	// loader must load, and catchUp wakes it.
-	parts   atomic.Pointer[hourglass.Parts]
-	gained  map[int]bool
+	// parts follows the partitions owned and those gained whose window the
+	// loader must load; catchUp wakes the loader for them.
+	parts   *cluster.Tracker
 	catchUp chan struct{}
 }
 
@@ -268,51 +258,11 @@ func New(store Store, cfg Config) (*Engine, error) {
 	e.relayWake = make(chan struct{}, 1)
 	e.firstPage = make(chan struct{})
 	e.catchUp = make(chan struct{}, 1)
-	e.gained = map[int]bool{}
-	if cfg.Ownership != nil {
-		owned := cfg.Ownership.Owned()
-		e.parts.Store(&owned)
-		cfg.Ownership.OnChange(e.ownershipChanged)
-	}
+	// A gained partition's window is loaded (its orders due meanwhile
+	// included) and its outbox relayed; the timers of a lost one are
+	// dropped as they fire (deliver).
+	e.parts = cluster.Track(cfg.Ownership, func() { wake(e.catchUp); wake(e.relayWake) })
 	return e, nil
-}
-
-// owned returns the partitions this node owns (nil: all).
-func (e *Engine) owned() hourglass.Parts {
-	if p := e.parts.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// ownershipChanged takes the new set, and has the loader load the window
-// of each gained partition (its orders due meanwhile included) and the
-// relay publish their outbox. Timers of lost partitions are dropped as
-// they fire (deliver).
-func (e *Engine) ownershipChanged(gained, _ []int) {
-	owned := e.cfg.Ownership.Owned()
-	e.parts.Store(&owned)
-	if len(gained) > 0 {
-		e.mu.Lock()
-		for _, p := range gained {
-			e.gained[p] = true
-		}
-		e.mu.Unlock()
-		wake(e.catchUp)
-		wake(e.relayWake)
-	}
-}
-
-// resync has the loader load the whole window of every owned partition
-// again (a watch of other nodes' creates may have missed some).
-func (e *Engine) resync() {
-	e.mu.Lock()
-	for p := range hourglass.Partitions {
-		e.gained[p] = true
-	}
-	e.mu.Unlock()
-	wake(e.catchUp)
-	wake(e.relayWake)
 }
 
 func wake(ch chan struct{}) {
@@ -377,7 +327,7 @@ func (e *Engine) Pending() int {
 // Schedule tells the engine a pending order was committed. Call it after the
 // commit. Idempotent.
 func (e *Engine) Schedule(t hourglass.Timer) {
-	if !e.owned().Has(t.OrderID) {
+	if !e.parts.Has(t.OrderID) {
 		return // its partition's owner learns of it from the database
 	}
 	switch e.info.Feed {
@@ -400,16 +350,15 @@ func (e *Engine) Schedule(t hourglass.Timer) {
 // (FeedOutbox). nil means some may have been missed: load the window again.
 func (e *Engine) created(ts []hourglass.Timer) {
 	if ts == nil {
-		e.resync()
+		e.parts.GainAll()
 		return
 	}
-	owned := e.owned()
 	e.mu.Lock()
 	horizon := e.horizon
 	e.mu.Unlock()
 	var mine []hourglass.Timer
 	for _, t := range ts {
-		if owned.Has(t.OrderID) {
+		if e.parts.Has(t.OrderID) {
 			mine = append(mine, t)
 		}
 	}
@@ -444,7 +393,7 @@ func (e *Engine) watchLoop(ctx context.Context) {
 		}
 		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
 		e.log.Warn("engine: watch of other nodes' orders stopped; restarting it", "retry_in", backoff, "err", err)
-		e.resync()
+		e.parts.GainAll()
 		if !sleep(ctx, backoff) {
 			return
 		}
@@ -564,12 +513,11 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 // deliver is the hourglass.Deliver the scheduler calls with due timers: one
 // store call closes them all, each an idempotent compare-and-set.
 func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
-	owned := e.owned()
 	ids := make([]int64, 0, len(due))
 	for _, t := range due {
 		// A timer of a partition this node lost is the new owner's now
 		// (it loaded it): dropped, not closed twice.
-		if owned.Has(t.OrderID) {
+		if e.parts.Has(t.OrderID) {
 			ids = append(ids, t.OrderID)
 		}
 	}
@@ -644,21 +592,13 @@ func (e *Engine) loadLoop(ctx context.Context) {
 // to the horizon (those overdue first), into the scheduler: the window the
 // previous owner held. On failure the partitions stay to load.
 func (e *Engine) loadGained(ctx context.Context) error {
-	e.mu.Lock()
-	var parts hourglass.Parts
-	owned := e.owned()
-	for p := range e.gained {
-		if owned == nil || slices.Contains(owned, p) {
-			parts = append(parts, p)
-		}
-	}
-	clear(e.gained)
-	horizon := e.horizon
-	e.mu.Unlock()
+	parts := e.parts.TakeGained()
 	if len(parts) == 0 || e.info.Feed != hourglass.FeedWindow {
 		return nil
 	}
-	slices.Sort(parts)
+	e.mu.Lock()
+	horizon := e.horizon
+	e.mu.Unlock()
 	after, afterID := hourglass.FromUnixMilli(0), int64(0)
 	for {
 		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(horizon), Limit: e.cfg.LoadPageSize, Parts: parts})
@@ -666,11 +606,7 @@ func (e *Engine) loadGained(ctx context.Context) error {
 			err = e.sched.Schedule(ctx, page)
 		}
 		if err != nil {
-			e.mu.Lock()
-			for _, p := range parts {
-				e.gained[p] = true
-			}
-			e.mu.Unlock()
+			e.parts.Regain(parts)
 			return err
 		}
 		if len(page) < e.cfg.LoadPageSize {
@@ -700,7 +636,7 @@ func (e *Engine) load(ctx context.Context) error {
 		after, afterID = hourglass.FromUnixMilli(0), 0
 	}
 	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: e.cfg.LoadPageSize, Parts: e.owned()})
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: e.cfg.LoadPageSize, Parts: e.parts.Owned()})
 		if err == nil && len(page) > 0 {
 			err = e.sched.Schedule(ctx, page)
 		}
@@ -757,7 +693,7 @@ func (e *Engine) relayLoop(ctx context.Context) {
 // a crash in between publishes it again: a duplicate, never a loss.
 func (e *Engine) relay(ctx context.Context) error {
 	for {
-		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch, e.owned())
+		batch, err := e.outbox.OutboxBatch(ctx, e.cfg.RelayBatch, e.parts.Owned())
 		if err != nil || len(batch) == 0 {
 			return err
 		}
@@ -864,7 +800,7 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: e.owned()})
+		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: e.parts.Owned()})
 		if err != nil {
 			return total, err
 		}

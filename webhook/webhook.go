@@ -32,15 +32,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/timingwheel"
 )
 
@@ -92,14 +91,6 @@ const (
 type Observer interface {
 	// WebhookAttempted is called once per recorded attempt with its outcome.
 	WebhookAttempted(outcome string)
-}
-
-// Ownership is the set of partitions this node owns (cluster.Membership).
-type Ownership interface {
-	// Owned returns the partitions owned now.
-	Owned() hourglass.Parts
-	// OnChange registers fn, called (without blocking) after each change.
-	OnChange(fn func(gained, lost []int))
 }
 
 // Store is what the service needs of the database.
@@ -162,7 +153,7 @@ type Config struct {
 	// deliveries when it gains it, and drops those of a partition it lost.
 	// Nil: every delivery. Leader, when set, says whether this node does
 	// the cluster's event pruning.
-	Ownership Ownership
+	Ownership cluster.Ownership
 	Leader    func() bool
 	// Transport overrides the HTTP transport (tests). By default a
 	// transport whose dialer enforces Allow on the address dialled, with no
@@ -249,10 +240,9 @@ type Service struct {
 	// the workers wake the loader (loadWake) when half of that has drained.
 	truncated bool
 
-	// parts is the partitions owned (nil pointer: all); gained those whose
-	// pending deliveries the loader must load (loadWake wakes it).
-	parts  atomic.Pointer[hourglass.Parts]
-	gained map[int]bool
+	// parts follows the partitions owned and those gained whose pending
+	// deliveries the loader must load (loadWake wakes it).
+	parts *cluster.Tracker
 
 	wake      chan struct{} // the timing loop: an earlier deadline was added
 	readyWake chan struct{} // the workers: ready is not empty
@@ -322,32 +312,8 @@ func New(store Store, cfg Config) (*Service, error) {
 	s.wake = make(chan struct{}, 1)
 	s.readyWake = make(chan struct{}, 1)
 	s.loadWake = make(chan struct{}, 1)
-	s.gained = map[int]bool{}
-	if cfg.Ownership != nil {
-		owned := cfg.Ownership.Owned()
-		s.parts.Store(&owned)
-		cfg.Ownership.OnChange(func(gained, _ []int) {
-			owned := cfg.Ownership.Owned()
-			s.parts.Store(&owned)
-			if len(gained) > 0 {
-				s.mu.Lock()
-				for _, p := range gained {
-					s.gained[p] = true
-				}
-				s.mu.Unlock()
-				signal(s.loadWake)
-			}
-		})
-	}
+	s.parts = cluster.Track(cfg.Ownership, func() { signal(s.loadWake) })
 	return s, nil
-}
-
-// owned returns the partitions this node owns (nil: all).
-func (s *Service) owned() hourglass.Parts {
-	if p := s.parts.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 type nopObserver struct{}
@@ -619,7 +585,7 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	if err != nil {
 		return retryLater(err, "reading a delivery")
 	}
-	if !s.owned().Has(d.OrderID) {
+	if !s.parts.Has(d.OrderID) {
 		return hourglass.DeliveryTimer{}, false // its partition moved to another node, which loaded it
 	}
 	now := s.clock.Now()
@@ -778,7 +744,7 @@ func (s *Service) scan(ctx context.Context) error {
 	from := max(s.scanned, now-s.cfg.ScanLag.Milliseconds()*6) - s.cfg.ScanLag.Milliseconds()
 	until := s.horizon
 	s.mu.Unlock()
-	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(from), AfterID: 0, Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: s.owned()}
+	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(from), AfterID: 0, Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: s.parts.Owned()}
 	for {
 		page, err := s.store.DueDeliveries(ctx, p)
 		if err != nil {
@@ -855,7 +821,7 @@ func (s *Service) load(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		limit := min(LoadPageSizeDefault, room)
-		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: limit, Parts: s.owned()})
+		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: limit, Parts: s.parts.Owned()})
 		if err != nil {
 			s.mu.Lock()
 			if s.horizon == target { // let the next load retry this range
@@ -882,29 +848,18 @@ func (s *Service) load(ctx context.Context) error {
 // At MaxHeld, schedule lowers the horizon and the next load brings the
 // rest. On failure the partitions stay to load.
 func (s *Service) loadGained(ctx context.Context) error {
-	s.mu.Lock()
-	owned := s.owned()
-	var parts hourglass.Parts
-	for p := range s.gained {
-		if owned == nil || slices.Contains(owned, p) {
-			parts = append(parts, p)
-		}
-	}
-	clear(s.gained)
-	until := s.horizon
-	s.mu.Unlock()
+	parts := s.parts.TakeGained()
 	if len(parts) == 0 {
 		return nil
 	}
+	s.mu.Lock()
+	until := s.horizon
+	s.mu.Unlock()
 	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(0), Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: parts}
 	for {
 		page, err := s.store.DueDeliveries(ctx, p)
 		if err != nil {
-			s.mu.Lock()
-			for _, q := range parts {
-				s.gained[q] = true
-			}
-			s.mu.Unlock()
+			s.parts.Regain(parts)
 			return err
 		}
 		for _, t := range page {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/webhook"
 )
@@ -635,4 +636,24 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
 		}
 	}
+}
+
+// TestOwnedPartitionsOnly: a service with an Ownership sends only the
+// deliveries of orders in its partitions, and a partition it gains has its
+// pending deliveries loaded and sent.
+func TestOwnedPartitionsOnly(t *testing.T) {
+	t.Parallel()
+	own := hourglasstest.NewOwnership()
+	f := setup(t, webhook.Config{Ownership: own})
+	rc := newReceiver(t)
+	f.subscribe(t, rc, hourglass.EventOrderCreated)
+	mine, other := f.order(t), f.order(t)
+	own.Move([]int{hourglass.PartitionOf(mine.ID)}, nil)
+	rc.waitFor("the created event of the owned partition's order", func() bool { return len(rc.all()) > 0 })
+	time.Sleep(300 * time.Millisecond) // several polls: the other order's event must not follow
+	if got, want := rc.delivered(), f.eventIDs(t, mine.ID); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want only the owned order's events %v", got, want)
+	}
+	own.Move([]int{hourglass.PartitionOf(other.ID)}, nil)
+	rc.waitFor("the gained partition's delivery", func() bool { return len(rc.delivered()) == 2 })
 }

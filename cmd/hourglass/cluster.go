@@ -57,10 +57,7 @@ func (f clusterFlags) join(ctx context.Context, db hourglass.Database, addr stri
 
 // ownership returns the membership as the engine's and webhook delivery's
 // partition set, nil when this node owns everything.
-func (n *node) ownership() interface {
-	Owned() hourglass.Parts
-	OnChange(func(gained, lost []int))
-} {
+func (n *node) ownership() cluster.Ownership {
 	if n.m == nil {
 		return nil
 	}

@@ -397,53 +397,6 @@ func TestCloseDrainsAndIsIdempotent(t *testing.T) {
 	t.Logf("%d creates committed before Close returned", ok.Load())
 }
 
-// TestIdempotencyKeyRaceAcrossStores: two store values (two processes)
-// racing the same key create one order; every other call replays it, and a
-// different request hash is refused.
-func TestIdempotencyKeyRaceAcrossStores(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	u := mytest.NewDatabase(t)
-	stores := []*mysql.Store{open(t, u, nil, false), open(t, u, nil, false)}
-	put(t, stores[0], "A", 100)
-	for round := range 5 {
-		key := fmt.Sprint("key-", round)
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			ids     = map[int64]int{}
-			created int
-		)
-		for i := range 20 {
-			wg.Go(func() {
-				o, c, err := stores[i%2].CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}},
-					Timeout: time.Hour, IdempotencyKey: key, RequestHash: []byte("h")})
-				if err != nil {
-					t.Errorf("create: %v", err)
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				ids[o.ID]++
-				if c {
-					created++
-				}
-			})
-		}
-		wg.Wait()
-		if created != 1 || len(ids) != 1 {
-			t.Fatalf("round %d: created %d, ids %v; want one order for the key", round, created, ids)
-		}
-		if _, _, err := stores[1].CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}},
-			IdempotencyKey: key, RequestHash: []byte("other")}); hourglass.ErrorCode(err) != hourglass.CodeIdempotencyKeyReused {
-			t.Fatalf("other hash = %v, want idempotency_key_reused", err)
-		}
-	}
-	if got := stockOf(t, stores[0], "A"); got != [3]int64{95, 5, 0} {
-		t.Fatalf("stock %v, want one reservation per key", got)
-	}
-}
-
 // TestConcurrentCreatesShareCommits: concurrent creates are group-committed
 // (Observe sees batches of more than one write) and every one commits.
 func TestConcurrentCreatesShareCommits(t *testing.T) {

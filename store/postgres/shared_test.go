@@ -417,56 +417,6 @@ func TestNotifyAcrossStores(t *testing.T) {
 	}
 }
 
-// TestIdempotencyRace races one idempotency key from two store values (two
-// processes) and many goroutines: one order is created, every caller gets
-// it, and the stock is reserved once.
-func TestIdempotencyRace(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewDatabase(t)
-	stores := []*postgres.Store{open(t, db, nil, false), open(t, db, nil, false)}
-	mustProduct(t, stores[0], "A", 100)
-	for round := range 5 {
-		key := fmt.Sprint("key-", round)
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			ids     = map[int64]int{}
-			created int
-		)
-		for g := range 20 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o, c, err := stores[g%2].CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute,
-					Items: []hourglass.Item{{SKU: "A", Quantity: 2}}, IdempotencyKey: key, RequestHash: []byte("same")})
-				if err != nil {
-					t.Errorf("create: %v", err)
-					return
-				}
-				mu.Lock()
-				ids[o.ID]++
-				if c {
-					created++
-				}
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		if len(ids) != 1 || created != 1 {
-			t.Fatalf("round %d: orders %v, %d created; want one order, created once", round, ids, created)
-		}
-		_, _, err := stores[1].CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute,
-			Items: []hourglass.Item{{SKU: "A", Quantity: 2}}, IdempotencyKey: key, RequestHash: []byte("other")})
-		if hourglass.ErrorCode(err) != hourglass.CodeIdempotencyKeyReused {
-			t.Fatalf("round %d: another request with the key = %v, want idempotency_key_reused", round, err)
-		}
-	}
-	if got := stockOf(t, stores[0], "A"); got != [3]int64{90, 10, 0} {
-		t.Fatalf("stock %v, want 2 reserved per key", got)
-	}
-}
-
 // TestListenerReconnects terminates the listening connection of a store
 // value: it reconnects, and deliveries committed through another store value
 // wake it again.

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+// TestOwnedPartitionsOnly: an engine with an Ownership loads and accepts
+// only the orders of its partitions, loads a gained partition's window at
+// once (its overdue orders included), and drops the timers of a lost one
+// as they fire instead of closing them.
+func TestOwnedPartitionsOnly(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	var orders []hourglass.Order
+	for range 6 {
+		orders = append(orders, f.create(t, time.Minute))
+	}
+	part := func(i int) int { return hourglass.PartitionOf(orders[i].ID) }
+	own := hourglasstest.NewOwnership(part(0), part(1), part(2))
+	e := f.engine(t, Config{Ownership: own})
+	if err := e.load(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Pending(); got != 3 {
+		t.Fatalf("the first load holds %d timers, want the 3 of the owned partitions", got)
+	}
+	e.Schedule(hourglass.Timer{OrderID: orders[3].ID, Deadline: orders[3].Deadline})
+	if got := e.Pending(); got != 3 {
+		t.Fatalf("Schedule of an order of another partition: %d timers held, want 3", got)
+	}
+
+	// Gaining two partitions after their orders fell due: the loader is
+	// woken and loads them.
+	clock.Advance(2 * time.Minute)
+	own.Move([]int{part(3), part(4)}, nil)
+	select {
+	case <-e.catchUp:
+	default:
+		t.Fatal("gaining partitions did not wake the loader")
+	}
+	if err := e.loadGained(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Pending(); got != 5 {
+		t.Fatalf("after the gain: %d timers held, want 5", got)
+	}
+
+	// Losing the first partition: its timer is dropped at delivery.
+	own.Move(nil, []int{part(0)})
+	var due []hourglass.Timer
+	for _, o := range orders[:5] {
+		due = append(due, hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	}
+	if err := e.deliver(f.ctx, due); err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range orders {
+		got, err := f.store.Order(f.ctx, o.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantClosed := i >= 1 && i <= 4
+		if (got.Status == hourglass.StateClosed) != wantClosed {
+			t.Errorf("order %d (partition %d) is %s; want closed %v", i, part(i), got.Status, wantClosed)
+		}
+	}
+
+	// A watch that may have missed creates asks for every owned partition
+	// again.
+	e.created(nil)
+	if got, want := e.parts.TakeGained(), own.Owned(); !slices.Equal(got, want) {
+		t.Fatalf("after a reload request the partitions to load are %v, want the owned %v", got, want)
+	}
+}
