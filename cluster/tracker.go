@@ -21,6 +21,7 @@ type Ownership interface {
 // test for the hot paths, and those gained and not yet loaded. Its methods
 // are safe for concurrent use.
 type Tracker struct {
+	all    bool                            // no Ownership: every partition, always
 	parts  atomic.Pointer[hourglass.Parts] // nil: every partition
 	mask   atomic.Int64
 	onGain func()
@@ -36,6 +37,7 @@ func Track(o Ownership, onGain func()) *Tracker {
 	t := &Tracker{onGain: onGain, gained: map[int]bool{}}
 	t.mask.Store(hourglass.Parts(nil).Mask())
 	if o == nil {
+		t.all = true
 		return t
 	}
 	t.set(o.Owned())
@@ -62,6 +64,9 @@ func (t *Tracker) Owned() hourglass.Parts {
 
 // Has reports whether the partition of an order id is owned now.
 func (t *Tracker) Has(orderID int64) bool {
+	if t.all {
+		return true
+	}
 	return t.mask.Load()>>hourglass.PartitionOf(orderID)&1 == 1
 }
 
