@@ -125,8 +125,8 @@ func DefaultNodeID() string {
 	return host + "-" + strings.ToLower(rand.Text()[:8])
 }
 
-// Change is a change of the partitions this node owns.
-type Change struct {
+// change is a change of the partitions this node owns.
+type change struct {
 	Gained, Lost []int
 }
 
@@ -175,9 +175,6 @@ func New(store hourglass.ClusterStore, cfg Config) (*Membership, error) {
 
 // NodeID returns this node's id.
 func (m *Membership) NodeID() string { return m.cfg.NodeID }
-
-// Tick returns the interval of the membership loop.
-func (m *Membership) Tick() time.Duration { return m.tick }
 
 // OnChange registers fn to be called with every change of the partitions
 // this node owns, in order, from Run's goroutine, after Owned reflects it.
@@ -301,7 +298,7 @@ func (m *Membership) leave() {
 	m.leases = map[int]hourglass.Lease{}
 	clear(m.waiting)
 	m.mu.Unlock()
-	m.notify(Change{Lost: lost})
+	m.notify(change{Lost: lost})
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	if err := m.store.LeaveCluster(ctx, m.cfg.NodeID); err != nil {
@@ -356,7 +353,7 @@ func (m *Membership) renew(ctx context.Context) error {
 			clear(m.waiting)
 			m.mu.Unlock()
 			m.log.Error("cluster: could not renew leases for a TTL; giving them up", "node", m.cfg.NodeID, "partitions", len(lost), "err", err)
-			m.changed(Change{Lost: lost})
+			m.changed(change{Lost: lost})
 		}
 		return fmt.Errorf("cluster: renew: %w", err)
 	}
@@ -385,7 +382,7 @@ func (m *Membership) renew(ctx context.Context) error {
 	if len(lost) > 0 {
 		slices.Sort(lost)
 		m.log.Info("cluster: partitions lost to another node", "node", m.cfg.NodeID, "partitions", lost)
-		m.changed(Change{Lost: lost})
+		m.changed(change{Lost: lost})
 	}
 	return nil
 }
@@ -495,7 +492,7 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 	if len(gained) > 0 {
 		slices.Sort(gained)
 		m.log.Info("cluster: partitions taken", "node", self, "partitions", gained)
-		m.changed(Change{Gained: gained})
+		m.changed(change{Gained: gained})
 	}
 	return firstErr
 }
@@ -516,7 +513,7 @@ func (m *Membership) startWaiting() {
 	if len(gained) > 0 {
 		slices.Sort(gained)
 		m.log.Info("cluster: partitions handed over", "node", m.cfg.NodeID, "partitions", gained)
-		m.changed(Change{Gained: gained})
+		m.changed(change{Gained: gained})
 	}
 }
 
@@ -526,7 +523,7 @@ type candidate struct {
 }
 
 // changed reports a change to the observer and the watchers.
-func (m *Membership) changed(c Change) {
+func (m *Membership) changed(c change) {
 	m.mu.Lock()
 	n := len(m.leases)
 	m.mu.Unlock()
@@ -534,7 +531,7 @@ func (m *Membership) changed(c Change) {
 	m.notify(c)
 }
 
-func (m *Membership) notify(c Change) {
+func (m *Membership) notify(c change) {
 	if len(c.Gained) == 0 && len(c.Lost) == 0 {
 		return
 	}
