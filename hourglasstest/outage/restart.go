@@ -85,7 +85,11 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 	const (
 		orders  = 300
 		initial = 1_000_000
-		maxLate = time.Second
+		// The bound is for a loaded CI machine under -race: gotimer's
+		// orders due just after the restart were seen 1.5 s late at load
+		// average 5.7 (not by the sweeper, whose 10 s grace is the check
+		// that the mechanism lost nothing).
+		maxLate = 2500 * time.Millisecond
 	)
 	ctx := context.Background()
 	dir := t.TempDir()
