@@ -28,9 +28,10 @@ const (
 // added in later versions.
 const EventTypeAll EventType = "*"
 
-// EventTypes lists every event type, in lifecycle order.
+// EventTypes lists every event type: an order's, in lifecycle order, then
+// a timer's.
 func EventTypes() []EventType {
-	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted}
+	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventTimerFired}
 }
 
 // Valid reports whether t is a known event type (EventTypeAll is not one).

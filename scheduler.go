@@ -65,6 +65,8 @@ type Outbox interface {
 	// OutboxBatch returns up to limit unsent timers, oldest order first,
 	// of the orders in parts (nil: all; see Parts).
 	OutboxBatch(ctx context.Context, limit int, parts Parts) ([]Timer, error)
-	// OutboxDone removes timers that were published.
-	OutboxDone(ctx context.Context, orderIDs []int64) error
+	// OutboxDone removes timers that were published: each entry whose
+	// deadline is still the one published (a client timer re-armed since
+	// keeps its new entry, to be published in turn).
+	OutboxDone(ctx context.Context, published []Timer) error
 }

@@ -28,14 +28,18 @@ type second struct {
 	failed   int64
 	created  int64
 	lateness [len(LatenessBounds) + 1]int64
+	// Clients' timers fired, and their fire lateness (fired_at − fire_at).
+	fired        int64
+	fireLateness [len(LatenessBounds) + 1]int64
 }
 
 // Recorder keeps the last RecorderSpan of close-path activity in one-second
-// buckets: closes and their lateness, failed and no-op closes, and creates.
+// buckets: closes and their lateness, failed and no-op closes, creates, and
+// clients' timers fired and their lateness.
 // Memory is fixed (RecorderSpan/1s buckets); recording is O(1).
 //
 // It implements engine.Observer (Closed, Stale, CloseFailed, Swept,
-// SchedulerFailed) and the API's request observer (ObserveRequest), so it is
+// SchedulerFailed), engine.TimerObserver (Fired) and the API's request observer (ObserveRequest), so it is
 // fed by the same calls as the Prometheus metrics. It is safe for concurrent
 // use.
 type Recorder struct {
@@ -74,6 +78,17 @@ func (r *Recorder) Closed(c hourglass.ClosedOrder, _ bool) {
 	s := r.slot()
 	s.closed++
 	s.lateness[i]++
+	r.mu.Unlock()
+}
+
+// Fired implements engine.TimerObserver: one client timer fired, its
+// lateness being fired_at - fire_at.
+func (r *Recorder) Fired(t hourglass.FiredTimer, _ bool) {
+	i := latenessBucket(t.FiredAt.Sub(t.FireAt).Seconds())
+	r.mu.Lock()
+	s := r.slot()
+	s.fired++
+	s.fireLateness[i]++
 	r.mu.Unlock()
 }
 
@@ -134,6 +149,9 @@ type Activity struct {
 	// Lateness counts the closes of the span per bucket of LatenessBounds;
 	// the last element is the +Inf bucket.
 	Lateness []int64
+	// Fired counts clients' timers fired per second; FireLateness their
+	// fired_at - fire_at over the span, in Lateness's buckets.
+	Fired, FireLateness []int64
 }
 
 // Activity returns the last span of activity up to now, in whole seconds
@@ -149,6 +167,9 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		Stale:    make([]int64, n),
 		Created:  make([]int64, n),
 		Lateness: make([]int64, len(LatenessBounds)+1),
+		Fired:    make([]int64, n),
+		// The timers' histogram has the closes' buckets.
+		FireLateness: make([]int64, len(LatenessBounds)+1),
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -158,9 +179,12 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		if s.unix != unix {
 			continue
 		}
-		a.Closed[i], a.Failed[i], a.Stale[i], a.Created[i] = s.closed, s.failed, s.stale, s.created
+		a.Closed[i], a.Failed[i], a.Stale[i], a.Created[i], a.Fired[i] = s.closed, s.failed, s.stale, s.created, s.fired
 		for j, c := range s.lateness {
 			a.Lateness[j] += c
+		}
+		for j, c := range s.fireLateness {
+			a.FireLateness[j] += c
 		}
 	}
 	return a

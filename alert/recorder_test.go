@@ -32,6 +32,9 @@ func TestRecorderActivity(t *testing.T) {
 	r.ObserveRequest(alert.CreateRoute, http.MethodPost, http.StatusOK, 0) // idempotent repeat
 	r.ObserveRequest(alert.CreateRoute, http.MethodGet, http.StatusOK, 0)
 	r.ObserveRequest("/v1/orders/{id}/pay", http.MethodPost, http.StatusOK, 0)
+	// Two timers fired (2ms and 20ms late): counted apart from the closes.
+	r.Fired(hourglass.FiredTimer{FireAt: start, FiredAt: start.Add(2 * time.Millisecond)}, false)
+	r.Fired(hourglass.FiredTimer{FireAt: start, FiredAt: start.Add(20 * time.Millisecond)}, true)
 	// Second 2: one close exactly on a bound (3s is in the "<= 3" bucket).
 	clock.Advance(2 * time.Second)
 	r.Closed(closed(start, 3*time.Second), false)
@@ -49,6 +52,7 @@ func TestRecorderActivity(t *testing.T) {
 		{"Failed", a.Failed, []int64{3, 0, 0}},
 		{"Stale", a.Stale, []int64{1, 0, 0}},
 		{"Created", a.Created, []int64{1, 0, 1}},
+		{"Fired", a.Fired, []int64{2, 0, 0}},
 	} {
 		if !slices.Equal(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
@@ -60,6 +64,12 @@ func TestRecorderActivity(t *testing.T) {
 	wantLate[slices.Index(alert.LatenessBounds[:], 5)]++
 	if !slices.Equal(a.Lateness, wantLate) {
 		t.Errorf("Lateness = %v, want %v", a.Lateness, wantLate)
+	}
+	wantFireLate := make([]int64, len(alert.LatenessBounds)+1)
+	wantFireLate[slices.Index(alert.LatenessBounds[:], .002)]++
+	wantFireLate[slices.Index(alert.LatenessBounds[:], .02)]++
+	if !slices.Equal(a.FireLateness, wantFireLate) {
+		t.Errorf("FireLateness = %v, want %v", a.FireLateness, wantFireLate)
 	}
 
 	// A 1s window holds only the last second.

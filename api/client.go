@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Client is a Go client of the v1 API. It is safe for concurrent use.
@@ -181,4 +182,74 @@ func ErrorCode(err error) string {
 		return e.Code
 	}
 	return ""
+}
+
+// ArmTimerRequest is the body of PUT /v1/timers/{key}: exactly one of
+// FireAt (RFC 3339) and DelayMs; Payload a JSON object or nil; WebhookID 0
+// for every webhook subscribed to timer.fired.
+type ArmTimerRequest struct {
+	FireAt    string          `json:"fire_at,omitempty"`
+	DelayMs   *int64          `json:"delay_ms,omitempty"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	WebhookID int64           `json:"webhook_id,omitempty"`
+}
+
+// Delay returns d in milliseconds for ArmTimerRequest.DelayMs.
+func Delay(d time.Duration) *int64 {
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// ArmTimer arms (creates or re-arms) the timer key. It returns the status:
+// 201 created, 200 re-armed or a repeat of the same request.
+func (c *Client) ArmTimer(ctx context.Context, key string, req ArmTimerRequest) (TimerJSON, int, error) {
+	var t TimerJSON
+	status, err := c.Do(ctx, http.MethodPut, timerPath(key), nil, req, &t)
+	return t, status, err
+}
+
+// timerPath returns the path of the timer key. The keys "." and ".." are
+// valid but are dot segments, which HTTP clients and servers remove from a
+// path (RFC 3986 section 5.2.4), so they are sent percent-encoded.
+func timerPath(key string) string {
+	switch key {
+	case ".":
+		return "/v1/timers/%2E"
+	case "..":
+		return "/v1/timers/%2E%2E"
+	}
+	return "/v1/timers/" + url.PathEscape(key)
+}
+
+// Timer returns a timer.
+func (c *Client) Timer(ctx context.Context, key string) (TimerJSON, error) {
+	var t TimerJSON
+	_, err := c.Do(ctx, http.MethodGet, timerPath(key), nil, nil, &t)
+	return t, err
+}
+
+// CancelTimer cancels a timer; a fired one is refused with code
+// "timer_fired".
+func (c *Client) CancelTimer(ctx context.Context, key string) (TimerJSON, error) {
+	var t TimerJSON
+	_, err := c.Do(ctx, http.MethodDelete, timerPath(key), nil, nil, &t)
+	return t, err
+}
+
+// ListTimers returns one page of timers by key; status and after may be
+// empty, limit 0 for the default.
+func (c *Client) ListTimers(ctx context.Context, status string, limit int, after string) (TimerListJSON, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	var l TimerListJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/timers?"+q.Encode(), nil, nil, &l)
+	return l, err
 }

@@ -18,6 +18,7 @@ var statusByCode = map[hourglass.Code]int{
 	hourglass.CodeIdempotencyKeyReused: http.StatusConflict,
 	hourglass.CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
 	hourglass.CodeLimitExceeded:        http.StatusConflict,
+	hourglass.CodeTimerFired:           http.StatusConflict,
 	hourglass.CodeUnavailable:          http.StatusServiceUnavailable,
 	hourglass.CodeInternal:             http.StatusInternalServerError,
 }

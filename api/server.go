@@ -2,6 +2,7 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/subtle"
@@ -60,6 +61,9 @@ type Config struct {
 	Dashboard DashboardSource
 	// Cluster serves GET /v1/cluster when set (cluster.go).
 	Cluster ClusterSource
+	// Timers serves /v1/timers when set (timers.go); armed timers are
+	// told to Scheduler like created orders.
+	Timers hourglass.TimerStore
 	// MaxBodyMemory bounds the bytes of request bodies held at once
 	// (default MaxBodyMemoryDefault). A request reserves its body's size
 	// (its Content-Length, or MaxBodyBytes when unknown) before reading it;
@@ -136,6 +140,7 @@ func (s *Server) routes() {
 	routes = append(routes, s.webhookRoutes()...)
 	routes = append(routes, s.dashboardRoutes()...)
 	routes = append(routes, s.clusterRoutes()...)
+	routes = append(routes, s.timerRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))
@@ -316,15 +321,22 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Without HTML escaping: a timer's payload comes back as given, not
+	// with its <, > and & rewritten as \u003c and so on.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	b := buf.Bytes()
+	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}`)
+		b = []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}` + "\n")
+	} else {
+		b = buf.Bytes() // Encode ends it with a newline
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b)
 }
 
 func (s *Server) putProduct(r *http.Request, body []byte) (int, any, error) {

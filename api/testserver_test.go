@@ -27,6 +27,7 @@ import (
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
+	"github.com/hourglass/hourglass/webhook"
 )
 
 // testServer is an in-process hourglass wired like cmd/hourglass does it: a
@@ -50,6 +51,12 @@ type serverConfig struct {
 	MaxBodyMemory int64
 	// Dir is the data directory (default a new temporary one).
 	Dir string
+	// DatabaseURL, when set, is the database (default: a new one of the
+	// store HOURGLASS_TEST_STORE names, storetest.URL).
+	DatabaseURL string
+	// WebhookAllow, when set, serves and delivers webhooks to these hosts
+	// (webhook.ParseAllowList), with retries after 200ms and 1s, no jitter.
+	WebhookAllow string
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
@@ -67,7 +74,10 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	// clock, as in production. cfg.Dir puts a SQLite store in that
 	// directory instead.
 	url := "sqlite://" + filepath.Join(cfg.Dir, "hourglass.db")
-	if cfg.Dir == "" {
+	switch {
+	case cfg.DatabaseURL != "":
+		url = cfg.DatabaseURL
+	case cfg.Dir == "":
 		url = storetest.URL(t)
 	}
 	db, err := store.Open(context.Background(), store.Options{URL: url, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
@@ -100,7 +110,24 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		db.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := api.NewServer(api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory})
+	apiCfg := api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory, Timers: db}
+	var hooks *webhook.Service
+	if cfg.WebhookAllow != "" {
+		allow, err := webhook.ParseAllowList(cfg.WebhookAllow)
+		if err != nil {
+			db.Close()
+			t.Fatal(err)
+		}
+		hooks, err = webhook.New(db, webhook.Config{Allow: allow, Retry: []time.Duration{200 * time.Millisecond, time.Second}, Jitter: -1,
+			Timeout: 5 * time.Second, PollInterval: 50 * time.Millisecond, Window: 2 * time.Second, LoadInterval: 500 * time.Millisecond,
+			Clock: clock, Logger: logger})
+		if err != nil {
+			db.Close()
+			t.Fatalf("webhook.New: %v", err)
+		}
+		apiCfg.Webhooks = hooks
+	}
+	srv, err := api.NewServer(apiCfg)
 	if err != nil {
 		db.Close()
 		t.Fatalf("api.NewServer: %v", err)
@@ -109,6 +136,15 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- eng.Run(ctx) }()
+	hooksDone := make(chan struct{})
+	go func() {
+		defer close(hooksDone)
+		if hooks != nil {
+			if err := hooks.Run(ctx); err != nil {
+				t.Errorf("webhook delivery: %v", err)
+			}
+		}
+	}()
 
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConns = 1024
@@ -120,6 +156,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		if err := <-runDone; err != nil {
 			t.Errorf("engine.Run: %v", err)
 		}
+		<-hooksDone
 		if err := db.Close(); err != nil {
 			t.Errorf("db.Close: %v", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,9 +18,10 @@ import (
 
 // Command is `hourglass bench`: its flags (kong tags) and its run.
 type Command struct {
-	Rate          int           `help:"Orders created per second (open loop: a slow system cannot slow the generator)." default:"2000"`
-	Duration      time.Duration `help:"How long orders are created." default:"10s"`
-	Timeout       string        `help:"Order timeouts: a duration (2s), a uniform range (1s..10s), or mix (virtual 5 min / physical 30 min, scaled by --time-scale)." default:"2s"`
+	Kind          string        `help:"What to drive: orders (created, some paid, closed at their deadline), timers (clients' named timers armed with PUT /v1/timers/{key} and delay_ms --timeout, unique keys per run, fired at fire_at), or orders,timers (both on each system, one after the other, each on a fresh database, the timers' p99 compared with the orders' in the same run)." default:"orders"`
+	Rate          int           `help:"Orders created (or timers armed) per second (open loop: a slow system cannot slow the generator)." default:"2000"`
+	Duration      time.Duration `help:"How long orders are created (or timers armed)." default:"10s"`
+	Timeout       string        `help:"Order timeouts, or with --kind timers the timers' delay: a duration (2s), a uniform range (1s..10s), or mix (virtual 5 min / physical 30 min, scaled by --time-scale)." default:"2s"`
 	TimeScale     float64       `help:"Scale of the mix's 5 min / 30 min timeouts." default:"0.01"`
 	PayFraction   float64       `help:"Share of orders paid." default:"0.3"`
 	RaceFraction  float64       `help:"Share of payments aimed at the deadline ± --race-jitter, to stress the pay/close race." default:"0.2"`
@@ -55,6 +57,10 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 	if b.Burst > 0 {
 		return b.runBurst(ctx, log)
 	}
+	kinds, err := ParseKinds(b.Kind)
+	if err != nil {
+		return err
+	}
 	var names []string
 	if len(b.Target) == 0 {
 		for _, n := range strings.Split(b.Backends, ",") {
@@ -66,8 +72,13 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		}
 	}
 	report := NewReport(w, time.Now(), machine())
-	fmt.Fprintf(os.Stderr, "workload: %d orders/s for %s, timeouts %s, %.0f%% paid (%.0f%% of those at the deadline ±%s)\n",
-		w.Rate, w.Duration, timeouts, 100*w.PayFraction, 100*w.RaceFraction, w.RaceJitter)
+	if slices.Contains(kinds, KindOrders) {
+		fmt.Fprintf(os.Stderr, "workload: %d orders/s for %s, timeouts %s, %.0f%% paid (%.0f%% of those at the deadline ±%s)\n",
+			w.Rate, w.Duration, timeouts, 100*w.PayFraction, 100*w.RaceFraction, w.RaceJitter)
+	}
+	if slices.Contains(kinds, KindTimers) {
+		fmt.Fprintf(os.Stderr, "workload: %d timers armed/s for %s, delays %s\n", w.Rate, w.Duration, timeouts)
+	}
 	tty := false
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		tty = true
@@ -91,14 +102,26 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		for i, u := range b.Target {
 			targets[i] = NewHTTPTarget(u, b.APIToken)
 		}
-		res, err := Drive(ctx, strings.Join(b.Target, ","), NewRoundRobin(targets...), w, progress, nil, nil)
-		if tty {
-			fmt.Fprintln(os.Stderr)
+		name := strings.Join(b.Target, ",")
+		for _, kind := range kinds {
+			switch kind {
+			case KindOrders:
+				res, err := Drive(ctx, name, NewRoundRobin(targets...), w, progress, nil, nil)
+				if err != nil {
+					res.Error = err.Error()
+				}
+				report.Results = append(report.Results, res)
+			case KindTimers:
+				res, err := DriveTimers(ctx, name, NewRoundRobin(targets...), w, progress, nil, nil)
+				if err != nil {
+					res.Error = err.Error()
+				}
+				report.Timers = append(report.Timers, res)
+			}
+			if tty {
+				fmt.Fprintln(os.Stderr)
+			}
 		}
-		if err != nil {
-			res.Error = err.Error()
-		}
-		report.Results = append(report.Results, res)
 	}
 	systems := make([]System, 0, len(names)+len(peers))
 	for _, name := range names {
@@ -118,24 +141,41 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 				sys.Name += "@" + db.kind
 			}
 			name := sys.Name
-			res, err := RunInProcess(ctx, sys, db.url, w, b.Pending, progress)
-			if tty {
-				fmt.Fprintln(os.Stderr)
-			}
-			if err != nil {
-				res.System, res.Error = name, err.Error()
-				log.Warn("bench: system failed", "system", name, "err", err)
-			}
-			report.Results = append(report.Results, res)
-			if ctx.Err() != nil {
-				return ctx.Err()
+			for _, kind := range kinds {
+				switch kind {
+				case KindOrders:
+					res, err := RunInProcess(ctx, sys, db.url, w, b.Pending, progress)
+					if err != nil {
+						res.System, res.Error = name, err.Error()
+						log.Warn("bench: system failed", "system", name, "err", err)
+					}
+					report.Results = append(report.Results, res)
+				case KindTimers:
+					res, err := RunTimersInProcess(ctx, sys, db.url, w, progress)
+					if err != nil {
+						res.System, res.Error = name, err.Error()
+						log.Warn("bench: system failed (timers)", "system", name, "err", err)
+					}
+					report.Timers = append(report.Timers, res)
+				}
+				if tty {
+					fmt.Fprintln(os.Stderr)
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 			}
 		}
 	}
 	if len(report.Results) > 0 {
 		report.Baseline = report.Results[0].System
 	}
-	report.WriteTable(os.Stdout)
+	if len(report.Results) > 0 {
+		report.WriteTable(os.Stdout)
+	}
+	if len(report.Timers) > 0 {
+		report.WriteTimerTable(os.Stdout)
+	}
 	if b.JSON != "" {
 		if err := report.WriteJSON(b.JSON); err != nil {
 			return fmt.Errorf("--json: %w", err)
@@ -151,7 +191,26 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 			return fmt.Errorf("bench: %s failed (see above)", r.System)
 		}
 	}
+	for _, r := range report.Timers {
+		if r.Error != "" || !r.InvariantOK {
+			return fmt.Errorf("bench: %s failed the timers workload (see above)", r.System)
+		}
+	}
 	return nil
+}
+
+// ParseKinds parses --kind: "orders", "timers", or both comma-separated, in
+// the order given.
+func ParseKinds(s string) ([]string, error) {
+	var kinds []string
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		if k != KindOrders && k != KindTimers || slices.Contains(kinds, k) {
+			return nil, fmt.Errorf("--kind %q: want orders, timers, or orders,timers", s)
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds, nil
 }
 
 type benchDatabase struct{ kind, url string }

@@ -27,46 +27,85 @@ type System struct {
 // 0) measures the heap held per pending timer with that many timers
 // scheduled.
 func RunInProcess(ctx context.Context, sys System, databaseURL string, w Workload, pending int, progress Progress) (Result, error) {
-	db, drop, err := store.OpenScratch(ctx, store.Options{URL: databaseURL, Outbox: sys.Feed == hourglass.FeedOutbox})
+	run, err := startSystem(ctx, sys, databaseURL, w.Grace)
 	if err != nil {
 		return Result{System: sys.Name}, err
 	}
-	defer drop()
-	sched, err := sys.Open(ctx, db)
-	if err != nil {
-		return Result{System: sys.Name}, fmt.Errorf("open %s: %w", sys.Name, err)
-	}
-	defer sched.Close()
-	obs := &counter{}
-	eng, err := engine.New(db, engine.Config{Scheduler: sched, Observer: obs, SweepGrace: w.Grace, SweepInterval: 500 * time.Millisecond})
-	if err != nil {
-		return Result{System: sys.Name}, err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	for !eng.Ready() {
-		select {
-		case err := <-done:
-			cancel()
-			return Result{System: sys.Name}, fmt.Errorf("engine: %v", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	res, err := Drive(ctx, sys.Name, &storeTarget{store: db, eng: eng}, w, progress, obs.sweptCount, obs.noopCount)
-	cancel()
-	<-done
+	defer run.drop()
+	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db, eng: run.eng}, w, progress, run.obs.sweptCount, run.obs.noopCount)
+	run.stop()
 	if err != nil {
 		return res, err
 	}
 	if pending > 0 && sys.Feed == hourglass.FeedWindow {
 		res.PendingCount = pending
-		res.BytesPerPendingTimer, err = bytesPerTimer(ctx, sys, db, pending)
+		res.BytesPerPendingTimer, err = bytesPerTimer(ctx, sys, run.db, pending)
 		if err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// running is a system started by startSystem: a fresh database, the
+// mechanism, and the engine running over them.
+type running struct {
+	db  hourglass.Database
+	eng *engine.Engine
+	obs *counter
+	// stop ends the engine and closes the mechanism (idempotent); drop
+	// stops, then drops the database.
+	stop, drop func()
+}
+
+// startSystem opens a fresh, empty database on the server databaseURL
+// names (store.OpenScratch: SQLite in a temporary directory when it is
+// empty), opens sys on it and runs the engine over both, with the
+// sweeper's grace at grace; it returns once the engine is ready. The
+// caller must call drop.
+func startSystem(ctx context.Context, sys System, databaseURL string, grace time.Duration) (*running, error) {
+	db, drop, err := store.OpenScratch(ctx, store.Options{URL: databaseURL, Outbox: sys.Feed == hourglass.FeedOutbox})
+	if err != nil {
+		return nil, err
+	}
+	sched, err := sys.Open(ctx, db)
+	if err != nil {
+		drop()
+		return nil, fmt.Errorf("open %s: %w", sys.Name, err)
+	}
+	obs := &counter{}
+	eng, err := engine.New(db, engine.Config{Scheduler: sched, Observer: obs, SweepGrace: grace, SweepInterval: 500 * time.Millisecond})
+	if err != nil {
+		sched.Close()
+		drop()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	var once sync.Once
+	r := &running{db: db, eng: eng, obs: obs}
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			sched.Close()
+		})
+	}
+	r.drop = func() {
+		r.stop()
+		drop()
+	}
+	for !eng.Ready() {
+		select {
+		case err := <-done:
+			done <- err // for stop
+			r.drop()
+			return nil, fmt.Errorf("engine: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return r, nil
 }
 
 // bytesPerTimer schedules n timers an hour ahead on a fresh instance and
@@ -100,8 +139,9 @@ func bytesPerTimer(ctx context.Context, sys System, store hourglass.Store, n int
 // storeTarget drives the in-process store and engine exactly as the API
 // handlers do.
 type storeTarget struct {
-	store hourglass.Store
-	eng   *engine.Engine
+	store  hourglass.Store
+	timers hourglass.TimerStore // for the timers workload
+	eng    *engine.Engine
 }
 
 func (t *storeTarget) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
@@ -142,7 +182,28 @@ func (t *storeTarget) PutProduct(ctx context.Context, p hourglass.Product) error
 type counter struct {
 	mu           sync.Mutex
 	swept, noops int
+	// fired counts the fires the engine reported per timer id; timersSwept
+	// those the sweeper found.
+	fired       map[int64]int
+	timersSwept int
 }
+
+// Fired implements engine.TimerObserver.
+func (c *counter) Fired(t hourglass.FiredTimer, swept bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fired == nil {
+		c.fired = map[int64]int{}
+	}
+	c.fired[t.ID]++
+	if swept {
+		c.timersSwept++
+	}
+}
+
+// firedCount returns how many times the engine reported timer id fired.
+func (c *counter) firedCount(id int64) int { c.mu.Lock(); defer c.mu.Unlock(); return c.fired[id] }
+func (c *counter) timersSweptCount() int   { c.mu.Lock(); defer c.mu.Unlock(); return c.timersSwept }
 
 func (c *counter) Closed(_ hourglass.ClosedOrder, swept bool) {
 	if swept {

@@ -26,6 +26,8 @@ type Report struct {
 	} `json:"workload"`
 	Baseline string   `json:"baseline"`
 	Results  []Result `json:"results"`
+	// Timers are the results of the timers workload (--kind timers).
+	Timers []TimerResult `json:"timers,omitempty"`
 }
 
 // Machine describes where the run happened.

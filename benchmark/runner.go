@@ -2,7 +2,6 @@ package benchmark
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -105,70 +104,59 @@ func Drive(ctx context.Context, name string, target Target, w Workload, progress
 	}
 	cpu0 := cpuSeconds()
 	resetPeakRSS()
-	start := time.Now()
-	tick := time.NewTicker(time.Millisecond)
-	issued := 0
-	lastProgress := time.Time{}
-	for issued < total {
-		now := <-tick.C
-		due := min(total, int(float64(w.Rate)*now.Sub(start).Seconds()))
-		for ; issued < due; issued++ {
-			if inflight.Load() > 20000 {
-				tick.Stop()
-				return res, errors.New("more than 20,000 creates in flight: the system cannot keep up with --rate")
+	createdIn, err := openLoop(w.Rate, total, &inflight, func() {
+		timeout := w.Timeouts.Draw(r)
+		pay := r.Float64() < w.PayFraction
+		racing := pay && r.Float64() < w.RaceFraction
+		jitter := time.Duration(r.Int64N(2*int64(w.RaceJitter)+1)) - w.RaceJitter
+		early := time.Duration(r.Float64() * 0.5 * float64(timeout))
+		inflight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inflight.Add(-1)
+			t0 := time.Now()
+			o, err := target.Create(ctx, sku, 1, timeout)
+			lat := time.Since(t0)
+			if err != nil {
+				fail(fmt.Errorf("create: %w", err))
+				return
 			}
-			timeout := w.Timeouts.Draw(r)
-			pay := r.Float64() < w.PayFraction
-			racing := pay && r.Float64() < w.RaceFraction
-			jitter := time.Duration(r.Int64N(2*int64(w.RaceJitter)+1)) - w.RaceJitter
-			early := time.Duration(r.Float64() * 0.5 * float64(timeout))
-			inflight.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer inflight.Add(-1)
-				t0 := time.Now()
-				o, err := target.Create(ctx, sku, 1, timeout)
-				lat := time.Since(t0)
-				if err != nil {
-					fail(fmt.Errorf("create: %w", err))
-					return
+			mu.Lock()
+			created = append(created, o)
+			createLat = append(createLat, lat)
+			mu.Unlock()
+			if !pay {
+				return
+			}
+			at := o.CreatedAt.Add(early)
+			if racing {
+				race.Add(1)
+				at = o.Deadline.Add(jitter)
+			}
+			time.Sleep(time.Until(at))
+			ok, err := target.Pay(ctx, o.ID)
+			if err != nil {
+				fail(fmt.Errorf("pay: %w", err))
+				return
+			}
+			if ok {
+				if racing {
+					racePaid.Add(1)
 				}
 				mu.Lock()
-				created = append(created, o)
-				createLat = append(createLat, lat)
+				paid[o.ID] = true
 				mu.Unlock()
-				if !pay {
-					return
-				}
-				at := o.CreatedAt.Add(early)
-				if racing {
-					race.Add(1)
-					at = o.Deadline.Add(jitter)
-				}
-				time.Sleep(time.Until(at))
-				ok, err := target.Pay(ctx, o.ID)
-				if err != nil {
-					fail(fmt.Errorf("pay: %w", err))
-					return
-				}
-				if ok {
-					if racing {
-						racePaid.Add(1)
-					}
-					mu.Lock()
-					paid[o.ID] = true
-					mu.Unlock()
-				}
-			}()
-		}
-		if progress != nil && now.Sub(lastProgress) > 100*time.Millisecond {
+			}
+		}()
+	}, func(issued int) {
+		if progress != nil {
 			progress(name, issued, total, "load")
-			lastProgress = now
 		}
+	})
+	if err != nil {
+		return res, err
 	}
-	tick.Stop()
-	createdIn := time.Since(start)
 	wg.Wait()
 	if n := errs.Load(); n > 0 {
 		return res, fmt.Errorf("%d requests failed; first: %v", n, firstErr.Load())
@@ -178,15 +166,12 @@ func Drive(ctx context.Context, name string, target Target, w Workload, progress
 	for _, o := range created {
 		last = maxTime(last, o.Deadline)
 	}
-	for time.Now().Before(last.Add(w.Grace)) {
+	if err := waitUntil(ctx, last.Add(w.Grace), func(left time.Duration) {
 		if progress != nil {
-			progress(name, total, total, fmt.Sprintf("waiting %s for the last deadlines", time.Until(last.Add(w.Grace)).Round(time.Second)))
+			progress(name, total, total, fmt.Sprintf("waiting %s for the last deadlines", left))
 		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	}); err != nil {
+		return res, err
 	}
 	res.CPUSeconds = cpuSeconds() - cpu0
 	res.PeakRSSMB = float64(peakRSS()) / (1 << 20)
@@ -258,6 +243,40 @@ func Drive(ctx context.Context, name string, target Target, w Workload, progress
 	return res, nil
 }
 
+// maxInFlight is how many requests may wait for their answer before a run
+// gives up: the system cannot keep up with --rate.
+const maxInFlight = 20000
+
+// openLoop calls issue total times, evenly spread at rate per second from
+// now, and returns how long that took. It is open loop: issue must start
+// its request and return without waiting for the answer, so a slow system
+// cannot slow the generator down and hide its latency. inflight counts the
+// requests not answered yet; when it exceeds maxInFlight, openLoop stops
+// with an error. tick, if set, is told the count issued so far about every
+// 100ms.
+func openLoop(rate, total int, inflight *atomic.Int64, issue func(), tick func(issued int)) (time.Duration, error) {
+	start := time.Now()
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	issued := 0
+	lastTick := time.Time{}
+	for issued < total {
+		now := <-t.C
+		due := min(total, int(float64(rate)*now.Sub(start).Seconds()))
+		for ; issued < due; issued++ {
+			if inflight.Load() > maxInFlight {
+				return time.Since(start), fmt.Errorf("more than %d requests in flight: the system cannot keep up with --rate", maxInFlight)
+			}
+			issue()
+		}
+		if tick != nil && now.Sub(lastTick) > 100*time.Millisecond {
+			tick(issued)
+			lastTick = now
+		}
+	}
+	return time.Since(start), nil
+}
+
 func product(ctx context.Context, t Target, sku string) hourglass.Product {
 	p, _ := t.Product(ctx, sku)
 	return p
@@ -301,4 +320,18 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// waitUntil waits until at, telling report how long is left (rounded to the
+// second) every 200 ms; it returns ctx's error if ctx ends first.
+func waitUntil(ctx context.Context, at time.Time, report func(left time.Duration)) error {
+	for time.Now().Before(at) {
+		report(time.Until(at).Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 type Summary struct {
 	N     int     `json:"n"`
 	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
 	P99   float64 `json:"p99_ms"`
 	P999  float64 `json:"p999_ms"`
 	Max   float64 `json:"max_ms"`
@@ -36,6 +37,7 @@ func Summarize(ds []time.Duration) Summary {
 	}
 	slices.Sort(ms)
 	s.P50 = Percentile(ms, 50)
+	s.P90 = Percentile(ms, 90)
 	s.P99 = Percentile(ms, 99)
 	s.P999 = Percentile(ms, 99.9)
 	s.Max = ms[len(ms)-1]

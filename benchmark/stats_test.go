@@ -46,7 +46,7 @@ func TestSummarize(t *testing.T) {
 	}
 	ds = append(ds, -3*time.Millisecond, 5*time.Second)
 	s := Summarize(ds)
-	want := Summary{N: 1002, P50: 499, P99: 990, P999: 999, Max: 5000, Early: 1}
+	want := Summary{N: 1002, P50: 499, P90: 900, P99: 990, P999: 999, Max: 5000, Early: 1}
 	if s != want {
 		t.Fatalf("Summarize = %+v, want %+v", s, want)
 	}

@@ -109,9 +109,16 @@ func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 // shownCounts returns the order counts the page shows, by status.
 func shownCounts(t *testing.T, ctx context.Context) map[string]int64 {
 	t.Helper()
-	texts := run(t, ctx, "read order counts", chromedp.Evaluate[map[string]string](`(() => {
+	return shownTiles(t, ctx, "orders")
+}
+
+// shownTiles returns the counts by status the page shows in the tiles of
+// section ("orders" or "timers").
+func shownTiles(t *testing.T, ctx context.Context, section string) map[string]int64 {
+	t.Helper()
+	texts := run(t, ctx, "read "+section+" counts", chromedp.Evaluate[map[string]string](`(() => {
 		const out = {};
-		for (const el of document.querySelectorAll('#orders [id^="orders-"]')) out[el.id.slice('orders-'.length)] = el.textContent;
+		for (const el of document.querySelectorAll('#`+section+` [id^="`+section+`-"]')) out[el.id.slice('`+section+`-'.length)] = el.textContent;
 		return out;
 	})()`))
 	out := map[string]int64{}
@@ -183,6 +190,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("create webhook: %v", err)
 	}
 	want := s.orderMix(t) // 1 cancelled + 2 closed orders: 3 events to the broken receiver
+	wantTimers := s.timerMix(t)
 	var dead api.DeadLetterListJSON
 	eventually(t, 20*time.Second, "3 dead letters", func() bool {
 		if _, err := s.Client.Do(t.Context(), http.MethodGet, "/v1/deadletters", nil, nil, &dead); err != nil {
@@ -203,6 +211,20 @@ func TestDashboardInBrowser(t *testing.T) {
 		if shown[string(st)] != api || api != want[string(st)] {
 			t.Errorf("page shows %d %s orders; GET /v1/orders?status=%s lists %d; made %d", shown[string(st)], st, st, api, want[string(st)])
 		}
+	}
+	// The timers card, beside the orders: counts as GET /v1/timers lists
+	// them, and the fire lateness over the 2 fires.
+	eventually(t, 10*time.Second, "the page shows the timers", func() bool {
+		return shownTiles(t, ctx, "timers")["fired"] == wantTimers["fired"]
+	})
+	shownTimers := shownTiles(t, ctx, "timers")
+	for _, st := range []string{"scheduled", "fired", "cancelled"} {
+		if api := s.countTimersByAPI(t, st); shownTimers[st] != api || api != wantTimers[st] {
+			t.Errorf("page shows %d %s timers; GET /v1/timers?status=%s lists %d; made %d", shownTimers[st], st, st, api, wantTimers[st])
+		}
+	}
+	if p99 := run(t, ctx, "read timer lateness", chromedp.Evaluate[string](`document.getElementById('timer-lateness-p99').textContent`)); !strings.HasSuffix(p99, " over 2 fires") {
+		t.Errorf("page shows timer fire lateness %q, want the p99 over 2 fires", p99)
 	}
 	if overdue := run(t, ctx, "read overdue", chromedp.Evaluate[string](`document.getElementById('overdue').textContent`)); overdue != "0" {
 		t.Errorf("page shows %q overdue orders, want 0", overdue)

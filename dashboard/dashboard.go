@@ -1,7 +1,7 @@
 // Package dashboard is hourglass's operator page: static HTML, CSS and
 // JavaScript embedded in the binary (no CDN, no build step), and the data it
-// polls from GET /v1/dashboard, assembled by Source from the store's index,
-// the alert Recorder and the alert Evaluator.
+// polls from GET /v1/dashboard, assembled by Source from the store's index
+// (orders and clients' timers), the alert Recorder and the alert Evaluator.
 //
 // The page (assets/index.html) is public; it holds no data. Its script
 // reads the API token from ?token= once (then drops it from the address bar)
@@ -64,6 +64,13 @@ type Stats interface {
 	PendingDeadlineBuckets(ctx context.Context, from time.Time, width time.Duration, n int) ([]int64, error)
 }
 
+// TimerCounter counts clients' timers by status; every hourglass.TimerStore
+// implements it.
+type TimerCounter interface {
+	// TimerCounts returns how many timers are in each status.
+	TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error)
+}
+
 // AlertSource is the state of the alert rules (*alert.Evaluator).
 type AlertSource interface {
 	Status() []alert.Status
@@ -77,6 +84,8 @@ type Config struct {
 	Alerts AlertSource
 	// DeadLetters, when nil, shows dead_letters as null (no webhooks).
 	DeadLetters alert.DeadLetterCounter
+	// Timers, when nil, shows timers as null (no timer store).
+	Timers TimerCounter
 	// CacheFor is how long a snapshot is reused (default 1s; negative: never).
 	CacheFor time.Duration
 }
@@ -125,6 +134,19 @@ type Snapshot struct {
 	// DeadLetters is the size of the dead-letter list; null when webhooks
 	// are not available.
 	DeadLetters *int `json:"dead_letters"`
+	// Timers are clients' named timers; null when the server keeps none.
+	Timers *Timers `json:"timers"`
+}
+
+// Timers shows clients' timers as the orders are shown: how many are in
+// each status, fires per second over the rates' span (from Rates.From), and
+// the fire-lateness (fired_at - fire_at) histogram in Lateness's buckets.
+type Timers struct {
+	// Counts is the number of timers in each status (every status present),
+	// as GET /v1/timers?status= lists them.
+	Counts   map[string]int64 `json:"counts"`
+	Fires    []int64          `json:"fires"`
+	Lateness Lateness         `json:"lateness"`
 }
 
 // Due counts pending orders by deadline: Counts[i] are due in
@@ -234,6 +256,22 @@ func (s *Source) take(ctx context.Context, now time.Time) (*Snapshot, error) {
 			}
 			snap.Alerts = append(snap.Alerts, al)
 		}
+	}
+	if s.cfg.Timers != nil {
+		counts, err := s.cfg.Timers.TimerCounts(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: timer counts: %w", err)
+		}
+		tm := &Timers{Counts: map[string]int64{}, Fires: a.Fired, Lateness: Lateness{
+			WindowSeconds: len(a.Fired),
+			BoundsSeconds: alert.LatenessBounds[:],
+			Counts:        a.FireLateness,
+			P99Seconds:    alert.Quantile(0.99, a.FireLateness),
+		}}
+		for _, st := range []hourglass.TimerStatus{hourglass.TimerScheduled, hourglass.TimerFired, hourglass.TimerCancelled} {
+			tm.Counts[string(st)] = counts[st]
+		}
+		snap.Timers = tm
 	}
 	if s.cfg.DeadLetters != nil {
 		n, err := s.cfg.DeadLetters.DeadLetterCount(ctx)

@@ -69,11 +69,14 @@ func TestRoutes(t *testing.T) {
 // TestSnapshotMatchesAPI checks GET /v1/dashboard against the API and what
 // was done: orders per state as GET /v1/orders?status= lists them, the
 // closes due, creates and closes per second, the lateness histogram, every
-// alert rule, the dead-letter count; and the documented shape exactly.
+// alert rule, the dead-letter count, timers per status as GET
+// /v1/timers?status= lists them with their fires and fire lateness; and the
+// documented shape exactly.
 func TestSnapshotMatchesAPI(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 	want := s.orderMix(t)
+	wantTimers := s.timerMix(t)
 	time.Sleep(dashboard.CacheForDefault) // a snapshot taken now is not a cached one
 	status, _, raw := s.call(t, "GET", "/v1/dashboard", true)
 	if status != 200 {
@@ -81,7 +84,7 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	}
 	var fields map[string]json.RawMessage
 	mustJSON(t, raw, &fields)
-	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "due", "lateness", "now", "orders", "overdue", "rates"}; !slices.Equal(got, wantKeys) {
+	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "due", "lateness", "now", "orders", "overdue", "rates", "timers"}; !slices.Equal(got, wantKeys) {
 		t.Errorf("top-level keys %v, want %v", got, wantKeys)
 	}
 	var snap dashboard.Snapshot
@@ -125,6 +128,29 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	if snap.DeadLetters == nil || *snap.DeadLetters != 0 {
 		t.Errorf("dead_letters = %v, want 0", snap.DeadLetters)
 	}
+
+	tm := snap.Timers
+	if tm == nil {
+		t.Fatalf("timers = null, want them (the server keeps timers)")
+	}
+	if len(tm.Counts) != 3 {
+		t.Errorf("timer counts %v, want the 3 statuses", tm.Counts)
+	}
+	for _, st := range []string{"scheduled", "fired", "cancelled"} {
+		if got, api := tm.Counts[st], s.countTimersByAPI(t, st); got != wantTimers[st] || got != api {
+			t.Errorf("timers[%s] = %d; made %d, GET /v1/timers?status= lists %d", st, got, wantTimers[st], api)
+		}
+	}
+	if len(tm.Fires) != 300 || sum(tm.Fires) != 2 {
+		t.Errorf("timer fires: %d points summing to %d, want 300 summing to 2", len(tm.Fires), sum(tm.Fires))
+	}
+	tl := tm.Lateness
+	if !slices.Equal(tl.BoundsSeconds, alert.LatenessBounds[:]) || len(tl.Counts) != len(tl.BoundsSeconds)+1 || sum(tl.Counts) != 2 || tl.WindowSeconds != 300 {
+		t.Errorf("timer lateness %+v, want the recorder's bounds and the 2 fires over 300s", tl)
+	}
+	if sum(l.Counts) != 2 {
+		t.Errorf("close lateness counts %d closes, want 2: the fires must not be counted as closes", sum(l.Counts))
+	}
 }
 
 func sum(xs []int64) (t int64) {
@@ -167,8 +193,8 @@ func TestSnapshotCacheAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.DeadLetters != nil || len(first.Alerts) != 0 || first.Orders["paid"] != 2 || first.Orders["closed"] != 0 || len(first.Orders) != len(hourglass.States()) {
-		t.Errorf("snapshot %+v, want null dead_letters, no alerts, every state", first)
+	if first.DeadLetters != nil || first.Timers != nil || len(first.Alerts) != 0 || first.Orders["paid"] != 2 || first.Orders["closed"] != 0 || len(first.Orders) != len(hourglass.States()) {
+		t.Errorf("snapshot %+v, want null dead_letters and timers, no alerts, every state", first)
 	}
 	again, _ := src.Snapshot(ctx, now.Add(dashboard.CacheForDefault-time.Millisecond))
 	if again != first || stats.calls.Load() != 1 {
@@ -184,4 +210,18 @@ func TestSnapshotCacheAndErrors(t *testing.T) {
 	if _, err := dashboard.New(dashboard.Config{Stats: stats}); err == nil {
 		t.Errorf("New without Activity: no error")
 	}
+	withTimers, err := dashboard.New(dashboard.Config{Stats: &fakeStats{}, Activity: alert.NewRecorder(nil), Timers: fakeTimerCounts{err: errors.New("no such table: timers")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withTimers.Snapshot(ctx, now); err == nil || !strings.Contains(err.Error(), "dashboard: timer counts: no such table: timers") {
+		t.Errorf("failed timer counts: %v, want it wrapped with the query's name", err)
+	}
+}
+
+// fakeTimerCounts answers TimerCounts.
+type fakeTimerCounts struct{ err error }
+
+func (f fakeTimerCounts) TimerCounts(context.Context) (map[hourglass.TimerStatus]int64, error) {
+	return map[hourglass.TimerStatus]int64{hourglass.TimerFired: 1}, f.err
 }

@@ -69,13 +69,13 @@ func startServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatalf("alert.New: %v", err)
 	}
-	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks})
+	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store})
 	if err != nil {
 		t.Fatalf("dashboard.New: %v", err)
 	}
 	srv, err := api.NewServer(api.Config{
 		Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: testToken,
-		Observer: rec, Webhooks: hooks, Dashboard: src,
+		Observer: rec, Webhooks: hooks, Dashboard: src, Timers: store,
 		Cluster: cluster.Single{ID: "dash-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 	})
 	if err != nil {
@@ -223,6 +223,48 @@ func (s *server) orderMix(t *testing.T) map[string]int64 {
 		return true
 	})
 	return want
+}
+
+// timerMix arms 4 timers: 2 due in 100ms (waited for until fired), one
+// due in an hour, and one cancelled. It returns the count per status.
+func (s *server) timerMix(t *testing.T) map[string]int64 {
+	t.Helper()
+	ctx := t.Context()
+	arm := func(key string, delay time.Duration) {
+		t.Helper()
+		if _, _, err := s.Client.ArmTimer(ctx, key, api.ArmTimerRequest{DelayMs: api.Delay(delay)}); err != nil {
+			t.Fatalf("arm timer %s: %v", key, err)
+		}
+	}
+	arm("soon-1", 100*time.Millisecond)
+	arm("soon-2", 100*time.Millisecond)
+	arm("later", time.Hour)
+	arm("dropped", time.Hour)
+	if _, err := s.Client.CancelTimer(ctx, "dropped"); err != nil {
+		t.Fatalf("cancel timer: %v", err)
+	}
+	eventually(t, 15*time.Second, "short timers fired", func() bool {
+		return s.countTimersByAPI(t, "fired") == 2
+	})
+	return map[string]int64{"scheduled": 1, "fired": 2, "cancelled": 1}
+}
+
+// countTimersByAPI counts the timers GET /v1/timers?status= lists.
+func (s *server) countTimersByAPI(t *testing.T, status string) int64 {
+	t.Helper()
+	var n int64
+	after := ""
+	for {
+		l, err := s.Client.ListTimers(t.Context(), status, api.MaxTimerLimit, after)
+		if err != nil {
+			t.Fatalf("list %s timers: %v", status, err)
+		}
+		n += int64(len(l.Timers))
+		if l.Next == nil {
+			return n
+		}
+		after = *l.Next
+	}
 }
 
 // eventually calls done every 20ms until it returns true, failing the test

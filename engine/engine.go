@@ -26,6 +26,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/delay/wheel"
+	"github.com/hourglass/hourglass/window"
 )
 
 // Defaults of Config.
@@ -130,6 +131,22 @@ type Store interface {
 	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
 }
 
+// TimerStore is the optional part of a Store that keeps clients' timers
+// (hourglass.TimerStore's firing side). With it, the engine times timers
+// exactly as order deadlines, with the same scheduler, loader, relay and
+// sweeper: a timer's id (hourglass.IsTimerID) says which of the two a due
+// id is, and a due timer is fired instead of closed.
+type TimerStore interface {
+	FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error)
+	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+}
+
+// TimerObserver is an optional interface of an Observer: Fired is called
+// once per timer the engine fired; swept is true when the sweeper found it.
+type TimerObserver interface {
+	Fired(t hourglass.FiredTimer, swept bool)
+}
+
 // Observer receives what the engine does, for metrics. Its methods are called
 // from the engine's goroutines and must be safe for concurrent use.
 type Observer interface {
@@ -162,18 +179,18 @@ func (nopObserver) SchedulerFailed(error)              {}
 type Engine struct {
 	cfg    Config
 	store  Store
+	timers TimerStore // nil: the store keeps no timers
 	outbox hourglass.Outbox
+	tobs   TimerObserver
 	sched  hourglass.Scheduler
 	info   hourglass.SchedulerInfo
 	clock  hourglass.Clock
 	log    *slog.Logger
 	obs    Observer
 
-	mu sync.Mutex
-	// horizon is the latest deadline the FeedWindow scheduler is responsible
-	// for: the loader raises it before querying, so an order committed during
-	// a load is either seen by the query or accepted by Schedule.
-	horizon int64
+	// loader feeds a FeedWindow scheduler the deadlines due within the
+	// window (package window); nil for the other feeds.
+	loader *window.Loader
 
 	relayWake chan struct{}
 	ready     atomic.Bool
@@ -198,9 +215,8 @@ type Engine struct {
 	lastFront, lastDelivery atomic.Int64
 
 	// parts follows the partitions owned and those gained whose window the
-	// loader must load; catchUp wakes the loader for them.
-	parts   *cluster.Tracker
-	catchUp chan struct{}
+	// loader must load.
+	parts *cluster.Tracker
 }
 
 // Backlogger is an optional interface of a Scheduler whose due timers
@@ -247,6 +263,12 @@ func New(store Store, cfg Config) (*Engine, error) {
 		e.sched = wheel.New(wheel.Config{Clock: e.clock, Logger: e.log})
 	}
 	e.info = e.sched.Info()
+	e.timers, _ = store.(TimerStore)
+	e.tobs, _ = e.obs.(TimerObserver)
+	sources := []window.Source{store.PendingDue}
+	if e.timers != nil {
+		sources = append(sources, e.timers.TimersDue)
+	}
 	if e.info.Feed == hourglass.FeedOutbox {
 		ob, ok := store.(hourglass.Outbox)
 		if !ok {
@@ -254,14 +276,41 @@ func New(store Store, cfg Config) (*Engine, error) {
 		}
 		e.outbox = ob
 	}
-	e.horizon = -1 << 62 // nothing accepted until the first load
 	e.relayWake = make(chan struct{}, 1)
 	e.firstPage = make(chan struct{})
-	e.catchUp = make(chan struct{}, 1)
 	// A gained partition's window is loaded (its orders due meanwhile
 	// included) and its outbox relayed; the timers of a lost one are
 	// dropped as they fire (deliver).
-	e.parts = cluster.Track(cfg.Ownership, func() { wake(e.catchUp); wake(e.relayWake) })
+	e.parts = cluster.Track(cfg.Ownership, func() {
+		if e.loader != nil {
+			e.loader.Wake()
+		}
+		wake(e.relayWake)
+	})
+	if e.info.Feed == hourglass.FeedWindow {
+		e.loader = window.New(window.Config{
+			Name:         "engine",
+			Sources:      sources,
+			Sink:         e.sched.Schedule,
+			Window:       cfg.Window,
+			LoadInterval: cfg.LoadInterval,
+			PageSize:     cfg.LoadPageSize,
+			Parts:        e.parts,
+			OnPage: func(loadedTo int64) {
+				e.loadedTo.Store(loadedTo)
+				e.firstPageDone()
+			},
+			OnFirstLoad: func() {
+				// The first load finished (or failed: the sweeper takes
+				// what it did not reach).
+				e.loading.Store(false)
+				e.firstPageDone()
+			},
+			RetryMax: cfg.RetryMax,
+			Clock:    e.clock,
+			Logger:   e.log,
+		})
+	}
 	return e, nil
 }
 
@@ -332,13 +381,9 @@ func (e *Engine) Schedule(t hourglass.Timer) {
 	}
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
-		e.mu.Lock()
-		inside := hourglass.UnixMilli(t.Deadline) <= e.horizon
-		e.mu.Unlock()
-		if inside { // beyond the horizon, the loader brings it later
-			if err := e.sched.Schedule(context.Background(), []hourglass.Timer{t}); err != nil {
-				e.log.Warn("engine: schedule failed; the loader or sweeper will catch it", "order", t.OrderID, "err", err)
-			}
+		// Beyond the horizon, the loader brings it later.
+		if _, err := e.loader.Offer(context.Background(), []hourglass.Timer{t}); err != nil {
+			e.log.Warn("engine: schedule failed; the loader or sweeper will catch it", "order", t.OrderID, "err", err)
 		}
 	case hourglass.FeedOutbox:
 		wake(e.relayWake)
@@ -353,9 +398,6 @@ func (e *Engine) created(ts []hourglass.Timer) {
 		e.parts.GainAll()
 		return
 	}
-	e.mu.Lock()
-	horizon := e.horizon
-	e.mu.Unlock()
 	var mine []hourglass.Timer
 	for _, t := range ts {
 		if e.parts.Has(t.OrderID) {
@@ -367,16 +409,8 @@ func (e *Engine) created(ts []hourglass.Timer) {
 	}
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
-		in := mine[:0]
-		for _, t := range mine {
-			if hourglass.UnixMilli(t.Deadline) <= horizon {
-				in = append(in, t)
-			}
-		}
-		if len(in) > 0 {
-			if err := e.sched.Schedule(context.Background(), in); err != nil {
-				e.log.Warn("engine: schedule of another node's orders failed; the loader or sweeper will catch them", "orders", len(in), "err", err)
-			}
+		if _, err := e.loader.Offer(context.Background(), mine); err != nil {
+			e.log.Warn("engine: schedule of another node's orders failed; the loader or sweeper will catch them", "orders", len(mine), "err", err)
 		}
 	case hourglass.FeedOutbox:
 		wake(e.relayWake)
@@ -436,7 +470,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	run(e.schedulerLoop)
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
-		run(e.loadLoop)
+		run(e.loader.Run)
 	case hourglass.FeedOutbox:
 		run(e.relayLoop)
 	}
@@ -511,155 +545,74 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 }
 
 // deliver is the hourglass.Deliver the scheduler calls with due timers: one
-// store call closes them all, each an idempotent compare-and-set.
+// store call closes the orders among them, one fires the clients' timers;
+// each is an idempotent compare-and-set.
 func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
-	ids := make([]int64, 0, len(due))
+	var orders, timers []int64
 	for _, t := range due {
 		// A timer of a partition this node lost is the new owner's now
 		// (it loaded it): dropped, not closed twice.
-		if e.parts.Has(t.OrderID) {
-			ids = append(ids, t.OrderID)
+		if !e.parts.Has(t.OrderID) {
+			continue
+		}
+		if hourglass.IsTimerID(t.OrderID) {
+			timers = append(timers, t.OrderID)
+		} else {
+			orders = append(orders, t.OrderID)
 		}
 	}
-	if len(ids) == 0 {
+	if len(orders) == 0 && len(timers) == 0 {
 		return nil
 	}
-	closed, err := e.store.CloseOrders(ctx, ids)
+	done, err := e.expire(ctx, orders, timers, false)
 	if err != nil {
-		e.obs.CloseFailed(len(ids), err)
 		return err
 	}
-	if len(due) > 0 {
-		front := hourglass.UnixMilli(due[0].Deadline)
-		for _, t := range due[1:] {
-			front = min(front, hourglass.UnixMilli(t.Deadline))
-		}
-		e.lastFront.Store(front)
-		e.lastDelivery.Store(hourglass.UnixMilli(e.clock.Now()))
+	front := hourglass.UnixMilli(due[0].Deadline)
+	for _, t := range due[1:] {
+		front = min(front, hourglass.UnixMilli(t.Deadline))
 	}
-	for _, c := range closed {
-		e.obs.Closed(c, false)
-	}
-	if stale := len(ids) - len(closed); stale > 0 {
+	e.lastFront.Store(front)
+	e.lastDelivery.Store(hourglass.UnixMilli(e.clock.Now()))
+	if stale := len(orders) + len(timers) - done; stale > 0 {
 		e.obs.Stale(stale)
 	}
 	return nil
 }
 
+// expire closes the listed orders and fires the listed timers that are
+// still due, tells the observer, and returns how many it closed or fired.
+// On error the caller retries them all (both are idempotent).
+func (e *Engine) expire(ctx context.Context, orders, timers []int64, swept bool) (int, error) {
+	n := 0
+	if len(orders) > 0 {
+		closed, err := e.store.CloseOrders(ctx, orders)
+		if err != nil {
+			e.obs.CloseFailed(len(orders), err)
+			return n, err
+		}
+		for _, c := range closed {
+			e.obs.Closed(c, swept)
+		}
+		n += len(closed)
+	}
+	if len(timers) > 0 && e.timers != nil {
+		fired, err := e.timers.FireTimers(ctx, timers)
+		if err != nil {
+			e.obs.CloseFailed(len(timers), err)
+			return n, err
+		}
+		if e.tobs != nil {
+			for _, f := range fired {
+				e.tobs.Fired(f, swept)
+			}
+		}
+		n += len(fired)
+	}
+	return n, nil
+}
+
 func (e *Engine) firstPageDone() { e.firstPageOnce.Do(func() { close(e.firstPage) }) }
-
-// loadLoop loads the first window (retrying with backoff until it
-// succeeds), then extends the window every LoadInterval.
-func (e *Engine) loadLoop(ctx context.Context) {
-	var backoff time.Duration
-	for {
-		err := e.load(ctx)
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		// Let the sweeper take what the failed load did not reach.
-		e.loading.Store(false)
-		e.firstPageDone()
-		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
-		e.log.Error("engine: load first window failed; retrying", "retry_in", backoff, "err", err)
-		if !sleep(ctx, backoff) {
-			return
-		}
-	}
-	e.loading.Store(false)
-	e.firstPageDone()
-	t := time.NewTicker(e.cfg.LoadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := e.load(ctx); err != nil && ctx.Err() == nil {
-				e.log.Error("engine: load window failed; retrying at the next interval", "err", err)
-			}
-		case <-e.catchUp:
-			if err := e.loadGained(ctx); err != nil && ctx.Err() == nil {
-				e.log.Error("engine: load window of partitions taken over failed; retrying", "err", err)
-				sleep(ctx, min(e.cfg.RetryMax, time.Second))
-				wake(e.catchUp)
-			}
-		}
-	}
-}
-
-// loadGained pages every pending order of the partitions gained, due up
-// to the horizon (those overdue first), into the scheduler: the window the
-// previous owner held. On failure the partitions stay to load.
-func (e *Engine) loadGained(ctx context.Context) error {
-	parts := e.parts.TakeGained()
-	if len(parts) == 0 || e.info.Feed != hourglass.FeedWindow {
-		return nil
-	}
-	e.mu.Lock()
-	horizon := e.horizon
-	e.mu.Unlock()
-	after, afterID := hourglass.FromUnixMilli(0), int64(0)
-	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(horizon), Limit: e.cfg.LoadPageSize, Parts: parts})
-		if err == nil && len(page) > 0 {
-			err = e.sched.Schedule(ctx, page)
-		}
-		if err != nil {
-			e.parts.Regain(parts)
-			return err
-		}
-		if len(page) < e.cfg.LoadPageSize {
-			return nil
-		}
-		last := page[len(page)-1]
-		after, afterID = last.Deadline, last.OrderID
-	}
-}
-
-// load pages every pending order due up to now+Window and past the current
-// horizon into the scheduler.
-func (e *Engine) load(ctx context.Context) error {
-	target := hourglass.UnixMilli(e.clock.Now().Add(e.cfg.Window))
-	e.mu.Lock()
-	from := e.horizon
-	if target <= from {
-		e.mu.Unlock()
-		return nil
-	}
-	// Raise the horizon first: a create committing from now on is accepted by
-	// Schedule; one committed earlier is visible to the queries below.
-	e.horizon = target
-	e.mu.Unlock()
-	after, afterID := hourglass.FromUnixMilli(max(from, 0)), int64(1<<63-1)
-	if from < 0 {
-		after, afterID = hourglass.FromUnixMilli(0), 0
-	}
-	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: e.cfg.LoadPageSize, Parts: e.parts.Owned()})
-		if err == nil && len(page) > 0 {
-			err = e.sched.Schedule(ctx, page)
-		}
-		if err != nil {
-			// Lower the horizon back so the next load retries this range.
-			e.mu.Lock()
-			if e.horizon == target {
-				e.horizon = min(from, hourglass.UnixMilli(after))
-			}
-			e.mu.Unlock()
-			return err
-		}
-		e.firstPageDone()
-		if len(page) < e.cfg.LoadPageSize {
-			return nil
-		}
-		last := page[len(page)-1]
-		after, afterID = last.Deadline, last.OrderID
-		// Every order due before the last one's millisecond is with the
-		// scheduler now.
-		e.loadedTo.Store(hourglass.UnixMilli(last.Deadline) - 1)
-	}
-}
 
 // relayLoop publishes the outbox to a FeedOutbox scheduler: woken by every
 // create, and every 100 ms in case a wake was missed or a publish failed.
@@ -700,11 +653,7 @@ func (e *Engine) relay(ctx context.Context) error {
 		if err := e.sched.Schedule(ctx, batch); err != nil {
 			return fmt.Errorf("publish %d timers: %w", len(batch), err)
 		}
-		ids := make([]int64, len(batch))
-		for i, t := range batch {
-			ids[i] = t.OrderID
-		}
-		if err := e.outbox.OutboxDone(ctx, ids); err != nil {
+		if err := e.outbox.OutboxDone(ctx, batch); err != nil {
 			return err
 		}
 		if len(batch) < e.cfg.RelayBatch {
@@ -799,32 +748,36 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 	until := e.sweepUntil(grace)
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
-	for {
-		page, err := e.store.PendingDue(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: e.parts.Owned()})
-		if err != nil {
-			return total, err
-		}
-		if len(page) == 0 {
-			return total, nil
-		}
-		found += len(page)
-		ids := make([]int64, len(page))
-		for i, t := range page {
-			ids[i] = t.OrderID
-		}
-		closed, err := e.store.CloseOrders(ctx, ids)
-		if err != nil {
-			e.obs.CloseFailed(len(ids), err)
-			return total, err
-		}
-		for _, c := range closed {
-			e.obs.Closed(c, true)
-		}
-		total += len(closed)
-		if len(page) < e.cfg.CloseBatch {
-			return total, nil
+	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){e.store.PendingDue}
+	if e.timers != nil {
+		sources = append(sources, e.timers.TimersDue)
+	}
+	for _, due := range sources {
+		for {
+			page, err := due(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: e.parts.Owned()})
+			if err != nil {
+				return total, err
+			}
+			found += len(page)
+			var orders, timers []int64
+			for _, t := range page {
+				if hourglass.IsTimerID(t.OrderID) {
+					timers = append(timers, t.OrderID)
+				} else {
+					orders = append(orders, t.OrderID)
+				}
+			}
+			n, err := e.expire(ctx, orders, timers, true)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if len(page) < e.cfg.CloseBatch {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

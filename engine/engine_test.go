@@ -96,14 +96,14 @@ func TestWindowHoldsOnlyNearDeadlines(t *testing.T) {
 		f.create(t, d)
 	}
 	e := f.engine(t, Config{Window: 3 * time.Minute, LoadInterval: time.Minute, LoadPageSize: 1})
-	if err := e.load(f.ctx); err != nil {
+	if err := e.loader.Load(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.Pending(); got != 2 {
 		t.Fatalf("after the first load the wheel holds %d timers, want 2 (1m and 2m)", got)
 	}
 	clock.Advance(3 * time.Minute)
-	if err := e.load(f.ctx); err != nil {
+	if err := e.loader.Load(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.Pending(); got != 3 {

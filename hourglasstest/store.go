@@ -65,6 +65,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Partitions", exercisePartitions},
 		{"Cluster", exerciseCluster},
 		{"Shared", exerciseShared},
+		{"Timers", exerciseTimers},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()

@@ -142,7 +142,7 @@ func exerciseEdges(t *testing.T, h StoreHarness) {
 		if err != nil || len(batch) != n {
 			t.Fatalf("OutboxBatch = %d timers, %v; want %d", len(batch), err, n)
 		}
-		if err := f.db.OutboxDone(f.ctx, all); err != nil {
+		if err := f.db.OutboxDone(f.ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 		if batch, err := f.db.OutboxBatch(f.ctx, 10, nil); err != nil || len(batch) != 0 {

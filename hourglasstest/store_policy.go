@@ -142,24 +142,29 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		}
 		// Paying, cancelling or closing does not remove a timer: only OutboxDone does.
 		f.pay(t, want[0].OrderID, "p")
-		if err := f.db.OutboxDone(f.ctx, []int64{want[1].OrderID, want[3].OrderID, 999999}); err != nil {
+		if err := f.db.OutboxDone(f.ctx, []hourglass.Timer{want[1], want[3], {OrderID: 999999, Deadline: want[0].Deadline}}); err != nil {
 			t.Fatal(err)
 		}
 		rest := []hourglass.Timer{want[0], want[2], want[4], want[5]}
 		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || !sameTimers(batch, rest) {
 			t.Fatalf("OutboxBatch after done = %v, %v; want %v", batch, err, rest)
 		}
-		if err := f.db.OutboxDone(f.ctx, []int64{want[1].OrderID}); err != nil { // again: a no-op
+		if err := f.db.OutboxDone(f.ctx, []hourglass.Timer{want[1]}); err != nil { // again: a no-op
 			t.Fatal(err)
 		}
 		if err := f.db.OutboxDone(f.ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-		var all []int64
-		for _, tm := range rest {
-			all = append(all, tm.OrderID)
+		// An entry whose deadline is not the one published stays.
+		stale := rest[0]
+		stale.Deadline = stale.Deadline.Add(time.Millisecond)
+		if err := f.db.OutboxDone(f.ctx, []hourglass.Timer{stale}); err != nil {
+			t.Fatal(err)
 		}
-		if err := f.db.OutboxDone(f.ctx, all); err != nil {
+		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || !sameTimers(batch, rest) {
+			t.Fatalf("OutboxBatch after done with another deadline = %v, %v; want %v", batch, err, rest)
+		}
+		if err := f.db.OutboxDone(f.ctx, rest); err != nil {
 			t.Fatal(err)
 		}
 		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || len(batch) != 0 {

@@ -21,6 +21,8 @@ type Metrics struct {
 	reg            *prometheus.Registry
 	closeLateness  prometheus.Histogram
 	closed         *prometheus.CounterVec
+	fireLateness   prometheus.Histogram
+	fired          *prometheus.CounterVec
 	closeFailures  prometheus.Counter
 	sweeperFound   prometheus.Counter
 	sweeperRecover prometheus.Counter
@@ -54,6 +56,15 @@ func New(pending func() int) *Metrics {
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_orders_closed_total",
 			Help: "Orders closed because their deadline passed, by the component that closed them: the delay mechanism (scheduler) or the compensation sweeper.",
+		}, []string{"by"}),
+		fireLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hourglass_timer_fire_lateness_seconds",
+			Help:    "Time from a client timer's fire_at to the commit of its fire (fired_at - fire_at).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 3, 5, 10, 30, 60, 300},
+		}),
+		fired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hourglass_timers_fired_total",
+			Help: "Client timers fired, by the component that fired them: the delay mechanism (scheduler) or the compensation sweeper.",
 		}, []string{"by"}),
 		closeFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hourglass_close_failures_total",
@@ -115,7 +126,7 @@ func New(pending func() int) *Metrics {
 			Help: "Webhook deliveries in the dead-letter list (failed their last attempt), counted at each alert evaluation.",
 		}),
 	}
-	reg.MustRegister(m.closeLateness, m.closed, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
+	reg.MustRegister(m.closeLateness, m.closed, m.fireLateness, m.fired, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
 		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.dbRetries, m.alertsFiring, m.closeBacklog, m.deadLetters,
 		m.deliveries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -129,6 +140,8 @@ func New(pending func() int) *Metrics {
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")
+	m.fired.WithLabelValues("scheduler")
+	m.fired.WithLabelValues("sweeper")
 	for _, reason := range []string{"deadlock", "certification", "serialization"} {
 		m.dbRetries.WithLabelValues(reason)
 	}
@@ -152,6 +165,16 @@ func (m *Metrics) Closed(c hourglass.ClosedOrder, swept bool) {
 		return
 	}
 	m.closed.WithLabelValues("scheduler").Inc()
+}
+
+// Fired implements engine.TimerObserver.
+func (m *Metrics) Fired(t hourglass.FiredTimer, swept bool) {
+	m.fireLateness.Observe(t.FiredAt.Sub(t.FireAt).Seconds())
+	if swept {
+		m.fired.WithLabelValues("sweeper").Inc()
+		return
+	}
+	m.fired.WithLabelValues("scheduler").Inc()
 }
 
 // CloseFailed implements engine.Observer.

@@ -5,15 +5,17 @@
 //
 // The queue is the database (hourglass.DeliveryStore): every event writes one
 // pending delivery per matching webhook in its own transaction, with the
-// time it is due. The schedule runs on hourglass's timing wheel (package
-// timingwheel), keyed by delivery id and driven by one goroutine that sleeps
-// until the next due delivery, like the order-close path: only deliveries
-// due within Config.Window, and at most Config.MaxHeld of them, are held in
-// memory, paged in from the database every Config.LoadInterval (and as a
-// backlog drains), and new ones are read as soon as the store says it
-// created some. A restart (even after kill -9) loses nothing: every
-// pending delivery and its next attempt time is a row, loaded again on
-// start; an attempt in flight at the crash is sent again.
+// time it is due. Attempts are timed like order deadlines, by the same code:
+// the timing wheel on the shared in-memory timing loop (delay/timerloop),
+// keyed by delivery id, fed by the shared window loader (package window):
+// only deliveries due within Config.Window, and at most Config.MaxHeld of
+// them, are held in memory, paged in from the database every
+// Config.LoadInterval (and as a backlog drains), and new ones are read as
+// soon as the store says it created some. With several nodes the loader
+// follows the partitions this node owns, as the engine's does. A restart
+// (even after kill -9) loses nothing: every pending delivery and its next
+// attempt time is a row, loaded again on start; an attempt in flight at the
+// crash is sent again.
 //
 // Each attempt re-reads its delivery, so a timer that is stale (the
 // delivery was delivered, rescheduled, killed or its webhook deleted) does
@@ -40,7 +42,10 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
-	"github.com/hourglass/hourglass/timingwheel"
+	"github.com/hourglass/hourglass/delay/dispatch"
+	"github.com/hourglass/hourglass/delay/timerloop"
+	"github.com/hourglass/hourglass/delay/wheel"
+	"github.com/hourglass/hourglass/window"
 )
 
 // Defaults of Config.
@@ -220,33 +225,24 @@ type Service struct {
 	obs    Observer
 	client *http.Client
 
-	mu    sync.Mutex
-	wheel *timingwheel.Wheel
-	// horizon: every pending delivery due at or before it is in the wheel,
-	// being attempted, or was read by the new-delivery scan (the loader
-	// raises it before querying, so a delivery rescheduled meanwhile is
-	// either seen by the query or accepted by schedule).
-	horizon int64
-	busy    map[int64]bool // fired and not finished: never attempted twice at once
+	// sched times delivery attempts: the timing wheel on the shared
+	// in-memory timing loop (package timerloop), whose dispatcher runs
+	// Workers attempts at once; loader feeds it the deliveries due within
+	// Window (package window), at most MaxHeld of them.
+	sched  *timerloop.Scheduler
+	loader *window.Loader
+
+	mu   sync.Mutex
+	busy map[int64]bool // being attempted: never attempted twice at once
 	// again holds, for a busy delivery, a time schedule was asked for while
 	// it was busy: its attempt may have read the database just before the
 	// change that asked (a blocking delivery resolved, a dead letter retried).
-	again      map[int64]int64
-	ready      []int64 // fired, waiting for a worker
-	sleepUntil int64   // what the timing loop sleeps towards
-	scanned    int64   // unix ms: the new-delivery scan read everything due up to here, as of ScanLag ago
-
-	// truncated: the last load stopped at MaxHeld, short of its target;
-	// the workers wake the loader (loadWake) when half of that has drained.
-	truncated bool
+	again   map[int64]int64
+	scanned int64 // unix ms: the new-delivery scan read everything due up to here, as of ScanLag ago
 
 	// parts follows the partitions owned and those gained whose pending
-	// deliveries the loader must load (loadWake wakes it).
+	// deliveries the loader must load.
 	parts *cluster.Tracker
-
-	wake      chan struct{} // the timing loop: an earlier deadline was added
-	readyWake chan struct{} // the workers: ready is not empty
-	loadWake  chan struct{} // the loader: room to load more
 }
 
 // New returns a service over store; it delivers nothing until Run.
@@ -305,14 +301,29 @@ func New(store Store, cfg Config) (*Service, error) {
 		// A redirect is a failure: following it could leave the allow-list.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	s.wheel = timingwheel.New(hourglass.UnixMilli(s.clock.Now()))
-	s.horizon = -1 << 62 // nothing accepted until the first load
 	s.busy = map[int64]bool{}
 	s.again = map[int64]int64{}
-	s.wake = make(chan struct{}, 1)
-	s.readyWake = make(chan struct{}, 1)
-	s.loadWake = make(chan struct{}, 1)
-	s.parts = cluster.Track(cfg.Ownership, func() { signal(s.loadWake) })
+	// One attempt per dispatch: each is an HTTP call of up to Timeout.
+	s.sched = wheel.New(wheel.Config{Clock: s.clock, Logger: s.log, Dispatch: dispatch.Config{Workers: cfg.Workers, Batch: 1}})
+	s.parts = cluster.Track(cfg.Ownership, func() {
+		if s.loader != nil {
+			s.loader.Wake()
+		}
+	})
+	s.loader = window.New(window.Config{
+		Name:         "webhook",
+		Sources:      []window.Source{s.dueDeliveries},
+		Sink:         s.sched.Schedule,
+		Window:       cfg.Window,
+		LoadInterval: cfg.LoadInterval,
+		PageSize:     LoadPageSizeDefault,
+		MaxHeld:      cfg.MaxHeld,
+		Held:         s.held,
+		Parts:        s.parts,
+		RetryMax:     cfg.StoreRetry,
+		Clock:        s.clock,
+		Logger:       s.log,
+	})
 	return s, nil
 }
 
@@ -389,25 +400,41 @@ func (s *Service) DeliveryCounts(ctx context.Context) (pending, dead int, err er
 
 // Pending returns the number of deliveries held in memory (in the wheel or
 // waiting for a worker).
-func (s *Service) Pending() int {
+func (s *Service) Pending() int { return s.sched.Pending() + s.sched.Queued() }
+
+// held returns the deliveries held in memory: in the wheel, waiting for a
+// worker, or being attempted.
+func (s *Service) held() int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.wheel.Len() + len(s.ready)
+	busy := len(s.busy)
+	s.mu.Unlock()
+	return s.Pending() + busy
 }
 
-// heldLocked returns the deliveries held in memory: in the wheel, or fired
-// and not finished. s.mu must be held.
-func (s *Service) heldLocked() int { return s.wheel.Len() + len(s.busy) }
+// dueDeliveries is the loader's window.Source: pending deliveries as
+// timers keyed by delivery id.
+func (s *Service) dueDeliveries(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: p.After, AfterID: p.AfterID, Until: p.Until, Limit: p.Limit, Parts: p.Parts})
+	if err != nil {
+		return nil, err
+	}
+	return deliveryTimers(page), nil
+}
 
-// schedule puts a delivery in the wheel at t.At if it is within the horizon
-// (else the loader brings it in time) or if force is set, unless it is being
-// attempted (its attempt reschedules it from what the database says).
-//
-// Without force, it also keeps at most MaxHeld held: when full, it lowers
-// the horizon to just before t (every delivery due up to the new horizon is
-// still held or handled; the loader reads the rest again as room comes back)
-// and returns false, so its caller stops paging.
-func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) bool {
+func deliveryTimers(ds []hourglass.DeliveryTimer) []hourglass.Timer {
+	ts := make([]hourglass.Timer, len(ds))
+	for i, d := range ds {
+		ts[i] = hourglass.Timer{OrderID: d.ID, Deadline: d.At}
+	}
+	return ts
+}
+
+// schedule times an attempt of a delivery at t.At, unless it is being
+// attempted (its attempt reschedules it from what the database says). With
+// force it is timed whatever the window; without, the loader takes it if
+// it is due within the horizon and there is room (else a load brings it
+// in time).
+func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
 	at := hourglass.UnixMilli(t.At)
 	s.mu.Lock()
 	if s.busy[t.ID] {
@@ -417,32 +444,15 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) bool {
 			}
 		}
 		s.mu.Unlock()
-		return true
+		return
 	}
-	if !force && at > s.horizon {
-		s.mu.Unlock()
-		return true
-	}
-	if !force && s.heldLocked() >= s.cfg.MaxHeld && !s.wheel.Contains(uint64(t.ID)) {
-		s.horizon = min(s.horizon, at-1)
-		s.truncated = true
-		s.mu.Unlock()
-		return false
-	}
-	s.wheel.Add(uint64(t.ID), at)
-	wake := at < s.sleepUntil
 	s.mu.Unlock()
-	if wake {
-		signal(s.wake)
+	timers := []hourglass.Timer{{OrderID: t.ID, Deadline: t.At}}
+	if force {
+		s.sched.Schedule(context.Background(), timers) // in memory: cannot fail
+		return
 	}
-	return true
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
+	s.loader.Offer(context.Background(), timers) // the sink is in memory: cannot fail
 }
 
 // Run loads the pending deliveries due within the window and delivers until
@@ -450,119 +460,46 @@ func signal(c chan struct{}) {
 // recorded, and sent again after the next start) and returns nil. A
 // database error is logged and retried, never returned.
 func (s *Service) Run(ctx context.Context) error {
-	if err := s.load(ctx); err != nil && ctx.Err() == nil {
-		s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
-	}
 	var wg sync.WaitGroup
-	for range s.cfg.Workers {
-		wg.Go(func() { s.work(ctx) })
-	}
+	wg.Go(func() { s.loader.Run(ctx) })
 	wg.Go(func() { s.scanLoop(ctx) })
-	wg.Go(func() { s.loadLoop(ctx) })
 	wg.Go(func() { s.pruneLoop(ctx) })
-	s.timingLoop(ctx)
+	s.sched.Run(ctx, s.deliver) // in memory: returns nil once ctx ends and its workers stopped
 	wg.Wait()
 	return nil
 }
 
-// timingLoop sleeps until the wheel's next deadline (or until schedule adds
-// an earlier one), advances the wheel and hands what fired to the workers.
-func (s *Service) timingLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now := s.clock.Now()
-		nowMs := hourglass.UnixMilli(now)
-		s.mu.Lock()
-		fired := 0
-		s.wheel.Advance(nowMs, func(id uint64, _ int64) {
-			if !s.busy[int64(id)] {
-				s.busy[int64(id)] = true
-				s.ready = append(s.ready, int64(id))
-				fired++
-			}
-		})
-		next, ok := s.wheel.NextDeadline()
-		if !ok {
-			next = nowMs + time.Hour.Milliseconds()
-		}
-		s.sleepUntil = next
-		s.mu.Unlock()
-		if fired > 0 {
-			signal(s.readyWake)
-		}
-		wait := hourglass.FromUnixMilli(next).Sub(now)
-		if wait <= 0 {
-			if ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-s.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-		}
+// deliver is the timing loop's hourglass.Deliver: it attempts each due
+// delivery (the dispatcher hands over one at a time) and reschedules it as
+// its outcome says. Attempts record their own failures, so it never fails.
+func (s *Service) deliver(ctx context.Context, due []hourglass.Timer) error {
+	for _, t := range due {
+		s.deliverOne(ctx, t.OrderID)
 	}
+	return nil
 }
 
-// work attempts fired deliveries until ctx ends.
-func (s *Service) work(ctx context.Context) {
-	for {
-		id, ok := s.pop(ctx)
-		if !ok {
-			return
-		}
-		next, force := s.attempt(ctx, id)
-		s.mu.Lock()
-		delete(s.busy, id)
-		if s.truncated && s.heldLocked() <= s.cfg.MaxHeld/2 {
-			s.truncated = false
-			signal(s.loadWake)
-		}
-		if at, ok := s.again[id]; ok {
-			delete(s.again, id)
-			if next.ID == 0 || at < hourglass.UnixMilli(next.At) {
-				next, force = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true
-			}
-		}
+func (s *Service) deliverOne(ctx context.Context, id int64) {
+	s.mu.Lock()
+	if s.busy[id] {
 		s.mu.Unlock()
-		if next.ID != 0 && ctx.Err() == nil {
-			s.schedule(next, force)
+		return // a second timer of a delivery being attempted: that attempt reschedules it
+	}
+	s.busy[id] = true
+	s.mu.Unlock()
+	next, force := s.attempt(ctx, id)
+	s.mu.Lock()
+	delete(s.busy, id)
+	if at, ok := s.again[id]; ok {
+		delete(s.again, id)
+		if next.ID == 0 || at < hourglass.UnixMilli(next.At) {
+			next, force = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true
 		}
 	}
-}
-
-func (s *Service) pop(ctx context.Context) (int64, bool) {
-	for {
-		s.mu.Lock()
-		if n := len(s.ready); n > 0 {
-			id := s.ready[0]
-			s.ready = s.ready[1:]
-			if len(s.ready) == 0 {
-				s.ready = nil
-			}
-			more := len(s.ready) > 0
-			s.mu.Unlock()
-			if more {
-				signal(s.readyWake)
-			}
-			return id, true
-		}
-		s.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-s.readyWake:
-		}
+	s.mu.Unlock()
+	s.loader.Released()
+	if next.ID != 0 && ctx.Err() == nil {
+		s.schedule(next, force)
 	}
 }
 
@@ -742,18 +679,16 @@ func (s *Service) scan(ctx context.Context) error {
 	now := hourglass.UnixMilli(s.clock.Now())
 	s.mu.Lock()
 	from := max(s.scanned, now-s.cfg.ScanLag.Milliseconds()*6) - s.cfg.ScanLag.Milliseconds()
-	until := s.horizon
 	s.mu.Unlock()
+	until := s.loader.Horizon()
 	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(from), AfterID: 0, Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: s.parts.Owned()}
 	for {
 		page, err := s.store.DueDeliveries(ctx, p)
 		if err != nil {
 			return err
 		}
-		for _, t := range page {
-			if !s.schedule(t, false) { // past the horizon, the loader brings it
-				return nil // full: the loader brings the rest as room comes back
-			}
+		if took, _ := s.loader.Offer(ctx, deliveryTimers(page)); !took {
+			return nil // full: the loader brings the rest as room comes back
 		}
 		if len(page) < p.Limit {
 			break
@@ -765,114 +700,6 @@ func (s *Service) scan(ctx context.Context) error {
 	s.scanned = max(s.scanned, now)
 	s.mu.Unlock()
 	return nil
-}
-
-// loadLoop extends the window every LoadInterval.
-func (s *Service) loadLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.LoadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.loadWake:
-		}
-		if err := s.loadGained(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("webhook: loading the deliveries of partitions taken over failed; retrying at the next interval", "err", err)
-		}
-		if err := s.load(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("webhook: loading due deliveries failed; retrying at the next interval", "err", err)
-		}
-	}
-}
-
-// load pages every pending delivery due up to now+Window and past the
-// current horizon into the wheel, but no more than MaxHeld held at once: at
-// that bound it stops, lowers the horizon to just before the last delivery
-// it loaded (others due in that millisecond may be left) and marks the load
-// truncated; the workers wake the loader again when half has drained.
-func (s *Service) load(ctx context.Context) error {
-	target := hourglass.UnixMilli(s.clock.Now().Add(s.cfg.Window))
-	s.mu.Lock()
-	from := s.horizon
-	if target <= from {
-		s.mu.Unlock()
-		return nil
-	}
-	s.horizon = target // first, so a delivery rescheduled from now on is accepted by schedule
-	s.truncated = false
-	s.mu.Unlock()
-	after, afterID := hourglass.FromUnixMilli(max(from, 0)), int64(1<<63-1)
-	if from < 0 {
-		after, afterID = hourglass.FromUnixMilli(0), 0
-	}
-	for {
-		s.mu.Lock()
-		room := s.cfg.MaxHeld - s.heldLocked()
-		if room <= 0 {
-			// Keep only what was loaded: every delivery due before the
-			// last one loaded is held; others due in its millisecond may
-			// not be.
-			s.horizon = min(s.horizon, hourglass.UnixMilli(after)-1)
-			s.truncated = true
-			s.mu.Unlock()
-			return nil
-		}
-		s.mu.Unlock()
-		limit := min(LoadPageSizeDefault, room)
-		page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: after, AfterID: afterID, Until: hourglass.FromUnixMilli(target), Limit: limit, Parts: s.parts.Owned()})
-		if err != nil {
-			s.mu.Lock()
-			if s.horizon == target { // let the next load retry this range
-				s.horizon = min(from, hourglass.UnixMilli(after))
-			}
-			s.mu.Unlock()
-			return err
-		}
-		for _, t := range page {
-			if !s.schedule(t, false) {
-				return nil // full: schedule lowered the horizon
-			}
-		}
-		if len(page) < limit {
-			return nil
-		}
-		last := page[len(page)-1]
-		after, afterID = last.At, last.ID
-	}
-}
-
-// loadGained schedules the pending deliveries of the partitions gained, due
-// up to the horizon (overdue ones included): what the previous owner held.
-// At MaxHeld, schedule lowers the horizon and the next load brings the
-// rest. On failure the partitions stay to load.
-func (s *Service) loadGained(ctx context.Context) error {
-	parts := s.parts.TakeGained()
-	if len(parts) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	until := s.horizon
-	s.mu.Unlock()
-	p := hourglass.DueDeliveriesParams{After: hourglass.FromUnixMilli(0), Until: hourglass.FromUnixMilli(until), Limit: LoadPageSizeDefault, Parts: parts}
-	for {
-		page, err := s.store.DueDeliveries(ctx, p)
-		if err != nil {
-			s.parts.Regain(parts)
-			return err
-		}
-		for _, t := range page {
-			if !s.schedule(t, false) {
-				return nil
-			}
-		}
-		if len(page) < p.Limit {
-			return nil
-		}
-		last := page[len(page)-1]
-		p.After, p.AfterID = last.At, last.ID
-	}
 }
 
 // pruneLoop deletes old events no delivery needs, every PruneInterval.

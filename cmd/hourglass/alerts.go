@@ -90,7 +90,7 @@ func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready fu
 	}
 	a.evaluator = ev
 	if f.Dashboard {
-		src, err := dashboard.New(dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters})
+		src, err := dashboard.New(dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters, Timers: store})
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +132,15 @@ type engineObservers []engine.Observer
 func (os engineObservers) Closed(c hourglass.ClosedOrder, swept bool) {
 	for _, o := range os {
 		o.Closed(c, swept)
+	}
+}
+
+// Fired tells the observers that watch timers (engine.TimerObserver).
+func (os engineObservers) Fired(t hourglass.FiredTimer, swept bool) {
+	for _, o := range os {
+		if to, ok := o.(engine.TimerObserver); ok {
+			to.Fired(t, swept)
+		}
 	}
 }
 

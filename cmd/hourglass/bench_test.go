@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/store/storetest"
 	zsqlite "zombiezen.com/go/sqlite"
@@ -368,4 +370,100 @@ func scrapeLabeled(b *testing.B, url, name, label string) float64 {
 		sum += f
 	}
 	return sum
+}
+
+// BenchmarkPendingTimersWindow shows that memory follows the timers due
+// soon, not the timers pending (issue #12): it seeds a SQLite database with
+// 1,000,000 scheduled timers due 1 hour to 30 days ahead
+// (HOURGLASS_BENCH_PENDING_TIMERS to change) and 1,000 due 60 to 90 s ahead,
+// runs the engine over it with its defaults (the wheel, a 2-minute window)
+// and, once the first window load is done, fails unless the engine holds
+// exactly the 1,000 due within its window. It reports the timers held and
+// the live heap the engine and its window added. Not a timing: run it with
+// -benchtime 1x.
+func BenchmarkPendingTimersWindow(b *testing.B) {
+	far := 1_000_000
+	if v := os.Getenv("HOURGLASS_BENCH_PENDING_TIMERS"); v != "" {
+		var err error
+		if far, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("HOURGLASS_BENCH_PENDING_TIMERS: %v", err)
+		}
+	}
+	const near = 1000
+	dataDir := b.TempDir()
+	now := time.Now()
+	seedTimers(b, dataDir, 0, far, now.Add(time.Hour), 30*24*time.Hour-time.Hour)
+	seedTimers(b, dataDir, far, near, now.Add(60*time.Second), 30*time.Second)
+	for range b.N {
+		store, err := sqlite.Open(sqlite.Config{Dir: dataDir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		counts, err := store.TimerCounts(context.Background())
+		if err != nil || counts[hourglass.TimerScheduled] != int64(far+near) {
+			b.Fatalf("seeded %v (%v), want %d scheduled", counts, err, far+near)
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		eng, err := engine.New(store, engine.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- eng.Run(ctx) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for !eng.Recovered() { // the first window load is done
+			if time.Now().After(deadline) {
+				b.Fatalf("the first window load did not finish within 30 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		held := eng.Pending()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if err := store.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if held != near {
+			b.Fatalf("the engine holds %d timers, want the %d due within its window (of %d pending)", held, near, far+near)
+		}
+		b.ReportMetric(float64(far+near), "pending-timers")
+		b.ReportMetric(float64(held), "held-timers")
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(1<<20), "heap-growth-MB")
+	}
+}
+
+// seedTimers writes n scheduled timers (keys seed-<from>… , ids from
+// TimerIDBase + first) straight into the SQLite file, as seedPending does
+// orders: timer i fires at from + (i % spreadMs) ms.
+func seedTimers(b *testing.B, dataDir string, first, n int, from time.Time, spread time.Duration) {
+	b.Helper()
+	s, err := sqlite.Open(sqlite.Config{Dir: dataDir}) // the schema
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := zsqlite.OpenConn(filepath.Join(dataDir, sqlite.FileNameDefault), zsqlite.OpenReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	err = sqlitex.ExecuteScript(conn, `WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < $n - 1)
+INSERT INTO timers (id, key, status, fire_at, request_hash, created_at, updated_at)
+SELECT $base + $first + i, 'seed-' || ($first + i), 'scheduled', $from + i % $spread, x'', $now, $now FROM k;`, &sqlitex.ExecOptions{Named: map[string]any{
+		"$n": n, "$first": first, "$base": hourglass.TimerIDBase, "$now": time.Now().UnixMilli(), "$from": from.UnixMilli(), "$spread": max(spread.Milliseconds(), 1)}})
+	if err == nil {
+		err = sqlitex.ExecuteTransient(conn, "PRAGMA wal_checkpoint(TRUNCATE)", nil)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
 }

@@ -90,11 +90,15 @@ func startCluster(t *testing.T, dbURLs []string, n int, ttl time.Duration) clust
 }
 
 // TestClusterKill: three nodes on one database take creates and pays
-// round-robin; one is SIGKILLed mid-load and restarted (under its old id)
-// after its leases expired and some of its deadlines passed. Every
-// acknowledged order ends paid xor closed, none before its deadline, none
-// closed twice, stock is conserved, and no order, the killed node's
-// included, is closed later than --lease-ttl + 1 s after its deadline.
+// round-robin, and timer arms (issue 12), 15 % of them re-armed and as
+// many cancelled through another node; one node is SIGKILLed mid-load and
+// restarted (under its old id) after its leases expired and some of its
+// deadlines and fire times passed. Every acknowledged order ends paid xor
+// closed, none before its deadline, none closed twice, stock is conserved;
+// every timer not cancelled fires exactly once (one timer.fired event), at
+// the time it was last armed for and never before it, a cancelled one
+// never; and no order or timer, the killed node's included, is closed or
+// fired later than --lease-ttl + 1 s after its time.
 func TestClusterKill(t *testing.T) {
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
@@ -119,7 +123,7 @@ func TestClusterKillGalera(t *testing.T) {
 func testKill(t *testing.T, s clusterSetup, ttl time.Duration) {
 	ctx := t.Context()
 	c := s.cluster
-	load, err := c.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: time.Second, TimeoutMax: 3 * time.Second})
+	load, err := c.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: time.Second, TimeoutMax: 3 * time.Second, TimerRate: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,19 +167,35 @@ func testKill(t *testing.T, s clusterSetup, ttl time.Duration) {
 	ledger := load.Stop()
 
 	verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
-	var late []time.Duration
+	// The bound holds for every order and timer (the verdict checks it);
+	// those of the killed node's partitions that fell due while it was
+	// down are the ones it is about.
+	down := func(part int, at time.Time) bool {
+		return slices.Contains(parts, part) && at.After(killedAt) && at.Before(restartedAt)
+	}
+	var late, timersLate []time.Duration
 	for _, cl := range verdict.Closes {
-		if slices.Contains(parts, cl.Partition) && cl.Deadline.After(killedAt) && cl.Deadline.Before(restartedAt) {
+		if down(cl.Partition, cl.Deadline) {
 			late = append(late, cl.Lateness())
 		}
 	}
-	if len(late) == 0 {
-		t.Errorf("no order of the killed node's partitions fell due while it was down: the test's timing is off")
-		return
+	for _, f := range verdict.Fires {
+		if down(f.Partition, f.FireAt) {
+			timersLate = append(timersLate, f.Lateness())
+		}
 	}
-	slices.Sort(late)
-	t.Logf("the killed node's partitions: %d orders fell due while it was down, closed %s after their deadline at the median, %s at most (bound %s)",
-		len(late), late[len(late)/2], late[len(late)-1], ttl+time.Second)
+	for _, what := range []struct {
+		name string
+		late []time.Duration
+	}{{"orders closed", late}, {"timers fired", timersLate}} {
+		if len(what.late) == 0 {
+			t.Errorf("no %s of the killed node's partitions fell due while it was down: the test's timing is off", strings.Fields(what.name)[0])
+			continue
+		}
+		slices.Sort(what.late)
+		t.Logf("the killed node's partitions: %d %s while it was down, %s after their time at the median, %s at most (bound %s)",
+			len(what.late), what.name, what.late[len(what.late)/2], what.late[len(what.late)-1], ttl+time.Second)
+	}
 }
 
 // retries formats the samples of hourglass_db_retries_total by reason (the
@@ -254,13 +274,18 @@ func judge(t *testing.T, dbURL string, ledger *nodes.Ledger, lateBound time.Dura
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	start := time.Now()
 	verdict, err := nodes.Judge(ctx, nodes.JudgeConfig{DatabaseURL: dbURL, Ledger: ledger, LateBound: lateBound})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("judged in %s", time.Since(start).Round(time.Millisecond))
 	counts := ledger.Counts()
 	if counts["create acknowledged"] == 0 || counts["pay acknowledged"] == 0 || verdict.Statuses["closed"] == 0 {
 		t.Errorf("the load did too little to test anything: %v, orders %v", counts, verdict.Statuses)
+	}
+	if len(ledger.Timers) > 0 && (counts["rearm acknowledged"] == 0 || counts["cancel acknowledged"] == 0 || verdict.TimerStatuses["fired"] == 0) {
+		t.Errorf("the load did too little to test the timers: %v, timers %v", counts, verdict.TimerStatuses)
 	}
 	if !verdict.OK() {
 		t.Errorf("%s", verdict.Report(20))

@@ -203,6 +203,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		Dashboard: alerts.dashboard,
 		Webhooks:  webhooks,
 		Cluster:   self.view,
+		Timers:    db,
 	})
 	if err != nil {
 		return err

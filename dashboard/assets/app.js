@@ -170,10 +170,27 @@
     $('rate-creates').textContent = avg(last10(r.creates)).toFixed(1);
     $('rate-failures').textContent = avg(last10(r.close_failures)).toFixed(1);
 
-    const lt = d.lateness;
-    const lLabels = lt.counts.map((_, i) => i < lt.bounds_seconds.length ? '≤' + fmtSeconds(lt.bounds_seconds[i]) : '>' + fmtSeconds(lt.bounds_seconds[i - 1]));
-    bars($('lateness-chart'), lt.counts, lLabels, 'bar-late', (i) => i % 3 === 0);
-    $('lateness-p99').textContent = fmtSeconds(lt.p99_seconds) + ' over ' + fmt(lt.counts.reduce((a, b) => a + b, 0)) + ' closes';
+    latenessChart($('lateness-chart'), $('lateness-p99'), d.lateness, 'closes');
+
+    // Clients' timers, shown as the orders are; null when the server keeps none.
+    const tm = d.timers;
+    $('timers-card').hidden = !tm;
+    $('timer-lateness-card').hidden = !tm;
+    if (tm) {
+      for (const [status, n] of Object.entries(tm.counts)) {
+        const e = $('timers-' + status);
+        if (e) e.textContent = fmt(n);
+      }
+      $('timer-fires').textContent = avg(last10(tm.fires)).toFixed(1);
+      latenessChart($('timer-lateness-chart'), $('timer-lateness-p99'), tm.lateness, 'fires');
+    }
+  }
+
+  // latenessChart draws a lateness histogram (closes' or timers') and its p99.
+  function latenessChart(svg, p99, lt, what) {
+    const labels = lt.counts.map((_, i) => i < lt.bounds_seconds.length ? '≤' + fmtSeconds(lt.bounds_seconds[i]) : '>' + fmtSeconds(lt.bounds_seconds[i - 1]));
+    bars(svg, lt.counts, labels, 'bar-late', (i) => i % 3 === 0);
+    p99.textContent = fmtSeconds(lt.p99_seconds) + ' over ' + fmt(lt.counts.reduce((a, b) => a + b, 0)) + ' ' + what;
   }
 
   // Dead letters: the list comes from the webhooks API itself.

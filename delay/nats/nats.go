@@ -6,7 +6,7 @@
 // # How a timer travels
 //
 // Schedule publishes each timer (body: order id and deadline in ms) with
-// Nats-Msg-Id = the order id, so a relay that publishes the same outbox row
+// Nats-Msg-Id = the id and the deadline, so a relay that publishes the same outbox row
 // twice within the stream's duplicate window stores it once, and waits for
 // every publish acknowledgement before returning.
 //
@@ -389,7 +389,7 @@ func (s *Scheduler) streamConfig(schedules bool) jetstream.StreamConfig {
 const publishChunk = 1000
 
 // Schedule implements hourglass.Scheduler: it publishes the timers (with
-// Nats-Msg-Id = order id) and returns once the server acknowledged every one
+// Nats-Msg-Id = id@deadline) and returns once the server acknowledged every one
 // as stored. On error some may be stored: publishing them again is safe
 // (deduplicated within the Duplicates window, a no-op close after it). Safe
 // for concurrent use.
@@ -427,7 +427,9 @@ func (s *Scheduler) timerMsg(t hourglass.Timer, now time.Time, schedules bool) (
 	msg := natsgo.NewMsg(s.names.due)
 	msg.Data = encodeTimer(t)
 	opts := []jetstream.PublishOpt{
-		jetstream.WithMsgID(strconv.FormatInt(t.OrderID, 10)),
+		// The id and the deadline: a client timer re-armed to another time
+		// is a new message, not a duplicate of the first.
+		jetstream.WithMsgID(strconv.FormatInt(t.OrderID, 10) + "@" + strconv.FormatInt(hourglass.UnixMilli(t.Deadline), 10)),
 		jetstream.WithExpectStream(s.names.stream),
 	}
 	if at, ok := scheduleAt(now, t.Deadline, s.cfg.ScheduleLead); schedules && ok {

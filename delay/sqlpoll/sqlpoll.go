@@ -70,6 +70,13 @@ type Store interface {
 	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
 }
 
+// TimerStore is an optional interface of a Store that keeps clients'
+// timers (hourglass.TimerStore): each scan delivers the scheduled timers
+// due as well, after the orders.
+type TimerStore interface {
+	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+}
+
 // Config configures a Scheduler; zero values mean the defaults.
 type Config struct {
 	// Store is the order database to scan. Required.
@@ -184,32 +191,48 @@ func jitter(d time.Duration) time.Duration {
 	return d - d/10 + rand.N(d/5+1)
 }
 
-// scan delivers, page by page, every pending order due at the scan's start.
-// It returns only read errors; a failed delivery ends the scan early.
+// scan delivers, page by page, every pending order (and client timer) due
+// at the scan's start. It returns only read errors; a failed delivery ends
+// the scan early.
 func (s *Scheduler) scan(ctx context.Context, deliver hourglass.Deliver) error {
 	until := s.clock.Now()
+	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){s.store.PendingDue}
+	if ts, ok := s.store.(TimerStore); ok {
+		sources = append(sources, ts.TimersDue)
+	}
+	for _, due := range sources {
+		if done, err := s.scanSource(ctx, due, until, deliver); err != nil || !done {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanSource delivers one source's due items; done is false when a failed
+// delivery ended it early.
+func (s *Scheduler) scanSource(ctx context.Context, due func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error), until time.Time, deliver hourglass.Deliver) (done bool, err error) {
 	after, afterID := time.UnixMilli(0), int64(0)
 	for {
 		var parts hourglass.Parts
 		if s.parts != nil {
 			parts = s.parts()
 		}
-		page, err := s.store.PendingDue(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: until, Limit: s.batch, Parts: parts})
+		page, err := due(ctx, hourglass.PendingDueParams{After: after, AfterID: afterID, Until: until, Limit: s.batch, Parts: parts})
 		if err != nil {
-			return fmt.Errorf("sqlpoll: read due orders: %w", err)
+			return false, fmt.Errorf("sqlpoll: read due orders: %w", err)
 		}
 		if len(page) == 0 {
-			return nil
+			return true, nil
 		}
 		if err := deliver(ctx, page); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("sqlpoll: delivery failed; the orders stay pending and the next scan retries them",
 					"orders", len(page), "retry_in", s.interval, "err", err)
 			}
-			return nil
+			return false, nil
 		}
 		if len(page) < s.batch {
-			return nil
+			return true, nil
 		}
 		last := page[len(page)-1]
 		after, afterID = last.Deadline, last.OrderID

@@ -147,6 +147,9 @@ func (s *Scheduler) Pending() int {
 	return s.timers.Len()
 }
 
+// Queued returns the number of fired timers waiting for a worker.
+func (s *Scheduler) Queued() int { return s.disp.Len() }
+
 // Backlog returns the earliest deadline among the due timers not yet
 // delivered (fired and waiting for or in delivery, or held and due: the
 // loop is about to fire them) and when the close path last made progress

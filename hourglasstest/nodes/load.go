@@ -23,6 +23,10 @@ const (
 	LoadPayShareDefault       = 0.4
 	LoadRequestTimeoutDefault = 2 * time.Second
 	LoadRetriesDefault        = 2
+	// LoadTimerRearmShareDefault and LoadTimerCancelShareDefault are the
+	// shares of armed timers re-armed and cancelled.
+	LoadTimerRearmShareDefault  = 0.15
+	LoadTimerCancelShareDefault = 0.15
 	// loadInFlightMax bounds the requests in flight: beyond it (every node
 	// paused, say) a create is skipped rather than piled up.
 	loadInFlightMax = 512
@@ -51,6 +55,14 @@ type LoadConfig struct {
 	Retries int
 	// Seed seeds the random choices; 0 takes one from the clock.
 	Seed uint64
+	// TimerRate is timers armed per second across the cluster, round-robin
+	// like the creates, each to fire TimeoutMin..TimeoutMax after it is
+	// sent; 0 arms none. Of those acknowledged, TimerRearmShare
+	// (LoadTimerRearmShareDefault) are re-armed shortly after to a new
+	// time as far out, and TimerCancelShare (LoadTimerCancelShareDefault)
+	// cancelled, each through another node than the one that armed it.
+	TimerRate                         float64
+	TimerRearmShare, TimerCancelShare float64
 }
 
 func (c LoadConfig) withDefaults() LoadConfig {
@@ -70,6 +82,8 @@ func (c LoadConfig) withDefaults() LoadConfig {
 		c.Retries = 0
 	}
 	c.Seed = cmp.Or(c.Seed, uint64(time.Now().UnixNano()))
+	c.TimerRearmShare = cmp.Or(c.TimerRearmShare, LoadTimerRearmShareDefault)
+	c.TimerCancelShare = cmp.Or(c.TimerCancelShare, LoadTimerCancelShareDefault)
 	return c
 }
 
@@ -85,6 +99,10 @@ func (c LoadConfig) Validate() error {
 		return fmt.Errorf("load: PayShare must be in [0, 1], got %g", c.PayShare)
 	case c.Retries < 0:
 		return fmt.Errorf("load: Retries must be >= -1, got %d", c.Retries)
+	case c.TimerRate < 0 || c.TimerRate > 10000:
+		return fmt.Errorf("load: TimerRate must be in [0, 10000] timers/s, got %g", c.TimerRate)
+	case c.TimerRearmShare < 0 || c.TimerCancelShare < 0 || c.TimerRearmShare+c.TimerCancelShare > 1:
+		return fmt.Errorf("load: TimerRearmShare and TimerCancelShare must be >= 0 with a sum <= 1, got %g and %g", c.TimerRearmShare, c.TimerCancelShare)
 	}
 	return nil
 }
@@ -148,16 +166,30 @@ type Ledger struct {
 	// Skipped counts creates not sent because too many requests were in
 	// flight.
 	Skipped int64
+	// Timers are the timers armed (LoadConfig.TimerRate); TimersSkipped
+	// counts arms not sent because too many requests were in flight.
+	Timers        []*ArmedTimer
+	TimersSkipped int64
 }
 
-// Counts returns how many creates and pays ended in each outcome, keyed
-// "create acknowledged", "pay refused", ….
+// Counts returns how many creates, pays, timer arms, re-arms and cancels
+// ended in each outcome, keyed "create acknowledged", "pay refused", "arm
+// unknown", "rearm acknowledged", "cancel refused", ….
 func (l *Ledger) Counts() map[string]int {
 	out := map[string]int{}
 	for _, c := range l.Creates {
 		out["create "+c.Outcome.String()]++
 		if c.Pay != nil {
 			out["pay "+c.Pay.Outcome.String()]++
+		}
+	}
+	for _, a := range l.Timers {
+		out["arm "+a.Outcome.String()]++
+		if a.Rearm != nil {
+			out["rearm "+a.Rearm.Outcome.String()]++
+		}
+		if a.Cancel != nil {
+			out["cancel "+a.Cancel.Outcome.String()]++
 		}
 	}
 	return out
@@ -182,8 +214,8 @@ func (l *Ledger) LastDeadline(requestTimeout time.Duration) time.Time {
 	return last
 }
 
-// Load sends creates at a steady rate, and pays for a share of them,
-// round-robin to a cluster's live nodes. Start it with Cluster.StartLoad;
+// Load sends creates at a steady rate, and pays for a share of them, and
+// arms timers (see ArmedTimer), round-robin to a cluster's live nodes. Start it with Cluster.StartLoad;
 // Stop ends it.
 type Load struct {
 	cfg     LoadConfig
@@ -230,6 +262,9 @@ func (c *Cluster) StartLoad(ctx context.Context, cfg LoadConfig) (*Load, error) 
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	l.stop = stop
+	if cfg.TimerRate > 0 {
+		l.wg.Go(func() { l.runTimers(runCtx) })
+	}
 	go l.run(runCtx)
 	return l, nil
 }
@@ -300,7 +335,7 @@ func (l *Load) create(ctx context.Context, c *Create, release func()) {
 	req := api.CreateOrderRequest{UserID: c.UserID, Items: c.Items, TimeoutMs: c.TimeoutMs}
 	var attempts []Attempt
 	var order api.OrderJSON
-	outcome := l.send(&attempts, func(cl *api.Client) error {
+	outcome := l.send(&attempts, "", func(cl *api.Client) error {
 		o, _, err := cl.CreateOrder(context.Background(), req, c.UserID)
 		order = o
 		return err
@@ -329,7 +364,7 @@ func (l *Load) create(ctx context.Context, c *Create, release func()) {
 	case <-time.After(c.Pay.Delay):
 	}
 	var payAttempts []Attempt
-	payOutcome := l.send(&payAttempts, func(cl *api.Client) error {
+	payOutcome := l.send(&payAttempts, "", func(cl *api.Client) error {
 		_, err := cl.Pay(context.Background(), order.ID, c.Pay.PaymentID)
 		return err
 	})
@@ -338,9 +373,10 @@ func (l *Load) create(ctx context.Context, c *Create, release func()) {
 	l.mu.Unlock()
 }
 
-// send makes a request through the next live nodes until one answers or
-// the retries run out, records each attempt, and returns the outcome.
-func (l *Load) send(attempts *[]Attempt, do func(*api.Client) error) Outcome {
+// send makes a request through the next live nodes, other than the node
+// avoid while another is live, until one answers or the retries run out,
+// records each attempt, and returns the outcome.
+func (l *Load) send(attempts *[]Attempt, avoid string, do func(*api.Client) error) Outcome {
 	unanswered := false
 	for try := 0; try <= l.cfg.Retries; try++ {
 		live := l.cluster.Live()
@@ -349,7 +385,7 @@ func (l *Load) send(attempts *[]Attempt, do func(*api.Client) error) Outcome {
 			time.Sleep(l.cfg.RequestTimeout)
 			continue
 		}
-		n := live[l.next.Add(1)%uint64(len(live))]
+		n := pick(live, l.next.Add(1), avoid)
 		a := Attempt{Node: n.ID()}
 		err := do(api.NewClient(n.URL(), "", l.http))
 		var apiErr *api.Error
@@ -373,4 +409,16 @@ func (l *Load) send(attempts *[]Attempt, do func(*api.Client) error) Outcome {
 		unanswered = true
 	}
 	return Unknown
+}
+
+// pick returns the live node at cursor (modulo), or the next one after it
+// whose id is not avoid, if there is one.
+func pick(live []*Node, cursor uint64, avoid string) *Node {
+	start := int(cursor % uint64(len(live)))
+	for k := range live {
+		if n := live[(start+k)%len(live)]; n.ID() != avoid {
+			return n
+		}
+	}
+	return live[start]
 }

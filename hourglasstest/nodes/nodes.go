@@ -1,9 +1,11 @@
 // Package nodes runs several `hourglass serve` processes of a built binary on
 // one shared database, as a cluster, breaks them on purpose (SIGKILL,
-// SIGTERM, SIGSTOP) while a load of creates and payments goes to the live
-// ones, and judges the outcome from the database: no acknowledged order
-// lost, none closed early, twice or later than a bound, none both paid and
-// closed, stock conserved.
+// SIGTERM, SIGSTOP) while a load of creates and payments (and, if asked,
+// timer arms, re-arms and cancels) goes to the live ones, and judges the
+// outcome from the database: no acknowledged order lost, none closed
+// early, twice or later than a bound, none both paid and closed, stock
+// conserved; every timer not cancelled fired once, at its last time, not
+// early nor later than the bound, a cancelled one never.
 //
 // It is black-box on purpose: it knows the binary's flags, its HTTP API and
 // the store package, nothing of the engine or the cluster package, so it

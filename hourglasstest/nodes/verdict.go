@@ -44,11 +44,36 @@ const (
 	// the load put, reserved differs from the pending orders' quantities,
 	// or sold from the paid orders'.
 	ProblemStock = "stock"
+
+	// ProblemTimerLost: an acknowledged arm whose timer is not in the
+	// database, or a timer still scheduled after its fire_at once the load
+	// has settled.
+	ProblemTimerLost = "timer lost"
+	// ProblemTimerContradicted: a timer's end contradicts an answer: it
+	// fired though its cancel was acknowledged, it is cancelled though no
+	// cancel can have been written, it fired for another time than the one
+	// it was last armed for, it exists though its arm was refused, or no
+	// arm of the load named it; or a cancelled timer has timer.fired
+	// events.
+	ProblemTimerContradicted = "timer contradicted"
+	// ProblemTimerEarly: fired_at before the timer's fire_at.
+	ProblemTimerEarly = "timer early"
+	// ProblemTimerTwice: a fired timer with other than one timer.fired
+	// event (two are allowed when a re-arm was answered after its first
+	// fire time: it may have fired then, and again at its new time).
+	ProblemTimerTwice = "timer fired twice"
+	// ProblemTimerLate: fired_at more than JudgeConfig.LateBound after
+	// the timer's fire_at.
+	ProblemTimerLate = "timer late"
 )
 
-// problemKinds orders the kinds in a report.
-var problemKinds = []string{ProblemLost, ProblemDuplicated, ProblemPaidAndClosed, ProblemContradicted,
-	ProblemEarly, ProblemClosedTwice, ProblemLate, ProblemStock}
+// problemKinds orders the kinds in a report; timerProblemKinds follow when
+// the load armed timers.
+var (
+	problemKinds = []string{ProblemLost, ProblemDuplicated, ProblemPaidAndClosed, ProblemContradicted,
+		ProblemEarly, ProblemClosedTwice, ProblemLate, ProblemStock}
+	timerProblemKinds = []string{ProblemTimerLost, ProblemTimerContradicted, ProblemTimerEarly, ProblemTimerTwice, ProblemTimerLate}
+)
 
 // JudgeConfig is the input of Judge.
 type JudgeConfig struct {
@@ -56,14 +81,16 @@ type JudgeConfig struct {
 	DatabaseURL string
 	// Ledger is what the load sent and was told (Load.Stop).
 	Ledger *Ledger
-	// LateBound is the most a close may lag its deadline; 0: no bound.
+	// LateBound is the most a close may lag its deadline, and a timer's
+	// fire its fire_at; 0: no bound.
 	LateBound time.Duration
 	// RequestTimeout is the load's (LoadConfig.RequestTimeout), to bound
 	// the deadlines of creates that got no answer.
 	RequestTimeout time.Duration
-	// SettleTimeout is how long Judge waits, after the last deadline plus
-	// LateBound, for the orders still pending to close before it calls
-	// them lost (default 10 s).
+	// SettleTimeout is how long Judge waits, after the last deadline (or
+	// fire time) plus LateBound, for the orders still pending to close
+	// before it calls them lost, and as long for the timers still
+	// scheduled to fire (default 10 s each).
 	SettleTimeout time.Duration
 	// Logger receives the store's logs; nil discards them.
 	Logger *slog.Logger
@@ -80,8 +107,21 @@ type Close struct {
 // Lateness is closed_at − deadline.
 func (c Close) Lateness() time.Duration { return c.ClosedAt.Sub(c.Deadline) }
 
+// Fire is one fired timer, for checks of its lateness by partition.
+type Fire struct {
+	TimerID   int64
+	Key       string
+	Partition int
+	FireAt    time.Time
+	FiredAt   time.Time
+}
+
+// Lateness is fired_at − fire_at.
+func (f Fire) Lateness() time.Duration { return f.FiredAt.Sub(f.FireAt) }
+
 // Verdict is what Judge found in the database. OK reports whether it holds
-// no problem; Report prints it.
+// no problem; Report prints it. The timer fields are zero when the load
+// armed no timers.
 type Verdict struct {
 	Orders                                int            // orders in the database
 	Statuses                              map[string]int // orders by status
@@ -92,6 +132,19 @@ type Verdict struct {
 	Problems                              map[string][]string
 	LateBound                             time.Duration
 	LatenessP50, LatenessP99, LatenessMax time.Duration
+
+	Timers         int            // timers in the database
+	TimerStatuses  map[string]int // timers by status
+	UnknownArmed   int            // arms without an answer whose timer exists
+	UnknownUnarmed int            // … and whose timer does not
+	// TimersFiredAtBoth counts timers that fired at their first time and
+	// again at their new one, a re-arm having been answered after the
+	// first (allowed: the re-arm may have come after the fire).
+	TimersFiredAtBoth                                    int
+	Fires                                                []Fire // every fired timer of the load, in arming order
+	TimerLatenessP50, TimerLatenessP99, TimerLatenessMax time.Duration
+
+	timers bool // the load armed timers: report them
 }
 
 // OK reports whether the verdict found no problem.
@@ -139,7 +192,18 @@ func (v *Verdict) Report(perKind int) string {
 		fmt.Fprintf(&b, " (bound %s)", v.LateBound)
 	}
 	b.WriteByte('\n')
-	for _, kind := range problemKinds {
+	kinds := problemKinds
+	if v.timers {
+		kinds = slices.Concat(kinds, timerProblemKinds)
+		fmt.Fprintf(&b, "  timers in the database: %d %v; unanswered arms: %d made a timer, %d did not; fired at both times of a late re-arm: %d\n",
+			v.Timers, v.TimerStatuses, v.UnknownArmed, v.UnknownUnarmed, v.TimersFiredAtBoth)
+		fmt.Fprintf(&b, "  timer lateness (fired_at - fire_at): p50 %s, p99 %s, max %s", v.TimerLatenessP50, v.TimerLatenessP99, v.TimerLatenessMax)
+		if v.LateBound > 0 {
+			fmt.Fprintf(&b, " (bound %s)", v.LateBound)
+		}
+		b.WriteByte('\n')
+	}
+	for _, kind := range kinds {
 		ps := v.Problems[kind]
 		fmt.Fprintf(&b, "  %-16s %d\n", kind+":", len(ps))
 		for i, p := range ps {
@@ -153,10 +217,11 @@ func (v *Verdict) Report(perKind int) string {
 	return b.String()
 }
 
-// Judge waits for the load's orders to settle (every deadline passed, plus
-// LateBound, then until no order is pending past its deadline or
-// SettleTimeout passes), reads every order, its events and the products
-// from the database, and checks them against the ledger. It returns an
+// Judge waits for the load's orders and timers to settle (every deadline
+// and fire time passed, plus LateBound, then until no order is pending past
+// its deadline and no timer scheduled past its fire time, or SettleTimeout
+// passes), reads every order, timer, their events and the products from
+// the database, and checks them against the ledger. It returns an
 // error only when the database cannot be read; what it finds wrong is in
 // the Verdict.
 func Judge(ctx context.Context, cfg JudgeConfig) (*Verdict, error) {
@@ -167,7 +232,11 @@ func Judge(ctx context.Context, cfg JudgeConfig) (*Verdict, error) {
 	}
 	defer db.Close()
 
-	wait := time.Until(cfg.Ledger.LastDeadline(cmp.Or(cfg.RequestTimeout, LoadRequestTimeoutDefault)).Add(cfg.LateBound))
+	last := cfg.Ledger.LastDeadline(cmp.Or(cfg.RequestTimeout, LoadRequestTimeoutDefault))
+	if t := cfg.Ledger.LastFireAt(); t.After(last) {
+		last = t
+	}
+	wait := time.Until(last.Add(cfg.LateBound))
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -178,10 +247,27 @@ func Judge(ctx context.Context, cfg JudgeConfig) (*Verdict, error) {
 		return nil, err
 	}
 
-	v := &Verdict{Orders: len(orders), Statuses: map[string]int{}, Requests: cfg.Ledger.Counts(), LateBound: cfg.LateBound}
-	events, err := readEvents(ctx, db, orders)
+	var timers []hourglass.NamedTimer
+	if len(cfg.Ledger.Timers) > 0 {
+		if timers, err = settleTimers(ctx, db, cfg.SettleTimeout); err != nil {
+			return nil, err
+		}
+	}
+
+	v := &Verdict{Orders: len(orders), Statuses: map[string]int{}, Requests: cfg.Ledger.Counts(), LateBound: cfg.LateBound, timers: len(cfg.Ledger.Timers) > 0}
+	ids := make([]int64, 0, len(orders)+len(timers))
+	for _, o := range orders {
+		ids = append(ids, o.ID)
+	}
+	for _, tm := range timers {
+		ids = append(ids, tm.ID)
+	}
+	events, err := readEvents(ctx, db, ids)
 	if err != nil {
 		return nil, err
+	}
+	if v.timers {
+		judgeTimers(cfg.Ledger.Timers, timers, events, cfg.LateBound, v)
 	}
 	byUser := map[string][]hourglass.Order{}
 	for _, o := range orders {
@@ -338,30 +424,31 @@ func settle(ctx context.Context, db hourglass.Database, timeout time.Duration) (
 	}
 }
 
-// readEvents returns every order's events, read 8 orders at a time.
-func readEvents(ctx context.Context, db hourglass.Database, orders []hourglass.Order) (map[int64][]hourglass.EventRecord, error) {
-	out := make(map[int64][]hourglass.EventRecord, len(orders))
+// readEvents returns the events of every order or timer id, read 8 at a
+// time.
+func readEvents(ctx context.Context, db hourglass.Database, ids []int64) (map[int64][]hourglass.EventRecord, error) {
+	out := make(map[int64][]hourglass.EventRecord, len(ids))
 	var mu sync.Mutex
 	var firstErr error
-	ids := make(chan int64)
+	queue := make(chan int64)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for id := range ids {
+			for id := range queue {
 				evs, err := db.OrderEvents(ctx, id)
 				mu.Lock()
 				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("nodes: judge: events of order %d: %w", id, err)
+					firstErr = fmt.Errorf("nodes: judge: events of %d: %w", id, err)
 				}
 				out[id] = evs
 				mu.Unlock()
 			}
 		})
 	}
-	for _, o := range orders {
-		ids <- o.ID
+	for _, id := range ids {
+		queue <- id
 	}
-	close(ids)
+	close(queue)
 	wg.Wait()
 	return out, firstErr
 }

@@ -16,9 +16,10 @@ import (
 // Group commit of order writes.
 //
 // CreateOrder, PayOrder, TransitionOrder and CloseOrders queue an op and
-// wait. writersDefault writer goroutines each take up to MaxBatch ops
-// (closes first: a burst of creates must not make a deadline late) and run
-// them in one transaction:
+// wait, as do ArmTimer, CancelTimer and FireTimers (their part of each step
+// is described in timerbatch.go). writersDefault writer goroutines each
+// take up to MaxBatch ops (closes and fires first: a burst of creates must
+// not make a deadline late) and run them in one transaction:
 //
 //  1. read the idempotency keys the batch's creates carry (a key that
 //     another process commits meanwhile makes its insert in step 6 fail
@@ -58,6 +59,9 @@ const (
 	opPay
 	opTransition
 	opClose
+	opArm    // a named timer's ArmTimer (timerbatch.go)
+	opCancel // CancelTimer
+	opFire   // FireTimers
 )
 
 // op is one order write waiting for a writer.
@@ -69,15 +73,23 @@ type op struct {
 	id        int64                       // opPay, opTransition
 	paymentID string                      // opPay
 	action    hourglass.Action            // opTransition
-	ids       []int64                     // opClose
+	ids       []int64                     // opClose; opFire (timer ids, ascending, distinct)
+	arm       hourglass.ArmTimerParams    // opArm
+	key       string                      // opCancel
 	result    chan opResult
 }
+
+// urgent reports whether o jumps the queue of API writes: a close or a
+// fire, whose lateness is what hourglass is measured by.
+func (o *op) urgent() bool { return o.kind == opClose || o.kind == opFire }
 
 type opResult struct {
 	order   hourglass.Order
 	created bool
 	replay  int64 // an idempotent replay: the answer is the stored order with this id
 	closed  []hourglass.ClosedOrder
+	timer   hourglass.NamedTimer   // opArm, opCancel
+	fired   []hourglass.FiredTimer // opFire
 	err     error
 }
 
@@ -90,7 +102,7 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 	}
 	o.ctx = ctx
 	o.result = make(chan opResult, 1)
-	if !s.queue.Push(o, o.kind == opClose) {
+	if !s.queue.Push(o, o.urgent()) {
 		return opResult{err: errClosed}
 	}
 	return <-o.result
@@ -231,6 +243,12 @@ type batchEvent struct {
 	typ     hourglass.EventType
 	newIdx  int
 	orderID int64
+	// Of a timer.fired event: its id and body, written with it, and the
+	// webhook it goes to alone (0: to the subscribed ones).
+	id        string
+	body      []byte
+	webhookID int64
+	seq       int64 // once inserted
 }
 
 type storedKey struct {
@@ -245,8 +263,11 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 	results = make([]opResult, len(ops))
 	live := make([]bool, len(ops))
 	var (
-		keys     []any
-		orderIDs []int64
+		keys       []any
+		orderIDs   []int64
+		timerKeys  []string
+		timerIDs   []int64
+		webhookIDs []int64 // named by arms
 	)
 	for i, o := range ops {
 		if err := o.ctx.Err(); err != nil {
@@ -263,6 +284,15 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 			orderIDs = append(orderIDs, o.id)
 		case opClose:
 			orderIDs = append(orderIDs, o.ids...)
+		case opArm:
+			timerKeys = append(timerKeys, o.arm.Key)
+			if o.arm.WebhookID != 0 {
+				webhookIDs = append(webhookIDs, o.arm.WebhookID)
+			}
+		case opCancel:
+			timerKeys = append(timerKeys, o.key)
+		case opFire:
+			timerIDs = append(timerIDs, o.ids...)
 		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -376,6 +406,14 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 		}
 	}
 
+	// 3b. Lock the timers: by key, then by id (timerbatch.go).
+	timers := &batchTimers{}
+	if len(timerKeys) > 0 || len(timerIDs) > 0 {
+		if timers, err = lockTimers(ctx, tx, timerKeys, timerIDs, webhookIDs); err != nil {
+			return nil, 0, err
+		}
+	}
+
 	// 4. Now, read with the locks held, and the policy.
 	var (
 		nowMs     int64
@@ -397,8 +435,9 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 	// 5. Decide each op in queue order.
 	var (
 		news    []newOrder
-		newOf   = make([]int, len(ops)) // index into news of a create's order, else -1
-		sameAs  = make([]int, len(ops)) // a create answered by an earlier create of the batch (its news index), else -1
+		newOf   = make([]int, len(ops))          // index into news of a create's order, else -1
+		timerOf = make([]*lockedTimer, len(ops)) // the timer an arm's or cancel's result names
+		sameAs  = make([]int, len(ops))          // a create answered by an earlier create of the batch (its news index), else -1
 		events  []batchEvent
 		inBatch = map[string]int{} // idempotency key → index into news
 	)
@@ -551,6 +590,17 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 				events = append(events, batchEvent{typ: hourglass.EventOrderClosed, newIdx: -1, orderID: id})
 				r.closed = append(r.closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: now})
 			}
+		case opArm:
+			timerOf[i], *r = timers.arm(o.arm, nowMs)
+		case opCancel:
+			timerOf[i], *r = timers.cancel(o.key, now)
+		case opFire:
+			fired, evs, err := timers.fire(o.ids, now)
+			if err != nil {
+				return nil, 0, err
+			}
+			r.fired = fired
+			events = append(events, evs...)
 		}
 	}
 
@@ -597,52 +647,70 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 	if err := updateProducts(ctx, tx, products, dirtySKUs); err != nil {
 		return nil, 0, err
 	}
-	var firstSeq int64
-	if len(events) > 0 {
-		args := make([]any, 0, 4*len(events))
-		for _, e := range events {
+	if err := timers.write(ctx, tx, nowMs, increment); err != nil {
+		return nil, 0, err
+	}
+	// One multi-row INSERT, or several when timer.fired bodies make it
+	// long (statementRuns).
+	for _, run := range statementRuns(len(events), func(j int) int { return 2 * len(events[j].body) }) {
+		part := events[run[0]:run[1]]
+		// Orders' events have no body: a batch without timer.fired events
+		// leaves the column out.
+		withBody := slices.ContainsFunc(part, func(e batchEvent) bool { return e.body != nil })
+		args := make([]any, 0, 5*len(part))
+		for _, e := range part {
 			id := e.orderID
 			if e.newIdx >= 0 {
 				id = news[e.newIdx].o.ID
 			}
-			args = append(args, hourglass.NewEventID(), string(e.typ), id, nowMs)
+			evID := e.id
+			if evID == "" {
+				evID = hourglass.NewEventID()
+			}
+			args = append(args, evID, string(e.typ), id, nowMs)
+			if withBody {
+				args = append(args, nullBytes(e.body))
+			}
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO events (id, type, order_id, created_at) VALUES `+rowsOf(len(events), `(?, ?, ?, ?)`), args...)
+		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
+		if withBody {
+			query = `INSERT INTO events (id, type, order_id, created_at, body) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?)`)
+		}
+		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert events: %w", err)
 		}
-		if firstSeq, err = res.LastInsertId(); err != nil {
+		first, err := res.LastInsertId()
+		if err != nil {
 			return nil, 0, fmt.Errorf("insert events: %w", err)
 		}
+		for j := range part {
+			part[j].seq = first + int64(j)*increment
+		}
 	}
-	if len(events) > 0 && webhooks {
-		seqs := make([]any, 1, len(events)+1)
-		seqs[0] = nowMs
-		for j := range events {
-			seqs = append(seqs, firstSeq+int64(j)*increment)
+	if len(events) > 0 {
+		// To the webhooks subscribed now (or the one a timer names), read
+		// with a shared lock so that a webhook deleted concurrently waits
+		// for this commit and then deletes its deliveries too.
+		if fanned, err = fanOut(ctx, tx, events, nowMs, webhooks); err != nil {
+			return nil, 0, err
 		}
-		// Fan-out to the webhooks subscribed now, read with a shared lock
-		// so that a webhook deleted concurrently waits for this commit and
-		// then deletes its deliveries too.
-		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
-SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, ? FROM events e
-JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
-WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("fan out events: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return nil, 0, fmt.Errorf("fan out events: %w", err)
-		}
-		fanned = int(n)
 	}
-	if s.cfg.Outbox && len(news) > 0 {
-		args := make([]any, 0, 2*len(news))
-		for _, n := range news {
-			args = append(args, n.o.ID, hourglass.UnixMilli(n.o.Deadline))
+	// The deadlines the batch schedules: its created orders', then its
+	// armed timers'.
+	due := make([]hourglass.Timer, 0, len(news))
+	for _, n := range news {
+		due = append(due, hourglass.Timer{OrderID: n.o.ID, Deadline: n.o.Deadline})
+	}
+	due = append(due, timers.announced()...)
+	if s.cfg.Outbox && len(due) > 0 {
+		args := make([]any, 0, 2*len(due))
+		for _, t := range due {
+			args = append(args, t.OrderID, hourglass.UnixMilli(t.Deadline))
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(news), `(?, ?)`), args...); err != nil {
+		// A re-armed timer may still have its row: it moves.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(due), `(?, ?)`)+`
+ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
 			return nil, 0, fmt.Errorf("insert outbox timers: %w", err)
 		}
 	}
@@ -662,8 +730,8 @@ WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
 	}
 	// Last, so that its seq, handed out now, becomes visible soon after:
 	// the feed of the other processes' WatchCreated (cluster.go).
-	if len(news) > 0 {
-		if err := s.writeFeed(ctx, tx, news); err != nil {
+	if len(due) > 0 {
+		if err := s.writeFeed(ctx, tx, now, due); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -683,6 +751,9 @@ WHERE e.seq IN (`+placeholders(len(events))+`) LOCK IN SHARE MODE`, seqs...)
 		}
 		if j := sameAs[i]; j >= 0 {
 			results[i].order = cloneOrder(news[j].o)
+		}
+		if lt := timerOf[i]; lt != nil && results[i].timer.ID == 0 {
+			results[i].timer.ID = lt.t.ID // created by this batch
 		}
 	}
 	return results, fanned, nil

@@ -23,9 +23,11 @@ import (
 // and order_feed, through which a process learns of the orders the others
 // create, since MySQL has no LISTEN/NOTIFY.
 //
-// The feed. Each group commit that creates orders inserts one order_feed
-// row as its last statement: its origin (this Store value's random id),
-// the database's now, and "<id>:<deadline ms>,…" of its created orders.
+// The feed. Each group commit that creates orders, and each arming of a
+// named timer (timers.go; its id, from hourglass.TimerIDBase up, stands in
+// for an order's), inserts one order_feed row as its last statement: its
+// origin (this Store value's random id), the database's now, and
+// "<id>:<deadline ms>,…" of its created orders or its timer.
 // WatchCreated polls the rows after a cursor every WatchPollInterval.
 // AUTO_INCREMENT hands a seq out at the insert, before the commit, so a
 // row with a lower seq can become visible after a higher one: the cursor
@@ -271,21 +273,24 @@ func (s *Store) LeaveCluster(ctx context.Context, nodeID string) error {
 	})
 }
 
-// writeFeed inserts the order_feed row of a group commit's created orders,
-// in its transaction. The batch calls it last, so that the row's seq is
-// handed out as late as possible before the commit makes it visible.
-func (s *Store) writeFeed(ctx context.Context, tx *sql.Tx, news []newOrder) error {
-	body := make([]byte, 0, 32*len(news))
-	for _, n := range news {
-		if within := s.cfg.AnnounceWithin; within > 0 && n.o.Deadline.Sub(n.o.CreatedAt) > within {
+// writeFeed inserts the order_feed row of timers made due in its
+// transaction at now: a group commit's created orders, or an armed named
+// timer. The batch calls it last, so that the row's seq is handed out as
+// late as possible before the commit makes it visible. With
+// Config.AnnounceWithin, timers due later than that after now are left out;
+// with none left, it writes nothing.
+func (s *Store) writeFeed(ctx context.Context, tx *sql.Tx, now time.Time, timers []hourglass.Timer) error {
+	body := make([]byte, 0, 32*len(timers))
+	for _, t := range timers {
+		if within := s.cfg.AnnounceWithin; within > 0 && t.Deadline.Sub(now) > within {
 			continue // beyond every node's window: its owner's loader brings it
 		}
 		if len(body) > 0 {
 			body = append(body, ',')
 		}
-		body = strconv.AppendInt(body, n.o.ID, 10)
+		body = strconv.AppendInt(body, t.OrderID, 10)
 		body = append(body, ':')
-		body = strconv.AppendInt(body, hourglass.UnixMilli(n.o.Deadline), 10)
+		body = strconv.AppendInt(body, hourglass.UnixMilli(t.Deadline), 10)
 	}
 	if len(body) == 0 {
 		return nil

@@ -47,10 +47,41 @@ func (n *notifier) notify() {
 // bounds their latency.
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
 
-// OrderEvents implements hourglass.Database. It scans the events table (no
-// index by order keeps every transition's insert cheap): for tests and
-// debugging.
+// OrderEvents implements hourglass.Database, for an order's id or a
+// timer's (whose timer.fired events keep their body). It scans the events
+// table (no index by order keeps every transition's insert cheap): for
+// tests and debugging. An order's events are rendered from its row read
+// after them, so that row is at or after each event's transition
+// (hourglass.Order.AsOf); an order that does not exist has none.
 func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, id, type, created_at, body FROM events WHERE order_id = ? ORDER BY seq`, orderID)
+	if err != nil {
+		return nil, fail(fmt.Sprintf("order %d events", orderID), err)
+	}
+	defer rows.Close()
+	var (
+		out    []hourglass.EventRecord
+		render bool // an event without a body: an order's
+	)
+	for rows.Next() {
+		var (
+			e       hourglass.EventRecord
+			typ     string
+			created int64
+		)
+		if err := rows.Scan(&e.Seq, &e.ID, &typ, &created, &e.Body); err != nil {
+			return nil, fail(fmt.Sprintf("order %d events", orderID), err)
+		}
+		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(created)
+		render = render || e.Body == nil
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(fmt.Sprintf("order %d events", orderID), err)
+	}
+	if !render {
+		return out, nil
+	}
 	o, err := s.Order(ctx, orderID)
 	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
 		return nil, nil
@@ -58,26 +89,12 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, id, type, created_at FROM events WHERE order_id = ? ORDER BY seq`, orderID)
-	if err != nil {
-		return nil, fail(fmt.Sprintf("order %d events", orderID), err)
-	}
-	defer rows.Close()
-	var out []hourglass.EventRecord
-	for rows.Next() {
-		var (
-			e       hourglass.EventRecord
-			typ     string
-			created int64
-		)
-		if err := rows.Scan(&e.Seq, &e.ID, &typ, &created); err != nil {
-			return nil, fail(fmt.Sprintf("order %d events", orderID), err)
+	for i := range out {
+		if out[i].Body == nil {
+			out[i].Body = renderEvent(out[i].ID, out[i].Type, hourglass.UnixMilli(out[i].CreatedAt), o)
 		}
-		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(created)
-		e.Body = renderEvent(e.ID, e.Type, created, o)
-		out = append(out, e)
 	}
-	return out, fail(fmt.Sprintf("order %d events", orderID), rows.Err())
+	return out, nil
 }
 
 // PruneEvents implements hourglass.DeliveryStore: one DELETE over the

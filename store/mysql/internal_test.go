@@ -1,12 +1,18 @@
 package mysql
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
@@ -98,5 +104,202 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 	p, err := s.Product(ctx, "A")
 	if err != nil || p.Available != 8 || p.Reserved != 2 {
 		t.Fatalf("product %+v, %v: want the two good reservations only", p, err)
+	}
+}
+
+// TestMigrationsRerunnable: every migration runs again on a database that
+// has it (a migration interrupted after some of its statements is
+// completed by the next start), ALTER TABLE … ADD COLUMN included.
+func TestMigrationsRerunnable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := mytest.NewDatabase(t)
+	if _, err := Migrate(ctx, Config{URL: url}); err != nil {
+		t.Fatal(err)
+	}
+	db, _, err := connect(ctx, Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tg, err := newTarget(ctx, db, "rerun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.conn.Close()
+	ms, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if err := tg.Apply(ctx, m); err != nil {
+			t.Errorf("migration %d again: %v", m.Version, err)
+		}
+	}
+}
+
+// TestTimerOpsShareABatch: timer writes queued together are decided in one
+// transaction in queue order, as if called one after the other: the same
+// key armed twice is created once and re-armed, a refused arm or cancel
+// fails alone, a fire and a re-arm of the same timer both happen, and the
+// outbox holds each timer still scheduled once, at its last fire time.
+func TestTimerOpsShareABatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	var (
+		mu      sync.Mutex
+		batches []int
+	)
+	s, err := Open(ctx, Config{URL: mytest.NewDatabase(t), Clock: clock, Outbox: true, Observe: func(writes int, _ time.Duration) {
+		mu.Lock()
+		batches = append(batches, writes)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old, _, err := s.ArmTimer(ctx, hourglass.ArmTimerParams{Key: "old", Delay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	now := clock.Now()
+	arm := func(key string, delay time.Duration, hash string, webhook int64) *op {
+		return &op{ctx: ctx, kind: opArm, arm: hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook},
+			result: make(chan opResult, 1)}
+	}
+	cancel := func(key string) *op { return &op{ctx: ctx, kind: opCancel, key: key, result: make(chan opResult, 1)} }
+	ops := []*op{
+		arm("k", time.Minute, "a", 0),
+		arm("k", 2*time.Minute, "b", 0),
+		arm("k", 2*time.Minute, "b", 0), // the same request again: unchanged
+		arm("bad", time.Minute, "", 999),
+		arm("c", time.Minute, "", 0),
+		cancel("c"),
+		cancel("nope"),
+		{ctx: ctx, kind: opFire, ids: []int64{old.ID}, result: make(chan opResult, 1)},
+		arm("old", time.Hour, "r", 0),
+	}
+	mu.Lock()
+	batches = nil
+	mu.Unlock()
+	s.queue.PushAll(ops, false) // one writer takes them all
+	res := make([]opResult, len(ops))
+	for i, o := range ops {
+		res[i] = <-o.result
+	}
+	mu.Lock()
+	if !slices.Equal(batches, []int{len(ops)}) {
+		t.Errorf("group commits of %v writes, want one of %d", batches, len(ops))
+	}
+	mu.Unlock()
+	k := res[0].timer
+	if res[0].err != nil || !res[0].created || !hourglass.IsTimerID(k.ID) || !k.FireAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("first arm of k: %+v", res[0])
+	}
+	if r := res[1]; r.err != nil || r.created || r.timer.ID != k.ID || !r.timer.FireAt.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("second arm of k: %+v, want k (%d) re-armed at +2m", r, k.ID)
+	}
+	if r := res[2]; r.err != nil || r.created || r.timer.ID != k.ID || !r.timer.FireAt.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("repeated arm of k: %+v", r)
+	}
+	if r := res[3]; hourglass.ErrorCode(r.err) != hourglass.CodeInvalidArgument {
+		t.Fatalf("arm naming no webhook: %v, want invalid_argument", r.err)
+	}
+	if r := res[4]; r.err != nil || !r.created || r.timer.Status != hourglass.TimerScheduled {
+		t.Fatalf("arm of c: %+v", r)
+	}
+	if r := res[5]; r.err != nil || r.timer.Status != hourglass.TimerCancelled || r.timer.ID != res[4].timer.ID {
+		t.Fatalf("cancel of c: %+v", r)
+	}
+	if r := res[6]; hourglass.ErrorCode(r.err) != hourglass.CodeNotFound {
+		t.Fatalf("cancel of an unknown key: %v, want not_found", r.err)
+	}
+	if r := res[7]; r.err != nil || len(r.fired) != 1 || r.fired[0].ID != old.ID {
+		t.Fatalf("fire of old: %+v", r)
+	}
+	if r := res[8]; r.err != nil || r.created || r.timer.ID != old.ID || r.timer.Status != hourglass.TimerScheduled || !r.timer.FiredAt.IsZero() {
+		t.Fatalf("re-arm of old after its fire: %+v", r)
+	}
+	for key, want := range map[string]hourglass.NamedTimer{"k": res[2].timer, "c": res[5].timer, "old": res[8].timer} {
+		got, err := s.Timer(ctx, key)
+		if err != nil || got.ID != want.ID || got.Status != want.Status || !got.FireAt.Equal(want.FireAt) || !bytes.Equal(got.Payload, want.Payload) {
+			t.Errorf("stored %s: %+v, %v; want %+v", key, got, err, want)
+		}
+	}
+	if _, err := s.Timer(ctx, "bad"); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
+		t.Errorf("the refused arm stored its timer: %v", err)
+	}
+	if evs, err := s.OrderEvents(ctx, old.ID); err != nil || len(evs) != 1 || evs[0].Type != hourglass.EventTimerFired {
+		t.Errorf("events of old: %v, %v; want one timer.fired", evs, err)
+	}
+	out, err := s.OutboxBatch(ctx, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []hourglass.Timer{{OrderID: old.ID, Deadline: now.Add(time.Hour)}, {OrderID: k.ID, Deadline: now.Add(2 * time.Minute)}}
+	slices.SortFunc(want, func(a, b hourglass.Timer) int { return cmp.Compare(a.OrderID, b.OrderID) })
+	if !slices.EqualFunc(out, want, func(a, b hourglass.Timer) bool { return a.OrderID == b.OrderID && a.Deadline.Equal(b.Deadline) }) {
+		t.Errorf("outbox %v, want %v (c is cancelled)", out, want)
+	}
+}
+
+// TestTimerBatchOverMaxAllowedPacket: a group commit whose arms' payloads
+// (and then whose fires' event bodies) add up to more than the server's
+// max_allowed_packet still commits as one transaction, its rows split over
+// several statements.
+func TestTimerBatchOverMaxAllowedPacket(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("sends some 64 MiB of payloads and event bodies")
+	}
+	ctx := context.Background()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	var (
+		mu      sync.Mutex
+		batches []int
+	)
+	s, err := Open(ctx, Config{URL: mytest.NewDatabase(t), Clock: clock, Observe: func(writes int, _ time.Duration) {
+		mu.Lock()
+		batches = append(batches, writes)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var packet int64
+	if err := s.db.QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&packet); err != nil {
+		t.Fatal(err)
+	}
+	// Valid JSON full of characters that double when inlined.
+	payload := []byte(`{"x":"` + strings.Repeat(`\"`, hourglass.MaxTimerPayload/2-8) + `"}`)
+	n := int(packet/int64(len(payload))) + 1 // each inlined as about twice its length
+	if n > s.cfg.MaxBatch {
+		t.Skipf("max_allowed_packet %d needs more than a batch of %d arms to exceed", packet, s.cfg.MaxBatch)
+	}
+	ops := make([]*op, n)
+	for i := range ops {
+		ops[i] = &op{ctx: ctx, kind: opArm, arm: hourglass.ArmTimerParams{Key: fmt.Sprintf("t%04d", i), Payload: payload}, result: make(chan opResult, 1)}
+	}
+	s.queue.PushAll(ops, false)
+	ids := make([]int64, n)
+	for i, o := range ops {
+		r := <-o.result
+		if r.err != nil || !r.created {
+			t.Fatalf("arm %d: %+v", i, r.err)
+		}
+		ids[i] = r.timer.ID
+	}
+	fired, err := s.FireTimers(ctx, ids)
+	if err != nil || len(fired) != n {
+		t.Fatalf("fired %d of %d: %v", len(fired), n, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(batches, []int{n, 1}) {
+		t.Fatalf("group commits of %v writes, want %d arms in one, then the fire", batches, n)
 	}
 }

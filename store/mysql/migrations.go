@@ -134,16 +134,26 @@ func (t *target) versions(ctx context.Context) ([]int, error) {
 	return out, rows.Err()
 }
 
-// Apply runs m's statements one by one, then records its version.
+// Apply runs m's statements one by one, then records its version. A
+// statement that fails because what it adds exists already (a duplicate
+// column, from an ALTER TABLE … ADD COLUMN that a migration interrupted
+// after it ran) counts as applied: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
 func (t *target) Apply(ctx context.Context, m migrate.Migration) error {
 	for i, stmt := range splitStatements(m.SQL) {
-		if _, err := t.conn.ExecContext(ctx, stmt); err != nil {
+		if _, err := t.conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 			return fmt.Errorf("statement %d: %w", i+1, err)
 		}
 	}
 	_, err := t.conn.ExecContext(ctx, `INSERT IGNORE INTO `+versionTable+` (version, name, applied_at)
 VALUES (?, ?, `+dbNowMs+`)`, m.Version, m.Name)
 	return err
+}
+
+// alreadyApplied reports whether err is error 1060, "duplicate column
+// name": the column a migration adds exists.
+func alreadyApplied(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1060
 }
 
 // splitStatements cuts a migration into statements: comment lines are

@@ -5,12 +5,13 @@
 // webhook subscriptions are read inside each write, and time comes from the
 // database server's clock.
 //
-// Order writes (create, pay, cancel/ship/complete, close) are group-committed:
-// concurrent calls in one process queue up and a few writer goroutines each
-// take a batch, lock its rows, decide every write in Go in queue order (so a
-// hot SKU's product row is read and written once per batch, not once per
-// order), and write the batch with a handful of multi-row statements in one
-// transaction (see batch.go). Other writes are short transactions of their
+// Order writes (create, pay, cancel/ship/complete, close) and named timer
+// writes (arm, cancel, fire) are group-committed: concurrent calls in one
+// process queue up and a few writer goroutines each take a batch, lock its
+// rows, decide every write in Go in queue order (so a hot SKU's product row
+// is read and written once per batch, not once per order), and write the
+// batch with a handful of multi-row statements in one transaction (see
+// batch.go and timerbatch.go). Other writes are short transactions of their
 // own. The package owns its schema (migrations/*.sql, applied by Open).
 package mysql
 
@@ -47,7 +48,7 @@ const (
 	// 16 serves a busy API while eight processes on one server stay far
 	// below MySQL's default max_connections of 151.
 	MaxConnsDefault = 16
-	// MaxBatchDefault is the most order writes group-committed in one
+	// MaxBatchDefault is the most order and timer writes group-committed in one
 	// transaction when Config.MaxBatch is 0: large enough that a burst of
 	// thousands of creates a second needs a few commits, small enough that a
 	// batch's statements stay well under max_allowed_packet.
@@ -105,7 +106,7 @@ type Config struct {
 	URL string
 	// MaxConns is the connection pool size (default MaxConnsDefault).
 	MaxConns int
-	// MaxBatch is the most order writes group-committed in one transaction
+	// MaxBatch is the most order and timer writes group-committed in one transaction
 	// (default MaxBatchDefault).
 	MaxBatch int
 	// Clock gives "now" to writes. nil (production) means the database

@@ -29,16 +29,16 @@ WHERE ((? >> (order_id % 64)) & 1) = 1 ORDER BY order_id LIMIT ?`, parts.Mask(),
 
 // OutboxDone implements hourglass.Outbox: it deletes the timers, 1000 ids
 // per statement. Idempotent.
-func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
-	for len(orderIDs) > 0 {
-		chunk := orderIDs[:min(len(orderIDs), 1000)]
-		orderIDs = orderIDs[len(chunk):]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
+func (s *Store) OutboxDone(ctx context.Context, published []hourglass.Timer) error {
+	for len(published) > 0 {
+		chunk := published[:min(len(published), 1000)]
+		published = published[len(chunk):]
+		args := make([]any, 0, 2*len(chunk))
+		for _, t := range chunk {
+			args = append(args, t.OrderID, hourglass.UnixMilli(t.Deadline))
 		}
 		if err := s.retry(ctx, "outbox done", func() error {
-			_, err := s.db.ExecContext(ctx, `DELETE FROM timer_outbox WHERE order_id IN (`+placeholders(len(args))+`)`, args...)
+			_, err := s.db.ExecContext(ctx, `DELETE FROM timer_outbox WHERE (order_id, deadline) IN (`+rowsOf(len(chunk), `(?, ?)`)+`)`, args...)
 			return err
 		}); err != nil {
 			return err

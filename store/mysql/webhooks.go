@@ -292,20 +292,23 @@ ORDER BY next_attempt_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMi
 	return readTimers(rows, "due deliveries")
 }
 
-// PendingDelivery implements hourglass.DeliveryStore. The body is rendered
-// from the order's current row as of the event's type, like store/sqlite's.
+// PendingDelivery implements hourglass.DeliveryStore. The body of an
+// order's event is rendered from the order's current row as of the
+// event's type, like store/sqlite's; a timer.fired event's was written
+// with it (events.body).
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
 	var (
 		out            hourglass.PendingDelivery
 		typ            string
 		seq, createdAt int64
 		nextAt         int64
+		body           []byte
 	)
 	err := s.db.QueryRowContext(ctx, `SELECT d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts,
-	d.next_attempt_at, d.event_seq
+	d.next_attempt_at, d.event_seq, e.body
 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
 WHERE d.id = ? AND d.state = 'pending'`, id).Scan(&out.ID, &out.WebhookID, &out.URL, &out.Secret, &out.EventID, &typ, &out.OrderID,
-		&createdAt, &out.Attempts, &nextAt, &seq)
+		&createdAt, &out.Attempts, &nextAt, &seq, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return out, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
 	}
@@ -313,11 +316,15 @@ WHERE d.id = ? AND d.state = 'pending'`, id).Scan(&out.ID, &out.WebhookID, &out.
 		return out, fail(fmt.Sprintf("get delivery %d", id), err)
 	}
 	out.EventType, out.NextAttemptAt = hourglass.EventType(typ), hourglass.FromUnixMilli(nextAt)
-	o, err := s.Order(ctx, out.OrderID)
-	if err != nil {
-		return out, fmt.Errorf("mysql: delivery %d: %w", id, err)
+	if body != nil {
+		out.Body = body
+	} else {
+		o, err := s.Order(ctx, out.OrderID)
+		if err != nil {
+			return out, fmt.Errorf("mysql: delivery %d: %w", id, err)
+		}
+		out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
 	}
-	out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
 	var bid, bat int64
 	err = s.db.QueryRowContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_stream)
 WHERE webhook_id = ? AND order_id = ? AND event_seq < ? AND state = 'pending' ORDER BY event_seq LIMIT 1`, out.WebhookID, out.OrderID, seq).Scan(&bid, &bat)

@@ -8,6 +8,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // orderColumns are an order's columns, in scanOrder's order, of the orders
@@ -16,37 +17,52 @@ const orderColumns = `o.id, o.user_id, o.status, o.items, o.created_at, o.deadli
 
 // scanOrder scans orderColumns followed by extra destinations.
 func scanOrder(row pgx.Row, extra ...any) (hourglass.Order, error) {
-	var (
-		o                 hourglass.Order
-		status, items     string
-		created, deadline int64
-		paid, closed      *int64
-		reason, paymentID *string
-	)
-	dest := append([]any{&o.ID, &o.UserID, &status, &items, &created, &deadline, &paid, &closed, &reason, &paymentID}, extra...)
-	if err := row.Scan(dest...); err != nil {
-		return o, err
+	var r orderRow
+	if err := row.Scan(r.dest(extra...)...); err != nil {
+		return hourglass.Order{}, err
 	}
-	o.Status = hourglass.State(status)
-	o.CreatedAt, o.Deadline = hourglass.FromUnixMilli(created), hourglass.FromUnixMilli(deadline)
-	if paid != nil {
-		o.PaidAt = hourglass.FromUnixMilli(*paid)
+	o, _, err := r.order()
+	return o, err
+}
+
+// orderRow receives orderColumns. Every field may be NULL, so that an outer
+// join that found no order scans too: a timer's event has none.
+type orderRow struct {
+	id, created, deadline, paid, closed    pgtype.Int8
+	user, status, items, reason, paymentID pgtype.Text
+}
+
+// dest returns the destinations of orderColumns followed by extra.
+func (r *orderRow) dest(extra ...any) []any {
+	return append([]any{&r.id, &r.user, &r.status, &r.items, &r.created, &r.deadline, &r.paid, &r.closed, &r.reason, &r.paymentID}, extra...)
+}
+
+// order returns the scanned order, or false when the columns were NULL.
+func (r *orderRow) order() (hourglass.Order, bool, error) {
+	if !r.id.Valid {
+		return hourglass.Order{}, false, nil
 	}
-	if closed != nil {
-		o.ClosedAt = hourglass.FromUnixMilli(*closed)
+	o := hourglass.Order{
+		ID:          r.id.Int64,
+		UserID:      r.user.String,
+		Status:      hourglass.State(r.status.String),
+		CreatedAt:   hourglass.FromUnixMilli(r.created.Int64),
+		Deadline:    hourglass.FromUnixMilli(r.deadline.Int64),
+		CloseReason: r.reason.String,
+		PaymentID:   r.paymentID.String,
 	}
-	if reason != nil {
-		o.CloseReason = *reason
+	if r.paid.Valid {
+		o.PaidAt = hourglass.FromUnixMilli(r.paid.Int64)
 	}
-	if paymentID != nil {
-		o.PaymentID = *paymentID
+	if r.closed.Valid {
+		o.ClosedAt = hourglass.FromUnixMilli(r.closed.Int64)
 	}
-	its, err := stored.DecodeItems(items)
+	its, err := stored.DecodeItems(r.items.String)
 	if err != nil {
-		return o, fmt.Errorf("order %d: %w", o.ID, err)
+		return o, true, fmt.Errorf("order %d: %w", o.ID, err)
 	}
 	o.Items = its
-	return o, nil
+	return o, true, nil
 }
 
 // CreateOrder implements hourglass.Store. It is group-committed: the stock

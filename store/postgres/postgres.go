@@ -9,8 +9,8 @@
 //
 // Order writes (create, pay, cancel/ship/complete, close) are group-committed:
 // concurrent calls in one process share one transaction and a few pipelined
-// round trips (see writer.go). Everything else is one short transaction on
-// the pool. Commits are durable: synchronous_commit is left as the server
+// round trips (see writer.go). Everything else, named timers included
+// (timers.go), is one short transaction on the pool. Commits are durable: synchronous_commit is left as the server
 // has it (on by default).
 package postgres
 
@@ -90,14 +90,16 @@ type Config struct {
 	Clock hourglass.Clock
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
-	// Outbox makes every created order also write its timer to the timer
-	// outbox, in the order's transaction (see hourglass.Outbox).
+	// Outbox makes every created order, and every arming of a named
+	// timer, also write its timer to the timer outbox, in the same
+	// transaction (see hourglass.Outbox).
 	Outbox bool
 	// Observe, if set, is called after every group commit with the number of
 	// writes it held and how long it took, commit included.
 	Observe func(writes int, commit time.Duration)
 	// AnnounceWithin, when positive, leaves out of the created-orders
-	// NOTIFY the orders due later than it after their creation (see
+	// NOTIFY the orders due later than it after their creation, and the
+	// named timers due later than it after their arming (see
 	// store.Options.AnnounceWithin); a batch with none sends none.
 	AnnounceWithin time.Duration
 	// IdleTxTimeout, when positive, is every session's
@@ -369,7 +371,7 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
 WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind = 'r'
 AND c.relname IN ('products', 'orders', 'idempotency_keys', 'settings', 'timer_outbox', 'events',
-	'webhooks', 'webhook_subscriptions', 'webhook_deliveries', 'cluster_nodes', 'cluster_leases')
+	'webhooks', 'webhook_subscriptions', 'webhook_deliveries', 'cluster_nodes', 'cluster_leases', 'timers')
 AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
 	AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE'))
 UNION ALL

@@ -104,12 +104,17 @@ WHERE (($2::bigint >> (order_id % 64)::int) & 1) = 1 ORDER BY order_id LIMIT $1`
 }
 
 // OutboxDone implements hourglass.Outbox. Idempotent.
-func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
-	if len(orderIDs) == 0 {
+func (s *Store) OutboxDone(ctx context.Context, published []hourglass.Timer) error {
+	if len(published) == 0 {
 		return nil
 	}
+	ids, deadlines := make([]int64, len(published)), make([]int64, len(published))
+	for i, t := range published {
+		ids[i], deadlines[i] = t.OrderID, hourglass.UnixMilli(t.Deadline)
+	}
 	err := s.retry(func() error {
-		_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox WHERE order_id = ANY($1)`, orderIDs)
+		_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox o USING unnest($1::bigint[], $2::bigint[]) AS p(id, deadline)
+WHERE o.order_id = p.id AND o.deadline = p.deadline`, ids, deadlines)
 		return err
 	})
 	return s.fail("outbox done", err)

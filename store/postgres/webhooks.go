@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -240,38 +241,50 @@ ORDER BY next_attempt_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID,
 	return out, s.fail("due deliveries", err)
 }
 
-// PendingDelivery implements hourglass.DeliveryStore. The body is rendered
-// from the order's current row as of the event (hourglass.Order.AsOf), as
-// store/sqlite renders it. Errors: not_found, unavailable.
+// PendingDelivery implements hourglass.DeliveryStore. An order event's body
+// is rendered from the order's current row as of the event
+// (hourglass.Order.AsOf), as store/sqlite renders it; a timer event's is
+// the one stored when the timer fired. Errors: not_found, unavailable.
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
 	var (
 		out            hourglass.PendingDelivery
+		ord            orderRow
 		typ            string
+		body           *string
 		seq, createdAt int64
 		next           int64
 		blockedID      *int64
 		blockedAt      *int64
 	)
-	row := s.pool.QueryRow(ctx, `SELECT `+orderColumns+`, d.id, d.webhook_id, w.url, w.secret, e.id, e.type, e.created_at,
+	err := s.pool.QueryRow(ctx, `SELECT `+orderColumns+`, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
 	d.attempts, d.next_attempt_at, d.event_seq, b.id, b.next_attempt_at
 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
-JOIN orders o ON o.id = d.order_id
+LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
 LEFT JOIN LATERAL (SELECT id, next_attempt_at FROM webhook_deliveries b
 	WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
 	ORDER BY b.event_seq LIMIT 1) b ON true
-WHERE d.id = $1 AND d.state = 'pending'`, id)
-	o, err := scanOrder(row, &out.ID, &out.WebhookID, &out.URL, &out.Secret, &out.EventID, &typ, &createdAt,
-		&out.Attempts, &next, &seq, &blockedID, &blockedAt)
+WHERE d.id = $1 AND d.state = 'pending'`, id).Scan(ord.dest(&out.ID, &out.WebhookID, &out.OrderID, &out.URL, &out.Secret, &out.EventID, &typ, &createdAt, &body,
+		&out.Attempts, &next, &seq, &blockedID, &blockedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return out, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
 	}
 	if err != nil {
 		return out, s.fail("get delivery", err)
 	}
-	out.OrderID = o.ID
 	out.EventType = hourglass.EventType(typ)
 	out.NextAttemptAt = hourglass.FromUnixMilli(next)
-	out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
+	if body != nil {
+		out.Body = []byte(*body)
+	} else {
+		o, found, err := ord.order()
+		if err != nil {
+			return out, s.fail("get delivery", err)
+		}
+		if !found { // cannot happen: orders are never deleted
+			return out, fmt.Errorf("postgres: get delivery %d: order %d of event %s not found", id, out.OrderID, out.EventID)
+		}
+		out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
+	}
 	if blockedID != nil {
 		out.BlockedBy = hourglass.DeliveryTimer{ID: *blockedID, At: hourglass.FromUnixMilli(*blockedAt)}
 	}
@@ -354,33 +367,51 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 	return n, nil
 }
 
-// OrderEvents implements hourglass.Database: the order's events in the order
-// they were written. It scans the events table (no index by order keeps the
-// insert on every transition cheap): for tests and debugging.
+// OrderEvents implements hourglass.Database: the events of an order, or
+// of a timer (a timer id), in the order they were written. It scans the
+// events table (no index by order keeps the insert on every transition
+// cheap): for tests and debugging. An order event's body is rendered from
+// the order read after its events (AsOf needs the order at or after each
+// event); a timer event's is the one stored.
 func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
-	o, err := s.Order(ctx, orderID)
-	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, id, type, created_at FROM events WHERE order_id = $1 ORDER BY seq`, orderID)
+	rows, err := s.pool.Query(ctx, `SELECT seq, id, type, created_at, body FROM events WHERE order_id = $1 ORDER BY seq`, orderID)
 	if err != nil {
 		return nil, s.fail("order events", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.EventRecord, error) {
 		var (
-			e   hourglass.EventRecord
-			typ string
-			at  int64
+			e    hourglass.EventRecord
+			typ  string
+			at   int64
+			body *string
 		)
-		err := row.Scan(&e.Seq, &e.ID, &typ, &at)
+		err := row.Scan(&e.Seq, &e.ID, &typ, &at, &body)
 		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(at)
-		e.Body = renderEvent(e.ID, e.Type, at, o)
+		if body != nil {
+			e.Body = []byte(*body)
+		}
 		return e, err
 	})
-	return out, s.fail("order events", err)
+	if err != nil {
+		return nil, s.fail("order events", err)
+	}
+	var (
+		o      hourglass.Order
+		loaded bool
+	)
+	for i := range out {
+		if out[i].Body != nil {
+			continue
+		}
+		if !loaded {
+			if o, err = s.Order(ctx, orderID); err != nil {
+				return nil, err
+			}
+			loaded = true
+		}
+		out[i].Body = renderEvent(out[i].ID, out[i].Type, hourglass.UnixMilli(out[i].CreatedAt), o)
+	}
+	return out, nil
 }
 
 // notifier is a coalescing wake-up channel with one consumer; its zero value

@@ -15,13 +15,14 @@ import (
 
 // Group commit.
 //
-// The order writes (create, pay, cancel/ship/complete, close) are queued and
-// taken in batches of up to Config.MaxBatch by the writer goroutine (see
-// writers), which runs each batch as one transaction on one pooled
-// connection, in two or three pipelined round trips (pgx.Batch) whatever the
-// batch's size:
+// The order writes (create, pay, cancel/ship/complete, close) and the named
+// timers' (arm, cancel, fire) are queued and taken in batches of up to
+// Config.MaxBatch by the writer goroutine (see writers), which runs each
+// batch as one transaction on one pooled connection, in two or three
+// pipelined round trips (pgx.Batch) whatever the batch's size:
 //
-//  1. BEGIN, then the order-first writes (pay, transitions, close): one
+//  1. BEGIN, then the timer writes (see timerWrites in timers.go: a few
+//     set-based statements whatever their number), then the order-first writes (pay, transitions, close): one
 //     statement locks every order row they name (SELECT … FOR UPDATE, ids
 //     ascending), then each runs a compare-and-set UPDATE whose "now" is
 //     read after the locks are held, so a wait for a lock can never let a
@@ -37,10 +38,11 @@ import (
 //     SKU case), one INSERT of the new orders (with their outbox timers and
 //     idempotency keys), one INSERT of the events that fans out deliveries
 //     with INSERT … SELECT and NOTIFYs other processes of the deliveries and
-//     the created orders (WatchCreated, see cluster.go), and COMMIT.
+//     the created orders and armed timers (WatchCreated, see cluster.go),
+//     the fired timers' events, and COMMIT.
 //
-// Locks are taken in one order (order rows, then idempotency keys, then
-// products by SKU), so batches of several processes do not deadlock each
+// Locks are taken in one order (timer rows, then order rows, then
+// idempotency keys, then products by SKU), so batches of several processes do not deadlock each
 // other in the common cases; the rare deadlock or serialization failure rolls
 // the batch back and runs it again, a bounded number of times. A write
 // refused for a domain reason fails only itself. Any other server error rolls
@@ -56,6 +58,10 @@ const (
 	opPay
 	opTransition
 	opClose
+	// Named timers' writes (timers.go).
+	opArmTimer
+	opCancelTimer
+	opFireTimers
 )
 
 // op is one order write waiting for a writer. Outputs are valid once done is
@@ -70,17 +76,22 @@ type op struct {
 	paymentID string
 	action    hourglass.Action
 	from, to  hourglass.State
-	ids       []int64 // close
+	ids       []int64 // close, fire timers
+	arm       armArgs // arm timer
+	key       string  // cancel timer
 	// Outputs.
 	order   hourglass.Order
-	created bool
+	created bool // create, arm timer
 	closed  []hourglass.ClosedOrder
+	timer   hourglass.NamedTimer // arm timer, cancel timer
+	fired   []hourglass.FiredTimer
 	err     error
 	done    chan struct{}
 }
 
 func (o *op) reset() {
 	o.order, o.created, o.closed, o.err = hourglass.Order{}, false, nil, nil
+	o.timer, o.fired = hourglass.NamedTimer{}, nil
 }
 
 // submit queues o and waits until its transaction committed or failed. Once
@@ -346,16 +357,27 @@ const idemLockClass int32 = 0x68676b31 // "hgk1"
 func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, error) {
 	now := s.nowArg()
 	var creates, first []*op
+	tw := &timerWrites{}
 	for _, o := range ops {
-		if o.kind == opCreate {
+		switch o.kind {
+		case opCreate:
 			creates = append(creates, o)
-		} else {
+		case opArmTimer:
+			tw.arms = append(tw.arms, o)
+		case opCancelTimer:
+			tw.cancels = append(tw.cancels, o)
+		case opFireTimers:
+			tw.fires = append(tw.fires, o)
+		default:
 			first = append(first, o)
 		}
 	}
 	st := &batchState{}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	// The timers' writes first: every batch locks timer rows before order
+	// rows, idempotency keys and products.
+	tw.queue(b, now, s.cfg.Outbox)
 	if len(first) > 0 {
 		// Every order row the batch changes, locked by one statement in
 		// id order: two batches (of this process or another) cannot
@@ -421,17 +443,31 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	if len(accepted) > 0 {
 		queueInsertOrders(b, accepted, cr.now, s.cfg.Outbox)
 	}
+	timerEvents, err := tw.events()
+	if err != nil {
+		return 0, err
+	}
 	// COMMIT is in the same pipeline, so from here on a callback's error
 	// does not roll anything back: the callbacks only record, and only the
 	// server's own errors (which abort the transaction) count as a
 	// rollback.
 	var (
-		fanned  int64
-		scanErr error
+		fanned, timerFanned int64
+		scanErr, timerErr   error
 	)
-	if len(st.events.ids) > 0 {
+	if timerEvents != nil {
+		e := timerEvents
+		b.Queue(timerEventsSQL, e.ids, e.timers, e.at, e.bodies, e.hooks, s.channel).QueryRow(func(row pgx.Row) error {
+			var notified int64
+			timerErr = row.Scan(&timerFanned, &notified)
+			return nil
+		})
+	}
+	// The created orders and the armed timers are announced together: one
+	// NOTIFY (or a few, when long) per batch, in the events statement.
+	if payloads := s.createdPayloads(accepted, tw.armed); len(st.events.ids) > 0 || len(payloads) > 0 {
 		b.Queue(eventsSQL, st.events.ids, st.events.types, st.events.orders, st.events.at, s.channel,
-			s.createdChannel, s.createdPayloads(accepted)).QueryRow(func(row pgx.Row) error {
+			s.createdChannel, payloads).QueryRow(func(row pgx.Row) error {
 			var notified, announced int64
 			scanErr = row.Scan(&fanned, &notified, &announced)
 			return nil
@@ -444,11 +480,11 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		}
 		return 0, outcomeUnknown{err}
 	}
-	if stockErr != nil || scanErr != nil {
-		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr)
+	if stockErr != nil || scanErr != nil || timerErr != nil {
+		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr, "timer events", timerErr)
 		fanned = 1 // wake the delivery engine anyway
 	}
-	return fanned, nil
+	return fanned + timerFanned, nil
 }
 
 // queueFirst queues an order-first write (pay, transition, close).
@@ -718,18 +754,27 @@ ops:
 }
 
 // createdPayloads returns the NOTIFY payloads announcing the admitted
-// orders (see cluster.go), or none when the store has no created-orders
-// channel.
-func (s *Store) createdPayloads(accepted []*op) []string {
-	if len(accepted) == 0 || s.createdChannel == "" {
+// orders and the timers the batch armed (see cluster.go), or none when the
+// store has no created-orders channel. AnnounceWithin is measured from an
+// order's creation, and from a timer's arming.
+func (s *Store) createdPayloads(accepted, armed []*op) []string {
+	if len(accepted)+len(armed) == 0 || s.createdChannel == "" {
 		return []string{} // not looked up (a store that only migrates), or muted by a benchmark
 	}
-	ids, deadlines := make([]int64, 0, len(accepted)), make([]int64, 0, len(accepted))
+	n := len(accepted) + len(armed)
+	ids, deadlines := make([]int64, 0, n), make([]int64, 0, n)
+	within := s.cfg.AnnounceWithin
 	for _, o := range accepted {
-		if within := s.cfg.AnnounceWithin; within > 0 && o.order.Deadline.Sub(o.order.CreatedAt) > within {
+		if within > 0 && o.order.Deadline.Sub(o.order.CreatedAt) > within {
 			continue // beyond every node's window: its owner's loader brings it
 		}
 		ids, deadlines = append(ids, o.order.ID), append(deadlines, hourglass.UnixMilli(o.order.Deadline))
+	}
+	for _, o := range armed {
+		if within > 0 && o.timer.FireAt.Sub(o.timer.UpdatedAt) > within {
+			continue
+		}
+		ids, deadlines = append(ids, o.timer.ID), append(deadlines, hourglass.UnixMilli(o.timer.FireAt))
 	}
 	if len(ids) == 0 {
 		return []string{}

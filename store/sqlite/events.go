@@ -37,10 +37,10 @@ func (s *Store) writeEvent(conn *sqlite.Conn, nowMs int64, o hourglass.Order) (i
 	// One seek per subscribed type: the webhooks of this type, then those of
 	// "*". A webhook subscribes to "*" alone or to distinct types, so each
 	// matches once. (DISTINCT, ORDER BY or IN would cost a temporary table
-	// per event.)
+	// per event.) OR FAIL: no statement journal, as in fanOutEvents.
 	fanned := 0
 	for _, t := range [...]string{string(typ), string(hourglass.EventTypeAll)} {
-		stmt = conn.Prep(`INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+		stmt = conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
 SELECT webhook_id, ?1, ?2, 'pending', 0, ?3 FROM webhook_subscriptions WHERE type = ?4`)
 		stmt.BindInt64(1, seq)
 		stmt.BindInt64(2, o.ID)
@@ -145,21 +145,28 @@ func (n *notifier) notify() {
 // DeliveriesCreated implements hourglass.DeliveryStore.
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
 
-// OrderEvents returns the events of an order that have not been pruned, in
-// the order they were written. It scans every event (no index by order
-// keeps the insert on every transition cheap): for tests and debugging.
-// Safe for concurrent use.
+// OrderEvents returns the events of an order, or of a timer (orderID a
+// timer's id), that have not been pruned, in the order they were written.
+// It scans every event (no index by order keeps the insert on every
+// transition cheap): for tests and debugging. Safe for concurrent use.
 func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
 	var out []hourglass.EventRecord
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		o, err := getOrder(conn, orderID)
-		if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
-			return nil
+		// An order's events are rendered from its row, read once; a
+		// timer's carry their body.
+		var (
+			o       hourglass.Order
+			loaded  bool
+			loadErr error
+		)
+		order := func() (hourglass.Order, error) {
+			if !loaded {
+				o, loadErr = getOrder(conn, orderID)
+				loaded = true
+			}
+			return o, loadErr
 		}
-		if err != nil {
-			return err
-		}
-		stmt := conn.Prep(`SELECT seq, id, type, created_at FROM events WHERE order_id = ?1 ORDER BY seq`)
+		stmt := conn.Prep(`SELECT seq, id, type, created_at, body FROM events WHERE order_id = ?1 ORDER BY seq`)
 		defer stmt.Reset()
 		stmt.BindInt64(1, orderID)
 		for {
@@ -177,7 +184,11 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 				OrderID:   orderID,
 				CreatedAt: hourglass.FromUnixMilli(stmt.ColumnInt64(3)),
 			}
-			e.Body = renderEvent(e.ID, e.Type, stmt.ColumnInt64(3), o)
+			body, err := eventBody(columnBytes(stmt, 4), e.ID, e.Type, stmt.ColumnInt64(3), order)
+			if err != nil {
+				return fmt.Errorf("sqlite: event %s: %w", e.ID, err)
+			}
+			e.Body = body
 			out = append(out, e)
 		}
 	})

@@ -378,15 +378,7 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	list := make([]byte, 0, 8*len(ids)+2)
-	list = append(list, '[')
-	for i, id := range ids {
-		if i > 0 {
-			list = append(list, ',')
-		}
-		list = strconv.AppendInt(list, id, 10)
-	}
-	list = append(list, ']')
+	list := jsonIDs(ids)
 	var (
 		closed []hourglass.ClosedOrder
 		fanned int // deliveries created with the events
@@ -481,13 +473,23 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 	if s.webhookCount(conn) <= 0 {
 		return 0, nil
 	}
-	// Every event with a seq in [first, last] was inserted just now by this
-	// op: the single writer inserts nothing in between, and a new seq is
-	// above every existing one. Deliveries are created in seq order, so
-	// each (webhook, order) stream stays in event order.
+	return fanOutEvents(conn, nowMs, typ, first, last)
+}
+
+// fanOutEvents creates the deliveries of the events with a seq in [first,
+// last], all of type typ, to every webhook subscribed to typ or "*", with
+// one INSERT … SELECT per subscribed type. It returns the number created.
+//
+// Every event with a seq in [first, last] must have been inserted just now
+// by the calling op: the single writer inserts nothing in between, and a
+// new seq is above every existing one. Deliveries are created in seq order,
+// so each (webhook, order) stream stays in event order. OR FAIL: as
+// CloseOrders' UPDATE, the statement needs no statement journal (the op's
+// failure rolls its transaction back).
+func fanOutEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, first, last int64) (int, error) {
 	fanned := 0
 	for _, t := range [...]string{string(typ), string(hourglass.EventTypeAll)} {
-		stmt := conn.Prep(`INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+		stmt := conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
 SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w
 WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = ?4 ORDER BY e.seq, w.webhook_id`)
 		stmt.BindInt64(1, first)
@@ -495,7 +497,7 @@ WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = ?4 ORDER BY e.seq, w.webhook_id`)
 		stmt.BindInt64(3, nowMs)
 		stmt.BindText(4, t)
 		if _, err := step(stmt, nil); err != nil {
-			return 0, fmt.Errorf("sqlite: fan out %d %s events: %w", len(closed), typ, err)
+			return 0, fmt.Errorf("sqlite: fan out %d %s events: %w", last-first+1, typ, err)
 		}
 		fanned += conn.Changes()
 	}
@@ -579,4 +581,18 @@ ORDER BY deadline, id LIMIT ?4`)
 		}
 	})
 	return out, err
+}
+
+// jsonIDs returns ids as a JSON array, for a statement that reads them with
+// json_each: one bound parameter whatever the batch's size.
+func jsonIDs(ids []int64) []byte {
+	list := make([]byte, 0, 20*len(ids)+2)
+	list = append(list, '[')
+	for i, id := range ids {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		list = strconv.AppendInt(list, id, 10)
+	}
+	return append(list, ']')
 }

@@ -34,14 +34,15 @@ func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Part
 }
 
 // OutboxDone implements hourglass.Outbox.
-func (s *Store) OutboxDone(ctx context.Context, orderIDs []int64) error {
-	if len(orderIDs) == 0 {
+func (s *Store) OutboxDone(ctx context.Context, published []hourglass.Timer) error {
+	if len(published) == 0 {
 		return nil
 	}
 	return s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
-		stmt := conn.Prep(`DELETE FROM timer_outbox WHERE order_id = ?1`)
-		for _, id := range orderIDs {
-			stmt.BindInt64(1, id)
+		stmt := conn.Prep(`DELETE FROM timer_outbox WHERE order_id = ?1 AND deadline = ?2`)
+		for _, t := range published {
+			stmt.BindInt64(1, t.OrderID)
+			stmt.BindInt64(2, hourglass.UnixMilli(t.Deadline))
 			if _, err := step(stmt, nil); err != nil {
 				return fmt.Errorf("sqlite: outbox done: %w", err)
 			}

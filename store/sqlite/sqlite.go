@@ -266,14 +266,26 @@ func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Co
 	return s.submit(ctx, n, run)
 }
 
-// submit queues run; orders > 0 makes it urgent.
+// writeLow is write for bookkeeping no request waits on (recording webhook
+// delivery attempts): it goes into a transaction only with room left by the
+// closes and API writes, so a delivery backlog cannot slow the API.
+func (s *Store) writeLow(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
+	return s.submit(ctx, -1, run)
+}
+
+// submit queues run; orders > 0 makes it urgent, orders < 0 low.
 func (s *Store) submit(ctx context.Context, orders int, run func(conn *sqlite.Conn, now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	urgent := orders > 0
-	o := &op{ctx: ctx, run: run, result: make(chan error, 1), orders: orders}
-	if !s.queue.Push(o, urgent) {
+	o := &op{ctx: ctx, run: run, result: make(chan error, 1), orders: max(orders, 0)}
+	var queued bool
+	if orders < 0 {
+		queued = s.queue.PushLow(o)
+	} else {
+		queued = s.queue.Push(o, orders > 0)
+	}
+	if !queued {
 		return errClosed
 	}
 	return <-o.result

@@ -313,11 +313,14 @@ func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.Pendin
 	var out hourglass.PendingDelivery
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(`SELECT d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts,
-	d.next_attempt_at, d.event_seq
+	d.next_attempt_at, d.event_seq, e.body
 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
 WHERE d.id = ?1 AND d.state = 'pending'`)
 		stmt.BindInt64(1, id)
-		var seq, createdAt int64
+		var (
+			seq, createdAt int64
+			stored         []byte // the event's own body (a timer's), or nil
+		)
 		found, err := step(stmt, func(st *sqlite.Stmt) {
 			out = hourglass.PendingDelivery{
 				ID:            st.ColumnInt64(0),
@@ -330,7 +333,7 @@ WHERE d.id = ?1 AND d.state = 'pending'`)
 				Attempts:      st.ColumnInt(8),
 				NextAttemptAt: hourglass.FromUnixMilli(st.ColumnInt64(9)),
 			}
-			createdAt, seq = st.ColumnInt64(7), st.ColumnInt64(10)
+			createdAt, seq, stored = st.ColumnInt64(7), st.ColumnInt64(10), columnBytes(st, 11)
 		})
 		if err != nil {
 			return fmt.Errorf("sqlite: get delivery %d: %w", id, err)
@@ -338,11 +341,10 @@ WHERE d.id = ?1 AND d.state = 'pending'`)
 		if !found {
 			return hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
 		}
-		o, err := getOrder(conn, out.OrderID)
+		out.Body, err = eventBody(stored, out.EventID, out.EventType, createdAt, func() (hourglass.Order, error) { return getOrder(conn, out.OrderID) })
 		if err != nil {
 			return fmt.Errorf("sqlite: delivery %d: %w", id, err)
 		}
-		out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
 		stmt = conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_stream
 WHERE webhook_id = ?1 AND order_id = ?2 AND event_seq < ?3 AND state = 'pending' ORDER BY event_seq LIMIT 1`)
 		stmt.BindInt64(1, out.WebhookID)
@@ -384,7 +386,7 @@ WHERE webhook_id = ?1 AND order_id = ?2 AND state = 'pending' ORDER BY event_seq
 // RecordAttempt implements hourglass.DeliveryStore.
 func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (bool, error) {
 	var recorded bool
-	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	err := s.writeLow(ctx, func(conn *sqlite.Conn, now time.Time) error {
 		nowMs := hourglass.UnixMilli(now)
 		var stmt *sqlite.Stmt
 		switch {

@@ -1,7 +1,9 @@
 // Package writequeue is the queue in front of a store's group-commit
 // writers: writes wait in it, and each writer takes what is waiting as one
 // batch for one transaction. Urgent writes (closes) are taken before normal
-// ones (API writes), so a burst of creates cannot make a deadline late.
+// ones (API writes), so a burst of creates cannot make a deadline late, and
+// low ones (bookkeeping such as recording webhook delivery attempts) come
+// last, so a backlog of them cannot make the API slow.
 package writequeue
 
 import "sync"
@@ -11,6 +13,7 @@ import "sync"
 type Queue[T any] struct {
 	mu             sync.Mutex
 	urgent, normal []T
+	low            []T
 	closed         bool
 	ready          chan struct{} // holds a token while there is work or after Close
 	// weight and budget bound the urgent items of one batch (see
@@ -63,11 +66,26 @@ func (q *Queue[T]) wake() {
 	}
 }
 
-// Len returns how many items are waiting (urgent and normal).
+// PushLow queues item behind every urgent and normal item: a writer takes
+// it only into a batch with room left after those. It returns false,
+// queueing nothing, once the queue is closed.
+func (q *Queue[T]) PushLow(item T) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	q.low = append(q.low, item)
+	q.mu.Unlock()
+	q.wake()
+	return true
+}
+
+// Len returns how many items are waiting (urgent, normal and low).
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.urgent) + len(q.normal)
+	return len(q.urgent) + len(q.normal) + len(q.low)
 }
 
 // Close refuses further pushes; the items already queued are still taken.
@@ -80,7 +98,7 @@ func (q *Queue[T]) Close() {
 }
 
 // Take blocks until there is work and appends up to max items to batch,
-// urgent first, in the order they were pushed. It returns batch unchanged
+// urgent first, then normal, then low, each in the order they were pushed. It returns batch unchanged
 // (empty) once the queue is closed and drained.
 func (q *Queue[T]) Take(batch []T, max int) []T {
 	for {
@@ -94,7 +112,10 @@ func (q *Queue[T]) Take(batch []T, max int) []T {
 		m := min(max-n, len(q.normal))
 		batch = append(batch, q.normal[:m]...)
 		q.normal = shift(q.normal, m)
-		closed, more := q.closed, len(q.urgent)+len(q.normal) > 0
+		l := min(max-n-m, len(q.low))
+		batch = append(batch, q.low[:l]...)
+		q.low = shift(q.low, l)
+		closed, more := q.closed, len(q.urgent)+len(q.normal)+len(q.low) > 0
 		q.mu.Unlock()
 		if more || closed {
 			q.wake() // another writer may take the rest, or see the close

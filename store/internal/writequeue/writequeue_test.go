@@ -100,3 +100,27 @@ func TestBudgetBoundsUrgentItems(t *testing.T) {
 		t.Fatalf("third batch %v, want the heavy item alone (always at least one)", got)
 	}
 }
+
+// TestLowLast: low items are taken only into room left by urgent and
+// normal ones, in order, and a closed queue still drains them.
+func TestLowLast(t *testing.T) {
+	q := New[int]()
+	q.PushLow(-1)
+	q.PushLow(-2)
+	q.Push(1, false)
+	q.Push(100, true)
+	if got := q.Take(nil, 2); !slices.Equal(got, []int{100, 1}) {
+		t.Fatalf("first batch %v, want the urgent and the normal item before any low one", got)
+	}
+	q.Push(2, false)
+	if got := q.Take(nil, 2); !slices.Equal(got, []int{2, -1}) {
+		t.Fatalf("second batch %v, want the normal item, then the oldest low one", got)
+	}
+	q.Close()
+	if q.PushLow(-3) {
+		t.Fatal("PushLow after Close accepted an item")
+	}
+	if got := q.Take(nil, 10); !slices.Equal(got, []int{-2}) {
+		t.Fatalf("after Close: %v, want the low item still queued", got)
+	}
+}

@@ -1,0 +1,225 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Limits of GET /v1/timers.
+const (
+	TimerLimitDefault = 50
+	MaxTimerLimit     = 1000
+)
+
+// timerRoutes returns the /v1/timers routes, or none when no TimerStore is
+// configured.
+func (s *Server) timerRoutes() []route {
+	if s.cfg.Timers == nil {
+		return nil
+	}
+	return []route{
+		{"PUT", "/v1/timers/{key}", s.armTimer},
+		{"GET", "/v1/timers/{key}", s.getTimer},
+		{"DELETE", "/v1/timers/{key}", s.cancelTimer},
+		{"GET", "/v1/timers", s.listTimers},
+	}
+}
+
+// TimerJSON is the wire form of a timer, as the client decodes it
+// (hourglass.MarshalTimer writes it, for responses and timer.fired events).
+type TimerJSON struct {
+	Key       string          `json:"key"`
+	Status    string          `json:"status"`
+	FireAt    string          `json:"fire_at"`
+	FiredAt   *string         `json:"fired_at"`
+	Payload   json.RawMessage `json:"payload"`
+	WebhookID *int64          `json:"webhook_id"`
+	CreatedAt string          `json:"created_at"`
+	UpdatedAt string          `json:"updated_at"`
+}
+
+// TimerListJSON is the body of GET /v1/timers.
+type TimerListJSON struct {
+	Timers []TimerJSON `json:"timers"`
+	Next   *string     `json:"next"`
+}
+
+// timerJSON renders t as hourglass.MarshalTimer does for timer.fired
+// events: one encoder, so the API's object and the event's cannot drift.
+func timerJSON(t hourglass.NamedTimer) json.RawMessage { return hourglass.MarshalTimer(t) }
+
+// timerList is TimerListJSON with the timers already rendered.
+type timerList struct {
+	Timers []json.RawMessage `json:"timers"`
+	Next   *string           `json:"next"`
+}
+
+type armTimerRequest struct {
+	FireAt    *string         `json:"fire_at"`
+	DelayMs   *int64          `json:"delay_ms"`
+	Payload   json.RawMessage `json:"payload"`
+	WebhookID *int64          `json:"webhook_id"`
+}
+
+// DecodeArmTimer parses and validates a PUT /v1/timers/{key} body for key.
+// It returns the store parameters with a hash of the request's meaning, so
+// a repeat of the same request is recognised. Every error is an
+// invalid_argument *hourglass.Error naming the field.
+func DecodeArmTimer(key string, body []byte) (hourglass.ArmTimerParams, error) {
+	if err := hourglass.ValidateTimerKey(key); err != nil {
+		return hourglass.ArmTimerParams{}, err
+	}
+	var req armTimerRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return hourglass.ArmTimerParams{}, err
+	}
+	p := hourglass.ArmTimerParams{Key: key}
+	h := sha256.New()
+	switch {
+	case req.FireAt != nil && req.DelayMs != nil:
+		return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at, delay_ms: give exactly one, not both")
+	case req.FireAt != nil:
+		t, err := time.Parse(time.RFC3339Nano, *req.FireAt)
+		if err != nil {
+			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: %q is not an RFC 3339 time (e.g. 2026-11-24T10:00:00.000Z)", *req.FireAt)
+		}
+		if y := t.UTC().Year(); y > 9999 {
+			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: %q is after 9999-12-31T23:59:59.999Z", *req.FireAt)
+		}
+		// Times are whole milliseconds: round up, so a timer never fires
+		// before the time asked for.
+		ms := hourglass.UnixMilli(t)
+		if t.After(hourglass.FromUnixMilli(ms)) {
+			ms++
+		}
+		// A time in the past means now, however far back: one before the
+		// epoch is sent to the store as the epoch's first millisecond, which
+		// is as past as any.
+		p.FireAt = hourglass.FromUnixMilli(max(ms, 1))
+		fmt.Fprintf(h, "at\x00%d\x00", hourglass.UnixMilli(p.FireAt))
+	case req.DelayMs != nil:
+		ms := *req.DelayMs
+		if ms < 0 || ms > hourglass.MaxTimerDelay.Milliseconds() {
+			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "delay_ms: must be 0 to %d, got %d", hourglass.MaxTimerDelay.Milliseconds(), ms)
+		}
+		p.Delay = time.Duration(ms) * time.Millisecond
+		fmt.Fprintf(h, "delay\x00%d\x00", ms)
+	default:
+		return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at, delay_ms: one of them is required")
+	}
+	if req.Payload != nil && !bytes.Equal(req.Payload, []byte("null")) {
+		p.Payload = bytes.TrimSpace(req.Payload)
+	}
+	if req.WebhookID != nil {
+		if *req.WebhookID < 1 {
+			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: must be a webhook's id (a positive integer), got %d", *req.WebhookID)
+		}
+		p.WebhookID = *req.WebhookID
+	}
+	if err := p.Validate(); err != nil {
+		return p, err
+	}
+	// The payload is hashed as given: a retry sends the same bytes.
+	fmt.Fprintf(h, "%d\x00%d\x00", p.WebhookID, len(p.Payload))
+	h.Write(p.Payload)
+	p.RequestHash = h.Sum(nil)
+	return p, nil
+}
+
+func (s *Server) armTimer(r *http.Request, body []byte) (int, any, error) {
+	p, err := DecodeArmTimer(r.PathValue("key"), body)
+	if err != nil {
+		return 0, nil, err
+	}
+	t, created, err := s.cfg.Timers.ArmTimer(r.Context(), p)
+	if err != nil {
+		return 0, nil, err
+	}
+	if t.Status == hourglass.TimerScheduled {
+		s.cfg.Scheduler.Schedule(hourglass.Timer{OrderID: t.ID, Deadline: t.FireAt})
+	}
+	if created {
+		return http.StatusCreated, timerJSON(t), nil
+	}
+	return http.StatusOK, timerJSON(t), nil
+}
+
+func (s *Server) getTimer(r *http.Request, _ []byte) (int, any, error) {
+	key := r.PathValue("key")
+	if err := hourglass.ValidateTimerKey(key); err != nil {
+		return 0, nil, err
+	}
+	t, err := s.cfg.Timers.Timer(r.Context(), key)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, timerJSON(t), nil
+}
+
+func (s *Server) cancelTimer(r *http.Request, _ []byte) (int, any, error) {
+	key := r.PathValue("key")
+	if err := hourglass.ValidateTimerKey(key); err != nil {
+		return 0, nil, err
+	}
+	t, err := s.cfg.Timers.CancelTimer(r.Context(), key)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.cfg.Scheduler.Cancel(t.ID)
+	return http.StatusOK, timerJSON(t), nil
+}
+
+func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
+	q := r.URL.Query()
+	known := []string{"status", "limit", "after"}
+	for k := range q {
+		if !slices.Contains(known, k) {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown query parameter %q (want %s)", k, strings.Join(known, ", "))
+		}
+	}
+	f := hourglass.TimerFilter{Limit: TimerLimitDefault}
+	if v := q.Get("limit"); v != "" || q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxTimerLimit {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be an integer from 1 to %d, got %q", MaxTimerLimit, v)
+		}
+		f.Limit = n
+	}
+	if q.Has("after") {
+		f.After = q.Get("after")
+		if err := hourglass.ValidateTimerKey(f.After); err != nil {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a timer key, %s", strings.TrimPrefix(hourglass.ErrorMessage(err), "key: "))
+		}
+	}
+	if q.Get("status") != "" { // empty: every status, as for orders
+		f.Status = hourglass.TimerStatus(q.Get("status"))
+		if !f.Status.Valid() {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", q.Get("status"))
+		}
+	}
+	limit := f.Limit
+	f.Limit++ // one more, to know whether there is a next page
+	timers, err := s.cfg.Timers.Timers(r.Context(), f)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := timerList{Timers: make([]json.RawMessage, 0, min(len(timers), limit))}
+	if len(timers) > limit {
+		timers = timers[:limit]
+		next := timers[limit-1].Key
+		out.Next = &next
+	}
+	for _, t := range timers {
+		out.Timers = append(out.Timers, timerJSON(t))
+	}
+	return http.StatusOK, out, nil
+}

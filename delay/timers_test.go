@@ -1,0 +1,304 @@
+package delay_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay"
+	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/storetest"
+)
+
+// TestEveryMechanismFiresTimers (issue 12): for every mechanism Open knows,
+// an engine over a store (HOURGLASS_TEST_STORE; SQLite by default) and that
+// mechanism fires 300 clients' timers, each exactly once (one timer.fired
+// event) and never before its fire_at, among 50 orders it still closes
+// (once, not early); a cancelled timer never fires and a re-armed one fires
+// once, at its new time. Timer ids are 2^62 and up: a mechanism that
+// carried an id as a float or a 32-bit number would fire the wrong one.
+// A timer the sweeper had to fire (the mechanism lost it) fails the test.
+// Kafka runs on kfake (in-process) unless HOURGLASS_TEST_KAFKA_URL is set.
+func TestEveryMechanismFiresTimers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every delay mechanism for a few seconds; skipped with -short")
+	}
+	for _, name := range delay.Names() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testMechanismFiresTimers(t, name)
+		})
+	}
+}
+
+const (
+	mechTimers = 300
+	mechOrders = 50
+)
+
+func testMechanismFiresTimers(t *testing.T, name string) {
+	ctx := t.Context()
+	logger := slog.New(slog.DiscardHandler)
+	db, err := store.Open(ctx, store.Options{URL: storetest.URL(t), Logger: logger, Outbox: delay.FeedOf(name) == hourglass.FeedOutbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := delay.Open(ctx, name, mechanismOptions(t, name, db, logger))
+	if err != nil {
+		db.Close()
+		t.Fatalf("delay.Open(%s): %v", name, err)
+	}
+	t.Cleanup(func() {
+		sched.Close()
+		if d, ok := sched.(interface{ Destroy(context.Context) error }); ok {
+			if err := d.Destroy(context.Background()); err != nil {
+				t.Logf("destroy the %s namespace: %v", name, err)
+			}
+		}
+	})
+	obs := &firedCounter{}
+	eng, err := engine.New(db, engine.Config{Scheduler: sched, SweepInterval: 200 * time.Millisecond, Observer: obs, Logger: logger})
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine.Run: %v", err)
+		}
+		db.Close()
+	})
+	for !eng.Ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("engine.Run returned before ready: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, err := db.PutProduct(ctx, hourglass.Product{SKU: "M", Name: "M", Available: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the API does: the store first, then the engine. The first ten
+	// are cancelled at once; the next ten re-armed at once 1.5 s later,
+	// so their first timer in the mechanism is stale and must fire
+	// nothing. Fire times from 2 s out, one every 5 ms; orders due among
+	// them.
+	start := time.Now()
+	arm := func(key string, at time.Time, hash byte) hourglass.NamedTimer {
+		t.Helper()
+		tm, _, err := db.ArmTimer(ctx, hourglass.ArmTimerParams{Key: key, FireAt: at, RequestHash: []byte{hash}})
+		if err != nil {
+			t.Fatalf("arm %s: %v", key, err)
+		}
+		eng.Schedule(hourglass.Timer{OrderID: tm.ID, Deadline: tm.FireAt})
+		return tm
+	}
+	keys := make([]string, mechTimers)
+	keyOf := map[int64]string{}
+	cancelled := map[string]bool{}
+	rearmed := map[string]time.Time{}
+	for i := range mechTimers {
+		keys[i] = fmt.Sprintf("mech-%03d", i)
+		at := start.Add(2*time.Second + time.Duration(i)*5*time.Millisecond)
+		tm := arm(keys[i], at, 1)
+		keyOf[tm.ID] = keys[i]
+		switch {
+		case i < 10:
+			if _, err := db.CancelTimer(ctx, keys[i]); err != nil {
+				t.Fatal(err)
+			}
+			eng.Cancel(tm.ID)
+			cancelled[keys[i]] = true
+		case i < 20:
+			rearmed[keys[i]] = arm(keys[i], at.Add(1500*time.Millisecond), 2).FireAt
+		}
+	}
+	var orders []int64
+	for i := range mechOrders {
+		o, _, err := db.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: fmt.Sprint("u", i), Items: []hourglass.Item{{SKU: "M", Quantity: 1}},
+			Timeout: 2*time.Second + time.Duration(i)*30*time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+		orders = append(orders, o.ID)
+	}
+	if armed := time.Since(start); armed > 2*time.Second {
+		t.Logf("arming took %s: some fired meanwhile", armed.Round(time.Millisecond))
+	}
+
+	// Wait for every timer and order, then a little longer, so that a
+	// second fire would show.
+	giveUp := time.Now().Add(30 * time.Second)
+	for {
+		c, err := db.TimerCounts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending, err := db.CountPendingDue(ctx, time.Now().Add(time.Hour), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c[hourglass.TimerScheduled] == 0 && pending == 0 {
+			break
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("30 s after the start: %d timers scheduled, %d orders pending", c[hourglass.TimerScheduled], pending)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	settled := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+
+	var late time.Duration
+	for _, k := range keys {
+		tm, err := db.Timer(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := db.OrderEvents(ctx, tm.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fired := 0
+		for _, ev := range evs {
+			if ev.Type == hourglass.EventTimerFired {
+				fired++
+			}
+		}
+		switch {
+		case cancelled[k]:
+			if tm.Status != hourglass.TimerCancelled || fired != 0 {
+				t.Errorf("cancelled timer %s: status %s, %d timer.fired events; want cancelled, none", k, tm.Status, fired)
+			}
+			continue
+		case tm.Status != hourglass.TimerFired || fired != 1:
+			t.Errorf("timer %s: status %s, %d timer.fired events; want fired, exactly 1", k, tm.Status, fired)
+			continue
+		case tm.FiredAt.Before(tm.FireAt):
+			t.Errorf("timer %s fired at %s, %s before its fire_at %s", k, tm.FiredAt.Format(time.RFC3339Nano), tm.FireAt.Sub(tm.FiredAt), tm.FireAt.Format(time.RFC3339Nano))
+		}
+		if at, ok := rearmed[k]; ok && !tm.FireAt.Equal(at) {
+			t.Errorf("re-armed timer %s: fire_at %s, want %s", k, tm.FireAt, at)
+		}
+		late = max(late, tm.FiredAt.Sub(tm.FireAt))
+	}
+	for _, id := range orders {
+		o, err := db.Order(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := db.OrderEvents(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closes := 0
+		for _, ev := range evs {
+			if ev.Type == hourglass.EventOrderClosed {
+				closes++
+			}
+		}
+		if o.Status != hourglass.StateClosed || o.ClosedAt.Before(o.Deadline) || closes != 1 {
+			t.Errorf("order %d: status %s, closed_at %s, deadline %s, %d order.closed events; want closed once, not early", id, o.Status, o.ClosedAt, o.Deadline, closes)
+		}
+	}
+	byMech, bySweep := obs.counts()
+	// Every timer, re-armed ones included, is the mechanism's to fire: a
+	// re-arm's new time is published in turn (OutboxDone removes only the
+	// time published; a broker's message id carries the time). One the
+	// sweeper fires was lost by the mechanism.
+	obs.mu.Lock()
+	for _, id := range obs.sweptIDs {
+		k := keyOf[id]
+		what := "timer"
+		if !rearmed[k].IsZero() {
+			what = "re-armed timer"
+		}
+		t.Errorf("%s lost %s %s (id %d): the sweeper fired it", name, what, k, id)
+	}
+	obs.mu.Unlock()
+	t.Logf("%s: %d timers fired, %d orders closed, all within %s of the start; latest timer %s after its fire_at; fired by the mechanism %d, by the sweeper %d",
+		name, mechTimers-len(cancelled), len(orders), settled.Round(time.Millisecond), late.Round(time.Millisecond), byMech, bySweep)
+	if byMech == 0 {
+		t.Errorf("%s fired no timer itself: the sweeper fired all %d", name, bySweep)
+	}
+}
+
+// mechanismOptions finds the service a mechanism needs, skipping the test
+// when it is absent (failing under CI=true), with a namespace of its own.
+func mechanismOptions(t *testing.T, name string, db hourglass.Store, logger *slog.Logger) delay.Options {
+	t.Helper()
+	o := delay.Options{Store: db, Logger: logger, Namespace: hourglasstest.Namespace(t), PollInterval: 100 * time.Millisecond}
+	switch name {
+	case "redis", "rediskeyspace":
+		o.RedisURL = hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", delay.RedisURLDefault)
+	case "rabbitmq":
+		o.RabbitMQURL = hourglasstest.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", delay.RabbitMQURLDefault)
+	case "nats":
+		o.NATSURL = hourglasstest.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", delay.NATSURLDefault)
+	case "kafka":
+		o.KafkaURL = kafkaURL(t)
+	}
+	return o
+}
+
+// kafkaURL is the Kafka named by HOURGLASS_TEST_KAFKA_URL when set, else a
+// kfake cluster (franz-go's in-process Kafka) for this test.
+func kafkaURL(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("HOURGLASS_TEST_KAFKA_URL") != "" {
+		return hourglasstest.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", delay.KafkaURLDefault)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return "kafka://" + strings.Join(c.ListenAddrs(), ",")
+}
+
+// firedCounter counts the timers the engine fired, by the mechanism or by
+// the sweeper.
+type firedCounter struct {
+	mu              sync.Mutex
+	byMech, bySweep int
+	sweptIDs        []int64 // the ids the sweeper fired
+}
+
+func (c *firedCounter) Fired(f hourglass.FiredTimer, swept bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if swept {
+		c.bySweep++
+		c.sweptIDs = append(c.sweptIDs, f.ID)
+	} else {
+		c.byMech++
+	}
+}
+
+func (c *firedCounter) counts() (byMech, bySweep int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byMech, c.bySweep
+}
+
+func (*firedCounter) Closed(hourglass.ClosedOrder, bool) {}
+func (*firedCounter) Stale(int)                          {}
+func (*firedCounter) CloseFailed(int, error)             {}
+func (*firedCounter) Swept(int)                          {}
+func (*firedCounter) SchedulerFailed(error)              {}

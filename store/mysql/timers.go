@@ -1,0 +1,227 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Named timers (hourglass.TimerStore) in the timers table (migration 0005).
+//
+// Timer ids start at hourglass.TimerIDBase, so an armed timer goes through
+// the machinery of an order's deadline unchanged: its id and fire time are
+// written to timer_outbox (Config.Outbox) and to order_feed (other
+// processes' WatchCreated), TimersDue pages it like PendingDue, and its
+// timer.fired event and webhook deliveries carry its id in order_id. The
+// one difference in those tables: a timer.fired event keeps its body
+// (events.body), since there is no order row to render it from.
+//
+// Timer writes (ArmTimer, CancelTimer, FireTimers) are group-committed
+// with the order writes (batch.go, timerbatch.go): one transaction, one
+// commit, for a batch of them, run again after a deadlock, a lock wait
+// timeout, a racing duplicate key or, on Galera, a lost certification.
+// Each batch locks the timer rows it decides on (by key, then by id, each
+// in ascending order) before it reads now, so the decision and the write
+// are one step under the lock, whichever process or Galera node races it.
+
+var _ hourglass.TimerStore = (*Store)(nil)
+
+const timerColumns = `id, timer_key, status, fire_at, fired_at, payload, webhook_id, created_at, updated_at`
+
+// scanTimer reads timerColumns, followed by extra destinations.
+func scanTimer(sc scanner, extra ...any) (hourglass.NamedTimer, error) {
+	var (
+		t                  hourglass.NamedTimer
+		key                []byte
+		status             string
+		fireAt             int64
+		firedAt, webhookID sql.NullInt64
+		payload            []byte
+		created, updated   int64
+	)
+	dest := append([]any{&t.ID, &key, &status, &fireAt, &firedAt, &payload, &webhookID, &created, &updated}, extra...)
+	if err := sc.Scan(dest...); err != nil {
+		return t, err
+	}
+	t.Key, t.Status = string(key), hourglass.TimerStatus(status)
+	t.FireAt = hourglass.FromUnixMilli(fireAt)
+	if firedAt.Valid {
+		t.FiredAt = hourglass.FromUnixMilli(firedAt.Int64)
+	}
+	if payload != nil {
+		t.Payload = payload
+	}
+	t.WebhookID = webhookID.Int64
+	t.CreatedAt, t.UpdatedAt = hourglass.FromUnixMilli(created), hourglass.FromUnixMilli(updated)
+	return t, nil
+}
+
+func timerNotFound(key string) error {
+	return hourglass.Errorf(hourglass.CodeNotFound, "timer %q not found", key)
+}
+
+// ArmTimer implements hourglass.TimerStore. It is group-committed with the
+// order writes (timerbatch.go): the key's row is locked in the batch's
+// transaction, then inserted or re-armed. Two arms of a new key racing from
+// several store values, processes or Galera nodes both find no row; the
+// second insert fails with a duplicate key (or a lost certification) and
+// its batch runs again, finding the first one's row: exactly one of them is
+// created. An arming that changes the timer also writes its outbox timer
+// (Config.Outbox) and its order_feed entry (cluster.go, with
+// Config.AnnounceWithin's rule) in the same transaction. Errors:
+// invalid_argument (p.Validate, a WebhookID naming no webhook, a
+// RequestHash over 255 bytes), unavailable.
+func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.NamedTimer{}, false, err
+	}
+	if len(p.RequestHash) > 255 {
+		return hourglass.NamedTimer{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "request hash: at most 255 bytes, got %d", len(p.RequestHash))
+	}
+	r := s.submit(ctx, &op{kind: opArm, arm: p})
+	if r.err != nil {
+		return hourglass.NamedTimer{}, false, r.err
+	}
+	return r.timer, r.created, nil
+}
+
+// Timer implements hourglass.TimerStore. Errors: not_found, unavailable.
+func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+	t, err := scanTimer(s.db.QueryRowContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE timer_key = ?`, []byte(key)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return hourglass.NamedTimer{}, timerNotFound(key)
+	}
+	if err != nil {
+		return hourglass.NamedTimer{}, fail(fmt.Sprintf("get timer %q", key), err)
+	}
+	return t, nil
+}
+
+// Timers implements hourglass.TimerStore: a range of the key's unique
+// index, or of (status, key) when f.Status is set. Errors: invalid_argument
+// (a Limit under 1, an unknown Status), unavailable.
+func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.NamedTimer, error) {
+	if f.Limit < 1 {
+		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
+	}
+	where, args := `timer_key > ?`, []any{[]byte(f.After)}
+	if f.Status != "" {
+		if !f.Status.Valid() {
+			return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", f.Status)
+		}
+		where += ` AND status = ?`
+		args = append(args, string(f.Status))
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE `+where+` ORDER BY timer_key LIMIT ?`, append(args, f.Limit)...)
+	if err != nil {
+		return nil, fail("list timers", err)
+	}
+	defer rows.Close()
+	var out []hourglass.NamedTimer
+	for rows.Next() {
+		t, err := scanTimer(rows)
+		if err != nil {
+			return nil, fail("list timers", err)
+		}
+		out = append(out, t)
+	}
+	return out, fail("list timers", rows.Err())
+}
+
+// CancelTimer implements hourglass.TimerStore. It is group-committed
+// (timerbatch.go): the row is locked, then a scheduled timer is moved to
+// cancelled. Errors: not_found, timer_fired, unavailable.
+func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+	r := s.submit(ctx, &op{kind: opCancel, key: key})
+	if r.err != nil {
+		return hourglass.NamedTimer{}, r.err
+	}
+	return r.timer, nil
+}
+
+// FireTimers implements hourglass.TimerStore. It is group-committed and,
+// like CloseOrders, jumps the queue of API writes (timerbatch.go): the
+// listed scheduled timers are locked by id, now is read, and for those due
+// the batch writes status fired, one timer.fired event each with its body,
+// and the deliveries: to the timer's webhook if it still exists (its row
+// read with a shared lock, so a concurrent DeleteWebhook waits for this
+// commit and then deletes them), else to the webhooks subscribed to
+// timer.fired or "*". Ids that are not timers' are ignored. Errors:
+// unavailable.
+func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error) {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return !hourglass.IsTimerID(id) })
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	slices.Sort(ids)
+	r := s.submit(ctx, &op{kind: opFire, ids: slices.Compact(ids)})
+	return r.fired, r.err
+}
+
+// TimersDue implements hourglass.TimerStore as PendingDue does for orders:
+// one range of the (status, fire_at, id) index, in that order, without a
+// sort. Errors: unavailable.
+func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	after := hourglass.UnixMilli(p.After)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, fire_at FROM timers FORCE INDEX (timers_status_fire_at)
+WHERE status = 'scheduled' AND fire_at >= ? AND (fire_at > ? OR id > ?) AND fire_at <= ? AND ((? >> (id % 64)) & 1) = 1
+ORDER BY fire_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
+	if err != nil {
+		return nil, fail("timers due", err)
+	}
+	defer rows.Close()
+	var out []hourglass.Timer
+	for rows.Next() {
+		var id, at int64
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, fail("timers due", err)
+		}
+		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(at)})
+	}
+	return out, fail("timers due", rows.Err())
+}
+
+// TimerCounts implements hourglass.TimerStore: one GROUP BY over the
+// (status, fire_at, id) index. Errors: unavailable.
+func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
+	out := map[hourglass.TimerStatus]int64{hourglass.TimerScheduled: 0, hourglass.TimerFired: 0, hourglass.TimerCancelled: 0}
+	rows, err := s.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM timers FORCE INDEX (timers_status_fire_at) GROUP BY status`)
+	if err != nil {
+		return nil, fail("count timers", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			st string
+			n  int64
+		)
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fail("count timers", err)
+		}
+		out[hourglass.TimerStatus(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail("count timers", err)
+	}
+	return out, nil
+}
+
+// nullBytes is NULL for nil, else b.
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// nullID is NULL for 0, else id.
+func nullID(id int64) any {
+	if id == 0 {
+		return nil
+	}
+	return id
+}

@@ -1,0 +1,430 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"zombiezen.com/go/sqlite"
+)
+
+var _ hourglass.TimerStore = (*Store)(nil)
+
+const timerColumns = `id, key, status, fire_at, fired_at, payload, webhook_id, created_at, updated_at`
+
+func scanTimer(st *sqlite.Stmt) hourglass.NamedTimer {
+	t := hourglass.NamedTimer{
+		ID:        st.ColumnInt64(0),
+		Key:       st.ColumnText(1),
+		Status:    hourglass.TimerStatus(st.ColumnText(2)),
+		FireAt:    hourglass.FromUnixMilli(st.ColumnInt64(3)),
+		WebhookID: st.ColumnInt64(6),
+		CreatedAt: hourglass.FromUnixMilli(st.ColumnInt64(7)),
+		UpdatedAt: hourglass.FromUnixMilli(st.ColumnInt64(8)),
+	}
+	if !st.ColumnIsNull(4) {
+		t.FiredAt = hourglass.FromUnixMilli(st.ColumnInt64(4))
+	}
+	if !st.ColumnIsNull(5) {
+		t.Payload = json.RawMessage(st.ColumnText(5))
+	}
+	return t
+}
+
+// bindTimerValues binds what an arming writes: ?2 fire_at, ?3 payload
+// (NULL for none), ?4 webhook_id (NULL for none), ?5 request_hash, ?6 now.
+func bindTimerValues(stmt *sqlite.Stmt, p hourglass.ArmTimerParams, fireMs, nowMs int64) {
+	stmt.BindInt64(2, fireMs)
+	if p.Payload == nil {
+		stmt.BindNull(3)
+	} else {
+		stmt.BindText(3, string(p.Payload))
+	}
+	if p.WebhookID == 0 {
+		stmt.BindNull(4)
+	} else {
+		stmt.BindInt64(4, p.WebhookID)
+	}
+	stmt.BindBytes(5, p.RequestHash)
+	stmt.BindInt64(6, nowMs)
+}
+
+// ArmTimer implements hourglass.TimerStore. It runs on the single writer as
+// three conditional statements, the first that matches winning: re-arm the
+// key unless it is scheduled with the same request hash; insert it if it is
+// new; otherwise it is a repeat and the timer is read as it is. A repeat
+// writes nothing (idempotent); any arming that changed the timer writes
+// its id and fire time to the outbox when Config.Outbox is on. Errors:
+// invalid_argument (p.Validate, an unknown WebhookID), unavailable.
+//
+// Every write statement here is OR FAIL: a failed constraint fails the op,
+// which rolls back its whole transaction anyway (see op), so a statement
+// needs no statement journal to undo itself. Under the default ABORT, the
+// RETURNING clause and the table's CHECK and NOT NULL constraints made
+// SQLite open one for each statement, and the journal's 64 KiB chunk, too
+// large for the allocator ballast (ballast.go), cost an mmap and a munmap
+// per statement: most of an arm's CPU.
+func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.NamedTimer{}, false, err
+	}
+	var (
+		out     hourglass.NamedTimer
+		created bool
+	)
+	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		created = false // the op may be retried alone after a batch failure
+		nowMs := hourglass.UnixMilli(now)
+		fireMs := nowMs + p.Delay.Milliseconds()
+		if !p.FireAt.IsZero() {
+			fireMs = max(hourglass.UnixMilli(p.FireAt), nowMs)
+		}
+		if p.WebhookID != 0 {
+			stmt := conn.Prep(`SELECT 1 FROM webhooks WHERE id = ?1`)
+			stmt.BindInt64(1, p.WebhookID)
+			found, err := step(stmt, nil)
+			if err != nil {
+				return fmt.Errorf("sqlite: arm timer %q: look up webhook %d: %w", p.Key, p.WebhookID, err)
+			}
+			if !found {
+				return hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", p.WebhookID)
+			}
+		}
+		var scanned bool
+		scan := func(st *sqlite.Stmt) { out, scanned = scanTimer(st), true }
+		stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'scheduled', fire_at = ?2, fired_at = NULL, payload = ?3, webhook_id = ?4,
+	request_hash = ?5, updated_at = ?6
+WHERE key = ?1 AND NOT (status = 'scheduled' AND request_hash = ?5) RETURNING ` + timerColumns)
+		stmt.BindText(1, p.Key)
+		bindTimerValues(stmt, p, fireMs, nowMs)
+		if _, err := step(stmt, scan); err != nil {
+			return fmt.Errorf("sqlite: re-arm timer %q: %w", p.Key, err)
+		}
+		if !scanned {
+			stmt = conn.Prep(`INSERT OR FAIL INTO timers (id, key, status, fire_at, payload, webhook_id, request_hash, created_at, updated_at)
+VALUES ((SELECT coalesce(max(id), ?7 - 1) + 1 FROM timers), ?1, 'scheduled', ?2, ?3, ?4, ?5, ?6, ?6)
+ON CONFLICT (key) DO NOTHING RETURNING ` + timerColumns)
+			stmt.BindText(1, p.Key)
+			bindTimerValues(stmt, p, fireMs, nowMs)
+			stmt.BindInt64(7, hourglass.TimerIDBase)
+			if _, err := step(stmt, scan); err != nil {
+				return fmt.Errorf("sqlite: insert timer %q: %w", p.Key, err)
+			}
+			created = scanned
+		}
+		if !scanned {
+			// Scheduled with the same hash: a repeat, nothing to write.
+			t, err := getTimer(conn, p.Key)
+			out = t
+			return err
+		}
+		if s.cfg.Outbox {
+			stmt := conn.Prep(`INSERT OR FAIL INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
+ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
+			stmt.BindInt64(1, out.ID)
+			stmt.BindInt64(2, fireMs)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: write outbox timer of %q: %w", p.Key, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return hourglass.NamedTimer{}, false, err
+	}
+	return out, created, nil
+}
+
+// Timer implements hourglass.TimerStore. Errors: not_found.
+func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+	var out hourglass.NamedTimer
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		t, err := getTimer(conn, key)
+		out = t
+		return err
+	})
+	return out, err
+}
+
+func getTimer(conn *sqlite.Conn, key string) (hourglass.NamedTimer, error) {
+	stmt := conn.Prep(`SELECT ` + timerColumns + ` FROM timers WHERE key = ?1`)
+	stmt.BindText(1, key)
+	var t hourglass.NamedTimer
+	found, err := step(stmt, func(st *sqlite.Stmt) { t = scanTimer(st) })
+	if err != nil {
+		return t, fmt.Errorf("sqlite: get timer %q: %w", key, err)
+	}
+	if !found {
+		return t, hourglass.Errorf(hourglass.CodeNotFound, "timer %q not found", key)
+	}
+	return t, nil
+}
+
+// Timers implements hourglass.TimerStore, in the keys' bytewise order
+// (SQLite's BINARY collation). A Limit that is not positive means 50.
+func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.NamedTimer, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var out []hourglass.NamedTimer
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT ` + timerColumns + ` FROM timers WHERE key > ?1 AND (?2 = '' OR status = ?2) ORDER BY key LIMIT ?3`)
+		defer stmt.Reset()
+		stmt.BindText(1, f.After)
+		stmt.BindText(2, string(f.Status))
+		stmt.BindInt64(3, int64(limit))
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: list timers: %w", err)
+			}
+			if !row {
+				return nil
+			}
+			out = append(out, scanTimer(stmt))
+		}
+	})
+	return out, err
+}
+
+// CancelTimer implements hourglass.TimerStore: one conditional update on
+// the writer (OR FAIL, as ArmTimer's); a cancelled timer is returned as it
+// is (idempotent). Errors: not_found, timer_fired.
+func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+	var out hourglass.NamedTimer
+	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'cancelled', updated_at = ?2 WHERE key = ?1 AND status = 'scheduled' RETURNING ` + timerColumns)
+		stmt.BindText(1, key)
+		stmt.BindInt64(2, hourglass.UnixMilli(now))
+		found, err := step(stmt, func(st *sqlite.Stmt) { out = scanTimer(st) })
+		if err != nil {
+			return fmt.Errorf("sqlite: cancel timer %q: %w", key, err)
+		}
+		if found {
+			return nil
+		}
+		cur, err := getTimer(conn, key)
+		if err != nil {
+			return err
+		}
+		if cur.Status == hourglass.TimerFired {
+			return hourglass.Errorf(hourglass.CodeTimerFired, "timer %q fired at %s; re-arm it instead", key, cur.FiredAt.Format(hourglass.TimeFormat))
+		}
+		out = cur // cancelled already
+		return nil
+	})
+	return out, err
+}
+
+// FireTimers implements hourglass.TimerStore. Like CloseOrders it jumps the
+// queue of API writes (a burst of arms cannot make a fire late) and is
+// one SELECT finds the listed timers still scheduled and due, a one-row
+// UPDATE fires each, one event row per fired timer (each with its body),
+// then the deliveries of all the events of timers without a webhook of
+// their own with one INSERT … SELECT per subscribed type, and one per timer
+// that has its own, all in the writer's transaction. Ids of orders, unknown ids and timers not scheduled
+// and due are skipped.
+func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	list := jsonIDs(ids)
+	var (
+		fired  []hourglass.FiredTimer
+		fanned int // deliveries created with the events
+	)
+	err := s.writeUrgent(ctx, len(ids), func(conn *sqlite.Conn, now time.Time) error {
+		fired, fanned = fired[:0], 0 // the op may be retried alone after a batch failure
+		nowMs := hourglass.UnixMilli(now)
+		// The due timers are read with the ids as the outer loop (CROSS
+		// JOIN), each a rowid lookup, not a walk of the (status, fire_at)
+		// index, which in a burst holds every timer due at this instant.
+		// Then each is fired by a one-row UPDATE. One UPDATE … WHERE id IN
+		// (…) RETURNING for the batch opened two ephemeral tables (the IN
+		// list and the returned rows), each with a 60 KiB page cache that
+		// modernc's allocator maps and unmaps per statement (too large for
+		// the ballast): a fifth of the CPU of small batches, which is what
+		// a steady stream of timers hands this. A one-row UPDATE by rowid
+		// needs neither, nor a statement journal (OR FAIL anyway).
+		stmt := conn.Prep(`SELECT t.id, t.key, t.status, t.fire_at, t.fired_at, t.payload, t.webhook_id, t.created_at, t.updated_at
+FROM json_each(?1) AS j CROSS JOIN timers AS t ON t.id = j.value WHERE t.status = 'scheduled' AND t.fire_at <= ?2`)
+		defer stmt.Reset()
+		stmt.BindText(1, string(list))
+		stmt.BindInt64(2, nowMs)
+		var due []hourglass.NamedTimer
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: fire %d timers: %w", len(ids), err)
+			}
+			if !row {
+				break
+			}
+			due = append(due, scanTimer(stmt))
+		}
+		stmt.Reset()
+		timers := due[:0]
+		for _, t := range due {
+			stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'fired', fired_at = ?2, updated_at = ?2 WHERE id = ?1 AND status = 'scheduled'`)
+			stmt.BindInt64(1, t.ID)
+			stmt.BindInt64(2, nowMs)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: fire timer %q: %w", t.Key, err)
+			}
+			if conn.Changes() == 0 {
+				continue // listed twice: fired just now
+			}
+			t.Status, t.FiredAt, t.UpdatedAt = hourglass.TimerFired, hourglass.FromUnixMilli(nowMs), hourglass.FromUnixMilli(nowMs)
+			timers = append(timers, t)
+		}
+		if len(timers) == 0 {
+			return nil // all fired, cancelled, re-armed for later or not timers
+		}
+		// The events of timers without a webhook of their own first, so
+		// their seqs are one range for the fan-out.
+		slices.SortStableFunc(timers, func(a, b hourglass.NamedTimer) int { return cmp.Compare(min(a.WebhookID, 1), min(b.WebhookID, 1)) })
+		seqs := make([]int64, len(timers))
+		for i, t := range timers {
+			seq, err := writeTimerEvent(conn, nowMs, t)
+			if err != nil {
+				return err
+			}
+			seqs[i] = seq
+			fired = append(fired, hourglass.FiredTimer{ID: t.ID, Key: t.Key, FireAt: t.FireAt, FiredAt: t.FiredAt})
+		}
+		if s.webhookCount(conn) <= 0 {
+			return nil
+		}
+		// timers[:plain] have no webhook of their own.
+		plain := slices.IndexFunc(timers, func(t hourglass.NamedTimer) bool { return t.WebhookID != 0 })
+		if plain < 0 {
+			plain = len(timers)
+		}
+		if plain > 0 {
+			n, err := fanOutEvents(conn, nowMs, hourglass.EventTimerFired, seqs[0], seqs[plain-1])
+			if err != nil {
+				return err
+			}
+			fanned = n
+		}
+		for i, t := range timers[plain:] {
+			stmt := conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT id, ?1, ?2, 'pending', 0, ?3 FROM webhooks WHERE id = ?4`)
+			stmt.BindInt64(1, seqs[plain+i])
+			stmt.BindInt64(2, t.ID)
+			stmt.BindInt64(3, nowMs)
+			stmt.BindInt64(4, t.WebhookID)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: deliver timer.fired event of %q to webhook %d: %w", t.Key, t.WebhookID, err)
+			}
+			fanned += conn.Changes()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if fanned > 0 {
+		s.deliveries.notify()
+	}
+	return fired, nil
+}
+
+// writeTimerEvent writes the timer.fired event of t, which has just fired,
+// with its body, and returns its seq.
+func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.NamedTimer) (int64, error) {
+	id := hourglass.NewEventID()
+	body := hourglass.MarshalTimerEvent(id, t)
+	if body == nil {
+		return 0, fmt.Errorf("sqlite: fire timer %q: its payload is not JSON", t.Key)
+	}
+	stmt := conn.Prep(`INSERT OR FAIL INTO events (id, type, order_id, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)`)
+	stmt.BindText(1, id)
+	stmt.BindText(2, string(hourglass.EventTimerFired))
+	stmt.BindInt64(3, t.ID)
+	stmt.BindInt64(4, nowMs)
+	stmt.BindText(5, string(body))
+	if _, err := step(stmt, nil); err != nil {
+		return 0, fmt.Errorf("sqlite: write timer.fired event of %q: %w", t.Key, err)
+	}
+	return conn.LastInsertRowID(), nil
+}
+
+// TimersDue implements hourglass.TimerStore, along the (status, fire_at,
+// id) index as PendingDue goes along the orders'.
+func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	var out []hourglass.Timer
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT id, fire_at FROM timers INDEXED BY timers_status_fire_at
+WHERE status = 'scheduled' AND (fire_at > ?1 OR (fire_at = ?1 AND id > ?2)) AND fire_at <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
+ORDER BY fire_at, id LIMIT ?4`)
+		defer stmt.Reset()
+		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
+		stmt.BindInt64(2, p.AfterID)
+		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
+		stmt.BindInt64(4, int64(p.Limit))
+		stmt.BindInt64(5, p.Parts.Mask())
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: timers due: %w", err)
+			}
+			if !row {
+				return nil
+			}
+			out = append(out, hourglass.Timer{OrderID: stmt.ColumnInt64(0), Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
+		}
+	})
+	return out, err
+}
+
+// TimerCounts implements hourglass.TimerStore: one count per status over
+// its range of the (status, fire_at, id) index, in one read transaction.
+func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
+	out := map[hourglass.TimerStatus]int64{hourglass.TimerScheduled: 0, hourglass.TimerFired: 0, hourglass.TimerCancelled: 0}
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT status, count(*) FROM timers INDEXED BY timers_status_fire_at GROUP BY status`)
+		defer stmt.Reset()
+		for {
+			row, err := stmt.Step()
+			if err != nil {
+				return fmt.Errorf("sqlite: count timers: %w", err)
+			}
+			if !row {
+				return nil
+			}
+			out[hourglass.TimerStatus(stmt.ColumnText(0))] = stmt.ColumnInt64(1)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eventBody returns the JSON body of an event: the body stored with it
+// (a timer's event), else the order's row seen as of the event, read by
+// order (which it calls at most once per event).
+func eventBody(stored []byte, id string, typ hourglass.EventType, createdAtMs int64, order func() (hourglass.Order, error)) ([]byte, error) {
+	if stored != nil {
+		return stored, nil
+	}
+	o, err := order()
+	if err != nil {
+		return nil, err
+	}
+	return renderEvent(id, typ, createdAtMs, o), nil
+}
+
+// columnBytes returns a copy of a column's bytes, nil when it is NULL.
+func columnBytes(st *sqlite.Stmt, col int) []byte {
+	if st.ColumnIsNull(col) {
+		return nil
+	}
+	return []byte(st.ColumnText(col))
+}

@@ -1,0 +1,386 @@
+package window_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/window"
+)
+
+// table is a Source over items kept in memory, paged like the stores page
+// (by (due, id), strictly after the cursor, in the partitions asked for).
+type table struct {
+	mu    sync.Mutex
+	items []hourglass.Timer
+	fail  error // returned by the next query, then cleared
+	calls int
+}
+
+func (tb *table) add(id int64, due time.Time) hourglass.Timer {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	t := hourglass.Timer{OrderID: id, Deadline: due}
+	tb.items = append(tb.items, t)
+	return t
+}
+
+func (tb *table) due(_ context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.calls++
+	if err := tb.fail; err != nil {
+		tb.fail = nil
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		return nil, errors.New("limit must be positive")
+	}
+	sorted := slices.Clone(tb.items)
+	slices.SortFunc(sorted, func(a, b hourglass.Timer) int {
+		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.OrderID, b.OrderID))
+	})
+	var page []hourglass.Timer
+	for _, t := range sorted {
+		after := t.Deadline.After(p.After) || t.Deadline.Equal(p.After) && t.OrderID > p.AfterID
+		if !after || t.Deadline.After(p.Until) || !p.Parts.Has(t.OrderID) {
+			continue
+		}
+		if page = append(page, t); len(page) == p.Limit {
+			break
+		}
+	}
+	return page, nil
+}
+
+// held is a Sink: the scheduler's timers, by id.
+type held struct {
+	mu sync.Mutex
+	m  map[int64]time.Time
+}
+
+func newHeld() *held { return &held{m: map[int64]time.Time{}} }
+
+func (h *held) schedule(_ context.Context, ts []hourglass.Timer) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range ts {
+		h.m[t.OrderID] = t.Deadline
+	}
+	return nil
+}
+
+func (h *held) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
+func (h *held) has(id int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.m[id]
+	return ok
+}
+
+// deliver empties the sink and removes what it held from tb: delivered
+// items leave the database.
+func (h *held) deliver(tb *table) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.items = slices.DeleteFunc(tb.items, func(t hourglass.Timer) bool { _, ok := h.m[t.OrderID]; return ok })
+	clear(h.m)
+}
+
+// random returns one of tb's items.
+func (tb *table) random() hourglass.Timer {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if len(tb.items) == 0 {
+		return hourglass.Timer{}
+	}
+	return tb.items[rand.IntN(len(tb.items))]
+}
+
+var epoch = hourglasstest.Epoch
+
+func at(d time.Duration) time.Time { return epoch.Add(d) }
+
+// TestLoadFollowsTheWindow: a load holds only what is due within the
+// window (overdue included), in pages; the next load, later, brings the
+// next slice; OnPage reports progress up to the horizon.
+func TestLoadFollowsTheWindow(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	tb, h := &table{}, newHeld()
+	for i, d := range []time.Duration{-time.Hour, time.Minute, 2 * time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute} {
+		tb.add(int64(i+1), at(d))
+	}
+	var progress []int64
+	l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: 3 * time.Minute, PageSize: 1, Clock: clock,
+		OnPage: func(to int64) { progress = append(progress, to) }})
+	if ok, _ := l.Offer(context.Background(), []hourglass.Timer{{OrderID: 99, Deadline: at(0)}}); ok && h.has(99) {
+		t.Fatal("an item was accepted before the first load")
+	}
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.len(); got != 4 {
+		t.Fatalf("the first load holds %d items, want 4 (overdue, 1m, 2m, 2m)", got)
+	}
+	if got, want := l.Horizon(), hourglass.UnixMilli(at(3*time.Minute)); got != want {
+		t.Fatalf("horizon %d, want %d", got, want)
+	}
+	if !slices.IsSorted(progress) || progress[len(progress)-1] != l.Horizon() {
+		t.Fatalf("progress %v: not rising to the horizon %d", progress, l.Horizon())
+	}
+	clock.Advance(3 * time.Minute)
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.len(); got != 5 {
+		t.Fatalf("after the second load: %d items, want 5 (5m joined)", got)
+	}
+}
+
+// TestOffer: an item created after a load is taken if it is due within the
+// horizon, left to a later load otherwise.
+func TestOffer(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	tb, h := &table{}, newHeld()
+	l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: time.Minute, Clock: clock})
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	soon, late := tb.add(1, at(30*time.Second)), tb.add(2, at(2*time.Minute))
+	if ok, err := l.Offer(context.Background(), []hourglass.Timer{soon, late}); !ok || err != nil {
+		t.Fatalf("Offer = %v, %v", ok, err)
+	}
+	if !h.has(1) || h.has(2) {
+		t.Fatalf("held %v; want only the item due within the horizon", h.m)
+	}
+	clock.Advance(time.Minute + time.Second)
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !h.has(2) {
+		t.Fatal("the next load did not bring the later item")
+	}
+}
+
+// TestSeveralSources: one horizon over every source; OnPage reports the
+// least progress among them.
+func TestSeveralSources(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	orders, timers, h := &table{}, &table{}, newHeld()
+	orders.add(1, at(time.Second))
+	orders.add(2, at(2*time.Second))
+	timers.add(hourglass.TimerIDBase, at(time.Second))
+	last := int64(math.MinInt64)
+	l := window.New(window.Config{Sources: []window.Source{orders.due, timers.due}, Sink: h.schedule, Window: time.Minute, PageSize: 1, Clock: clock,
+		OnPage: func(to int64) {
+			if to < last {
+				t.Errorf("progress went back from %d to %d", last, to)
+			}
+			last = to
+		}})
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h.len() != 3 || !h.has(hourglass.TimerIDBase) {
+		t.Fatalf("held %v, want both sources' items", h.m)
+	}
+	if last != l.Horizon() {
+		t.Fatalf("final progress %d, want the horizon %d", last, l.Horizon())
+	}
+}
+
+// TestFailedLoadIsRetried: a query error lowers the horizon back, so the
+// next load reads the range again and nothing in it is lost.
+func TestFailedLoadIsRetried(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	tb, h := &table{}, newHeld()
+	l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: time.Minute, Clock: clock})
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tb.add(1, at(90*time.Second))
+	clock.Advance(time.Minute)
+	tb.fail = errors.New("connection lost")
+	if err := l.Load(context.Background()); err == nil {
+		t.Fatal("the load did not report the query's error")
+	}
+	if l.Horizon() > hourglass.UnixMilli(at(time.Minute)) {
+		t.Fatalf("the horizon stayed at %d after a failed load", l.Horizon())
+	}
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !h.has(1) {
+		t.Fatal("the item of the failed range was not loaded by the next load")
+	}
+}
+
+// TestMaxHeld: at most MaxHeld items are handed to the sink by loads and
+// offers; what is left is loaded again once half has drained (Released
+// wakes Run), earliest first, and in the end every item is handed over.
+func TestMaxHeld(t *testing.T) {
+	t.Parallel()
+	const n, maxHeld = 100, 10
+	clock := hourglasstest.NewClock(epoch)
+	tb, h := &table{}, newHeld()
+	for i := range n {
+		tb.add(int64(i+1), at(time.Duration(i)*time.Millisecond-time.Minute))
+	}
+	l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: time.Minute, LoadInterval: time.Hour, PageSize: 7,
+		MaxHeld: maxHeld, Held: h.len, Clock: clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	seen := map[int64]bool{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(seen) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d items handed over", len(seen), n)
+		}
+		h.mu.Lock()
+		if len(h.m) > maxHeld {
+			t.Fatalf("%d items held, MaxHeld %d", len(h.m), maxHeld)
+		}
+		for id := range h.m {
+			seen[id] = true
+		}
+		h.mu.Unlock()
+		// Offers race the loads: they must respect the bound too.
+		if it := tb.random(); it.OrderID != 0 {
+			l.Offer(ctx, []hourglass.Timer{it})
+		}
+		if h.len() == maxHeld {
+			h.deliver(tb)
+			l.Released()
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGainedPartitions: a partition gained after its items fell due is
+// loaded at once (overdue ones included), and only the owned partitions
+// are loaded at all.
+func TestGainedPartitions(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	tb, h := &table{}, newHeld()
+	for id := int64(1); id <= 4; id++ {
+		tb.add(id, at(time.Duration(id)*time.Second))
+	}
+	own := hourglasstest.NewOwnership(hourglass.PartitionOf(1), hourglass.PartitionOf(2))
+	var l *window.Loader
+	parts := cluster.Track(own, func() { l.Wake() })
+	l = window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: time.Minute, LoadInterval: time.Hour, Parts: parts, Clock: clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, func() bool { return h.has(1) && h.has(2) }, "the owned partitions' items")
+	if h.has(3) || h.has(4) {
+		t.Fatalf("held %v: items of partitions not owned", h.m)
+	}
+	clock.Advance(time.Minute) // all due now, and beyond nothing
+	own.Move([]int{hourglass.PartitionOf(3)}, nil)
+	waitFor(t, func() bool { return h.has(3) }, "the gained partition's overdue item")
+	if h.has(4) {
+		t.Fatal("an item of a partition never owned was loaded")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNothingFallsBetweenLoadsAndOffers: items committed while loads run
+// (each offered after its commit, as the engine does after CreateOrder)
+// end up handed over whenever they are due within the horizon: the
+// horizon is raised before the query, so each is seen by a load or taken
+// by its offer.
+func TestNothingFallsBetweenLoadsAndOffers(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	tb, h := &table{}, newHeld()
+	l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: 100 * time.Millisecond, PageSize: 3, Clock: clock})
+	var wg sync.WaitGroup
+	const n = 2000
+	wg.Go(func() {
+		for i := range n {
+			it := tb.add(int64(i+1), clock.Now().Add(time.Duration(rand.IntN(200))*time.Millisecond))
+			l.Offer(context.Background(), []hourglass.Timer{it})
+		}
+	})
+	wg.Go(func() {
+		for range 400 {
+			clock.Advance(time.Millisecond)
+			if err := l.Load(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	horizon := l.Horizon()
+	for _, it := range tb.items {
+		if hourglass.UnixMilli(it.Deadline) <= horizon && !h.has(it.OrderID) {
+			t.Fatalf("item %d due %s, within the horizon, was never handed over", it.OrderID, it.Deadline)
+		}
+	}
+}
+
+// TestOfferSinkFailure: a sink's error reaches Offer's caller (the engine
+// logs it and leaves the item to the loader or the sweeper), and Offer
+// neither reorders nor filters the caller's slice in place.
+func TestOfferSinkFailure(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	tb := &table{}
+	broken := errors.New("scheduler gone")
+	var got []hourglass.Timer
+	sink := func(_ context.Context, ts []hourglass.Timer) error { got = ts; return broken }
+	for _, maxHeld := range []int{0, 10} {
+		l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: sink, Window: time.Minute, Clock: clock,
+			MaxHeld: maxHeld, Held: func() int { return 0 }})
+		l.Load(context.Background()) // empty: sinks nothing
+		items := []hourglass.Timer{{OrderID: 2, Deadline: at(30 * time.Second)}, {OrderID: 3, Deadline: at(time.Hour)}, {OrderID: 1, Deadline: at(time.Second)}}
+		before := slices.Clone(items)
+		if _, err := l.Offer(context.Background(), items); !errors.Is(err, broken) {
+			t.Fatalf("MaxHeld %d: Offer = %v, want the sink's error", maxHeld, err)
+		}
+		if !slices.Equal(items, before) {
+			t.Fatalf("MaxHeld %d: Offer changed the caller's slice to %v", maxHeld, items)
+		}
+		if len(got) != 2 || slices.ContainsFunc(got, func(t hourglass.Timer) bool { return t.OrderID == 3 }) {
+			t.Fatalf("MaxHeld %d: sink got %v, want the two items within the horizon", maxHeld, got)
+		}
+	}
+}
