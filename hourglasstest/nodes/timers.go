@@ -31,9 +31,11 @@ type ArmedTimer struct {
 	Key string
 	// FireAt is the fire_at the arm sent (absolute, whole milliseconds,
 	// so that a retry through another node is the same request).
-	FireAt   time.Time
-	Attempts []Attempt
-	Outcome  Outcome
+	FireAt time.Time
+	// AnsweredAt is when the arm's last attempt ended.
+	AnsweredAt time.Time
+	Attempts   []Attempt
+	Outcome    Outcome
 	// Rearm and Cancel are what the load did next, through another node
 	// than the one that acknowledged the arm; at most one is set, and only
 	// after an acknowledged arm.
@@ -151,7 +153,7 @@ func (l *Load) arm(ctx context.Context, a *ArmedTimer, next timerNext, rearmLead
 	})
 	release()
 	l.mu.Lock()
-	a.Attempts, a.Outcome = attempts, outcome
+	a.Attempts, a.Outcome, a.AnsweredAt = attempts, outcome, time.Now()
 	l.mu.Unlock()
 	if next == timerKeep || outcome != Acknowledged {
 		return
@@ -259,13 +261,13 @@ func judgeTimers(armed []*ArmedTimer, timers []hourglass.NamedTimer, events map[
 		}
 
 		// What it may have ended as, given the answers to its changes.
-		fireAts := []time.Time{a.FireAt}
+		fireAts := []armedFor{{a.FireAt, a.AnsweredAt, a.Outcome}}
 		twice := false // it may have fired at its first time, then been re-armed
 		if r := a.Rearm; r != nil && (r.Outcome == Acknowledged || r.Outcome == Unknown) {
 			if r.Outcome == Acknowledged {
 				fireAts = fireAts[:0]
 			}
-			fireAts = append(fireAts, r.FireAt)
+			fireAts = append(fireAts, armedFor{r.FireAt, r.AnsweredAt, r.Outcome})
 			twice = r.AnsweredAt.After(a.FireAt)
 		}
 		c := a.Cancel
@@ -295,7 +297,7 @@ func judgeTimers(armed []*ArmedTimer, timers []hourglass.NamedTimer, events map[
 				v.problem(ProblemTimerLost, "timer %s is fired without fired_at", a.Key)
 				continue
 			}
-			if !slices.ContainsFunc(fireAts, tm.FireAt.Equal) {
+			if !slices.ContainsFunc(fireAts, func(f armedFor) bool { return f.wrote(tm.FireAt) }) {
 				v.problem(ProblemTimerContradicted, "timer %s fired for fire_at %s, but was last armed for %s", a.Key, fmtTime(tm.FireAt), fmtTimes(fireAts))
 			}
 			f := Fire{TimerID: tm.ID, Key: tm.Key, Partition: hourglass.PartitionOf(tm.ID), FireAt: tm.FireAt, FiredAt: tm.FiredAt}
@@ -324,6 +326,30 @@ func judgeTimers(armed []*ArmedTimer, timers []hourglass.NamedTimer, events map[
 	}
 }
 
+// armedFor is an arm or re-arm request: the fire_at it sent, when it was
+// answered, and how.
+type armedFor struct {
+	sent, answered time.Time
+	outcome        Outcome
+}
+
+// wrote reports whether a timer's stored fire_at can be what the request
+// wrote: the time it sent, or, when that time had passed by the time a
+// node handled it (slow answers, retries through another node), the
+// database's now then, which is after the time sent and, for an answered
+// request, before the answer (1 ms for the store's rounding up).
+func (f armedFor) wrote(fireAt time.Time) bool {
+	if fireAt.Equal(f.sent) {
+		return true
+	}
+	if !fireAt.After(f.sent) {
+		return false
+	}
+	return f.outcome != Acknowledged || !fireAt.After(f.answered.Add(time.Millisecond))
+}
+
+func (f armedFor) String() string { return fmtTime(f.sent) }
+
 func changeString(c *TimerChange) string {
 	if c == nil {
 		return "none sent"
@@ -331,10 +357,10 @@ func changeString(c *TimerChange) string {
 	return fmt.Sprintf("cancel %s %v", c.Outcome, c.Attempts)
 }
 
-func fmtTimes(ts []time.Time) string {
+func fmtTimes(ts []armedFor) string {
 	s := make([]string, len(ts))
 	for i, t := range ts {
-		s[i] = fmtTime(t)
+		s[i] = t.String()
 	}
 	return strings.Join(s, " or ")
 }

@@ -54,6 +54,12 @@ func TestJudgeTimers(t *testing.T) {
 			Cancel: &TimerChange{Outcome: Unknown, Attempts: []Attempt{{Node: "b", Err: "EOF"}, {Node: "c", Status: 409, Code: string(hourglass.CodeTimerFired)}}}}, cancelled, 0, []string{ProblemTimerContradicted}},
 		{"cancel unanswered, fired", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked,
 			Cancel: &TimerChange{Outcome: Unknown, Attempts: []Attempt{{Node: "b", Err: "EOF"}}}}, fired(at, at), 1, nil},
+		{"arm handled after its fire_at: now is stored", ArmedTimer{FireAt: at, AnsweredAt: at.Add(300 * time.Millisecond), Outcome: Acknowledged, Attempts: acked},
+			fired(at.Add(200*time.Millisecond), at.Add(210*time.Millisecond)), 1, nil},
+		{"stored fire_at after the arm's answer", ArmedTimer{FireAt: at, AnsweredAt: at.Add(300 * time.Millisecond), Outcome: Acknowledged, Attempts: acked},
+			fired(at.Add(500*time.Millisecond), at.Add(510*time.Millisecond)), 1, []string{ProblemTimerContradicted}},
+		{"stored fire_at before the arm's", ArmedTimer{FireAt: at, AnsweredAt: at.Add(300 * time.Millisecond), Outcome: Acknowledged, Attempts: acked},
+			fired(at.Add(-time.Millisecond), at), 1, []string{ProblemTimerContradicted}},
 		{"cancelled without a cancel", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked}, cancelled, 0, []string{ProblemTimerContradicted}},
 	}
 	for _, tt := range tests {
