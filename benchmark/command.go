@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,7 @@ type Command struct {
 	DatabaseURL   []string      `help:"Run every mechanism on each of these stores (a new scratch database on each server, dropped afterwards); '' or sqlite is the embedded SQLite. Repeat the flag to compare stores." name:"database-url" sep:"none" default:""`
 	Burst         int           `help:"Run the mass-expiry workload instead: this many orders for one SKU, all due at one instant (created as fast as the store allows), closed at default settings on each of --backends; 0 runs the steady workload."`
 	BurstWebhooks string        `help:"With --burst: comma-separated webhook counts (to a local receiver) to run the burst with, to show the fan-out's cost." default:"0,5"`
+	CPUProfile    string        `help:"Write a CPU profile of the whole run (every system) to this file, for go tool pprof." name:"cpuprofile" type:"path"`
 	delay.Flags   `embed:""`
 }
 
@@ -53,6 +55,17 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		RaceFraction: b.RaceFraction, RaceJitter: b.RaceJitter, Grace: b.Grace, Seed: b.Seed}
 	if err := w.Validate(); err != nil {
 		return err
+	}
+	if b.CPUProfile != "" {
+		f, err := os.Create(b.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if b.Burst > 0 {
 		return b.runBurst(ctx, log)
