@@ -285,11 +285,14 @@ func New(store Store, cfg Config) (*Service, error) {
 	if transport == nil {
 		dialer := newDialer(cfg.Allow, cfg.AllowPrivate, cfg.Timeout)
 		transport = &http.Transport{
-			Proxy:                 nil, // a proxy would dial for us, past the address check
-			DialContext:           dialer.DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          100,
-			MaxIdleConnsPerHost:   8,
+			Proxy:             nil, // a proxy would dial for us, past the address check
+			DialContext:       dialer.DialContext,
+			ForceAttemptHTTP2: true,
+			// Every worker may be sending to the same receiver: keeping
+			// fewer idle connections per host than workers closes and
+			// redials the rest after each round.
+			MaxIdleConns:          max(100, cfg.Workers),
+			MaxIdleConnsPerHost:   cfg.Workers,
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   cfg.Timeout,
 			ResponseHeaderTimeout: cfg.Timeout,
