@@ -166,10 +166,15 @@ func Open(cfg Config) (*Store, error) {
 		Flags:    sqlite.OpenReadWrite | sqlite.OpenURI,
 		PoolSize: cfg.ReadPoolSize,
 		PrepareConn: func(c *sqlite.Conn) error {
-			if err := sqlitex.ExecuteTransient(c, "PRAGMA query_only = 1", nil); err != nil {
-				return err
+			// A reader's cache is emptied by each read that follows a
+			// commit (see pinAllocatorPages), so a large one buys little
+			// while the writer is busy and holds allocator pages: 256 KiB.
+			for _, pragma := range []string{"PRAGMA query_only = 1", "PRAGMA busy_timeout = 5000", "PRAGMA cache_size = -256"} {
+				if err := sqlitex.ExecuteTransient(c, pragma, nil); err != nil {
+					return err
+				}
 			}
-			return sqlitex.ExecuteTransient(c, "PRAGMA busy_timeout = 5000", nil)
+			return nil
 		},
 	})
 	if err != nil {
