@@ -321,6 +321,21 @@ type AttemptResult struct {
 	// RetryAt is when to try again after a failure; zero makes the delivery a
 	// dead letter.
 	RetryAt time.Time
+	// WebhookID and OrderID name the delivery's event stream, whose next
+	// delivery RecordAttempt returns once this one is resolved.
+	WebhookID, OrderID int64
+}
+
+// AttemptRecord is what DeliveryStore.RecordAttempt did.
+type AttemptRecord struct {
+	// Recorded is false when nothing changed: the delivery was no longer
+	// pending with the attempt count the result names.
+	Recorded bool
+	// Next is, when the attempt resolved the delivery (delivered or dead),
+	// the earliest pending delivery left in its stream (AttemptResult's
+	// WebhookID and OrderID): the one to send next. Zero when there is none
+	// or the delivery stays pending.
+	Next DeliveryTimer
 }
 
 // WebhookStore keeps webhook subscriptions and dead letters: what the API
@@ -390,10 +405,11 @@ type DeliveryStore interface {
 	// dead, or deleted with its webhook).
 	PendingDelivery(ctx context.Context, id int64) (PendingDelivery, error)
 	// RecordAttempt records an attempt's outcome: delivered (the row is
-	// removed), retry at r.RetryAt, or dead. It returns false, changing
-	// nothing, when the delivery is no longer pending with r.Attempts
-	// attempts (another attempt recorded first, or its webhook was deleted).
-	RecordAttempt(ctx context.Context, r AttemptResult) (bool, error)
+	// removed), retry at r.RetryAt, or dead; once resolved, it also returns
+	// the stream's next delivery. It changes nothing (Recorded false) when
+	// the delivery is no longer pending with r.Attempts attempts (another
+	// attempt recorded first, or its webhook was deleted).
+	RecordAttempt(ctx context.Context, r AttemptResult) (AttemptRecord, error)
 	// NextDelivery returns the earliest pending delivery of a webhook's event
 	// stream for one order, the one to send next; false if there is none.
 	NextDelivery(ctx context.Context, webhookID, orderID int64) (DeliveryTimer, bool, error)

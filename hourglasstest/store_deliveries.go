@@ -206,28 +206,33 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		check("new", true, first.ID)
 		// A retry later than the second keeps the order: the second waits.
 		retryAt := f.clock.Now().Add(time.Hour)
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: first.ID, Error: "x", RetryAt: retryAt}); !ok || err != nil {
-			t.Fatalf("record retry: %v, %v", ok, err)
+		stream := func(r hourglass.AttemptResult) hourglass.AttemptResult {
+			r.WebhookID, r.OrderID = w.ID, o.ID
+			return r
 		}
+		// RecordAttempt returns the stream's next delivery once it resolves
+		// one, and only then.
+		record := func(step string, r hourglass.AttemptResult, next int64) {
+			t.Helper()
+			rec, err := f.db.RecordAttempt(f.ctx, stream(r))
+			if err != nil || !rec.Recorded || rec.Next.ID != next {
+				t.Fatalf("%s: RecordAttempt = %+v, %v; want recorded, next %d", step, rec, err, next)
+			}
+		}
+		record("retry", hourglass.AttemptResult{ID: first.ID, Error: "x", RetryAt: retryAt}, 0)
 		check("first retried later", true, first.ID)
 		if d, _ := f.db.PendingDelivery(f.ctx, second.ID); !d.BlockedBy.At.Equal(retryAt) {
 			t.Fatalf("BlockedBy.At = %v, want the first's new time %v", d.BlockedBy.At, retryAt)
 		}
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: first.ID, Attempts: 1, Error: "x"}); !ok || err != nil {
-			t.Fatalf("record dead: %v, %v", ok, err)
-		}
+		record("dead", hourglass.AttemptResult{ID: first.ID, Attempts: 1, Error: "x"}, second.ID)
 		check("first dead", false, second.ID) // a dead letter blocks nothing
 		if _, err := f.db.RetryDeadLetter(f.ctx, first.ID); err != nil {
 			t.Fatal(err)
 		}
 		check("first retried from dead", true, first.ID)
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: first.ID, Attempts: 0, OK: true}); !ok || err != nil {
-			t.Fatalf("record delivered: %v, %v", ok, err)
-		}
+		record("first delivered", hourglass.AttemptResult{ID: first.ID, Attempts: 0, OK: true}, second.ID)
 		check("first delivered", false, second.ID)
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: second.ID, Attempts: 0, OK: true}); !ok || err != nil {
-			t.Fatalf("record delivered: %v, %v", ok, err)
-		}
+		record("second delivered", hourglass.AttemptResult{ID: second.ID, Attempts: 0, OK: true}, 0)
 		if tm, ok, err := f.db.NextDelivery(f.ctx, w.ID, o.ID); err != nil || ok {
 			t.Fatalf("NextDelivery of a delivered stream = %+v, %v, %v", tm, ok, err)
 		}
@@ -272,8 +277,8 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		}
 		// A retry moves a delivery to its new time.
 		retryAt := Epoch.Add(time.Hour)
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: want[0].ID, Error: "HTTP 502", RetryAt: retryAt}); !ok || err != nil {
-			t.Fatalf("record retry: %v, %v", ok, err)
+		if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: want[0].ID, Error: "HTTP 502", RetryAt: retryAt}); !rec.Recorded || err != nil {
+			t.Fatalf("record retry: %v, %v", rec.Recorded, err)
 		}
 		moved := append(slices.Clone(want[1:]), hourglass.DeliveryTimer{ID: want[0].ID, At: retryAt})
 		if got := f.due(t, farFuture); !sameDue(got, moved) {
@@ -298,11 +303,11 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		}
 		record := func(r hourglass.AttemptResult) bool {
 			t.Helper()
-			ok, err := f.db.RecordAttempt(f.ctx, r)
+			rec, err := f.db.RecordAttempt(f.ctx, r)
 			if err != nil {
 				t.Fatalf("RecordAttempt(%+v): %v", r, err)
 			}
-			return ok
+			return rec.Recorded
 		}
 		pending := func(id int64) hourglass.PendingDelivery {
 			t.Helper()
@@ -403,11 +408,11 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 				if g%3 == 0 {
 					r = hourglass.AttemptResult{ID: ds[0].ID, Attempts: 0, OK: true}
 				}
-				ok, err := f.db.RecordAttempt(f.ctx, r)
+				rec, err := f.db.RecordAttempt(f.ctx, r)
 				if err != nil {
 					t.Errorf("RecordAttempt: %v", err)
 				}
-				if ok {
+				if rec.Recorded {
 					won.Add(1)
 				}
 			}()
@@ -437,8 +442,8 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		f.clock.Advance(time.Minute)
 		var dead []hourglass.DeadLetter
 		for i, d := range ds[:5] {
-			if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: d.ID, Error: fmt.Sprint("error ", i)}); !ok || err != nil {
-				t.Fatalf("record dead: %v, %v", ok, err)
+			if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: d.ID, Error: fmt.Sprint("error ", i)}); !rec.Recorded || err != nil {
+				t.Fatalf("record dead: %v, %v", rec.Recorded, err)
 			}
 			dead = append(dead, hourglass.DeadLetter{ID: d.ID, WebhookID: w.ID, EventID: d.EventID, EventType: d.EventType, OrderID: d.OrderID,
 				Attempts: 1, LastError: fmt.Sprint("error ", i), FailedAt: f.clock.Now()})
@@ -487,8 +492,8 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		wantCode(t, err, hourglass.CodeNotFound)
 		_, err = f.db.RetryDeadLetter(f.ctx, 999999)
 		wantCode(t, err, hourglass.CodeNotFound)
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: retried.ID, Attempts: 0, OK: true}); !ok || err != nil {
-			t.Fatalf("deliver the retried one: %v, %v", ok, err)
+		if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: retried.ID, Attempts: 0, OK: true}); !rec.Recorded || err != nil {
+			t.Fatalf("deliver the retried one: %v, %v", rec.Recorded, err)
 		}
 
 		// Delete: gone, once.
@@ -534,8 +539,8 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 			t.Fatalf("deliveries %v and %v, want 3 each", goneIDs, keptIDs)
 		}
 		for _, id := range []int64{goneIDs[0], keptIDs[0]} {
-			if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: id, Error: "x"}); !ok || err != nil {
-				t.Fatalf("record dead: %v, %v", ok, err)
+			if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: id, Error: "x"}); !rec.Recorded || err != nil {
+				t.Fatalf("record dead: %v, %v", rec.Recorded, err)
 			}
 		}
 		if got := f.deliveryCounts(t); got != [2]int{4, 2} {
@@ -550,8 +555,8 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		for _, id := range goneIDs[1:] {
 			_, err := f.db.PendingDelivery(f.ctx, id)
 			wantCode(t, err, hourglass.CodeNotFound)
-			if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: id, Attempts: 0, OK: true}); ok || err != nil {
-				t.Fatalf("RecordAttempt of a deleted webhook's delivery = %v, %v; want false", ok, err)
+			if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: id, Attempts: 0, OK: true}); rec.Recorded || err != nil {
+				t.Fatalf("RecordAttempt of a deleted webhook's delivery = %v, %v; want false", rec.Recorded, err)
 			}
 		}
 		_, err := f.db.RetryDeadLetter(f.ctx, goneIDs[0])

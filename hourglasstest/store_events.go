@@ -128,8 +128,8 @@ func exerciseEvents(t *testing.T, h StoreHarness) {
 		for _, d := range f.pendingDeliveries(t) {
 			switch d.OrderID {
 			case keptDead.ID:
-				if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: d.ID, Error: "HTTP 500"}); !ok || err != nil {
-					t.Fatalf("record dead: %v, %v", ok, err)
+				if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: d.ID, Error: "HTTP 500"}); !rec.Recorded || err != nil {
+					t.Fatalf("record dead: %v, %v", rec.Recorded, err)
 				}
 			case keptPending.ID:
 				pendingID = d.ID
@@ -167,8 +167,8 @@ func exerciseEvents(t *testing.T, h StoreHarness) {
 			t.Fatalf("pending delivery after prune: %+v, %v", d, err)
 		}
 		// Once delivered, its event may go.
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: pendingID, OK: true}); !ok || err != nil {
-			t.Fatalf("record delivered: %v, %v", ok, err)
+		if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: pendingID, OK: true}); !rec.Recorded || err != nil {
+			t.Fatalf("record delivered: %v, %v", rec.Recorded, err)
 		}
 		if n, err := f.db.PruneEvents(f.ctx, before, 1000); err != nil || n != 1 {
 			t.Fatalf("PruneEvents after delivery = %d, %v; want 1", n, err)

@@ -518,8 +518,8 @@ func exerciseTimers(t *testing.T, h StoreHarness) {
 		}
 		// A dead letter of a timer's event.
 		dead := byKey[key{closedHook.ID, direct.ID}]
-		if ok, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: dead.ID, Error: "HTTP 500"}); !ok || err != nil {
-			t.Fatalf("record dead: %v, %v", ok, err)
+		if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: dead.ID, Error: "HTTP 500"}); !rec.Recorded || err != nil {
+			t.Fatalf("record dead: %v, %v", rec.Recorded, err)
 		}
 		dls, err := f.db.DeadLetters(f.ctx, 0, 10)
 		if err != nil || len(dls) != 1 || dls[0].ID != dead.ID || dls[0].OrderID != direct.ID || dls[0].EventType != hourglass.EventTimerFired || dls[0].EventID != dead.EventID {

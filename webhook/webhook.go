@@ -547,7 +547,7 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	if ctx.Err() != nil {
 		return hourglass.DeliveryTimer{}, false // cancelled by shutdown: not an attempt
 	}
-	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, Error: reason}
+	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, Error: reason, WebhookID: d.WebhookID, OrderID: d.OrderID}
 	outcome := OutcomeDelivered
 	if !ok {
 		outcome = OutcomeDead
@@ -556,12 +556,12 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 			r.RetryAt = s.clock.Now().Add(s.backoff(d.Attempts))
 		}
 	}
-	recorded, err := s.store.RecordAttempt(ctx, r)
+	rec, err := s.store.RecordAttempt(ctx, r)
 	if err != nil {
 		// The delivery stays pending as it was, due: it is sent again.
 		return retryLater(err, "recording an attempt")
 	}
-	if !recorded {
+	if !rec.Recorded {
 		return hourglass.DeliveryTimer{}, false // its webhook was deleted meanwhile
 	}
 	s.obs.WebhookAttempted(outcome)
@@ -574,26 +574,15 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 		s.log.Error("webhook: delivery failed its last attempt; moved to the dead letters", "delivery", id, "event", d.EventID,
 			"webhook", d.WebhookID, "attempts", d.Attempts+1, "err", reason)
 	}
-	s.resolved(ctx, d)
-	return hourglass.DeliveryTimer{}, false
-}
-
-// resolved wakes the next delivery of d's stream (same webhook and order)
-// now that d is no longer pending.
-func (s *Service) resolved(ctx context.Context, d hourglass.PendingDelivery) {
-	next, found, err := s.store.NextDelivery(ctx, d.WebhookID, d.OrderID)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("webhook: finding the next delivery of an order failed; its safety timer will send it", "webhook", d.WebhookID, "order", d.OrderID, "err", err)
-		}
-		return
-	}
-	if found {
+	// Resolved: wake the next delivery of its stream (same webhook and
+	// order), which an earlier attempt found blocked by this one.
+	if next := rec.Next; next.ID != 0 {
 		if now := s.clock.Now(); next.At.Before(now) {
 			next.At = now
 		}
 		s.schedule(next, true)
 	}
+	return hourglass.DeliveryTimer{}, false
 }
 
 // backoff returns the delay after a failed attempt when attempts were made

@@ -354,7 +354,7 @@ WHERE webhook_id = ? AND order_id = ? AND state = 'pending' ORDER BY event_seq L
 
 // RecordAttempt implements hourglass.DeliveryStore: one autocommit
 // statement, a compare-and-set on (state 'pending', attempts).
-func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (bool, error) {
+func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
 	msg := r.Error
 	if len(msg) > maxLastError {
 		msg = msg[:maxLastError]
@@ -375,15 +375,22 @@ WHERE id = ? AND state = 'pending' AND attempts = ?`
 WHERE id = ? AND state = 'pending' AND attempts = ?`
 		args = []any{[]byte(msg), hourglass.UnixMilli(r.RetryAt), r.ID, r.Attempts}
 	}
-	var recorded bool
+	var rec hourglass.AttemptRecord
 	err := s.retry(ctx, fmt.Sprintf("record attempt of delivery %d", r.ID), func() error {
 		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
 		n, err := res.RowsAffected()
-		recorded = n == 1
+		rec.Recorded = n == 1
 		return err
 	})
-	return recorded, err
+	if err != nil || !rec.Recorded || !r.OK && !r.RetryAt.IsZero() {
+		return rec, err
+	}
+	next, found, err := s.NextDelivery(ctx, r.WebhookID, r.OrderID)
+	if found {
+		rec.Next = next
+	}
+	return rec, err
 }

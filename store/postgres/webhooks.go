@@ -320,7 +320,7 @@ WHERE webhook_id = $1 AND order_id = $2 AND state = 'pending' ORDER BY event_seq
 // RecordAttempt implements hourglass.DeliveryStore: a compare-and-set on
 // (state pending, attempts); false when another attempt was recorded first
 // or the delivery is gone. Errors: unavailable.
-func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (bool, error) {
+func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
 	var (
 		sql  string
 		args = []any{r.ID, r.Attempts}
@@ -337,13 +337,20 @@ failed_at = COALESCE($4::bigint, ` + dbNow + `) WHERE id = $1 AND state = 'pendi
 WHERE id = $1 AND state = 'pending' AND attempts = $2`
 		args = append(args, r.Error, hourglass.UnixMilli(r.RetryAt))
 	}
-	var recorded bool
+	var rec hourglass.AttemptRecord
 	err := s.retry(func() error {
 		ct, err := s.pool.Exec(ctx, sql, args...)
-		recorded = err == nil && ct.RowsAffected() == 1
+		rec.Recorded = err == nil && ct.RowsAffected() == 1
 		return err
 	})
-	return recorded, s.fail("record delivery attempt", err)
+	if err != nil || !rec.Recorded || !r.OK && !r.RetryAt.IsZero() {
+		return rec, s.fail("record delivery attempt", err)
+	}
+	next, found, err := s.NextDelivery(ctx, r.WebhookID, r.OrderID)
+	if found {
+		rec.Next = next
+	}
+	return rec, err
 }
 
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by

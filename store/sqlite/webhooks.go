@@ -367,26 +367,34 @@ func (s *Store) NextDelivery(ctx context.Context, webhookID, orderID int64) (hou
 		found bool
 	)
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_stream
-WHERE webhook_id = ?1 AND order_id = ?2 AND state = 'pending' ORDER BY event_seq LIMIT 1`)
-		stmt.BindInt64(1, webhookID)
-		stmt.BindInt64(2, orderID)
 		var err error
-		found, err = step(stmt, func(st *sqlite.Stmt) {
-			out = hourglass.DeliveryTimer{ID: st.ColumnInt64(0), At: hourglass.FromUnixMilli(st.ColumnInt64(1))}
-		})
-		if err != nil {
-			return fmt.Errorf("sqlite: next delivery of webhook %d, order %d: %w", webhookID, orderID, err)
-		}
-		return nil
+		out, found, err = nextDelivery(conn, webhookID, orderID)
+		return err
 	})
 	return out, found, err
 }
 
+// nextDelivery is NextDelivery on conn, a reader's or the writer's.
+func nextDelivery(conn *sqlite.Conn, webhookID, orderID int64) (hourglass.DeliveryTimer, bool, error) {
+	var out hourglass.DeliveryTimer
+	stmt := conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_stream
+WHERE webhook_id = ?1 AND order_id = ?2 AND state = 'pending' ORDER BY event_seq LIMIT 1`)
+	stmt.BindInt64(1, webhookID)
+	stmt.BindInt64(2, orderID)
+	found, err := step(stmt, func(st *sqlite.Stmt) {
+		out = hourglass.DeliveryTimer{ID: st.ColumnInt64(0), At: hourglass.FromUnixMilli(st.ColumnInt64(1))}
+	})
+	if err != nil {
+		return out, false, fmt.Errorf("sqlite: next delivery of webhook %d, order %d: %w", webhookID, orderID, err)
+	}
+	return out, found, nil
+}
+
 // RecordAttempt implements hourglass.DeliveryStore.
-func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (bool, error) {
-	var recorded bool
+func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
+	var rec hourglass.AttemptRecord
 	err := s.writeLow(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		rec = hourglass.AttemptRecord{}
 		nowMs := hourglass.UnixMilli(now)
 		var stmt *sqlite.Stmt
 		switch {
@@ -408,8 +416,17 @@ WHERE id = ?1 AND state = 'pending' AND attempts = ?2`)
 		if _, err := step(stmt, nil); err != nil {
 			return fmt.Errorf("sqlite: record attempt of delivery %d: %w", r.ID, err)
 		}
-		recorded = conn.Changes() == 1
-		return nil
+		rec.Recorded = conn.Changes() == 1
+		if !rec.Recorded || !r.OK && !r.RetryAt.IsZero() {
+			return nil
+		}
+		// On the writer, whose cache the last commit did not empty (a
+		// reader's it would).
+		next, found, err := nextDelivery(conn, r.WebhookID, r.OrderID)
+		if found {
+			rec.Next = next
+		}
+		return err
 	})
-	return recorded, err
+	return rec, err
 }
