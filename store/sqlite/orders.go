@@ -440,6 +440,7 @@ RETURNING id, deadline, items`)
 	if err != nil {
 		return nil, err
 	}
+	s.fannedOut(fanned, len(closed))
 	if fanned > 0 {
 		s.deliveries.notify()
 	}
