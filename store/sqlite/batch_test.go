@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,5 +59,57 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 	}
 	if _, err := s.Product(ctx, "BAD"); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
 		t.Fatalf("the broken write's row survived: %v", err)
+	}
+}
+
+// TestUrgentWeightFollowsFanOut: a close batch weighs its orders times one
+// plus the deliveries the latest close fanned out per order, so that with
+// webhooks a commit holds fewer closes; without webhooks the weight is the
+// order count again.
+func TestUrgentWeightFollowsFanOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := seedBurst(t, s, "HOT", 30, time.Now().Add(-time.Second))
+	closeTen := func(from int64) {
+		t.Helper()
+		ids := make([]int64, 10)
+		for i := range ids {
+			ids[i] = from + int64(i)
+		}
+		closed, err := s.CloseOrders(ctx, ids)
+		if err != nil || len(closed) != 10 {
+			t.Fatalf("CloseOrders = %d closed, %v; want 10", len(closed), err)
+		}
+	}
+	closeTen(first)
+	if got := s.urgentWeight(10); got != 10 {
+		t.Fatalf("weight of 10 closes without webhooks = %d, want 10", got)
+	}
+	var hooks []hourglass.Webhook
+	for i := range 3 {
+		w, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("https://hooks.example.com/%d", i),
+			Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "0123456789abcdef"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooks = append(hooks, w)
+	}
+	closeTen(first + 10)
+	if got := s.urgentWeight(10); got != 40 {
+		t.Fatalf("weight of 10 closes with 3 webhooks = %d, want 40", got)
+	}
+	for _, w := range hooks {
+		if _, err := s.DeleteWebhook(ctx, w.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeTen(first + 20)
+	if got := s.urgentWeight(10); got != 10 {
+		t.Fatalf("weight of 10 closes after the webhooks were deleted = %d, want 10", got)
 	}
 }

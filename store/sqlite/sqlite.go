@@ -274,8 +274,11 @@ func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.
 // writeUrgent is write for closes of n orders: they jump the queue of API
 // writes, so a burst of creates cannot make a deadline late.
 func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.submit(ctx, n*int(1+s.fanout.Load()), run)
+	return s.submit(ctx, s.urgentWeight(n), run)
 }
+
+// urgentWeight is an urgent op's weight for n orders (see op.orders).
+func (s *Store) urgentWeight(n int) int { return n * int(1+s.fanout.Load()) }
 
 // fannedOut records how many webhook deliveries a close created for n
 // orders, which weighs the next urgent ops (closes and timer fires): with 5 webhooks a close
