@@ -206,6 +206,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 		stmt := conn.Prep(`DELETE FROM events WHERE seq IN (
 	SELECT e.seq FROM events e WHERE e.created_at < ?1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
+	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq BETWEEN p.first_seq AND p.last_seq)
 	ORDER BY e.created_at LIMIT ?2)`)
 		stmt.BindInt64(1, hourglass.UnixMilli(before))
 		stmt.BindInt64(2, int64(limit))

@@ -444,6 +444,9 @@ RETURNING id, deadline, items`)
 	if fanned > 0 {
 		s.deliveries.notify()
 	}
+	if s.fanOutDeferred.Load() {
+		s.pendingFanOut.notify()
+	}
 	return closed, nil
 }
 
@@ -474,6 +477,20 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 	if s.webhookCount(conn) <= 0 {
 		return 0, nil
 	}
+	if s.queue.Urgent() > 0 {
+		// More closes are queued behind this one (a burst): leave the
+		// deliveries to fanOutLoop, so the close transactions are not
+		// several times longer for them.
+		stmt := conn.Prep(`INSERT INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
+		stmt.BindInt64(1, first)
+		stmt.BindInt64(2, last)
+		stmt.BindText(3, string(typ))
+		if _, err := step(stmt, nil); err != nil {
+			return 0, fmt.Errorf("sqlite: defer the fan-out of %d %s events: %w", len(closed), typ, err)
+		}
+		s.fanOutDeferred.Store(true)
+		return 0, nil
+	}
 	return fanOutEvents(conn, nowMs, typ, first, last)
 }
 
@@ -481,10 +498,10 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 // last], all of type typ, to every webhook subscribed to typ or "*", with
 // one INSERT … SELECT per subscribed type. It returns the number created.
 //
-// Every event with a seq in [first, last] must have been inserted just now
-// by the calling op: the single writer inserts nothing in between, and a
-// new seq is above every existing one. Deliveries are created in seq order,
-// so each (webhook, order) stream stays in event order. OR FAIL: as
+// Every event with a seq in [first, last] must be of type typ: one op
+// wrote them all (the single writer inserts nothing in between). Streams
+// are ordered by event seq, so deliveries created later (a deferred fan-out,
+// see fanOutLoop) still keep each (webhook, order) stream in event order. OR FAIL: as
 // CloseOrders' UPDATE, the statement needs no statement journal (the op's
 // failure rolls its transaction back).
 func fanOutEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, first, last int64) (int, error) {

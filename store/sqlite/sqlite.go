@@ -97,6 +97,11 @@ type Store struct {
 	// fanout is the webhook deliveries per order the latest close created,
 	// rounded up: see fannedOut.
 	fanout atomic.Int64
+	// fanOutDeferred is set when a close left its deliveries in
+	// fanout_pending (and at Open); pendingFanOut wakes fanOutLoop.
+	fanOutDeferred         atomic.Bool
+	pendingFanOut          notifier
+	fanOutStop, fanOutDone chan struct{}
 }
 
 var _ hourglass.Store = (*Store)(nil)
@@ -192,8 +197,13 @@ func Open(cfg Config) (*Store, error) {
 	s.done = make(chan struct{})
 	s.probeDone = make(chan struct{})
 	s.probeStop = make(chan struct{})
+	s.fanOutDone = make(chan struct{})
+	s.fanOutStop = make(chan struct{})
+	s.fanOutDeferred.Store(true) // a crash may have left some: look at once
+	s.pendingFanOut.notify()
 	go s.writeLoop()
 	go s.probeLoop()
+	go s.fanOutLoop()
 	opened = true
 	return s, nil
 }
@@ -244,6 +254,8 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.probeStop)
 		<-s.probeDone
+		close(s.fanOutStop)
+		<-s.fanOutDone
 		s.queue.Close()
 		<-s.done
 		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())

@@ -88,6 +88,13 @@ func (q *Queue[T]) Len() int {
 	return len(q.urgent) + len(q.normal) + len(q.low)
 }
 
+// Urgent returns how many urgent items are waiting.
+func (q *Queue[T]) Urgent() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.urgent)
+}
+
 // Close refuses further pushes; the items already queued are still taken.
 // It is idempotent.
 func (q *Queue[T]) Close() {

@@ -13,8 +13,14 @@ func TestUrgentFirstInOrderAndBounded(t *testing.T) {
 	}
 	q.Push(100, true)
 	q.Push(101, true)
+	if got := q.Urgent(); got != 2 {
+		t.Fatalf("Urgent() = %d, want 2", got)
+	}
 	if got := q.Take(nil, 4); !slices.Equal(got, []int{100, 101, 1, 2}) {
 		t.Fatalf("first batch %v, want the urgent ones first, then the oldest normal ones, at most 4", got)
+	}
+	if got := q.Urgent(); got != 0 {
+		t.Fatalf("Urgent() after the take = %d, want 0", got)
 	}
 	if got := q.Take(nil, 4); !slices.Equal(got, []int{3, 4, 5}) {
 		t.Fatalf("second batch %v", got)

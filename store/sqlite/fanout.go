@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"zombiezen.com/go/sqlite"
+
+	"github.com/hourglass/hourglass"
+)
+
+const (
+	// fanOutCheck is how often fanOutLoop looks at fanout_pending without
+	// a wake-up, and fanOutPoll how often it asks whether closes are
+	// still queued.
+	fanOutCheck = time.Second
+	fanOutPoll  = 5 * time.Millisecond
+	// fanOutMaxWait bounds how long one deferred fan-out waits for the
+	// close path to have no queue, so a close path that is never idle
+	// delays deliveries but cannot stop them.
+	fanOutMaxWait = time.Second
+)
+
+// fanOutLoop creates the webhook deliveries that close batches of a burst
+// left in fanout_pending (see writeEvents): one close batch per write, in
+// seq order, each once no close is queued (or after fanOutMaxWait), through
+// the low lane so that API writes go first. The deliveries then exist
+// within moments of the burst's end; until then the events are durable in
+// the same transactions as the closes, and a restart picks up what was
+// left.
+func (s *Store) fanOutLoop() {
+	defer close(s.fanOutDone)
+	tick := time.NewTicker(fanOutCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.fanOutStop:
+			return
+		case <-s.pendingFanOut.channel():
+		case <-tick.C:
+		}
+		for s.fanOutDeferred.Swap(false) {
+			if !s.waitForClosePath() {
+				return
+			}
+			created, more, err := s.fanOutPending()
+			if err != nil {
+				s.log.Warn("sqlite: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", err)
+				s.fanOutDeferred.Store(true)
+				break
+			}
+			if created > 0 {
+				s.deliveries.notify()
+			}
+			if more {
+				s.fanOutDeferred.Store(true)
+			}
+		}
+	}
+}
+
+// waitForClosePath waits until no close is queued for the writer, at most
+// fanOutMaxWait; false when the store is closing.
+func (s *Store) waitForClosePath() bool {
+	if s.queue.Urgent() == 0 {
+		return true
+	}
+	giveUp := time.NewTimer(fanOutMaxWait)
+	defer giveUp.Stop()
+	poll := time.NewTicker(fanOutPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-s.fanOutStop:
+			return false
+		case <-giveUp.C:
+			return true
+		case <-poll.C:
+			if s.queue.Urgent() == 0 {
+				return true
+			}
+		}
+	}
+}
+
+// fanOutPending creates the deliveries of the oldest deferred close batch
+// and deletes its fanout_pending row, in one low-lane write. It returns the
+// deliveries created and whether rows are left.
+func (s *Store) fanOutPending() (created int, more bool, err error) {
+	// Look on a reader first: at Open and on the periodic check there is
+	// usually nothing, and a write would queue behind the API's for it.
+	var found bool
+	if err := s.read(context.Background(), func(conn *sqlite.Conn) error {
+		var err error
+		found, err = step(conn.Prep(`SELECT 1 FROM fanout_pending LIMIT 1`), nil)
+		return err
+	}); err != nil {
+		return 0, false, fmt.Errorf("sqlite: read deferred fan-outs: %w", err)
+	}
+	if !found {
+		return 0, false, nil
+	}
+	err = s.writeLow(context.Background(), func(conn *sqlite.Conn, now time.Time) error {
+		created, more = 0, false // the op may be retried alone after a batch failure
+		var (
+			first, last int64
+			typ         string
+		)
+		found, err := step(conn.Prep(`SELECT first_seq, last_seq, type FROM fanout_pending ORDER BY first_seq LIMIT 1`), func(st *sqlite.Stmt) {
+			first, last, typ = st.ColumnInt64(0), st.ColumnInt64(1), st.ColumnText(2)
+		})
+		if err != nil {
+			return fmt.Errorf("sqlite: read deferred fan-outs: %w", err)
+		}
+		if !found {
+			return nil
+		}
+		if created, err = fanOutEvents(conn, hourglass.UnixMilli(now), hourglass.EventType(typ), first, last); err != nil {
+			return err
+		}
+		del := conn.Prep(`DELETE FROM fanout_pending WHERE first_seq = ?1`)
+		del.BindInt64(1, first)
+		if _, err := step(del, nil); err != nil {
+			return fmt.Errorf("sqlite: delete deferred fan-out %d..%d: %w", first, last, err)
+		}
+		more, err = step(conn.Prep(`SELECT 1 FROM fanout_pending LIMIT 1`), nil)
+		if err != nil {
+			return fmt.Errorf("sqlite: read deferred fan-outs: %w", err)
+		}
+		return nil
+	})
+	return created, more, err
+}
