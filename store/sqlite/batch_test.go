@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -19,15 +18,9 @@ import (
 func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTest(t)
 	// Hold the writer, so the next two writes queue up and share a batch.
-	started, release := make(chan struct{}), make(chan struct{})
-	go s.write(ctx, func(*sqlite.Conn, time.Time) error { close(started); <-release; return nil })
-	<-started
+	release := holdWriter(s)
 	good, bad := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := s.PutProduct(ctx, hourglass.Product{SKU: "GOOD", Available: 1})
@@ -47,7 +40,7 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	release()
 	if err := <-good; err != nil {
 		t.Fatalf("the good write failed with its batch: %v", err)
 	}
@@ -69,11 +62,7 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 func TestUrgentWeightFollowsFanOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTest(t)
 	first := seedBurst(t, s, "HOT", 30, time.Now().Add(-time.Second))
 	closeTen := func(from int64) {
 		t.Helper()
@@ -90,15 +79,7 @@ func TestUrgentWeightFollowsFanOut(t *testing.T) {
 	if got := s.urgentWeight(10); got != 10 {
 		t.Fatalf("weight of 10 closes without webhooks = %d, want 10", got)
 	}
-	var hooks []hourglass.Webhook
-	for i := range 3 {
-		w, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("https://hooks.example.com/%d", i),
-			Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "0123456789abcdef"}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hooks = append(hooks, w)
-	}
+	hooks := webhooks(t, s, 3)
 	closeTen(first + 10)
 	if got := s.urgentWeight(10); got != 40 {
 		t.Fatalf("weight of 10 closes with 3 webhooks = %d, want 40", got)
@@ -112,4 +93,24 @@ func TestUrgentWeightFollowsFanOut(t *testing.T) {
 	if got := s.urgentWeight(10); got != 10 {
 		t.Fatalf("weight of 10 closes after the webhooks were deleted = %d, want 10", got)
 	}
+}
+
+// openTest opens a store in a temporary directory, closed when t ends.
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// holdWriter keeps the writer busy with a write of its own until release
+// is called, so that the writes submitted meanwhile queue up.
+func holdWriter(s *Store) (release func()) {
+	started, done := make(chan struct{}), make(chan struct{})
+	go s.write(context.Background(), func(*sqlite.Conn, time.Time) error { close(started); <-done; return nil })
+	<-started
+	return func() { close(done) }
 }

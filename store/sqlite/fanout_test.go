@@ -12,14 +12,18 @@ import (
 )
 
 // webhooks creates n webhooks subscribed to every event type.
-func webhooks(t *testing.T, s *Store, n int) {
+func webhooks(t *testing.T, s *Store, n int) []hourglass.Webhook {
 	t.Helper()
+	var out []hourglass.Webhook
 	for i := range n {
-		if _, err := s.CreateWebhook(context.Background(), hourglass.WebhookParams{URL: fmt.Sprintf("https://hooks.example.com/%d", i),
-			Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "0123456789abcdef"}, 0); err != nil {
+		w, err := s.CreateWebhook(context.Background(), hourglass.WebhookParams{URL: fmt.Sprintf("https://hooks.example.com/%d", i),
+			Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "0123456789abcdef"}, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
+		out = append(out, w)
 	}
+	return out
 }
 
 // waitDeliveries waits until want deliveries are pending and nothing is
@@ -56,18 +60,12 @@ func waitDeliveries(t *testing.T, s *Store, want int) {
 func TestBurstFanOutDeferred(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTest(t)
 	webhooks(t, s, 3)
 	const batch = 600 // two weigh more than urgentPerCommit: one per commit
 	first := seedBurst(t, s, "HOT", 2*batch, time.Now().Add(-time.Second))
 	// Hold the writer so that both close batches queue up.
-	started, release := make(chan struct{}), make(chan struct{})
-	go s.write(ctx, func(*sqlite.Conn, time.Time) error { close(started); <-release; return nil })
-	<-started
+	release := holdWriter(s)
 	errs := make(chan error, 2)
 	for b := range 2 {
 		go func() {
@@ -85,7 +83,7 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	for s.queue.Urgent() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	release()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
