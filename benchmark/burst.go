@@ -136,7 +136,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		if err != nil {
 			return res, err
 		}
-		svc, err = webhook.New(db, webhook.Config{Allow: allow, Logger: quietLogger()})
+		svc, err = webhook.New(db, webhook.Config{Allow: allow, Logger: quietLogger(), Yield: eng.Closing})
 		if err != nil {
 			return res, err
 		}

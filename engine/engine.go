@@ -373,6 +373,15 @@ func (e *Engine) Pending() int {
 	return 0
 }
 
+// Closing reports whether due orders (or timers) are queued for the close
+// path: an in-memory mechanism's dispatcher has more than its workers in
+// hand, as in a burst. Work that can wait (webhook delivery) yields to it.
+// False for mechanisms that do not say (brokers, sqlpoll). One lock.
+func (e *Engine) Closing() bool {
+	q, ok := e.sched.(interface{ Queued() int })
+	return ok && q.Queued() > 0
+}
+
 // Schedule tells the engine a pending order was committed. Call it after the
 // commit. Idempotent.
 func (e *Engine) Schedule(t hourglass.Timer) {

@@ -160,6 +160,13 @@ type Config struct {
 	// the cluster's event pruning.
 	Ownership cluster.Ownership
 	Leader    func() bool
+	// Yield, when set, says whether deliveries should wait for more urgent
+	// work of this process: the engine's close path working through a
+	// burst (engine.Closing), which needs the CPU and the database more
+	// than notifications do. An attempt starts once Yield returns false, or
+	// after YieldMax of waiting, so a close path that is never idle slows
+	// deliveries but cannot stop them.
+	Yield func() bool
 	// Transport overrides the HTTP transport (tests). By default a
 	// transport whose dialer enforces Allow on the address dialled, with no
 	// proxy.
@@ -483,6 +490,7 @@ func (s *Service) deliver(ctx context.Context, due []hourglass.Timer) error {
 }
 
 func (s *Service) deliverOne(ctx context.Context, id int64) {
+	s.yield(ctx)
 	s.mu.Lock()
 	if s.busy[id] {
 		s.mu.Unlock()
@@ -503,6 +511,36 @@ func (s *Service) deliverOne(ctx context.Context, id int64) {
 	s.loader.Released()
 	if next.ID != 0 && ctx.Err() == nil {
 		s.schedule(next, force)
+	}
+}
+
+// YieldMax bounds how long one attempt waits for Config.Yield, and
+// yieldPoll is how often it asks.
+const (
+	YieldMax  = time.Second
+	yieldPoll = 5 * time.Millisecond
+)
+
+// yield waits while Config.Yield says so, at most YieldMax.
+func (s *Service) yield(ctx context.Context) {
+	if s.cfg.Yield == nil || !s.cfg.Yield() {
+		return
+	}
+	giveUp := time.NewTimer(YieldMax)
+	defer giveUp.Stop()
+	poll := time.NewTicker(yieldPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-giveUp.C:
+			return
+		case <-poll.C:
+			if !s.cfg.Yield() {
+				return
+			}
+		}
 	}
 }
 

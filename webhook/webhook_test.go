@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -656,4 +657,22 @@ func TestOwnedPartitionsOnly(t *testing.T) {
 	}
 	own.Move([]int{hourglass.PartitionOf(other.ID)}, nil)
 	rc.waitFor("the gained partition's delivery", func() bool { return len(rc.delivered()) == 2 })
+}
+
+// TestYield: while Config.Yield says so, no attempt starts (up to
+// YieldMax each); once it stops, the delivery goes out.
+func TestYield(t *testing.T) {
+	t.Parallel()
+	var yielding atomic.Bool
+	yielding.Store(true)
+	f := setup(t, webhook.Config{Yield: yielding.Load})
+	rc := newReceiver(t)
+	f.subscribe(t, rc, hourglass.EventOrderCreated)
+	ev := f.eventIDs(t, f.order(t).ID)[0]
+	time.Sleep(webhook.YieldMax / 4) // an attempt would be out by now; well under the bound
+	if got := rc.of(ev); len(got) != 0 {
+		t.Fatalf("%d attempts while yielding, want none", len(got))
+	}
+	yielding.Store(false)
+	rc.waitFor("the delivery after yielding", func() bool { return len(rc.of(ev)) == 1 })
 }

@@ -170,7 +170,9 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	webhooks, err := s.webhookFlags.openWebhooks(db, m, self, clock, log)
+	// Deliveries yield to a close path working through a burst; eng is set
+	// below, before either runs.
+	webhooks, err := s.webhookFlags.openWebhooks(db, m, self, func() bool { return eng.Closing() }, clock, log)
 	if err != nil {
 		return err
 	}

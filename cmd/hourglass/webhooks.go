@@ -79,12 +79,12 @@ func (f *webhookFlags) config() (webhook.Config, error) {
 // openWebhooks returns the webhook service (the API's WebhookService and the
 // delivery engine) over store, reporting to m. It delivers nothing until
 // startWebhooks.
-func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics, self *node, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
+func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics, self *node, yield func() bool, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Clock, cfg.Logger, cfg.Observer = clock, log, m
+	cfg.Clock, cfg.Logger, cfg.Observer, cfg.Yield = clock, log, m, yield
 	if own := self.ownership(); own != nil {
 		cfg.Ownership, cfg.Leader = own, self.leader
 	}
