@@ -326,6 +326,10 @@ type AttemptResult struct {
 	WebhookID, OrderID int64
 }
 
+// Resolves reports whether recording r ends its delivery: delivered, or
+// dead (no retry time).
+func (r AttemptResult) Resolves() bool { return r.OK || r.RetryAt.IsZero() }
+
 // AttemptRecord is what DeliveryStore.RecordAttempt did.
 type AttemptRecord struct {
 	// Recorded is false when nothing changed: the delivery was no longer

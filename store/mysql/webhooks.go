@@ -385,7 +385,7 @@ WHERE id = ? AND state = 'pending' AND attempts = ?`
 		rec.Recorded = n == 1
 		return err
 	})
-	if err != nil || !rec.Recorded || !r.OK && !r.RetryAt.IsZero() {
+	if err != nil || !rec.Recorded || !r.Resolves() {
 		return rec, err
 	}
 	next, found, err := s.NextDelivery(ctx, r.WebhookID, r.OrderID)

@@ -343,7 +343,7 @@ WHERE id = $1 AND state = 'pending' AND attempts = $2`
 		rec.Recorded = err == nil && ct.RowsAffected() == 1
 		return err
 	})
-	if err != nil || !rec.Recorded || !r.OK && !r.RetryAt.IsZero() {
+	if err != nil || !rec.Recorded || !r.Resolves() {
 		return rec, s.fail("record delivery attempt", err)
 	}
 	next, found, err := s.NextDelivery(ctx, r.WebhookID, r.OrderID)

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -28,10 +29,11 @@ const (
 // the low lane so that API writes go first. The deliveries then exist
 // within moments of the burst's end; until then the events are durable in
 // the same transactions as the closes, and a restart picks up what was
-// left.
+// left. The table is the state: each wake-up (a deferring close, the
+// periodic check, Open) looks at it on a reader first.
 func (s *Store) fanOutLoop() {
 	defer close(s.fanOutDone)
-	tick := time.NewTicker(fanOutCheck)
+	tick := time.NewTicker(cmp.Or(s.cfg.fanOutCheck, fanOutCheck))
 	defer tick.Stop()
 	for {
 		select {
@@ -40,21 +42,23 @@ func (s *Store) fanOutLoop() {
 		case <-s.pendingFanOut.channel():
 		case <-tick.C:
 		}
-		for s.fanOutDeferred.Swap(false) {
-			if !s.waitForClosePath() {
-				return
-			}
-			created, more, err := s.fanOutPending()
-			if err != nil {
-				s.log.Warn("sqlite: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", err)
-				s.fanOutDeferred.Store(true)
+		for {
+			pending, err := s.fanOutsPending()
+			if err == nil && !pending {
 				break
 			}
-			if created > 0 {
-				s.deliveries.notify()
+			if err == nil {
+				if !s.waitForClosePath() {
+					return
+				}
+				var created int
+				if created, err = s.fanOutOldest(); created > 0 {
+					s.deliveries.notify()
+				}
 			}
-			if more {
-				s.fanOutDeferred.Store(true)
+			if err != nil {
+				s.log.Warn("sqlite: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", err)
+				break
 			}
 		}
 	}
@@ -84,25 +88,28 @@ func (s *Store) waitForClosePath() bool {
 	}
 }
 
-// fanOutPending creates the deliveries of the oldest deferred close batch
-// and deletes its fanout_pending row, in one low-lane write. It returns the
-// deliveries created and whether rows are left.
-func (s *Store) fanOutPending() (created int, more bool, err error) {
-	// Look on a reader first: at Open and on the periodic check there is
-	// usually nothing, and a write would queue behind the API's for it.
+// fanOutsPending reports, on a reader, whether fanout_pending has rows: at
+// Open and on the periodic check there are usually none, and a write would
+// queue behind the API's to find out.
+func (s *Store) fanOutsPending() (bool, error) {
 	var found bool
-	if err := s.read(context.Background(), func(conn *sqlite.Conn) error {
+	err := s.read(context.Background(), func(conn *sqlite.Conn) error {
 		var err error
 		found, err = step(conn.Prep(`SELECT 1 FROM fanout_pending LIMIT 1`), nil)
 		return err
-	}); err != nil {
-		return 0, false, fmt.Errorf("sqlite: read deferred fan-outs: %w", err)
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqlite: read deferred fan-outs: %w", err)
 	}
-	if !found {
-		return 0, false, nil
-	}
+	return found, nil
+}
+
+// fanOutOldest creates the deliveries of the oldest deferred close batch
+// and deletes its fanout_pending row, in one low-lane write, and returns the
+// deliveries created.
+func (s *Store) fanOutOldest() (created int, err error) {
 	err = s.writeLow(context.Background(), func(conn *sqlite.Conn, now time.Time) error {
-		created, more = 0, false // the op may be retried alone after a batch failure
+		created = 0 // the op may be retried alone after a batch failure
 		var (
 			first, last int64
 			typ         string
@@ -124,11 +131,7 @@ func (s *Store) fanOutPending() (created int, more bool, err error) {
 		if _, err := step(del, nil); err != nil {
 			return fmt.Errorf("sqlite: delete deferred fan-out %d..%d: %w", first, last, err)
 		}
-		more, err = step(conn.Prep(`SELECT 1 FROM fanout_pending LIMIT 1`), nil)
-		if err != nil {
-			return fmt.Errorf("sqlite: read deferred fan-outs: %w", err)
-		}
 		return nil
 	})
-	return created, more, err
+	return created, err
 }

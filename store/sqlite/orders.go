@@ -380,11 +380,12 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	}
 	list := jsonIDs(ids)
 	var (
-		closed []hourglass.ClosedOrder
-		fanned int // deliveries created with the events
+		closed   []hourglass.ClosedOrder
+		fanned   int  // deliveries created with the events
+		deferred bool // or left to fanOutLoop
 	)
 	err := s.writeUrgent(ctx, len(ids), func(conn *sqlite.Conn, now time.Time) error {
-		closed, fanned = closed[:0], 0 // the op may be retried alone after a batch failure
+		closed, fanned, deferred = closed[:0], 0, false // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// NOT INDEXED: look each id up by rowid. Left to itself the planner
 		// walks the (status, deadline) index, which in a burst holds every
@@ -434,7 +435,7 @@ RETURNING id, deadline, items`)
 			}
 		}
 		var err error
-		fanned, err = s.writeEvents(conn, nowMs, hourglass.EventFor(hourglass.StateClosed), closed)
+		fanned, deferred, err = s.writeEvents(conn, nowMs, hourglass.EventFor(hourglass.StateClosed), closed)
 		return err
 	})
 	if err != nil {
@@ -444,7 +445,7 @@ RETURNING id, deadline, items`)
 	if fanned > 0 {
 		s.deliveries.notify()
 	}
-	if s.fanOutDeferred.Load() {
+	if deferred {
 		s.pendingFanOut.notify()
 	}
 	return closed, nil
@@ -453,10 +454,11 @@ RETURNING id, deadline, items`)
 // writeEvents is writeEvent for many orders that entered the same state in
 // one write op (a batch of closes): one event row each, then each
 // subscribed webhook's deliveries for all of them with one INSERT … SELECT
-// per subscribed type. It returns the number of deliveries created.
-func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, closed []hourglass.ClosedOrder) (int, error) {
+// per subscribed type. It returns the number of deliveries created, or
+// deferred when it left them to fanOutLoop.
+func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, closed []hourglass.ClosedOrder) (fanned int, deferred bool, err error) {
 	if typ == "" {
-		return 0, fmt.Errorf("sqlite: write events: no event type")
+		return 0, false, fmt.Errorf("sqlite: write events: no event type")
 	}
 	stmt := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
 	var first, last int64
@@ -466,7 +468,7 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 		stmt.BindInt64(3, c.OrderID)
 		stmt.BindInt64(4, nowMs)
 		if _, err := step(stmt, nil); err != nil {
-			return 0, fmt.Errorf("sqlite: write %s event of order %d: %w", typ, c.OrderID, err)
+			return 0, false, fmt.Errorf("sqlite: write %s event of order %d: %w", typ, c.OrderID, err)
 		}
 		seq := conn.LastInsertRowID()
 		if i == 0 {
@@ -475,7 +477,7 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 		last = seq
 	}
 	if s.webhookCount(conn) <= 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	if s.queue.Urgent() > 0 {
 		// More closes are queued behind this one (a burst): leave the
@@ -486,12 +488,12 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 		stmt.BindInt64(2, last)
 		stmt.BindText(3, string(typ))
 		if _, err := step(stmt, nil); err != nil {
-			return 0, fmt.Errorf("sqlite: defer the fan-out of %d %s events: %w", len(closed), typ, err)
+			return 0, false, fmt.Errorf("sqlite: defer the fan-out of %d %s events: %w", len(closed), typ, err)
 		}
-		s.fanOutDeferred.Store(true)
-		return 0, nil
+		return 0, true, nil
 	}
-	return fanOutEvents(conn, nowMs, typ, first, last)
+	fanned, err = fanOutEvents(conn, nowMs, typ, first, last)
+	return fanned, false, err
 }
 
 // fanOutEvents creates the deliveries of the events with a seq in [first,
@@ -576,11 +578,18 @@ func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
 
 // PendingDue implements hourglass.Store.
 func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	return s.due(ctx, "pending due", `SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
+WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
+ORDER BY deadline, id LIMIT ?4`, p)
+}
+
+// due runs a page query of PendingDue's shape (TimersDue's too): ?1 and ?2
+// the cursor, ?3 the end, ?4 the limit, ?5 the partition mask; it returns
+// (id, time) rows.
+func (s *Store) due(ctx context.Context, what, query string, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	var out []hourglass.Timer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
-WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
-ORDER BY deadline, id LIMIT ?4`)
+		stmt := conn.Prep(query)
 		defer stmt.Reset()
 		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
 		stmt.BindInt64(2, p.AfterID)
@@ -590,7 +599,7 @@ ORDER BY deadline, id LIMIT ?4`)
 		for {
 			row, err := stmt.Step()
 			if err != nil {
-				return fmt.Errorf("sqlite: pending due: %w", err)
+				return fmt.Errorf("sqlite: %s: %w", what, err)
 			}
 			if !row {
 				return nil

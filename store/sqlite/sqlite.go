@@ -39,6 +39,9 @@ type Config struct {
 	FileName string
 	// ReadPoolSize is the number of read connections (default 4).
 	ReadPoolSize int
+	// fanOutCheck is how often fanOutLoop looks at fanout_pending without a
+	// wake-up (zero: fanOutCheck); the package's tests lengthen it.
+	fanOutCheck time.Duration
 	// MaxBatch is the most writes group-committed in one transaction.
 	MaxBatch int
 	// Clock gives "now" to writes (default the system clock).
@@ -97,9 +100,8 @@ type Store struct {
 	// fanout is the webhook deliveries per order the latest close created,
 	// rounded up: see fannedOut.
 	fanout atomic.Int64
-	// fanOutDeferred is set when a close left its deliveries in
-	// fanout_pending (and at Open); pendingFanOut wakes fanOutLoop.
-	fanOutDeferred         atomic.Bool
+	// pendingFanOut wakes fanOutLoop after a close left its deliveries in
+	// fanout_pending.
 	pendingFanOut          notifier
 	fanOutStop, fanOutDone chan struct{}
 }
@@ -199,8 +201,7 @@ func Open(cfg Config) (*Store, error) {
 	s.probeStop = make(chan struct{})
 	s.fanOutDone = make(chan struct{})
 	s.fanOutStop = make(chan struct{})
-	s.fanOutDeferred.Store(true) // a crash may have left some: look at once
-	s.pendingFanOut.notify()
+	s.pendingFanOut.notify() // a crash may have left some: look at once
 	go s.writeLoop()
 	go s.probeLoop()
 	go s.fanOutLoop()

@@ -358,29 +358,9 @@ func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.NamedTimer) (in
 // TimersDue implements hourglass.TimerStore, along the (status, fire_at,
 // id) index as PendingDue goes along the orders'.
 func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
-	var out []hourglass.Timer
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT id, fire_at FROM timers INDEXED BY timers_status_fire_at
+	return s.due(ctx, "timers due", `SELECT id, fire_at FROM timers INDEXED BY timers_status_fire_at
 WHERE status = 'scheduled' AND (fire_at > ?1 OR (fire_at = ?1 AND id > ?2)) AND fire_at <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
-ORDER BY fire_at, id LIMIT ?4`)
-		defer stmt.Reset()
-		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
-		stmt.BindInt64(2, p.AfterID)
-		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
-		stmt.BindInt64(4, int64(p.Limit))
-		stmt.BindInt64(5, p.Parts.Mask())
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: timers due: %w", err)
-			}
-			if !row {
-				return nil
-			}
-			out = append(out, hourglass.Timer{OrderID: stmt.ColumnInt64(0), Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
-		}
-	})
-	return out, err
+ORDER BY fire_at, id LIMIT ?4`, p)
 }
 
 // TimerCounts implements hourglass.TimerStore: one count per status over

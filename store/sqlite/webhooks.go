@@ -417,7 +417,7 @@ WHERE id = ?1 AND state = 'pending' AND attempts = ?2`)
 			return fmt.Errorf("sqlite: record attempt of delivery %d: %w", r.ID, err)
 		}
 		rec.Recorded = conn.Changes() == 1
-		if !rec.Recorded || !r.OK && !r.RetryAt.IsZero() {
+		if !rec.Recorded || !r.Resolves() {
 			return nil
 		}
 		// On the writer, whose cache the last commit did not empty (a
