@@ -317,42 +317,6 @@ WHERE webhook_id = $1 AND order_id = $2 AND state = 'pending' ORDER BY event_seq
 	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true, nil
 }
 
-// RecordAttempt implements hourglass.DeliveryStore: a compare-and-set on
-// (state pending, attempts); false when another attempt was recorded first
-// or the delivery is gone. Errors: unavailable.
-func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
-	var (
-		sql  string
-		args = []any{r.ID, r.Attempts}
-	)
-	switch {
-	case r.OK:
-		sql = `DELETE FROM webhook_deliveries WHERE id = $1 AND state = 'pending' AND attempts = $2`
-	case r.RetryAt.IsZero():
-		sql = `UPDATE webhook_deliveries SET state = 'dead', attempts = $2 + 1, last_error = $3,
-failed_at = COALESCE($4::bigint, ` + dbNow + `) WHERE id = $1 AND state = 'pending' AND attempts = $2`
-		args = append(args, r.Error, s.nowArg())
-	default:
-		sql = `UPDATE webhook_deliveries SET attempts = $2 + 1, last_error = $3, next_attempt_at = $4
-WHERE id = $1 AND state = 'pending' AND attempts = $2`
-		args = append(args, r.Error, hourglass.UnixMilli(r.RetryAt))
-	}
-	var rec hourglass.AttemptRecord
-	err := s.retry(func() error {
-		ct, err := s.pool.Exec(ctx, sql, args...)
-		rec.Recorded = err == nil && ct.RowsAffected() == 1
-		return err
-	})
-	if err != nil || !rec.Recorded || !r.Resolves() {
-		return rec, s.fail("record delivery attempt", err)
-	}
-	next, found, err := s.NextDelivery(ctx, r.WebhookID, r.OrderID)
-	if found {
-		rec.Next = next
-	}
-	return rec, err
-}
-
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by
 // a pending delivery or a dead letter are kept whatever their age.
 func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {

@@ -41,6 +41,11 @@ import (
 //     the created orders and armed timers (WatchCreated, see cluster.go),
 //     the fired timers' events, and COMMIT.
 //
+// Webhook delivery attempts (RecordAttempt, attempts.go) come in the low
+// lane: a batch takes them only into the room its closes and API writes
+// leave, and records them all with two statements before COMMIT (a batch of
+// attempts alone is one round trip).
+//
 // Locks are taken in one order (timer rows, then order rows, then
 // idempotency keys, then products by SKU), so batches of several processes do not deadlock each
 // other in the common cases; the rare deadlock or serialization failure rolls
@@ -62,6 +67,8 @@ const (
 	opArmTimer
 	opCancelTimer
 	opFireTimers
+	// A webhook delivery attempt's outcome (attempts.go), in the low lane.
+	opRecordAttempt
 )
 
 // op is one order write waiting for a writer. Outputs are valid once done is
@@ -79,30 +86,42 @@ type op struct {
 	ids       []int64 // close, fire timers
 	arm       armArgs // arm timer
 	key       string  // cancel timer
+	attempt   hourglass.AttemptResult
 	// Outputs.
 	order   hourglass.Order
 	created bool // create, arm timer
 	closed  []hourglass.ClosedOrder
 	timer   hourglass.NamedTimer // arm timer, cancel timer
 	fired   []hourglass.FiredTimer
+	record  hourglass.AttemptRecord
 	err     error
 	done    chan struct{}
 }
 
 func (o *op) reset() {
 	o.order, o.created, o.closed, o.err = hourglass.Order{}, false, nil, nil
-	o.timer, o.fired = hourglass.NamedTimer{}, nil
+	o.timer, o.fired, o.record = hourglass.NamedTimer{}, nil, hourglass.AttemptRecord{}
 }
 
 // submit queues o and waits until its transaction committed or failed. Once
 // queued, a write runs even if ctx ends while it waits, unless ctx ended
 // before its batch began: then it is skipped and fails with ctx.Err().
 func (s *Store) submit(ctx context.Context, o *op, urgent bool) error {
+	return s.wait(ctx, o, func() bool { return s.queue.Push(o, urgent) })
+}
+
+// submitLow is submit in the low lane: o is taken only into room that
+// closes and API writes leave in a batch.
+func (s *Store) submitLow(ctx context.Context, o *op) error {
+	return s.wait(ctx, o, func() bool { return s.queue.PushLow(o) })
+}
+
+func (s *Store) wait(ctx context.Context, o *op, push func() bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	o.ctx, o.done = ctx, make(chan struct{})
-	if !s.queue.Push(o, urgent) {
+	if !push() {
 		return errClosed
 	}
 	<-o.done
@@ -356,10 +375,12 @@ const idemLockClass int32 = 0x68676b31 // "hgk1"
 // runTx runs the batch's transaction; see the comment at the top.
 func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, error) {
 	now := s.nowArg()
-	var creates, first []*op
+	var creates, first, attempts []*op
 	tw := &timerWrites{}
 	for _, o := range ops {
 		switch o.kind {
+		case opRecordAttempt:
+			attempts = append(attempts, o)
 		case opCreate:
 			creates = append(creates, o)
 		case opArmTimer:
@@ -396,13 +417,15 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		s.queueFirst(b, o, now, st)
 	}
 	var cr *createReads
-	if len(first) == 0 {
+	if len(first) == 0 && len(creates) > 0 {
 		cr = s.queueCreateReads(b, creates, nil, now)
 	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return 0, err
+	if b.Len() > 1 { // more than BEGIN: a batch of attempts alone needs one round trip
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return 0, err
+		}
+		b = &pgx.Batch{}
 	}
-	b = &pgx.Batch{}
 	for _, o := range st.refused {
 		queueLookUp(b, o, now)
 	}
@@ -473,6 +496,8 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 			return nil
 		})
 	}
+	var attemptErr error
+	queueAttempts(b, attempts, now, &attemptErr)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) != "" {
@@ -480,8 +505,8 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		}
 		return 0, outcomeUnknown{err}
 	}
-	if stockErr != nil || scanErr != nil || timerErr != nil {
-		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr, "timer events", timerErr)
+	if stockErr != nil || scanErr != nil || timerErr != nil || attemptErr != nil {
+		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr, "timer events", timerErr, "attempts", attemptErr)
 		fanned = 1 // wake the delivery engine anyway
 	}
 	return fanned + timerFanned, nil
