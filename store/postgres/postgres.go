@@ -194,11 +194,13 @@ type Store struct {
 	origin         string
 
 	queue *writequeue.Queue[*op]
-	wg    sync.WaitGroup // writers and listener
+	wg    sync.WaitGroup // writers, listener and fanOutLoop
 	stop  context.CancelFunc
 
 	policy     stored.PolicyCache
 	deliveries notifier
+	// pendingFanOut wakes fanOutLoop after a batch deferred its fan-out.
+	pendingFanOut notifier
 	watches    watchers        // WatchCreated's
 	closed     <-chan struct{} // closed by Close
 	// health is whether order writes commit (WriteHealth, for /readyz).
@@ -238,8 +240,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.writeLoop()
 	}
+	s.wg.Add(2)
+	go s.fanOutLoop(bg)
 	ready := make(chan struct{})
-	s.wg.Add(1)
 	go s.listen(bg, ready)
 	select {
 	case <-ready:

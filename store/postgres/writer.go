@@ -348,6 +348,9 @@ INSERT INTO idempotency_keys (key, request_hash, order_id, created_at)
 SELECT v.k, v.h, v.id, $1 FROM unnest($7::text[], $8::bytea[], $9::bigint[]) AS v(k, h, id)`
 	// The events of the batch, their deliveries (one per subscribed webhook,
 	// due at the event's time) and, if any, a NOTIFY delivered at commit;
+	// the deliveries of events of type $8 (order.closed in a burst, NULL
+	// otherwise) are deferred instead: one fanout_pending row lists those
+	// events when a webhook is subscribed to anything (see fanout.go);
 	// and the NOTIFY of the created orders ($7: payloads of createdPayloads,
 	// none when the batch created nothing) on their channel $6, for other
 	// store values' WatchCreated (see cluster.go). One statement, not one
@@ -360,13 +363,20 @@ SELECT v.k, v.h, v.id, $1 FROM unnest($7::text[], $8::bytea[], $9::bigint[]) AS 
 	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
 	SELECT s.webhook_id, e.seq, e.order_id, 'pending', e.created_at
 	FROM e JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
+	WHERE e.type IS DISTINCT FROM $8
+	RETURNING 1
+), f AS (
+	INSERT INTO fanout_pending (seqs)
+	SELECT array_agg(e.seq ORDER BY e.seq) FROM e
+	WHERE e.type = $8 AND EXISTS (SELECT 1 FROM webhook_subscriptions)
+	HAVING count(*) > 0
 	RETURNING 1
 ), n AS (
 	SELECT pg_notify($5, '') FROM (SELECT 1 FROM d LIMIT 1) AS x
 ), c AS (
 	SELECT pg_notify($6, p) FROM unnest($7::text[]) AS p
 )
-SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n), (SELECT count(*) FROM c)`
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n), (SELECT count(*) FROM c), (SELECT count(*) FROM f)`
 )
 
 // idemLockClass is the first key of the idempotency keys' advisory locks.
@@ -475,8 +485,8 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	// server's own errors (which abort the transaction) count as a
 	// rollback.
 	var (
-		fanned, timerFanned int64
-		scanErr, timerErr   error
+		fanned, timerFanned, deferred int64
+		scanErr, timerErr             error
 	)
 	if timerEvents != nil {
 		e := timerEvents
@@ -490,9 +500,9 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	// NOTIFY (or a few, when long) per batch, in the events statement.
 	if payloads := s.createdPayloads(accepted, tw.armed); len(st.events.ids) > 0 || len(payloads) > 0 {
 		b.Queue(eventsSQL, st.events.ids, st.events.types, st.events.orders, st.events.at, s.channel,
-			s.createdChannel, payloads).QueryRow(func(row pgx.Row) error {
+			s.createdChannel, payloads, s.deferredType(ops)).QueryRow(func(row pgx.Row) error {
 			var notified, announced int64
-			scanErr = row.Scan(&fanned, &notified, &announced)
+			scanErr = row.Scan(&fanned, &notified, &announced, &deferred)
 			return nil
 		})
 	}
@@ -505,11 +515,32 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		}
 		return 0, outcomeUnknown{err}
 	}
+	if deferred > 0 {
+		s.pendingFanOut.notify()
+	}
 	if stockErr != nil || scanErr != nil || timerErr != nil || attemptErr != nil {
 		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr, "timer events", timerErr, "attempts", attemptErr)
 		fanned = 1 // wake the delivery engine anyway
 	}
 	return fanned + timerFanned, nil
+}
+
+// deferredType returns the event type whose deliveries a batch of ops
+// leaves to fanOutLoop (fanout.go), or nil for none: order.closed when the
+// batch closes orders and more closes are queued behind it (a burst), so
+// the close transactions stay short and the next close batch starts
+// sooner. Only a close event is deferred: it is its order's last, so no
+// later event of the order can be delivered before it.
+func (s *Store) deferredType(ops []*op) any {
+	if s.queue.Urgent() == 0 {
+		return nil
+	}
+	for _, o := range ops {
+		if o.kind == opClose {
+			return string(hourglass.EventFor(hourglass.StateClosed))
+		}
+	}
+	return nil
 }
 
 // queueFirst queues an order-first write (pay, transition, close).
