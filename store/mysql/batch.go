@@ -44,7 +44,13 @@ import (
 //     INSERT … SELECT fanning them out to the webhooks subscribed now; the
 //     outbox timers and the idempotency keys; last, one order_feed row
 //     of the created orders (cluster.go);
-//  7. commit.
+//  7. record the webhook delivery attempts the batch carries (attempts.go:
+//     they come in the low lane, into room the other writes leave);
+//  8. commit.
+//
+// In a burst (more closes queued behind a batch that closes orders), the
+// batch's order.closed events get one fanout_pending row instead of their
+// deliveries (fanout.go), so close transactions stay short.
 //
 // A deadlock, lock wait timeout or racing duplicate key rolls the batch
 // back and runs it again (bounded). Any other error rolls it back and runs
@@ -62,6 +68,8 @@ const (
 	opArm    // a named timer's ArmTimer (timerbatch.go)
 	opCancel // CancelTimer
 	opFire   // FireTimers
+	// A webhook delivery attempt's outcome (attempts.go), in the low lane.
+	opAttempt
 )
 
 // op is one order write waiting for a writer.
@@ -76,6 +84,7 @@ type op struct {
 	ids       []int64                     // opClose; opFire (timer ids, ascending, distinct)
 	arm       hourglass.ArmTimerParams    // opArm
 	key       string                      // opCancel
+	attempt   hourglass.AttemptResult     // opAttempt
 	result    chan opResult
 }
 
@@ -88,8 +97,9 @@ type opResult struct {
 	created bool
 	replay  int64 // an idempotent replay: the answer is the stored order with this id
 	closed  []hourglass.ClosedOrder
-	timer   hourglass.NamedTimer   // opArm, opCancel
-	fired   []hourglass.FiredTimer // opFire
+	timer   hourglass.NamedTimer    // opArm, opCancel
+	fired   []hourglass.FiredTimer  // opFire
+	record  hourglass.AttemptRecord // opAttempt
 	err     error
 }
 
@@ -102,7 +112,13 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 	}
 	o.ctx = ctx
 	o.result = make(chan opResult, 1)
-	if !s.queue.Push(o, o.urgent()) {
+	var queued bool
+	if o.kind == opAttempt {
+		queued = s.queue.PushLow(o) // only into room closes and API writes leave
+	} else {
+		queued = s.queue.Push(o, o.urgent())
+	}
+	if !queued {
 		return opResult{err: errClosed}
 	}
 	return <-o.result
@@ -688,13 +704,23 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 			part[j].seq = first + int64(j)*increment
 		}
 	}
+	deferred := false
 	if len(events) > 0 {
+		if webhooks && s.deferFanOut(ops) {
+			if events, err = deferClosed(ctx, tx, events); err != nil {
+				return nil, 0, err
+			}
+			deferred = true
+		}
 		// To the webhooks subscribed now (or the one a timer names), read
 		// with a shared lock so that a webhook deleted concurrently waits
 		// for this commit and then deletes its deliveries too.
 		if fanned, err = fanOut(ctx, tx, events, nowMs, webhooks); err != nil {
 			return nil, 0, err
 		}
+	}
+	if err := recordAttempts(ctx, tx, ops, live, results, nowMs); err != nil {
+		return nil, 0, err
 	}
 	// The deadlines the batch schedules: its created orders', then its
 	// armed timers'.
@@ -736,7 +762,7 @@ ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
 		}
 	}
 
-	// 7. Commit.
+	// 8. Commit.
 	if err := tx.Commit(); err != nil {
 		committed = true // nothing left to roll back
 		if isRetryable(err) {
@@ -745,6 +771,9 @@ ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
 		return nil, 0, commitUnknown{err}
 	}
 	committed = true
+	if deferred {
+		s.pendingFanOut.notify()
+	}
 	for i := range ops {
 		if j := newOf[i]; j >= 0 {
 			results[i].order, results[i].created = cloneOrder(news[j].o), true

@@ -139,6 +139,9 @@ type Config struct {
 	// session's wait_timeout is set to it instead (and the pool drops idle
 	// connections before that), which ends any idle session.
 	IdleTxTimeout time.Duration
+	// beforeFanOut, if set, is called by fanOutLoop before each deferred
+	// fan-out; the package's tests hold it to see what was deferred.
+	beforeFanOut func()
 }
 
 // Validate reports a configuration error, naming the field; it does not
@@ -193,6 +196,10 @@ type Store struct {
 	// deliveries wakes the delivery engine after this store value's commits
 	// that created deliveries.
 	deliveries notifier
+	// pendingFanOut wakes fanOutLoop after a batch deferred its fan-out;
+	// stop ends the loop.
+	pendingFanOut notifier
+	stop          context.CancelFunc
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
 	// origin marks this store value's order_feed rows (cluster.go).
@@ -230,6 +237,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.done.Add(1)
 		go s.writeLoop()
 	}
+	bg, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.done.Add(1)
+	go s.fanOutLoop(bg)
 	s.log.Debug("mysql: opened", "server", srv.String(), "url", myurl.Redact(cfg.URL))
 	return s, nil
 }
@@ -251,6 +262,7 @@ func Migrate(ctx context.Context, cfg Config) (applied int, err error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.queue.Close()
+		s.stop()
 		s.done.Wait()
 		s.health.Stop()
 		s.closeErr = s.db.Close()

@@ -56,6 +56,9 @@ func (s *Store) fanOutLoop(ctx context.Context) {
 			if !s.waitForClosePath(ctx) {
 				return
 			}
+			if s.cfg.beforeFanOut != nil {
+				s.cfg.beforeFanOut()
+			}
 			found, err := s.fanOutOne(ctx)
 			if err != nil {
 				if ctx.Err() == nil {

@@ -111,6 +111,9 @@ type Config struct {
 	// is run again after a deadlock ("deadlock", 40P01) or a serialization
 	// failure ("serialization", 40001). It must be safe for concurrent use.
 	ObserveRetry func(reason string)
+	// beforeFanOut, if set, is called by fanOutLoop before each deferred
+	// fan-out; the package's tests hold it to see what was deferred.
+	beforeFanOut func()
 }
 
 // Validate reports a configuration error, naming the field. It does not
@@ -201,8 +204,8 @@ type Store struct {
 	deliveries notifier
 	// pendingFanOut wakes fanOutLoop after a batch deferred its fan-out.
 	pendingFanOut notifier
-	watches    watchers        // WatchCreated's
-	closed     <-chan struct{} // closed by Close
+	watches       watchers        // WatchCreated's
+	closed        <-chan struct{} // closed by Close
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
 

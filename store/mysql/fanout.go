@@ -1,0 +1,178 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+const (
+	// fanOutCheck is how often fanOutLoop looks at fanout_pending without
+	// a wake-up (another process's deferred batches, a failed attempt), and
+	// fanOutPoll how often it asks whether closes are still queued.
+	fanOutCheck = time.Second
+	fanOutPoll  = 5 * time.Millisecond
+	// fanOutMaxWait bounds how long one deferred fan-out waits for the
+	// close path to have no queue, so a close path that is never idle
+	// delays deliveries but cannot stop them.
+	fanOutMaxWait = time.Second
+)
+
+// deferFanOut reports whether a batch of ops leaves its close events'
+// deliveries to fanOutLoop: when it closes orders and more closes are
+// queued behind it (a burst), so the close transactions stay short and the
+// next close batch starts sooner.
+func (s *Store) deferFanOut(ops []*op) bool {
+	if s.queue.Urgent() == 0 {
+		return false
+	}
+	for _, o := range ops {
+		if o.kind == opClose {
+			return true
+		}
+	}
+	return false
+}
+
+// deferClosed writes one fanout_pending row listing the order.closed events
+// among events (inserted, their seq set) and returns the others, whose
+// deliveries the batch creates itself. Only a close event is deferred: it
+// is its order's last, so no later event of the order can be delivered
+// before it.
+func deferClosed(ctx context.Context, tx *sql.Tx, events []batchEvent) ([]batchEvent, error) {
+	var (
+		rest []batchEvent
+		list strings.Builder
+	)
+	for _, e := range events {
+		if e.typ != hourglass.EventOrderClosed || e.webhookID != 0 {
+			rest = append(rest, e)
+			continue
+		}
+		if list.Len() > 0 {
+			list.WriteByte(',')
+		}
+		list.WriteString(strconv.FormatInt(e.seq, 10))
+	}
+	if list.Len() == 0 {
+		return events, nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO fanout_pending (seqs) VALUES (?)`, list.String()); err != nil {
+		return nil, fmt.Errorf("defer fan-out: %w", err)
+	}
+	return rest, nil
+}
+
+// fanOutLoop creates the webhook deliveries that close batches of a burst
+// left in fanout_pending: one close batch per transaction, in id order,
+// each once no close is queued here (or after fanOutMaxWait), so the
+// deliveries exist within moments of the burst's end. Until then the
+// events are durable in the same transactions as the closes, and any
+// process's loop picks up what a crashed one left. It runs until ctx ends.
+func (s *Store) fanOutLoop(ctx context.Context) {
+	defer s.done.Done()
+	tick := time.NewTicker(fanOutCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.pendingFanOut.channel():
+		case <-tick.C:
+		}
+		for {
+			if !s.waitForClosePath(ctx) {
+				return
+			}
+			if s.cfg.beforeFanOut != nil {
+				s.cfg.beforeFanOut()
+			}
+			found, err := s.fanOutOne(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("mysql: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", err)
+				}
+				break
+			}
+			if !found {
+				break
+			}
+		}
+	}
+}
+
+// waitForClosePath waits until no close is queued for the writers, at most
+// fanOutMaxWait; false when ctx ends.
+func (s *Store) waitForClosePath(ctx context.Context) bool {
+	if s.queue.Urgent() == 0 {
+		return true
+	}
+	giveUp := time.NewTimer(fanOutMaxWait)
+	defer giveUp.Stop()
+	poll := time.NewTicker(fanOutPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-giveUp.C:
+			return true
+		case <-poll.C:
+			if s.queue.Urgent() == 0 {
+				return true
+			}
+		}
+	}
+}
+
+// fanOutOne creates the deliveries of the oldest deferred close batch that
+// no other process is fanning out, to the webhooks subscribed now, and
+// deletes its row, in one transaction; false when none was left.
+func (s *Store) fanOutOne(ctx context.Context) (found bool, err error) {
+	var created int64
+	err = s.inTx(ctx, "fan out deferred deliveries", func(tx *sql.Tx) error {
+		found, created = false, 0
+		var (
+			id   int64
+			list string
+		)
+		err := tx.QueryRowContext(ctx, `SELECT id, seqs FROM fanout_pending ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`).Scan(&id, &list)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		var seqs []any
+		for f := range strings.SplitSeq(list, ",") {
+			seq, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return fmt.Errorf("fanout_pending row %d: %w", id, err)
+			}
+			seqs = append(seqs, seq)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, e.created_at FROM events e
+JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
+WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, seqs...)
+		if err != nil {
+			return err
+		}
+		if created, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM fanout_pending WHERE id = ?`, id)
+		return err
+	})
+	if created > 0 {
+		s.deliveries.notify()
+	}
+	return found, err
+}
