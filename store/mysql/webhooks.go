@@ -292,9 +292,9 @@ ORDER BY next_attempt_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMi
 	return readTimers(rows, "due deliveries")
 }
 
-// PendingDelivery implements hourglass.DeliveryStore. The body of an
-// order's event is rendered from the order's current row as of the
-// event's type, like store/sqlite's; a timer.fired event's was written
+// PendingDelivery implements hourglass.DeliveryStore, in one query. The
+// body of an order's event is rendered from the order's current row as of
+// the event's type, like store/sqlite's; a timer.fired event's was written
 // with it (events.body).
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
 	var (
@@ -303,12 +303,26 @@ func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.Pendin
 		seq, createdAt int64
 		nextAt         int64
 		body           []byte
+		blockedID      sql.NullInt64
+		blockedAt      sql.NullInt64
 	)
-	err := s.db.QueryRowContext(ctx, `SELECT d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts,
-	d.next_attempt_at, d.event_seq, e.body
+	// The order's columns first (scanOrder reads them; NULL-free so that an
+	// event with a body, which joins no order, still scans), then the
+	// delivery's, then the stream's earlier pending delivery, if any.
+	row := s.db.QueryRowContext(ctx, `SELECT COALESCE(o.id, 0), COALESCE(o.user_id, ''), COALESCE(o.status, ''), COALESCE(o.items, '[]'),
+	COALESCE(o.created_at, 0), COALESCE(o.deadline, 0), o.paid_at, o.closed_at, o.close_reason, o.payment_id,
+	d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts, d.next_attempt_at, d.event_seq, e.body,
+	(SELECT b.id FROM webhook_deliveries b FORCE INDEX (webhook_deliveries_stream)
+		WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
+		ORDER BY b.event_seq LIMIT 1),
+	(SELECT b.next_attempt_at FROM webhook_deliveries b FORCE INDEX (webhook_deliveries_stream)
+		WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
+		ORDER BY b.event_seq LIMIT 1)
 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
-WHERE d.id = ? AND d.state = 'pending'`, id).Scan(&out.ID, &out.WebhookID, &out.URL, &out.Secret, &out.EventID, &typ, &out.OrderID,
-		&createdAt, &out.Attempts, &nextAt, &seq, &body)
+LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
+WHERE d.id = ? AND d.state = 'pending'`, id)
+	o, err := scanOrder(withMore{row, []any{&out.ID, &out.WebhookID, &out.URL, &out.Secret, &out.EventID, &typ, &out.OrderID,
+		&createdAt, &out.Attempts, &nextAt, &seq, &body, &blockedID, &blockedAt}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return out, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
 	}
@@ -316,27 +330,28 @@ WHERE d.id = ? AND d.state = 'pending'`, id).Scan(&out.ID, &out.WebhookID, &out.
 		return out, fail(fmt.Sprintf("get delivery %d", id), err)
 	}
 	out.EventType, out.NextAttemptAt = hourglass.EventType(typ), hourglass.FromUnixMilli(nextAt)
-	if body != nil {
+	switch {
+	case body != nil:
 		out.Body = body
-	} else {
-		o, err := s.Order(ctx, out.OrderID)
-		if err != nil {
-			return out, fmt.Errorf("mysql: delivery %d: %w", id, err)
-		}
+	case o.ID == 0: // cannot happen: orders are never deleted
+		return out, fmt.Errorf("mysql: delivery %d: order %d of event %s not found", id, out.OrderID, out.EventID)
+	default:
 		out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
 	}
-	var bid, bat int64
-	err = s.db.QueryRowContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_stream)
-WHERE webhook_id = ? AND order_id = ? AND event_seq < ? AND state = 'pending' ORDER BY event_seq LIMIT 1`, out.WebhookID, out.OrderID, seq).Scan(&bid, &bat)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return out, fail(fmt.Sprintf("delivery %d: look for an earlier one", id), err)
-	default:
-		out.BlockedBy = hourglass.DeliveryTimer{ID: bid, At: hourglass.FromUnixMilli(bat)}
+	if blockedID.Valid {
+		out.BlockedBy = hourglass.DeliveryTimer{ID: blockedID.Int64, At: hourglass.FromUnixMilli(blockedAt.Int64)}
 	}
 	return out, nil
 }
+
+// withMore scans a row whose first columns are what the caller's Scan
+// asks for, and the rest into more.
+type withMore struct {
+	row  scanner
+	more []any
+}
+
+func (w withMore) Scan(dest ...any) error { return w.row.Scan(append(dest, w.more...)...) }
 
 // NextDelivery implements hourglass.DeliveryStore.
 func (s *Store) NextDelivery(ctx context.Context, webhookID, orderID int64) (hourglass.DeliveryTimer, bool, error) {
