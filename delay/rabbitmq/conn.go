@@ -116,8 +116,8 @@ func explainAccess(what, name string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// publishChunk is the most messages published before waiting for their
-// confirms; returns buffer one chunk.
+// publishChunk is the most timers (so at most as many messages) published
+// before waiting for their confirms; returns buffer one chunk.
 const publishChunk = 1000
 
 // publisher publishes timers on a channel in confirm mode to where their
@@ -150,28 +150,45 @@ func newPublisher(conn *amqp.Connection, topo topology, clock hourglass.Clock) (
 }
 
 // publish publishes timers persistently and returns once the broker
-// confirmed every one: nil if all were accepted and routed, an error if any
-// was nacked, returned unroutable, or the channel closed first. After an
-// error some may have been published: a retry duplicates them, which is
+// confirmed every message: nil if all were accepted and routed, an error if
+// any was nacked, returned unroutable, or the channel closed first. Timers
+// that go to the same place (a tier, the due queue, the same plugin delay)
+// travel packed, up to packMax a message: each of them has at least that
+// tier's TTL plus the margin left, so the message's tier suits all. After
+// an error some may have been published: a retry duplicates them, which is
 // allowed.
 func (p *publisher) publish(ctx context.Context, timers []hourglass.Timer) error {
 	for start := 0; start < len(timers); start += publishChunk {
 		chunk := timers[start:min(start+publishChunk, len(timers))]
 		now := p.clock.Now()
-		confirms := make([]*amqp.DeferredConfirmation, len(chunk))
-		for i, t := range chunk {
+		var (
+			routes []route
+			groups = map[route][]hourglass.Timer{}
+		)
+		for _, t := range chunk {
 			r := p.topo.route(t.Deadline.Sub(now))
+			if _, ok := groups[r]; !ok {
+				routes = append(routes, r)
+			}
+			groups[r] = append(groups[r], t)
+		}
+		var confirms []*amqp.DeferredConfirmation
+		for _, r := range routes {
 			if r.tier >= 0 && !p.declared[r.tier] {
 				if err := p.topo.declareTier(p.ch, r.tier); err != nil {
 					return err
 				}
 				p.declared[r.tier] = true
 			}
-			dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, r.exchange, r.key, r.mandatory, false, encode(t, r, now))
-			if err != nil {
-				return fmt.Errorf("publish order %d: %w", t.OrderID, err)
+			g := groups[r]
+			for i := 0; i < len(g); i += packMax {
+				pack := g[i:min(i+packMax, len(g))]
+				dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, r.exchange, r.key, r.mandatory, false, encode(pack, r, now))
+				if err != nil {
+					return fmt.Errorf("publish %d timers (order %d first): %w", len(pack), pack[0].OrderID, err)
+				}
+				confirms = append(confirms, dc)
 			}
-			confirms[i] = dc
 		}
 		nacked := 0
 		for _, dc := range confirms {
@@ -185,9 +202,9 @@ func (p *publisher) publish(ctx context.Context, timers []hourglass.Timer) error
 		}
 		if nacked > 0 {
 			if p.ch.IsClosed() {
-				return fmt.Errorf("the channel closed before %d of %d publishes were confirmed: %w", nacked, len(chunk), p.closeReason())
+				return fmt.Errorf("the channel closed before %d of %d publishes were confirmed: %w", nacked, len(confirms), p.closeReason())
 			}
-			return fmt.Errorf("the broker refused %d of %d publishes (nack)", nacked, len(chunk))
+			return fmt.Errorf("the broker refused %d of %d publishes (nack)", nacked, len(confirms))
 		}
 		if n, ret := drainReturns(p.returns); n > 0 {
 			return fmt.Errorf("%d publishes unroutable: %d %s from exchange %q with key %q (was queue %q deleted?)",

@@ -54,8 +54,19 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 
 // pending is a delivery the consumer has not acknowledged yet.
 type pending struct {
-	tag   uint64
+	msg   *arrival
 	timer hourglass.Timer
+}
+
+// arrival is one message from the due queue, carrying one timer or several
+// (packed). It is acknowledged once each of its timers was delivered or
+// forwarded to its next tier; if a Deliver of any fails, it goes back to the
+// queue whole (its timers already delivered come again: at least once) and
+// its timers still in memory are dropped.
+type arrival struct {
+	tag    uint64
+	left   int  // timers not yet delivered or forwarded
+	nacked bool // handed back to the queue
 }
 
 // consumer is one Run's state; only its run goroutine touches it, except the
@@ -156,18 +167,20 @@ func (c *consumer) run(ctx context.Context) (err error) {
 			c.ready = append(c.ready, heap.Pop(&c.held).(pending))
 		}
 		if !delivering && len(c.ready) > 0 && !now.Before(retryAt) {
-			batch := c.take(&c.ready, c.cfg.DeliverBatch)
-			delivering = true
-			go func() { delivered <- batchResult{batch, c.deliver(ctx, timersOf(batch))} }()
+			if batch := c.take(&c.ready, c.cfg.DeliverBatch); len(batch) > 0 {
+				delivering = true
+				go func() { delivered <- batchResult{batch, c.deliver(ctx, timersOf(batch))} }()
+			}
 		}
 		if !republishing && len(c.retier) > 0 {
-			batch := c.take(&c.retier, publishChunk)
-			republishing = true
-			go func() {
-				pctx, cancel := context.WithTimeout(pubCtx, c.cfg.PublishTimeout)
-				defer cancel()
-				republished <- batchResult{batch, c.pub.publish(pctx, timersOf(batch))}
-			}()
+			if batch := c.take(&c.retier, publishChunk); len(batch) > 0 {
+				republishing = true
+				go func() {
+					pctx, cancel := context.WithTimeout(pubCtx, c.cfg.PublishTimeout)
+					defer cancel()
+					republished <- batchResult{batch, c.pub.publish(pctx, timersOf(batch))}
+				}()
+			}
 		}
 		wake := time.Hour
 		if len(c.held) > 0 {
@@ -222,9 +235,10 @@ func (c *consumer) run(ctx context.Context) (err error) {
 	}
 }
 
-// arrive sorts one delivery: due, held for its last stretch, or early.
+// arrive sorts the timers of one delivery: due, held for its last
+// stretch, or early.
 func (c *consumer) arrive(d amqp.Delivery, now time.Time) {
-	t, err := decode(d.Body)
+	ts, err := decode(d.Body)
 	if err != nil {
 		// Requeueing it would bring it straight back; the sweeper closes
 		// the order if it was one of ours.
@@ -232,23 +246,26 @@ func (c *consumer) arrive(d amqp.Delivery, now time.Time) {
 		c.ch.Reject(d.DeliveryTag, false)
 		return
 	}
-	p := pending{tag: d.DeliveryTag, timer: t}
-	remaining := t.Deadline.Sub(now)
-
-	switch {
-	case remaining <= 0:
-		c.ready = append(c.ready, p)
-	case c.topo.route(remaining).toDue():
-		heap.Push(&c.held, p)
-	default:
-		c.retier = append(c.retier, p)
+	msg := &arrival{tag: d.DeliveryTag, left: len(ts)}
+	for _, t := range ts {
+		p := pending{msg: msg, timer: t}
+		remaining := t.Deadline.Sub(now)
+		switch {
+		case remaining <= 0:
+			c.ready = append(c.ready, p)
+		case c.topo.route(remaining).toDue():
+			heap.Push(&c.held, p)
+		default:
+			c.retier = append(c.retier, p)
+		}
 	}
 }
 
-// delivered acknowledges a batch Deliver finished with, or, if it failed,
-// hands it back to the queue and delays the next Deliver by a capped
-// exponential backoff (the store is probably down; the broker redelivers the
-// batch at once, to this consumer or another).
+// delivered acknowledges the messages whose every timer is now delivered
+// or forwarded, or, if Deliver failed, hands the batch's messages back to
+// the queue and delays the next Deliver by a capped exponential backoff
+// (the store is probably down; the broker redelivers them at once, to this
+// consumer or another).
 func (c *consumer) delivered(ctx context.Context, r batchResult, backoff *time.Duration, retryAt *time.Time) error {
 	if r.err != nil {
 		*backoff = min(max(2**backoff, 50*time.Millisecond), c.cfg.RetryMax)
@@ -257,31 +274,48 @@ func (c *consumer) delivered(ctx context.Context, r batchResult, backoff *time.D
 			c.log.Warn("rabbitmq: deliver failed; the timers go back to the queue", "timers", len(r.batch), "retry_in", *backoff, "err", r.err)
 		}
 		for _, p := range r.batch {
-			if err := c.ch.Nack(p.tag, false, true); err != nil {
+			if p.msg.nacked {
+				continue
+			}
+			p.msg.nacked = true
+			if err := c.ch.Nack(p.msg.tag, false, true); err != nil {
 				return fmt.Errorf("rabbitmq: run: nack: %w", err)
 			}
 		}
 		return nil
 	}
 	*backoff = 0
-	for _, p := range r.batch {
-		if err := c.ch.Ack(p.tag, false); err != nil {
-			return fmt.Errorf("rabbitmq: run: ack %d delivered timers: %w", len(r.batch), err)
-		}
+	if err := c.done(r.batch); err != nil {
+		return fmt.Errorf("rabbitmq: run: ack %d delivered timers: %w", len(r.batch), err)
 	}
 	return nil
 }
 
 // republished acknowledges the arrivals whose timers are now confirmed in
-// their next tier. A failed publish ends Run: the channel is probably gone,
-// and the unacknowledged arrivals come back from the broker.
+// their next tier (and delivered, for the rest of a packed message). A
+// failed publish ends Run: the channel is probably gone, and the
+// unacknowledged arrivals come back from the broker.
 func (c *consumer) republished(r batchResult) error {
 	if r.err != nil {
 		return fmt.Errorf("rabbitmq: run: send %d early timers to their next tier: %w", len(r.batch), r.err)
 	}
-	for _, p := range r.batch {
-		if err := c.ch.Ack(p.tag, false); err != nil {
-			return fmt.Errorf("rabbitmq: run: ack %d forwarded timers: %w", len(r.batch), err)
+	if err := c.done(r.batch); err != nil {
+		return fmt.Errorf("rabbitmq: run: ack %d forwarded timers: %w", len(r.batch), err)
+	}
+	return nil
+}
+
+// done counts the batch's timers off their messages and acknowledges each
+// message whose last timer this was; a message handed back is left alone.
+func (c *consumer) done(batch []pending) error {
+	for _, p := range batch {
+		if p.msg.nacked {
+			continue
+		}
+		if p.msg.left--; p.msg.left == 0 {
+			if err := c.ch.Ack(p.msg.tag, false); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -308,12 +342,17 @@ func closeReason(e *amqp.Error) error {
 	return e
 }
 
-// take removes and returns up to n items from the front of *q.
+// take removes and returns up to n items from the front of *q, dropping
+// those of messages handed back to the queue (they come again).
 func (c *consumer) take(q *[]pending, n int) []pending {
-	k := min(n, len(*q))
-	batch := make([]pending, k)
-	copy(batch, (*q)[:k])
-	*q = append((*q)[:0], (*q)[k:]...)
+	batch := make([]pending, 0, min(n, len(*q)))
+	i := 0
+	for ; i < len(*q) && len(batch) < n; i++ {
+		if p := (*q)[i]; !p.msg.nacked {
+			batch = append(batch, p)
+		}
+	}
+	*q = append((*q)[:0], (*q)[i:]...)
 	return batch
 }
 

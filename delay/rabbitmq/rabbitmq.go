@@ -26,14 +26,23 @@
 // returned nil. A timer 30 min away goes 1024 s → 512 s → 256 s → 4 s → 2 s
 // → in memory; a delay takes at most one hop per tier.
 //
+// Timers published together that go to the same place (a tier, the due
+// queue, or the same plugin delay) travel packed, up to 256 in one message:
+// each has at least that tier's TTL plus the margin left, so the tier suits
+// them all, and the consumer sorts each timer of an arriving message on its
+// own. A message is acknowledged once all its timers were delivered or
+// forwarded; if a Deliver of any of them fails the message goes back whole
+// (at least once) and its timers still in memory are dropped. A message of
+// one timer keeps the original shape, so an older consumer reads it.
+//
 // The margin is the least time a timer has left when it leaves its last
 // tier, and so the dead-lettering lag it tolerates before it is late. That
 // lag is small for timers spread over time (a few ms) but grows with
 // bursts: the broker dead-letters a few thousand messages a second per
-// queue, so 10,000 timers expiring from one tier in the same millisecond
-// take one to two seconds to come out. Precision comes from the in-memory
-// last stretch, not from the TTLs, so a wide margin costs nothing but
-// prefetch room.
+// queue, which packing turns into hundreds of thousands of timers a second
+// when they were scheduled together (a flash sale's orders, relayed from the
+// outbox in batches). Precision comes from the in-memory last stretch, not
+// from the TTLs, so a wide margin costs nothing but prefetch room.
 //
 // Dead-lettering is at-least-once (x-dead-letter-strategy at-least-once,
 // which RabbitMQ applies only together with x-overflow reject-publish): an
@@ -143,10 +152,12 @@ type Config struct {
 	// Mode picks tier queues or the delayed-message plugin (ModeAuto:
 	// the plugin if the broker has it).
 	Mode Mode
-	// Prefetch is the most unacknowledged deliveries a consumer holds
-	// (1..65535), and so the most timers it can wait out in memory; when
-	// more than this are due within the last stretch (1 s + Margin), the
-	// rest wait in the queue until some are delivered, and may be late.
+	// Prefetch is the most unacknowledged deliveries (messages) a consumer
+	// holds (1..65535); a message carries one timer or up to 256 scheduled
+	// together, so it bounds the timers waited out in memory at Prefetch
+	// times 256 (about 50 bytes each). When more messages than this are due
+	// within the last stretch (1 s + Margin), the rest wait in the queue
+	// until some are delivered, and may be late.
 	Prefetch int
 	// DeliverBatch is the most timers per Deliver call.
 	DeliverBatch int

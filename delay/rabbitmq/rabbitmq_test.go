@@ -2,11 +2,14 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,17 +164,35 @@ func TestRoute(t *testing.T) {
 func TestEncodeDecode(t *testing.T) {
 	t.Parallel()
 	tm := hourglass.Timer{OrderID: 42, Deadline: hourglass.FromUnixMilli(1_700_000_000_123)}
-	msg := encode(tm, route{delay: 5}, time.Now())
+	msg := encode([]hourglass.Timer{tm}, route{delay: 5}, time.Now())
 	if msg.DeliveryMode != amqp.Persistent || msg.Expiration != "" || msg.Headers["x-delay"] != int64(5) {
 		t.Fatalf("publishing %+v", msg)
 	}
+	// One timer keeps the shape every version reads.
+	if string(msg.Body) != `{"order_id":42,"deadline_ms":1700000000123}` {
+		t.Fatalf("one timer's body = %s", msg.Body)
+	}
 	got, err := decode(msg.Body)
-	if err != nil || got.OrderID != tm.OrderID || !got.Deadline.Equal(tm.Deadline) {
+	if err != nil || len(got) != 1 || got[0].OrderID != tm.OrderID || !got[0].Deadline.Equal(tm.Deadline) {
 		t.Fatalf("decode = %+v, %v; want %+v", got, err, tm)
 	}
-	for _, body := range []string{"", "{", `{"order_id":1}`, `{"deadline_ms":5}`, `{"order_id":-1,"deadline_ms":5}`, "hello"} {
+	var pack []hourglass.Timer
+	for i := range packMax {
+		pack = append(pack, hourglass.Timer{OrderID: int64(i + 1), Deadline: hourglass.FromUnixMilli(1_700_000_000_000 + int64(i))})
+	}
+	msg = encode(pack, route{}, time.Now())
+	if len(msg.Body) > 16<<10 {
+		t.Errorf("a full pack is %d bytes", len(msg.Body))
+	}
+	got, err = decode(msg.Body)
+	if err != nil || len(got) != packMax || got[7] != pack[7] || got[packMax-1] != pack[packMax-1] {
+		t.Fatalf("decode of a pack = %d timers, %v", len(got), err)
+	}
+	for _, body := range []string{"", "{", `{"order_id":1}`, `{"deadline_ms":5}`, `{"order_id":-1,"deadline_ms":5}`, "hello",
+		`{"timers":[]}`, `{"timers":[{"order_id":1}]}`, `{"order_id":1,"deadline_ms":5,"timers":[{"order_id":2,"deadline_ms":5}]}`,
+		`{"timers":[` + strings.Repeat(`{"order_id":1,"deadline_ms":5},`, packMax) + `{"order_id":1,"deadline_ms":5}]}`} {
 		if _, err := decode([]byte(body)); err == nil {
-			t.Errorf("decode(%q) succeeded", body)
+			t.Errorf("decode(%.60q) succeeded", body)
 		}
 	}
 }
@@ -530,5 +551,84 @@ func adminDelete(t *testing.T, ns string) {
 	defer conn.Close()
 	if err := deleteAll(ch, ns); err != nil {
 		t.Errorf("delete namespace %s: %v", ns, err)
+	}
+}
+
+// TestPackedMessageHandedBackWhole schedules timers together, so they travel
+// packed in one message, and fails the first Deliver: the message goes back
+// to the queue whole, its timers still in memory are dropped rather than
+// delivered or acknowledged (they come again with the message; an ack of a
+// handed-back message would close the channel), and every timer, and an
+// older process's one-timer message, is delivered once, none early.
+func TestPackedMessageHandedBackWhole(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{Mode: ModeTiers, DeliverBatch: 10})
+	start := time.Now().Truncate(time.Millisecond)
+	timers := make([]hourglass.Timer, 100)
+	for i := range timers {
+		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(600*time.Millisecond + time.Duration(i)*10*time.Millisecond)}
+	}
+	if err := s.Schedule(context.Background(), timers); err != nil {
+		t.Fatal(err)
+	}
+	conn, ch := adminChannel(t)
+	defer conn.Close()
+	legacy := hourglass.Timer{OrderID: 1000, Deadline: start.Add(200 * time.Millisecond)}
+	if err := ch.PublishWithContext(context.Background(), "", s.topo.due, true, false, amqp.Publishing{DeliveryMode: amqp.Persistent,
+		Body: []byte(`{"order_id":1000,"deadline_ms":` + strconv.FormatInt(hourglass.UnixMilli(legacy.Deadline), 10) + `}`)}); err != nil {
+		t.Fatal(err)
+	}
+	timers = append(timers, legacy)
+
+	record, got := recorder()
+	var (
+		calls atomic.Int64
+		mu    sync.Mutex
+		times = map[int64]int{}
+	)
+	deliver := func(ctx context.Context, due []hourglass.Timer) error {
+		for _, tm := range due {
+			if now := time.Now(); now.Before(tm.Deadline) {
+				t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+			}
+		}
+		// The first call is the legacy message's (due 400 ms before the
+		// others), the second the packed message's first timers.
+		if calls.Add(1) == 2 {
+			return errors.New("store down")
+		}
+		mu.Lock()
+		for _, tm := range due {
+			times[tm.OrderID]++
+		}
+		mu.Unlock()
+		return record(ctx, due)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, deliver) }()
+	for limit := time.Now().Add(30 * time.Second); len(got()) < len(timers) && time.Now().Before(limit); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // an ack of a handed-back message would end Run now
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	seen := got()
+	for _, tm := range timers {
+		if _, ok := seen[tm.OrderID]; !ok {
+			t.Errorf("order %d never delivered (%d of %d were)", tm.OrderID, len(seen), len(timers))
+		}
+	}
+	if calls.Load() < 3 {
+		t.Errorf("%d Deliver calls: the failed one was never followed", calls.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range times {
+		if n > 1 {
+			t.Errorf("order %d delivered %d times: the handed-back message's timers in memory were not dropped", id, n)
+		}
 	}
 }

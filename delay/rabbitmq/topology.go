@@ -217,18 +217,50 @@ func deleteAll(ch *amqp.Channel, ns string) error {
 	return nil
 }
 
-// message is a timer as it travels through the broker.
+// message is one timer or several as they travel through the broker. A
+// message of one timer has its fields at the top level (the only shape
+// before packing, still written for one timer so that a process of an
+// older version reads it); a packed message lists its timers.
 type message struct {
+	OrderID    int64         `json:"order_id,omitempty"`
+	DeadlineMs int64         `json:"deadline_ms,omitempty"`
+	Timers     []packedTimer `json:"timers,omitempty"`
+}
+
+type packedTimer struct {
 	OrderID    int64 `json:"order_id"`
 	DeadlineMs int64 `json:"deadline_ms"`
 }
 
-// encode returns the publishing of t; it is persistent and has no per-message
-// TTL (which would wait behind the queue's head).
-func encode(t hourglass.Timer, r route, now time.Time) amqp.Publishing {
-	ms := hourglass.UnixMilli(t.Deadline)
-	body, _ := json.Marshal(message{OrderID: t.OrderID, DeadlineMs: ms}) // cannot fail: two ints
-	headers := amqp.Table{"x-order-id": t.OrderID, "x-deadline-ms": ms}
+// packMax is the most timers one message carries. The broker's cost is per
+// message (a tier dead-letters a few thousand messages a second), so a
+// burst of timers published together travels as a few hundred messages
+// rather than as many messages as timers; a packed body stays under 16 KiB.
+const packMax = 256
+
+// encode returns the publishing of ts (1..packMax timers routed alike); it
+// is persistent and has no per-message TTL (which would wait behind the
+// queue's head).
+func encode(ts []hourglass.Timer, r route, now time.Time) amqp.Publishing {
+	var (
+		m       message
+		headers amqp.Table
+		id      string
+	)
+	if len(ts) == 1 {
+		t := ts[0]
+		m = message{OrderID: t.OrderID, DeadlineMs: hourglass.UnixMilli(t.Deadline)}
+		headers = amqp.Table{"x-order-id": t.OrderID, "x-deadline-ms": m.DeadlineMs}
+		id = strconv.FormatInt(t.OrderID, 10)
+	} else {
+		m.Timers = make([]packedTimer, len(ts))
+		for i, t := range ts {
+			m.Timers[i] = packedTimer{OrderID: t.OrderID, DeadlineMs: hourglass.UnixMilli(t.Deadline)}
+		}
+		headers = amqp.Table{"x-timers": int64(len(ts))}
+		id = fmt.Sprintf("%d+%d", ts[0].OrderID, len(ts)-1)
+	}
+	body, _ := json.Marshal(m) // cannot fail: integers
 	if r.delay > 0 {
 		headers["x-delay"] = r.delay
 	}
@@ -236,21 +268,34 @@ func encode(t hourglass.Timer, r route, now time.Time) amqp.Publishing {
 		Headers:      headers,
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
-		MessageId:    strconv.FormatInt(t.OrderID, 10),
+		MessageId:    id,
 		Timestamp:    now,
 		Type:         "hourglass.timer",
 		Body:         body,
 	}
 }
 
-// decode returns the timer in a message body.
-func decode(body []byte) (hourglass.Timer, error) {
+// decode returns the timers in a message body, one or packed.
+func decode(body []byte) ([]hourglass.Timer, error) {
 	var m message
 	if err := json.Unmarshal(body, &m); err != nil {
-		return hourglass.Timer{}, fmt.Errorf("not a timer: %w", err)
+		return nil, fmt.Errorf("not a timer: %w", err)
 	}
-	if m.OrderID <= 0 || m.DeadlineMs <= 0 {
-		return hourglass.Timer{}, fmt.Errorf("not a timer: order_id %d, deadline_ms %d", m.OrderID, m.DeadlineMs)
+	if m.Timers == nil {
+		if m.OrderID <= 0 || m.DeadlineMs <= 0 {
+			return nil, fmt.Errorf("not a timer: order_id %d, deadline_ms %d", m.OrderID, m.DeadlineMs)
+		}
+		return []hourglass.Timer{{OrderID: m.OrderID, Deadline: hourglass.FromUnixMilli(m.DeadlineMs)}}, nil
 	}
-	return hourglass.Timer{OrderID: m.OrderID, Deadline: hourglass.FromUnixMilli(m.DeadlineMs)}, nil
+	if m.OrderID != 0 || m.DeadlineMs != 0 || len(m.Timers) == 0 || len(m.Timers) > packMax {
+		return nil, fmt.Errorf("not a timer: a packed message of %d timers (1..%d) with order_id %d", len(m.Timers), packMax, m.OrderID)
+	}
+	out := make([]hourglass.Timer, len(m.Timers))
+	for i, t := range m.Timers {
+		if t.OrderID <= 0 || t.DeadlineMs <= 0 {
+			return nil, fmt.Errorf("not a timer: timers[%d]: order_id %d, deadline_ms %d", i, t.OrderID, t.DeadlineMs)
+		}
+		out[i] = hourglass.Timer{OrderID: t.OrderID, Deadline: hourglass.FromUnixMilli(t.DeadlineMs)}
+	}
+	return out, nil
 }
