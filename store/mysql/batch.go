@@ -116,6 +116,9 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 	if o.kind == opAttempt {
 		queued = s.queue.PushLow(o) // only into room closes and API writes leave
 	} else {
+		if o.urgent() {
+			s.closing.Touch()
+		}
 		queued = s.queue.Push(o, o.urgent())
 	}
 	if !queued {
@@ -772,7 +775,7 @@ ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
 	}
 	committed = true
 	if deferred {
-		s.pendingFanOut.notify()
+		s.fanOut.Wake()
 	}
 	for i := range ops {
 		if j := newOf[i]; j >= 0 {

@@ -7,25 +7,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hourglass/hourglass"
-)
-
-const (
-	// fanOutCheck is how often fanOutLoop looks at fanout_pending without
-	// a wake-up (another process's deferred batches, a failed attempt), and
-	// fanOutPoll how often it asks whether closes are still queued.
-	fanOutCheck = time.Second
-	fanOutPoll  = 5 * time.Millisecond
-	// fanOutMaxWait bounds how long one deferred fan-out waits for the
-	// close path to have no queue, so a close path that is never idle
-	// delays deliveries but cannot stop them.
-	fanOutMaxWait = time.Second
+	"github.com/hourglass/hourglass/store/internal/fanout"
 )
 
 // deferFanOut reports whether a batch of ops leaves its close events'
-// deliveries to fanOutLoop: when it closes orders and more closes are
+// deliveries to the fan-out loop: when it closes orders and more closes are
 // queued behind it (a burst), so the close transactions stay short and the
 // next close batch starts sooner.
 func (s *Store) deferFanOut(ops []*op) bool {
@@ -69,66 +57,21 @@ func deferClosed(ctx context.Context, tx *sql.Tx, events []batchEvent) ([]batchE
 	return rest, nil
 }
 
-// fanOutLoop creates the webhook deliveries that close batches of a burst
-// left in fanout_pending: one close batch per transaction, in id order,
-// each once no close is queued here (or after fanOutMaxWait), so the
+// newFanOut returns the loop that creates the webhook deliveries close
+// batches of a burst left in fanout_pending: one close batch per
+// transaction, in id order, each once the close path here is quiet, so the
 // deliveries exist within moments of the burst's end. Until then the
 // events are durable in the same transactions as the closes, and any
-// process's loop picks up what a crashed one left. It runs until ctx ends.
-func (s *Store) fanOutLoop(ctx context.Context) {
-	defer s.done.Done()
-	tick := time.NewTicker(fanOutCheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.pendingFanOut.channel():
-		case <-tick.C:
-		}
-		for {
-			if !s.waitForClosePath(ctx) {
-				return
-			}
-			if s.cfg.beforeFanOut != nil {
-				s.cfg.beforeFanOut()
-			}
-			found, err := s.fanOutOne(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("mysql: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", err)
-				}
-				break
-			}
-			if !found {
-				break
-			}
-		}
-	}
-}
-
-// waitForClosePath waits until no close is queued for the writers, at most
-// fanOutMaxWait; false when ctx ends.
-func (s *Store) waitForClosePath(ctx context.Context) bool {
-	if s.queue.Urgent() == 0 {
-		return true
-	}
-	giveUp := time.NewTimer(fanOutMaxWait)
-	defer giveUp.Stop()
-	poll := time.NewTicker(fanOutPoll)
-	defer poll.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-giveUp.C:
-			return true
-		case <-poll.C:
-			if s.queue.Urgent() == 0 {
-				return true
-			}
-		}
-	}
+// process's loop picks up what a crashed one left.
+func (s *Store) newFanOut() *fanout.Loop {
+	return fanout.New(fanout.Loop{
+		Name:     "mysql",
+		Log:      s.log,
+		Queued:   s.queue.Urgent,
+		Activity: &s.closing,
+		One:      s.fanOutOne,
+		Before:   s.cfg.beforeFanOut,
+	})
 }
 
 // fanOutOne creates the deliveries of the oldest deferred close batch that

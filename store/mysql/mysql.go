@@ -35,6 +35,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
@@ -139,7 +140,7 @@ type Config struct {
 	// session's wait_timeout is set to it instead (and the pool drops idle
 	// connections before that), which ends any idle session.
 	IdleTxTimeout time.Duration
-	// beforeFanOut, if set, is called by fanOutLoop before each deferred
+	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()
 }
@@ -196,10 +197,11 @@ type Store struct {
 	// deliveries wakes the delivery engine after this store value's commits
 	// that created deliveries.
 	deliveries notifier
-	// pendingFanOut wakes fanOutLoop after a batch deferred its fan-out;
-	// stop ends the loop.
-	pendingFanOut notifier
-	stop          context.CancelFunc
+	// fanOut creates the deliveries close batches left in fanout_pending
+	// (fanout.go); closing is when closes were last queued; stop ends it.
+	fanOut  *fanout.Loop
+	closing fanout.Activity
+	stop    context.CancelFunc
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
 	// origin marks this store value's order_feed rows (cluster.go).
@@ -239,8 +241,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
+	s.fanOut = s.newFanOut()
 	s.done.Add(1)
-	go s.fanOutLoop(bg)
+	go func() { defer s.done.Done(); s.fanOut.Run(bg) }()
 	s.log.Debug("mysql: opened", "server", srv.String(), "url", myurl.Redact(cfg.URL))
 	return s, nil
 }

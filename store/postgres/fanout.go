@@ -2,19 +2,8 @@ package postgres
 
 import (
 	"context"
-	"time"
-)
 
-const (
-	// fanOutCheck is how often fanOutLoop looks at fanout_pending without
-	// a wake-up (another process's deferred batches, a failed attempt), and
-	// fanOutPoll how often it asks whether closes are still queued.
-	fanOutCheck = time.Second
-	fanOutPoll  = 5 * time.Millisecond
-	// fanOutMaxWait bounds how long one deferred fan-out waits for the
-	// close path to have no queue, so a close path that is never idle
-	// delays deliveries but cannot stop them.
-	fanOutMaxWait = time.Second
+	"github.com/hourglass/hourglass/store/internal/fanout"
 )
 
 // fanOutOneSQL creates the deliveries of one deferred close batch (the
@@ -35,66 +24,21 @@ const fanOutOneSQL = `WITH p AS (
 )
 SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
 
-// fanOutLoop creates the webhook deliveries that close batches of a burst
-// left in fanout_pending (see writer.go): one close batch per statement, in
-// id order, each once no close is queued here (or after fanOutMaxWait), so
-// the deliveries exist within moments of the burst's end. Until then the
-// events are durable in the same transactions as the closes, and any
-// process's loop picks up what a crashed one left. It runs until ctx ends.
-func (s *Store) fanOutLoop(ctx context.Context) {
-	defer s.wg.Done()
-	tick := time.NewTicker(fanOutCheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.pendingFanOut.channel():
-		case <-tick.C:
-		}
-		for {
-			if !s.waitForClosePath(ctx) {
-				return
-			}
-			if s.cfg.beforeFanOut != nil {
-				s.cfg.beforeFanOut()
-			}
-			found, err := s.fanOutOne(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("postgres: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", s.fail("fan out", err))
-				}
-				break
-			}
-			if !found {
-				break
-			}
-		}
-	}
-}
-
-// waitForClosePath waits until no close is queued for the writer, at most
-// fanOutMaxWait; false when ctx ends.
-func (s *Store) waitForClosePath(ctx context.Context) bool {
-	if s.queue.Urgent() == 0 {
-		return true
-	}
-	giveUp := time.NewTimer(fanOutMaxWait)
-	defer giveUp.Stop()
-	poll := time.NewTicker(fanOutPoll)
-	defer poll.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-giveUp.C:
-			return true
-		case <-poll.C:
-			if s.queue.Urgent() == 0 {
-				return true
-			}
-		}
-	}
+// newFanOut returns the loop that creates the webhook deliveries close
+// batches of a burst left in fanout_pending (see writer.go): one close
+// batch per statement, in id order, each once the close path here is
+// quiet, so the deliveries exist within moments of the burst's end. Until
+// then the events are durable in the same transactions as the closes, and
+// any process's loop picks up what a crashed one left.
+func (s *Store) newFanOut() *fanout.Loop {
+	return fanout.New(fanout.Loop{
+		Name:     "postgres",
+		Log:      s.log,
+		Queued:   s.queue.Urgent,
+		Activity: &s.closing,
+		One:      s.fanOutOne,
+		Before:   s.cfg.beforeFanOut,
+	})
 }
 
 // fanOutOne fans out one deferred close batch; false when none was left.
@@ -104,7 +48,7 @@ func (s *Store) fanOutOne(ctx context.Context) (bool, error) {
 		return s.pool.QueryRow(ctx, fanOutOneSQL, s.channel).Scan(&found, &created, &notified)
 	})
 	if err != nil {
-		return false, err
+		return false, s.fail("fan out", err)
 	}
 	if created > 0 {
 		s.deliveries.notify()

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/writehealth"
@@ -111,7 +112,7 @@ type Config struct {
 	// is run again after a deadlock ("deadlock", 40P01) or a serialization
 	// failure ("serialization", 40001). It must be safe for concurrent use.
 	ObserveRetry func(reason string)
-	// beforeFanOut, if set, is called by fanOutLoop before each deferred
+	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()
 }
@@ -197,15 +198,17 @@ type Store struct {
 	origin         string
 
 	queue *writequeue.Queue[*op]
-	wg    sync.WaitGroup // writers, listener and fanOutLoop
+	wg    sync.WaitGroup // writers, listener and fanOut
 	stop  context.CancelFunc
 
 	policy     stored.PolicyCache
 	deliveries notifier
-	// pendingFanOut wakes fanOutLoop after a batch deferred its fan-out.
-	pendingFanOut notifier
-	watches       watchers        // WatchCreated's
-	closed        <-chan struct{} // closed by Close
+	// fanOut creates the deliveries close batches left in fanout_pending
+	// (fanout.go); closing is when closes were last queued.
+	fanOut  *fanout.Loop
+	closing fanout.Activity
+	watches watchers        // WatchCreated's
+	closed  <-chan struct{} // closed by Close
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
 
@@ -243,8 +246,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.writeLoop()
 	}
+	s.fanOut = s.newFanOut()
 	s.wg.Add(2)
-	go s.fanOutLoop(bg)
+	go func() { defer s.wg.Done(); s.fanOut.Run(bg) }()
 	ready := make(chan struct{})
 	go s.listen(bg, ready)
 	select {

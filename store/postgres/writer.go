@@ -107,6 +107,9 @@ func (o *op) reset() {
 // queued, a write runs even if ctx ends while it waits, unless ctx ended
 // before its batch began: then it is skipped and fails with ctx.Err().
 func (s *Store) submit(ctx context.Context, o *op, urgent bool) error {
+	if urgent {
+		s.closing.Touch()
+	}
 	return s.wait(ctx, o, func() bool { return s.queue.Push(o, urgent) })
 }
 
@@ -516,7 +519,7 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		return 0, outcomeUnknown{err}
 	}
 	if deferred > 0 {
-		s.pendingFanOut.notify()
+		s.fanOut.Wake()
 	}
 	if stockErr != nil || scanErr != nil || timerErr != nil || attemptErr != nil {
 		s.log.Error("postgres: a committed batch read back unexpected results", "stock", stockErr, "events", scanErr, "timer events", timerErr, "attempts", attemptErr)
@@ -526,7 +529,7 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 }
 
 // deferredType returns the event type whose deliveries a batch of ops
-// leaves to fanOutLoop (fanout.go), or nil for none: order.closed when the
+// leaves to the fan-out loop (fanout.go), or nil for none: order.closed when the
 // batch closes orders and more closes are queued behind it (a burst), so
 // the close transactions stay short and the next close batch starts
 // sooner. Only a close event is deferred: it is its order's last, so no

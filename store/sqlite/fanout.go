@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -9,83 +8,36 @@ import (
 	"zombiezen.com/go/sqlite"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 )
 
-const (
-	// fanOutCheck is how often fanOutLoop looks at fanout_pending without
-	// a wake-up, and fanOutPoll how often it asks whether closes are
-	// still queued.
-	fanOutCheck = time.Second
-	fanOutPoll  = 5 * time.Millisecond
-	// fanOutMaxWait bounds how long one deferred fan-out waits for the
-	// close path to have no queue, so a close path that is never idle
-	// delays deliveries but cannot stop them.
-	fanOutMaxWait = time.Second
-)
-
-// fanOutLoop creates the webhook deliveries that close batches of a burst
-// left in fanout_pending (see writeEvents): one close batch per write, in
-// seq order, each once no close is queued (or after fanOutMaxWait), through
-// the low lane so that API writes go first. The deliveries then exist
-// within moments of the burst's end; until then the events are durable in
-// the same transactions as the closes, and a restart picks up what was
-// left. The table is the state: each wake-up (a deferring close, the
-// periodic check, Open) looks at it on a reader first.
-func (s *Store) fanOutLoop() {
-	defer close(s.fanOutDone)
-	tick := time.NewTicker(cmp.Or(s.cfg.fanOutCheck, fanOutCheck))
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.fanOutStop:
-			return
-		case <-s.pendingFanOut.channel():
-		case <-tick.C:
-		}
-		for {
+// newFanOut returns the loop that creates the webhook deliveries close
+// batches of a burst left in fanout_pending (see writeEvents): one close
+// batch per write, in seq order, each once the close path is quiet,
+// through the low lane so that API writes go first. The deliveries then
+// exist within moments of the burst's end; until then the events are
+// durable in the same transactions as the closes, and a restart picks up
+// what was left. The table is the state: each look (a deferring close, the
+// periodic check, Open) reads it on a reader first.
+func (s *Store) newFanOut() *fanout.Loop {
+	return fanout.New(fanout.Loop{
+		Name:     "sqlite",
+		Log:      s.log,
+		Queued:   s.queue.Urgent,
+		Activity: &s.closing,
+		Check:    s.cfg.fanOutCheck,
+		One: func(context.Context) (bool, error) {
 			pending, err := s.fanOutsPending()
-			if err == nil && !pending {
-				break
+			if err != nil || !pending {
+				return false, err
 			}
-			if err == nil {
-				if !s.waitForClosePath() {
-					return
-				}
-				var created int
-				if created, err = s.fanOutOldest(); created > 0 {
-					s.deliveries.notify()
-				}
+			created, err := s.fanOutOldest()
+			if created > 0 {
+				s.deliveries.notify()
 			}
-			if err != nil {
-				s.log.Warn("sqlite: creating deferred webhook deliveries failed; retrying", "retry_in", fanOutCheck, "err", err)
-				break
-			}
-		}
-	}
-}
-
-// waitForClosePath waits until no close is queued for the writer, at most
-// fanOutMaxWait; false when the store is closing.
-func (s *Store) waitForClosePath() bool {
-	if s.queue.Urgent() == 0 {
-		return true
-	}
-	giveUp := time.NewTimer(fanOutMaxWait)
-	defer giveUp.Stop()
-	poll := time.NewTicker(fanOutPoll)
-	defer poll.Stop()
-	for {
-		select {
-		case <-s.fanOutStop:
-			return false
-		case <-giveUp.C:
-			return true
-		case <-poll.C:
-			if s.queue.Urgent() == 0 {
-				return true
-			}
-		}
-	}
+			return true, err
+		},
+	})
 }
 
 // fanOutsPending reports, on a reader, whether fanout_pending has rows: at

@@ -382,7 +382,7 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	var (
 		closed   []hourglass.ClosedOrder
 		fanned   int  // deliveries created with the events
-		deferred bool // or left to fanOutLoop
+		deferred bool // or left to the fan-out loop
 	)
 	err := s.writeUrgent(ctx, len(ids), func(conn *sqlite.Conn, now time.Time) error {
 		closed, fanned, deferred = closed[:0], 0, false // the op may be retried alone after a batch failure
@@ -446,7 +446,7 @@ RETURNING id, deadline, items`)
 		s.deliveries.notify()
 	}
 	if deferred {
-		s.pendingFanOut.notify()
+		s.fanOut.Wake()
 	}
 	return closed, nil
 }
@@ -455,7 +455,7 @@ RETURNING id, deadline, items`)
 // one write op (a batch of closes): one event row each, then each
 // subscribed webhook's deliveries for all of them with one INSERT … SELECT
 // per subscribed type. It returns the number of deliveries created, or
-// deferred when it left them to fanOutLoop.
+// deferred when it left them to the fan-out loop.
 func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, closed []hourglass.ClosedOrder) (fanned int, deferred bool, err error) {
 	if typ == "" {
 		return 0, false, fmt.Errorf("sqlite: write events: no event type")
@@ -481,7 +481,7 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 	}
 	if s.queue.Urgent() > 0 {
 		// More closes are queued behind this one (a burst): leave the
-		// deliveries to fanOutLoop, so the close transactions are not
+		// deliveries to the fan-out loop, so the close transactions are not
 		// several times longer for them.
 		stmt := conn.Prep(`INSERT INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
 		stmt.BindInt64(1, first)
@@ -503,7 +503,7 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 // Every event with a seq in [first, last] must be of type typ: one op
 // wrote them all (the single writer inserts nothing in between). Streams
 // are ordered by event seq, so deliveries created later (a deferred fan-out,
-// see fanOutLoop) still keep each (webhook, order) stream in event order. OR FAIL: as
+// see the fan-out loop) still keep each (webhook, order) stream in event order. OR FAIL: as
 // CloseOrders' UPDATE, the statement needs no statement journal (the op's
 // failure rolls its transaction back).
 func fanOutEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, first, last int64) (int, error) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"zombiezen.com/go/sqlite"
@@ -39,8 +40,9 @@ type Config struct {
 	FileName string
 	// ReadPoolSize is the number of read connections (default 4).
 	ReadPoolSize int
-	// fanOutCheck is how often fanOutLoop looks at fanout_pending without a
-	// wake-up (zero: fanOutCheck); the package's tests lengthen it.
+	// fanOutCheck is how often the fan-out loop looks at fanout_pending
+	// without a wake-up (zero: fanout.CheckDefault); the package's tests
+	// lengthen it.
 	fanOutCheck time.Duration
 	// MaxBatch is the most writes group-committed in one transaction.
 	MaxBatch int
@@ -100,9 +102,10 @@ type Store struct {
 	// fanout is the webhook deliveries per order the latest close created,
 	// rounded up: see fannedOut.
 	fanout atomic.Int64
-	// pendingFanOut wakes fanOutLoop after a close left its deliveries in
-	// fanout_pending.
-	pendingFanOut          notifier
+	// fanOut creates the deliveries closes left in fanout_pending
+	// (fanout.go); closing is when closes were last queued.
+	fanOut                 *fanout.Loop
+	closing                fanout.Activity
 	fanOutStop, fanOutDone chan struct{}
 }
 
@@ -201,10 +204,15 @@ func Open(cfg Config) (*Store, error) {
 	s.probeStop = make(chan struct{})
 	s.fanOutDone = make(chan struct{})
 	s.fanOutStop = make(chan struct{})
-	s.pendingFanOut.notify() // a crash may have left some: look at once
+	s.fanOut = s.newFanOut()
 	go s.writeLoop()
 	go s.probeLoop()
-	go s.fanOutLoop()
+	go func() {
+		defer close(s.fanOutDone)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-s.fanOutStop; cancel() }()
+		s.fanOut.Run(ctx) // looks at once: a crash may have left some
+	}()
 	opened = true
 	return s, nil
 }
@@ -324,6 +332,9 @@ func (s *Store) submit(ctx context.Context, orders int, run func(conn *sqlite.Co
 	}
 	if !queued {
 		return errClosed
+	}
+	if orders > 0 {
+		s.closing.Touch()
 	}
 	return <-o.result
 }

@@ -1,0 +1,141 @@
+// Package fanout runs a store's deferred webhook fan-out. During a burst of
+// closes (more closes queued behind a close batch) a store writes the
+// batch's events and a durable note (its fanout_pending table) instead of
+// their webhook deliveries, so the close transactions stay short; a Loop
+// creates those deliveries once the close path is quiet, one note at a
+// time, and on every start picks up what a crash left.
+package fanout
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+const (
+	// CheckDefault is how often a Loop looks for notes without a wake-up
+	// (another process's, or after a failed attempt).
+	CheckDefault = time.Second
+	// Quiet is how long the close path must have had no close queued before
+	// a note is fanned out: the closes of a burst arrive a few milliseconds
+	// apart, so the fan-out waits for the burst's end instead of slipping
+	// between its batches.
+	Quiet = 50 * time.Millisecond
+	// MaxWait bounds how long one note waits for quiet, so a close path
+	// that is never quiet delays deliveries but cannot stop them.
+	MaxWait = time.Second
+	poll    = 5 * time.Millisecond
+)
+
+// Activity tracks when closes were last queued. Its zero value is ready to
+// use and safe for concurrent use.
+type Activity struct{ last atomic.Int64 }
+
+// Touch records that a close was queued now.
+func (a *Activity) Touch() { a.last.Store(hourglass.SystemClock{}.Now().UnixNano()) }
+
+// quietFor reports whether no close was queued for d.
+func (a *Activity) quietFor(d time.Duration) bool {
+	return hourglass.SystemClock{}.Now().UnixNano()-a.last.Load() >= int64(d)
+}
+
+// Loop fans out a store's deferred deliveries: make one with New, run Run
+// in a goroutine, and Wake it after a commit that deferred.
+type Loop struct {
+	// Name prefixes log messages ("postgres").
+	Name string
+	Log  *slog.Logger
+	// Queued reports how many closes wait for the store's writer.
+	Queued func() int
+	// Activity is touched by the store whenever it queues a close.
+	Activity *Activity
+	// One fans out the oldest note (and deletes it, in one transaction),
+	// reporting whether there was one.
+	One func(ctx context.Context) (found bool, err error)
+	// Check is how often Run looks without a wake-up (zero: CheckDefault).
+	Check time.Duration
+	// Before, if set, is called before each note is fanned out (tests).
+	Before func()
+
+	wake chan struct{}
+}
+
+// New returns a Loop with cfg's settings.
+func New(cfg Loop) *Loop {
+	cfg.wake = make(chan struct{}, 1)
+	return &cfg
+}
+
+// Wake has Run look for notes now. Safe for concurrent use, before or
+// during Run.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run fans out notes until ctx ends: at each wake-up and check, every note
+// there is, oldest first, each once the close path is quiet.
+func (l *Loop) Run(ctx context.Context) {
+	check := l.Check
+	if check <= 0 {
+		check = CheckDefault
+	}
+	tick := time.NewTicker(check)
+	defer tick.Stop()
+	for {
+		for {
+			if !l.waitQuiet(ctx) {
+				return
+			}
+			if l.Before != nil {
+				l.Before()
+			}
+			found, err := l.One(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					l.Log.Warn(l.Name+": creating deferred webhook deliveries failed; retrying", "retry_in", check, "err", err)
+				}
+				break
+			}
+			if !found {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// waitQuiet waits until no close is queued and none was for Quiet, at most
+// MaxWait; false when ctx ends.
+func (l *Loop) waitQuiet(ctx context.Context) bool {
+	quiet := func() bool { return l.Queued() == 0 && l.Activity.quietFor(Quiet) }
+	if quiet() {
+		return ctx.Err() == nil
+	}
+	giveUp := time.NewTimer(MaxWait)
+	defer giveUp.Stop()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-giveUp.C:
+			return true
+		case <-t.C:
+			if quiet() {
+				return true
+			}
+		}
+	}
+}

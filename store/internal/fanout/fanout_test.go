@@ -1,0 +1,134 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// start runs a Loop with notes notes and the given close queue, until the
+// test ends; fanned counts the notes fanned out.
+func start(t *testing.T, notes int64, queued *atomic.Int64, activity *Activity) (l *Loop, fanned *atomic.Int64) {
+	t.Helper()
+	fanned = new(atomic.Int64)
+	var left atomic.Int64
+	left.Store(notes)
+	l = New(Loop{
+		Name:     "test",
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queued:   func() int { return int(queued.Load()) },
+		Activity: activity,
+		Check:    time.Hour, // only Run's first look and Wake
+		One: func(context.Context) (bool, error) {
+			if left.Add(-1) < 0 {
+				left.Store(0)
+				return false, nil
+			}
+			fanned.Add(1)
+			return true, nil
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l, fanned
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for limit := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(limit) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}
+
+// TestLooksAtStart: notes a crash left are fanned out at once, all of them.
+func TestLooksAtStart(t *testing.T) {
+	t.Parallel()
+	_, fanned := start(t, 3, new(atomic.Int64), &Activity{})
+	waitFor(t, "3 notes", func() bool { return fanned.Load() == 3 })
+}
+
+// TestWaitsWhileClosesQueued: nothing is fanned out while closes are
+// queued (up to MaxWait), then everything is.
+func TestWaitsWhileClosesQueued(t *testing.T) {
+	t.Parallel()
+	var queued atomic.Int64
+	queued.Store(1)
+	_, fanned := start(t, 2, &queued, &Activity{})
+	time.Sleep(MaxWait / 4)
+	if n := fanned.Load(); n != 0 {
+		t.Fatalf("%d notes fanned out with a close queued", n)
+	}
+	queued.Store(0)
+	waitFor(t, "2 notes", func() bool { return fanned.Load() == 2 })
+}
+
+// TestGivesUpWaiting: a close path that never empties delays the fan-out
+// by at most MaxWait a note, it does not stop it.
+func TestGivesUpWaiting(t *testing.T) {
+	t.Parallel()
+	var queued atomic.Int64
+	queued.Store(1)
+	began := hourglass.SystemClock{}.Now()
+	_, fanned := start(t, 1, &queued, &Activity{})
+	waitFor(t, "the note", func() bool { return fanned.Load() == 1 })
+	if waited := (hourglass.SystemClock{}).Now().Sub(began); waited < MaxWait {
+		t.Fatalf("fanned out after %s with a close queued, before MaxWait", waited)
+	}
+}
+
+// TestQuietAfterLastClose: after Wake, a close queued just before holds the
+// fan-out for Quiet even though the queue is empty; a failed attempt is
+// logged and retried at the next look.
+func TestQuietAfterLastClose(t *testing.T) {
+	t.Parallel()
+	var (
+		a        Activity
+		notes    atomic.Int64
+		calls    atomic.Int64
+		fannedAt atomic.Int64
+	)
+	l := New(Loop{
+		Name:     "test",
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queued:   func() int { return 0 },
+		Activity: &a,
+		Check:    time.Hour,
+		One: func(context.Context) (bool, error) {
+			if calls.Add(1) == 2 {
+				return false, errors.New("database down")
+			}
+			if notes.Load() == 0 {
+				return false, nil
+			}
+			notes.Add(-1)
+			fannedAt.Store(hourglass.SystemClock{}.Now().UnixNano())
+			return true, nil
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the first look", func() bool { return calls.Load() == 1 })
+
+	notes.Store(1)
+	a.Touch()
+	touched := hourglass.SystemClock{}.Now()
+	l.Wake() // this look fails
+	waitFor(t, "the failed look", func() bool { return calls.Load() == 2 })
+	l.Wake()
+	waitFor(t, "the note", func() bool { return notes.Load() == 0 })
+	if after := time.Duration(fannedAt.Load() - touched.UnixNano()); after < Quiet-time.Millisecond {
+		t.Fatalf("fanned out %s after a close was queued, within Quiet (%s)", after, Quiet)
+	}
+}
