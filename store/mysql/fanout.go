@@ -13,19 +13,17 @@ import (
 )
 
 // deferFanOut reports whether a batch of ops leaves its close events'
-// deliveries to the fan-out loop: when it closes orders and more closes are
-// queued behind it (a burst), so the close transactions stay short and the
-// next close batch starts sooner.
+// deliveries to the fan-out loop: when its closes are part of a burst
+// (fanout.Burst), so the close transactions stay short and the next close
+// batch starts sooner.
 func (s *Store) deferFanOut(ops []*op) bool {
-	if s.queue.Urgent() == 0 {
-		return false
-	}
+	closes := 0
 	for _, o := range ops {
 		if o.kind == opClose {
-			return true
+			closes += len(o.ids)
 		}
 	}
-	return false
+	return fanout.Burst(s.queue.Urgent(), closes)
 }
 
 // deferClosed writes one fanout_pending row listing the order.closed events

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -529,21 +530,22 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 }
 
 // deferredType returns the event type whose deliveries a batch of ops
-// leaves to the fan-out loop (fanout.go), or nil for none: order.closed when the
-// batch closes orders and more closes are queued behind it (a burst), so
-// the close transactions stay short and the next close batch starts
-// sooner. Only a close event is deferred: it is its order's last, so no
-// later event of the order can be delivered before it.
+// leaves to the fan-out loop (fanout.go), or nil for none: order.closed
+// when the batch's closes are part of a burst (fanout.Burst), so the close
+// transactions stay short and the next close batch starts sooner. Only a
+// close event is deferred: it is its order's last, so no later event of the
+// order can be delivered before it.
 func (s *Store) deferredType(ops []*op) any {
-	if s.queue.Urgent() == 0 {
-		return nil
-	}
+	closes := 0
 	for _, o := range ops {
 		if o.kind == opClose {
-			return string(hourglass.EventFor(hourglass.StateClosed))
+			closes += len(o.ids)
 		}
 	}
-	return nil
+	if !fanout.Burst(s.queue.Urgent(), closes) {
+		return nil
+	}
+	return string(hourglass.EventFor(hourglass.StateClosed))
 }
 
 // queueFirst queues an order-first write (pay, transition, close).

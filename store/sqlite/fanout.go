@@ -26,6 +26,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 		Queued:   s.queue.Urgent,
 		Activity: &s.closing,
 		Check:    s.cfg.fanOutCheck,
+		Before:   s.cfg.beforeFanOut,
 		One: func(context.Context) (bool, error) {
 			pending, err := s.fanOutsPending()
 			if err != nil || !pending {

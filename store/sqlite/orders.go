@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"zombiezen.com/go/sqlite"
 )
@@ -479,10 +480,10 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 	if s.webhookCount(conn) <= 0 {
 		return 0, false, nil
 	}
-	if s.queue.Urgent() > 0 {
-		// More closes are queued behind this one (a burst): leave the
-		// deliveries to the fan-out loop, so the close transactions are not
-		// several times longer for them.
+	if fanout.Burst(s.queue.Urgent(), len(closed)) {
+		// Part of a burst (more closes queued behind this one, or a full
+		// batch): leave the deliveries to the fan-out loop, so the close
+		// transactions are not several times longer for them.
 		stmt := conn.Prep(`INSERT INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
 		stmt.BindInt64(1, first)
 		stmt.BindInt64(2, last)

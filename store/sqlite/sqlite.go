@@ -44,6 +44,9 @@ type Config struct {
 	// without a wake-up (zero: fanout.CheckDefault); the package's tests
 	// lengthen it.
 	fanOutCheck time.Duration
+	// beforeFanOut, if set, is called by the fan-out loop before each look;
+	// the package's tests hold it to see what was deferred.
+	beforeFanOut func()
 	// MaxBatch is the most writes group-committed in one transaction.
 	MaxBatch int
 	// Clock gives "now" to writes (default the system clock).

@@ -30,6 +30,18 @@ const (
 	poll    = 5 * time.Millisecond
 )
 
+// BurstCloses is the number of orders one write closing them marks as part
+// of a burst: the engine closes at most 512 orders per batch (its
+// CloseBatchDefault), so a write with a full batch or more is one of several
+// the close path has in flight.
+const BurstCloses = 512
+
+// Burst reports whether a write closing closes orders, with queued more
+// closes waiting behind it, is part of a burst, and so leaves its close
+// events' deliveries to a Loop. A writer that takes every queued close into
+// one transaction sees none queued behind it; its batch's size says it.
+func Burst(queued, closes int) bool { return closes > 0 && (queued > 0 || closes >= BurstCloses) }
+
 // Activity tracks when closes were last queued. Its zero value is ready to
 // use and safe for concurrent use.
 type Activity struct{ last atomic.Int64 }

@@ -132,3 +132,22 @@ func TestQuietAfterLastClose(t *testing.T) {
 		t.Fatalf("fanned out %s after a close was queued, within Quiet (%s)", after, Quiet)
 	}
 }
+
+func TestBurst(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		queued, closes int
+		want           bool
+	}{
+		{0, 0, false},
+		{3, 0, false},          // no close in the write
+		{0, 10, false},         // a few closes, nothing behind: steady state
+		{1, 10, true},          // more queued behind it
+		{0, BurstCloses, true}, // a writer that took a whole burst's batches
+		{0, 4 * BurstCloses, true},
+	} {
+		if got := Burst(tt.queued, tt.closes); got != tt.want {
+			t.Errorf("Burst(%d, %d) = %v, want %v", tt.queued, tt.closes, got, tt.want)
+		}
+	}
+}
