@@ -21,7 +21,7 @@ const (
 	// partition (FetchMaxWait) and bounds memory to about a second of
 	// records per partition.
 	lookahead = time.Second
-	// maxHeld is the most records held per partition; the finest tier,
+	// maxHeld is the most timers held per partition; the finest tier,
 	// whose records are not in deadline order, pauses at it.
 	maxHeld = 50_000
 	// fetchMaxPartitionBytes bounds one fetch of a partition (Kafka still
@@ -29,7 +29,7 @@ const (
 	fetchMaxPartitionBytes = 256 << 10
 	// maxPollRecords is the most records taken per poll.
 	maxPollRecords = 10_000
-	// forwardBatch is the most records forwarded per produce.
+	// forwardBatch is the most timers forwarded per produce.
 	forwardBatch = 2_000
 	// batchesPerStep is the most deliveries or forwards between two polls,
 	// so that rebalances and new records are not held up by a backlog.
@@ -195,18 +195,17 @@ func (c *consumer) add(rec *kgo.Record) {
 		p = &partition{}
 		c.parts[rec.Partition] = p
 	}
-	v, err := decodeTimer(rec.Value)
+	vs, err := decodeTimers(rec.Value)
 	if err != nil {
 		c.s.log.Warn("kafka: skipping a record that is not a timer; the sweeper closes its order if it had one",
 			"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", err)
-		p.add(rec, v, 0, true)
-		return
+		vs = nil
 	}
-	due := v.Release
+	due := func(v timerValue) int64 { return v.Release }
 	if c.tier.hold == 0 {
-		due = v.Deadline // the finest tier waits for the deadline itself
+		due = func(v timerValue) int64 { return v.Deadline } // the finest tier waits for the deadline itself
 	}
-	p.add(rec, v, due, false)
+	p.add(rec, vs, due)
 }
 
 // step forwards or delivers what is due at now and commits.
@@ -227,20 +226,28 @@ func (c *consumer) step(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// collectDue pops up to limit entries due at or before now (unix ms).
-func (c *consumer) collectDue(now int64, limit int) map[*entry]*partition {
-	due := map[*entry]*partition{}
-	var buf []*entry
+// collectDue pops up to limit timers due at or before now (unix ms).
+func (c *consumer) collectDue(now int64, limit int) []dueItem {
+	var (
+		due []dueItem
+		buf []*item
+	)
 	for _, p := range c.parts {
 		buf = p.popDue(now, limit-len(due), buf[:0])
-		for _, e := range buf {
-			due[e] = p
+		for _, it := range buf {
+			due = append(due, dueItem{it, p})
 		}
 		if len(due) >= limit {
 			break
 		}
 	}
 	return due
+}
+
+// dueItem is a due timer and the partition holding it.
+type dueItem struct {
+	it *item
+	p  *partition
 }
 
 // deliverDue hands the due timers of the finest tier to deliver (one batch)
@@ -255,13 +262,13 @@ func (c *consumer) deliverDue(ctx context.Context, now time.Time) (int, error) {
 	if len(due) == 0 {
 		return 0, nil
 	}
-	timers := make([]hourglass.Timer, 0, len(due))
-	for e := range due {
-		timers = append(timers, hourglass.Timer{OrderID: e.timer.OrderID, Deadline: hourglass.FromUnixMilli(e.timer.Deadline)})
+	timers := make([]hourglass.Timer, len(due))
+	for i, d := range due {
+		timers[i] = hourglass.Timer{OrderID: d.it.timer.OrderID, Deadline: hourglass.FromUnixMilli(d.it.timer.Deadline)}
 	}
 	if err := c.deliver(ctx, timers); err != nil {
-		for e, p := range due {
-			p.requeue(e)
+		for _, d := range due {
+			d.p.requeue(d.it)
 		}
 		if ctx.Err() != nil {
 			return 0, nil
@@ -272,33 +279,35 @@ func (c *consumer) deliverDue(ctx context.Context, now time.Time) (int, error) {
 		return 0, nil
 	}
 	c.backoff, c.retryAt = 0, 0
-	for e := range due {
-		e.done = true
+	for _, d := range due {
+		d.it.finish()
 	}
 	return len(due), c.commit(ctx)
 }
 
-// forwardDue writes the released records of a coarse tier to the tier their
-// remaining delay calls for (one batch), waits for the acks and commits.
+// forwardDue writes the released timers of a coarse tier to the tier their
+// remaining delay calls for (one batch, packed), waits for the acks and
+// commits.
 func (c *consumer) forwardDue(ctx context.Context, now time.Time) (int, error) {
 	due := c.collectDue(hourglass.UnixMilli(now), forwardBatch)
 	if len(due) == 0 {
 		return 0, nil
 	}
-	recs := make([]*kgo.Record, 0, len(due))
-	for e := range due {
-		recs = append(recs, c.s.record(e.timer.OrderID, e.timer.Deadline, now))
+	vs := make([]timerValue, len(due))
+	for i, d := range due {
+		vs[i] = d.it.timer
 	}
+	recs := c.s.records(vs, now)
 	// Finish a forward that began even if ctx ends: abandoning it would
 	// only make duplicates.
 	if err := c.s.produce(context.WithoutCancel(ctx), recs); err != nil {
-		for e, p := range due {
-			p.requeue(e)
+		for _, d := range due {
+			d.p.requeue(d.it)
 		}
-		return 0, fmt.Errorf("kafka: forward %d timers from %s: %w", len(recs), c.topic, err)
+		return 0, fmt.Errorf("kafka: forward %d timers from %s: %w", len(vs), c.topic, err)
 	}
-	for e := range due {
-		e.done = true
+	for _, d := range due {
+		d.it.finish()
 	}
 	return len(due), c.commit(ctx)
 }

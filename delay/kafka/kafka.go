@@ -28,6 +28,17 @@
 // the longest timeout, 7 days), and the broker stores it once per hop until
 // retention deletes the old copies.
 //
+// Timers written together to the same tier travel packed, up to 256 in one
+// record (in a coarse tier they share its release time): a tier's cost is
+// per record, so a flash sale's timers, relayed from the outbox up to 1,000
+// at a time, take a few hundred records through the tiers instead of one
+// each. The consumer holds each timer of a record on its own and treats the
+// record as done (its offset committable) once all of them were forwarded or
+// delivered. A record of one timer keeps the original text form, which a
+// process of an older version reads; a packed one ("v2 …") it skips, and the
+// sweeper closes its orders late: upgrade every process of a namespace before
+// one writes.
+//
 // # Guarantees
 //
 // Every write (Schedule and each forward) waits for acks=all. A consumer
@@ -365,26 +376,39 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 		return nil
 	}
 	now := s.clock.Now()
-	recs := make([]*kgo.Record, len(timers))
+	vs := make([]timerValue, len(timers))
 	for i, t := range timers {
-		recs[i] = s.record(t.OrderID, hourglass.UnixMilli(t.Deadline), now)
+		vs[i] = timerValue{OrderID: t.OrderID, Deadline: hourglass.UnixMilli(t.Deadline)}
 	}
-	if err := s.produce(ctx, recs); err != nil {
+	if err := s.produce(ctx, s.records(vs, now)); err != nil {
 		return fmt.Errorf("kafka: publish %d timers: %w", len(timers), err)
 	}
 	return nil
 }
 
-// record returns the delay record of a timer, for the tier its remaining
-// delay at now calls for.
-func (s *Scheduler) record(orderID, deadline int64, now time.Time) *kgo.Record {
-	i := route(s.tiers, hourglass.FromUnixMilli(deadline).Sub(now))
-	release := deadline
-	if i > 0 {
-		release = hourglass.UnixMilli(now.Add(s.tiers[i].hold))
+// records returns the delay records of timers (their Release is set here),
+// each written to the tier its remaining delay at now calls for; the timers
+// that go to the same tier travel packed, up to packMax a record (in a
+// coarse tier they share the release, now plus its hold). A record's key is
+// its first timer's order id.
+func (s *Scheduler) records(vs []timerValue, now time.Time) []*kgo.Record {
+	byTier := make([][]timerValue, len(s.tiers))
+	for _, v := range vs {
+		i := route(s.tiers, hourglass.FromUnixMilli(v.Deadline).Sub(now))
+		v.Release = v.Deadline
+		if i > 0 {
+			v.Release = hourglass.UnixMilli(now.Add(s.tiers[i].hold))
+		}
+		byTier[i] = append(byTier[i], v)
 	}
-	v := timerValue{OrderID: orderID, Deadline: deadline, Release: release}
-	return &kgo.Record{Topic: s.topics[i], Key: strconv.AppendInt(nil, orderID, 10), Value: v.encode()}
+	var recs []*kgo.Record
+	for i, group := range byTier {
+		for start := 0; start < len(group); start += packMax {
+			pack := group[start:min(start+packMax, len(group))]
+			recs = append(recs, &kgo.Record{Topic: s.topics[i], Key: strconv.AppendInt(nil, pack[0].OrderID, 10), Value: encodeTimers(pack)})
+		}
+	}
+	return recs
 }
 
 // produce writes recs and waits for all acks, at most Config.Timeout.

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -307,4 +308,61 @@ func TestTwoSchedulersShareTheWork(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// TestPackedBurstWithAFailedDelivery schedules 1,000 timers in one call, so
+// they travel packed (a few records of up to 256), and fails one Deliver:
+// every timer is delivered, none early, and Run keeps going.
+func TestPackedBurstWithAFailedDelivery(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	s := open(t, url, hourglasstest.Namespace(t), &cleaner{})
+	start := time.Now()
+	timers := make([]hourglass.Timer, 1000)
+	for i := range timers {
+		// Spread over 1.5..2.5 s: through the 1s tier, then the finest.
+		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(1500*time.Millisecond + time.Duration(i)*time.Millisecond).Truncate(time.Millisecond)}
+	}
+	if err := s.Schedule(context.Background(), timers); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		got   = map[int64]bool{}
+		calls int
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(_ context.Context, due []hourglass.Timer) error {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if calls++; calls == 2 {
+				return errors.New("store down")
+			}
+			for _, tm := range due {
+				if now.Before(tm.Deadline) {
+					t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+				}
+				got[tm.OrderID] = true
+			}
+			return nil
+		})
+	}()
+	for limit := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == len(timers) {
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d of %d timers delivered", n, len(timers))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }

@@ -8,48 +8,63 @@ import (
 
 // entry is one record a tier consumer received and has not yet committed.
 type entry struct {
-	rec   *kgo.Record
+	rec  *kgo.Record
+	left int  // its timers not yet forwarded or delivered
+	done bool // all forwarded or delivered; its offset may be committed
+}
+
+// item is one timer of an entry, held until it is due.
+type item struct {
+	e     *entry
 	timer timerValue
 	due   int64 // unix ms: Release in a coarse tier, Deadline in the finest
-	done  bool  // forwarded or delivered; its offset may be committed
+}
+
+// finish records that the item's timer was forwarded or delivered.
+func (it *item) finish() {
+	if it.e.left--; it.e.left == 0 {
+		it.e.done = true
+	}
 }
 
 // partition is what a tier consumer holds of one assigned partition. Records
 // are received in offset order but may be done out of order (the finest
-// tier fires by deadline), so the committable offset is the end of the
-// longest done prefix of entries. It is used by one goroutine only.
+// tier fires by deadline, and a packed record's timers one by one), so the
+// committable offset is the end of the longest done prefix of entries. It
+// is used by one goroutine only.
 type partition struct {
-	entries []*entry  // received and not yet committed, in offset order
-	waiting entryHeap // entries not done, earliest due first
-	lastDue int64     // due of the newest entry received
-	paused  bool      // fetching is paused in the client
+	entries []*entry // received and not yet committed, in offset order
+	waiting itemHeap // timers not done, earliest due first
+	lastDue int64    // due of the newest timer received
+	paused  bool     // fetching is paused in the client
 }
 
-// add appends a received record. A record that cannot be decoded is added
-// done, so that its offset is committed past: it cannot fire (the sweeper
-// closes its order).
-func (p *partition) add(rec *kgo.Record, v timerValue, due int64, bad bool) {
-	e := &entry{rec: rec, timer: v, due: due, done: bad}
+// add appends a received record with its timers, each due at due(timer). A
+// record that cannot be decoded (no timers) is added done, so that its
+// offset is committed past: it cannot fire (the sweeper closes its order).
+func (p *partition) add(rec *kgo.Record, vs []timerValue, due func(timerValue) int64) {
+	e := &entry{rec: rec, left: len(vs), done: len(vs) == 0}
 	p.entries = append(p.entries, e)
-	if !bad {
-		heap.Push(&p.waiting, e)
-		p.lastDue = due
+	for _, v := range vs {
+		it := &item{e: e, timer: v, due: due(v)}
+		heap.Push(&p.waiting, it)
+		p.lastDue = it.due
 	}
 }
 
-// popDue moves entries due at or before now from waiting to out, up to
-// limit entries in out.
-func (p *partition) popDue(now int64, limit int, out []*entry) []*entry {
+// popDue moves timers due at or before now from waiting to out, up to
+// limit in out.
+func (p *partition) popDue(now int64, limit int, out []*item) []*item {
 	for len(out) < limit && len(p.waiting) > 0 && p.waiting[0].due <= now {
-		out = append(out, heap.Pop(&p.waiting).(*entry))
+		out = append(out, heap.Pop(&p.waiting).(*item))
 	}
 	return out
 }
 
-// requeue puts back an entry popDue returned whose effect failed.
-func (p *partition) requeue(e *entry) { heap.Push(&p.waiting, e) }
+// requeue puts back a timer popDue returned whose effect failed.
+func (p *partition) requeue(it *item) { heap.Push(&p.waiting, it) }
 
-// nextDue returns the earliest due of the waiting entries.
+// nextDue returns the earliest due of the waiting timers.
 func (p *partition) nextDue() (int64, bool) {
 	if len(p.waiting) == 0 {
 		return 0, false
@@ -57,7 +72,7 @@ func (p *partition) nextDue() (int64, bool) {
 	return p.waiting[0].due, true
 }
 
-// held returns how many entries are not done.
+// held returns how many timers are not done.
 func (p *partition) held() int { return len(p.waiting) }
 
 // advance drops the done prefix of entries and returns its last record (the
@@ -77,7 +92,7 @@ func (p *partition) advance() *kgo.Record {
 }
 
 // wantPause reports whether fetching the partition should stop: while it
-// holds maxHeld records, or, when lookahead >= 0 (a coarse tier, whose
+// holds maxHeld timers, or, when lookahead >= 0 (a coarse tier, whose
 // records are due in the order they were written), while its newest record
 // is due more than lookahead ms from now: the records behind it are due no
 // earlier, so fetching them now would only fill memory. The finest tier
@@ -88,22 +103,22 @@ func (p *partition) wantPause(now, lookahead int64, maxHeld int) bool {
 	return n > 0 && (n >= maxHeld || (lookahead >= 0 && p.lastDue > now+lookahead))
 }
 
-// entryHeap is a min-heap of entries by due, then offset.
-type entryHeap []*entry
+// itemHeap is a min-heap of timers by due, then their record's offset.
+type itemHeap []*item
 
-func (h entryHeap) Len() int { return len(h) }
-func (h entryHeap) Less(i, j int) bool {
+func (h itemHeap) Len() int { return len(h) }
+func (h itemHeap) Less(i, j int) bool {
 	if h[i].due != h[j].due {
 		return h[i].due < h[j].due
 	}
-	return h[i].rec.Offset < h[j].rec.Offset
+	return h[i].e.rec.Offset < h[j].e.rec.Offset
 }
-func (h entryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *entryHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
-func (h *entryHeap) Pop() any {
+func (h itemHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *itemHeap) Push(x any)   { *h = append(*h, x.(*item)) }
+func (h *itemHeap) Pop() any {
 	old := *h
-	e := old[len(old)-1]
+	it := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return e
+	return it
 }

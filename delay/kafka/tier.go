@@ -52,9 +52,12 @@ func route(ts []tier, remaining time.Duration) int {
 	return 0
 }
 
-// timerValue is the value of a delay record. Its text form, written by
-// encode, is "v1 <order id> <deadline unix ms> <release unix ms>" so that a
-// person reading a topic with a console consumer can follow it.
+// timerValue is one timer of a delay record. A record of one timer has the
+// text form "v1 <order id> <deadline unix ms> <release unix ms>", written by
+// encode, so that a person reading a topic with a console consumer can
+// follow it (and a process of a version before packing reads it); a packed
+// record, written by encodeTimers, is "v2" followed by those three numbers
+// for each of its 2..packMax timers.
 type timerValue struct {
 	OrderID  int64
 	Deadline int64 // unix ms
@@ -63,37 +66,72 @@ type timerValue struct {
 	Release int64
 }
 
-const valueVersion = "v1"
+const (
+	valueVersion  = "v1"
+	packedVersion = "v2"
+	// packMax is the most timers one record carries. A tier's cost is per
+	// record (a produce, a fetch, a commit, a hop of its own), so a burst of
+	// timers scheduled or released together travels as a few hundred
+	// records rather than as many records as timers; a packed value stays
+	// under 16 KiB.
+	packMax = 256
+)
 
-func (v timerValue) encode() []byte {
-	b := make([]byte, 0, 64)
-	b = append(b, valueVersion...)
+func (v timerValue) encode() []byte { return v.append(append(make([]byte, 0, 64), valueVersion...)) }
+
+// append appends " <order id> <deadline> <release>" to b.
+func (v timerValue) append(b []byte) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, v.OrderID, 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, v.Deadline, 10)
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, v.Release, 10)
+	return strconv.AppendInt(b, v.Release, 10)
+}
+
+// encodeTimers returns the value of a record of vs (1..packMax timers).
+func encodeTimers(vs []timerValue) []byte {
+	if len(vs) == 1 {
+		return vs[0].encode()
+	}
+	b := append(make([]byte, 0, 2+len(vs)*42), packedVersion...)
+	for _, v := range vs {
+		b = v.append(b)
+	}
 	return b
 }
 
 var errBadValue = errors.New("not a hourglass delay record")
 
-// decodeTimer parses a value written by encode.
-func decodeTimer(b []byte) (timerValue, error) {
+// decodeTimers parses a value written by encode or encodeTimers.
+func decodeTimers(b []byte) ([]timerValue, error) {
 	f := bytes.Fields(b)
-	if len(f) != 4 || string(f[0]) != valueVersion {
-		return timerValue{}, fmt.Errorf("%w: %q", errBadValue, truncate(b, 64))
+	bad := func() ([]timerValue, error) { return nil, fmt.Errorf("%w: %q", errBadValue, truncate(b, 64)) }
+	if len(f) == 0 {
+		return bad()
 	}
-	var n [3]int64
-	for i := range n {
-		x, err := strconv.ParseInt(string(f[i+1]), 10, 64)
-		if err != nil {
-			return timerValue{}, fmt.Errorf("%w: %q", errBadValue, truncate(b, 64))
+	n := (len(f) - 1) / 3
+	switch {
+	case (len(f)-1)%3 != 0:
+		return bad()
+	case string(f[0]) == valueVersion && n == 1:
+	case string(f[0]) == packedVersion && n >= 2 && n <= packMax:
+	default:
+		return bad()
+	}
+	out := make([]timerValue, n)
+	for i := range out {
+		var x [3]int64
+		for j := range x {
+			v, err := strconv.ParseInt(string(f[1+3*i+j]), 10, 64)
+			if err != nil {
+				return bad()
+			}
+			x[j] = v
 		}
-		n[i] = x
+		out[i] = timerValue{OrderID: x[0], Deadline: x[1], Release: x[2]}
 	}
-	return timerValue{OrderID: n[0], Deadline: n[1], Release: n[2]}, nil
+	return out, nil
 }
 
 func truncate(b []byte, n int) []byte {

@@ -66,17 +66,30 @@ func TestRouteHops(t *testing.T) {
 func TestTimerValue(t *testing.T) {
 	t.Parallel()
 	v := timerValue{OrderID: 42, Deadline: 1_700_000_000_123, Release: 1_700_000_000_000}
-	b := v.encode()
+	b := encodeTimers([]timerValue{v})
 	if string(b) != "v1 42 1700000000123 1700000000000" {
 		t.Fatalf("encode = %q", b)
 	}
-	got, err := decodeTimer(b)
-	if err != nil || got != v {
+	got, err := decodeTimers(b)
+	if err != nil || len(got) != 1 || got[0] != v {
 		t.Fatalf("decode = %+v, %v; want %+v", got, err, v)
 	}
-	for _, bad := range []string{"", "v1", "v1 1 2", "v2 1 2 3", "v1 x 2 3", "v1 1 2 3 4", `{"order":1}`} {
-		if _, err := decodeTimer([]byte(bad)); !errors.Is(err, errBadValue) {
-			t.Errorf("decode(%q) = %v, want errBadValue", bad, err)
+	pack := make([]timerValue, packMax)
+	for i := range pack {
+		pack[i] = timerValue{OrderID: int64(1<<40 + i), Deadline: 1_700_000_000_000 + int64(i), Release: 1_700_000_000_000}
+	}
+	b = encodeTimers(pack)
+	if !strings.HasPrefix(string(b), "v2 1099511627776 1700000000000 1700000000000 1099511627777 ") || len(b) > 16<<10 {
+		t.Fatalf("a full pack: %d bytes, %.80q", len(b), b)
+	}
+	if got, err := decodeTimers(b); err != nil || len(got) != packMax || got[9] != pack[9] || got[packMax-1] != pack[packMax-1] {
+		t.Fatalf("decode of a pack = %d timers, %v", len(got), err)
+	}
+	tooMany := "v2" + strings.Repeat(" 1 2 3", packMax+1)
+	for _, bad := range []string{"", "v1", "v1 1 2", "v2 1 2 3", "v1 x 2 3", "v1 1 2 3 4", "v1 1 2 3 4 5 6", "v2 1 2 3 4 5", "v3 1 2 3 4 5 6",
+		"v2 1 2 3 4 x 6", `{"order":1}`, tooMany} {
+		if _, err := decodeTimers([]byte(bad)); !errors.Is(err, errBadValue) {
+			t.Errorf("decode(%.40q) = %v, want errBadValue", bad, err)
 		}
 	}
 }
@@ -150,15 +163,24 @@ func TestTopicsAndGroups(t *testing.T) {
 	}
 }
 
+// dueAt returns a due function for timers whose order id indexes dues.
+func dueAt(dues ...int64) func(timerValue) int64 {
+	return func(v timerValue) int64 { return dues[v.OrderID] }
+}
+
+// one is a record of one timer, order id i (so due at dues[i]).
+func one(i int64) []timerValue { return []timerValue{{OrderID: i}} }
+
 // TestPartition drives one partition's bookkeeping: records done out of
 // order are committed only up to the first one not done.
 func TestPartition(t *testing.T) {
 	t.Parallel()
 	var p partition
-	for i, due := range []int64{300, 100, 200, 400} {
-		p.add(&kgo.Record{Offset: int64(10 + i)}, timerValue{OrderID: int64(i)}, due, false)
+	due := dueAt(300, 100, 200, 400)
+	for i := range 4 {
+		p.add(&kgo.Record{Offset: int64(10 + i)}, one(int64(i)), due)
 	}
-	p.add(&kgo.Record{Offset: 14}, timerValue{}, 0, true) // undecodable: done at once
+	p.add(&kgo.Record{Offset: 14}, nil, due) // undecodable: done at once
 	if d, _ := p.nextDue(); d != 100 || p.held() != 4 || p.lastDue != 400 {
 		t.Fatalf("nextDue %d held %d lastDue %d", d, p.held(), p.lastDue)
 	}
@@ -176,9 +198,9 @@ func TestPartition(t *testing.T) {
 	for _, st := range steps {
 		out := p.popDue(st.now, 10, nil)
 		var offs []int64
-		for _, e := range out {
-			offs = append(offs, e.rec.Offset)
-			e.done = true
+		for _, it := range out {
+			offs = append(offs, it.e.rec.Offset)
+			it.finish()
 		}
 		if len(offs) != len(st.popped) || (len(offs) > 0 && !equal(offs, st.popped)) {
 			t.Fatalf("now %d: popped %v, want %v", st.now, offs, st.popped)
@@ -198,18 +220,60 @@ func TestPartition(t *testing.T) {
 	}
 }
 
+// TestPartitionPackedRecord: a packed record's timers come due one by one,
+// and its offset is committed only once the last of them is done, a failed
+// one requeued in between.
+func TestPartitionPackedRecord(t *testing.T) {
+	t.Parallel()
+	var p partition
+	due := dueAt(100, 300, 200, 50)
+	p.add(&kgo.Record{Offset: 7}, []timerValue{{OrderID: 0}, {OrderID: 1}, {OrderID: 2}}, due)
+	p.add(&kgo.Record{Offset: 8}, one(3), due)
+	if p.held() != 4 {
+		t.Fatalf("held %d timers, want 4", p.held())
+	}
+	// Due 50 (offset 8) and 100 (offset 7): both done, but 7 has two left.
+	for _, it := range p.popDue(100, 10, nil) {
+		it.finish()
+	}
+	if r := p.advance(); r != nil {
+		t.Fatalf("committed through %d with two timers of offset 7 not done", r.Offset)
+	}
+	failed := p.popDue(200, 10, nil)
+	if len(failed) != 1 || failed[0].timer.OrderID != 2 {
+		t.Fatalf("due at 200: %+v", failed)
+	}
+	p.requeue(failed[0]) // its delivery failed
+	var last *item
+	for _, it := range p.popDue(300, 10, nil) {
+		if it.timer.OrderID == 2 {
+			last = it // the retried one: finished last
+			continue
+		}
+		it.finish()
+	}
+	if r := p.advance(); r != nil || last == nil {
+		t.Fatalf("committed %v with the retried timer of offset 7 not done", r)
+	}
+	last.finish()
+	if r := p.advance(); r == nil || r.Offset != 8 || len(p.entries) != 0 || p.held() != 0 {
+		t.Fatalf("after the last timer: commit through %v, %d entries, %d held; want 8, 0, 0", r, len(p.entries), p.held())
+	}
+}
+
 func TestPartitionRequeueAndLimit(t *testing.T) {
 	t.Parallel()
 	var p partition
+	at100 := func(timerValue) int64 { return 100 }
 	for i := range 5 {
-		p.add(&kgo.Record{Offset: int64(i)}, timerValue{}, 100, false)
+		p.add(&kgo.Record{Offset: int64(i)}, one(int64(i)), at100)
 	}
 	out := p.popDue(100, 3, nil)
-	if len(out) != 3 || out[0].rec.Offset != 0 || out[2].rec.Offset != 2 {
-		t.Fatalf("popDue with limit 3: %d entries", len(out))
+	if len(out) != 3 || out[0].e.rec.Offset != 0 || out[2].e.rec.Offset != 2 {
+		t.Fatalf("popDue with limit 3: %d timers", len(out))
 	}
-	for _, e := range out {
-		p.requeue(e) // the delivery failed
+	for _, it := range out {
+		p.requeue(it) // the delivery failed
 	}
 	if p.held() != 5 || p.advance() != nil {
 		t.Fatalf("after requeue: held %d", p.held())
@@ -234,7 +298,7 @@ func TestWantPause(t *testing.T) {
 	} {
 		var p partition
 		for i := range tc.held {
-			p.add(&kgo.Record{Offset: int64(i)}, timerValue{}, tc.lastDue, false)
+			p.add(&kgo.Record{Offset: int64(i)}, one(0), func(timerValue) int64 { return tc.lastDue })
 		}
 		if got := p.wantPause(1000, tc.lookahead, maxHeld); got != tc.want {
 			t.Errorf("%s: wantPause = %v, want %v", tc.name, got, tc.want)
