@@ -59,11 +59,13 @@ func TestTimersSurviveKill(t *testing.T) {
 	}
 
 	// Arm them with 32 clients. How fast depends on the store and the
-	// machine (here 350 to 1,300 a second), so fire times follow the
+	// machine (here 350 to 11,000 a second), so fire times follow the
 	// arming: a timer armed e after the start fires at lead + 2e. When the
 	// arming ends (at a), those armed before (a-lead)/2 have fired: some,
 	// and about half or less when arming runs at an even pace. Kill then.
-	const lead = 2 * time.Second
+	// A quick arming would leave no fire time past the restart, so timer i
+	// fires no earlier than lead + spread·i/timers either.
+	const lead, spread = 2 * time.Second, 5 * time.Second
 	armStart := time.Now()
 	var (
 		next     atomic.Int64
@@ -74,7 +76,7 @@ func TestTimersSurviveKill(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < timers; i = next.Add(1) - 1 {
-				fireAt := armStart.Add(lead + 2*time.Since(armStart))
+				fireAt := armStart.Add(lead + max(2*time.Since(armStart), spread*time.Duration(i)/timers))
 				_, status, err := client.ArmTimer(ctx, timerKey(i), api.ArmTimerRequest{FireAt: fireAt.UTC().Format(time.RFC3339Nano), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
 				if err == nil && status != http.StatusCreated {
 					err = fmt.Errorf("status %d, want 201", status)
@@ -106,7 +108,7 @@ func TestTimersSurviveKill(t *testing.T) {
 	time.Sleep(time.Second)
 	second := startHourglass(t, "restart", bin, dataDir, args...)
 	readyAt := second.readyAt
-	if !rcv.waitDistinct(timers, armStart.Add(lead+2*armed+30*time.Second)) {
+	if !rcv.waitDistinct(timers, armStart.Add(lead+max(2*armed, spread)+30*time.Second)) {
 		t.Errorf("the receiver got %d distinct timer.fired events of %d, 30 s after the last fire time", rcv.distinct(), timers)
 	}
 	settledAt := time.Now()
@@ -224,7 +226,7 @@ func TestTimersSurviveKill(t *testing.T) {
 	slices.Sort(lateness)
 	if len(lateness) > 0 {
 		t.Logf("armed %d timers in %s (fire times spread over %s); killed with %d events received; down %s; all received %s after the restart's ready",
-			timers, armed.Round(time.Millisecond), 2*armed.Round(time.Millisecond), atKill, readyAt.Sub(killedAt).Round(time.Millisecond), settledAt.Sub(readyAt).Round(time.Millisecond))
+			timers, armed.Round(time.Millisecond), max(2*armed, spread).Round(time.Millisecond), atKill, readyAt.Sub(killedAt).Round(time.Millisecond), settledAt.Sub(readyAt).Round(time.Millisecond))
 		t.Logf("fired before the kill %d, while down %d, after the restart %d; lateness p50 %s p99 %s max %s; duplicate deliveries %d of %d events",
 			firedBeforeKill, firedWhileDown, firedAfter, lateness[len(lateness)/2], lateness[len(lateness)*99/100], lateness[len(lateness)-1], dupDeliveries, dupEvents)
 	}
