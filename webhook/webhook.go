@@ -45,6 +45,7 @@ import (
 	"github.com/hourglass/hourglass/delay/dispatch"
 	"github.com/hourglass/hourglass/delay/timerloop"
 	"github.com/hourglass/hourglass/delay/wheel"
+	"github.com/hourglass/hourglass/internal/wait"
 	"github.com/hourglass/hourglass/window"
 )
 
@@ -523,24 +524,8 @@ const (
 
 // yield waits while Config.Yield says so, at most YieldMax.
 func (s *Service) yield(ctx context.Context) {
-	if s.cfg.Yield == nil || !s.cfg.Yield() {
-		return
-	}
-	giveUp := time.NewTimer(YieldMax)
-	defer giveUp.Stop()
-	poll := time.NewTicker(yieldPoll)
-	defer poll.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-giveUp.C:
-			return
-		case <-poll.C:
-			if !s.cfg.Yield() {
-				return
-			}
-		}
+	if s.cfg.Yield != nil {
+		wait.While(ctx, s.cfg.Yield, yieldPoll, YieldMax)
 	}
 }
 

@@ -146,19 +146,7 @@ func TestForwardsThroughTiers(t *testing.T) {
 			return nil
 		})
 	}()
-	limit := time.Now().Add(25 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == len(timers) {
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d of %d timers delivered", n, len(timers))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDelivered(t, &mu, func() int { return len(got) }, len(timers), 25*time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -350,19 +338,26 @@ func TestPackedBurstWithAFailedDelivery(t *testing.T) {
 			return nil
 		})
 	}()
-	for limit := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == len(timers) {
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d of %d timers delivered", n, len(timers))
-		}
-	}
+	waitDelivered(t, &mu, func() int { return len(got) }, len(timers), 30*time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// waitDelivered waits until count(), read under mu, reaches want, or fails
+// the test after timeout.
+func waitDelivered(t *testing.T, mu *sync.Mutex, count func() int, want int, timeout time.Duration) {
+	t.Helper()
+	for limit := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := count()
+		mu.Unlock()
+		if n == want {
+			return
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d of %d timers delivered", n, want)
+		}
 	}
 }

@@ -116,9 +116,6 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 	if o.kind == opAttempt {
 		queued = s.queue.PushLow(o) // only into room closes and API writes leave
 	} else {
-		if o.urgent() {
-			s.closing.Touch()
-		}
 		queued = s.queue.Push(o, o.urgent())
 	}
 	if !queued {

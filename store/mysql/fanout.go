@@ -63,12 +63,11 @@ func deferClosed(ctx context.Context, tx *sql.Tx, events []batchEvent) ([]batchE
 // process's loop picks up what a crashed one left.
 func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
-		Name:     "mysql",
-		Log:      s.log,
-		Queued:   s.queue.Urgent,
-		Activity: &s.closing,
-		One:      s.fanOutOne,
-		Before:   s.cfg.beforeFanOut,
+		Name:   "mysql",
+		Log:    s.log,
+		Queue:  s.queue,
+		One:    s.fanOutOne,
+		Before: s.cfg.beforeFanOut,
 	})
 }
 

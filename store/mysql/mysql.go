@@ -198,10 +198,9 @@ type Store struct {
 	// that created deliveries.
 	deliveries notifier
 	// fanOut creates the deliveries close batches left in fanout_pending
-	// (fanout.go); closing is when closes were last queued; stop ends it.
-	fanOut  *fanout.Loop
-	closing fanout.Activity
-	stop    context.CancelFunc
+	// (fanout.go); stop ends it.
+	fanOut *fanout.Loop
+	stop   context.CancelFunc
 	// health is whether order writes commit (WriteHealth, for /readyz).
 	health *writehealth.Tracker
 	// origin marks this store value's order_feed rows (cluster.go).

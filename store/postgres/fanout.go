@@ -32,12 +32,11 @@ SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM d), (SELECT count(*) FROM
 // any process's loop picks up what a crashed one left.
 func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
-		Name:     "postgres",
-		Log:      s.log,
-		Queued:   s.queue.Urgent,
-		Activity: &s.closing,
-		One:      s.fanOutOne,
-		Before:   s.cfg.beforeFanOut,
+		Name:   "postgres",
+		Log:    s.log,
+		Queue:  s.queue,
+		One:    s.fanOutOne,
+		Before: s.cfg.beforeFanOut,
 	})
 }
 

@@ -204,9 +204,8 @@ type Store struct {
 	policy     stored.PolicyCache
 	deliveries notifier
 	// fanOut creates the deliveries close batches left in fanout_pending
-	// (fanout.go); closing is when closes were last queued.
+	// (fanout.go).
 	fanOut  *fanout.Loop
-	closing fanout.Activity
 	watches watchers        // WatchCreated's
 	closed  <-chan struct{} // closed by Close
 	// health is whether order writes commit (WriteHealth, for /readyz).

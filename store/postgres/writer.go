@@ -108,9 +108,6 @@ func (o *op) reset() {
 // queued, a write runs even if ctx ends while it waits, unless ctx ended
 // before its batch began: then it is skipped and fails with ctx.Err().
 func (s *Store) submit(ctx context.Context, o *op, urgent bool) error {
-	if urgent {
-		s.closing.Touch()
-	}
 	return s.wait(ctx, o, func() bool { return s.queue.Push(o, urgent) })
 }
 

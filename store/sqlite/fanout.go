@@ -21,12 +21,11 @@ import (
 // periodic check, Open) reads it on a reader first.
 func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
-		Name:     "sqlite",
-		Log:      s.log,
-		Queued:   s.queue.Urgent,
-		Activity: &s.closing,
-		Check:    s.cfg.fanOutCheck,
-		Before:   s.cfg.beforeFanOut,
+		Name:   "sqlite",
+		Log:    s.log,
+		Queue:  s.queue,
+		Check:  s.cfg.fanOutCheck,
+		Before: s.cfg.beforeFanOut,
 		One: func(context.Context) (bool, error) {
 			pending, err := s.fanOutsPending()
 			if err != nil || !pending {

@@ -102,14 +102,14 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// fanout is the webhook deliveries per order the latest close created,
-	// rounded up: see fannedOut.
-	fanout atomic.Int64
+	// deliveriesPerOrder is the webhook deliveries per order the latest
+	// close created, rounded up: see fannedOut.
+	deliveriesPerOrder atomic.Int64
 	// fanOut creates the deliveries closes left in fanout_pending
-	// (fanout.go); closing is when closes were last queued.
-	fanOut                 *fanout.Loop
-	closing                fanout.Activity
-	fanOutStop, fanOutDone chan struct{}
+	// (fanout.go); stopFanOut ends it, and fanOutDone is closed then.
+	fanOut     *fanout.Loop
+	stopFanOut context.CancelFunc
+	fanOutDone chan struct{}
 }
 
 var _ hourglass.Store = (*Store)(nil)
@@ -124,7 +124,7 @@ type op struct {
 	result chan error
 	// orders is an urgent op's weight against urgentPerCommit: the orders it
 	// closes (or timers it fires), each with the webhook deliveries the
-	// latest close created per order (Store.fanout).
+	// latest close created per order (Store.deliveriesPerOrder).
 	orders int
 }
 
@@ -206,15 +206,14 @@ func Open(cfg Config) (*Store, error) {
 	s.probeDone = make(chan struct{})
 	s.probeStop = make(chan struct{})
 	s.fanOutDone = make(chan struct{})
-	s.fanOutStop = make(chan struct{})
 	s.fanOut = s.newFanOut()
+	fanOutCtx, stopFanOut := context.WithCancel(context.Background())
+	s.stopFanOut = stopFanOut
 	go s.writeLoop()
 	go s.probeLoop()
 	go func() {
 		defer close(s.fanOutDone)
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-s.fanOutStop; cancel() }()
-		s.fanOut.Run(ctx) // looks at once: a crash may have left some
+		s.fanOut.Run(fanOutCtx) // looks at once: a crash may have left some
 	}()
 	opened = true
 	return s, nil
@@ -266,7 +265,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.probeStop)
 		<-s.probeDone
-		close(s.fanOutStop)
+		s.stopFanOut()
 		<-s.fanOutDone
 		s.queue.Close()
 		<-s.done
@@ -302,7 +301,7 @@ func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Co
 }
 
 // urgentWeight is an urgent op's weight for n orders (see op.orders).
-func (s *Store) urgentWeight(n int) int { return n * int(1+s.fanout.Load()) }
+func (s *Store) urgentWeight(n int) int { return n * int(1+s.deliveriesPerOrder.Load()) }
 
 // fannedOut records how many webhook deliveries a close created for n
 // orders, which weighs the next urgent ops (closes and timer fires): with 5 webhooks a close
@@ -310,7 +309,7 @@ func (s *Store) urgentWeight(n int) int { return n * int(1+s.fanout.Load()) }
 // writes behind it for about 100 ms on 2 cores.
 func (s *Store) fannedOut(deliveries, n int) {
 	if n > 0 {
-		s.fanout.Store(int64((deliveries + n - 1) / n))
+		s.deliveriesPerOrder.Store(int64((deliveries + n - 1) / n))
 	}
 }
 
@@ -335,9 +334,6 @@ func (s *Store) submit(ctx context.Context, orders int, run func(conn *sqlite.Co
 	}
 	if !queued {
 		return errClosed
-	}
-	if orders > 0 {
-		s.closing.Touch()
 	}
 	return <-o.result
 }

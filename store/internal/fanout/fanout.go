@@ -9,10 +9,10 @@ package fanout
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/wait"
 )
 
 const (
@@ -46,16 +46,11 @@ const BurstCloses = 512
 // one transaction sees none queued behind it; its batch's size says it.
 func Burst(queued, closes int) bool { return closes > 0 && (queued > 0 || closes >= BurstCloses) }
 
-// Activity tracks when closes were last queued. Its zero value is ready to
-// use and safe for concurrent use.
-type Activity struct{ last atomic.Int64 }
-
-// Touch records that a close was queued now.
-func (a *Activity) Touch() { a.last.Store(hourglass.SystemClock{}.Now().UnixNano()) }
-
-// quietFor reports whether no close was queued for d.
-func (a *Activity) quietFor(d time.Duration) bool {
-	return hourglass.SystemClock{}.Now().UnixNano()-a.last.Load() >= int64(d)
+// Queue is what a Loop watches of the store's write queue
+// (writequeue.Queue): the closes waiting, and how many were ever queued.
+type Queue interface {
+	Urgent() int
+	UrgentPushes() uint64
 }
 
 // Loop fans out a store's deferred deliveries: make one with New, run Run
@@ -64,10 +59,8 @@ type Loop struct {
 	// Name prefixes log messages ("postgres").
 	Name string
 	Log  *slog.Logger
-	// Queued reports how many closes wait for the store's writer.
-	Queued func() int
-	// Activity is touched by the store whenever it queues a close.
-	Activity *Activity
+	// Queue is the store's write queue, where closes are urgent.
+	Queue Queue
 	// One fans out the oldest note (and deletes it, in one transaction),
 	// reporting whether there was one.
 	One func(ctx context.Context) (found bool, err error)
@@ -132,26 +125,18 @@ func (l *Loop) Run(ctx context.Context) {
 }
 
 // waitQuiet waits until no close is queued and none was for Quiet, at most
-// MaxWait; false when ctx ends.
+// MaxWait; false when ctx ends. Quiet is counted from this call at the
+// earliest: a close path idle for an hour still waits Quiet, which a
+// deferred fan-out can afford.
 func (l *Loop) waitQuiet(ctx context.Context) bool {
-	quiet := func() bool { return l.Queued() == 0 && l.Activity.quietFor(Quiet) }
-	if quiet() {
-		return ctx.Err() == nil
-	}
-	giveUp := time.NewTimer(MaxWait)
-	defer giveUp.Stop()
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-giveUp.C:
+	clock := hourglass.SystemClock{}
+	seen, since := l.Queue.UrgentPushes(), clock.Now()
+	busy := func() bool {
+		if n := l.Queue.UrgentPushes(); n != seen || l.Queue.Urgent() > 0 {
+			seen, since = n, clock.Now()
 			return true
-		case <-t.C:
-			if quiet() {
-				return true
-			}
 		}
+		return clock.Now().Sub(since) < Quiet
 	}
+	return wait.While(ctx, busy, poll, MaxWait)
 }

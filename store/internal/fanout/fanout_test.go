@@ -12,19 +12,27 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
+// closes is a Queue of closes: queued waiting, pushes ever.
+type closes struct{ queued, pushes atomic.Int64 }
+
+func (c *closes) Urgent() int          { return int(c.queued.Load()) }
+func (c *closes) UrgentPushes() uint64 { return uint64(c.pushes.Load()) }
+
+// push queues a close and has it taken at once.
+func (c *closes) push() { c.pushes.Add(1) }
+
 // start runs a Loop with notes notes and the given close queue, until the
 // test ends; fanned counts the notes fanned out.
-func start(t *testing.T, notes int64, queued *atomic.Int64, activity *Activity) (l *Loop, fanned *atomic.Int64) {
+func start(t *testing.T, notes int64, q *closes) (l *Loop, fanned *atomic.Int64) {
 	t.Helper()
 	fanned = new(atomic.Int64)
 	var left atomic.Int64
 	left.Store(notes)
 	l = New(Loop{
-		Name:     "test",
-		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queued:   func() int { return int(queued.Load()) },
-		Activity: activity,
-		Check:    time.Hour, // only Run's first look and Wake
+		Name:  "test",
+		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queue: q,
+		Check: time.Hour, // only Run's first look and Wake
 		One: func(context.Context) (bool, error) {
 			if left.Add(-1) < 0 {
 				left.Store(0)
@@ -53,7 +61,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestLooksAtStart: notes a crash left are fanned out at once, all of them.
 func TestLooksAtStart(t *testing.T) {
 	t.Parallel()
-	_, fanned := start(t, 3, new(atomic.Int64), &Activity{})
+	_, fanned := start(t, 3, &closes{})
 	waitFor(t, "3 notes", func() bool { return fanned.Load() == 3 })
 }
 
@@ -61,14 +69,14 @@ func TestLooksAtStart(t *testing.T) {
 // queued (up to MaxWait), then everything is.
 func TestWaitsWhileClosesQueued(t *testing.T) {
 	t.Parallel()
-	var queued atomic.Int64
-	queued.Store(1)
-	_, fanned := start(t, 2, &queued, &Activity{})
+	var q closes
+	q.queued.Store(1)
+	_, fanned := start(t, 2, &q)
 	time.Sleep(MaxWait / 4)
 	if n := fanned.Load(); n != 0 {
 		t.Fatalf("%d notes fanned out with a close queued", n)
 	}
-	queued.Store(0)
+	q.queued.Store(0)
 	waitFor(t, "2 notes", func() bool { return fanned.Load() == 2 })
 }
 
@@ -76,33 +84,32 @@ func TestWaitsWhileClosesQueued(t *testing.T) {
 // by at most MaxWait a note, it does not stop it.
 func TestGivesUpWaiting(t *testing.T) {
 	t.Parallel()
-	var queued atomic.Int64
-	queued.Store(1)
+	var q closes
+	q.queued.Store(1)
 	began := hourglass.SystemClock{}.Now()
-	_, fanned := start(t, 1, &queued, &Activity{})
+	_, fanned := start(t, 1, &q)
 	waitFor(t, "the note", func() bool { return fanned.Load() == 1 })
 	if waited := (hourglass.SystemClock{}).Now().Sub(began); waited < MaxWait {
 		t.Fatalf("fanned out after %s with a close queued, before MaxWait", waited)
 	}
 }
 
-// TestQuietAfterLastClose: after Wake, a close queued just before holds the
-// fan-out for Quiet even though the queue is empty; a failed attempt is
-// logged and retried at the next look.
+// TestQuietAfterLastClose: closes queued (and taken at once, so the queue
+// stays empty) while a look waits hold the fan-out until Quiet after the
+// last of them; a failed attempt is logged and retried at the next look.
 func TestQuietAfterLastClose(t *testing.T) {
 	t.Parallel()
 	var (
-		a        Activity
+		q        closes
 		notes    atomic.Int64
 		calls    atomic.Int64
 		fannedAt atomic.Int64
 	)
 	l := New(Loop{
-		Name:     "test",
-		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queued:   func() int { return 0 },
-		Activity: &a,
-		Check:    time.Hour,
+		Name:  "test",
+		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queue: &q,
+		Check: time.Hour,
 		One: func(context.Context) (bool, error) {
 			if calls.Add(1) == 2 {
 				return false, errors.New("database down")
@@ -122,11 +129,15 @@ func TestQuietAfterLastClose(t *testing.T) {
 	waitFor(t, "the first look", func() bool { return calls.Load() == 1 })
 
 	notes.Store(1)
-	a.Touch()
-	touched := hourglass.SystemClock{}.Now()
 	l.Wake() // this look fails
 	waitFor(t, "the failed look", func() bool { return calls.Load() == 2 })
 	l.Wake()
+	var touched time.Time
+	for range 8 { // a close every 5 ms for 40 ms, while the look waits
+		q.push()
+		touched = hourglass.SystemClock{}.Now()
+		time.Sleep(5 * time.Millisecond)
+	}
 	waitFor(t, "the note", func() bool { return notes.Load() == 0 })
 	if after := time.Duration(fannedAt.Load() - touched.UnixNano()); after < Quiet-time.Millisecond {
 		t.Fatalf("fanned out %s after a close was queued, within Quiet (%s)", after, Quiet)
