@@ -281,6 +281,11 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		// idempotence a produce can be abandoned at its timeout.
 		kgo.DisableIdempotentWrite(),
 		kgo.ProducerLinger(0),
+		// Records carry packs of timers (see records): dealt over the
+		// partitions in turn, a burst's few records reach every partition,
+		// and so every process consuming the tier, which hashing their keys
+		// would not promise.
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
 		kgo.RecordDeliveryTimeout(cfg.Timeout),
 		kgo.ProduceRequestTimeout(cfg.Timeout),
 	)...)
@@ -388,9 +393,12 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 
 // records returns the delay records of timers (their Release is set here),
 // each written to the tier its remaining delay at now calls for; the timers
-// that go to the same tier travel packed, up to packMax a record (in a
-// coarse tier they share the release, now plus its hold). A record's key is
-// its first timer's order id.
+// that go to the same tier travel packed (in a coarse tier they share the
+// release, now plus its hold), up to packMax a record, yet in at least as
+// many records as the tier has partitions (Config.Partitions) when there
+// are that many timers, so that the processes sharing a tier share a burst.
+// A record's key is its first timer's order id (the partitioner deals
+// records round-robin).
 func (s *Scheduler) records(vs []timerValue, now time.Time) []*kgo.Record {
 	byTier := make([][]timerValue, len(s.tiers))
 	for _, v := range vs {
@@ -403,8 +411,13 @@ func (s *Scheduler) records(vs []timerValue, now time.Time) []*kgo.Record {
 	}
 	var recs []*kgo.Record
 	for i, group := range byTier {
-		for start := 0; start < len(group); start += packMax {
-			pack := group[start:min(start+packMax, len(group))]
+		if len(group) == 0 {
+			continue
+		}
+		packs := max((len(group)+packMax-1)/packMax, min(len(group), int(s.cfg.Partitions)))
+		size := (len(group) + packs - 1) / packs
+		for start := 0; start < len(group); start += size {
+			pack := group[start:min(start+size, len(group))]
 			recs = append(recs, &kgo.Record{Topic: s.topics[i], Key: strconv.AppendInt(nil, pack[0].OrderID, 10), Value: encodeTimers(pack)})
 		}
 	}
