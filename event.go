@@ -298,6 +298,9 @@ type PendingDelivery struct {
 	EventType EventType
 	OrderID   int64
 	Body      []byte // the event's JSON (MarshalEvent): the same bytes on every attempt
+	// EventCreatedAt is when the event was written (committed, within the
+	// store's clock): the start of a delivery's lag.
+	EventCreatedAt time.Time
 	// Attempts made so far (0 for a new or retried dead letter).
 	Attempts      int
 	NextAttemptAt time.Time

@@ -99,9 +99,9 @@ func (s *Store) fanOutOne(ctx context.Context) (found bool, err error) {
 			seqs = append(seqs, seq)
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
-SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, e.created_at FROM events e
+SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, GREATEST(e.created_at, `+nowExpr+`) FROM events e
 JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
-WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, seqs...)
+WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, append([]any{s.nowArg()}, seqs...)...)
 		if err != nil {
 			return err
 		}

@@ -330,6 +330,7 @@ WHERE d.id = ? AND d.state = 'pending'`, id)
 		return out, fail(fmt.Sprintf("get delivery %d", id), err)
 	}
 	out.EventType, out.NextAttemptAt = hourglass.EventType(typ), hourglass.FromUnixMilli(nextAt)
+	out.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
 	switch {
 	case body != nil:
 		out.Body = body

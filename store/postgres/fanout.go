@@ -10,12 +10,18 @@ import (
 // oldest not being fanned out by another process) and deletes its row, in
 // one statement; it NOTIFYs the deliveries channel ($1) when it created
 // any. It returns whether it found a row, and the deliveries created.
+//
+// The deliveries are due now ($2, the test clock, or the database's), not
+// at their events' commit times: a note may be fanned out long after its
+// events, and the new-delivery scan of the node owning a partition looks
+// only ScanLag back (webhook.ScanLagDefault). A delivery due earlier than
+// that would be found by nobody until a restart.
 const fanOutOneSQL = `WITH p AS (
 	DELETE FROM fanout_pending WHERE id = (SELECT id FROM fanout_pending ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 	RETURNING seqs
 ), d AS (
 	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
-	SELECT s.webhook_id, e.seq, e.order_id, 'pending', e.created_at
+	SELECT s.webhook_id, e.seq, e.order_id, 'pending', GREATEST(e.created_at, COALESCE($2::bigint, ` + dbNow + `))
 	FROM p CROSS JOIN LATERAL unnest(p.seqs) AS x(seq) JOIN events e ON e.seq = x.seq
 	JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
 	RETURNING 1
@@ -44,7 +50,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 func (s *Store) fanOutOne(ctx context.Context) (bool, error) {
 	var found, created, notified int64
 	err := s.retry(func() error {
-		return s.pool.QueryRow(ctx, fanOutOneSQL, s.channel).Scan(&found, &created, &notified)
+		return s.pool.QueryRow(ctx, fanOutOneSQL, s.channel, s.nowArg()).Scan(&found, &created, &notified)
 	})
 	if err != nil {
 		return false, s.fail("fan out", err)

@@ -273,6 +273,7 @@ WHERE d.id = $1 AND d.state = 'pending'`, id).Scan(ord.dest(&out.ID, &out.Webhoo
 	}
 	out.EventType = hourglass.EventType(typ)
 	out.NextAttemptAt = hourglass.FromUnixMilli(next)
+	out.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
 	if body != nil {
 		out.Body = []byte(*body)
 	} else {

@@ -334,6 +334,7 @@ WHERE d.id = ?1 AND d.state = 'pending'`)
 				NextAttemptAt: hourglass.FromUnixMilli(st.ColumnInt64(9)),
 			}
 			createdAt, seq, stored = st.ColumnInt64(7), st.ColumnInt64(10), columnBytes(st, 11)
+			out.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
 		})
 		if err != nil {
 			return fmt.Errorf("sqlite: get delivery %d: %w", id, err)

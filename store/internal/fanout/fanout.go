@@ -24,7 +24,7 @@ const (
 	// apart, so the fan-out waits for the burst's end instead of slipping
 	// between its batches.
 	Quiet = 50 * time.Millisecond
-	// MaxWait bounds how long one note waits for quiet, so a close path
+	// MaxWait bounds how long one look waits for quiet, so a close path
 	// that is never quiet delays deliveries but cannot stop them. It is
 	// longer than a 100,000-order burst takes to close on a small machine:
 	// a note fanned out mid-burst (several thousand rows in one
@@ -88,7 +88,12 @@ func (l *Loop) Wake() {
 }
 
 // Run fans out notes until ctx ends: at each wake-up and check, every note
-// there is, oldest first, each once the close path is quiet.
+// there is, oldest first, once the close path is quiet. The wait for quiet
+// is bounded per look, not per note: MaxWait at most before the first note
+// of a look, and whatever is left of it before the others. So closes that
+// keep trickling in (steady state during or after a burst) delay a burst's
+// deliveries by MaxWait at most, however many notes it left; waiting per
+// note, 40 notes behind a trickle of 50 closes/s waited 2 minutes.
 func (l *Loop) Run(ctx context.Context) {
 	check := l.Check
 	if check <= 0 {
@@ -96,9 +101,11 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 	tick := time.NewTicker(check)
 	defer tick.Stop()
+	clock := hourglass.SystemClock{}
 	for {
+		giveUp := clock.Now().Add(MaxWait)
 		for {
-			if !l.waitQuiet(ctx) {
+			if !l.waitQuiet(ctx, max(giveUp.Sub(clock.Now()), 0)) {
 				return
 			}
 			if l.Before != nil {
@@ -125,10 +132,13 @@ func (l *Loop) Run(ctx context.Context) {
 }
 
 // waitQuiet waits until no close is queued and none was for Quiet, at most
-// MaxWait; false when ctx ends. Quiet is counted from this call at the
+// limit; false when ctx ends. Quiet is counted from this call at the
 // earliest: a close path idle for an hour still waits Quiet, which a
 // deferred fan-out can afford.
-func (l *Loop) waitQuiet(ctx context.Context) bool {
+func (l *Loop) waitQuiet(ctx context.Context, limit time.Duration) bool {
+	if limit <= 0 {
+		return ctx.Err() == nil
+	}
 	clock := hourglass.SystemClock{}
 	seen, since := l.Queue.UrgentPushes(), clock.Now()
 	busy := func() bool {
@@ -138,5 +148,5 @@ func (l *Loop) waitQuiet(ctx context.Context) bool {
 		}
 		return clock.Now().Sub(since) < Quiet
 	}
-	return wait.While(ctx, busy, poll, MaxWait)
+	return wait.While(ctx, busy, poll, limit)
 }

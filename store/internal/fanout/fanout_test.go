@@ -81,7 +81,7 @@ func TestWaitsWhileClosesQueued(t *testing.T) {
 }
 
 // TestGivesUpWaiting: a close path that never empties delays the fan-out
-// by at most MaxWait a note, it does not stop it.
+// by MaxWait, it does not stop it.
 func TestGivesUpWaiting(t *testing.T) {
 	t.Parallel()
 	var q closes
@@ -141,6 +141,28 @@ func TestQuietAfterLastClose(t *testing.T) {
 	waitFor(t, "the note", func() bool { return notes.Load() == 0 })
 	if after := time.Duration(fannedAt.Load() - touched.UnixNano()); after < Quiet-time.Millisecond {
 		t.Fatalf("fanned out %s after a close was queued, within Quiet (%s)", after, Quiet)
+	}
+}
+
+// TestTrickleDelaysALookOnce: closes that keep trickling in (one every
+// 10 ms) delay a look's notes by MaxWait in all, not MaxWait each: 20 notes
+// of a burst are all fanned out within MaxWait and a second.
+func TestTrickleDelaysALookOnce(t *testing.T) {
+	t.Parallel()
+	var q closes
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			q.push()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	began := hourglass.SystemClock{}.Now()
+	_, fanned := start(t, 20, &q)
+	waitFor(t, "20 notes", func() bool { return fanned.Load() == 20 })
+	if took := (hourglass.SystemClock{}).Now().Sub(began); took > MaxWait+time.Second {
+		t.Fatalf("20 notes behind a trickle of closes took %s; want at most MaxWait (%s) and a second", took, MaxWait)
 	}
 }
 
