@@ -185,6 +185,11 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	if got, want := len(deliveryIDs(t, s, ids[0][0])), 1; got != want {
 		t.Fatalf("a deferring batch's order has %d deliveries, want %d (its created event's)", got, want)
 	}
+	// The note is fanned out an hour after its events: its deliveries are
+	// due then, not at the events' commit time, which the owners' scans of
+	// new deliveries (ScanLag back) have long passed.
+	clock.Advance(time.Hour)
+	fannedAt := hourglass.UnixMilli(clock.Now())
 	once.Do(func() { close(release) })
 	// Each order: its created event to one webhook, its closed event to two.
 	deadline := time.Now().Add(10 * time.Second)
@@ -193,6 +198,11 @@ func TestBurstFanOutDeferred(t *testing.T) {
 			t.Fatalf("waited 10 s for the deferred deliveries: %v", deliveryIDs(t, s, ids[0][2]))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	var early int
+	if err := s.db.QueryRow(`SELECT count(*) FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.order_id IN (?, ?, ?) AND e.type = 'order.closed' AND d.next_attempt_at < ?`, ids[0][0], ids[0][1], ids[0][2], fannedAt).Scan(&early); err != nil || early != 0 {
+		t.Fatalf("%d deferred deliveries due before their fan-out (%v); want none", early, err)
 	}
 	for i := range ids {
 		for _, id := range ids[i] {

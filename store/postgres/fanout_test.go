@@ -105,9 +105,19 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	if got := deliveriesOf(t, s, ids[1][0]); len(got) != 3 {
 		t.Fatalf("the last batch's order has deliveries %v, want 3", got)
 	}
+	// The note is fanned out an hour after its events: its deliveries are
+	// due then, not at the events' commit time, which the owners' scans of
+	// new deliveries (ScanLag back) have long passed.
+	clock.Advance(time.Hour)
+	fannedAt := hourglass.UnixMilli(clock.Now())
 	once.Do(func() { close(release) })
 	// Each order: its created event to one webhook, its closed event to two.
 	waitFor(t, "the deferred deliveries", func() bool { return len(deliveriesOf(t, s, ids[0][2])) == 3 })
+	var early int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.order_id = ANY($1) AND e.type = 'order.closed' AND d.next_attempt_at < $2`, ids[0], fannedAt).Scan(&early); err != nil || early != 0 {
+		t.Fatalf("%d deferred deliveries due before their fan-out (%v); want none", early, err)
+	}
 	for i := range ids {
 		for _, id := range ids[i] {
 			if got := deliveriesOf(t, s, id); len(got) != 3 {
