@@ -37,6 +37,7 @@ type Metrics struct {
 	closeBacklog   prometheus.Gauge
 	deadLetters    prometheus.Gauge
 	deliveries     *prometheus.CounterVec
+	deliveryLag    prometheus.Histogram
 	cluster        clusterMetrics
 }
 
@@ -121,6 +122,11 @@ func New(pending func() int) *Metrics {
 			Name: "hourglass_webhook_deliveries_total",
 			Help: "Webhook delivery attempts by outcome: delivered (2xx), retry (failed, another attempt scheduled), dead (failed its last attempt).",
 		}, []string{"outcome"}),
+		deliveryLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hourglass_webhook_delivery_lag_seconds",
+			Help:    "From an event's commit to its delivery's first attempt, on the node that made it.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300},
+		}),
 		deadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hourglass_webhook_dead_letters",
 			Help: "Webhook deliveries in the dead-letter list (failed their last attempt), counted at each alert evaluation.",
@@ -128,7 +134,7 @@ func New(pending func() int) *Metrics {
 	}
 	reg.MustRegister(m.closeLateness, m.closed, m.fireLateness, m.fired, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
 		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.dbRetries, m.alertsFiring, m.closeBacklog, m.deadLetters,
-		m.deliveries,
+		m.deliveries, m.deliveryLag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hourglass_timers_pending",
 			Help: "Timers held in the in-memory wheel (pending orders due within the window).",
@@ -237,3 +243,6 @@ func (m *Metrics) Names() ([]string, error) {
 // WebhookAttempted implements webhook.Observer: it counts one delivery
 // attempt in hourglass_webhook_deliveries_total{outcome}.
 func (m *Metrics) WebhookAttempted(outcome string) { m.deliveries.WithLabelValues(outcome).Inc() }
+
+// WebhookDeliveryLag implements webhook.LagObserver.
+func (m *Metrics) WebhookDeliveryLag(d time.Duration) { m.deliveryLag.Observe(d.Seconds()) }
