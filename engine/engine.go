@@ -281,6 +281,12 @@ func New(store Store, cfg Config) (*Engine, error) {
 	// A gained partition's window is loaded (its orders due meanwhile
 	// included) and its outbox relayed; the timers of a lost one are
 	// dropped as they fire (deliver).
+	// A broker shared by the nodes consumes only this node's partitions,
+	// and follows them as they move (hourglass.Partitioned).
+	if ps, ok := e.sched.(hourglass.Partitioned); ok && cfg.Ownership != nil {
+		ps.Own(cfg.Ownership.Owned())
+		cfg.Ownership.OnChange(func(_, _ []int) { ps.Own(cfg.Ownership.Owned()) })
+	}
 	e.parts = cluster.Track(cfg.Ownership, func() {
 		if e.loader != nil {
 			e.loader.Wake()
@@ -560,7 +566,8 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 	var orders, timers []int64
 	for _, t := range due {
 		// A timer of a partition this node lost is the new owner's now
-		// (it loaded it): dropped, not closed twice.
+		// (it loaded it, or a Partitioned broker hands it over): dropped,
+		// not closed twice.
 		if !e.parts.Has(t.OrderID) {
 			continue
 		}

@@ -188,6 +188,108 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		}
 		t.Logf("deliveries absorbed by the compare-and-set (duplicates across consumers): %d", doubled.Load())
 	})
+
+	t.Run("OwnersShareThePartitions", func(t *testing.T) {
+		exerciseOwners(t, h)
+	})
+}
+
+// exerciseOwners: two schedulers on one namespace, as two nodes, each
+// owning half the partitions (hourglass.Partitioned). 400 timers over every
+// partition, scheduled through both: each is delivered once, to its
+// partition's owner, none dropped. Then a quarter of the partitions moves
+// from one to the other while 400 more timers wait (some already fetched
+// by their old owner): each of those is delivered once, to its new owner.
+func exerciseOwners(t *testing.T, h SchedulerHarness) {
+	ns := Namespace(t)
+	a, b := h.New(t, ns), h.New(t, ns)
+	pa, ok := a.(hourglass.Partitioned)
+	if !ok {
+		t.Skipf("%s is not shared by the nodes (not hourglass.Partitioned): each node's engine feeds it its own partitions", a.Info().Name)
+	}
+	pb := b.(hourglass.Partitioned)
+	var even, odd, move, keep hourglass.Parts
+	for p := range hourglass.Partitions {
+		if p%2 == 0 {
+			even = append(even, p)
+			if p < hourglass.Partitions/2 {
+				move = append(move, p)
+			} else {
+				keep = append(keep, p)
+			}
+		} else {
+			odd = append(odd, p)
+		}
+	}
+	// Each node's deliver checks, as the engine does, that it owns the
+	// timer's partition at delivery; the engine would drop one it does
+	// not, so here it is a failure.
+	owners := []struct {
+		name  string
+		s     hourglass.Partitioned
+		owned atomic.Pointer[hourglass.Parts]
+	}{{name: "a", s: pa}, {name: "b", s: pb}}
+	setOwned := func(i int, parts hourglass.Parts) {
+		owners[i].owned.Store(&parts)
+		owners[i].s.Own(parts)
+	}
+	setOwned(0, even)
+	setOwned(1, odd)
+	rec := newRecorder()
+	var mu sync.Mutex
+	var misdelivered []string
+	deliverAs := func(i int) hourglass.Deliver {
+		return func(ctx context.Context, due []hourglass.Timer) error {
+			owned := *owners[i].owned.Load()
+			var mine []hourglass.Timer
+			for _, tm := range due {
+				if owned.Has(tm.OrderID) {
+					mine = append(mine, tm)
+					continue
+				}
+				mu.Lock()
+				misdelivered = append(misdelivered, fmt.Sprintf("order %d (partition %d) delivered to %s, which does not own it", tm.OrderID, hourglass.PartitionOf(tm.OrderID), owners[i].name))
+				mu.Unlock()
+			}
+			return rec.deliver(ctx, mine)
+		}
+	}
+	stopA := runScheduler(t, a, deliverAs(0))
+	defer stopA()
+	stopB := runScheduler(t, b, deliverAs(1))
+	defer stopB()
+	checkOwners := func(phase string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range misdelivered[:min(len(misdelivered), 10)] {
+			t.Errorf("%s: %s", phase, m)
+		}
+		if len(misdelivered) > 10 {
+			t.Errorf("%s: and %d more timers delivered to a node that does not own them", phase, len(misdelivered)-10)
+		}
+	}
+
+	first := makeTimers(1, 400, time.Now().Add(500*time.Millisecond), 2*time.Millisecond)
+	schedule(t, a, first[:200], 50)
+	schedule(t, b, first[200:], 50)
+	rec.waitAll(t, first, 1, 5*time.Second+h.MaxLateness)
+	checkOwners("steady")
+	rec.check(t, first, h.MaxLateness, true)
+
+	// The second batch is scheduled before the move and falls due after
+	// it: the old owner may already hold some of them.
+	second := makeTimers(1001, 400, time.Now().Add(1500*time.Millisecond), 2*time.Millisecond)
+	schedule(t, a, second[:200], 50)
+	schedule(t, b, second[200:], 50)
+	time.Sleep(200 * time.Millisecond) // let the consumers fetch what they will
+	setOwned(0, keep)
+	setOwned(1, append(slices.Clone(odd), move...))
+	rec.waitAll(t, second, 1, 5*time.Second+h.MaxLateness+h.Redelivery)
+	stopA()
+	stopB()
+	checkOwners("after the move")
+	rec.check(t, second, 0, true)
 }
 
 var nsUnsafe = regexp.MustCompile(`[^a-zA-Z0-9]+`)

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ func setupClaim(t *testing.T, cfg Config) (*Scheduler, *hourglasstest.Clock) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		s.client.Del(context.Background(), s.timers, s.inflight)
+		s.client.Del(context.Background(), s.keys()...)
 		s.Close()
 	})
 	return s, clock
@@ -53,7 +54,10 @@ func TestClaim(t *testing.T) {
 		{"not yet due", map[int64]int64{1: 5}, 4, 10, nil, 5},
 		{"due exactly at its deadline", map[int64]int64{1: 5}, 5, 10, []int64{1}, 5 + 3000}, // next: the lease
 		{"only the due ones", map[int64]int64{1: 1, 2: 2, 3: 9}, 2, 10, []int64{1, 2}, 9},
-		{"at most batch, earliest first", map[int64]int64{1: 3, 2: 1, 3: 2}, 10, 2, []int64{2, 3}, 3},
+		// Earliest first within a partition (1, 65 and 129 are in partition 1).
+		{"at most batch, earliest first", map[int64]int64{1: 3, 65: 1, 129: 2}, 10, 2, []int64{65, 129}, 3},
+		// Across partitions an equal share of the batch each first.
+		{"a share from each partition", map[int64]int64{1: 1, 65: 1, 129: 1, 2: 3}, 10, 2, []int64{1, 2}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -172,28 +176,29 @@ func TestMalformedMemberIsDropped(t *testing.T) {
 	s, _ := setupClaim(t, Config{})
 	ctx := context.Background()
 	base := hourglass.UnixMilli(hourglasstest.Epoch)
-	if err := s.client.ZAdd(ctx, s.timers, goredis.Z{Score: float64(base), Member: "not-an-id"}, goredis.Z{Score: float64(base), Member: 5}).Err(); err != nil {
+	timers, inflight := s.timersKey(5), s.inflightKey(5)
+	if err := s.client.ZAdd(ctx, timers, goredis.Z{Score: float64(base), Member: "not-an-id"}, goredis.Z{Score: float64(base), Member: 5}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b, _, err := s.claim(ctx, base)
 	if err != nil || !slices.Equal(ids(b), []int64{5}) {
 		t.Fatalf("claimed %v %v, want [5]", ids(b), err)
 	}
-	if n := s.client.ZCard(ctx, s.inflight).Val(); n != 1 {
+	if n := s.client.ZCard(ctx, inflight).Val(); n != 1 {
 		t.Fatalf("%d in flight, want 1 (the malformed member dropped)", n)
 	}
 	// Malformed in-flight members whose lease expired are dropped, not
 	// requeued, and do not break the claim.
-	if err := s.client.ZAdd(ctx, s.inflight, goredis.Z{Score: 0, Member: "x:"}, goredis.Z{Score: 0, Member: "y:abc"}, goredis.Z{Score: 0, Member: "nocolon"}).Err(); err != nil {
+	if err := s.client.ZAdd(ctx, inflight, goredis.Z{Score: 0, Member: "x:"}, goredis.Z{Score: 0, Member: "y:abc"}, goredis.Z{Score: 0, Member: "nocolon"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if b, _, err := s.claim(ctx, base); err != nil || len(b) != 0 {
 		t.Fatalf("claim with malformed in-flight members: %v %v", ids(b), err)
 	}
-	if n := s.client.ZCard(ctx, s.inflight).Val(); n != 1 {
+	if n := s.client.ZCard(ctx, inflight).Val(); n != 1 {
 		t.Fatalf("%d in flight, want 1", n)
 	}
-	if n := s.client.ZCard(ctx, s.timers).Val(); n != 0 {
+	if n := s.client.ZCard(ctx, timers).Val(); n != 0 {
 		t.Fatalf("%d timers, want 0 (nothing malformed requeued)", n)
 	}
 }
@@ -224,5 +229,70 @@ func TestParseMember(t *testing.T) {
 		if err != nil || got.OrderID != tc.id || hourglass.UnixMilli(got.Deadline) != tc.ms {
 			t.Errorf("parseMember(%q) = %v, %v; want %d:%d", tc.in, got, err, tc.id, tc.ms)
 		}
+	}
+}
+
+// TestClaimOwnedPartitionsOnly: a process claims only the timers of the
+// partitions it owns; the others stay for their owners; a partition
+// gained is claimed at the next claim.
+func TestClaimOwnedPartitionsOnly(t *testing.T) {
+	t.Parallel()
+	s, _ := setupClaim(t, Config{})
+	ctx := context.Background()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	var timers []hourglass.Timer
+	for id := int64(1); id <= 2*hourglass.Partitions; id++ {
+		timers = append(timers, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(base)})
+	}
+	if err := s.Schedule(ctx, timers); err != nil {
+		t.Fatal(err)
+	}
+	s.Own(hourglass.Parts{}) // none
+	if b, next, err := s.claim(ctx, base); err != nil || len(b) != 0 || next != -1 {
+		t.Fatalf("owning nothing: claimed %v next %d %v", ids(b), next, err)
+	}
+	s.Own(hourglass.Parts{3, 5})
+	b, _, err := s.claim(ctx, base)
+	if err != nil || !slices.Equal(ids(b), []int64{3, 5, 67, 69}) {
+		t.Fatalf("owning 3 and 5: claimed %v %v, want [3 5 67 69]", ids(b), err)
+	}
+	s.Own(nil)
+	b, _, err = s.claim(ctx, base)
+	if err != nil || len(b) != len(timers)-4 {
+		t.Fatalf("owning every partition: claimed %d %v, want the %d others", len(b), err, len(timers)-4)
+	}
+}
+
+// TestMigratesUnpartitionedSets: timers an earlier version left in
+// <ns>:timers, and its in-flight ones whose lease expired, move into their
+// partitions' sets and are claimed there; a live lease stays.
+func TestMigratesUnpartitionedSets(t *testing.T) {
+	t.Parallel()
+	s, _ := setupClaim(t, Config{})
+	ctx := context.Background()
+	base := hourglass.UnixMilli(hourglasstest.Epoch)
+	if err := s.client.ZAdd(ctx, s.legacyTimers, goredis.Z{Score: float64(base), Member: 1}, goredis.Z{Score: float64(base + 10), Member: 66}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	expired, live := "2:"+strconv.FormatInt(base, 10), "3:"+strconv.FormatInt(base, 10)
+	if err := s.client.ZAdd(ctx, s.legacyInflight, goredis.Z{Score: float64(base), Member: expired}, goredis.Z{Score: float64(base + 60_000), Member: live}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.migrate(ctx, base); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.client.ZCard(ctx, s.legacyTimers).Val(); n != 0 {
+		t.Fatalf("%d timers left in the unpartitioned set", n)
+	}
+	if m := s.client.ZRange(ctx, s.legacyInflight, 0, -1).Val(); !slices.Equal(m, []string{live}) {
+		t.Fatalf("in flight in the unpartitioned set: %v, want only the live lease %s", m, live)
+	}
+	if got := s.client.ZScore(ctx, s.timersKey(2), "66").Val(); got != float64(base+10) {
+		t.Fatalf("order 66 in partition 2 with deadline %v, want %d", got, base+10)
+	}
+	s.Own(hourglass.Parts{1, 2})
+	b, _, err := s.claim(ctx, base+10)
+	if err != nil || !slices.Equal(ids(b), []int64{1, 2, 66}) {
+		t.Fatalf("claimed %v %v, want [1 2 66]", ids(b), err)
 	}
 }

@@ -3,27 +3,35 @@
 //
 // # How it works
 //
-// Every timer is a member of the sorted set <ns>:timers: the member is the
-// order id, the score its deadline in unix milliseconds. Schedule adds
-// timers with ZADD (pipelined, 1,000 per command); Cancel removes them with
-// ZREM. The engine feeds Schedule from the order database's outbox
+// Every timer is a member of its partition's sorted set <ns>:timers:<p>
+// (p = hourglass.PartitionOf(order id), 0..63): the member is the order id,
+// the score its deadline in unix milliseconds. Schedule adds timers with
+// ZADD (pipelined, 1,000 per command); Cancel removes them with ZREM. The engine feeds Schedule from the order database's outbox
 // (FeedOutbox), so a timer reaches Redis even if this process dies between
 // the order's commit and the publish.
 //
 // Run is one poller and a few delivery workers. The poller runs one Lua
-// script (claimScript) that, atomically:
+// script (claimScript) over the partitions this process owns (Own; every
+// partition until told otherwise) that, atomically, for each of them:
 //
 //  1. moves in-flight timers whose lease has expired (a consumer died or gave
-//     up) back into <ns>:timers with their original deadline;
-//  2. moves up to Batch members with score <= now from <ns>:timers into the
-//     in-flight set <ns>:inflight, as "id:deadlineMs" scored by the lease
-//     expiry now+VisibilityTimeout, and returns them;
-//  3. returns the earliest score left in either set.
+//     up) back into <ns>:timers:<p> with their original deadline;
+//  2. moves members with score <= now from <ns>:timers:<p> into the
+//     partition's in-flight set <ns>:inflight:<p>, as "id:deadlineMs" scored
+//     by the lease expiry now+VisibilityTimeout, and returns them, up to
+//     Batch in all: an equal share from each partition first, earliest
+//     deadline first, then the rest (each claim starts at the next
+//     partition), so a backlog in one does not starve the others;
 //
-// Because a member leaves <ns>:timers in the same script that claims it, two
-// consumers on the same namespace never claim the same timer at once.
-// A worker hands the claimed batch to deliver; when deliver returns nil the
-// members are removed from <ns>:inflight (the acknowledgement). When deliver
+// and returns the earliest score left in any of those sets.
+//
+// Because a member leaves <ns>:timers:<p> in the same script that claims it,
+// two consumers never claim the same timer at once; because a node claims
+// only the partitions it owns, the timer goes to the node whose engine
+// closes it. A worker hands the claimed batch to deliver, but first gives
+// back (lease expiry now) the timers of partitions lost since the claim, for
+// their new owner's next claim; when deliver returns nil the members are
+// removed from <ns>:inflight:<p> (the acknowledgement). When deliver
 // fails the lease is shortened to now+backoff, so the batch comes back after
 // a capped exponential backoff, by this or any other consumer. When Run's
 // context ends mid-delivery the lease is released (set to now) so another
@@ -38,6 +46,14 @@
 // creation, minutes before its deadline, so the cap matters only after an
 // outage's backlog. A pub/sub wake-up across processes was left out for that
 // reason.
+//
+// # Upgrading from one set per namespace
+//
+// Before the partitioned sets, every timer was in <ns>:timers and
+// <ns>:inflight. Each poller moves what it finds there (at most once per
+// MaxWait, 1,000 members a time; in-flight ones once their lease expired)
+// into the partitioned sets with one script (migrateScript), so a rolling
+// upgrade loses nothing: an old process still writing there is drained too.
 //
 // # Time
 //
@@ -55,7 +71,7 @@
 // appendfsync everysec or always) a Redis restart keeps them; with no
 // persistence a restart loses the set, and the engine's sweeper closes those
 // orders from the database. Redis Cluster is not supported (the script
-// touches two keys).
+// touches several keys).
 package redis
 
 import (
@@ -68,6 +84,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -100,8 +117,9 @@ type Config struct {
 	// URL is the Redis URL (redis://[user:password@]host:port/db or
 	// rediss:// for TLS), parsed by go-redis's ParseURL.
 	URL string
-	// Namespace prefixes the keys: <Namespace>:timers and
-	// <Namespace>:inflight. Deployments sharing a Redis use different ones.
+	// Namespace prefixes the keys: <Namespace>:timers:<p> and
+	// <Namespace>:inflight:<p> for each partition p. Deployments sharing a
+	// Redis use different ones.
 	Namespace string
 	// VisibilityTimeout is how long a claimed batch stays invisible to other
 	// consumers before it is delivered again if not acknowledged: the
@@ -148,76 +166,153 @@ func (c Config) Validate() error {
 // Scheduler is the Redis sorted-set delay mechanism. All its methods are
 // safe for concurrent use; Run may be called again after it returned.
 type Scheduler struct {
-	cfg      Config
-	client   *goredis.Client
-	clock    hourglass.Clock
-	log      *slog.Logger
-	timers   string // <ns>:timers
-	inflight string // <ns>:inflight
+	cfg    Config
+	client *goredis.Client
+	clock  hourglass.Clock
+	log    *slog.Logger
+	// legacyTimers and legacyInflight are the unpartitioned sets of
+	// earlier versions, drained into the partitioned ones (migrate).
+	legacyTimers   string // <ns>:timers
+	legacyInflight string // <ns>:inflight
 	// claimCmd runs claimScript by its SHA-1 (EVALSHA), falling back to
 	// EVAL when the server's script cache was emptied by a restart.
-	claimCmd *goredis.Script
+	claimCmd   *goredis.Script
+	migrateCmd *goredis.Script
+
+	// owned is the partitions this process claims (nil pointer: every
+	// partition); rotate starts each claim at another one.
+	owned  atomic.Pointer[hourglass.Parts]
+	rotate atomic.Uint64
 
 	mu         sync.Mutex
+	migratedAt int64 // unix ms of the last migrate; guarded by mu
 	sleepUntil int64 // unix ms the poller sleeps towards; max int64 while it is awake
 	wake       chan struct{}
 }
 
 var (
-	_ hourglass.Scheduler = (*Scheduler)(nil)
-	_ hourglass.Canceler  = (*Scheduler)(nil)
+	_ hourglass.Scheduler   = (*Scheduler)(nil)
+	_ hourglass.Canceler    = (*Scheduler)(nil)
+	_ hourglass.Partitioned = (*Scheduler)(nil)
 )
 
-// claimScript claims due timers; see the package comment.
+// timersKey and inflightKey name partition p's sets.
+func (s *Scheduler) timersKey(p int) string   { return s.legacyTimers + ":" + strconv.Itoa(p) }
+func (s *Scheduler) inflightKey(p int) string { return s.legacyInflight + ":" + strconv.Itoa(p) }
+
+// claimScript claims due timers of the owned partitions; see the package
+// comment.
 //
-// KEYS[1] <ns>:timers    zset: member order id, score deadline (unix ms)
-// KEYS[2] <ns>:inflight  zset: member "id:deadlineMs", score lease expiry (unix ms)
+// KEYS[2k-1] <ns>:timers:<p>    zset: member order id, score deadline (unix ms)
+// KEYS[2k]   <ns>:inflight:<p>  zset: member "id:deadlineMs", score lease expiry (unix ms)
+//
+//	one pair per owned partition, in the order they are claimed
+//
 // ARGV[1] now, unix ms: timers with deadline <= now are due, leases <= now expired
 // ARGV[2] lease expiry given to the claimed members (now + visibility timeout)
-// ARGV[3] the most members requeued and the most claimed
+// ARGV[3] the most members requeued per partition, and claimed in all:
 //
-// Returns {next, member...}: next is the earliest score left in either set
-// as a string ("-1" when both are empty); each member is "id:deadlineMs".
-// A requeued member does not replace a newer timer of the same order (NX);
-// a malformed in-flight member (not written by this package) is dropped.
+//	first up to an equal share of it from each partition, earliest
+//	deadline first, then what is left from the first partitions that
+//	have more
+//
+// Returns {next, k, member, k, member...}: next is the earliest score left
+// in any of the sets as a string ("-1" when all are empty); each member is
+// "id:deadlineMs", held in KEYS[2k]. A requeued member does not replace a
+// newer timer of the same order (NX); a malformed in-flight member (not
+// written by this package) is dropped.
 const claimScript = `
 local now, lease, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-if #expired > 0 then
-  local back = {}
-  for _, m in ipairs(expired) do
-    local id, deadline = string.match(m, '^(.*):([^:]*)$')
-    if id and tonumber(deadline) then
-      back[#back + 1] = deadline
-      back[#back + 1] = id
+local out = {'-1'}
+local left = limit
+local n = #KEYS / 2
+for k = 1, n do
+  local tk, ik = KEYS[2 * k - 1], KEYS[2 * k]
+  local expired = redis.call('ZRANGEBYSCORE', ik, '-inf', now, 'LIMIT', 0, limit)
+  if #expired > 0 then
+    local back = {}
+    for _, m in ipairs(expired) do
+      local id, deadline = string.match(m, '^(.*):([^:]*)$')
+      if id and tonumber(deadline) then
+        back[#back + 1] = deadline
+        back[#back + 1] = id
+      end
+    end
+    if #back > 0 then
+      redis.call('ZADD', tk, 'NX', unpack(back))
+    end
+    redis.call('ZREM', ik, unpack(expired))
+  end
+end
+local share = math.ceil(limit / n)
+for pass = 1, 2 do
+  for k = 1, n do
+    if left == 0 then break end
+    local tk, ik = KEYS[2 * k - 1], KEYS[2 * k]
+    local want = left
+    if pass == 1 then want = math.min(share, left) end
+    local due = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+    if #due > 0 then
+      local ids, held = {}, {}
+      for i = 1, #due, 2 do
+        local m = due[i] .. ':' .. due[i + 1]
+        ids[#ids + 1] = due[i]
+        held[#held + 1] = lease
+        held[#held + 1] = m
+        out[#out + 1] = tostring(k)
+        out[#out + 1] = m
+      end
+      redis.call('ZADD', ik, unpack(held))
+      redis.call('ZREM', tk, unpack(ids))
+      left = left - #ids
     end
   end
-  if #back > 0 then
-    redis.call('ZADD', KEYS[1], 'NX', unpack(back))
-  end
-  redis.call('ZREM', KEYS[2], unpack(expired))
-end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-local out = {'-1'}
-if #due > 0 then
-  local ids, held = {}, {}
-  for i = 1, #due, 2 do
-    local m = due[i] .. ':' .. due[i + 1]
-    ids[#ids + 1] = due[i]
-    held[#held + 1] = lease
-    held[#held + 1] = m
-    out[#out + 1] = m
-  end
-  redis.call('ZADD', KEYS[2], unpack(held))
-  redis.call('ZREM', KEYS[1], unpack(ids))
 end
 local next = nil
-local t = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #t > 0 then next = t[2] end
-local f = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if #f > 0 and (next == nil or tonumber(f[2]) < tonumber(next)) then next = f[2] end
+for k = 1, n do
+  local tk, ik = KEYS[2 * k - 1], KEYS[2 * k]
+  local t = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
+  if #t > 0 and (next == nil or tonumber(t[2]) < tonumber(next)) then next = t[2] end
+  local f = redis.call('ZRANGE', ik, 0, 0, 'WITHSCORES')
+  if #f > 0 and (next == nil or tonumber(f[2]) < tonumber(next)) then next = f[2] end
+end
 if next then out[1] = next end
 return out
+`
+
+// migrateScript moves members of the unpartitioned sets of earlier
+// versions into their partitions' sets (the partition of an id is computed
+// in Go: Lua's numbers cannot hold every int64).
+//
+// KEYS[1] <ns>:timers     (legacy) member order id, score deadline
+// KEYS[2] <ns>:inflight   (legacy) member "id:deadlineMs", score lease expiry
+// KEYS[3…] the destination sets <ns>:timers:<p>
+// ARGV    quadruples: source (1 or 2), member, index into KEYS of the
+//
+//	destination, deadline (unix ms)
+//
+// A timer member moves only if it still has that deadline (an old process
+// may have rescheduled it meanwhile: it is moved on the next pass); an
+// in-flight member moves if it is still there. Neither replaces a timer of
+// the same order already in the destination (NX). Returns the number moved.
+const migrateScript = `
+local moved = 0
+for i = 1, #ARGV, 4 do
+  local src, m, dest, deadline = ARGV[i], ARGV[i + 1], KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3]
+  if src == '1' then
+    local score = redis.call('ZSCORE', KEYS[1], m)
+    if score and tonumber(score) == tonumber(deadline) then
+      redis.call('ZADD', dest, 'NX', deadline, m)
+      redis.call('ZREM', KEYS[1], m)
+      moved = moved + 1
+    end
+  elseif redis.call('ZREM', KEYS[2], m) == 1 then
+    local id = string.match(m, '^(.*):[^:]*$')
+    redis.call('ZADD', dest, 'NX', deadline, id)
+    moved = moved + 1
+  end
+end
+return moved
 `
 
 // Open connects to Redis at cfg.URL, checks it answers PING within
@@ -246,15 +341,16 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{
-		cfg:        cfg,
-		client:     client,
-		clock:      cfg.Clock,
-		log:        cfg.Logger,
-		timers:     cfg.Namespace + ":timers",
-		inflight:   cfg.Namespace + ":inflight",
-		claimCmd:   goredis.NewScript(claimScript),
-		sleepUntil: 1<<63 - 1,
-		wake:       make(chan struct{}, 1),
+		cfg:            cfg,
+		client:         client,
+		clock:          cfg.Clock,
+		log:            cfg.Logger,
+		legacyTimers:   cfg.Namespace + ":timers",
+		legacyInflight: cfg.Namespace + ":inflight",
+		claimCmd:       goredis.NewScript(claimScript),
+		migrateCmd:     goredis.NewScript(migrateScript),
+		sleepUntil:     1<<63 - 1,
+		wake:           make(chan struct{}, 1),
 	}
 	if err := s.check(ctx, where); err != nil {
 		client.Close()
@@ -289,15 +385,24 @@ func connect(ctx context.Context, rawURL string) (client *goredis.Client, where 
 func (s *Scheduler) check(ctx context.Context, where string) error {
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	if err := s.claimCmd.Load(ctx, s.client).Err(); err != nil {
-		return fmt.Errorf("redis: Redis at %s does not run scripts (grant the user SCRIPT and EVALSHA): %w", where, err)
-	}
-	for _, key := range []string{s.timers, s.inflight} {
-		typ, err := s.client.Type(ctx, key).Result()
-		if err != nil {
-			return fmt.Errorf("redis: check key %s at %s (grant the user read access to %s:*): %w", key, where, s.cfg.Namespace, err)
+	for _, script := range []*goredis.Script{s.claimCmd, s.migrateCmd} {
+		if err := script.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("redis: Redis at %s does not run scripts (grant the user SCRIPT and EVALSHA): %w", where, err)
 		}
-		if typ != "none" && typ != "zset" {
+	}
+	keys := s.keys()
+	types := make([]*goredis.StatusCmd, len(keys))
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for i, key := range keys {
+			types[i] = pipe.Type(ctx, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: check the keys %s:* at %s (grant the user read access to them): %w", s.cfg.Namespace, where, err)
+	}
+	for i, key := range keys {
+		if typ := types[i].Val(); typ != "none" && typ != "zset" {
 			return fmt.Errorf("redis: key %s at %s is a %s, not a sorted set: choose another namespace", key, where, typ)
 		}
 	}
@@ -309,8 +414,40 @@ func (s *Scheduler) Info() hourglass.SchedulerInfo {
 	return hourglass.SchedulerInfo{Name: "redis", Feed: hourglass.FeedOutbox, Durable: true}
 }
 
-// Schedule implements hourglass.Scheduler: it adds the timers to
-// <ns>:timers and returns once Redis has them in memory (durable as far as
+// Own implements hourglass.Partitioned: from the next claim on, this
+// process claims only the timers of parts (nil: every partition). A batch
+// already claimed gives its timers of lost partitions back before
+// delivering. It does not block; safe for concurrent use, idempotent.
+func (s *Scheduler) Own(parts hourglass.Parts) {
+	if parts == nil {
+		s.owned.Store(nil)
+	} else {
+		parts = slices.Clone(parts)
+		s.owned.Store(&parts)
+	}
+	s.signal()
+}
+
+// ownedParts returns the partitions to claim, ascending.
+func (s *Scheduler) ownedParts() hourglass.Parts {
+	if p := s.owned.Load(); p != nil {
+		return *p
+	}
+	all := make(hourglass.Parts, hourglass.Partitions)
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
+// owns reports whether this process claims the partition of id.
+func (s *Scheduler) owns(id int64) bool {
+	p := s.owned.Load()
+	return p == nil || p.Has(id)
+}
+
+// Schedule implements hourglass.Scheduler: it adds each timer to its
+// partition's set <ns>:timers:<p> and returns once Redis has them in memory (durable as far as
 // its persistence allows). Scheduling an order again replaces its deadline.
 // It returns an error, and any part of the batch may have been stored, when
 // Redis cannot be reached; retrying is safe (idempotent).
@@ -319,15 +456,20 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 		return nil
 	}
 	earliest := int64(1<<63 - 1)
-	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for chunk := range slices.Chunk(timers, scheduleChunk) {
-			members := make([]goredis.Z, len(chunk))
-			for i, t := range chunk {
-				d := hourglass.UnixMilli(t.Deadline)
-				earliest = min(earliest, d)
-				members[i] = goredis.Z{Score: float64(d), Member: t.OrderID}
+	var byPart [hourglass.Partitions][]goredis.Z
+	for _, t := range timers {
+		d := hourglass.UnixMilli(t.Deadline)
+		if s.owns(t.OrderID) {
+			earliest = min(earliest, d)
+		}
+		p := hourglass.PartitionOf(t.OrderID)
+		byPart[p] = append(byPart[p], goredis.Z{Score: float64(d), Member: t.OrderID})
+	}
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for p, members := range byPart {
+			for chunk := range slices.Chunk(members, scheduleChunk) {
+				pipe.ZAdd(ctx, s.timersKey(p), chunk...)
 			}
-			p.ZAdd(ctx, s.timers, members...)
 		}
 		return nil
 	})
@@ -344,19 +486,30 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 }
 
 // Cancel implements hourglass.Canceler: it removes the orders' timers from
-// <ns>:timers. A timer already claimed still fires (into a no-op close).
+// their partitions' sets. A timer already claimed still fires (into a no-op close).
 // Idempotent; it returns an error when Redis cannot be reached.
 func (s *Scheduler) Cancel(ctx context.Context, orderIDs []int64) error {
 	if len(orderIDs) == 0 {
 		return nil
 	}
-	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	var byPart [hourglass.Partitions][]any
+	for _, id := range orderIDs {
+		p := hourglass.PartitionOf(id)
+		byPart[p] = append(byPart[p], id)
+	}
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for p, members := range byPart {
+			for chunk := range slices.Chunk(members, scheduleChunk) {
+				pipe.ZRem(ctx, s.timersKey(p), chunk...)
+			}
+		}
+		// An earlier version's process may have put it in the old set.
 		for chunk := range slices.Chunk(orderIDs, scheduleChunk) {
 			members := make([]any, len(chunk))
 			for i, id := range chunk {
 				members[i] = id
 			}
-			p.ZRem(ctx, s.timers, members...)
+			pipe.ZRem(ctx, s.legacyTimers, members...)
 		}
 		return nil
 	})
@@ -406,6 +559,10 @@ func (s *Scheduler) poll(ctx context.Context, batches chan<- []claimed) error {
 		s.sleepUntil = 1<<63 - 1
 		s.mu.Unlock()
 		now := hourglass.UnixMilli(s.clock.Now())
+		if err := s.migrate(ctx, now); err != nil && ctx.Err() == nil {
+			// The claim tells whether Redis is gone; this is retried.
+			s.log.Warn("redis: could not move timers of the unpartitioned sets of an earlier version; retrying", "err", err)
+		}
 		batch, next, err := s.claim(ctx, now)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -447,40 +604,123 @@ func (s *Scheduler) poll(ctx context.Context, batches chan<- []claimed) error {
 	}
 }
 
-// claimed is a timer held in <ns>:inflight under the member "id:deadlineMs".
+// claimed is a timer held in inflight (<ns>:inflight:<p>) under the
+// member "id:deadlineMs".
 type claimed struct {
-	timer  hourglass.Timer
-	member string
+	timer    hourglass.Timer
+	member   string
+	inflight string
 }
 
-// claim runs claimScript at now and returns the claimed timers and the
-// earliest score left (-1 if none).
+// claim runs claimScript at now over the owned partitions and returns the
+// claimed timers and the earliest score left (-1 if none).
 func (s *Scheduler) claim(ctx context.Context, now int64) ([]claimed, int64, error) {
+	parts := s.ownedParts()
+	if len(parts) == 0 {
+		return nil, -1, nil
+	}
+	start := int(s.rotate.Add(1) % uint64(len(parts)))
+	keys := make([]string, 0, 2*len(parts))
+	for i := range parts {
+		p := parts[(start+i)%len(parts)]
+		keys = append(keys, s.timersKey(p), s.inflightKey(p))
+	}
 	lease := now + s.cfg.VisibilityTimeout.Milliseconds()
-	reply, err := s.claimCmd.Run(ctx, s.client, []string{s.timers, s.inflight}, now, lease, s.cfg.Batch).StringSlice()
+	reply, err := s.claimCmd.Run(ctx, s.client, keys, now, lease, s.cfg.Batch).StringSlice()
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(reply) == 0 {
-		return nil, 0, errors.New("empty reply from the claim script")
+	if len(reply)%2 == 0 {
+		return nil, 0, fmt.Errorf("a reply of %d strings from the claim script, want an odd number", len(reply))
 	}
 	next, err := parseScore(reply[0])
 	if err != nil {
 		return nil, 0, fmt.Errorf("next score: %w", err)
 	}
-	batch := make([]claimed, 0, len(reply)-1)
-	for _, m := range reply[1:] {
+	batch := make([]claimed, 0, len(reply)/2)
+	for i := 1; i < len(reply); i += 2 {
+		k, err := strconv.Atoi(reply[i])
+		if err != nil || k < 1 || 2*k > len(keys) {
+			return nil, 0, fmt.Errorf("the claim script returned key index %q", reply[i])
+		}
+		m, inflight := reply[i+1], keys[2*k-1]
 		t, err := parseMember(m)
 		if err != nil {
 			// Not ours (someone wrote to the namespace): acknowledge it so
 			// it does not come back forever.
-			s.log.Error("redis: dropping a malformed in-flight member", "key", s.inflight, "member", m, "err", err)
-			s.client.ZRem(ctx, s.inflight, m)
+			s.log.Error("redis: dropping a malformed in-flight member", "key", inflight, "member", m, "err", err)
+			s.client.ZRem(ctx, inflight, m)
 			continue
 		}
-		batch = append(batch, claimed{timer: t, member: m})
+		batch = append(batch, claimed{timer: t, member: m, inflight: inflight})
 	}
 	return batch, next, nil
+}
+
+// migrateChunk is the most members migrate moves per pass.
+const migrateChunk = 1000
+
+// migrate moves what it finds in the unpartitioned sets of earlier
+// versions into the partitioned ones (in-flight members whose lease
+// expired, as timers), at most once per MaxWait. A malformed member is
+// left where it is. Safe to run in several processes at once.
+func (s *Scheduler) migrate(ctx context.Context, now int64) error {
+	s.mu.Lock()
+	if now-s.migratedAt < s.cfg.MaxWait.Milliseconds() {
+		s.mu.Unlock()
+		return nil
+	}
+	s.migratedAt = now
+	s.mu.Unlock()
+	var t, f *goredis.ZSliceCmd
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		t = pipe.ZRangeWithScores(ctx, s.legacyTimers, 0, migrateChunk-1)
+		f = pipe.ZRangeByScoreWithScores(ctx, s.legacyInflight, &goredis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: migrateChunk})
+		return nil
+	})
+	timers, inflight := t.Val(), f.Val()
+	if err != nil || len(timers)+len(inflight) == 0 {
+		return err
+	}
+	keys := []string{s.legacyTimers, s.legacyInflight}
+	dest := map[int]int{} // partition → index into keys, from 1
+	var args []any
+	add := func(src int, member string, id, deadline int64) {
+		p := hourglass.PartitionOf(id)
+		k, ok := dest[p]
+		if !ok {
+			keys = append(keys, s.timersKey(p))
+			k = len(keys)
+			dest[p] = k
+		}
+		args = append(args, src, member, k, deadline)
+	}
+	for _, z := range timers {
+		m, _ := z.Member.(string)
+		if id, err := strconv.ParseInt(m, 10, 64); err == nil {
+			add(1, m, id, int64(z.Score))
+		}
+	}
+	for _, z := range inflight {
+		m, _ := z.Member.(string)
+		if t, err := parseMember(m); err == nil {
+			add(2, m, t.OrderID, hourglass.UnixMilli(t.Deadline))
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	moved, err := s.migrateCmd.Run(ctx, s.client, keys, args...).Int()
+	if err != nil {
+		return err
+	}
+	s.log.Info("redis: moved timers of the unpartitioned sets of an earlier version into their partitions", "timers", moved)
+	if len(timers) == migrateChunk || len(inflight) == migrateChunk {
+		s.mu.Lock()
+		s.migratedAt = 0 // more to move: on the next pass
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 // work delivers batches until stop is closed or ctx ends.
@@ -494,6 +734,22 @@ func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-ch
 		case <-stop:
 			return
 		case batch = <-batches:
+		}
+		// Timers of partitions lost since the claim go back, for their
+		// new owner's next claim.
+		var lost []claimed
+		batch = slices.DeleteFunc(batch, func(c claimed) bool {
+			if s.owns(c.timer.OrderID) {
+				return false
+			}
+			lost = append(lost, c)
+			return true
+		})
+		if len(lost) > 0 {
+			s.release(ctx, lost)
+		}
+		if len(batch) == 0 {
+			continue
 		}
 		timers := make([]hourglass.Timer, len(batch))
 		for i, c := range batch {
@@ -522,12 +778,19 @@ func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-ch
 	}
 }
 
-// ack removes delivered members from <ns>:inflight. If it fails they come
-// back after the visibility timeout: a duplicate, absorbed by the close.
+// ack removes delivered members from their in-flight sets. If it fails
+// they come back after the visibility timeout: a duplicate, absorbed by the
+// close.
 func (s *Scheduler) ack(ctx context.Context, batch []claimed) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
-	if err := s.client.ZRem(ctx, s.inflight, members(batch)...).Err(); err != nil {
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for key, ms := range byInflight(batch) {
+			pipe.ZRem(ctx, key, ms...)
+		}
+		return nil
+	})
+	if err != nil {
 		s.log.Warn("redis: acknowledge failed; the timers will be delivered again after the visibility timeout", "timers", len(batch), "err", err)
 	}
 }
@@ -543,11 +806,17 @@ func (s *Scheduler) release(ctx context.Context, batch []claimed) {
 func (s *Scheduler) lease(ctx context.Context, batch []claimed, until int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
-	zs := make([]goredis.Z, len(batch))
-	for i, c := range batch {
-		zs[i] = goredis.Z{Score: float64(until), Member: c.member}
-	}
-	if err := s.client.ZAddXX(ctx, s.inflight, zs...).Err(); err != nil {
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for key, ms := range byInflight(batch) {
+			zs := make([]goredis.Z, len(ms))
+			for i, m := range ms {
+				zs[i] = goredis.Z{Score: float64(until), Member: m}
+			}
+			pipe.ZAddXX(ctx, key, zs...)
+		}
+		return nil
+	})
+	if err != nil {
 		s.log.Warn("redis: could not shorten the lease; the timers will be delivered again after the visibility timeout", "timers", len(batch), "err", err)
 		return
 	}
@@ -559,10 +828,11 @@ func (s *Scheduler) lease(ctx context.Context, batch []claimed, until int64) {
 	}
 }
 
-func members(batch []claimed) []any {
-	out := make([]any, len(batch))
-	for i, c := range batch {
-		out[i] = c.member
+// byInflight returns the members of batch by the in-flight set holding them.
+func byInflight(batch []claimed) map[string][]any {
+	out := map[string][]any{}
+	for _, c := range batch {
+		out[c.inflight] = append(out[c.inflight], c.member)
 	}
 	return out
 }
@@ -611,4 +881,14 @@ func parseScore(s string) (int64, error) {
 		return 0, fmt.Errorf("score %q is not a number of milliseconds", s)
 	}
 	return int64(f), nil
+}
+
+// keys returns every key of the namespace: the partitioned sets and the
+// unpartitioned ones of earlier versions.
+func (s *Scheduler) keys() []string {
+	keys := []string{s.legacyTimers, s.legacyInflight}
+	for p := range hourglass.Partitions {
+		keys = append(keys, s.timersKey(p), s.inflightKey(p))
+	}
+	return keys
 }

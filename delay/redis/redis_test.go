@@ -38,7 +38,9 @@ func open(t *testing.T, cfg redis.Config, c *goredis.Client) *redis.Scheduler {
 	}
 	t.Cleanup(func() {
 		s.Close()
-		c.Del(context.Background(), cfg.Namespace+":timers", cfg.Namespace+":inflight")
+		if keys := c.Keys(context.Background(), cfg.Namespace+":*").Val(); len(keys) > 0 {
+			c.Del(context.Background(), keys...)
+		}
 	})
 	return s
 }
