@@ -8,10 +8,10 @@
 //
 // Each node runs one loop (Run), every Tick (LeaseTTL/10, at most TickMax):
 //
-//  1. heartbeat: refresh its node row and read the database's clock, which
-//     gives the node's clock offset (Clock corrects for it);
-//  2. renew the leases it holds (a compare-and-set on owner and epoch); a
+//  1. renew the leases it holds (a compare-and-set on owner and epoch); a
 //     lease it could not renew is lost: its work stops at once;
+//  2. heartbeat: refresh its node row and read the database's clock, which
+//     gives the node's clock offset (Clock corrects for it);
 //  3. read every lease and the live nodes, and compute each live node's fair
 //     share (Partitions / nodes, the first nodes by id one more);
 //  4. below its share, take free leases (never owned, released, or expired)
@@ -27,6 +27,21 @@
 // over at their next Tick and load their window. Run's end (SIGTERM)
 // releases every lease at once, so the others take them within a Tick.
 //
+// Leases hold by time, not by replies. Every call to the database carries
+// a deadline (CallTimeout), and a node works its partitions only until
+// its leases would expire by its own monotonic clock, counted from before
+// its last successful renewal was sent: valid = t0 + LeaseTTL - margin
+// (LeaseTTL/10), where t0 is read before the renewal is sent. The database
+// sets the expiry to its now + LeaseTTL, and its now is later than t0, so
+// the database's lease outlives the node's belief by at least the margin
+// (less the clocks' rate difference over one TTL, parts per million). At
+// valid, a timer of Run's revokes every partition (OnChange reports them
+// lost; Owned and Leader answer none and false from that instant, even
+// before the timer has run), whether or not a renewal is still waiting for
+// an answer: a node whose connection hangs stops before any other node can
+// take its leases. A renewal that succeeds after that gives the leases
+// back, as partitions taken in a rebalance (after HandoverDelay).
+//
 // Listeners (the engine, webhook delivery) learn of partitions gained and
 // lost through OnChange; Owned and Leader answer at any time.
 package cluster
@@ -35,7 +50,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,6 +75,19 @@ const (
 	// leaveTimeout bounds the release of leases on the way out.
 	leaveTimeout = 3 * time.Second
 )
+
+// CallTimeout returns the deadline of each membership call to the database
+// for a lease TTL: a third of it, so a hung call (a half-open connection,
+// a stalled proxy) gives way to the next tick's, on another connection,
+// well before the leases lapse.
+func CallTimeout(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// SafetyMargin returns how long before its lease's expiry, counted by its
+// own clock from before the renewal was sent, a node stops working the
+// partition: a tenth of the TTL. It covers the database's clock being read
+// in whole milliseconds, the two clocks' rate difference over one TTL, and
+// the revocation's own latency.
+func SafetyMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // HandoverDelay returns how long a node waits before working a partition
 // it took from a live node in a rebalance: a Tick and a half, by which the
@@ -140,17 +167,25 @@ type Membership struct {
 	log   *slog.Logger
 	obs   Observer
 
+	// notifyMu orders the calls of the watchers: OnChange is told by Run's
+	// goroutine and by the revocation timer's, and each watcher reads Owned
+	// when told, so the last one told reads the latest set.
+	notifyMu sync.Mutex
+
 	mu     sync.Mutex
 	leases map[int]hourglass.Lease // held, by partition
 	// waiting holds the partitions taken in a rebalance and not worked yet,
 	// with when to start (see HandoverDelay); Owned leaves them out.
-	waiting   map[int]time.Time
-	renewedAt time.Time       // own clock, of the last successful renewal
-	startedAt time.Time       // the database's, from the first heartbeat
-	offsets   []time.Duration // recent lower bounds of the database's clock minus ours
-	offset    time.Duration
-	watchers  []func(gained, lost []int)
-	last      hourglass.ClusterState
+	waiting map[int]time.Time
+	// validUntil is when, by this node's own clock, the held leases stop
+	// being worked: the send time of the last successful renewal (or of the
+	// first acquisition) + LeaseTTL - SafetyMargin.
+	validUntil time.Time
+	startedAt  time.Time       // the database's, from the first heartbeat
+	offsets    []time.Duration // recent lower bounds of the database's clock minus ours
+	offset     time.Duration
+	watchers   []func(gained, lost []int)
+	last       hourglass.ClusterState
 }
 
 // New returns a membership over store. It does nothing until Run.
@@ -188,9 +223,19 @@ func (m *Membership) OnChange(fn func(gained, lost []int)) {
 // Owned returns the partitions this node holds now, ascending (empty, not
 // nil, when it holds none).
 func (m *Membership) Owned() hourglass.Parts {
+	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.validLocked(now) {
+		return hourglass.Parts{}
+	}
 	return m.ownedLocked()
+}
+
+// validLocked reports whether the held leases may be worked at now (own
+// clock): the revocation timer may not have run yet.
+func (m *Membership) validLocked(now time.Time) bool {
+	return now.Before(m.validUntil)
 }
 
 func (m *Membership) ownedLocked() hourglass.Parts {
@@ -208,11 +253,12 @@ func (m *Membership) ownedLocked() hourglass.Parts {
 // chores that must run once for the cluster (alert notifications, event
 // pruning).
 func (m *Membership) Leader() bool {
+	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, ok := m.leases[0]
 	_, wait := m.waiting[0]
-	return ok && !wait
+	return ok && !wait && m.validLocked(now)
 }
 
 // Offset returns the measured offset of the database's clock from this
@@ -240,10 +286,18 @@ func (m *Membership) Join(ctx context.Context) error {
 	return m.heartbeat(ctx)
 }
 
+// call returns ctx bounded by CallTimeout: every membership call to the
+// database has a deadline.
+func (m *Membership) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, CallTimeout(m.cfg.LeaseTTL))
+}
+
 func (m *Membership) heartbeat(ctx context.Context) error {
 	m.mu.Lock()
 	n := hourglass.Node{ID: m.cfg.NodeID, Addr: m.cfg.Addr, StartedAt: m.startedAt}
 	m.mu.Unlock()
+	ctx, cancel := m.call(ctx)
+	defer cancel()
 	dbNow, err := m.store.Heartbeat(ctx, n)
 	arrived := m.clock.Now()
 	if err != nil {
@@ -275,6 +329,10 @@ func (m *Membership) Run(ctx context.Context) error {
 			m.log.Warn("cluster: first heartbeat failed; retrying", "err", err)
 		}
 	}
+	revoking := make(chan struct{})
+	stopRevoking := make(chan struct{})
+	go func() { defer close(revoking); m.revokeLoop(stopRevoking) }()
+	defer func() { close(stopRevoking); <-revoking }()
 	t := time.NewTicker(m.tick)
 	defer t.Stop()
 	for {
@@ -288,6 +346,55 @@ func (m *Membership) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// revokeLoop revokes the held leases at validUntil, whatever Run's
+// goroutine is doing (a call may hang until its deadline). Its timer is
+// armed for the time left by the node's clock, at most a Tick, and checks
+// the clock again when it fires, so a clock that jumps (a test's) is
+// followed within a Tick.
+func (m *Membership) revokeLoop(stop <-chan struct{}) {
+	for {
+		wait := m.tick
+		now := m.clock.Now()
+		m.mu.Lock()
+		if len(m.leases) > 0 {
+			wait = min(wait, m.validUntil.Sub(now))
+		}
+		m.mu.Unlock()
+		if wait <= 0 {
+			m.revokeIfExpired()
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		m.revokeIfExpired()
+	}
+}
+
+// revokeIfExpired gives up every held lease when their validity (by this
+// node's clock) has passed: the others may take them from then on.
+func (m *Membership) revokeIfExpired() {
+	now := m.clock.Now()
+	m.mu.Lock()
+	if len(m.leases) == 0 || m.validLocked(now) {
+		m.mu.Unlock()
+		return
+	}
+	lost := m.ownedLocked()
+	held := len(m.leases)
+	m.leases = map[int]hourglass.Lease{}
+	clear(m.waiting)
+	late := now.Sub(m.validUntil)
+	m.mu.Unlock()
+	m.log.Error("cluster: no lease renewal succeeded in time; stopped working every partition before the leases expire",
+		"node", m.cfg.NodeID, "partitions", held, "ttl", m.cfg.LeaseTTL, "revoked_late_by", late)
+	m.changed(change{Lost: lost})
 }
 
 // leave gives every lease up locally, then in the database, and removes the
@@ -309,16 +416,16 @@ func (m *Membership) leave() {
 }
 
 // step is one tick of the loop.
+// The renewal goes first: a slow heartbeat must not delay it.
 func (m *Membership) step(ctx context.Context) error {
-	hbErr := m.heartbeat(ctx)
 	if err := m.renew(ctx); err != nil {
-		return errors.Join(hbErr, err)
+		return err
 	}
-	if hbErr != nil {
-		return hbErr
+	if err := m.heartbeat(ctx); err != nil {
+		return err
 	}
 	m.startWaiting()
-	st, err := m.store.ClusterState(ctx, m.cfg.LeaseTTL)
+	st, err := m.clusterState(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: read state: %w", err)
 	}
@@ -329,56 +436,67 @@ func (m *Membership) step(ctx context.Context) error {
 	return m.balance(ctx, st)
 }
 
-// renew extends the held leases; those not renewed are lost. When renewal
-// fails and the last success is a TTL old by our clock, every lease is
-// given up: the others may hold them by now.
+// renew extends the held leases; those not renewed are lost. The time read
+// before the renewal is sent, plus LeaseTTL - SafetyMargin, is how long the
+// renewed leases are worked (revokeLoop); a failed renewal extends nothing.
 func (m *Membership) renew(ctx context.Context) error {
 	m.mu.Lock()
 	held := make([]hourglass.Lease, 0, len(m.leases))
 	for _, l := range m.leases {
 		held = append(held, l)
 	}
-	last := m.renewedAt
 	m.mu.Unlock()
 	if len(held) == 0 {
 		return nil
 	}
-	start := m.clock.Now()
-	renewed, err := m.store.RenewLeases(ctx, m.cfg.NodeID, held, m.cfg.LeaseTTL)
+	sent := m.clock.Now()
+	cctx, cancel := m.call(ctx)
+	renewed, err := m.store.RenewLeases(cctx, m.cfg.NodeID, held, m.cfg.LeaseTTL)
+	cancel()
 	if err != nil {
-		if m.clock.Now().Sub(last) >= m.cfg.LeaseTTL {
-			m.mu.Lock()
-			lost := m.ownedLocked()
-			m.leases = map[int]hourglass.Lease{}
-			clear(m.waiting)
-			m.mu.Unlock()
-			m.log.Error("cluster: could not renew leases for a TTL; giving them up", "node", m.cfg.NodeID, "partitions", len(lost), "err", err)
-			m.changed(change{Lost: lost})
-		}
+		m.revokeIfExpired()
 		return fmt.Errorf("cluster: renew: %w", err)
 	}
 	keep := make(map[int]hourglass.Lease, len(renewed))
 	for _, l := range renewed {
 		keep[l.Part] = l
 	}
-	var lost []int
+	valid := sent.Add(m.cfg.LeaseTTL - SafetyMargin(m.cfg.LeaseTTL))
+	now := m.clock.Now()
+	var lost, back []int
 	m.mu.Lock()
 	for _, l := range held {
 		if _, ok := keep[l.Part]; !ok {
-			if _, wait := m.waiting[l.Part]; !wait { // it was worked: tell
-				lost = append(lost, l.Part)
+			if _, had := m.leases[l.Part]; had {
+				if _, wait := m.waiting[l.Part]; !wait { // it was worked: tell
+					lost = append(lost, l.Part)
+				}
 			}
 			delete(m.leases, l.Part)
 			delete(m.waiting, l.Part)
 		}
 	}
+	revoked := len(m.leases) == 0 // by revokeIfExpired while the call was out
 	for p, l := range keep {
 		if _, ok := m.leases[p]; ok {
 			m.leases[p] = l
+		} else if revoked && now.Before(valid) {
+			// Revoked locally, renewed in the database: held again, and
+			// worked after a handover delay like a partition taken from a
+			// live node (watchers were told it was lost).
+			m.leases[p] = l
+			m.waiting[p] = now.Add(HandoverDelay(m.tick))
+			back = append(back, p)
 		}
 	}
-	m.renewedAt = start
+	if len(m.leases) > 0 {
+		m.validUntil = valid
+	}
 	m.mu.Unlock()
+	if len(back) > 0 {
+		slices.Sort(back)
+		m.log.Info("cluster: leases renewed after they were given up locally; working them again after a handover delay", "node", m.cfg.NodeID, "partitions", back)
+	}
 	if len(lost) > 0 {
 		slices.Sort(lost)
 		m.log.Info("cluster: partitions lost to another node", "node", m.cfg.NodeID, "partitions", lost)
@@ -462,7 +580,9 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 			break
 		}
 		asked := m.clock.Now()
-		l, ok, err := m.store.AcquireLease(ctx, self, c.lease, c.steal, m.cfg.LeaseTTL)
+		cctx, cancel := m.call(ctx)
+		l, ok, err := m.store.AcquireLease(cctx, self, c.lease, c.steal, m.cfg.LeaseTTL)
+		cancel()
 		if err != nil {
 			firstErr = cmp.Or(firstErr, fmt.Errorf("cluster: acquire partition %d: %w", c.lease.Part, err))
 			break
@@ -475,9 +595,11 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 		}
 		m.mu.Lock()
 		if len(m.leases) == 0 {
-			// The first lease held: it is valid from about now, so a
-			// failed first renewal does not give it up at once.
-			m.renewedAt = asked
+			// The first lease held is worked for a TTL (less the margin)
+			// from before it was asked for. A later one lasts at least as
+			// long as those held, and shares their validity until the next
+			// renewal covers it: one validity for all errs early.
+			m.validUntil = asked.Add(m.cfg.LeaseTTL - SafetyMargin(m.cfg.LeaseTTL))
 		}
 		m.leases[l.Part] = l
 		if c.steal {
@@ -535,6 +657,8 @@ func (m *Membership) notify(c change) {
 	if len(c.Gained) == 0 && len(c.Lost) == 0 {
 		return
 	}
+	m.notifyMu.Lock()
+	defer m.notifyMu.Unlock()
 	m.mu.Lock()
 	ws := slices.Clone(m.watchers)
 	m.mu.Unlock()
@@ -546,11 +670,18 @@ func (m *Membership) notify(c change) {
 // View returns the cluster as GET /v1/cluster shows it: the live nodes
 // (from a fresh read of the database) with the partitions each holds.
 func (m *Membership) View(ctx context.Context) (hourglass.ClusterView, error) {
-	st, err := m.store.ClusterState(ctx, m.cfg.LeaseTTL)
+	st, err := m.clusterState(ctx)
 	if err != nil {
 		return hourglass.ClusterView{}, fmt.Errorf("cluster: read state: %w", err)
 	}
 	return viewOf(st, m.cfg.NodeID), nil
+}
+
+// clusterState reads the cluster's state within CallTimeout.
+func (m *Membership) clusterState(ctx context.Context) (hourglass.ClusterState, error) {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	return m.store.ClusterState(ctx, m.cfg.LeaseTTL)
 }
 
 func viewOf(st hourglass.ClusterState, self string) hourglass.ClusterView {
