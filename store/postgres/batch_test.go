@@ -15,8 +15,9 @@ import (
 
 // TestBrokenWriteRetriedAlone puts a write the server rejects (an
 // idempotency key too long for its index) among good ones: the group commit
-// is rolled back, each write runs alone, and only the broken one fails, as
-// an internal error (not a domain refusal, not unavailable).
+// is rolled back and bisected (TestBrokenWriteBisected counts its
+// transactions), and only the broken one fails, as an internal error (not a
+// domain refusal, not unavailable).
 func TestBrokenWriteRetriedAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -115,6 +115,10 @@ type Config struct {
 	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()
+	// beforeTx, if set, is called before each transaction of the
+	// group-commit writer with the number of writes it runs; the package's
+	// tests count a failed batch's transactions with it.
+	beforeTx func(writes int)
 }
 
 // Validate reports a configuration error, naming the field. It does not

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/bisect"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
@@ -52,9 +53,11 @@ import (
 // other in the common cases; the rare deadlock or serialization failure rolls
 // the batch back and runs it again, a bounded number of times. A write
 // refused for a domain reason fails only itself. Any other server error rolls
-// the batch back and runs each of its writes alone, so a broken write cannot
-// fail its peers. A lost connection fails the whole batch with
-// CodeUnavailable and is not retried here: its COMMIT may have been applied.
+// the batch back and bisects it (store/internal/bisect): each half runs as
+// one transaction, recursing into a half that fails, so a broken write fails
+// only itself and costs its peers at most 2·⌈log2 n⌉ more transactions. A
+// lost connection fails the writes of its transaction with CodeUnavailable
+// and is not retried here: its COMMIT may have been applied.
 
 // opKind names the order write an op carries.
 type opKind int
@@ -154,30 +157,30 @@ func (s *Store) commit(batch []*op) {
 	}
 	var fanned int64
 	if len(live) > 0 {
-		n, err := s.runWithRetry(live)
-		fanned += n
+		// A batch that fails for one write's reason (a statement the server
+		// refused) is bisected: each half runs as one transaction, so a
+		// broken write costs its peers O(log n) transactions, not one each.
+		// An unreachable database, or an outcome unknown, fails the writes
+		// of the transaction that met it and is never run again.
+		failed := 0
+		err, commits := bisect.Run(len(live), func(lo, hi int) error {
+			n, err := s.runWithRetry(live[lo:hi])
+			fanned += n
+			return err
+		}, func(err error) bool { return !unavailable(err) }, func(lo, hi int, err error) {
+			failed += hi - lo
+			for _, o := range live[lo:hi] {
+				o.reset()
+				o.err = s.fail("write orders", err)
+			}
+		})
 		if err == nil {
 			s.health.Record(nil)
 		} else {
 			s.health.Record(s.fail("write orders", err))
 		}
-		switch {
-		case err == nil:
-		case unavailable(err) || len(live) == 1:
-			for _, o := range live {
-				o.reset()
-				o.err = s.fail("write orders", err)
-			}
-		default:
-			s.log.Warn("postgres: group commit failed; retrying its writes one by one", "writes", len(live), "err", err)
-			for _, o := range live {
-				n, err := s.runWithRetry([]*op{o})
-				fanned += n
-				if err != nil {
-					o.reset()
-					o.err = s.fail("write orders", err)
-				}
-			}
+		if err != nil && commits > 1 {
+			s.log.Warn("postgres: group commit failed; bisected it", "writes", len(live), "failed", failed, "transactions", commits, "err", scrub(err.Error(), s.cfg.URL))
 		}
 	}
 	if s.cfg.Observe != nil {
@@ -209,6 +212,9 @@ func (s *Store) runWithRetry(ops []*op) (int64, error) {
 
 // runBatch runs ops in one transaction on a pooled connection.
 func (s *Store) runBatch(ops []*op) (int64, error) {
+	if s.cfg.beforeTx != nil {
+		s.cfg.beforeTx(len(ops))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	c, err := s.pool.Acquire(ctx)
