@@ -103,6 +103,11 @@ type ClusterStore interface {
 	// LeaveCluster removes the node's row (a clean shutdown) and releases
 	// every lease it holds.
 	LeaveCluster(ctx context.Context, nodeID string) error
+	// PruneNodes deletes up to limit rows of nodes not seen for longer
+	// than gone by the database's clock (crashed, never left), and returns
+	// how many it deleted. A pruned node that comes back heartbeats its row
+	// in again.
+	PruneNodes(ctx context.Context, gone time.Duration, limit int) (int, error)
 	// WatchCreated calls fn with the timers of pending orders that other
 	// store values (other processes) committed, soon after each commit,
 	// until ctx ends (then it returns nil). It is at most once: after it

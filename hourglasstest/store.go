@@ -66,6 +66,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Cluster", exerciseCluster},
 		{"Shared", exerciseShared},
 		{"Timers", exerciseTimers},
+		{"Retention", exerciseRetention},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()

@@ -150,10 +150,11 @@ VALUES (?, ?, `+dbNowMs+`)`, m.Version, m.Name)
 }
 
 // alreadyApplied reports whether err is error 1060, "duplicate column
-// name": the column a migration adds exists.
+// name", or 1061, "duplicate key name": the column or index a migration
+// adds exists.
 func alreadyApplied(err error) bool {
 	var me *gomysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1060
+	return errors.As(err, &me) && (me.Number == 1060 || me.Number == 1061)
 }
 
 // splitStatements cuts a migration into statements: comment lines are

@@ -92,21 +92,27 @@ func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hour
 	if limit <= 0 {
 		limit = 50
 	}
-	where, args := "id > ?", []any{f.After}
+	// A status reads its range of orders_status_id (migration 0007) in id
+	// order; closed is two such ranges merged: closed orders, and pending
+	// ones past their deadline (which the engine is about to close).
+	const byStatus = `SELECT ` + orderColumns + ` FROM orders FORCE INDEX (orders_status_id) WHERE `
+	var query string
+	var args []any
 	switch f.Status {
 	case "":
+		query, args = `SELECT `+orderColumns+` FROM orders WHERE id > ? ORDER BY id LIMIT ?`, []any{f.After, limit}
 	case hourglass.StatePendingPayment:
-		where += " AND status = 'pending_payment' AND deadline > ?"
-		args = append(args, nowMs)
+		query = byStatus + `status = 'pending_payment' AND id > ? AND deadline > ? ORDER BY id LIMIT ?`
+		args = []any{f.After, nowMs, limit}
 	case hourglass.StateClosed:
-		where += " AND (status = 'closed' OR (status = 'pending_payment' AND deadline <= ?))"
-		args = append(args, nowMs)
+		query = `(` + byStatus + `status = 'closed' AND id > ? ORDER BY id LIMIT ?)
+UNION ALL (` + byStatus + `status = 'pending_payment' AND id > ? AND deadline <= ? ORDER BY id LIMIT ?)
+ORDER BY id LIMIT ?`
+		args = []any{f.After, limit, f.After, nowMs, limit, limit}
 	default:
-		where += " AND status = ?"
-		args = append(args, string(f.Status))
+		query, args = byStatus+`status = ? AND id > ? ORDER BY id LIMIT ?`, []any{string(f.Status), f.After, limit}
 	}
-	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE `+where+` ORDER BY id LIMIT ?`, args...)
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fail("list orders", err)
 	}

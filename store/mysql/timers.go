@@ -113,8 +113,9 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 		if !f.Status.Valid() {
 			return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", f.Status)
 		}
-		where += ` AND status = ?`
-		args = append(args, string(f.Status))
+		// Its range of timers_status_key (migration 0005).
+		where = `status = ? AND timer_key > ?`
+		args = []any{string(f.Status), []byte(f.After)}
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE `+where+` ORDER BY timer_key LIMIT ?`, append(args, f.Limit)...)
 	if err != nil {

@@ -101,23 +101,31 @@ func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
 // ListOrders implements hourglass.Store. Status filtering follows
 // Order.View: a pending order past its deadline counts as closed.
 func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
-	var where string
+	// A status reads its range of orders_status_id (migration 0005) in id
+	// order; closed is two such ranges merged: closed orders, and pending
+	// ones past their deadline (which the engine is about to close). Every
+	// variant names $1..$4 (binds), so all four bind.
+	const binds = ` AND $2::bigint IS NOT NULL AND $3::text IS NOT NULL`
+	var query string
 	switch f.Status {
 	case "":
-		where = "o.id > $1"
+		query = `SELECT ` + orderColumns + ` FROM orders o WHERE o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
 	case hourglass.StatePendingPayment:
-		where = "o.id > $1 AND o.status = 'pending_payment' AND o.deadline > $2"
+		query = `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline > $2` + binds + ` ORDER BY o.id LIMIT $4`
 	case hourglass.StateClosed:
-		where = "o.id > $1 AND (o.status = 'closed' OR (o.status = 'pending_payment' AND o.deadline <= $2))"
+		query = `SELECT * FROM (
+	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'closed' AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4)
+	UNION ALL
+	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline <= $2 ORDER BY o.id LIMIT $4)
+) o ORDER BY o.id LIMIT $4`
 	default:
-		where = "o.id > $1 AND o.status = $3"
+		query = `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = $3 AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+orderColumns+` FROM orders o WHERE `+where+` AND $2::bigint IS NOT NULL AND $3::text IS NOT NULL ORDER BY o.id LIMIT $4`,
-		f.After, hourglass.UnixMilli(f.Now), string(f.Status), limit)
+	rows, err := s.pool.Query(ctx, query, f.After, hourglass.UnixMilli(f.Now), string(f.Status), limit)
 	if err != nil {
 		return nil, s.fail("list orders", err)
 	}

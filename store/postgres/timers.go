@@ -481,8 +481,13 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 	if f.Limit < 1 {
 		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
 	}
+	// With a status, its range of timers_status_key (migration 0005).
+	where := `t.key > $1 AND $2 = ''`
+	if f.Status != "" {
+		where = `t.status = $2 AND t.key > $1`
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+timerColumns+` FROM timers t
-WHERE t.key > $1 AND ($2 = '' OR t.status = $2) ORDER BY t.key LIMIT $3`, f.After, string(f.Status), f.Limit)
+WHERE `+where+` ORDER BY t.key LIMIT $3`, f.After, string(f.Status), f.Limit)
 	if err != nil {
 		return nil, s.fail("list timers", err)
 	}

@@ -196,13 +196,14 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 }
 
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by
-// a pending delivery or a dead letter are kept whatever their age.
+// a pending delivery or a dead letter are kept whatever their age. It is
+// written in the low lane (see retention.go).
 func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
 	var n int
-	err := s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
+	err := s.writeLow(ctx, func(conn *sqlite.Conn, _ time.Time) error {
 		stmt := conn.Prep(`DELETE FROM events WHERE seq IN (
 	SELECT e.seq FROM events e WHERE e.created_at < ?1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)

@@ -212,16 +212,22 @@ func scanOrder(st *sqlite.Stmt) (hourglass.Order, error) {
 // Order.View: a pending order past its deadline counts as closed.
 func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
 	nowMs := hourglass.UnixMilli(f.Now)
-	var where string
+	// A status reads its range of orders_status_id (migration 0006) in id
+	// order; closed is two such ranges merged: closed orders, and pending
+	// ones past their deadline (which the engine is about to close).
+	const byStatus = `SELECT ` + orderColumns + ` FROM orders INDEXED BY orders_status_id WHERE `
+	var query string
 	switch f.Status {
 	case "":
-		where = "id > ?1 AND ?2 = ?2 AND ?3 = ?3"
+		query = `SELECT ` + orderColumns + ` FROM orders WHERE id > ?1 AND ?2 = ?2 AND ?3 = ?3 ORDER BY id LIMIT ?4`
 	case hourglass.StatePendingPayment:
-		where = "id > ?1 AND status = 'pending_payment' AND deadline > ?2 AND ?3 = ?3"
+		query = byStatus + `status = 'pending_payment' AND id > ?1 AND deadline > ?2 AND ?3 = ?3 ORDER BY id LIMIT ?4`
 	case hourglass.StateClosed:
-		where = "id > ?1 AND (status = 'closed' OR (status = 'pending_payment' AND deadline <= ?2)) AND ?3 = ?3"
+		query = `SELECT * FROM (` + byStatus + `status = 'closed' AND id > ?1 AND ?3 = ?3 ORDER BY id LIMIT ?4)
+UNION ALL SELECT * FROM (` + byStatus + `status = 'pending_payment' AND id > ?1 AND deadline <= ?2 ORDER BY id LIMIT ?4)
+ORDER BY id LIMIT ?4`
 	default:
-		where = "id > ?1 AND ?2 = ?2 AND status = ?3"
+		query = byStatus + `status = ?3 AND id > ?1 AND ?2 = ?2 ORDER BY id LIMIT ?4`
 	}
 	limit := f.Limit
 	if limit <= 0 {
@@ -229,7 +235,7 @@ func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hour
 	}
 	var out []hourglass.Order
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT ` + orderColumns + ` FROM orders WHERE ` + where + ` ORDER BY id LIMIT ?4`)
+		stmt := conn.Prep(query)
 		defer stmt.Reset()
 		// Every variant numbers its parameters ?1..?4, so all four bind.
 		stmt.BindInt64(1, f.After)

@@ -173,7 +173,12 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 	}
 	var out []hourglass.NamedTimer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT ` + timerColumns + ` FROM timers WHERE key > ?1 AND (?2 = '' OR status = ?2) ORDER BY key LIMIT ?3`)
+		// With a status, its range of timers_status_key (migration 0006).
+		query := `SELECT ` + timerColumns + ` FROM timers WHERE key > ?1 AND ?2 = '' ORDER BY key LIMIT ?3`
+		if f.Status != "" {
+			query = `SELECT ` + timerColumns + ` FROM timers INDEXED BY timers_status_key WHERE status = ?2 AND key > ?1 ORDER BY key LIMIT ?3`
+		}
+		stmt := conn.Prep(query)
 		defer stmt.Reset()
 		stmt.BindText(1, f.After)
 		stmt.BindText(2, string(f.Status))
