@@ -38,7 +38,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
@@ -90,12 +89,19 @@ const (
 	OutcomeDelivered = "delivered" // 2xx: done
 	OutcomeRetry     = "retry"     // failed; another attempt is scheduled
 	OutcomeDead      = "dead"      // failed its last attempt; now a dead letter
+	// OutcomeUnrecorded: made, but the store refused to record its outcome.
+	// It still counts against the delivery's retry schedule (see
+	// Service.attempt), so a store that refuses every record still sees the
+	// delivery end in a dead letter, or a record retried, not a resend.
+	OutcomeUnrecorded = "unrecorded"
 )
 
 // Observer receives what the engine does, for metrics. It must be safe for
 // concurrent use.
 type Observer interface {
-	// WebhookAttempted is called once per recorded attempt with its outcome.
+	// WebhookAttempted is called once per recorded attempt with its
+	// outcome, and once per attempt whose record failed with
+	// OutcomeUnrecorded.
 	WebhookAttempted(outcome string)
 }
 
@@ -247,6 +253,9 @@ type Service struct {
 	// change that asked (a blocking delivery resolved, a dead letter retried).
 	again   map[int64]int64
 	scanned int64 // unix ms: the new-delivery scan read everything due up to here, as of ScanLag ago
+	// unrecorded holds, per delivery, the attempts made that the store
+	// refused to record (see attempt); at most MaxHeld entries.
+	unrecorded map[int64]*unrecorded
 
 	// parts follows the partitions owned and those gained whose pending
 	// deliveries the loader must load.
@@ -314,6 +323,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	}
 	s.busy = map[int64]bool{}
 	s.again = map[int64]int64{}
+	s.unrecorded = map[int64]*unrecorded{}
 	// One attempt per dispatch: each is an HTTP call of up to Timeout.
 	s.sched = wheel.New(wheel.Config{Clock: s.clock, Logger: s.log, Dispatch: dispatch.Config{Workers: cfg.Workers, Batch: 1}})
 	s.parts = cluster.Track(cfg.Ownership, func() {
@@ -533,27 +543,43 @@ func (s *Service) yield(ctx context.Context) {
 // returns when to look at id again, if ever (ID 0: never; the database
 // brings it back if needed), and whether to schedule that even beyond the
 // horizon.
+//
+// An attempt whose record fails still counts against the retry schedule:
+// the store may refuse it for good (bytes it cannot hold, a constraint), and
+// a delivery sent again every StoreRetry for ever holds a worker and the
+// writer. The worker remembers it (unrecorded): the next attempt comes when
+// the schedule says, and the schedule's last attempt makes a dead letter.
+// When even that record fails, the dead letter (or a success) is recorded
+// again, with a minimal error, backing off, and never sent again.
 func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.DeliveryTimer, force bool) {
-	retryLater := func(err error, what string) (hourglass.DeliveryTimer, bool) {
-		if ctx.Err() != nil {
-			return hourglass.DeliveryTimer{}, false // shutting down: the next start loads it
-		}
-		s.log.Error("webhook: "+what+" failed; retrying", "delivery", id, "retry_in", s.cfg.StoreRetry, "err", err)
-		return hourglass.DeliveryTimer{ID: id, At: s.clock.Now().Add(s.cfg.StoreRetry)}, true
-	}
 	d, err := s.store.PendingDelivery(ctx, id)
 	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
+		s.forget(id)
 		return hourglass.DeliveryTimer{}, false // delivered, dead or deleted: a stale timer
 	}
 	if err != nil {
-		return retryLater(err, "reading a delivery")
+		if ctx.Err() != nil {
+			return hourglass.DeliveryTimer{}, false // shutting down: the next start loads it
+		}
+		s.log.Error("webhook: reading a delivery failed; retrying", "delivery", id, "retry_in", s.cfg.StoreRetry, "err", err)
+		return hourglass.DeliveryTimer{ID: id, At: s.clock.Now().Add(s.cfg.StoreRetry)}, true
 	}
 	if !s.parts.Has(d.OrderID) {
+		s.forget(id)
 		return hourglass.DeliveryTimer{}, false // its partition moved to another node, which loaded it
 	}
 	now := s.clock.Now()
 	if d.NextAttemptAt.After(now) {
 		return hourglass.DeliveryTimer{ID: id, At: d.NextAttemptAt}, false // a stale timer: it is due later
+	}
+	u := s.lookUp(id, d.Attempts)
+	if u.at.After(now) {
+		// The row says due, but an attempt it does not count says later.
+		return hourglass.DeliveryTimer{ID: id, At: u.at}, true
+	}
+	if u.outcome != "" {
+		// Sent already, resolved, but not recorded: record it, do not send.
+		return s.record(ctx, d, u.made-1, u.outcome == OutcomeDelivered, u.reason, u.fails)
 	}
 	if d.BlockedBy.ID != 0 {
 		// An earlier event of this order is still on its way to this
@@ -566,36 +592,67 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 		return hourglass.DeliveryTimer{ID: id, At: at.Add(s.cfg.Timeout + time.Second)}, true
 	}
 
-	ok, reason := s.send(ctx, d)
+	made := max(d.Attempts, u.made) // attempts before this one, recorded or not
+	ok, reason := s.send(ctx, d, made+1)
 	if ctx.Err() != nil {
 		return hourglass.DeliveryTimer{}, false // cancelled by shutdown: not an attempt
 	}
-	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, Error: reason, WebhookID: d.WebhookID, OrderID: d.OrderID}
+	return s.record(ctx, d, made, ok, reason, -1)
+}
+
+// record records the outcome of d's attempt number made+1 (made attempts
+// before it, recorded or not) and returns what attempt returns. fails is
+// how many records of this outcome failed before, or -1 for an attempt just
+// made.
+func (s *Service) record(ctx context.Context, d hourglass.PendingDelivery, made int, ok bool, reason string, fails int) (hourglass.DeliveryTimer, bool) {
+	id := d.ID
+	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, WebhookID: d.WebhookID, OrderID: d.OrderID}
 	outcome := OutcomeDelivered
 	if !ok {
+		reason = SanitizeText(reason, MaxErrorLen)
+		r.Error = reason
+		if lost := made - d.Attempts; lost > 0 {
+			// The row counts d.Attempts+1 attempts: say how many it missed.
+			note := fmt.Sprintf(" (attempt %d; %d before it could not be recorded)", made+1, lost)
+			r.Error = SanitizeText(reason, MaxErrorLen-len(note)) + note
+		}
 		outcome = OutcomeDead
-		if d.Attempts < len(s.cfg.Retry) {
+		if made < len(s.cfg.Retry) {
 			outcome = OutcomeRetry
-			r.RetryAt = s.clock.Now().Add(s.backoff(d.Attempts))
+			r.RetryAt = s.clock.Now().Add(s.backoff(made))
 		}
 	}
 	rec, err := s.store.RecordAttempt(ctx, r)
+	if err != nil && outcome == OutcomeDead && ctx.Err() == nil {
+		// The text may be what the store refuses: the bare fact will do.
+		r.Error = minimalError(r.Error)
+		rec, err = s.store.RecordAttempt(ctx, r)
+	}
 	if err != nil {
-		// The delivery stays pending as it was, due: it is sent again.
-		return retryLater(err, "recording an attempt")
+		if ctx.Err() != nil {
+			return hourglass.DeliveryTimer{}, false // shutting down: sent again after the next start
+		}
+		return s.recordFailed(d, made, outcome, r, reason, fails, err)
 	}
 	if !rec.Recorded {
-		return hourglass.DeliveryTimer{}, false // its webhook was deleted meanwhile
+		s.forget(id)
+		return hourglass.DeliveryTimer{}, false // another attempt was recorded first, or its webhook was deleted
+	}
+	if outcome == OutcomeRetry && made > d.Attempts {
+		// Recorded, but the row still counts fewer attempts than were made.
+		s.remember(id, unrecorded{base: d.Attempts + 1, made: made + 1})
+	} else {
+		s.forget(id)
 	}
 	s.obs.WebhookAttempted(outcome)
 	switch outcome {
 	case OutcomeRetry:
 		s.log.Warn("webhook: delivery failed; will retry", "delivery", id, "event", d.EventID, "webhook", d.WebhookID,
-			"attempt", d.Attempts+1, "retry_at", r.RetryAt, "err", reason)
+			"attempt", made+1, "retry_at", r.RetryAt, "err", r.Error)
 		return hourglass.DeliveryTimer{ID: id, At: r.RetryAt}, false
 	case OutcomeDead:
 		s.log.Error("webhook: delivery failed its last attempt; moved to the dead letters", "delivery", id, "event", d.EventID,
-			"webhook", d.WebhookID, "attempts", d.Attempts+1, "err", reason)
+			"webhook", d.WebhookID, "attempts", made+1, "err", r.Error)
 	}
 	// Resolved: wake the next delivery of its stream (same webhook and
 	// order), which an earlier attempt found blocked by this one.
@@ -608,6 +665,96 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	return hourglass.DeliveryTimer{}, false
 }
 
+// recordFailed remembers an attempt whose record failed with err (its
+// error text reason, sanitised) and returns when to look at its delivery
+// again: at the retry the schedule set, or, for a resolution (delivered or
+// dead), after a backoff from StoreRetry doubling to recordRetryMax, to
+// record it again.
+func (s *Service) recordFailed(d hourglass.PendingDelivery, made int, outcome string, r hourglass.AttemptResult, reason string, fails int, err error) (hourglass.DeliveryTimer, bool) {
+	if fails < 0 {
+		s.obs.WebhookAttempted(OutcomeUnrecorded)
+	}
+	u := unrecorded{base: d.Attempts, made: made + 1, at: r.RetryAt}
+	if outcome != OutcomeRetry {
+		u.outcome, u.reason, u.fails = outcome, reason, max(fails, 0)+1
+		u.at = s.clock.Now().Add(min(s.cfg.StoreRetry<<min(u.fails-1, 16), max(recordRetryMax, s.cfg.StoreRetry)))
+	}
+	s.remember(d.ID, u)
+	s.log.Error("webhook: recording an attempt failed; it counts against the retry schedule", "delivery", d.ID,
+		"webhook", d.WebhookID, "attempt", made+1, "outcome", outcome, "next", u.at, "err", err)
+	return hourglass.DeliveryTimer{ID: d.ID, At: u.at}, true
+}
+
+// recordRetryMax bounds the wait between records of a resolved attempt
+// that the store keeps refusing.
+const recordRetryMax = time.Minute
+
+// unrecorded is what a worker remembers of a delivery whose attempts the
+// store refused to record: its row counts base attempts and says it is due,
+// but made attempts were made.
+type unrecorded struct {
+	base int // the row's attempt count when last read
+	made int // attempts made, recorded or not
+	// at is when the delivery is next due: the row's due time is stale (a
+	// load or scan brings the row back at once).
+	at time.Time
+	// outcome, when set (OutcomeDelivered or OutcomeDead), resolved the
+	// last attempt but was not recorded: it is recorded again with reason,
+	// not sent; fails counts the records that failed.
+	outcome, reason string
+	fails           int
+}
+
+// lookUp returns what is remembered of delivery id, whose row counts
+// attempts: nothing if its row was reset (a dead letter retried: it gets
+// the whole schedule again).
+func (s *Service) lookUp(id int64, attempts int) unrecorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.unrecorded[id]
+	if !ok {
+		return unrecorded{}
+	}
+	if attempts < u.base {
+		delete(s.unrecorded, id)
+		return unrecorded{}
+	}
+	return *u
+}
+
+// remember keeps u for delivery id. At most MaxHeld deliveries are
+// remembered: beyond that an arbitrary one is forgotten, and its row's own
+// count (lower) rules its schedule again.
+func (s *Service) remember(id int64, u unrecorded) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.unrecorded[id]; !ok && len(s.unrecorded) >= s.cfg.MaxHeld {
+		for other := range s.unrecorded {
+			delete(s.unrecorded, other)
+			break
+		}
+	}
+	s.unrecorded[id] = &u
+}
+
+func (s *Service) forget(id int64) {
+	s.mu.Lock()
+	delete(s.unrecorded, id)
+	s.mu.Unlock()
+}
+
+// minimalError returns the printable ASCII of msg, at most 128 bytes, and
+// says the rest was not kept: text any store holds.
+func minimalError(msg string) string {
+	var b strings.Builder
+	for i := 0; i < len(msg) && b.Len() < 128; i++ {
+		if c := msg[i]; c >= 0x20 && c < 0x7f {
+			b.WriteByte(c)
+		}
+	}
+	return strings.TrimSpace(b.String()) + " (the store refused the full error text)"
+}
+
 // backoff returns the delay after a failed attempt when attempts were made
 // before it: Retry[attempts] varied by ±Jitter, at least 1 ms.
 func (s *Service) backoff(attempts int) time.Duration {
@@ -618,12 +765,13 @@ func (s *Service) backoff(attempts int) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// maxErrorBody is how much of a failed response's body is kept in last_error.
+// maxErrorBody is how much of a failed response's body is read, and the
+// most bytes of it kept in last_error.
 const maxErrorBody = 256
 
-// send POSTs the event and reports whether the receiver answered 2xx, or why
-// not.
-func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery) (bool, string) {
+// send POSTs the event as attempt number attempt and reports whether the
+// receiver answered 2xx, or why not (text sanitised: see SanitizeText).
+func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt int) (bool, string) {
 	// Checked again at delivery: the allow-list may have changed since the
 	// webhook was created.
 	if err := s.cfg.Allow.CheckURL(d.URL); err != nil {
@@ -641,7 +789,7 @@ func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery) (bool, 
 	req.Header.Set(EventIDHeader, d.EventID)
 	req.Header.Set(EventTypeHeader, string(d.EventType))
 	req.Header.Set(DeliveryIDHeader, strconv.FormatInt(d.ID, 10))
-	req.Header.Set(AttemptHeader, strconv.Itoa(d.Attempts+1))
+	req.Header.Set(AttemptHeader, strconv.Itoa(attempt))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
@@ -655,9 +803,11 @@ func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery) (bool, 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return true, ""
 	}
+	// The receiver's bytes may be anything: UTF-16 error text with NULs
+	// (which PostgreSQL refuses), invalid UTF-8, terminal escapes.
 	msg := "HTTP " + strconv.Itoa(resp.StatusCode)
-	if len(head) > 0 && utf8.Valid(head) {
-		msg += ": " + strings.TrimSpace(string(head))
+	if text := strings.TrimSpace(decodeBody(head, maxErrorBody)); text != "" {
+		msg += ": " + text
 	}
 	return false, msg
 }

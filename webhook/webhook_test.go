@@ -180,10 +180,12 @@ func maps(m map[string]int) map[string]int {
 type fixture struct {
 	ctx   context.Context
 	dir   string
-	store *sqlite.Store
-	svc   *webhook.Service
-	obs   *counter
-	stop  func()
+	store hourglass.Database
+	// wrap, when set, wraps the store the service is given (faults).
+	wrap func(webhook.Store) webhook.Store
+	svc  *webhook.Service
+	obs  *counter
+	stop func()
 }
 
 // setup opens a store in a temp dir with a product and starts a service on
@@ -197,6 +199,13 @@ func setup(t *testing.T, cfg webhook.Config) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	return setupOn(t, f, store, cfg)
+}
+
+// setupOn is setup over an open store (closed by the caller), with the
+// service's store wrapped by f.wrap if set.
+func setupOn(t *testing.T, f *fixture, store hourglass.Database, cfg webhook.Config) *fixture {
+	t.Helper()
 	f.store = store
 	if _, err := store.PutProduct(f.ctx, hourglass.Product{SKU: "A", Available: 1000}); err != nil {
 		t.Fatal(err)
@@ -227,7 +236,11 @@ func (f *fixture) start(t *testing.T, cfg webhook.Config) {
 	cfg.Logger = quietLogger()
 	f.obs = &counter{}
 	cfg.Observer = f.obs
-	svc, err := webhook.New(f.store, cfg)
+	var store webhook.Store = f.store
+	if f.wrap != nil {
+		store = f.wrap(store)
+	}
+	svc, err := webhook.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
