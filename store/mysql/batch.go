@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/bisect"
+	"github.com/hourglass/hourglass/store/internal/unavailable"
 )
 
 // Group commit of order writes.
@@ -53,10 +55,10 @@ import (
 // deliveries (fanout.go), so close transactions stay short.
 //
 // A deadlock, lock wait timeout or racing duplicate key rolls the batch
-// back and runs it again (bounded). Any other error rolls it back and runs
-// each op alone, so one broken write cannot fail its peers. A lost
-// connection, or a commit whose outcome is unknown, fails every op of the
-// batch with unavailable and runs nothing again.
+// back and runs it again (bounded). Any other error rolls it back and
+// bisects it (see commit), so one broken write cannot fail its peers. A lost
+// connection, or a commit whose outcome is unknown, fails every op of its
+// transaction with unavailable and runs nothing again.
 
 type opKind int
 
@@ -143,36 +145,35 @@ type commitUnknown struct{ err error }
 func (e commitUnknown) Error() string { return "commit: " + e.err.Error() }
 func (e commitUnknown) Unwrap() error { return e.err }
 
-// commit runs a batch and hands each op its result.
+// commit runs a batch and hands each op its result. A batch that fails for
+// a reason that may be one write's (not a lost connection, not an outcome
+// unknown) is bisected (store/internal/bisect): each half runs as one
+// transaction, recursing into a half that fails, so a broken write fails
+// only itself and costs its peers at most 2·⌈log2 n⌉ more transactions.
 func (s *Store) commit(batch []*op) {
 	start := s.timer().Now()
-	results, fanned, err := s.runRetrying(batch)
-	switch {
-	case err == nil:
-	case isConnLost(err) || errors.As(err, new(commitUnknown)) || errors.Is(err, context.DeadlineExceeded):
-		// The batch may or may not have committed: never guess, and never
-		// run it again (a create would happen twice).
-		unavailable := &hourglass.Error{Code: hourglass.CodeUnavailable,
-			Message: "mysql: order write: the database connection was lost; the write may or may not have committed: " + err.Error()}
-		results = make([]opResult, len(batch))
-		for i := range results {
-			results[i].err = unavailable
+	results := make([]opResult, len(batch))
+	fanned, failed := 0, 0
+	err, commits := bisect.Run(len(batch), func(lo, hi int) error {
+		part, n, err := s.runRetrying(batch[lo:hi])
+		if err != nil {
+			return err
 		}
-	case len(batch) > 1:
-		s.log.Warn("mysql: group commit failed; retrying its writes one by one", "writes", len(batch), "err", err)
-		results = make([]opResult, len(batch))
-		fanned = 0
-		for i, o := range batch {
-			one, n, err := s.runRetrying([]*op{o})
-			if err != nil {
-				results[i].err = s.opError(err)
-				continue
-			}
-			results[i] = one[0]
-			fanned += n
+		copy(results[lo:hi], part)
+		fanned += n
+		return nil
+	}, func(err error) bool { return !outcomeUnknown(err) }, func(lo, hi int, err error) {
+		// A transaction whose outcome is unknown may have committed:
+		// never guess, and never run it again (a create would happen
+		// twice).
+		failed += hi - lo
+		e := s.opError(err)
+		for i := lo; i < hi; i++ {
+			results[i] = opResult{err: e}
 		}
-	default:
-		results = []opResult{{err: s.opError(err)}}
+	})
+	if err != nil && commits > 1 {
+		s.log.Warn("mysql: group commit failed; bisected it", "writes", len(batch), "failed", failed, "transactions", commits, "err", err)
 	}
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(len(batch), s.timer().Now().Sub(start))
@@ -190,10 +191,20 @@ func (s *Store) commit(batch []*op) {
 	}
 }
 
+// outcomeUnknown reports whether a batch that failed with err may have
+// committed: the connection was lost, the COMMIT's answer did not come, or
+// the batch ran out of time.
+func outcomeUnknown(err error) bool {
+	return isConnLost(err) || errors.As(err, new(commitUnknown)) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// opError is the error a write of a failed batch returns: unavailable (the
+// driver's error logged, not returned) when the batch's outcome is unknown,
+// else fail's.
 func (s *Store) opError(err error) error {
-	if isConnLost(err) || errors.As(err, new(commitUnknown)) {
-		return &hourglass.Error{Code: hourglass.CodeUnavailable,
-			Message: "mysql: order write: the database connection was lost; the write may or may not have committed: " + err.Error()}
+	if outcomeUnknown(err) {
+		s.log.Warn("mysql: order write: the database connection was lost; the write may or may not have committed", "err", err)
+		return unavailable.New("order write", err)
 	}
 	return fail("order write", err)
 }
@@ -276,6 +287,9 @@ type storedKey struct {
 // results and how many deliveries it created; an error means nothing
 // committed, unless it is a commitUnknown or a lost connection.
 func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fanned int, err error) {
+	if s.cfg.beforeTx != nil {
+		s.cfg.beforeTx(len(ops))
+	}
 	results = make([]opResult, len(ops))
 	live := make([]bool, len(ops))
 	var (

@@ -37,6 +37,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 	"github.com/hourglass/hourglass/store/writehealth"
@@ -143,6 +144,10 @@ type Config struct {
 	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()
+	// beforeTx, if set, is called before each transaction of a
+	// group-commit writer with the number of writes it runs; the package's
+	// tests count a failed batch's transactions with it.
+	beforeTx func(writes int)
 }
 
 // Validate reports a configuration error, naming the field; it does not
@@ -524,7 +529,9 @@ func (s *Store) shouldRetry(err error, attempt int) bool {
 }
 
 // fail wraps err of operation op: connection loss (and a closed pool)
-// becomes unavailable; *hourglass.Error passes through; anything else is an
+// becomes unavailable, with unavailable.Message for the client and the
+// driver's error (which names the server's address) kept for the log line
+// that reports it; *hourglass.Error passes through; anything else is an
 // internal error naming the package and operation.
 func fail(op string, err error) error {
 	if err == nil {
@@ -536,7 +543,7 @@ func fail(op string, err error) error {
 	}
 	// database/sql's "database is closed" has no exported sentinel.
 	if isConnLost(err) || strings.Contains(err.Error(), "sql: database is closed") {
-		return &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "mysql: " + op + ": database unreachable: " + err.Error()}
+		return unavailable.New("mysql: "+op, err)
 	}
 	return fmt.Errorf("mysql: %s: %w", op, err)
 }

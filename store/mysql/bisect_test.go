@@ -1,0 +1,105 @@
+package mysql
+
+import (
+	"context"
+	"math/bits"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
+)
+
+// TestBrokenWriteBisected puts one write the server refuses (items longer
+// than a TEXT column, error 1406 in strict mode) among 64 good ones in one
+// group commit, a close of 16 due orders among them. The batch is bisected:
+// every good write commits in a transaction of at most half the batch, the
+// close once, and the broken write alone fails, as an internal error; the
+// batch costs at most 1 + 2·⌈log2 65⌉ = 15 transactions, where running each
+// write alone after the failure took 66.
+func TestBrokenWriteBisected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := hourglasstest.NewClock(time.Unix(1_800_000_000, 0))
+	var (
+		mu  sync.Mutex
+		txs []int // the writes of each transaction
+	)
+	s, err := Open(ctx, Config{URL: mytest.NewDatabase(t), Clock: clock, beforeTx: func(writes int) {
+		mu.Lock()
+		txs = append(txs, writes)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: "A", Name: "A", Available: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	items := []hourglass.Item{{SKU: "A", Quantity: 1}}
+	var due []int64
+	for range 16 {
+		o, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute, Items: items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		due = append(due, o.ID)
+	}
+	clock.Advance(2 * time.Minute)
+	mu.Lock()
+	txs = nil
+	mu.Unlock()
+
+	create := func() *op {
+		return &op{ctx: ctx, kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
+			items: stored.EncodeItems(items), result: make(chan opResult, 1)}
+	}
+	var ops []*op
+	for i := range 63 {
+		if i == 20 {
+			ops = append(ops, &op{ctx: ctx, kind: opClose, ids: due, result: make(chan opResult, 1)})
+		}
+		ops = append(ops, create())
+	}
+	broken := create()
+	broken.items = strings.Repeat("x", 70000) // longer than a TEXT column
+	ops = append(ops[:41], append([]*op{broken}, ops[41:]...)...)
+	if !s.queue.PushAll(ops, false) { // one batch: a writer takes all of them
+		t.Fatal("queue closed")
+	}
+	for i, o := range ops {
+		r := <-o.result
+		switch {
+		case o == broken:
+			if code := hourglass.ErrorCode(r.err); r.err == nil || code != hourglass.CodeInternal {
+				t.Errorf("the broken write returned %v (code %s), want its own internal error", r.err, code)
+			}
+		case r.err != nil:
+			t.Errorf("write %d (kind %d) failed with its batch: %v", i, o.kind, r.err)
+		case o.kind == opClose && len(r.closed) != len(due):
+			t.Errorf("the close closed %d orders, want %d", len(r.closed), len(due))
+		case o.kind == opCreate && !r.created:
+			t.Errorf("create %d: not created", i)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	limit := 1 + 2*bits.Len(uint(len(ops)-1))
+	if len(txs) > limit || txs[0] != len(ops) {
+		t.Fatalf("%d transactions %v, want the batch of %d then at most %d in all", len(txs), txs, len(ops), limit)
+	}
+	for _, n := range txs[1:] {
+		if n > (len(ops)+1)/2 {
+			t.Fatalf("transactions %v: a retry held more than half the batch", txs)
+		}
+	}
+	p, err := s.Product(ctx, "A")
+	if err != nil || p.Reserved != 63 || p.Available != 1000-63 {
+		t.Fatalf("product %+v, %v: want the 63 good creates reserved and the 16 closed orders released", p, err)
+	}
+}
