@@ -32,6 +32,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/writehealth"
 	"github.com/jackc/pgx/v5"
@@ -503,8 +504,10 @@ func unavailable(err error) bool {
 }
 
 // fail maps err of operation op to the contract's errors: *hourglass.Error
-// values pass through; an unreachable database becomes CodeUnavailable (the
-// detail is logged); anything else is wrapped with the package and op.
+// values pass through; an unreachable database becomes CodeUnavailable with
+// the one message of every store (store/internal/unavailable: the driver's
+// error is logged here, never sent); anything else is wrapped with the
+// package and op.
 func (s *Store) fail(op string, err error) error {
 	if err == nil {
 		return nil
@@ -514,8 +517,9 @@ func (s *Store) fail(op string, err error) error {
 		return err
 	}
 	if unavailable(err) {
-		s.log.Warn("postgres: database unavailable", "op", op, "err", scrub(err.Error(), s.cfg.URL))
-		return &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "database unavailable (" + op + "); retry later"}
+		cause := errors.New(scrub(err.Error(), s.cfg.URL))
+		s.log.Warn("postgres: database unavailable", "op", op, "err", cause)
+		return dbunavailable.New("postgres: "+op, cause)
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }
