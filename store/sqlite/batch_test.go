@@ -12,9 +12,9 @@ import (
 )
 
 // TestBrokenWriteDoesNotFailItsBatch: when one write of a group commit fails
-// with an unexpected error after writing, the batch is rolled back and each
-// write is retried alone: the good one commits, the broken one's rows are
-// gone and only it gets the error.
+// with an unexpected error after writing, the batch is rolled back and
+// bisected (TestBrokenWriteBisected counts its transactions): the good one
+// commits, the broken one's rows are gone and only it gets the error.
 func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

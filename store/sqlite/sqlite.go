@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/bisect"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
@@ -47,6 +48,10 @@ type Config struct {
 	// beforeFanOut, if set, is called by the fan-out loop before each look;
 	// the package's tests hold it to see what was deferred.
 	beforeFanOut func()
+	// beforeTx, if set, is called before each transaction of the writer
+	// with the number of writes it runs; the package's tests count a failed
+	// batch's transactions with it.
+	beforeTx func(writes int)
 	// MaxBatch is the most writes group-committed in one transaction.
 	MaxBatch int
 	// Clock gives "now" to writes (default the system clock).
@@ -116,8 +121,10 @@ var _ hourglass.Store = (*Store)(nil)
 
 // op is one write waiting for the writer goroutine. run must either succeed,
 // or fail with a *hourglass.Error before writing anything (a domain refusal),
-// or fail with any other error (then the whole batch is rolled back and each
-// of its ops is retried alone, so one broken write cannot fail its peers).
+// or fail with any other error (then the whole batch is rolled back and
+// bisected, see commit, so one broken write cannot fail its peers). run may
+// therefore run more than once: it must not keep outputs of a rolled-back
+// run.
 type op struct {
 	ctx    context.Context
 	run    func(conn *sqlite.Conn, now time.Time) error
@@ -360,24 +367,27 @@ func (s *Store) writeLoop() {
 // it are not held up by a whole burst's worth of closes.
 const urgentPerCommit = 1024
 
-// commit runs a batch in one transaction. A domain refusal fails only its op;
-// any other error rolls back the batch and retries each op on its own.
+// commit runs a batch in one transaction. A domain refusal fails only its
+// op. Any other error rolls the batch back and bisects it
+// (store/internal/bisect): each half runs as one transaction, recursing
+// into a half that fails, so a broken write fails only itself and costs its
+// peers at most 2·⌈log2 n⌉ more transactions (and fsyncs). A failure of the
+// storage (a full disk, an I/O error) is not one write's: it fails the writes
+// of its transaction without splitting it.
 func (s *Store) commit(batch []*op) {
 	results := make([]error, len(batch))
 	start := s.clock.Now()
-	err := s.runBatch(batch, results)
-	if err != nil && len(batch) > 1 {
-		s.log.Warn("sqlite: group commit failed; retrying its writes one by one", "writes", len(batch), "err", err)
-		for i, o := range batch {
-			one := []error{nil}
-			if err := s.runBatch([]*op{o}, one); err != nil {
-				results[i] = err
-			} else {
-				results[i] = one[0]
-			}
+	failed := 0
+	err, commits := bisect.Run(len(batch), func(lo, hi int) error {
+		return s.runBatch(batch[lo:hi], results[lo:hi])
+	}, func(err error) bool { return storageError(err) == nil }, func(lo, hi int, err error) {
+		failed += hi - lo
+		for i := lo; i < hi; i++ {
+			results[i] = err
 		}
-	} else if err != nil {
-		results[0] = err
+	})
+	if err != nil && commits > 1 {
+		s.log.Warn("sqlite: group commit failed; bisected it", "writes", len(batch), "failed", failed, "transactions", commits, "err", err)
 	}
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(len(batch), s.clock.Now().Sub(start))
@@ -474,6 +484,9 @@ func (s *Store) probeLoop() {
 }
 
 func (s *Store) runBatch(batch []*op, results []error) (err error) {
+	if s.cfg.beforeTx != nil {
+		s.cfg.beforeTx(len(batch))
+	}
 	end, err := sqlitex.ImmediateTransaction(s.writer)
 	if err != nil {
 		return fmt.Errorf("sqlite: begin: %w", err)
