@@ -394,6 +394,16 @@ func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	// The store's clock decides a pay; this node's errs late against it.
+	// A store that reads its clock with the row shows a pending order
+	// closed from the instant a pay is refused.
+	if v, ok := s.cfg.Store.(hourglass.OrderViewer); ok {
+		o, err := v.ViewOrder(r.Context(), id)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, orderJSON(o), nil
+	}
 	o, err := s.cfg.Store.Order(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
