@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -55,8 +56,14 @@ func deleteStream(t *testing.T, url, ns string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := js.DeleteStream(ctx, ns+"-timers"); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Logf("cleanup: delete stream %s-timers: %v", ns, err)
+	streams := []string{ns + "-timers"}
+	for p := range hourglass.Partitions {
+		streams = append(streams, fmt.Sprintf("%s-timers-%d", ns, p))
+	}
+	for _, st := range streams {
+		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Logf("cleanup: delete stream %s: %v", st, err)
+		}
 	}
 }
 
@@ -121,20 +128,24 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	cons, err := js.Consumer(context.Background(), ns+"-timers", ns+"-closer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	var pending uint64
+	for p := range hourglass.Partitions {
+		cons, err := js.Consumer(context.Background(), fmt.Sprintf("%s-timers-%d", ns, p), ns+"-closer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending += info.NumPending
 	}
 	want := uint64(len(timers))
 	if scheduled {
 		want = 0 // all wait as schedules on <ns>.timers.sched.<id>
 	}
-	if info.NumPending != want {
-		t.Fatalf("consumer has %d timers pending before their release, want %d (message schedules %v)", info.NumPending, want, scheduled)
+	if pending != want {
+		t.Fatalf("the partitions' consumers have %d timers pending before their release, want %d (message schedules %v)", pending, want, scheduled)
 	}
 
 	rec := newRecorder()
@@ -163,7 +174,7 @@ func TestMalformedMessageIsDropped(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if _, err := js.Publish(context.Background(), ns+".timers.due", []byte("not a timer")); err != nil {
+	if _, err := js.Publish(context.Background(), ns+".part.7.due", []byte("not a timer")); err != nil {
 		t.Fatalf("publish garbage: %v", err)
 	}
 	timers := []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)}}
@@ -180,12 +191,58 @@ func TestMalformedMessageIsDropped(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	rec.check(t, timers, time.Second)
-	info, err := js.Stream(context.Background(), ns+"-timers")
+	info, err := js.Stream(context.Background(), ns+"-timers-7")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := info.CachedInfo().State.Msgs; n != 0 {
 		t.Errorf("%d messages left in the work queue, want 0", n)
+	}
+}
+
+// TestUnpartitionedTimersMoved: a timer an earlier version published to
+// <ns>.timers.due is moved to its partition's subject and delivered there,
+// once, by the partition's owner.
+func TestUnpartitionedTimersMoved(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, nats.Config{})
+	s.Own(hourglass.Parts{hourglass.PartitionOf(7)})
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	// The stream of an earlier version, as it declared it.
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: ns + "-timers", Subjects: []string{ns + ".timers.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	tm := hourglass.Timer{OrderID: 7, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	body := fmt.Sprintf(`{"order_id":7,"deadline_ms":%d}`, hourglass.UnixMilli(tm.Deadline))
+	if _, err := js.Publish(context.Background(), ns+".timers.due", []byte(body), jetstream.WithMsgID(fmt.Sprintf("7@%d", hourglass.UnixMilli(tm.Deadline)))); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, rec.deliver) }()
+	rec.wait(t, 1, 5*time.Second)
+	time.Sleep(300 * time.Millisecond) // a duplicate would show by now
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rec.check(t, []hourglass.Timer{tm}, time.Second)
+	for _, st := range []string{ns + "-timers", ns + "-timers-7"} {
+		info, err := js.Stream(context.Background(), st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.CachedInfo().State.Msgs; n != 0 {
+			t.Errorf("%d messages left in the work queue %s, want 0", n, st)
+		}
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 )
 
 // Run implements hourglass.Scheduler: it re-declares the stream and the
-// consumer, then fetches timers, holds the near ones, delivers the due ones
+// consumers, then fetches timers from the consumers of the partitions this
+// process owns (and moves those of the unpartitioned consumer of earlier
+// versions to their partitions), holds the near ones, delivers the due ones
 // with Workers goroutines and acknowledges each after deliver returned nil.
 // It returns nil when ctx ends, after handing back (negatively acknowledging)
 // what it held so another consumer takes over at once; it returns an error
@@ -31,9 +33,16 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 	if err := s.awaitConnection(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
-	opCtx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-	cons, err := s.ensure(opCtx)
-	cancel()
+	s.mu.Lock()
+	cons := s.opened
+	s.opened = nil
+	s.mu.Unlock()
+	var err error
+	if cons == nil {
+		opCtx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+		cons, err = s.ensure(opCtx)
+		cancel()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -41,7 +50,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 		return err
 	}
 
-	r := &run{s: s, deliver: deliver, wake: make(chan struct{}, 1), ready: make(chan struct{}, 1), ackReady: make(chan struct{}, 1)}
+	r := &run{s: s, deliver: deliver, cons: cons, wake: make(chan struct{}, 1), ready: make(chan struct{}, 1), ackReady: make(chan struct{}, 1), fetchers: map[int]context.CancelFunc{}, failed: make(chan error, 1)}
 	s.mu.Lock()
 	s.cur = r
 	s.mu.Unlock()
@@ -61,7 +70,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 	go func() { defer wg.Done(); r.hold(runCtx) }()
 	go func() { defer wg.Done(); r.send(runCtx) }()
 
-	err = r.fetch(runCtx, cons)
+	err = r.consume(runCtx)
 	stop()
 	r.closeQueue()
 	wg.Wait()
@@ -102,6 +111,17 @@ func (s *Scheduler) lastError() string {
 type run struct {
 	s       *Scheduler
 	deliver hourglass.Deliver
+	cons    *consumers
+
+	// fetchers are the fetch loops running, by partition, each with the
+	// cancel that stops it; stopped is set once consume returns. Guarded
+	// by fmu. failed takes the first fetch loop's error.
+	fmu      sync.Mutex
+	fetchers map[int]context.CancelFunc
+	fetchCtx context.Context
+	stopped  bool
+	fetchWG  sync.WaitGroup
+	failed   chan error
 
 	mu       sync.Mutex
 	held     heldHeap      // waiting for their deadline, earliest first
@@ -152,8 +172,134 @@ func (r *run) pending() int {
 	return len(r.held) + len(r.due)
 }
 
-// fetch pulls messages until ctx ends (nil) or fetching cannot go on.
-func (r *run) fetch(ctx context.Context, cons jetstream.Consumer) error {
+// consume runs a fetch loop on the consumer of each owned partition, and
+// one on the unpartitioned consumer of earlier versions, until ctx ends
+// (nil) or one of them cannot go on (its error). Own starts and stops the
+// partitions' loops meanwhile (reown).
+func (r *run) consume(ctx context.Context) error {
+	r.fmu.Lock()
+	r.fetchCtx = ctx
+	r.fmu.Unlock()
+	if r.cons.legacy != nil {
+		r.fetchWG.Add(1)
+		go func() {
+			defer r.fetchWG.Done()
+			r.fetchLoop(ctx, r.cons.legacy, r.forward)
+		}()
+	}
+	r.reown()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-r.failed:
+	}
+	r.fmu.Lock()
+	r.stopped = true
+	for p, stop := range r.fetchers {
+		stop()
+		delete(r.fetchers, p)
+	}
+	r.fmu.Unlock()
+	r.fetchWG.Wait()
+	return err
+}
+
+// reown follows the partitions owned: it starts the fetch loops of those
+// gained, stops those of the partitions lost, and hands back the messages
+// of lost partitions held or waiting for a worker (a held one with a delay
+// that brings it back inside the hold window, a due one at once), for the
+// new owner. It does not block.
+func (r *run) reown() {
+	s := r.s
+	r.fmu.Lock()
+	if r.fetchCtx != nil && !r.stopped {
+		mask := s.owned.Load()
+		for p := range hourglass.Partitions {
+			owned := mask>>p&1 == 1
+			stop, running := r.fetchers[p]
+			switch {
+			case owned && !running:
+				ctx, cancel := context.WithCancel(r.fetchCtx)
+				r.fetchers[p] = cancel
+				cons := r.cons.parts[p]
+				r.fetchWG.Add(1)
+				go func() {
+					defer r.fetchWG.Done()
+					r.fetchLoop(ctx, cons, r.accept)
+				}()
+			case !owned && running:
+				stop()
+				delete(r.fetchers, p)
+			}
+		}
+	}
+	r.fmu.Unlock()
+
+	now := s.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.held[:0]
+	for _, h := range r.held {
+		if s.owns(h.timer.OrderID) {
+			kept = append(kept, h)
+			continue
+		}
+		r.naks = append(r.naks, nak{msg: h.msg, until: h.timer.Deadline.Add(-s.cfg.NakLead)})
+	}
+	clear(r.held[len(kept):])
+	r.held = kept
+	heap.Init(&r.held)
+	r.due = slices.DeleteFunc(r.due, func(h *heldMsg) bool {
+		if s.owns(h.timer.OrderID) {
+			return false
+		}
+		r.naks = append(r.naks, nak{msg: h.msg, until: now})
+		return true
+	})
+}
+
+// fetchLoop runs fetch on cons until ctx ends; an error of fetch stops the
+// whole Run (failed).
+func (r *run) fetchLoop(ctx context.Context, cons jetstream.Consumer, take func(jetstream.Msg)) {
+	if err := r.fetch(ctx, cons, take); err != nil {
+		select {
+		case r.failed <- err:
+		default:
+		}
+	}
+}
+
+// forward moves a message of the unpartitioned consumer of earlier versions
+// to its timer's partition subject, and acknowledges it once the server
+// stored the copy (a failed publish is negatively acknowledged, to be
+// moved again). The copy's Nats-Msg-Id differs from the original's, which
+// the duplicate window may still hold.
+func (r *run) forward(m jetstream.Msg) {
+	s := r.s
+	t, err := decodeTimer(m.Data())
+	if err != nil {
+		s.log.Error("nats: dropping a malformed timer message", "subject", m.Subject(), "err", err)
+		if err := m.Term(); err != nil {
+			s.log.Warn("nats: terminate malformed message", "err", err)
+		}
+		return
+	}
+	msg, opts := s.timerMsg(t, s.clock.Now(), s.schedules.Load(), "@p")
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PublishTimeout)
+	defer cancel()
+	if _, err := s.js.PublishMsg(ctx, msg, opts...); err != nil {
+		s.log.Warn("nats: could not move a timer of the unpartitioned subject to its partition; retrying", "order", t.OrderID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if err := m.Ack(); err != nil {
+		s.log.Debug("nats: ack of a moved timer failed; it is moved again (a duplicate)", "order", t.OrderID, "err", err)
+	}
+}
+
+// fetch pulls messages from cons and hands each to take, until ctx ends
+// (nil) or fetching cannot go on.
+func (r *run) fetch(ctx context.Context, cons jetstream.Consumer, take func(jetstream.Msg)) error {
 	s := r.s
 	var downSince, failingSince time.Time
 	for ctx.Err() == nil {
@@ -172,36 +318,43 @@ func (r *run) fetch(ctx context.Context, cons jetstream.Consumer) error {
 			continue
 		}
 		downSince = time.Time{}
-		err := r.fetchBatch(cons)
+		err := r.fetchBatch(cons, take)
 		switch {
 		case err == nil:
 			failingSince = time.Time{}
 		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
-			return fmt.Errorf("nats: fetch timers from consumer %s of stream %s: %w", s.names.consumer, s.names.stream, err)
+			return fmt.Errorf("nats: fetch timers from consumer %s of stream %s: %w", cons.CachedInfo().Name, cons.CachedInfo().Stream, err)
 		default:
 			if failingSince.IsZero() {
 				failingSince = now
 			}
 			if failing := now.Sub(failingSince); failing >= s.cfg.FailAfter {
-				return fmt.Errorf("nats: fetch timers from consumer %s: failing for %s: %w", s.names.consumer, failing.Round(time.Millisecond), err)
+				return fmt.Errorf("nats: fetch timers from consumer %s: failing for %s: %w", cons.CachedInfo().Name, failing.Round(time.Millisecond), err)
 			}
-			s.log.Warn("nats: fetch failed; retrying", "consumer", s.names.consumer, "err", err)
+			s.log.Warn("nats: fetch failed; retrying", "consumer", cons.CachedInfo().Name, "err", err)
 			sleep(ctx, 100*time.Millisecond)
 		}
 	}
 	return nil
 }
 
+// partFetchMax caps each pull request. A request the server has not filled
+// stays open until FetchWait; on NATS 2.9 messages published meanwhile
+// reached it late (a burst of 10,000 timers over the 64 partitions, 156
+// each, asked for 500 at a time: its last ones 1.7-2 s after their
+// deadline; 50 at a time: 0.7 s, the time the publishing itself took).
+const partFetchMax = 64
+
 // fetchBatch runs one pull request to its end (at most FetchWait and a
 // second): a batch cut short at shutdown would leave messages delivered to
 // nobody until AckWait.
-func (r *run) fetchBatch(cons jetstream.Consumer) error {
-	batch, err := cons.Fetch(r.s.cfg.FetchBatch, jetstream.FetchMaxWait(r.s.cfg.FetchWait))
+func (r *run) fetchBatch(cons jetstream.Consumer, take func(jetstream.Msg)) error {
+	batch, err := cons.Fetch(min(r.s.cfg.FetchBatch, partFetchMax), jetstream.FetchMaxWait(r.s.cfg.FetchWait))
 	if err != nil {
 		return err
 	}
 	for m := range batch.Messages() {
-		r.accept(m)
+		take(m)
 	}
 	err = batch.Error()
 	if errors.Is(err, natsgo.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
@@ -211,7 +364,8 @@ func (r *run) fetchBatch(cons jetstream.Consumer) error {
 }
 
 // accept sorts a fetched message: deliver now, hold until its deadline, or
-// hand back with a delay.
+// hand back with a delay (and at once, for its owner, one of a partition
+// lost since the fetch began).
 func (r *run) accept(m jetstream.Msg) {
 	s := r.s
 	t, err := decodeTimer(m.Data())
@@ -227,6 +381,10 @@ func (r *run) accept(m jetstream.Msg) {
 	act, wait := classify(now, t.Deadline, s.cfg.HoldWindow, s.cfg.NakLead)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !s.owns(t.OrderID) {
+		r.naks = append(r.naks, nak{msg: m, until: now})
+		return
+	}
 	switch act {
 	case deliverNow:
 		r.pushLocked(h)
@@ -336,6 +494,11 @@ func (r *run) work(ctx context.Context) {
 		if !ok {
 			return
 		}
+		// Messages of a partition lost since they were sorted go back to
+		// the server for its new owner.
+		if lost := r.dropLost(&batch); lost && len(batch) == 0 {
+			continue
+		}
 		r.keepAlive(batch)
 		timers = timers[:0]
 		for _, h := range batch {
@@ -370,6 +533,28 @@ func (r *run) work(ctx context.Context) {
 			s.log.Error("nats: delivery failed; redelivering", "timers", len(batch), "retry_in", delay, "err", err)
 		}
 	}
+}
+
+// dropLost removes from *batch the messages of partitions no longer owned,
+// to be handed back at once, and reports whether there were any.
+func (r *run) dropLost(batch *[]*heldMsg) bool {
+	s := r.s
+	var lost []nak
+	now := s.clock.Now()
+	*batch = slices.DeleteFunc(*batch, func(h *heldMsg) bool {
+		if s.owns(h.timer.OrderID) {
+			return false
+		}
+		lost = append(lost, nak{msg: h.msg, until: now})
+		return true
+	})
+	if len(lost) == 0 {
+		return false
+	}
+	r.mu.Lock()
+	r.naks = append(r.naks, lost...)
+	r.mu.Unlock()
+	return true
 }
 
 // keepAlive tells the server the messages of a batch that waited long (a

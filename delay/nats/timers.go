@@ -10,13 +10,30 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-// names are the stream, consumer and subjects of one namespace.
+// names are the stream, consumers and subjects of one namespace.
 type names struct {
-	stream   string // <ns>-timers
-	consumer string // <ns>-closer
+	stream   string // <ns>-timers: the unpartitioned stream of earlier versions
+	consumer string // <ns>-closer: each stream's durable consumer
 	subjects string // <ns>.timers.>
-	due      string // <ns>.timers.due: what the consumer reads
-	sched    string // <ns>.timers.sched: prefix of message schedules
+	due      string // <ns>.timers.due: the unpartitioned subject of earlier versions
+	sched    string // <ns>.timers.sched: prefix of message schedules (earlier versions)
+	part     string // <ns>.part: prefix of the partitions' subjects
+}
+
+// partStream is partition p's stream, <ns>-timers-<p>.
+func (n names) partStream(p int) string { return n.stream + "-" + strconv.Itoa(p) }
+
+// partSubjects are the subjects of partition p's stream, <ns>.part.<p>.>.
+func (n names) partSubjects(p int) string { return n.part + "." + strconv.Itoa(p) + ".>" }
+
+// partDue is partition p's due subject, <ns>.part.<p>.due: what the
+// consumer of its stream reads.
+func (n names) partDue(p int) string { return n.part + "." + strconv.Itoa(p) + ".due" }
+
+// partSchedSubject is the subject of an order's message schedule in
+// partition p's stream.
+func (n names) partSchedSubject(p int, orderID int64) string {
+	return n.part + "." + strconv.Itoa(p) + ".sched." + strconv.FormatInt(orderID, 10)
 }
 
 // namesFor derives the names of namespace ns. Stream and consumer names may
@@ -32,6 +49,7 @@ func namesFor(ns string) names {
 		subjects: clean + ".timers.>",
 		due:      clean + ".timers.due",
 		sched:    clean + ".timers.sched",
+		part:     clean + ".part",
 	}
 }
 
