@@ -114,7 +114,7 @@ func startFullNode(t *testing.T, dbURL, id string, ttl time.Duration, rcv *recei
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.hooks, err = webhook.New(db.(webhook.Store), webhook.Config{Allow: allow, AllowPrivate: true, Clock: clock, Ownership: m, Leader: m.Leader,
+	n.hooks, err = webhook.New(db.(webhook.Store), webhook.Config{Allow: allow, AllowPrivate: true, Clock: clock, Ownership: m,
 		PollInterval: 100 * time.Millisecond, Transport: tagNode{id, http.DefaultTransport}})
 	if err != nil {
 		t.Fatal(err)
