@@ -23,7 +23,7 @@ type Error struct {
 	// Op is what the store was doing ("write orders").
 	Op string
 	// Cause is the driver's error, already stripped of any password.
-	Cause error
+	Cause  error
 	public *hourglass.Error
 }
 
