@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/redact"
 	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/postgres"
@@ -92,16 +93,11 @@ func Kind(rawURL string) (string, error) {
 	return "", fmt.Errorf("database URL %s: unknown scheme %q (want sqlite, postgres, postgresql or mysql)", Redact(rawURL), scheme)
 }
 
-// Redact returns rawURL with its password replaced by "xxxxx", for messages
-// and logs. A URL that does not parse is reduced to its scheme.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		scheme, _, _ := strings.Cut(rawURL, "://")
-		return scheme + "://…"
-	}
-	return u.Redacted()
-}
+// Redact returns rawURL with its secrets replaced by "xxxxx", for messages
+// and logs: the password of user:password@ and the value of every parameter
+// named like a password (password, passwd, pwd, sslpassword, …). A URL that
+// does not parse is cut at its last '@' or hidden whole.
+func Redact(rawURL string) string { return redact.URL(rawURL) }
 
 // sqliteLocation returns the directory and file name of a SQLite store.
 func sqliteLocation(o Options) (dir, file string, err error) {

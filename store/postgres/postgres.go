@@ -31,6 +31,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
+	redactURL "github.com/hourglass/hourglass/store/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
@@ -76,7 +77,8 @@ const writers = 1
 // Config configures Open. The zero value of each field means its default.
 type Config struct {
 	// URL is postgres:// or postgresql://user:pass@host:port/db?sslmode=…
-	// Required. Its password is never logged or put in an error.
+	// Required. Its password, whether in user:pass@ or in a parameter
+	// (password, sslpassword, …), is never logged or put in an error.
 	URL string
 	// MaxConns is the pool size (default MaxConnsDefault). One more
 	// connection, outside the pool, listens for other processes'
@@ -155,37 +157,12 @@ func parseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// redact returns raw with its password replaced, for messages.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+// redact returns raw with its secrets (user:password@, ?password= and every
+// parameter named like a password) masked, for messages.
+func redact(raw string) string { return redactURL.URL(raw) }
 
-// scrub removes the URL's password from msg, wherever a library put it.
-func scrub(msg, raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
-		}
-	}
-	// A URL in msg may hold a password that did not decode: cut its
-	// userinfo (from "://" to the "@" before the host).
-	if i := strings.Index(msg, "://"); i >= 0 {
-		rest := msg[i+3:]
-		end := strings.IndexAny(rest, "/ ?")
-		if end < 0 {
-			end = len(rest)
-		}
-		if j := strings.LastIndex(rest[:end], "@"); j >= 0 {
-			msg = msg[:i+3] + "xxxxx" + rest[j:]
-		}
-	}
-	return msg
-}
+// scrub removes the URL's secrets from msg, wherever a library put them.
+func scrub(msg, raw string) string { return redactURL.Scrub(msg, raw) }
 
 // Store is the PostgreSQL implementation of hourglass.Database. It is safe
 // for concurrent use, by many goroutines and many processes on one database.

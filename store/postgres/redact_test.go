@@ -1,9 +1,13 @@
 package postgres
 
 import (
+	"context"
+	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -46,6 +50,47 @@ func TestStartupErrorCodes(t *testing.T) {
 		}
 		if strings.Contains(msg, "\n") || strings.Contains(msg, "hunter2x") {
 			t.Errorf("%s: %q", tt.code, msg)
+		}
+	}
+}
+
+// TestPasswordParameterRedacted: a password given as a URL parameter
+// (?password=, ?sslpassword=) is as secret as user:password@: no error and
+// no log line of Validate or Open shows it, whether Open fails or succeeds.
+func TestPasswordParameterRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2x"
+	ctx := context.Background()
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var shown []string
+	for _, raw := range []string{
+		"postgresx://u@h/db?password=" + secret,
+		"postgres://u@h/db?password=" + secret + "&sslmode=bogus",
+		"postgres://u@127.0.0.1:1/db?sslpassword=" + secret + "&password=" + secret + "&connect_timeout=1",
+		"postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=1",
+	} {
+		if _, err := Open(ctx, Config{URL: raw, Logger: log}); err == nil {
+			t.Fatalf("Open(%s) succeeded", redact(raw))
+		} else {
+			shown = append(shown, err.Error())
+		}
+		shown = append(shown, redact(raw))
+	}
+	// A trusting server ignores the password: the store opens and logs.
+	u, _ := url.Parse(pgtest.NewDatabase(t))
+	q := u.Query()
+	q.Set("password", secret)
+	u.RawQuery = q.Encode()
+	s, err := Open(ctx, Config{URL: u.String(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	shown = append(shown, logs.String())
+	for _, text := range shown {
+		if strings.Contains(text, secret) {
+			t.Errorf("the password shows in %q", text)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/hourglass/hourglass/store/internal/redact"
 )
 
 // TLS modes accepted in the tls URL parameter, as go-sql-driver names them.
@@ -74,24 +75,11 @@ func Parse(raw string) (*gomysql.Config, error) {
 	return cfg, nil
 }
 
-// Redact returns raw with its password replaced by "xxxxx", for messages.
-// What does not parse as a URL with a host is cut at its last '@', or
-// hidden whole, never echoing what may be a password.
-func Redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Opaque == "" && u.Host != "" {
-		return u.Redacted()
-	}
-	at := strings.LastIndex(raw, "@")
-	if at < 0 {
-		return "(unparsable URL)"
-	}
-	scheme, userinfo, ok := strings.Cut(raw[:at], "://")
-	if !ok {
-		return "xxxxx@" + raw[at+1:]
-	}
-	user, _, _ := strings.Cut(userinfo, ":")
-	return scheme + "://" + user + ":xxxxx@" + raw[at+1:]
-}
+// Redact returns raw with its password, and the value of any parameter
+// named like one, replaced by "xxxxx", for messages. What does not parse as
+// a URL with a host is cut at its last '@', or hidden whole, never echoing
+// what may be a password (see store/internal/redact).
+func Redact(raw string) string { return redact.URL(raw) }
 
 // WithDatabase returns raw with its path replaced by db.
 func WithDatabase(raw, db string) (string, error) {
