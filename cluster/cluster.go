@@ -44,6 +44,34 @@
 //
 // Listeners (the engine, webhook delivery) learn of partitions gained and
 // lost through OnChange; Owned and Leader answer at any time.
+//
+// What fences what. A lease is not a lock on the work: a node may act on a
+// partition a moment after it lost it (a call in flight, a pause). So each
+// effect is guarded where it lands:
+//
+//   - Closes, pays, cancels and timer fires are compare-and-sets on the row
+//     (status pending, deadline passed by the database's clock), so two
+//     nodes closing one order make one close and one counted no-op: exactly
+//     once whatever the leases do. The leases only keep the work from being
+//     done twice, not its effect.
+//   - A webhook delivery is at least once by contract (receivers drop a
+//     repeated event id). Its attempt is recorded by a compare-and-set on
+//     (state pending, attempts), so two senders count one attempt. A node
+//     checks that it owns the order's partition after reading the delivery
+//     and just before sending, and stops owning it at its local validity,
+//     before the database lets another node take the lease: a second send
+//     by an old and a new owner needs an attempt already past that check
+//     when the lease ran out (sent, its record lost), which a fencing token
+//     in the database could not stop either (the receiver is the effect,
+//     and it does not check tokens). So deliveries carry none.
+//   - Alert notifications and the cluster's chores run on Leader, which
+//     answers false from the local validity's end: two leaders overlap only
+//     by a notification in flight. Pruning deletes by age and is idempotent,
+//     so an overlap costs a second DELETE, nothing else.
+//
+// The local validity holds while the node's clock and the database's run at
+// the same rate (within SafetyMargin over a TTL) and the leases are timed by
+// one database clock (on Galera, the database nodes' clocks must agree).
 package cluster
 
 import (
