@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,4 +159,23 @@ func Pending(statuses []Status) int {
 		}
 	}
 	return n
+}
+
+// createTable matches the table a CREATE TABLE statement names, quoted or
+// not.
+var createTable = regexp.MustCompile("(?i)\\bCREATE\\s+TABLE\\s+(?:IF\\s+NOT\\s+EXISTS\\s+)?[`\"]?(\\w+)[`\"]?")
+
+// Tables returns the names of the tables ms create, sorted and distinct:
+// the schema as the migrations define it, so a check over it (a start-up
+// privilege check) covers a table a new migration adds without a hand
+// list to update.
+func Tables(ms []Migration) []string {
+	var out []string
+	for _, m := range ms {
+		for _, sub := range createTable.FindAllStringSubmatch(m.SQL, -1) {
+			out = append(out, strings.ToLower(sub[1]))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

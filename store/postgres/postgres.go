@@ -35,6 +35,7 @@ import (
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
+	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/hourglass/hourglass/store/writehealth"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -356,22 +357,36 @@ func (s *Store) lookUpNames(ctx context.Context) error {
 
 // checkPrivileges makes a user that can connect but not write (a database
 // migrated by its owner, the tables not granted) fail at Open with the GRANT
-// to run, rather than at the first write.
+// to run, rather than at the first write. It covers every table the
+// migrations create (migrate.Tables, so a new table is covered without a
+// hand list) and every sequence those tables own (their identities), as
+// pg_class has them in the store's schema; tables of other applications
+// sharing the schema are not its business.
 func (s *Store) checkPrivileges(ctx context.Context) error {
-	var missing []string
-	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
-WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind = 'r'
-AND c.relname IN ('products', 'orders', 'idempotency_keys', 'settings', 'timer_outbox', 'events',
-	'webhooks', 'webhook_subscriptions', 'webhook_deliveries', 'cluster_nodes', 'cluster_leases', 'timers')
-AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
-	AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE'))
-UNION ALL
-SELECT $1::text WHERE NOT has_sequence_privilege($1::text, 'USAGE')
-ORDER BY 1`, s.orderSeq)
+	ms, err := Migrations()
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `WITH t AS (
+	SELECT c.oid, c.relname FROM pg_class c
+	WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+	AND c.relkind IN ('r', 'p') AND c.relname = ANY($1)
+)
+SELECT t.relname FROM t
+WHERE NOT (has_table_privilege(t.oid, 'SELECT') AND has_table_privilege(t.oid, 'INSERT')
+	AND has_table_privilege(t.oid, 'UPDATE') AND has_table_privilege(t.oid, 'DELETE'))
+UNION
+SELECT q.relname FROM t
+JOIN pg_depend d ON d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
+JOIN pg_class q ON q.oid = d.objid
+-- CASE, not AND: the planner may test the privilege before the kind, and
+-- has_sequence_privilege fails on a toast table.
+WHERE CASE WHEN q.relkind = 'S' THEN NOT has_sequence_privilege(q.oid, 'USAGE') ELSE false END
+ORDER BY 1`, migrate.Tables(ms))
 	if err != nil {
 		return s.startupError("check privileges", err)
 	}
-	missing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return s.startupError("check privileges", err)
 	}
