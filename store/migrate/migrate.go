@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Migration is one schema change: version N is the file NNNN_name.sql.
@@ -51,6 +52,21 @@ type Target interface {
 // has a migration applied that this binary does not know: it was migrated
 // by a newer hourglass, and this one must not write to it.
 var ErrSchemaNewer = errors.New("database schema is newer than this binary")
+
+// LockTimeoutDefault bounds how long a migration's statement waits for a
+// table lock (PostgreSQL's lock_timeout, MySQL's lock_wait_timeout) before
+// the migration gives up with ErrLockTimeout. Without it an ALTER TABLE
+// queued behind a long transaction blocks every later statement on that
+// table, the event writes of every node included, for as long as that
+// transaction lasts.
+const LockTimeoutDefault = 5 * time.Second
+
+// ErrLockTimeout is returned (wrapped, naming the migration and the time
+// waited) by a Target's Apply when a statement gave up waiting for a table
+// lock: another session's long transaction holds it. Nothing of the
+// migration was applied on PostgreSQL and SQLite; on MySQL the statements
+// before it were, and the migration is re-runnable.
+var ErrLockTimeout = errors.New("a long transaction holds a lock on a table this migration changes; end that transaction (or wait for it) and start again")
 
 // Load reads the migrations in dir of fsys: files named NNNN_name.sql, whose
 // numbers must run 1, 2, 3… without a gap. It fails on any other file name,

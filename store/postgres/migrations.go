@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/jackc/pgx/v5"
@@ -31,6 +33,9 @@ const migrationLockKey int64 = 0x686f7572_676c6173 // "hourglas"
 type target struct {
 	pool *pgxpool.Pool
 	conn *pgxpool.Conn // the locked connection, between Lock and unlock
+	// lockTimeout is each migration's lock_timeout (zero:
+	// migrate.LockTimeoutDefault); the package's tests shorten it.
+	lockTimeout time.Duration
 }
 
 // Lock implements migrate.Target.
@@ -101,7 +106,15 @@ func (t *target) Apply(ctx context.Context, m migrate.Migration) error {
 	if t.conn == nil {
 		return errors.New("apply without the migration lock")
 	}
-	return pgx.BeginFunc(ctx, t.conn, func(tx pgx.Tx) error {
+	wait := cmp.Or(t.lockTimeout, migrate.LockTimeoutDefault)
+	err := pgx.BeginFunc(ctx, t.conn, func(tx pgx.Tx) error {
+		// A statement that waits longer than this for a table lock fails
+		// (55P03) instead of queuing behind a long transaction, with every
+		// later statement on that table (other nodes' event writes) queued
+		// behind it.
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
+			return err
+		}
 		var done bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM hourglass_schema_migrations WHERE version = $1)`, m.Version).Scan(&done); err != nil {
 			return err
@@ -116,6 +129,10 @@ func (t *target) Apply(ctx context.Context, m migrate.Migration) error {
 		_, err := tx.Exec(ctx, `INSERT INTO hourglass_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
 		return err
 	})
+	if pgCode(err) == "55P03" { // lock_not_available: rolled back, nothing applied
+		return fmt.Errorf("gave up after waiting %s for a table lock (lock_timeout): %w", wait, migrate.ErrLockTimeout)
+	}
+	return err
 }
 
 // migrate applies the pending migrations under the advisory lock.
@@ -126,7 +143,7 @@ func (s *Store) migrate(ctx context.Context) (int, error) {
 	}
 	n, err := migrate.Up(ctx, &target{pool: s.pool}, ms)
 	if err != nil {
-		if errors.Is(err, migrate.ErrSchemaNewer) {
+		if errors.Is(err, migrate.ErrSchemaNewer) || errors.Is(err, migrate.ErrLockTimeout) {
 			return n, fmt.Errorf("postgres: %s: %w", s.where, err)
 		}
 		return n, s.startupError("migrate", err)
