@@ -37,6 +37,9 @@ const (
 	RuleStockReleaseFailures = "stock_release_failures"
 	// RuleDeadLetters: webhook deliveries that exhausted their retries.
 	RuleDeadLetters = "dead_letters"
+	// RuleDeadLettersNearMax: the dead-letter list at DeadLettersNearMaxFraction
+	// of its maximum, past which the oldest are dropped for good.
+	RuleDeadLettersNearMax = "dead_letters_near_max"
 )
 
 // Defaults: the documents' thresholds, and the evaluation cadence.
@@ -53,6 +56,10 @@ const (
 	BacklogCountCap = 100000
 )
 
+// DeadLettersNearMaxFraction is the share of Thresholds.DeadLetterMax at
+// which RuleDeadLettersNearMax fires: before any dead letter is dropped.
+const DeadLettersNearMaxFraction = 0.9
+
 // Thresholds are the values above which each rule fires. The zero value of
 // each field means its default, except DeadLetters whose default is 0.
 type Thresholds struct {
@@ -66,6 +73,10 @@ type Thresholds struct {
 	StockReleaseFailures float64
 	// DeadLetters is a number of dead letters (default 0: any fires).
 	DeadLetters int
+	// DeadLetterMax is the most dead letters kept (retention's
+	// DeadLetterMax); RuleDeadLettersNearMax fires above
+	// DeadLettersNearMaxFraction of it. 0 leaves the rule out.
+	DeadLetterMax int
 }
 
 // BacklogCounter counts pending orders due at or before until, at most limit
@@ -138,6 +149,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("alert: stock release failures threshold must be >= 0 per minute, got %g", t.StockReleaseFailures)
 	case t.DeadLetters < 0:
 		return fmt.Errorf("alert: dead letters threshold must be >= 0, got %d", t.DeadLetters)
+	case t.DeadLetterMax < 0:
+		return fmt.Errorf("alert: dead letter max must be >= 0, got %d", t.DeadLetterMax)
 	}
 	if c.Interval > 0 && (c.Interval < time.Millisecond || c.Interval > time.Hour) {
 		return fmt.Errorf("alert: interval must be between 1ms and 1h, got %s", c.Interval)
@@ -290,6 +303,20 @@ func (e *Evaluator) buildRules() []rule {
 				return fmt.Sprintf("%.0f webhook deliveries in the dead-letter list (threshold %d)", v, t.DeadLetters)
 			},
 		})
+		if t.DeadLetterMax > 0 {
+			rules = append(rules, rule{
+				name:      RuleDeadLettersNearMax,
+				threshold: DeadLettersNearMaxFraction * float64(t.DeadLetterMax),
+				value: func(ctx context.Context, _ time.Time, _ Activity) (float64, error) {
+					n, err := e.cfg.DeadLetters.DeadLetterCount(ctx)
+					return float64(n), err
+				},
+				summary: func(v float64) string {
+					return fmt.Sprintf("%.0f webhook deliveries in the dead-letter list, %.0f%% of the %d kept (--dead-letter-max): beyond it the oldest are dropped; retry or delete them",
+						v, 100*v/float64(t.DeadLetterMax), t.DeadLetterMax)
+				},
+			})
+		}
 	}
 	return rules
 }

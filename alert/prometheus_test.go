@@ -49,7 +49,9 @@ func TestPrometheusRules(t *testing.T) {
 		t.Fatalf("%s: %v", rulesFile, err)
 	}
 
-	ev, err := alert.New(alert.Config{Backlog: &fakeCounts{}, Activity: alert.NewRecorder(nil), DeadLetters: &fakeCounts{}})
+	// DeadLetterMax as --dead-letter-max's default.
+	ev, err := alert.New(alert.Config{Backlog: &fakeCounts{}, Activity: alert.NewRecorder(nil), DeadLetters: &fakeCounts{},
+		Thresholds: alert.Thresholds{DeadLetterMax: 100000}})
 	if err != nil {
 		t.Fatal(err)
 	}

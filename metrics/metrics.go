@@ -39,6 +39,7 @@ type Metrics struct {
 	deliveries     *prometheus.CounterVec
 	deliveryLag    prometheus.Histogram
 	cluster        clusterMetrics
+	retention      retentionMetrics
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -143,6 +144,7 @@ func New(pending func() int) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.cluster = newClusterMetrics(reg)
+	m.retention = newRetentionMetrics(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")

@@ -50,15 +50,13 @@ import (
 
 // Defaults of Config.
 const (
-	JitterDefault         = 0.2
-	TimeoutDefault        = 10 * time.Second
-	WorkersDefault        = 16
-	WindowDefault         = 2 * time.Minute
-	LoadIntervalDefault   = 30 * time.Second
-	PollIntervalDefault   = time.Second
-	LoadPageSizeDefault   = 1000
-	EventRetentionDefault = 7 * 24 * time.Hour
-	PruneIntervalDefault  = time.Hour
+	JitterDefault       = 0.2
+	TimeoutDefault      = 10 * time.Second
+	WorkersDefault      = 16
+	WindowDefault       = 2 * time.Minute
+	LoadIntervalDefault = 30 * time.Second
+	PollIntervalDefault = time.Second
+	LoadPageSizeDefault = 1000
 	// StoreRetryDefault is how long an attempt waits after a database error
 	// before it tries again.
 	StoreRetryDefault = time.Second
@@ -139,10 +137,6 @@ type Config struct {
 	// PollInterval is how often the database is checked for new deliveries
 	// in case a wake-up from the store was missed (default 1 s).
 	PollInterval time.Duration
-	// EventRetention is how long events no delivery needs any more are kept
-	// (default 7 days; negative: forever). PruneInterval is how often they
-	// are pruned (default 1 h).
-	EventRetention, PruneInterval time.Duration
 	// StoreRetry is the wait after a database error (default 1 s).
 	StoreRetry time.Duration
 	// MaxWebhooks is how many webhooks may exist (default 100); a create
@@ -163,10 +157,8 @@ type Config struct {
 	// database (package cluster): a node loads and sends only those of
 	// orders in the partitions it owns, loads a partition's pending
 	// deliveries when it gains it, and drops those of a partition it lost.
-	// Nil: every delivery. Leader, when set, says whether this node does
-	// the cluster's event pruning.
+	// Nil: every delivery. (Events are pruned by package retention.)
 	Ownership cluster.Ownership
-	Leader    func() bool
 	// Yield, when set, says whether deliveries should wait for more urgent
 	// work of this process: the engine's close path working through a
 	// burst (engine.Closing), which needs the CPU and the database more
@@ -204,15 +196,11 @@ func (c Config) Validate() error {
 		check("Window", c.Window, 100*time.Millisecond, 24*time.Hour),
 		check("LoadInterval", c.LoadInterval, 10*time.Millisecond, 12*time.Hour),
 		check("PollInterval", c.PollInterval, time.Millisecond, time.Hour),
-		check("PruneInterval", c.PruneInterval, time.Second, 24*time.Hour),
 		check("StoreRetry", c.StoreRetry, time.Millisecond, time.Hour),
 	} {
 		if err != nil {
 			return err
 		}
-	}
-	if c.EventRetention > 0 && c.EventRetention < time.Minute {
-		return fmt.Errorf("webhook: EventRetention must be at least 1m (or negative for forever), got %s", c.EventRetention)
 	}
 	if c.MaxHeld < 0 {
 		return fmt.Errorf("webhook: MaxHeld must not be negative, got %d", c.MaxHeld)
@@ -282,8 +270,6 @@ func New(store Store, cfg Config) (*Service, error) {
 	cfg.Window = cmp.Or(cfg.Window, WindowDefault)
 	cfg.LoadInterval = cmp.Or(cfg.LoadInterval, LoadIntervalDefault)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
-	cfg.EventRetention = cmp.Or(cfg.EventRetention, EventRetentionDefault)
-	cfg.PruneInterval = cmp.Or(cfg.PruneInterval, PruneIntervalDefault)
 	cfg.StoreRetry = cmp.Or(cfg.StoreRetry, StoreRetryDefault)
 	cfg.MaxWebhooks = cmp.Or(cfg.MaxWebhooks, MaxWebhooksDefault)
 	cfg.ScanLag = cmp.Or(cfg.ScanLag, ScanLagDefault)
@@ -484,7 +470,6 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.loader.Run(ctx) })
 	wg.Go(func() { s.scanLoop(ctx) })
-	wg.Go(func() { s.pruneLoop(ctx) })
 	s.sched.Run(ctx, s.deliver) // in memory: returns nil once ctx ends and its workers stopped
 	wg.Wait()
 	return nil
@@ -865,41 +850,4 @@ func (s *Service) scan(ctx context.Context) error {
 	s.scanned = max(s.scanned, now)
 	s.mu.Unlock()
 	return nil
-}
-
-// pruneLoop deletes old events no delivery needs, every PruneInterval.
-func (s *Service) pruneLoop(ctx context.Context) {
-	if s.cfg.EventRetention < 0 {
-		return
-	}
-	t := time.NewTicker(s.cfg.PruneInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if s.cfg.Leader != nil && !s.cfg.Leader() {
-			continue // the cluster's leader prunes
-		}
-		before := s.clock.Now().Add(-s.cfg.EventRetention)
-		total := 0
-		for ctx.Err() == nil {
-			n, err := s.store.PruneEvents(ctx, before, 1000)
-			total += n
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Error("webhook: pruning old events failed; retrying at the next interval", "err", err)
-				}
-				break
-			}
-			if n < 1000 {
-				break
-			}
-		}
-		if total > 0 {
-			s.log.Info("webhook: pruned old events", "events", total, "before", before)
-		}
-	}
 }

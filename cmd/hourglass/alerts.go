@@ -26,6 +26,9 @@ type alertFlags struct {
 	AlertStockReleaseFailures float64       `help:"Fire when more closes (stock releases) than this failed per minute over the window." default:"5" env:"HOURGLASS_ALERT_STOCK_RELEASE_FAILURES"`
 	AlertDeadLetters          int           `help:"Fire when the dead-letter list holds more webhook deliveries than this." default:"0" env:"HOURGLASS_ALERT_DEAD_LETTERS"`
 	Dashboard                 bool          `help:"Serve the dashboard page at / and its data at /v1/dashboard." default:"true" negatable:"" env:"HOURGLASS_DASHBOARD"`
+	// deadLetterMax is --dead-letter-max (retention.go), for the
+	// dead_letters_near_max rule; 0 leaves it out.
+	deadLetterMax int
 }
 
 // validate checks the thresholds that alert.Config would otherwise read as
@@ -76,6 +79,7 @@ func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready fu
 			CloseFailureRate:     f.AlertCloseFailureRate,
 			StockReleaseFailures: f.AlertStockReleaseFailures,
 			DeadLetters:          f.AlertDeadLetters,
+			DeadLetterMax:        f.deadLetterMax,
 		},
 		Interval: f.AlertInterval,
 		Window:   f.AlertWindow,

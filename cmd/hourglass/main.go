@@ -73,9 +73,10 @@ type serveCmd struct {
 	delay.Flags `embed:""`
 	// Webhook and alert settings live next to their wiring (webhooks.go,
 	// alerts.go).
-	webhookFlags `embed:""`
-	alertFlags   `embed:""`
-	clusterFlags `embed:""`
+	webhookFlags   `embed:""`
+	alertFlags     `embed:""`
+	clusterFlags   `embed:""`
+	retentionFlags `embed:""`
 }
 
 func main() {
@@ -166,6 +167,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	defer sched.Close()
 
 	// Alerts are evaluated and notified by one node of a cluster.
+	s.alertFlags.deadLetterMax = s.DeadLetterMax
 	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Recovered() && self.leader() }, clock, log)
 	if err != nil {
 		return err
@@ -173,6 +175,11 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	// Deliveries yield to a close path working through a burst; eng is set
 	// below, before either runs.
 	webhooks, err := s.webhookFlags.openWebhooks(db, m, self, func() bool { return eng.Closing() }, clock, log)
+	if err != nil {
+		return err
+	}
+	// The cluster's leader prunes; every node bounds the timers it creates.
+	pruner, timers, err := s.retentionFlags.openRetention(db, s.EventRetention, m, self, clock, log)
 	if err != nil {
 		return err
 	}
@@ -205,7 +212,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		Dashboard: alerts.dashboard,
 		Webhooks:  webhooks,
 		Cluster:   self.view,
-		Timers:    db,
+		Timers:    timers,
 	})
 	if err != nil {
 		return err
@@ -230,6 +237,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
 	alertsStopped := alerts.start(engCtx)
+	prunerStopped := startPruner(engCtx, pruner)
 	// Webhook delivery stops first on shutdown, on its own context: its
 	// attempts in flight are cancelled (and sent again after the next
 	// start), so a slow receiver cannot hold the shutdown past its grace.
@@ -260,6 +268,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	stopEngine()
 	alertsStopped()
+	prunerStopped()
 	if !waitUntil(shutCtx, webhooksStopped) {
 		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
 	}

@@ -20,7 +20,8 @@ type webhookFlags struct {
 	WebhookJitter       float64         `help:"Fraction each retry delay is varied by, at random (0 for none, at most 1)." default:"0.2" env:"HOURGLASS_WEBHOOK_JITTER"`
 	WebhookTimeout      time.Duration   `help:"How long a webhook receiver has to answer; no 2xx answer within it is a failure." default:"10s" env:"HOURGLASS_WEBHOOK_TIMEOUT"`
 	WebhookWorkers      int             `help:"Webhook deliveries sent at once." default:"16" env:"HOURGLASS_WEBHOOK_WORKERS"`
-	EventRetention      time.Duration   `help:"How long order events are kept once no webhook delivery needs them (0: forever)." default:"168h" env:"HOURGLASS_EVENT_RETENTION"`
+	// EventRetention goes to the pruner (retention.go).
+	EventRetention time.Duration `help:"How long order events are kept once no webhook delivery needs them (0: forever)." default:"168h" env:"HOURGLASS_EVENT_RETENTION"`
 }
 
 // config returns the webhook.Config the flags describe, or an error naming
@@ -57,21 +58,17 @@ func (f *webhookFlags) config() (webhook.Config, error) {
 		return webhook.Config{}, fmt.Errorf("--event-retention: must be 0 (forever) or at least 1m, got %s", f.EventRetention)
 	}
 	cfg := webhook.Config{
-		Allow:          allow,
-		AllowPrivate:   f.WebhookAllowPrivate,
-		MaxWebhooks:    f.WebhookMax,
-		Retry:          f.WebhookRetry,
-		Jitter:         f.WebhookJitter,
-		Timeout:        f.WebhookTimeout,
-		Workers:        f.WebhookWorkers,
-		EventRetention: f.EventRetention,
+		Allow:        allow,
+		AllowPrivate: f.WebhookAllowPrivate,
+		MaxWebhooks:  f.WebhookMax,
+		Retry:        f.WebhookRetry,
+		Jitter:       f.WebhookJitter,
+		Timeout:      f.WebhookTimeout,
+		Workers:      f.WebhookWorkers,
 	}
-	// The flags' zero means "none"/"forever"; the config's zero means the default.
+	// The flag's zero means "none"; the config's zero means the default.
 	if cfg.Jitter == 0 {
 		cfg.Jitter = -1
-	}
-	if cfg.EventRetention == 0 {
-		cfg.EventRetention = -1
 	}
 	return cfg, cfg.Validate()
 }
@@ -86,7 +83,7 @@ func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics
 	}
 	cfg.Clock, cfg.Logger, cfg.Observer, cfg.Yield = clock, log, m, yield
 	if own := self.ownership(); own != nil {
-		cfg.Ownership, cfg.Leader = own, self.leader
+		cfg.Ownership = own
 	}
 	if cfg.Allow.Len() == 0 {
 		log.Info("hourglass: --webhook-allow is empty: webhooks cannot be created until hosts are listed")
