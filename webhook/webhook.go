@@ -94,6 +94,14 @@ const (
 	OutcomeUnrecorded = "unrecorded"
 )
 
+// LagObserver is an optional interface of an Observer: it is told, at a
+// delivery's first attempt, how long after its event's commit that attempt
+// started (hourglass_webhook_delivery_lag_seconds). A dead letter retried
+// by hand starts again at attempt one and counts its whole age.
+type LagObserver interface {
+	WebhookDeliveryLag(d time.Duration)
+}
+
 // Observer receives what the engine does, for metrics. It must be safe for
 // concurrent use.
 type Observer interface {
@@ -578,6 +586,11 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	}
 
 	made := max(d.Attempts, u.made) // attempts before this one, recorded or not
+	if made == 0 && !d.EventCreatedAt.IsZero() {
+		if lo, ok := s.obs.(LagObserver); ok {
+			lo.WebhookDeliveryLag(s.clock.Now().Sub(d.EventCreatedAt))
+		}
+	}
 	ok, reason := s.send(ctx, d, made+1)
 	if ctx.Err() != nil {
 		return hourglass.DeliveryTimer{}, false // cancelled by shutdown: not an attempt
