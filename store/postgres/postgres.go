@@ -372,29 +372,48 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 	WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
 	AND c.relkind IN ('r', 'p') AND c.relname = ANY($1)
 )
-SELECT t.relname FROM t
+SELECT t.relname, false FROM t
 WHERE NOT (has_table_privilege(t.oid, 'SELECT') AND has_table_privilege(t.oid, 'INSERT')
 	AND has_table_privilege(t.oid, 'UPDATE') AND has_table_privilege(t.oid, 'DELETE'))
 UNION
-SELECT q.relname FROM t
+SELECT q.relname, true FROM t
 JOIN pg_depend d ON d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
 JOIN pg_class q ON q.oid = d.objid
 -- CASE, not AND: the planner may test the privilege before the kind, and
 -- has_sequence_privilege fails on a toast table.
 WHERE CASE WHEN q.relkind = 'S' THEN NOT has_sequence_privilege(q.oid, 'USAGE') ELSE false END
-ORDER BY 1`, migrate.Tables(ms))
+ORDER BY 2, 1`, migrate.Tables(ms))
 	if err != nil {
 		return s.startupError("check privileges", err)
 	}
-	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var tables, sequences []string
+	var (
+		name     string
+		sequence bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &sequence}, func() error {
+		if sequence {
+			sequences = append(sequences, name)
+		} else {
+			tables = append(tables, name)
+		}
+		return nil
+	})
 	if err != nil {
 		return s.startupError("check privileges", err)
 	}
-	if len(missing) > 0 {
+	if len(tables)+len(sequences) > 0 {
+		var what []string
+		if len(tables) > 0 {
+			what = append(what, "write "+strings.Join(tables, ", "))
+		}
+		if len(sequences) > 0 {
+			what = append(what, "use the sequences "+strings.Join(sequences, ", "))
+		}
 		user, _, _ := strings.Cut(s.where, "@")
 		schema, role := pgx.Identifier{s.schema}.Sanitize(), pgx.Identifier{user}.Sanitize()
-		return fmt.Errorf("postgres: user %q may not write %s in %s; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %s TO %s",
-			user, strings.Join(missing, ", "), s.where, schema, role, schema, role)
+		return fmt.Errorf("postgres: user %q may not %s in %s; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %s TO %s",
+			user, strings.Join(what, " or "), s.where, schema, role, schema, role)
 	}
 	return nil
 }
