@@ -167,6 +167,11 @@ func (p *publisher) publish(ctx context.Context, timers []hourglass.Timer) error
 		)
 		for _, t := range chunk {
 			r := p.topo.route(t.Deadline.Sub(now))
+			if r.toDue() {
+				// The last stretch is waited out by the owner of the
+				// timer's partition, so it waits in the partition's queue.
+				r = p.topo.partRoute(hourglass.PartitionOf(t.OrderID))
+			}
 			if _, ok := groups[r]; !ok {
 				routes = append(routes, r)
 			}

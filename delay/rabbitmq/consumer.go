@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -47,9 +48,14 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		s.partsDeclared.Store(false) // perhaps the broker lost them
 		return fmt.Errorf("rabbitmq: run: %w", err)
 	}
-	return c.run(ctx)
+	if err := c.run(ctx); err != nil {
+		s.partsDeclared.Store(false)
+		return err
+	}
+	return nil
 }
 
 // pending is a delivery the consumer has not acknowledged yet.
@@ -72,6 +78,7 @@ type arrival struct {
 // consumer is one Run's state; only its run goroutine touches it, except the
 // deliver and republish goroutines, which get their batches by value.
 type consumer struct {
+	s       *Scheduler
 	cfg     Config
 	topo    topology
 	log     *slog.Logger
@@ -85,6 +92,11 @@ type consumer struct {
 	// the error, if any, then closes each.
 	connLost, chLost, pubLost chan *amqp.Error
 	cancelled                 <-chan string // the broker cancelled the consumer
+	// The owned partitions' due queues: a consumer tag for each, whose
+	// deliveries a goroutine forwards to partDeliveries until stop closes.
+	partTags       map[int]string
+	partDeliveries chan amqp.Delivery
+	stop           chan struct{}
 
 	held   heldHeap  // waiting for their deadline, earliest first
 	ready  []pending // due, waiting for a Deliver
@@ -92,7 +104,7 @@ type consumer struct {
 }
 
 func (s *Scheduler) newConsumer(conn *amqp.Connection, deliver hourglass.Deliver) (*consumer, error) {
-	if err := s.declare(conn); err != nil {
+	if err := s.declare(conn, "consumer"); err != nil {
 		return nil, err
 	}
 	pub, err := newPublisher(conn, s.topo, s.cfg.Clock)
@@ -110,18 +122,81 @@ func (s *Scheduler) newConsumer(conn *amqp.Connection, deliver hourglass.Deliver
 	chLost := ch.NotifyClose(make(chan *amqp.Error, 1))
 	pubLost := pub.ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
-	// The library's default tag names the binary's path; this one says
-	// whose consumer it is.
-	tag := fmt.Sprintf("hourglass-%d-%d", os.Getpid(), s.consumers.Add(1))
-	deliveries, err := ch.Consume(s.topo.due, tag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(s.topo.due, s.consumerTag(), false, false, false, false, nil)
 	if err != nil {
 		return nil, fmt.Errorf("consume queue %q: %w", s.topo.due, err)
 	}
 	return &consumer{
-		cfg: s.cfg, topo: s.topo, log: s.log, clock: s.cfg.Clock, deliver: deliver,
+		s: s, cfg: s.cfg, topo: s.topo, log: s.log, clock: s.cfg.Clock, deliver: deliver,
 		ch: ch, pub: pub, deliveries: deliveries, cancelled: cancelled,
 		connLost: connLost, chLost: chLost, pubLost: pubLost,
+		partTags: map[int]string{}, partDeliveries: make(chan amqp.Delivery), stop: make(chan struct{}),
 	}, nil
+}
+
+// consumerTag returns a new consumer tag. The library's default names the
+// binary's path; this one says whose consumer it is.
+func (s *Scheduler) consumerTag() string {
+	return fmt.Sprintf("hourglass-%d-%d", os.Getpid(), s.consumers.Add(1))
+}
+
+// reown follows the partitions owned: it starts consuming the due queues
+// of those gained and cancels the consumers of those lost, and sends the
+// timers of lost partitions it holds (waiting for their deadline or for a
+// Deliver) to their partitions' queues, for the new owner. Deliveries of a
+// cancelled consumer that were already sent come through arrive, which
+// sends their timers on too.
+func (c *consumer) reown() error {
+	mask := c.s.owned.Load()
+	for p := range hourglass.Partitions {
+		owned := mask>>p&1 == 1
+		tag, consuming := c.partTags[p]
+		switch {
+		case owned && !consuming:
+			tag = c.s.consumerTag()
+			// No wait for the broker's consume-ok: 64 round trips
+			// delayed the start; a queue that is missing closes the
+			// channel, and Run returns its error.
+			d, err := c.ch.Consume(c.topo.parts[p], tag, false, false, false, true, nil)
+			if err != nil {
+				return fmt.Errorf("rabbitmq: run: consume queue %q: %w", c.topo.parts[p], err)
+			}
+			c.partTags[p] = tag
+			go func() {
+				for m := range d {
+					select {
+					case c.partDeliveries <- m:
+					case <-c.stop:
+						return // the connection's close hands it back
+					}
+				}
+			}()
+		case !owned && consuming:
+			if err := c.ch.Cancel(tag, false); err != nil {
+				return fmt.Errorf("rabbitmq: run: cancel the consumer of queue %q: %w", c.topo.parts[p], err)
+			}
+			delete(c.partTags, p)
+		}
+	}
+	kept := c.held[:0]
+	for _, p := range c.held {
+		if c.s.owns(p.timer.OrderID) {
+			kept = append(kept, p)
+		} else {
+			c.retier = append(c.retier, p)
+		}
+	}
+	clear(c.held[len(kept):])
+	c.held = kept
+	heap.Init(&c.held)
+	c.ready = slices.DeleteFunc(c.ready, func(p pending) bool {
+		if c.s.owns(p.timer.OrderID) {
+			return false
+		}
+		c.retier = append(c.retier, p)
+		return true
+	})
+	return nil
 }
 
 type batchResult struct {
@@ -146,6 +221,10 @@ func (c *consumer) run(ctx context.Context) (err error) {
 	// published timer's arrival is acked rather than sent round again.
 	pubCtx := context.WithoutCancel(ctx)
 
+	if err := c.reown(); err != nil {
+		return err
+	}
+	defer close(c.stop)
 	defer func() {
 		// Never leave a Deliver running behind Run; ack what it finished.
 		if delivering {
@@ -220,6 +299,13 @@ func (c *consumer) run(ctx context.Context) (err error) {
 					break drain
 				}
 			}
+		case <-c.s.reowned:
+			if err := c.reown(); err != nil {
+				return err
+			}
+		case d := <-c.partDeliveries:
+			now = c.clock.Now()
+			c.arrive(d, now)
 		case r := <-delivered:
 			delivering = false
 			if err := c.delivered(ctx, r, &backoff, &retryAt); err != nil {
@@ -236,7 +322,9 @@ func (c *consumer) run(ctx context.Context) (err error) {
 }
 
 // arrive sorts the timers of one delivery: due, held for its last
-// stretch, or early.
+// stretch, or early; a timer of a partition this process does not own
+// (from the queue every node reads, or from a partition lost since) is sent
+// on to its partition's queue, or its next tier, as an early one is.
 func (c *consumer) arrive(d amqp.Delivery, now time.Time) {
 	ts, err := decode(d.Body)
 	if err != nil {
@@ -251,6 +339,8 @@ func (c *consumer) arrive(d amqp.Delivery, now time.Time) {
 		p := pending{msg: msg, timer: t}
 		remaining := t.Deadline.Sub(now)
 		switch {
+		case !c.s.owns(t.OrderID):
+			c.retier = append(c.retier, p)
 		case remaining <= 0:
 			c.ready = append(c.ready, p)
 		case c.topo.route(remaining).toDue():

@@ -237,6 +237,14 @@ type Scheduler struct {
 	log  *slog.Logger
 
 	consumers atomic.Int64 // numbers consumer tags
+	// owned is the mask of the partitions whose due queues this process
+	// reads (hourglass.Parts.Mask; -1: every partition); reowned tells the
+	// running consumer it changed.
+	owned   atomic.Int64
+	reowned chan struct{}
+	// partsDeclared: the partitions' due queues were declared, and no
+	// Run failed since.
+	partsDeclared atomic.Bool
 
 	mu     sync.Mutex // guards the publishing connection
 	conn   *amqp.Connection
@@ -244,7 +252,27 @@ type Scheduler struct {
 	closed bool
 }
 
-var _ hourglass.Scheduler = (*Scheduler)(nil)
+var (
+	_ hourglass.Scheduler   = (*Scheduler)(nil)
+	_ hourglass.Partitioned = (*Scheduler)(nil)
+)
+
+// Own implements hourglass.Partitioned: from now on this process reads the
+// due queues of parts only (nil: every partition), and sends the timers of
+// other partitions it holds to their partitions' queues. It does not
+// block; safe for concurrent use, idempotent.
+func (s *Scheduler) Own(parts hourglass.Parts) {
+	s.owned.Store(parts.Mask())
+	select {
+	case s.reowned <- struct{}{}:
+	default:
+	}
+}
+
+// owns reports whether this process reads the due queue of id's partition.
+func (s *Scheduler) owns(id int64) bool {
+	return s.owned.Load()>>hourglass.PartitionOf(id)&1 == 1
+}
 
 // New connects to the broker, picks the mode, and declares the namespace's
 // queues and exchanges (idempotently: several processes may do it at once).
@@ -261,7 +289,8 @@ func New(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	s := &Scheduler{cfg: cfg, uri: uri, log: cfg.Logger}
+	s := &Scheduler{cfg: cfg, uri: uri, log: cfg.Logger, reowned: make(chan struct{}, 1)}
+	s.owned.Store(-1)
 	plugin := false
 	if cfg.Mode != ModeTiers {
 		if plugin, err = s.probePlugin(ctx); err != nil {
@@ -376,7 +405,7 @@ func (s *Scheduler) connectLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.declare(conn); err != nil {
+	if err := s.declare(conn, "publisher"); err != nil {
 		conn.Close()
 		return err
 	}
@@ -390,14 +419,27 @@ func (s *Scheduler) connectLocked(ctx context.Context) error {
 }
 
 // declare declares the topology on a channel of its own, closed afterwards
-// (a failed declare closes the channel anyway).
-func (s *Scheduler) declare(conn *amqp.Connection) error {
+// (a failed declare closes the channel anyway). A consumer's connection
+// leaves out the partitions' due queues once they were declared (by the
+// publisher's connection, or an earlier Run) and no Run failed since:
+// their 64 round trips delayed the start of consuming by up to seconds.
+func (s *Scheduler) declare(conn *amqp.Connection, role string) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer ch.Close()
-	return s.topo.declare(ch)
+	if err := s.topo.declare(ch); err != nil {
+		return err
+	}
+	if s.partsDeclared.Load() && role == "consumer" {
+		return nil
+	}
+	if err := s.topo.declareParts(conn); err != nil {
+		return err
+	}
+	s.partsDeclared.Store(true)
+	return nil
 }
 
 func (s *Scheduler) dropLocked() {

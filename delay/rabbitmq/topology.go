@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,6 +42,10 @@ type topology struct {
 	delayed string // x-delayed-message exchange, in plugin mode only
 	tiers   []time.Duration
 	names   []string // queue of each tier
+	// parts are the partitions' due queues, ns.due.<p>: a timer in its
+	// last stretch waits in its partition's, read by the partition's
+	// owner; due (and quorum) are the queues every node reads and sorts.
+	parts   [hourglass.Partitions]string
 	margin  time.Duration
 	plugin  bool
 }
@@ -61,7 +66,16 @@ func newTopology(ns string, margin time.Duration, plugin bool) topology {
 	for _, ttl := range t.tiers {
 		t.names = append(t.names, tierName(ns, ttl))
 	}
+	for p := range t.parts {
+		t.parts[p] = ns + ".due." + strconv.Itoa(p)
+	}
 	return t
+}
+
+// partRoute is where a timer of partition p in its last stretch goes: its
+// partition's due queue, through the default exchange.
+func (t topology) partRoute(p int) route {
+	return route{key: t.parts[p], mandatory: true, tier: -1}
 }
 
 // pluginDueName is the due queue of plugin mode: a classic queue, not a
@@ -165,6 +179,36 @@ func (t topology) declare(ch *amqp.Channel) error {
 	return t.declareTier(ch, 0)
 }
 
+// declareParts declares the partitions' due queues, idempotently, on
+// declareChannels channels of conn at once: one after the other, creating
+// 64 quorum queues took seconds.
+func (t topology) declareParts(conn *amqp.Connection) error {
+	errs := make([]error, declareChannels)
+	var wg sync.WaitGroup
+	for i := range declareChannels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ch, err := conn.Channel()
+			if err != nil {
+				errs[i] = fmt.Errorf("open channel: %w", err)
+				return
+			}
+			defer ch.Close()
+			for p := i; p < len(t.parts); p += declareChannels {
+				if _, err := ch.QueueDeclare(t.parts[p], true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+					errs[i] = explainDeclare("queue", t.parts[p], err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+const declareChannels = 8
+
 // declareTier declares tier i's queue, idempotently.
 func (t topology) declareTier(ch *amqp.Channel, i int) error {
 	if _, err := ch.QueueDeclare(t.names[i], true, false, false, false, tierArgs(t.router, t.tiers[i])); err != nil {
@@ -204,7 +248,7 @@ var delayedArgs = amqp.Table{"x-delayed-type": amqp.ExchangeDirect}
 // in them are lost.
 func deleteAll(ch *amqp.Channel, ns string) error {
 	t := newTopology(ns, 0, true)
-	for _, q := range append(t.names, t.quorum, t.due) {
+	for _, q := range append(append(t.names, t.quorum, t.due), t.parts[:]...) {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			return fmt.Errorf("delete queue %q: %w", q, err)
 		}
