@@ -45,9 +45,9 @@ type topology struct {
 	// parts are the partitions' due queues, ns.due.<p>: a timer in its
 	// last stretch waits in its partition's, read by the partition's
 	// owner; due (and quorum) are the queues every node reads and sorts.
-	parts   [hourglass.Partitions]string
-	margin  time.Duration
-	plugin  bool
+	parts  [hourglass.Partitions]string
+	margin time.Duration
+	plugin bool
 }
 
 func newTopology(ns string, margin time.Duration, plugin bool) topology {
