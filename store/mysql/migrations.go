@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -46,6 +47,9 @@ type target struct {
 	db      *sql.DB             // renews the Galera lease
 	galera  bool                // the server is a Galera node (wsrep_on=ON)
 	observe func(reason string) // Config.ObserveRetry, or nil
+	// lockTimeout is each migration's lock_wait_timeout (zero:
+	// migrate.LockTimeoutDefault); the package's tests shorten it.
+	lockTimeout time.Duration
 }
 
 func newTarget(ctx context.Context, db *sql.DB, dbName string) (*target, error) {
@@ -138,9 +142,24 @@ func (t *target) versions(ctx context.Context) ([]int, error) {
 // statement that fails because what it adds exists already (a duplicate
 // column, from an ALTER TABLE … ADD COLUMN that a migration interrupted
 // after it ran) counts as applied: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+//
+// Each statement waits at most lock_wait_timeout (seconds, at least 1) for
+// a table's metadata lock: behind a long transaction it gives up with
+// migrate.ErrLockTimeout instead of queuing, with every later statement on
+// that table (other nodes' event writes) queued behind it.
 func (t *target) Apply(ctx context.Context, m migrate.Migration) error {
+	wait := cmp.Or(t.lockTimeout, migrate.LockTimeoutDefault)
+	if _, err := t.conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", max(int((wait+time.Second-1)/time.Second), 1))); err != nil {
+		return err
+	}
+	// The connection goes back to the pool: give it the server's default.
+	defer t.conn.ExecContext(context.Background(), "SET SESSION lock_wait_timeout = DEFAULT")
 	for i, stmt := range splitStatements(m.SQL) {
 		if _, err := t.conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
+			var me *gomysql.MySQLError
+			if errors.As(err, &me) && me.Number == 1205 {
+				return fmt.Errorf("statement %d gave up after waiting %s for a table lock (lock_wait_timeout): %w", i+1, wait, migrate.ErrLockTimeout)
+			}
 			return fmt.Errorf("statement %d: %w", i+1, err)
 		}
 	}
@@ -239,7 +258,7 @@ func migrationError(err error, mc *gomysql.Config) error {
 				mc.User, mc.DBName, me.Number, me.Message, mc.DBName, mc.User)
 		}
 	}
-	if errors.Is(err, migrate.ErrSchemaNewer) {
+	if errors.Is(err, migrate.ErrSchemaNewer) || errors.Is(err, migrate.ErrLockTimeout) {
 		return fmt.Errorf("mysql: database %q on %s: %w", mc.DBName, mc.Addr, err)
 	}
 	return fail("migrate "+mc.DBName, err)
