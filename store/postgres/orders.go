@@ -101,36 +101,40 @@ func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
 // ListOrders implements hourglass.Store. Status filtering follows
 // Order.View: a pending order past its deadline counts as closed.
 func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
-	// A status reads its range of orders_status_id (migration 0005) in id
-	// order; closed is two such ranges merged: closed orders, and pending
-	// ones past their deadline (which the engine is about to close). Every
-	// variant names $1..$4 (binds), so all four bind.
-	const binds = ` AND $2::bigint IS NOT NULL AND $3::text IS NOT NULL`
-	var query string
-	switch f.Status {
-	case "":
-		query = `SELECT ` + orderColumns + ` FROM orders o WHERE o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
-	case hourglass.StatePendingPayment:
-		query = `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline > $2` + binds + ` ORDER BY o.id LIMIT $4`
-	case hourglass.StateClosed:
-		query = `SELECT * FROM (
-	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'closed' AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4)
-	UNION ALL
-	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline <= $2 ORDER BY o.id LIMIT $4)
-) o ORDER BY o.id LIMIT $4`
-	default:
-		query = `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = $3 AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
-	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	rows, err := s.pool.Query(ctx, query, f.After, hourglass.UnixMilli(f.Now), string(f.Status), limit)
+	rows, err := s.pool.Query(ctx, listOrdersSQL(f.Status), f.After, hourglass.UnixMilli(f.Now), string(f.Status), limit)
 	if err != nil {
 		return nil, s.fail("list orders", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanOrder(row) })
 	return out, s.fail("list orders", err)
+}
+
+// listOrdersSQL is ListOrders' statement for a status filter: $1 after,
+// $2 now (ms), $3 status, $4 limit. A status reads its range of
+// orders_status_id (migration 0005) in id order; closed is two such ranges
+// merged: closed orders, and pending ones past their deadline (which the
+// engine is about to close). Every variant names $1..$4 (binds), so all
+// four bind.
+func listOrdersSQL(status hourglass.State) string {
+	const binds = ` AND $2::bigint IS NOT NULL AND $3::text IS NOT NULL`
+	switch status {
+	case "":
+		return `SELECT ` + orderColumns + ` FROM orders o WHERE o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
+	case hourglass.StatePendingPayment:
+		return `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline > $2` + binds + ` ORDER BY o.id LIMIT $4`
+	case hourglass.StateClosed:
+		return `SELECT * FROM (
+	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'closed' AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4)
+	UNION ALL
+	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline <= $2 ORDER BY o.id LIMIT $4)
+) o ORDER BY o.id LIMIT $4`
+	default:
+		return `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = $3 AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
+	}
 }
 
 // PayOrder implements hourglass.Store: a compare-and-set on status and

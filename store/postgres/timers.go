@@ -481,18 +481,22 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 	if f.Limit < 1 {
 		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
 	}
-	// With a status, its range of timers_status_key (migration 0005).
-	where := `t.key > $1 AND $2 = ''`
-	if f.Status != "" {
-		where = `t.status = $2 AND t.key > $1`
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+timerColumns+` FROM timers t
-WHERE `+where+` ORDER BY t.key LIMIT $3`, f.After, string(f.Status), f.Limit)
+	rows, err := s.pool.Query(ctx, listTimersSQL(f.Status), f.After, string(f.Status), f.Limit)
 	if err != nil {
 		return nil, s.fail("list timers", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.NamedTimer, error) { return scanTimer(row) })
 	return out, s.fail("list timers", err)
+}
+
+// listTimersSQL is Timers' statement: $1 after, $2 status ('' for any),
+// $3 limit. With a status, its range of timers_status_key (migration 0005).
+func listTimersSQL(status hourglass.TimerStatus) string {
+	where := `t.key > $1 AND $2 = ''`
+	if status != "" {
+		where = `t.status = $2 AND t.key > $1`
+	}
+	return `SELECT ` + timerColumns + ` FROM timers t WHERE ` + where + ` ORDER BY t.key LIMIT $3`
 }
 
 // TimersDue implements hourglass.TimerStore: one range of the (status,
