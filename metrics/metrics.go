@@ -121,7 +121,7 @@ func New(pending func() int) *Metrics {
 		}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_webhook_deliveries_total",
-			Help: "Webhook delivery attempts by outcome: delivered (2xx), retry (failed, another attempt scheduled), dead (failed its last attempt).",
+			Help: "Webhook delivery attempts by outcome: delivered (2xx), retry (failed, another attempt scheduled), dead (failed its last attempt), unrecorded (made, but the database refused its record; it still counts against the retry schedule).",
 		}, []string{"outcome"}),
 		deliveryLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hourglass_webhook_delivery_lag_seconds",
