@@ -34,8 +34,13 @@
 //     process dies. Only the engine's sweeper closes those orders, late.
 //     Durable is therefore false.
 //   - Everyone hears everything: every subscriber receives every expired
-//     event of the database, so N replicas deliver each timer N times
-//     (no-op closes), and each filters out other namespaces' keys.
+//     event of the database, and each filters out other namespaces' keys
+//     and, on several nodes, the timers of the partitions it does not own
+//     (Own), which their owner delivers; so each node delivers only its
+//     own. A timer already due when scheduled by a node that does not own
+//     it is written with a 1 ms TTL, for its owner to hear it expire.
+//     Events heard by the old owner while a partition moves may be
+//     dropped (the sweeper closes those orders).
 //   - A replica or a Redis Cluster node publishes events only for its own
 //     keys; neither is supported.
 package rediskeyspace
@@ -51,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -116,14 +122,29 @@ type Scheduler struct {
 	channel string // __keyevent@<db>__:expired
 	where   string // host:port db n, for messages
 
+	// owned is the mask of the partitions whose timers this process
+	// delivers (hourglass.Parts.Mask; -1: every partition).
+	owned atomic.Int64
+
 	mu      sync.Mutex
 	holding map[*time.Timer]struct{} // events that arrived before their deadline
 }
 
 var (
-	_ hourglass.Scheduler = (*Scheduler)(nil)
-	_ hourglass.Canceler  = (*Scheduler)(nil)
+	_ hourglass.Scheduler   = (*Scheduler)(nil)
+	_ hourglass.Canceler    = (*Scheduler)(nil)
+	_ hourglass.Partitioned = (*Scheduler)(nil)
 )
+
+// Own implements hourglass.Partitioned: from now on this process delivers
+// only the expired timers of parts (nil: every partition); every node hears
+// every event, so each timer's owner hears it too. It does not block; safe
+// for concurrent use, idempotent.
+func (s *Scheduler) Own(parts hourglass.Parts) { s.owned.Store(parts.Mask()) }
+
+func (s *Scheduler) owns(id int64) bool {
+	return s.owned.Load()>>hourglass.PartitionOf(id)&1 == 1
+}
 
 // Open connects to Redis at cfg.URL, checks it answers PING within
 // PingTimeout and turns on expired-key events (notify-keyspace-events must
@@ -166,6 +187,7 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		where:   fmt.Sprintf("%s db %d", opt.Addr, opt.DB),
 		holding: map[*time.Timer]struct{}{},
 	}
+	s.owned.Store(-1)
 	pingCtx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
 	if err := s.client.Ping(pingCtx).Err(); err != nil {
@@ -238,7 +260,9 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 	now := hourglass.UnixMilli(s.clock.Now())
 	var due, later []hourglass.Timer
 	for _, t := range timers {
-		if hourglass.UnixMilli(t.Deadline) <= now {
+		// A due timer of a partition another node owns expires at once
+		// in Redis, for its owner to hear.
+		if hourglass.UnixMilli(t.Deadline) <= now && s.owns(t.OrderID) {
 			due = append(due, t)
 		} else {
 			later = append(later, t)
@@ -252,7 +276,7 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 				// A TTL relative to now: the key expires no earlier than
 				// the deadline whatever Redis's clock says (Redis expires a
 				// key once its clock is past the expiry, never at it).
-				p.Set(ctx, s.key(t.OrderID, d), d, time.Duration(d-now)*time.Millisecond)
+				p.Set(ctx, s.key(t.OrderID, d), d, time.Duration(max(d-now, 1))*time.Millisecond)
 				index[i] = goredis.Z{Score: float64(d), Member: t.OrderID}
 			}
 			p.ZAdd(ctx, s.index, index...)
@@ -404,7 +428,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 			continue
 		}
 		if m, ok := msg.(*goredis.Message); ok {
-			if t, ok := parseKey(s.prefix, m.Payload); ok {
+			if t, ok := parseKey(s.prefix, m.Payload); ok && s.owns(t.OrderID) {
 				s.fire(t)
 			}
 		}
