@@ -15,6 +15,7 @@ type Code string
 const (
 	CodeInvalidArgument      Code = "invalid_argument"
 	CodeUnauthorized         Code = "unauthorized"
+	CodeForbidden            Code = "forbidden"
 	CodeNotFound             Code = "not_found"
 	CodeMethodNotAllowed     Code = "method_not_allowed"
 	CodeInsufficientStock    Code = "insufficient_stock"
@@ -22,6 +23,7 @@ const (
 	CodeInvalidTransition    Code = "invalid_transition"
 	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
 	CodePayloadTooLarge      Code = "payload_too_large"
+	CodeRequestTimeout       Code = "request_timeout"
 	CodeLimitExceeded        Code = "limit_exceeded"
 	CodeUnavailable          Code = "unavailable"
 	CodeInternal             Code = "internal"

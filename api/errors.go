@@ -10,6 +10,7 @@ import (
 var statusByCode = map[hourglass.Code]int{
 	hourglass.CodeInvalidArgument:      http.StatusBadRequest,
 	hourglass.CodeUnauthorized:         http.StatusUnauthorized,
+	hourglass.CodeForbidden:            http.StatusForbidden,
 	hourglass.CodeNotFound:             http.StatusNotFound,
 	hourglass.CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
 	hourglass.CodeInsufficientStock:    http.StatusConflict,
@@ -17,6 +18,7 @@ var statusByCode = map[hourglass.Code]int{
 	hourglass.CodeInvalidTransition:    http.StatusConflict,
 	hourglass.CodeIdempotencyKeyReused: http.StatusConflict,
 	hourglass.CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	hourglass.CodeRequestTimeout:       http.StatusRequestTimeout,
 	hourglass.CodeLimitExceeded:        http.StatusConflict,
 	hourglass.CodeTimerFired:           http.StatusConflict,
 	hourglass.CodeUnavailable:          http.StatusServiceUnavailable,

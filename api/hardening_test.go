@@ -119,14 +119,16 @@ func TestReadyzDuringStartUpIsNotAnError(t *testing.T) {
 func TestBodyMemoryIsBounded(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{MaxBodyMemory: api.MaxBodyBytes + api.MaxBodyBytes/2})
-	// A client announcing a 1 MiB body and sending it slowly holds its
-	// reservation.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	// A client that sends all of a 1 MiB body but its last byte holds 1 MiB
+	// (a body holds what it has sent; its bytes bought it 16 s at
+	// api.MinBodyRate).
+	addr := strings.TrimPrefix(s.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "PUT /v1/products/slow HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", api.MaxBodyBytes)
+	fmt.Fprintf(conn, "PUT /v1/products/slow HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", addr, api.MaxBodyBytes, strings.Repeat(" ", api.MaxBodyBytes-1))
 	big := []byte(`{"available":1,"name":"` + strings.Repeat("n", api.MaxBodyBytes-100) + `"}`)
 	// Wait until the slow request holds its reservation: a big body is then
 	// refused; a small one still fits.

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -43,20 +45,118 @@ func parsePage(q url.Values, what string, def, max int, extra ...string) (page, 
 	return p, nil
 }
 
-// trimPage cuts items, fetched with limit+1, to limit and returns the
-// cursor of the next page: the last kept item's id, or nil on the last page.
-func trimPage[T any](items []T, limit int, id func(T) int64) ([]T, *int64) {
-	if len(items) <= limit {
-		return items, nil
-	}
-	items = items[:limit]
-	next := id(items[limit-1])
-	return items, &next
-}
-
 // decodeEmpty accepts an empty body or an empty JSON object, for actions
 // that take no input; anything else is invalid_argument.
 func decodeEmpty(body []byte) error {
 	var empty struct{}
 	return decodeJSON(body, &empty, true)
+}
+
+// MaxPageBytes bounds the JSON of one list page, the newline included: a
+// page ends before the item that would pass it (it always has one item,
+// which fits: no item is near this size), with next set so the client
+// pages on.
+const MaxPageBytes = 4 << 20
+
+// pageTail is room kept at the end of a page for `],"next":<cursor>}` and
+// the newline: a cursor is an id or a timer key, escaped.
+const pageTail = 2048
+
+// pageBuilder writes a list page's JSON, {"<field>":[item,…],"next":…},
+// item by item into a buffer held in the request's budget. Not safe for
+// concurrent use.
+type pageBuilder struct {
+	r     *http.Request
+	buf   heldBuffer
+	items int
+}
+
+func newPage(r *http.Request, field string) *pageBuilder {
+	p := &pageBuilder{r: r, buf: heldBuffer{h: holdOf(r)}}
+	p.buf.b = append(p.buf.b, `{"`+field+`":[`...) // unheld until the first add: a few bytes
+	return p
+}
+
+// add appends one item, encoded as the API encodes responses. It reports
+// false, adding nothing, when the page is full: the item would take it past
+// MaxPageBytes, or the budget has no room now for it to grow. The first
+// item is always added, waiting up to BodyWait for room. Errors:
+// unavailable (no room for the first item), internal (encoding).
+func (p *pageBuilder) add(v any) (bool, error) {
+	item, err := marshalJSON(v)
+	if err != nil {
+		return false, fmt.Errorf("api: encoding a list item: %w", err)
+	}
+	n := len(item) + 1 // and its comma
+	wait := BodyWait
+	if p.items > 0 {
+		if len(p.buf.b)+n+pageTail > MaxPageBytes {
+			return false, nil
+		}
+		wait = 0
+	}
+	if !p.buf.ensure(p.r.Context(), n+pageTail, max(MaxPageBytes, len(p.buf.b)+n+pageTail), wait) {
+		if p.items > 0 {
+			return false, nil
+		}
+		return false, hourglass.Errorf(hourglass.CodeUnavailable, "too many responses in flight; retry shortly")
+	}
+	if p.items > 0 {
+		p.buf.b = append(p.buf.b, ',')
+	}
+	p.buf.b = append(p.buf.b, item...)
+	p.items++
+	return true, nil
+}
+
+// finish closes the page with its next cursor (nil: the last page) and
+// returns it, still held until written.
+func (p *pageBuilder) finish(next any) (encodedJSON, error) {
+	cursor, err := marshalJSON(next)
+	if err != nil {
+		return nil, fmt.Errorf("api: encoding a page's cursor: %w", err)
+	}
+	p.buf.b = append(p.buf.b, `],"next":`...)
+	p.buf.b = append(p.buf.b, cursor...)
+	p.buf.b = append(p.buf.b, "}\n"...)
+	return encodedJSON(p.buf.b), nil
+}
+
+// fillPage adds up to limit items to p, in the store's order after the
+// cursor after, fetching batch of them at a time (fetch gets one more than
+// it needs, to know whether there is a next page), so a page of large items
+// is never all in memory at once. It returns the cursor of the next page,
+// or nil when the store has no more: a page ends at limit items or when p
+// is full, whichever comes first. Errors are fetch's and p.add's.
+func fillPage[T, C any](p *pageBuilder, limit, batch int, after C,
+	fetch func(after C, n int) ([]T, error), render func(T) any, cursor func(T) C) (*C, error) {
+	var last C
+	count := 0
+	for {
+		want := min(limit-count, batch)
+		items, err := fetch(after, want+1)
+		if err != nil {
+			return nil, err
+		}
+		for i, it := range items {
+			if i == want { // one past this batch's share: there are more
+				if count == limit {
+					return &last, nil
+				}
+				break
+			}
+			ok, err := p.add(render(it))
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return &last, nil
+			}
+			last, count = cursor(it), count+1
+		}
+		if len(items) <= want {
+			return nil, nil
+		}
+		after = last
+	}
 }

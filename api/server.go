@@ -8,9 +8,12 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,9 +53,16 @@ type Config struct {
 	Clock     hourglass.Clock
 	Logger    *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every /v1 route.
-	Token    string
-	Observer Observer
+	// every /v1 route. Without it, a /v1 request's Host must be an IP
+	// address, localhost, or one of AllowedHosts (403 forbidden otherwise),
+	// so a web page cannot reach the API through DNS rebinding.
+	Token string
+	// AllowedHosts are the host names (without port, case-insensitive) a
+	// /v1 request may name in its Host header when there is no Token, beside
+	// IP addresses and localhost. NewServer refuses an empty name, a port or
+	// a character a host name does not have.
+	AllowedHosts []string
+	Observer     Observer
 	// Metrics serves GET /metrics when set.
 	Metrics http.Handler
 	// Webhooks serves /v1/webhooks and /v1/deadletters when set (webhooks.go).
@@ -64,10 +74,12 @@ type Config struct {
 	// Timers serves /v1/timers when set (timers.go); armed timers are
 	// told to Scheduler like created orders.
 	Timers hourglass.TimerStore
-	// MaxBodyMemory bounds the bytes of request bodies held at once
-	// (default MaxBodyMemoryDefault). A request reserves its body's size
-	// (its Content-Length, or MaxBodyBytes when unknown) before reading it;
-	// when the budget stays exhausted for BodyWait, it is answered 503
+	// MaxBodyMemory bounds the bytes requests hold at once, request bodies
+	// and responses alike (default MaxBodyMemoryDefault). A body is reserved
+	// as it arrives, in steps of at most 64 KiB (so a client holds what it
+	// has sent, not what it announced), and a response before it is
+	// written; a list page stops growing where the budget has no room. A
+	// request that finds no room within BodyWait is answered 503
 	// unavailable.
 	MaxBodyMemory int64
 }
@@ -88,6 +100,10 @@ type Server struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	bodies *byteBudget
+	// cross refuses unsafe cross-origin browser requests (Sec-Fetch-Site,
+	// or Origin against Host).
+	cross *http.CrossOriginProtection
+	hosts []string // AllowedHosts, normalised
 }
 
 // NewServer returns a server; Handler returns its http.Handler.
@@ -98,8 +114,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxBodyMemory < 0 {
 		return nil, errors.New("api: MaxBodyMemory must not be negative")
 	}
+	hosts, err := normalizeHosts(cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux(),
-		bodies: newByteBudget(cmp.Or(cfg.MaxBodyMemory, MaxBodyMemoryDefault))}
+		bodies: newByteBudget(cmp.Or(cfg.MaxBodyMemory, MaxBodyMemoryDefault)),
+		cross:  http.NewCrossOriginProtection(), hosts: hosts}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
@@ -111,7 +132,8 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // route is one method and path pattern of the API, with its handler. Every
-// route under /v1 requires the token when one is configured.
+// route under /v1 requires the token when one is configured (or, without
+// one, an allowed Host) and refuses cross-origin browser requests.
 type route struct {
 	method, path string
 	h            handlerFunc
@@ -206,15 +228,24 @@ func (e *methodError) Error() string {
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// wrap adds authentication, the body limit, error rendering and metrics.
+// wrap adds authentication, the origin and Host checks, the body limit,
+// the byte budget, error rendering and metrics.
 func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.clock.Now()
-		status, v, err := s.serve(r, auth, h)
+		held := &hold{budget: s.bodies}
+		defer held.releaseAll()
+		r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
+		status, v, err := s.serve(w, r, auth, h)
+		var b []byte
+		if err == nil {
+			b, err = s.encodeHeld(r, held, v)
+		}
 		if err != nil {
 			status, v = s.renderError(w, r, err)
+			b = encodeJSON(v)
 		}
-		writeJSON(w, status, v)
+		writeJSON(w, status, b)
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.ObserveRequest(route, MethodLabel(r.Method), status, s.clock.Now().Sub(start))
 		}
@@ -237,7 +268,7 @@ func MethodLabel(method string) string {
 	return OtherLabel
 }
 
-func (s *Server) serve(r *http.Request, auth bool, h handlerFunc) (status int, v any, err error) {
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h handlerFunc) (status int, v any, err error) {
 	defer func() {
 		// A panic in a handler is a bug; answer 500 rather than drop the
 		// connection, and log it with the stack's first line.
@@ -246,41 +277,79 @@ func (s *Server) serve(r *http.Request, auth bool, h handlerFunc) (status int, v
 			status, v, err = 0, nil, errors.New("panic")
 		}
 	}()
-	if auth && s.cfg.Token != "" && !s.authorized(r) {
-		return 0, nil, hourglass.Errorf(hourglass.CodeUnauthorized, "missing or wrong bearer token in the Authorization header")
+	if auth {
+		if err := s.sameOrigin(r); err != nil {
+			return 0, nil, err
+		}
+		if s.cfg.Token != "" && !s.authorized(r) {
+			return 0, nil, hourglass.Errorf(hourglass.CodeUnauthorized, "missing or wrong bearer token in the Authorization header")
+		}
+		if s.cfg.Token == "" && !s.hostAllowed(r.Host) {
+			return 0, nil, hourglass.Errorf(hourglass.CodeForbidden, "Host %q is not allowed: without an API token, the Host must be an IP address, localhost, or one of the allowed hosts", r.Host)
+		}
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet {
-		if r.ContentLength > MaxBodyBytes {
-			return 0, nil, hourglass.Errorf(hourglass.CodePayloadTooLarge, "request body exceeds %d bytes", MaxBodyBytes)
-		}
-		// Reserve the body's size before reading it; of unknown size, the
-		// most it may be.
-		size := r.ContentLength
-		if size < 0 {
-			size = MaxBodyBytes
-		}
-		if !s.bodies.acquire(r.Context(), size, BodyWait) {
-			return 0, nil, hourglass.Errorf(hourglass.CodeUnavailable, "too many request bodies in flight; retry shortly")
-		}
-		defer s.bodies.release(size)
-		if r.ContentLength >= 0 {
-			// The server's body reader ends at Content-Length: read into a
-			// buffer of exactly that size.
-			body = make([]byte, r.ContentLength)
-			_, err = io.ReadFull(r.Body, body)
-		} else {
-			body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
-		}
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return 0, nil, hourglass.Errorf(hourglass.CodePayloadTooLarge, "request body exceeds %d bytes", MaxBodyBytes)
-		}
-		if err != nil {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "reading request body: %s", err)
+		// The body's bytes are held until the handler returns; the
+		// response's, until it is written.
+		bodyHeld := &hold{budget: s.bodies}
+		defer bodyHeld.releaseAll()
+		if body, err = readBody(w, r, bodyHeld); err != nil {
+			return 0, nil, err
 		}
 	}
 	return h(r, body)
+}
+
+// sameOrigin refuses a cross-origin browser request: any whose
+// Sec-Fetch-Site is cross-site or same-site (GETs included: the API has no
+// reason to be read by another site's page), and unsafe methods that
+// http.CrossOriginProtection refuses (for browsers that send Origin but not
+// Sec-Fetch-Site, Origin against Host). Clients that send neither header,
+// curl and servers, pass. Errors: forbidden.
+func (s *Server) sameOrigin(r *http.Request) error {
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none": // none: typed in the address bar
+	default:
+		return hourglass.Errorf(hourglass.CodeForbidden, "cross-origin request refused (Sec-Fetch-Site: %s): the API is not for other sites' pages", site)
+	}
+	if err := s.cross.Check(r); err != nil {
+		return hourglass.Errorf(hourglass.CodeForbidden, "cross-origin request refused (Origin %q, Host %q): the API is not for other sites' pages", r.Header.Get("Origin"), r.Host)
+	}
+	return nil
+}
+
+// hostAllowed reports whether host, a Host header, is an IP address,
+// localhost or one of AllowedHosts: names a DNS-rebinding page cannot use,
+// since its own name is not among them.
+func (s *Server) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")), ".")
+	if host == "" {
+		return false
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return host == "localhost" || slices.Contains(s.hosts, host)
+}
+
+// normalizeHosts checks AllowedHosts and returns them lower-cased, without
+// a trailing dot.
+func normalizeHosts(hosts []string) ([]string, error) {
+	out := make([]string, 0, len(hosts))
+	for i, h := range hosts {
+		n := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+		if n == "" || strings.ContainsFunc(n, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_')
+		}) {
+			return nil, fmt.Errorf("api: AllowedHosts[%d] %q: want a host name (letters, digits, '-', '.', '_'; no port, no scheme)", i, h)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // authorized checks the bearer token in constant time. The scheme is
@@ -317,22 +386,60 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, err error) 
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hourglass"`)
 	}
+	if status == http.StatusRequestTimeout {
+		// The rest of the body is not read: the connection cannot carry
+		// another request.
+		w.Header().Set("Connection", "close")
+	}
 	return status, errorBody{Error: errorJSON{Code: string(code), Message: msg}}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	// Without HTML escaping: a timer's payload comes back as given, not
-	// with its <, > and & rewritten as \u003c and so on.
+// encodedJSON is a response body already encoded (a list page, built item
+// by item with its bytes held in the request's budget).
+type encodedJSON []byte
+
+// encodeHeld encodes a handler's response value and holds its bytes in
+// the request's budget until it is written; an encodedJSON was held as it
+// was built. Errors: unavailable (no room within BodyWait), internal.
+func (s *Server) encodeHeld(r *http.Request, held *hold, v any) ([]byte, error) {
+	if b, ok := v.(encodedJSON); ok {
+		return b, nil
+	}
+	b, err := marshalJSON(v)
+	if err != nil {
+		return nil, fmt.Errorf("api: encoding the response: %w", err)
+	}
+	b = append(b, '\n')
+	if !held.take(r.Context(), int64(cap(b)), BodyWait) {
+		return nil, hourglass.Errorf(hourglass.CodeUnavailable, "too many responses in flight; retry shortly")
+	}
+	return b, nil
+}
+
+// marshalJSON encodes v compactly, without HTML escaping: a timer's
+// payload comes back as given, not with its <, > and & rewritten as \u003c
+// and so on.
+func marshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	b := buf.Bytes()
 	if err := enc.Encode(v); err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}` + "\n")
-	} else {
-		b = buf.Bytes() // Encode ends it with a newline
+		return nil, err
 	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// encodeJSON encodes an error body, which never fails.
+func encodeJSON(v any) []byte {
+	b, err := marshalJSON(v)
+	if err != nil {
+		return []byte(`{"error":{"code":"internal","message":"encoding the response failed"}}` + "\n")
+	}
+	return append(b, '\n')
+}
+
+// writeJSON writes b, a JSON value ending with a newline.
+func writeJSON(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
@@ -411,7 +518,8 @@ func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
 	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
 }
 
-// MaxListLimit is the largest page of GET /v1/orders.
+// MaxListLimit is the largest page of GET /v1/orders (a page also ends at
+// MaxPageBytes).
 const MaxListLimit = 1000
 
 func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
@@ -420,7 +528,7 @@ func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	f := hourglass.OrderFilter{Limit: pg.limit + 1, After: pg.after, Now: s.clock.Now()} // one more, to know whether there is a next page
+	f := hourglass.OrderFilter{Now: s.clock.Now()}
 	if v := q.Get("status"); v != "" {
 		st, err := hourglass.ParseState(v)
 		if err != nil {
@@ -428,16 +536,19 @@ func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 		}
 		f.Status = st
 	}
-	orders, err := s.cfg.Store.ListOrders(r.Context(), f)
+	page := newPage(r, "orders")
+	next, err := fillPage(page, pg.limit, pg.limit, pg.after,
+		func(after int64, n int) ([]hourglass.Order, error) {
+			f.After, f.Limit = after, n
+			return s.cfg.Store.ListOrders(r.Context(), f)
+		},
+		func(o hourglass.Order) any { return orderJSON(o.View(f.Now)) },
+		func(o hourglass.Order) int64 { return o.ID })
 	if err != nil {
 		return 0, nil, err
 	}
-	orders, next := trimPage(orders, pg.limit, func(o hourglass.Order) int64 { return o.ID })
-	out := OrderListJSON{Orders: make([]OrderJSON, 0, len(orders)), Next: next}
-	for _, o := range orders {
-		out.Orders = append(out.Orders, orderJSON(o.View(f.Now)))
-	}
-	return http.StatusOK, out, nil
+	out, err := page.finish(next)
+	return http.StatusOK, out, err
 }
 
 func (s *Server) payOrder(r *http.Request, body []byte) (int, any, error) {

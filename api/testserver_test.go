@@ -45,6 +45,8 @@ type testServer struct {
 type serverConfig struct {
 	// Token, when set, is required on every /v1 route.
 	Token string
+	// AllowedHosts is api.Config's.
+	AllowedHosts []string
 	// Observer, when set, records the API's requests.
 	Observer api.Observer
 	// MaxBodyMemory is api.Config's (0: its default).
@@ -110,7 +112,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		db.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	apiCfg := api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory, Timers: db}
+	apiCfg := api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, AllowedHosts: cfg.AllowedHosts, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory, Timers: db}
 	var hooks *webhook.Service
 	if cfg.WebhookAllow != "" {
 		allow, err := webhook.ParseAllowList(cfg.WebhookAllow)

@@ -14,10 +14,13 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-// Limits of GET /v1/timers.
+// Limits of GET /v1/timers (a page also ends at MaxPageBytes).
 const (
 	TimerLimitDefault = 50
 	MaxTimerLimit     = 1000
+	// timerBatch is how many timers a page reads from the store at once:
+	// MaxPageBytes of the largest payloads.
+	timerBatch = MaxPageBytes / hourglass.MaxTimerPayload
 )
 
 // timerRoutes returns the /v1/timers routes, or none when no TimerStore is
@@ -56,12 +59,6 @@ type TimerListJSON struct {
 // timerJSON renders t as hourglass.MarshalTimer does for timer.fired
 // events: one encoder, so the API's object and the event's cannot drift.
 func timerJSON(t hourglass.NamedTimer) json.RawMessage { return hourglass.MarshalTimer(t) }
-
-// timerList is TimerListJSON with the timers already rendered.
-type timerList struct {
-	Timers []json.RawMessage `json:"timers"`
-	Next   *string           `json:"next"`
-}
 
 type armTimerRequest struct {
 	FireAt    *string         `json:"fire_at"`
@@ -206,20 +203,20 @@ func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", q.Get("status"))
 		}
 	}
-	limit := f.Limit
-	f.Limit++ // one more, to know whether there is a next page
-	timers, err := s.cfg.Timers.Timers(r.Context(), f)
+	// A timer's payload may be MaxTimerPayload bytes: timerBatch at a
+	// time, a page of 1,000 is never all in memory, and a full page reads
+	// at most one batch past MaxPageBytes.
+	page := newPage(r, "timers")
+	next, err := fillPage(page, f.Limit, timerBatch, f.After,
+		func(after string, n int) ([]hourglass.NamedTimer, error) {
+			f.After, f.Limit = after, n
+			return s.cfg.Timers.Timers(r.Context(), f)
+		},
+		func(t hourglass.NamedTimer) any { return timerJSON(t) },
+		func(t hourglass.NamedTimer) string { return t.Key })
 	if err != nil {
 		return 0, nil, err
 	}
-	out := timerList{Timers: make([]json.RawMessage, 0, min(len(timers), limit))}
-	if len(timers) > limit {
-		timers = timers[:limit]
-		next := timers[limit-1].Key
-		out.Next = &next
-	}
-	for _, t := range timers {
-		out.Timers = append(out.Timers, timerJSON(t))
-	}
-	return http.StatusOK, out, nil
+	out, err := page.finish(next)
+	return http.StatusOK, out, err
 }

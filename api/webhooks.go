@@ -25,12 +25,16 @@ type WebhookService interface {
 	DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error)
 }
 
-// Limits of GET /v1/webhooks and GET /v1/deadletters.
+// Limits of GET /v1/webhooks and GET /v1/deadletters (a page also ends at
+// MaxPageBytes).
 const (
 	WebhookLimitDefault    = 100
 	MaxWebhookLimit        = 1000
 	DeadLetterLimitDefault = 100
 	MaxDeadLetterLimit     = 1000
+	// deadLetterBatch is how many dead letters a page reads from the store
+	// at once.
+	deadLetterBatch = 100
 )
 
 // webhookRoutes returns the /v1/webhooks and /v1/deadletters routes, or none
@@ -179,16 +183,18 @@ func (s *Server) listWebhooks(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ws, err := s.cfg.Webhooks.Webhooks(r.Context(), hourglass.WebhookFilter{After: pg.after, Limit: pg.limit + 1}) // one more, to know whether there is a next page
+	page := newPage(r, "webhooks")
+	next, err := fillPage(page, pg.limit, pg.limit, pg.after,
+		func(after int64, n int) ([]hourglass.Webhook, error) {
+			return s.cfg.Webhooks.Webhooks(r.Context(), hourglass.WebhookFilter{After: after, Limit: n})
+		},
+		func(w hourglass.Webhook) any { return webhookJSON(w) },
+		func(w hourglass.Webhook) int64 { return w.ID })
 	if err != nil {
 		return 0, nil, err
 	}
-	ws, next := trimPage(ws, pg.limit, func(w hourglass.Webhook) int64 { return w.ID })
-	out := WebhookListJSON{Webhooks: make([]WebhookJSON, 0, len(ws)), Next: next}
-	for _, w := range ws {
-		out.Webhooks = append(out.Webhooks, webhookJSON(w))
-	}
-	return http.StatusOK, out, nil
+	out, err := page.finish(next)
+	return http.StatusOK, out, err
 }
 
 func (s *Server) getWebhook(r *http.Request, _ []byte) (int, any, error) {
@@ -223,16 +229,20 @@ func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	dls, err := s.cfg.Webhooks.DeadLetters(r.Context(), pg.after, pg.limit+1) // one more, to know whether there is a next page
+	// A dead letter holds its receiver's error text (up to tens of KiB):
+	// fetched deadLetterBatch at a time, like timers.
+	page := newPage(r, "deadletters")
+	next, err := fillPage(page, pg.limit, deadLetterBatch, pg.after,
+		func(after int64, n int) ([]hourglass.DeadLetter, error) {
+			return s.cfg.Webhooks.DeadLetters(r.Context(), after, n)
+		},
+		func(d hourglass.DeadLetter) any { return deadLetterJSON(d) },
+		func(d hourglass.DeadLetter) int64 { return d.ID })
 	if err != nil {
 		return 0, nil, err
 	}
-	dls, next := trimPage(dls, pg.limit, func(d hourglass.DeadLetter) int64 { return d.ID })
-	out := DeadLetterListJSON{DeadLetters: make([]DeadLetterJSON, 0, len(dls)), Next: next}
-	for _, d := range dls {
-		out.DeadLetters = append(out.DeadLetters, deadLetterJSON(d))
-	}
-	return http.StatusOK, out, nil
+	out, err := page.finish(next)
+	return http.StatusOK, out, err
 }
 
 func (s *Server) retryDeadLetter(r *http.Request, body []byte) (int, any, error) {

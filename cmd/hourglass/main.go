@@ -62,6 +62,7 @@ type serveCmd struct {
 	Addr           string `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
 	databaseFlags  `embed:""`
 	APIToken       string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>'." env:"HOURGLASS_API_TOKEN"`
+	AllowedHosts   []string      `help:"Without --api-token, the host names (comma-separated, no port) a /v1 request's Host header may name besides IP addresses and localhost; others get 403 (DNS rebinding)." env:"HOURGLASS_ALLOWED_HOSTS" sep:","`
 	Window         time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
 	LoadInterval   time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
 	SweepInterval  time.Duration `help:"How often the compensation sweeper scans for missed deadlines." default:"1s" env:"HOURGLASS_SWEEP_INTERVAL"`
@@ -202,17 +203,18 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	srv, err := api.NewServer(api.Config{
-		Store:     db,
-		Scheduler: eng,
-		Clock:     clock,
-		Logger:    log,
-		Token:     s.APIToken,
-		Observer:  alerts.apiObserver(m),
-		Metrics:   m.Handler(),
-		Dashboard: alerts.dashboard,
-		Webhooks:  webhooks,
-		Cluster:   self.view,
-		Timers:    timers,
+		Store:        db,
+		Scheduler:    eng,
+		Clock:        clock,
+		Logger:       log,
+		Token:        s.APIToken,
+		AllowedHosts: s.AllowedHosts,
+		Observer:     alerts.apiObserver(m),
+		Metrics:      m.Handler(),
+		Dashboard:    alerts.dashboard,
+		Webhooks:     webhooks,
+		Cluster:      self.view,
+		Timers:       timers,
 	})
 	if err != nil {
 		return err
@@ -225,6 +227,9 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another process using it? set --addr)", s.Addr, err)
+	}
+	if s.APIToken == "" && !loopback(ln.Addr()) {
+		log.Warn("hourglass: listening on a non-loopback address without --api-token: anyone who can reach it can read and change orders (browsers are held off by the origin and Host checks, other clients are not); set --api-token", "addr", ln.Addr().String())
 	}
 	ln = api.LimitConnections(ln, maxConns)
 	httpSrv := newHTTPServer(srv.Handler(), log)
@@ -282,6 +287,13 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		log.Info("hourglass: stopped")
 	}
 	return runErr
+}
+
+// loopback reports whether addr, a listener's address, accepts only
+// connections from this machine (127.0.0.0/8, ::1); 0.0.0.0 and :: do not.
+func loopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // waitUntil runs wait and reports whether it returned before ctx ended.
