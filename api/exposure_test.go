@@ -351,3 +351,40 @@ func TestAllowedHostsAreChecked(t *testing.T) {
 		t.Errorf("valid AllowedHosts: %v", err)
 	}
 }
+
+// TestSlowSmallBodyIsCut: a trickled body small enough for the server to
+// discard the rest of before answering is cut as promptly as a large one.
+func TestSlowSmallBodyIsCut(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverConfig{})
+	addr := strings.TrimPrefix(s.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "PUT /v1/products/small HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", addr)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer after %s: %v", time.Since(start), err)
+	}
+	if took := time.Since(start); resp.StatusCode != http.StatusRequestTimeout || took > api.BodyGrace+2*time.Second {
+		t.Errorf("slow small body: %d after %s, want 408 after about %s", resp.StatusCode, took, api.BodyGrace)
+	}
+}

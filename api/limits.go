@@ -179,9 +179,11 @@ func (p *bodyPacer) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// done lifts the deadline once the body is read: the handler's work after
-// it is not the client's to pace, and a deadline passing then would cancel
-// the request's context (the server's background read fails).
+// done lifts the deadline once the body is read whole: the handler's work
+// after it is not the client's to pace, and a deadline passing then would
+// cancel the request's context (the server's background read fails). A body
+// cut short keeps its deadline: nothing more is to be read from it, and the
+// connection is closed after the answer.
 func (p *bodyPacer) done() {
 	if !p.noDL {
 		p.rc.SetReadDeadline(time.Time{})
@@ -269,7 +271,6 @@ func readBody(w http.ResponseWriter, r *http.Request, h *hold) ([]byte, error) {
 		limit = int(r.ContentLength)
 	}
 	pacer := newBodyPacer(w, r.Body)
-	defer pacer.done()
 	buf := heldBuffer{h: h}
 	for len(buf.b) < limit {
 		if len(buf.b) == buf.held {
@@ -298,5 +299,6 @@ func readBody(w http.ResponseWriter, r *http.Request, h *hold) ([]byte, error) {
 	if r.ContentLength >= 0 && len(buf.b) < limit {
 		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "reading request body: %s", io.ErrUnexpectedEOF)
 	}
+	pacer.done()
 	return buf.b, nil
 }
