@@ -1,6 +1,9 @@
 package hourglass
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // OrderViewer is an optional ability of a Store: reading an order as a
 // reader must see it by the clock that decides its pay. A caller holding
@@ -18,4 +21,8 @@ type OrderViewer interface {
 	// accepted. Errors: ErrNotFound, unavailable. Safe for concurrent use;
 	// it writes nothing.
 	ViewOrder(ctx context.Context, id int64) (Order, error)
+	// Now returns the store's now, the clock ViewOrder and PayOrder take,
+	// for a list's OrderFilter.Now. Errors: unavailable. Safe for
+	// concurrent use.
+	Now(ctx context.Context) (time.Time, error)
 }

@@ -28,8 +28,8 @@ func (nopScheduler) Healthy() error           { return nil }
 // TestReadAfterDeadlineShowsClosed: on every store, wired as cmd/hourglass
 // wires it (a shared store's API clock is the node's clock corrected by the
 // membership, which errs late), a GET of an unpaid order 1 ms after its
-// deadline shows closed, as a pay at that instant is refused: 300 orders
-// each. The database runs on this machine, so its clock is this process's
+// deadline shows closed, as a pay at that instant is refused, and so does
+// GET /v1/orders: 300 orders each. The database runs on this machine, so its clock is this process's
 // (in whole milliseconds). Before reads took the store's clock, MariaDB
 // showed pending_payment: the corrected clock is a lower bound of the
 // database's.
@@ -85,7 +85,7 @@ func TestReadAfterDeadlineShowsClosed(t *testing.T) {
 			var wg sync.WaitGroup
 			for range workers {
 				wg.Go(func() {
-					for range each {
+					for i := range each {
 						o, _, err := c.CreateOrder(ctx, api.CreateOrderRequest{UserID: "u", Items: []api.ItemJSON{{SKU: "S", Quantity: 1}}, TimeoutMs: 1000}, "")
 						if err != nil {
 							t.Error(err)
@@ -97,23 +97,38 @@ func TestReadAfterDeadlineShowsClosed(t *testing.T) {
 							return
 						}
 						time.Sleep(time.Until(deadline.Add(time.Millisecond)))
-						sent := time.Now()
-						got, err := c.Order(ctx, o.ID)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if got.Status != string(hourglass.StateClosed) {
-							mu.Lock()
-							open = append(open, got.Status+" at deadline+"+sent.Sub(deadline).String())
-							mu.Unlock()
+						// GET the order, and list from it (every other
+						// order the list goes first).
+						for j := range 2 {
+							sent := time.Now()
+							var got api.OrderJSON
+							if (i+j)%2 == 0 {
+								got, err = c.Order(ctx, o.ID)
+							} else {
+								var l api.OrderListJSON
+								if l, err = c.ListOrders(ctx, "", 1, o.ID-1); err == nil && (len(l.Orders) != 1 || l.Orders[0].ID != o.ID) {
+									t.Errorf("list after %d: %+v, want order %d", o.ID-1, l.Orders, o.ID)
+									return
+								} else if err == nil {
+									got = l.Orders[0]
+								}
+							}
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if got.Status != string(hourglass.StateClosed) {
+								mu.Lock()
+								open = append(open, got.Status+" at deadline+"+sent.Sub(deadline).String())
+								mu.Unlock()
+							}
 						}
 					}
 				})
 			}
 			wg.Wait()
 			if len(open) > 0 {
-				t.Errorf("%d of %d orders read 1ms or more after their deadline were not closed: %v", len(open), workers*each, open[:min(len(open), 5)])
+				t.Errorf("%d of %d reads (a GET and a list each of %d orders) 1ms or more after the deadline showed an order not closed: %v", len(open), 2*workers*each, workers*each, open[:min(len(open), 5)])
 			}
 		})
 	}

@@ -529,6 +529,11 @@ func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 		return 0, nil, err
 	}
 	f := hourglass.OrderFilter{Now: s.clock.Now()}
+	if v, ok := s.cfg.Store.(hourglass.OrderViewer); ok { // the clock that decides pays
+		if f.Now, err = v.Now(r.Context()); err != nil {
+			return 0, nil, err
+		}
+	}
 	if v := q.Get("status"); v != "" {
 		st, err := hourglass.ParseState(v)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hourglass/hourglass"
 )
@@ -26,6 +27,16 @@ func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error
 		return o, fail(fmt.Sprintf("view order %d", id), err)
 	}
 	return o.View(hourglass.FromUnixMilli(nowMs)), nil
+}
+
+// Now implements hourglass.OrderViewer: the server's now (nowExpr), as the
+// writers read it. Errors: unavailable.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	ms, err := s.now(ctx, s.db)
+	if err != nil {
+		return time.Time{}, fail("read now", err)
+	}
+	return hourglass.FromUnixMilli(ms), nil
 }
 
 // withNow scans orderColumns followed by one more column, now.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/jackc/pgx/v5"
@@ -27,4 +28,14 @@ func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error
 		return o, s.fail("view order", err)
 	}
 	return o.View(hourglass.FromUnixMilli(nowMs)), nil
+}
+
+// Now implements hourglass.OrderViewer: the database's now (or the test
+// clock), as the writer reads it. Errors: unavailable.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var ms int64
+	if err := s.pool.QueryRow(ctx, nowSQL, s.nowArg()).Scan(&ms); err != nil {
+		return time.Time{}, s.fail("read now", err)
+	}
+	return hourglass.FromUnixMilli(ms), nil
 }

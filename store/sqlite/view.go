@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"time"
 
 	"github.com/hourglass/hourglass"
 )
@@ -18,3 +19,7 @@ func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error
 	}
 	return o.View(s.clock.Now()), nil
 }
+
+// Now implements hourglass.OrderViewer: the store's clock. It does not
+// fail.
+func (s *Store) Now(context.Context) (time.Time, error) { return s.clock.Now(), nil }
