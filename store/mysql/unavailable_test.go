@@ -50,8 +50,11 @@ func TestUnavailableMessage(t *testing.T) {
 			}
 		}
 	}
-	if log := logs.String(); !strings.Contains(log, fw.addr) || !strings.Contains(log, "level=WARN") {
-		t.Errorf("no WARN line names the driver's error (%s); logs:\n%s", fw.addr, log)
+	// The driver's text depends on where the cut met the connection (a
+	// dial refused names the address, a pooled connection reads EOF); the
+	// writer's WARN line has it, whichever it is.
+	if log := logs.String(); !strings.Contains(log, `level=WARN msg="mysql: order write: the database connection was lost; the write may or may not have committed" err=`) {
+		t.Errorf("no WARN line with the write's driver error; logs:\n%s", log)
 	}
 }
 

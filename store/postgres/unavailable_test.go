@@ -18,8 +18,8 @@ import (
 
 // TestUnavailableMessage: once the database's address refuses connections,
 // a read and a write fail with unavailable and the one message of every
-// store, never the driver's text (which names the address and the user);
-// a WARN line has it.
+// store, never the driver's text (which may name the address and the
+// user); a WARN line has it.
 func TestUnavailableMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -50,8 +50,11 @@ func TestUnavailableMessage(t *testing.T) {
 			}
 		}
 	}
-	if log := logs.String(); !strings.Contains(log, proxy.Addr()) || !strings.Contains(log, "level=WARN") {
-		t.Errorf("no WARN line names the driver's error (%s); logs:\n%s", proxy.Addr(), log)
+	// The driver's text depends on where the cut met the connection (a
+	// dial refused names the address, a pooled connection reads EOF); the
+	// WARN line has it, whichever it is.
+	if log := logs.String(); !strings.Contains(log, `level=WARN msg="postgres: database unavailable" op="write orders" err=`) {
+		t.Errorf("no WARN line with the write's driver error; logs:\n%s", log)
 	}
 }
 
