@@ -218,16 +218,21 @@ type Store struct {
 var _ hourglass.Database = (*Store)(nil)
 
 // Open connects to cfg.URL, checks the server (MySQL 8.0+ or MariaDB 10.6+),
-// applies the pending migrations (once, under a lock every process takes)
-// and starts the writers. Start-up errors are one line saying what to fix
-// (the URL, the host and port, the login, the database, a GRANT, the
-// server's version), without the password. Close must be called.
+// applies the pending migrations (once, under a lock every process takes),
+// checks that the user may write every table and starts the writers.
+// Start-up errors are one line saying what to fix (the URL, the host and
+// port, the login, the database, a GRANT, the server's version), without
+// the password. Close must be called.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	db, srv, err := connect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := migrateDB(ctx, db, cfg); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := checkPrivileges(ctx, db, cfg); err != nil {
 		db.Close()
 		return nil, err
 	}
