@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,5 +73,53 @@ func TestOwnedPartitionsOnly(t *testing.T) {
 	e.created(nil)
 	if got, want := e.parts.TakeGained(), own.Owned(); !slices.Equal(got, want) {
 		t.Fatalf("after a reload request the partitions to load are %v, want the owned %v", got, want)
+	}
+}
+
+// partitionedScheduler records what the engine tells a hourglass.Partitioned
+// scheduler.
+type partitionedScheduler struct {
+	mu    sync.Mutex
+	owned []hourglass.Parts
+}
+
+func (s *partitionedScheduler) Info() hourglass.SchedulerInfo {
+	return hourglass.SchedulerInfo{Name: "partitioned", Feed: hourglass.FeedWindow}
+}
+func (s *partitionedScheduler) Schedule(context.Context, []hourglass.Timer) error { return nil }
+func (s *partitionedScheduler) Run(ctx context.Context, _ hourglass.Deliver) error {
+	<-ctx.Done()
+	return nil
+}
+func (s *partitionedScheduler) Close() error { return nil }
+func (s *partitionedScheduler) Own(parts hourglass.Parts) {
+	s.mu.Lock()
+	s.owned = append(s.owned, parts)
+	s.mu.Unlock()
+}
+
+// TestPartitionedSchedulerFollowsOwnership: a scheduler shared by the nodes
+// (hourglass.Partitioned) is told the partitions owned when the engine is
+// made and again after each move, so that it consumes only those; without
+// an Ownership it is told nothing (it consumes every partition).
+func TestPartitionedSchedulerFollowsOwnership(t *testing.T) {
+	t.Parallel()
+	f := setup(t, hourglasstest.NewClock(hourglasstest.Epoch))
+	s := &partitionedScheduler{}
+	own := hourglasstest.NewOwnership(1, 2)
+	f.engine(t, Config{Scheduler: s, Ownership: own})
+	own.Move([]int{3}, []int{1})
+	s.mu.Lock()
+	got := slices.Clone(s.owned)
+	s.mu.Unlock()
+	want := []hourglass.Parts{{1, 2}, {2, 3}}
+	if !slices.EqualFunc(got, want, func(a, b hourglass.Parts) bool { return slices.Equal(a, b) }) {
+		t.Fatalf("Own calls %v, want %v", got, want)
+	}
+
+	alone := &partitionedScheduler{}
+	f.engine(t, Config{Scheduler: alone})
+	if len(alone.owned) != 0 {
+		t.Fatalf("without an Ownership: Own calls %v, want none", alone.owned)
 	}
 }
