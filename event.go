@@ -221,15 +221,19 @@ type WebhookParams struct {
 // Validate checks the form of p: an absolute http(s) URL with a host and
 // without credentials or fragment, at most MaxWebhookURL bytes; 1 or more
 // event types, each known or EventTypeAll, none twice; a secret of
-// MinWebhookSecret..MaxWebhookSecret bytes. Whether the host may be called
-// is the delivery engine's allow-list's business, not checked here. Errors
-// are invalid_argument *Error values naming the field.
+// MinWebhookSecret..MaxWebhookSecret bytes; the URL and secret text
+// (CheckText). Whether the host may be called is the delivery engine's
+// allow-list's business, not checked here. Errors are invalid_argument
+// *Error values naming the field.
 func (p WebhookParams) Validate() error {
 	if p.URL == "" {
 		return Errorf(CodeInvalidArgument, "url: required")
 	}
 	if len(p.URL) > MaxWebhookURL {
 		return Errorf(CodeInvalidArgument, "url: at most %d bytes, got %d", MaxWebhookURL, len(p.URL))
+	}
+	if err := CheckText("url", p.URL); err != nil {
+		return err
 	}
 	u, err := url.Parse(p.URL)
 	if err != nil {
@@ -265,6 +269,9 @@ func (p WebhookParams) Validate() error {
 	}
 	if n := len(p.Secret); n < MinWebhookSecret || n > MaxWebhookSecret {
 		return Errorf(CodeInvalidArgument, "secret: must be %d to %d bytes, got %d", MinWebhookSecret, MaxWebhookSecret, n)
+	}
+	if err := CheckText("secret", p.Secret); err != nil {
+		return err
 	}
 	return nil
 }

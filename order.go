@@ -74,7 +74,8 @@ func ValidateItems(items []Item) error {
 	return nil
 }
 
-// ValidateUserID checks a user id: 1..MaxUserIDLength bytes.
+// ValidateUserID checks a user id: 1..MaxUserIDLength bytes of text
+// (CheckText).
 func ValidateUserID(id string) error {
 	if id == "" {
 		return Errorf(CodeInvalidArgument, "user_id: required")
@@ -82,10 +83,10 @@ func ValidateUserID(id string) error {
 	if len(id) > MaxUserIDLength {
 		return Errorf(CodeInvalidArgument, "user_id: at most %d bytes, got %d", MaxUserIDLength, len(id))
 	}
-	return nil
+	return CheckText("user_id", id)
 }
 
-// ValidatePaymentID checks a payment id: 1..128 bytes.
+// ValidatePaymentID checks a payment id: 1..128 bytes of text (CheckText).
 func ValidatePaymentID(id string) error {
 	if id == "" {
 		return Errorf(CodeInvalidArgument, "payment_id: required")
@@ -93,7 +94,7 @@ func ValidatePaymentID(id string) error {
 	if len(id) > 128 {
 		return Errorf(CodeInvalidArgument, "payment_id: at most 128 bytes, got %d", len(id))
 	}
-	return nil
+	return CheckText("payment_id", id)
 }
 
 // Timer is a pending order's deadline, as the engine schedules it.

@@ -56,6 +56,9 @@ func (p Policy) Validate() error {
 		if c == "" || len(c) > 64 {
 			return Errorf(CodeInvalidArgument, "categories: name %q must be 1 to 64 bytes", c)
 		}
+		if err := CheckText("categories: a name", c); err != nil {
+			return err
+		}
 		if err := ValidateTimeout("categories."+c, d); err != nil {
 			return err
 		}

@@ -30,7 +30,8 @@ func ValidateSKU(sku string) error {
 	return nil
 }
 
-// ValidateProduct checks a product as the products API sets it.
+// ValidateProduct checks a product as the products API sets it; its name
+// and category must be text (CheckText).
 func ValidateProduct(p Product) error {
 	if err := ValidateSKU(p.SKU); err != nil {
 		return err
@@ -40,6 +41,12 @@ func ValidateProduct(p Product) error {
 	}
 	if len(p.Category) > 64 {
 		return Errorf(CodeInvalidArgument, "category: at most 64 bytes, got %d", len(p.Category))
+	}
+	if err := CheckText("name", p.Name); err != nil {
+		return err
+	}
+	if err := CheckText("category", p.Category); err != nil {
+		return err
 	}
 	if p.Available < 0 {
 		return Errorf(CodeInvalidArgument, "available: must be >= 0, got %d", p.Available)

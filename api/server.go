@@ -483,6 +483,9 @@ func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
 		if key == "" || len(key) > 255 {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "Idempotency-Key header: must be 1 to 255 characters, got %d", len(key))
 		}
+		if err := hourglass.CheckText("Idempotency-Key header", key); err != nil {
+			return 0, nil, err
+		}
 		p.IdempotencyKey = key
 	}
 	o, created, err := s.cfg.Store.CreateOrder(r.Context(), p)
