@@ -2,8 +2,10 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -132,9 +134,66 @@ func DecodeArmTimer(key string, body []byte) (hourglass.ArmTimerParams, error) {
 	return p, nil
 }
 
+// checkFireAt refuses a fire_at more than hourglass.MaxTimerDelay after
+// now, as delay_ms is refused beyond it: a timer is for the coming year, not
+// for year 9999. Errors: invalid_argument.
+func checkFireAt(fireAt, now time.Time) error {
+	if latest := now.Add(hourglass.MaxTimerDelay); fireAt.After(latest) {
+		return hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: must be at most %d days ahead (%s now), got %s",
+			hourglass.MaxTimerDelay/(24*time.Hour), latest.UTC().Format(TimeFormat), fireAt.UTC().Format(TimeFormat))
+	}
+	return nil
+}
+
+// webhookLookup finds one webhook: the WebhookService has it, and so has a
+// store that keeps webhooks besides timers (hourglass.WebhookStore).
+type webhookLookup interface {
+	Webhook(ctx context.Context, id int64) (hourglass.Webhook, error)
+}
+
+// checkTimerWebhook refuses a timer's webhook_id that does not name a
+// webhook subscribed to timer.fired (or "*"): otherwise any client could
+// have arbitrary JSON signed with that webhook's secret and sent to a
+// receiver that never asked for timers. Webhooks cannot be changed, only
+// deleted, and the store refuses an id that names none when it arms, so a
+// check before the arm is enough. Errors: invalid_argument, or the
+// lookup's (unavailable).
+func (s *Server) checkTimerWebhook(ctx context.Context, id int64) error {
+	if id == 0 {
+		return nil
+	}
+	var lookup webhookLookup
+	if s.cfg.Webhooks != nil {
+		lookup = s.cfg.Webhooks
+	} else if l, ok := s.cfg.Timers.(webhookLookup); ok {
+		lookup = l
+	}
+	if lookup == nil {
+		return nil // the store refuses an id that names no webhook
+	}
+	w, err := lookup.Webhook(ctx, id)
+	if errors.Is(err, hourglass.ErrNotFound) {
+		return hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", id)
+	}
+	if err != nil {
+		return err
+	}
+	if !w.Subscribes(hourglass.EventTimerFired) {
+		return hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d is not subscribed to %s (its events: %v); create one subscribed to %q or \"*\"",
+			id, hourglass.EventTimerFired, w.Events, hourglass.EventTimerFired)
+	}
+	return nil
+}
+
 func (s *Server) armTimer(r *http.Request, body []byte) (int, any, error) {
 	p, err := DecodeArmTimer(r.PathValue("key"), body)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkFireAt(p.FireAt, s.clock.Now()); err != nil {
+		return 0, nil, err
+	}
+	if err := s.checkTimerWebhook(r.Context(), p.WebhookID); err != nil {
 		return 0, nil, err
 	}
 	t, created, err := s.cfg.Timers.ArmTimer(r.Context(), p)

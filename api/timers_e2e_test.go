@@ -176,10 +176,11 @@ func TestTimersEndToEnd(t *testing.T) {
 			// armed without a webhook_id.
 			every := newTimerReceiver(t)
 			s.createWebhook(t, every.URL+"/every", "timer.fired")
-			// only is subscribed to another event: it gets the timers
-			// that name it.
+			// only is subscribed to timer.fired too (a webhook_id must name
+			// one that is): it gets the timers that name it, which every
+			// does not, besides those that name none.
 			only := newTimerReceiver(t)
-			onlyHook := s.createWebhook(t, only.URL+"/only", "order.paid")
+			onlyHook := s.createWebhook(t, only.URL+"/only", "timer.fired")
 
 			// wantEvery counts the events each key must deliver to every.
 			// A scenario that must see nothing happen until a time (no
@@ -392,8 +393,8 @@ func TestTimersEndToEnd(t *testing.T) {
 					events[d.event.ID]++
 					if rc == every {
 						wantEvery[d.timer.Key]--
-					} else if d.timer.Key != "targeted" {
-						t.Errorf("webhook %s got timer %s, which did not name it", name, d.timer.Key)
+					} else if d.timer.WebhookID != nil && *d.timer.WebhookID != onlyHook.ID {
+						t.Errorf("webhook %s got timer %s, which named webhook %d", name, d.timer.Key, *d.timer.WebhookID)
 					}
 				}
 				for id, n := range events {
