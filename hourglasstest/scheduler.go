@@ -205,7 +205,7 @@ func exerciseOwners(t *testing.T, h SchedulerHarness) {
 	a, b := h.New(t, ns), h.New(t, ns)
 	pa, ok := a.(hourglass.Partitioned)
 	if !ok {
-		t.Skipf("%s is not shared by the nodes (not hourglass.Partitioned): each node's engine feeds it its own partitions", a.Info().Name)
+		t.Skipf("%s is not hourglass.Partitioned: a mechanism in this process is fed only its own partitions by the engine; a broker shared by the nodes must be Partitioned", a.Info().Name)
 	}
 	pb := b.(hourglass.Partitioned)
 	var even, odd, move, keep hourglass.Parts
