@@ -30,7 +30,7 @@ type clusterSetup struct {
 // every partition is owned and every node owns some. It skips under
 // -short, and when the server is absent (fails under CI=true). On failure
 // the nodes' logs are written to the test log.
-func setupCluster(t *testing.T, kind string, n int, ttl time.Duration) clusterSetup {
+func setupCluster(t *testing.T, kind string, n int, ttl time.Duration, args ...string) clusterSetup {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a cluster of the built binary; skipped with -short")
@@ -44,24 +44,25 @@ func setupCluster(t *testing.T, kind string, n int, ttl time.Duration) clusterSe
 	default:
 		t.Fatalf("setupCluster: %s is not a shared store", kind)
 	}
-	return startCluster(t, []string{dbURL}, n, ttl)
+	return startCluster(t, []string{dbURL}, n, ttl, args...)
 }
 
 // setupGaleraCluster is setupCluster on a new database of the 3-node
 // Galera cluster (galeratest), node i of hourglass on Galera node i % 3.
 // It skips when the Galera cluster is unreachable (fails under
 // HOURGLASS_TEST_GALERA=1 or CI=true).
-func setupGaleraCluster(t *testing.T, n int, ttl time.Duration) clusterSetup {
+func setupGaleraCluster(t *testing.T, n int, ttl time.Duration, args ...string) clusterSetup {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a cluster of the built binary; skipped with -short")
 	}
-	return startCluster(t, galeratest.NewDatabase(t), n, ttl)
+	return startCluster(t, galeratest.NewDatabase(t), n, ttl, args...)
 }
 
 // startCluster starts n nodes, node i on dbURLs[i % len], and waits until
-// they are balanced; the verdict reads dbURLs[0].
-func startCluster(t *testing.T, dbURLs []string, n int, ttl time.Duration) clusterSetup {
+// they are balanced; the verdict reads dbURLs[0]. args are more serve flags
+// for every node.
+func startCluster(t *testing.T, dbURLs []string, n int, ttl time.Duration, args ...string) clusterSetup {
 	t.Helper()
 	dbURL := dbURLs[0]
 	dir := t.TempDir()
@@ -69,6 +70,7 @@ func startCluster(t *testing.T, dbURLs []string, n int, ttl time.Duration) clust
 		Binary:       buildBinary(t, dir),
 		DatabaseURLs: dbURLs,
 		LeaseTTL:     ttl,
+		Args:         args,
 		LogDir:       t.TempDir(),
 		Logf:         t.Logf,
 	}, n)

@@ -143,6 +143,9 @@ type Verdict struct {
 	TimersFiredAtBoth                                    int
 	Fires                                                []Fire // every fired timer of the load, in arming order
 	TimerLatenessP50, TimerLatenessP99, TimerLatenessMax time.Duration
+	// Events holds the events of every order and timer, by id, as the
+	// database had them when judged.
+	Events map[int64][]hourglass.EventRecord
 
 	timers bool // the load armed timers: report them
 }
@@ -266,6 +269,7 @@ func Judge(ctx context.Context, cfg JudgeConfig) (*Verdict, error) {
 	if err != nil {
 		return nil, err
 	}
+	v.Events = events
 	if v.timers {
 		judgeTimers(cfg.Ledger.Timers, timers, events, cfg.LateBound, v)
 	}

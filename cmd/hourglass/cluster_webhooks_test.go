@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/hourglasstest/nodes"
+)
+
+// TestClusterWebhooks: three nodes on one database take creates, pays and
+// timer arms round-robin, with a webhook subscribed to "*"; one node is
+// SIGKILLed and restarted, another SIGTERMed and left down. Every
+// order.closed and timer.fired event reaches the receiver, its first
+// attempt within --lease-ttl + 2 s of its commit, whichever node wrote it
+// and whoever owned its partition. (Before deferred fan-outs were made due
+// when fanned out, hundreds of them stayed pending with nobody working
+// them.)
+func TestClusterWebhooks(t *testing.T) {
+	for _, kind := range sharedStores {
+		t.Run(kind, func(t *testing.T) {
+			const ttl = 2 * time.Second
+			rc := newClusterReceiver(t)
+			testClusterWebhooks(t, setupCluster(t, kind, 3, ttl, rc.args()...), rc, ttl)
+		})
+	}
+}
+
+// TestClusterWebhooksGalera is TestClusterWebhooks on the 3-node Galera
+// cluster, each hourglass node on its own Galera node.
+func TestClusterWebhooksGalera(t *testing.T) {
+	const ttl = 2 * time.Second
+	rc := newClusterReceiver(t)
+	testClusterWebhooks(t, setupGaleraCluster(t, 3, ttl, rc.args()...), rc, ttl)
+}
+
+// clusterReceiver records the first arrival of each event id.
+type clusterReceiver struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	first map[string]time.Time
+}
+
+func newClusterReceiver(t *testing.T) *clusterReceiver {
+	rc := &clusterReceiver{first: map[string]time.Time{}}
+	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		raw, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		var ev api.EventJSON
+		if err := json.Unmarshal(raw, &ev); err != nil || ev.ID == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		rc.mu.Lock()
+		if _, ok := rc.first[ev.ID]; !ok {
+			rc.first[ev.ID] = at
+		}
+		rc.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rc.srv.Close)
+	return rc
+}
+
+func (rc *clusterReceiver) args() []string {
+	return []string{"--webhook-allow", "127.0.0.1", "--webhook-jitter", "0"}
+}
+
+func (rc *clusterReceiver) arrival(id string) (time.Time, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	at, ok := rc.first[id]
+	return at, ok
+}
+
+func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl time.Duration) {
+	ctx := t.Context()
+	c := s.cluster
+	client := api.NewClient(c.Node(0).URL(), "", &http.Client{Timeout: 10 * time.Second})
+	if _, err := client.CreateWebhook(ctx, api.CreateWebhookRequest{URL: rc.srv.URL + "/hook", Events: []string{"*"}, Secret: "cluster-webhooks-secret"}); err != nil {
+		t.Fatal(err)
+	}
+	load, err := c.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: time.Second, TimeoutMax: 3 * time.Second, TimerRate: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer load.Stop()
+	time.Sleep(3 * time.Second)
+
+	churn := func(what string, victim *nodes.Node, stop func() error) {
+		v, _, err := c.View(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, parts := victim.ID(), v.Owned(victim.ID())
+		at := time.Now()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		took, _, err := c.WaitTakenOver(ctx, at, id, parts, ttl+5*time.Second)
+		if err != nil {
+			t.Fatalf("%s of %s: its %d partitions were not taken over: %v", what, id, len(parts), err)
+		}
+		t.Logf("%s of %s: its %d partitions taken over after %s", what, id, len(parts), took.Round(time.Millisecond))
+	}
+	churn("SIGKILL", c.Node(1), c.Node(1).Kill)
+	time.Sleep(time.Second)
+	if err := c.Node(1).Restart(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	churn("SIGTERM", c.Node(2), c.Node(2).Term)
+	time.Sleep(3 * time.Second)
+	ledger := load.Stop()
+	verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
+
+	// Every order.closed and timer.fired the database holds.
+	type written struct {
+		id  string
+		typ hourglass.EventType
+		at  time.Time
+	}
+	var want []written
+	for _, evs := range verdict.Events {
+		for _, e := range evs {
+			if e.Type == hourglass.EventOrderClosed || e.Type == hourglass.EventTimerFired {
+				want = append(want, written{e.ID, e.Type, e.CreatedAt})
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no order.closed or timer.fired event was written: the test's load did nothing")
+	}
+	bound := ttl + 2*time.Second
+	// The last events were committed before judge returned; give their
+	// deliveries the bound, then some, before calling them missing.
+	for deadline := time.Now().Add(bound + 10*time.Second); ; time.Sleep(100 * time.Millisecond) {
+		missing := 0
+		for _, w := range want {
+			if _, ok := rc.arrival(w.id); !ok {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	var missing []string
+	var lags []time.Duration
+	late := 0
+	for _, w := range want {
+		at, ok := rc.arrival(w.id)
+		if !ok {
+			missing = append(missing, string(w.typ)+" "+w.id)
+			continue
+		}
+		lag := at.Sub(w.at)
+		lags = append(lags, lag)
+		if lag > bound {
+			late++
+			if late <= 10 {
+				t.Errorf("%s %s reached the receiver %s after its commit; bound %s", w.typ, w.id, lag.Round(time.Millisecond), bound)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d of %d order.closed and timer.fired events never reached the receiver, e.g. %v", len(missing), len(want), missing[:min(len(missing), 10)])
+	}
+	if late > 0 {
+		t.Errorf("%d of %d events arrived later than %s after their commit", late, len(want), bound)
+	}
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		t.Logf("%d order.closed and timer.fired events: commit to first arrival p50 %s, p99 %s, max %s", len(lags),
+			lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)*99/100].Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+	}
+}
