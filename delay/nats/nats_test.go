@@ -207,18 +207,19 @@ func TestUnpartitionedTimersMoved(t *testing.T) {
 	t.Parallel()
 	url := serverURL(t)
 	ns := hourglasstest.Namespace(t)
-	s := open(t, url, ns, nats.Config{})
-	s.Own(hourglass.Parts{hourglass.PartitionOf(7)})
 	nc, err := natsgo.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	// The stream of an earlier version, as it declared it.
+	// The stream of an earlier version, as it declared it, there before
+	// this version opens the namespace.
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: ns + "-timers", Subjects: []string{ns + ".timers.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
+	s := open(t, url, ns, nats.Config{})
+	s.Own(hourglass.Parts{hourglass.PartitionOf(7)})
 	tm := hourglass.Timer{OrderID: 7, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
 	body := fmt.Sprintf(`{"order_id":7,"deadline_ms":%d}`, hourglass.UnixMilli(tm.Deadline))
 	if _, err := js.Publish(context.Background(), ns+".timers.due", []byte(body), jetstream.WithMsgID(fmt.Sprintf("7@%d", hourglass.UnixMilli(tm.Deadline)))); err != nil {
