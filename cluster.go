@@ -60,6 +60,17 @@ type Node struct {
 	Addr      string // the address its API listens on, as it was told
 	StartedAt time.Time
 	LastSeen  time.Time
+	// ClockOffset is the offset of the node's database server's clock from
+	// the node's own (positive: the database's is ahead), as the node
+	// measured it and its heartbeat published it; OffsetKnown is false
+	// until it has (its first heartbeat, or a node of an older version).
+	ClockOffset time.Duration
+	OffsetKnown bool
+	// DBNode names the database server the node's heartbeat reached
+	// ("host:port" on MySQL, which may be one Galera node of several), ""
+	// where the database is one server (PostgreSQL). Offsets measured
+	// through different servers compare their clocks (cluster.ClockSkewOf).
+	DBNode string
 }
 
 // ClusterState is a snapshot of the cluster table: the database's now,

@@ -1,12 +1,13 @@
 // Package alert evaluates hourglass's built-in alert rules — close backlog,
-// close lateness p99, close failure rate, stock-release failures per minute
-// and dead letters — on a fixed interval, and reports each change of state
+// close lateness p99, close failure rate, stock-release failures per minute,
+// dead letters and database clock skew — on a fixed interval, and reports each change of state
 // (firing, resolved) to the log, to an Observer (the
 // hourglass_alerts_firing metric) and, once per change, to an alert webhook.
 //
 // The rules read the store's (status, deadline) index (backlog), a Recorder
 // of the last minutes of close-path activity (lateness, failures), and the
-// webhook service (dead letters). deploy/prometheus/alerts.yml states the
+// webhook service (dead letters) and the cluster's membership (the skew
+// between database servers' clocks). deploy/prometheus/alerts.yml states the
 // same rules in PromQL for users who run Prometheus.
 package alert
 
@@ -40,6 +41,9 @@ const (
 	// RuleDeadLettersNearMax: the dead-letter list at DeadLettersNearMaxFraction
 	// of its maximum, past which the oldest are dropped for good.
 	RuleDeadLettersNearMax = "dead_letters_near_max"
+	// RuleDBClockSkew: the largest difference between the clocks of two
+	// database servers (Galera nodes) the cluster's nodes reach.
+	RuleDBClockSkew = "db_clock_skew"
 )
 
 // Defaults: the documents' thresholds, and the evaluation cadence.
@@ -49,6 +53,7 @@ const (
 	CloseFailureRateDefault     = 0.01
 	StockReleaseFailuresDefault = 5.0
 	DeadLettersDefault          = 0
+	DBClockSkewDefault          = 100 * time.Millisecond
 	IntervalDefault             = 5 * time.Second
 	WindowDefault               = time.Minute
 	// BacklogCountCap bounds the backlog count (an index range scan): past
@@ -77,6 +82,9 @@ type Thresholds struct {
 	// DeadLetterMax); RuleDeadLettersNearMax fires above
 	// DeadLettersNearMaxFraction of it. 0 leaves the rule out.
 	DeadLetterMax int
+	// DBClockSkew is a difference between database servers' clocks
+	// (default 100ms).
+	DBClockSkew time.Duration
 }
 
 // BacklogCounter counts pending orders due at or before until, at most limit
@@ -88,6 +96,12 @@ type BacklogCounter interface {
 // DeadLetterCounter counts the webhook deliveries in the dead-letter list.
 type DeadLetterCounter interface {
 	DeadLetterCount(ctx context.Context) (int, error)
+}
+
+// ClockSkewSource is the skew between the clocks of the database servers
+// the cluster's nodes reach, as last measured (cluster.ClockSkewOf).
+type ClockSkewSource interface {
+	DBClockSkew() time.Duration
 }
 
 // ActivitySource is the recent close-path activity (a *Recorder).
@@ -114,7 +128,10 @@ type Config struct {
 	// DeadLetters, when nil, leaves out the dead-letters rule (webhooks are
 	// not configured).
 	DeadLetters DeadLetterCounter
-	Thresholds  Thresholds
+	// ClockSkew, when nil, leaves out the db_clock_skew rule (a database
+	// that one process owns).
+	ClockSkew  ClockSkewSource
+	Thresholds Thresholds
 	// Interval between evaluations (default 5s). A negative Interval means
 	// Run evaluates nothing by itself and only delivers the notifications
 	// of the caller's Evaluate calls.
@@ -151,6 +168,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("alert: dead letters threshold must be >= 0, got %d", t.DeadLetters)
 	case t.DeadLetterMax < 0:
 		return fmt.Errorf("alert: dead letter max must be >= 0, got %d", t.DeadLetterMax)
+	case t.DBClockSkew < 0:
+		return fmt.Errorf("alert: database clock skew threshold must be >= 0, got %s", t.DBClockSkew)
 	}
 	if c.Interval > 0 && (c.Interval < time.Millisecond || c.Interval > time.Hour) {
 		return fmt.Errorf("alert: interval must be between 1ms and 1h, got %s", c.Interval)
@@ -214,6 +233,7 @@ func New(cfg Config) (*Evaluator, error) {
 	t.CloseLatenessP99 = cmp.Or(t.CloseLatenessP99, CloseLatenessP99Default)
 	t.CloseFailureRate = cmp.Or(t.CloseFailureRate, CloseFailureRateDefault)
 	t.StockReleaseFailures = cmp.Or(t.StockReleaseFailures, StockReleaseFailuresDefault)
+	t.DBClockSkew = cmp.Or(t.DBClockSkew, DBClockSkewDefault)
 	e := &Evaluator{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, status: map[string]Status{}}
 	if e.clock == nil {
 		e.clock = hourglass.SystemClock{}
@@ -317,6 +337,19 @@ func (e *Evaluator) buildRules() []rule {
 				},
 			})
 		}
+	}
+	if e.cfg.ClockSkew != nil {
+		rules = append(rules, rule{
+			name:      RuleDBClockSkew,
+			threshold: t.DBClockSkew.Seconds(),
+			value: func(context.Context, time.Time, Activity) (float64, error) {
+				return e.cfg.ClockSkew.DBClockSkew().Seconds(), nil
+			},
+			summary: func(v float64) string {
+				skew := time.Duration(v * float64(time.Second)).Round(time.Millisecond)
+				return fmt.Sprintf("the clocks of two database servers differ by %s (threshold %s): a server ahead closes orders written through the others that much early; synchronise their clocks (NTP)", skew, t.DBClockSkew)
+			},
+		})
 	}
 	return rules
 }

@@ -93,6 +93,7 @@ type fakeCounts struct {
 	mu          sync.Mutex
 	backlog     int
 	deadLetters int
+	skew        time.Duration
 	err         error
 }
 
@@ -103,6 +104,17 @@ func (f *fakeCounts) CountPendingDue(context.Context, time.Time, int) (int, erro
 	defer f.mu.Unlock()
 	return f.backlog, f.err
 }
+
+func (f *fakeCounts) DBClockSkew() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.skew
+}
+
+// fixedSkew is an alert.ClockSkewSource that never changes.
+type fixedSkew time.Duration
+
+func (s fixedSkew) DBClockSkew() time.Duration { return time.Duration(s) }
 
 func (f *fakeCounts) DeadLetterCount(context.Context) (int, error) {
 	f.mu.Lock()
@@ -218,6 +230,14 @@ func TestRules(t *testing.T) {
 			calm:      func(e env) { e.counts.set(func(f *fakeCounts) { f.deadLetters = 0 }) },
 			wantValue: 1, wantThreshold: 0,
 		},
+		{
+			// Two database servers' clocks 2 s apart; at the threshold it
+			// does not fire.
+			rule:      alert.RuleDBClockSkew,
+			fire:      func(e env) { e.counts.set(func(f *fakeCounts) { f.skew = 2 * time.Second }) },
+			calm:      func(e env) { e.counts.set(func(f *fakeCounts) { f.skew = 250 * time.Millisecond }) },
+			wantValue: 2, wantThreshold: 0.25,
+		},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			t.Parallel()
@@ -229,12 +249,14 @@ func TestRules(t *testing.T) {
 				Backlog:     e.counts,
 				Activity:    e.rec,
 				DeadLetters: e.counts,
+				ClockSkew:   e.counts,
 				Thresholds: alert.Thresholds{
 					CloseBacklog:         5,
 					CloseLatenessP99:     2 * time.Second,
 					CloseFailureRate:     0.03,
 					StockReleaseFailures: 7,
 					DeadLetters:          0,
+					DBClockSkew:          250 * time.Millisecond,
 				},
 				Window:   30 * time.Second,
 				Interval: -1,

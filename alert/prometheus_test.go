@@ -51,7 +51,7 @@ func TestPrometheusRules(t *testing.T) {
 
 	// DeadLetterMax as --dead-letter-max's default.
 	ev, err := alert.New(alert.Config{Backlog: &fakeCounts{}, Activity: alert.NewRecorder(nil), DeadLetters: &fakeCounts{},
-		Thresholds: alert.Thresholds{DeadLetterMax: 100000}})
+		ClockSkew: fixedSkew(0), Thresholds: alert.Thresholds{DeadLetterMax: 100000}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,8 @@
 //
 // The local validity holds while the node's clock and the database's run at
 // the same rate (within SafetyMargin over a TTL) and the leases are timed by
-// one database clock (on Galera, the database nodes' clocks must agree).
+// one database clock (on Galera, the database nodes' clocks must agree: a
+// node whose server's clock is ahead of another's works nothing, skew.go).
 package cluster
 
 import (
@@ -150,6 +151,11 @@ type Config struct {
 	Addr string
 	// LeaseTTL is how long a lease lasts without renewal (default 5 s).
 	LeaseTTL time.Duration
+	// MaxClockSkew is how far the clock of the database server a node
+	// reaches may run ahead of another server's (Galera) before the node
+	// stops working partitions (default 100ms; see Fenced). Every node of a
+	// cluster must have the same.
+	MaxClockSkew time.Duration
 	// Clock is the node's own clock (default the system clock).
 	Clock    hourglass.Clock
 	Logger   *slog.Logger
@@ -160,6 +166,9 @@ type Config struct {
 func (c Config) Validate() error {
 	if c.LeaseTTL != 0 && (c.LeaseTTL < LeaseTTLMin || c.LeaseTTL > LeaseTTLMax) {
 		return fmt.Errorf("cluster: lease TTL must be between %s and %s, got %s", LeaseTTLMin, LeaseTTLMax, c.LeaseTTL)
+	}
+	if c.MaxClockSkew < 0 {
+		return fmt.Errorf("cluster: max clock skew must be at least 0, got %s", c.MaxClockSkew)
 	}
 	if len(c.NodeID) > 200 || strings.ContainsFunc(c.NodeID, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
 		return fmt.Errorf("cluster: node id must be at most 200 printable ASCII characters without spaces, got %q", c.NodeID)
@@ -214,6 +223,7 @@ type Membership struct {
 	offset     time.Duration
 	watchers   []func(gained, lost []int)
 	last       hourglass.ClusterState
+	fenced     bool // its database server's clock is ahead (skew.go)
 }
 
 // New returns a membership over store. It does nothing until Run.
@@ -223,6 +233,7 @@ func New(store hourglass.ClusterStore, cfg Config) (*Membership, error) {
 	}
 	cfg.NodeID = cmp.Or(cfg.NodeID, DefaultNodeID())
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
+	cfg.MaxClockSkew = cmp.Or(cfg.MaxClockSkew, MaxClockSkewDefault)
 	m := &Membership{store: store, cfg: cfg, tick: min(cfg.LeaseTTL/10, TickMax), clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}, waiting: map[int]time.Time{}}
 	if m.clock == nil {
 		m.clock = hourglass.SystemClock{}
@@ -322,7 +333,8 @@ func (m *Membership) call(ctx context.Context) (context.Context, context.CancelF
 
 func (m *Membership) heartbeat(ctx context.Context) error {
 	m.mu.Lock()
-	n := hourglass.Node{ID: m.cfg.NodeID, Addr: m.cfg.Addr, StartedAt: m.startedAt}
+	n := hourglass.Node{ID: m.cfg.NodeID, Addr: m.cfg.Addr, StartedAt: m.startedAt,
+		ClockOffset: m.offset, OffsetKnown: len(m.offsets) > 0} // published for ClockSkewOf
 	m.mu.Unlock()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
@@ -461,6 +473,9 @@ func (m *Membership) step(ctx context.Context) error {
 	m.last = st
 	m.mu.Unlock()
 	m.obs.Nodes(len(st.Nodes))
+	if o, ok := m.obs.(ClockSkewObserver); ok {
+		o.DBClockSkew(ClockSkewOf(st.Nodes).Skew)
+	}
 	return m.balance(ctx, st)
 }
 
@@ -556,7 +571,13 @@ func Shares(nodes []hourglass.Node) map[string]int {
 // nodes above their share.
 func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) error {
 	self := m.cfg.NodeID
-	live := st.Nodes
+	// The nodes whose database server's clock is ahead work nothing (they
+	// would close orders early): they take no share, and hand theirs over.
+	ahead := aheadNodes(st.Nodes, m.cfg.MaxClockSkew)
+	if m.fence(ctx, ahead[self]) {
+		return nil
+	}
+	live := slices.DeleteFunc(slices.Clone(st.Nodes), func(n hourglass.Node) bool { return ahead[n.ID] })
 	if !slices.ContainsFunc(live, func(n hourglass.Node) bool { return n.ID == self }) {
 		live = append(slices.Clone(live), hourglass.Node{ID: self})
 	}
@@ -705,11 +726,22 @@ func (m *Membership) View(ctx context.Context) (hourglass.ClusterView, error) {
 	return viewOf(st, m.cfg.NodeID), nil
 }
 
-// clusterState reads the cluster's state within CallTimeout.
+// clusterState reads the cluster's state within CallTimeout. The live
+// nodes are those seen within LeaseTTL, their heartbeats' times compared
+// across database servers on the nodes' own clocks (liveNodes), so that
+// the rows are read SkewWindow further back.
 func (m *Membership) clusterState(ctx context.Context) (hourglass.ClusterState, error) {
 	ctx, cancel := m.call(ctx)
 	defer cancel()
-	return m.store.ClusterState(ctx, m.cfg.LeaseTTL)
+	st, err := m.store.ClusterState(ctx, m.cfg.LeaseTTL+SkewWindow)
+	if err != nil {
+		return st, err
+	}
+	m.mu.Lock()
+	offset, known := m.offset, len(m.offsets) > 0
+	m.mu.Unlock()
+	st.Nodes = liveNodes(st, m.cfg.NodeID, offset, known, m.cfg.LeaseTTL)
+	return st, nil
 }
 
 func viewOf(st hourglass.ClusterState, self string) hourglass.ClusterView {

@@ -108,6 +108,46 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 		}
 	})
 
+	t.Run("ClockOffset", func(t *testing.T) {
+		t.Parallel()
+		a, b, _, _ := setup(t)
+		node := func(t *testing.T, id string) hourglass.Node {
+			t.Helper()
+			for _, n := range state(t, b, time.Minute).Nodes {
+				if n.ID == id {
+					return n
+				}
+			}
+			t.Fatalf("node %s not in the cluster state", id)
+			return hourglass.Node{}
+		}
+		// Not measured yet (a first heartbeat): no offset.
+		if _, err := a.Heartbeat(ctx, hourglass.Node{ID: "n1"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := node(t, "n1"); n.OffsetKnown || n.ClockOffset != 0 {
+			t.Fatalf("after a heartbeat without an offset n1 = %+v, want none known", n)
+		}
+		// Published to the others to the microsecond, negative or positive.
+		for _, off := range []time.Duration{-1500*time.Millisecond - 7*time.Microsecond, 2 * time.Second, 0} {
+			if _, err := a.Heartbeat(ctx, hourglass.Node{ID: "n1", ClockOffset: off, OffsetKnown: true}); err != nil {
+				t.Fatal(err)
+			}
+			if n := node(t, "n1"); !n.OffsetKnown || n.ClockOffset != off {
+				t.Fatalf("after a heartbeat with offset %s n1 = %+v", off, n)
+			}
+		}
+		// The server a heartbeat reached is the same for every heartbeat
+		// through one store value.
+		first := node(t, "n1").DBNode
+		if _, err := a.Heartbeat(ctx, hourglass.Node{ID: "n1"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := node(t, "n1"); n.OffsetKnown || n.DBNode != first {
+			t.Fatalf("after a heartbeat without an offset n1 = %+v, want none known and db node %q", n, first)
+		}
+	})
+
 	t.Run("Leases", func(t *testing.T) {
 		t.Parallel()
 		a, b, _, _ := setup(t)

@@ -29,6 +29,10 @@ type alertFlags struct {
 	// deadLetterMax is --dead-letter-max (retention.go), for the
 	// dead_letters_near_max rule; 0 leaves it out.
 	deadLetterMax int
+	// clockSkew and maxDBClockSkew are the cluster's (cluster.go), for the
+	// db_clock_skew rule; a nil clockSkew leaves it out.
+	clockSkew      alert.ClockSkewSource
+	maxDBClockSkew time.Duration
 }
 
 // validate checks the thresholds that alert.Config would otherwise read as
@@ -73,6 +77,7 @@ func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready fu
 		Backlog:     store,
 		Activity:    a.recorder,
 		DeadLetters: deadLetters,
+		ClockSkew:   f.clockSkew,
 		Thresholds: alert.Thresholds{
 			CloseBacklog:         f.AlertCloseBacklog,
 			CloseLatenessP99:     f.AlertCloseLatenessP99,
@@ -80,6 +85,7 @@ func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready fu
 			StockReleaseFailures: f.AlertStockReleaseFailures,
 			DeadLetters:          f.AlertDeadLetters,
 			DeadLetterMax:        f.deadLetterMax,
+			DBClockSkew:          f.maxDBClockSkew,
 		},
 		Interval: f.AlertInterval,
 		Window:   f.AlertWindow,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/metrics"
@@ -16,8 +17,9 @@ import (
 // clusterFlags configure this process's part in a cluster of processes
 // sharing one PostgreSQL or MySQL database.
 type clusterFlags struct {
-	NodeID   string        `help:"This node's name in the cluster (default: the host name and a random suffix)." env:"HOURGLASS_NODE_ID"`
-	LeaseTTL time.Duration `help:"How long a node's partition leases last without renewal: a node that stops renewing loses its partitions to the others after this." default:"5s" env:"HOURGLASS_LEASE_TTL"`
+	NodeID         string        `help:"This node's name in the cluster (default: the host name and a random suffix)." env:"HOURGLASS_NODE_ID"`
+	LeaseTTL       time.Duration `help:"How long a node's partition leases last without renewal: a node that stops renewing loses its partitions to the others after this." default:"5s" env:"HOURGLASS_LEASE_TTL"`
+	MaxDBClockSkew time.Duration `name:"max-db-clock-skew" help:"Most the clock of one database server (a Galera node) may run ahead of another's, as the nodes measure them (their own clocks NTP-synchronised): beyond it the nodes of the server ahead work no partition and answer 503 on /readyz, and the db_clock_skew alert fires. The same on every node." default:"100ms" env:"HOURGLASS_MAX_DB_CLOCK_SKEW"`
 }
 
 // node is this process's part in the cluster: the membership (nil for a
@@ -27,19 +29,24 @@ type node struct {
 	m     *cluster.Membership
 	view  api.ClusterSource
 	clock hourglass.Clock // corrected by the database's clock when shared
+	// maxSkew is --max-db-clock-skew.
+	maxSkew time.Duration
 }
 
 // join registers this process as a node of the database's cluster (a first
 // heartbeat, which measures the clock offset), or, on a store that cannot
 // be shared, makes it the only node.
 func (f clusterFlags) join(ctx context.Context, db hourglass.Database, addr string, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*node, error) {
+	if f.MaxDBClockSkew <= 0 || f.MaxDBClockSkew > time.Minute {
+		return nil, fmt.Errorf("--max-db-clock-skew must be above 0 and at most 1m, got %s", f.MaxDBClockSkew)
+	}
 	cs, ok := db.(hourglass.ClusterStore)
 	if !ok {
 		m.Owned(hourglass.Partitions)
 		m.Nodes(1)
 		return &node{view: cluster.Single{ID: cmp.Or(f.NodeID, cluster.DefaultNodeID()), Addr: addr, StartedAt: clock.Now(), Clock: clock}, clock: clock}, nil
 	}
-	mem, err := cluster.New(cs, cluster.Config{NodeID: f.NodeID, Addr: addr, LeaseTTL: f.LeaseTTL, Clock: clock, Logger: log, Observer: m})
+	mem, err := cluster.New(cs, cluster.Config{NodeID: f.NodeID, Addr: addr, LeaseTTL: f.LeaseTTL, MaxClockSkew: f.MaxDBClockSkew, Clock: clock, Logger: log, Observer: m})
 	if err != nil {
 		return nil, fmt.Errorf("--node-id/--lease-ttl: %w", err)
 	}
@@ -52,7 +59,59 @@ func (f clusterFlags) join(ctx context.Context, db hourglass.Database, addr stri
 		log.Warn("hourglass: this machine's clock is off the database's; deadlines are timed by the database's clock", "offset", off)
 	}
 	log.Info("hourglass: joined the cluster", "node", mem.NodeID(), "lease_ttl", f.LeaseTTL)
-	return &node{m: mem, view: mem, clock: mem.Clock()}, nil
+	return &node{m: mem, view: mem, clock: mem.Clock(), maxSkew: f.MaxDBClockSkew}, nil
+}
+
+// skewSource returns the clock skew between the database servers, for the
+// db_clock_skew alert; nil for a store one process owns.
+func (n *node) skewSource() alert.ClockSkewSource {
+	if n.m == nil {
+		return nil
+	}
+	return n
+}
+
+// DBClockSkew implements alert.ClockSkewSource.
+func (n *node) DBClockSkew() time.Duration { return n.m.ClockSkew().Skew }
+
+// skewError returns why /readyz answers 503 while this node's database
+// server's clock is ahead of another's by more than --max-db-clock-skew
+// (the membership has fenced it: it works no partition, and its pays would
+// be refused early), or nil. It names the servers and the skew. The nodes'
+// own clocks are assumed synchronised (NTP): their error adds to the
+// measured skew.
+func (n *node) skewError() error {
+	if n.m == nil || !n.m.Fenced() {
+		return nil
+	}
+	s := n.m.ClockSkew()
+	return fmt.Errorf("database clock skew: this node's database server's clock is ahead of another's by more than --max-db-clock-skew %s (the largest skew: %s, server %s seen by node %s ahead of server %s seen by node %s); "+
+		"deadlines written through one server would close early by the other's clock, so this node works no partition until the servers' clocks are synchronised",
+		n.maxSkew, s.Skew.Round(time.Millisecond), s.Ahead.DBNode, s.Ahead.ID, s.Behind.DBNode, s.Behind.ID)
+}
+
+// ready adds the database clock skew check to a scheduler's Healthy, which
+// /readyz consults.
+func (n *node) ready(s api.Scheduler) api.Scheduler {
+	if n.m == nil {
+		return s
+	}
+	return skewGate{s, n.skewError}
+}
+
+// skewGate is an api.Scheduler whose Healthy also fails on database clock
+// skew.
+type skewGate struct {
+	api.Scheduler
+	skew func() error
+}
+
+// Healthy implements api.Scheduler: the scheduler's own error first.
+func (g skewGate) Healthy() error {
+	if err := g.Scheduler.Healthy(); err != nil {
+		return err
+	}
+	return g.skew()
 }
 
 // ownership returns the membership as the engine's and webhook delivery's

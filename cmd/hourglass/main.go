@@ -169,6 +169,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 
 	// Alerts are evaluated and notified by one node of a cluster.
 	s.alertFlags.deadLetterMax = s.DeadLetterMax
+	s.alertFlags.clockSkew, s.alertFlags.maxDBClockSkew = self.skewSource(), s.MaxDBClockSkew
 	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Recovered() && self.leader() }, clock, log)
 	if err != nil {
 		return err
@@ -204,7 +205,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	srv, err := api.NewServer(api.Config{
 		Store:        db,
-		Scheduler:    eng,
+		Scheduler:    self.ready(eng), // and the database servers' clocks agree
 		Clock:        clock,
 		Logger:       log,
 		Token:        s.APIToken,

@@ -67,8 +67,11 @@ func newOrigin() string {
 // first and written as last_seen (and started_at on a first heartbeat), so
 // the time returned is the one stored. A zero n.StartedAt (a process's
 // first heartbeat, even under an id a previous process used) sets
-// started_at to now; otherwise the stored started_at is kept. Errors:
-// unavailable when the database cannot be reached.
+// started_at to now; otherwise the stored started_at is kept. The node's
+// measured clock offset (NULL until it has one) and the server the
+// statement reached (@@hostname:@@port: on Galera, the node whose NOW(3)
+// this process's transactions read) are written with it (migration 0008).
+// Errors: unavailable when the database cannot be reached.
 func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, error) {
 	if n.ID == "" {
 		return time.Time{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "mysql: heartbeat: node id is empty")
@@ -77,14 +80,20 @@ func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, err
 	if !n.StartedAt.IsZero() {
 		started = hourglass.UnixMilli(n.StartedAt)
 	}
+	var offset any // NULL: not measured yet
+	if n.OffsetKnown {
+		offset = n.ClockOffset.Microseconds()
+	}
 	var now int64
 	err := s.inTx(ctx, "heartbeat", func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, `SELECT `+dbNowMs).Scan(&now); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO cluster_nodes (id, addr, started_at, last_seen) VALUES (?, ?, COALESCE(?, ?), ?)
+		_, err := tx.ExecContext(ctx, `INSERT INTO cluster_nodes (id, addr, started_at, last_seen, clock_offset_us, db_node)
+VALUES (?, ?, COALESCE(?, ?), ?, ?, CONCAT(@@hostname, ':', @@port))
 ON DUPLICATE KEY UPDATE addr = VALUES(addr), last_seen = VALUES(last_seen),
-	started_at = IF(? IS NULL, VALUES(started_at), started_at)`, n.ID, n.Addr, started, now, now, started)
+	clock_offset_us = VALUES(clock_offset_us), db_node = VALUES(db_node),
+	started_at = IF(? IS NULL, VALUES(started_at), started_at)`, n.ID, n.Addr, started, now, now, offset, started)
 		return err
 	})
 	if err != nil {
@@ -98,9 +107,9 @@ ON DUPLICATE KEY UPDATE addr = VALUES(addr), last_seen = VALUES(last_seen),
 // cluster_leases does not hold a row for each of the hourglass.Partitions.
 func (s *Store) ClusterState(ctx context.Context, ttl time.Duration) (hourglass.ClusterState, error) {
 	// NOW(3) is the statement's start wherever it appears in it.
-	rows, err := s.db.QueryContext(ctx, `SELECT 0, part, owner, epoch, expires_at, '', `+dbNowMs+` FROM cluster_leases
+	rows, err := s.db.QueryContext(ctx, `SELECT 0, part, owner, epoch, expires_at, '', NULL, '', `+dbNowMs+` FROM cluster_leases
 UNION ALL
-SELECT 1, 0, id, started_at, last_seen, addr, `+dbNowMs+` FROM cluster_nodes WHERE last_seen >= `+dbNowMs+` - ?`, ttl.Milliseconds())
+SELECT 1, 0, id, started_at, last_seen, addr, clock_offset_us, db_node, `+dbNowMs+` FROM cluster_nodes WHERE last_seen >= `+dbNowMs+` - ?`, ttl.Milliseconds())
 	if err != nil {
 		return hourglass.ClusterState{}, fail("cluster state", err)
 	}
@@ -111,17 +120,19 @@ SELECT 1, 0, id, started_at, last_seen, addr, `+dbNowMs+` FROM cluster_nodes WHE
 	)
 	for rows.Next() {
 		var (
-			kind, part int
-			id, addr   string
-			a, b       int64
+			kind, part    int
+			id, addr, dbn string
+			a, b          int64
+			off           sql.NullInt64
 		)
-		if err := rows.Scan(&kind, &part, &id, &a, &b, &addr, &now); err != nil {
+		if err := rows.Scan(&kind, &part, &id, &a, &b, &addr, &off, &dbn, &now); err != nil {
 			return hourglass.ClusterState{}, fail("cluster state", err)
 		}
 		if kind == 0 {
 			st.Leases = append(st.Leases, hourglass.Lease{Part: part, Owner: id, Epoch: a, Expires: hourglass.FromUnixMilli(b)})
 		} else {
-			st.Nodes = append(st.Nodes, hourglass.Node{ID: id, Addr: addr, StartedAt: hourglass.FromUnixMilli(a), LastSeen: hourglass.FromUnixMilli(b)})
+			st.Nodes = append(st.Nodes, hourglass.Node{ID: id, Addr: addr, StartedAt: hourglass.FromUnixMilli(a), LastSeen: hourglass.FromUnixMilli(b),
+				ClockOffset: time.Duration(off.Int64) * time.Microsecond, OffsetKnown: off.Valid, DBNode: dbn})
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -31,19 +31,21 @@ const (
 	// StartedAt ($3, NULL when zero) or else the database's now; a later
 	// heartbeat passing the StartedAt it read back keeps it, one passing
 	// zero (a new process that reuses the node id) restarts it.
+	// clock_offset_us is the node's measured offset ($4, NULL until it has
+	// one: migration 0006).
 	heartbeatSQL = `WITH now AS (SELECT ` + dbNow + ` AS ms)
-INSERT INTO cluster_nodes AS n (id, addr, started_at, last_seen)
-SELECT $1, $2, COALESCE($3::bigint, now.ms), now.ms FROM now
-ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, last_seen = excluded.last_seen,
+INSERT INTO cluster_nodes AS n (id, addr, started_at, last_seen, clock_offset_us)
+SELECT $1, $2, COALESCE($3::bigint, now.ms), now.ms, $4::bigint FROM now
+ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, last_seen = excluded.last_seen, clock_offset_us = excluded.clock_offset_us,
 	started_at = CASE WHEN $3::bigint IS NULL THEN excluded.started_at ELSE n.started_at END
 RETURNING n.last_seen`
 	// clusterStateSQL reads the leases (kind 0, by part) and the nodes seen
 	// within $1 ms (kind 1, by id) in one statement: one snapshot, one
 	// reading of the clock, one round trip.
 	clusterStateSQL = `WITH now AS MATERIALIZED (SELECT ` + dbNow + ` AS ms)
-SELECT 0 AS kind, l.part, l.owner AS id, '' AS addr, l.epoch AS a, l.expires_at AS b, now.ms FROM cluster_leases l, now
+SELECT 0 AS kind, l.part, l.owner AS id, '' AS addr, l.epoch AS a, l.expires_at AS b, NULL::bigint AS off, now.ms FROM cluster_leases l, now
 UNION ALL
-SELECT 1, 0, n.id, n.addr, n.started_at, n.last_seen, now.ms FROM cluster_nodes n, now WHERE n.last_seen >= now.ms - $1
+SELECT 1, 0, n.id, n.addr, n.started_at, n.last_seen, n.clock_offset_us, now.ms FROM cluster_nodes n, now WHERE n.last_seen >= now.ms - $1
 ORDER BY 1, 2, 3`
 	// acquireLeaseSQL is the compare-and-set of a lease: partition $2 still
 	// held by $3 at epoch $4, and free (unowned, expired, or stolen: $5).
@@ -77,9 +79,13 @@ func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, err
 	if !n.StartedAt.IsZero() {
 		started = hourglass.UnixMilli(n.StartedAt)
 	}
+	var offset any
+	if n.OffsetKnown {
+		offset = n.ClockOffset.Microseconds()
+	}
 	var now int64
 	err := s.retry(func() error {
-		return s.pool.QueryRow(ctx, heartbeatSQL, n.ID, n.Addr, started).Scan(&now)
+		return s.pool.QueryRow(ctx, heartbeatSQL, n.ID, n.Addr, started, offset).Scan(&now)
 	})
 	if err != nil {
 		return time.Time{}, s.fail("heartbeat", err)
@@ -103,16 +109,20 @@ func (s *Store) ClusterState(ctx context.Context, ttl time.Duration) (hourglass.
 				kind, part int
 				id, addr   string
 				a, b, now  int64
+				off        *int64
 			)
-			if err := rows.Scan(&kind, &part, &id, &addr, &a, &b, &now); err != nil {
+			if err := rows.Scan(&kind, &part, &id, &addr, &a, &b, &off, &now); err != nil {
 				return err
 			}
 			out.Now = hourglass.FromUnixMilli(now)
 			if kind == 0 {
 				out.Leases = append(out.Leases, lease(part, id, a, b))
 			} else {
-				out.Nodes = append(out.Nodes, hourglass.Node{ID: id, Addr: addr,
-					StartedAt: hourglass.FromUnixMilli(a), LastSeen: hourglass.FromUnixMilli(b)})
+				n := hourglass.Node{ID: id, Addr: addr, StartedAt: hourglass.FromUnixMilli(a), LastSeen: hourglass.FromUnixMilli(b)}
+				if off != nil {
+					n.ClockOffset, n.OffsetKnown = time.Duration(*off)*time.Microsecond, true
+				}
+				out.Nodes = append(out.Nodes, n)
 			}
 		}
 		return rows.Err()
