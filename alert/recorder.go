@@ -31,6 +31,9 @@ type second struct {
 	// Clients' timers fired, and their fire lateness (fired_at − fire_at).
 	fired        int64
 	fireLateness [len(LatenessBounds) + 1]int64
+	// Webhook deliveries' first attempts, by their lag from the event's
+	// commit.
+	deliveryLag [len(LatenessBounds) + 1]int64
 }
 
 // Recorder keeps the last RecorderSpan of close-path activity in one-second
@@ -39,7 +42,8 @@ type second struct {
 // Memory is fixed (RecorderSpan/1s buckets); recording is O(1).
 //
 // It implements engine.Observer (Closed, Stale, CloseFailed, Swept,
-// SchedulerFailed), engine.TimerObserver (Fired) and the API's request observer (ObserveRequest), so it is
+// SchedulerFailed), engine.TimerObserver (Fired), webhook.LagObserver
+// (WebhookDeliveryLag) and the API's request observer (ObserveRequest), so it is
 // fed by the same calls as the Prometheus metrics. It is safe for concurrent
 // use.
 type Recorder struct {
@@ -139,6 +143,14 @@ func latenessBucket(sec float64) int {
 	return len(LatenessBounds)
 }
 
+// WebhookDeliveryLag implements webhook.LagObserver: one delivery's first
+// attempt started d after its event's commit.
+func (r *Recorder) WebhookDeliveryLag(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.slot().deliveryLag[latenessBucket(d.Seconds())]++
+}
+
 // Activity is what happened over a span of whole seconds, oldest first.
 type Activity struct {
 	// From is the start of the first second; the last one contains now.
@@ -152,6 +164,10 @@ type Activity struct {
 	// Fired counts clients' timers fired per second; FireLateness their
 	// fired_at - fire_at over the span, in Lateness's buckets.
 	Fired, FireLateness []int64
+	// DeliveryLag counts the webhook deliveries whose first attempt
+	// started over the span, by the time from their event's commit, in
+	// Lateness's buckets.
+	DeliveryLag []int64
 }
 
 // Activity returns the last span of activity up to now, in whole seconds
@@ -170,6 +186,7 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		Fired:    make([]int64, n),
 		// The timers' histogram has the closes' buckets.
 		FireLateness: make([]int64, len(LatenessBounds)+1),
+		DeliveryLag:  make([]int64, len(LatenessBounds)+1),
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -185,6 +202,9 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		}
 		for j, c := range s.fireLateness {
 			a.FireLateness[j] += c
+		}
+		for j, c := range s.deliveryLag {
+			a.DeliveryLag[j] += c
 		}
 	}
 	return a

@@ -159,9 +159,11 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // TestDashboardInBrowser loads the dashboard in headless Chromium against a
 // real server with real orders and webhook dead letters: the numbers shown
 // match the API, the token from ?token= is used and dropped from the
-// address, the dead-letters alert shows firing, and clicking a dead letter's
-// Retry delivers it (the receiver was fixed) and shrinks the list. A second
-// tab without the token gets the token form and works once it is entered.
+// address, the dead-letters alert shows firing, the webhook delivery card
+// shows the lag of the first attempts and the deferred fan-outs (none), and
+// clicking a dead letter's Retry delivers it (the receiver was fixed) and
+// shrinks the list. A second tab without the token gets the token form and
+// works once it is entered.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	ctx, pageErrors := newBrowser(t)
@@ -225,6 +227,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if p99 := run(t, ctx, "read timer lateness", chromedp.Evaluate[string](`document.getElementById('timer-lateness-p99').textContent`)); !strings.HasSuffix(p99, " over 2 fires") {
 		t.Errorf("page shows timer fire lateness %q, want the p99 over 2 fires", p99)
+	}
+	// The webhook delivery card: the 3 first attempts of the last minute,
+	// their lag, and no deferred fan-out (no burst), as GET /v1/dashboard.
+	eventually(t, 10*time.Second, "the page shows 3 first attempts", func() bool {
+		return run(t, ctx, "read first attempts", chromedp.Evaluate[string](`document.getElementById('delivery-first-attempts').textContent`)) == "3"
+	})
+	snap := s.snapshot(t)
+	if snap.DeliveryLag == nil || snap.DeliveryLag.Deliveries != 3 || snap.DeliveryLag.P50Seconds <= 0 || snap.DeliveryLag.P99Seconds < snap.DeliveryLag.P50Seconds ||
+		snap.FanoutPending == nil || *snap.FanoutPending != 0 {
+		t.Errorf("GET /v1/dashboard: delivery_lag %+v, fanout_pending %v; want 3 deliveries with a lag and 0 pending", snap.DeliveryLag, snap.FanoutPending)
+	}
+	webhooks := run(t, ctx, "read the webhook delivery card", chromedp.Evaluate[map[string]string](`Object.fromEntries(['delivery-lag-p50', 'delivery-lag-p99', 'fanout-pending'].map(id => [id, document.getElementById(id).textContent]))`))
+	if webhooks["fanout-pending"] != "0" || !strings.HasSuffix(webhooks["delivery-lag-p50"], "s") || !strings.HasSuffix(webhooks["delivery-lag-p99"], "s") {
+		t.Errorf("page shows the webhook delivery card %v, want a p50 and p99 lag and 0 batches awaiting fan-out", webhooks)
 	}
 	if overdue := run(t, ctx, "read overdue", chromedp.Evaluate[string](`document.getElementById('overdue').textContent`)); overdue != "0" {
 		t.Errorf("page shows %q overdue orders, want 0", overdue)

@@ -45,6 +45,9 @@ const (
 	DueBuckets = 30
 	// RatesSpan is how far back closes/s and creates/s go, per second.
 	RatesSpan = alert.RecorderSpan
+	// DeliveryLagSpan is how far back the webhook delivery lag's p50 and
+	// p99 go.
+	DeliveryLagSpan = time.Minute
 	// CacheForDefault is how long a snapshot is reused: the order counts
 	// scan the whole (status, deadline) index, so many open pages must not
 	// each pay for it.
@@ -71,6 +74,12 @@ type TimerCounter interface {
 	TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error)
 }
 
+// FanoutCounter counts the close batches whose webhook deliveries are
+// deferred (the fanout_pending table); every store implements it.
+type FanoutCounter interface {
+	FanoutPending(ctx context.Context) (int, error)
+}
+
 // AlertSource is the state of the alert rules (*alert.Evaluator).
 type AlertSource interface {
 	Status() []alert.Status
@@ -86,6 +95,12 @@ type Config struct {
 	DeadLetters alert.DeadLetterCounter
 	// Timers, when nil, shows timers as null (no timer store).
 	Timers TimerCounter
+	// Fanout, when nil, shows fanout_pending as null.
+	Fanout FanoutCounter
+	// DeliveryLag shows the webhook delivery lag, which Activity records
+	// (alert.Recorder.WebhookDeliveryLag); false shows it as null (no
+	// webhooks).
+	DeliveryLag bool
 	// CacheFor is how long a snapshot is reused (default 1s; negative: never).
 	CacheFor time.Duration
 }
@@ -136,6 +151,25 @@ type Snapshot struct {
 	DeadLetters *int `json:"dead_letters"`
 	// Timers are clients' named timers; null when the server keeps none.
 	Timers *Timers `json:"timers"`
+	// FanoutPending is the number of close batches of a burst whose
+	// order.closed webhook deliveries are deferred and not created yet
+	// (hourglass_fanout_pending); null when not available.
+	FanoutPending *int `json:"fanout_pending"`
+	// DeliveryLag is the time from an event's commit to its webhook
+	// delivery's first attempt over the last DeliveryLagSpan
+	// (hourglass_webhook_delivery_lag_seconds, as seen by this node); null
+	// without webhooks.
+	DeliveryLag *DeliveryLag `json:"delivery_lag"`
+}
+
+// DeliveryLag summarises the webhook delivery lag of the first attempts
+// made over the last WindowSeconds: how many, and their p50 and p99
+// (interpolated within Lateness's buckets; 0 when there were none).
+type DeliveryLag struct {
+	WindowSeconds int     `json:"window_seconds"`
+	Deliveries    int64   `json:"deliveries"`
+	P50Seconds    float64 `json:"p50_seconds"`
+	P99Seconds    float64 `json:"p99_seconds"`
 }
 
 // Timers shows clients' timers as the orders are shown: how many are in
@@ -279,6 +313,26 @@ func (s *Source) take(ctx context.Context, now time.Time) (*Snapshot, error) {
 			return nil, fmt.Errorf("dashboard: dead letters: %w", err)
 		}
 		snap.DeadLetters = &n
+	}
+	if s.cfg.Fanout != nil {
+		n, err := s.cfg.Fanout.FanoutPending(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: deferred fan-outs: %w", err)
+		}
+		snap.FanoutPending = &n
+	}
+	if s.cfg.DeliveryLag {
+		lag := s.cfg.Activity.Activity(now, DeliveryLagSpan).DeliveryLag
+		var n int64
+		for _, c := range lag {
+			n += c
+		}
+		snap.DeliveryLag = &DeliveryLag{
+			WindowSeconds: int(DeliveryLagSpan / time.Second),
+			Deliveries:    n,
+			P50Seconds:    alert.Quantile(0.5, lag),
+			P99Seconds:    alert.Quantile(0.99, lag),
+		}
 	}
 	return snap, nil
 }

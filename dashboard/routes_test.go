@@ -70,8 +70,9 @@ func TestRoutes(t *testing.T) {
 // was done: orders per state as GET /v1/orders?status= lists them, the
 // closes due, creates and closes per second, the lateness histogram, every
 // alert rule, the dead-letter count, timers per status as GET
-// /v1/timers?status= lists them with their fires and fire lateness; and the
-// documented shape exactly.
+// /v1/timers?status= lists them with their fires and fire lateness, the
+// webhook delivery lag and the deferred fan-outs; and the documented shape
+// exactly.
 func TestSnapshotMatchesAPI(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -84,7 +85,7 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	}
 	var fields map[string]json.RawMessage
 	mustJSON(t, raw, &fields)
-	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "due", "lateness", "now", "orders", "overdue", "rates", "timers"}; !slices.Equal(got, wantKeys) {
+	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "delivery_lag", "due", "fanout_pending", "lateness", "now", "orders", "overdue", "rates", "timers"}; !slices.Equal(got, wantKeys) {
 		t.Errorf("top-level keys %v, want %v", got, wantKeys)
 	}
 	var snap dashboard.Snapshot
@@ -127,6 +128,14 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	}
 	if snap.DeadLetters == nil || *snap.DeadLetters != 0 {
 		t.Errorf("dead_letters = %v, want 0", snap.DeadLetters)
+	}
+	// No webhook subscribed: no delivery over the last minute, nothing
+	// deferred.
+	if d := snap.DeliveryLag; d == nil || d.WindowSeconds != 60 || d.Deliveries != 0 || d.P50Seconds != 0 || d.P99Seconds != 0 {
+		t.Errorf("delivery_lag = %+v, want no deliveries over 60s", d)
+	}
+	if snap.FanoutPending == nil || *snap.FanoutPending != 0 {
+		t.Errorf("fanout_pending = %v, want 0", snap.FanoutPending)
 	}
 
 	tm := snap.Timers

@@ -57,7 +57,7 @@ func startServer(t *testing.T) *server {
 	}
 	hooks, err := webhook.New(store, webhook.Config{
 		Allow: allow, Retry: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, Jitter: -1,
-		PollInterval: 50 * time.Millisecond, Clock: clock, Logger: logger,
+		PollInterval: 50 * time.Millisecond, Clock: clock, Logger: logger, Observer: lagRecorder{rec},
 	})
 	if err != nil {
 		t.Fatalf("webhook.New: %v", err)
@@ -69,7 +69,8 @@ func startServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatalf("alert.New: %v", err)
 	}
-	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store})
+	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store,
+		Fanout: store, DeliveryLag: true})
 	if err != nil {
 		t.Fatalf("dashboard.New: %v", err)
 	}
@@ -133,6 +134,12 @@ func (s *server) call(t *testing.T, method, path string, withToken bool) (int, h
 }
 
 // snapshot returns GET /v1/dashboard.
+// lagRecorder is the webhook service's observer: the recorder is told each
+// first attempt's lag, as the binary wires it.
+type lagRecorder struct{ *alert.Recorder }
+
+func (lagRecorder) WebhookAttempted(string) {}
+
 func (s *server) snapshot(t *testing.T) dashboard.Snapshot {
 	t.Helper()
 	var snap dashboard.Snapshot

@@ -38,6 +38,7 @@ type Metrics struct {
 	deadLetters    prometheus.Gauge
 	deliveries     *prometheus.CounterVec
 	deliveryLag    prometheus.Histogram
+	fanoutPending  prometheus.Gauge
 	cluster        clusterMetrics
 	retention      retentionMetrics
 }
@@ -128,6 +129,10 @@ func New(pending func() int) *Metrics {
 			Help:    "From an event's commit to its delivery's first attempt, on the node that made it.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300},
 		}),
+		fanoutPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hourglass_fanout_pending",
+			Help: "Close batches of a burst whose order.closed webhook deliveries are deferred and not created yet (rows of fanout_pending, each up to 512 orders), counted by the fan-out loop at each look (about every second).",
+		}),
 		deadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hourglass_webhook_dead_letters",
 			Help: "Webhook deliveries in the dead-letter list (failed their last attempt), counted at each alert evaluation.",
@@ -135,7 +140,7 @@ func New(pending func() int) *Metrics {
 	}
 	reg.MustRegister(m.closeLateness, m.closed, m.fireLateness, m.fired, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
 		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.dbRetries, m.alertsFiring, m.closeBacklog, m.deadLetters,
-		m.deliveries, m.deliveryLag,
+		m.deliveries, m.deliveryLag, m.fanoutPending,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hourglass_timers_pending",
 			Help: "Timers held in the in-memory wheel (pending orders due within the window).",
@@ -245,6 +250,10 @@ func (m *Metrics) Names() ([]string, error) {
 // WebhookAttempted implements webhook.Observer: it counts one delivery
 // attempt in hourglass_webhook_deliveries_total{outcome}.
 func (m *Metrics) WebhookAttempted(outcome string) { m.deliveries.WithLabelValues(outcome).Inc() }
+
+// FanoutPending sets hourglass_fanout_pending
+// (store.Options.ObserveFanoutPending).
+func (m *Metrics) FanoutPending(n int) { m.fanoutPending.Set(float64(n)) }
 
 // WebhookDeliveryLag implements webhook.LagObserver.
 func (m *Metrics) WebhookDeliveryLag(d time.Duration) { m.deliveryLag.Observe(d.Seconds()) }

@@ -57,6 +57,11 @@ type Options struct {
 	// The MySQL and PostgreSQL stores report; SQLite (one writer) never
 	// retries.
 	ObserveRetry func(reason string)
+	// ObserveFanoutPending, if set, is told the number of rows of the
+	// deferred fan-out table (fanout_pending: close batches of a burst whose
+	// webhook deliveries are not created yet) at each look of the store's
+	// fan-out loop, about every second.
+	ObserveFanoutPending func(n int)
 	// AnnounceWithin, when positive, limits the created orders a shared
 	// store announces to the other processes (ClusterStore.WatchCreated)
 	// to those due within it: an order due later is beyond every node's
@@ -132,7 +137,7 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 		if clock == nil {
 			clock = hourglass.SystemClock{}
 		}
-		return sqlite.Open(sqlite.Config{Dir: dir, FileName: file, Clock: clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe})
+		return sqlite.Open(sqlite.Config{Dir: dir, FileName: file, Clock: clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveFanoutPending: o.ObserveFanoutPending})
 	case KindPostgres:
 		return postgres.Open(ctx, postgresConfig(o))
 	default:
@@ -141,11 +146,11 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 }
 
 func postgresConfig(o Options) postgres.Config {
-	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry}
+	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending}
 }
 
 func mysqlConfig(o Options) mysql.Config {
-	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout}
+	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveFanoutPending: o.ObserveFanoutPending}
 }
 
 // Migrate applies the pending migrations of the database o.URL names and

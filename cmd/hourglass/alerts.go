@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
+	"github.com/hourglass/hourglass/webhook"
 )
 
 // alertFlags are the alerting and dashboard settings.
@@ -100,7 +101,9 @@ func (f *alertFlags) wire(store hourglass.Database, m *metrics.Metrics, ready fu
 	}
 	a.evaluator = ev
 	if f.Dashboard {
-		src, err := dashboard.New(dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters, Timers: store})
+		fanout, _ := store.(dashboard.FanoutCounter) // every store has one
+		src, err := dashboard.New(dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters, Timers: store,
+			Fanout: fanout, DeliveryLag: true})
 		if err != nil {
 			return nil, err
 		}
@@ -126,6 +129,26 @@ func (a *alerting) engineObserver(m engine.Observer) engine.Observer {
 // apiObserver returns an api.Observer telling both m and the recorder.
 func (a *alerting) apiObserver(m api.Observer) api.Observer {
 	return apiObservers{m, a.recorder}
+}
+
+// webhookObserver returns a webhook.Observer (and webhook.LagObserver)
+// telling m, and the recorder the delivery lag (for the dashboard).
+func (a *alerting) webhookObserver(m *metrics.Metrics) webhook.Observer {
+	return webhookObservers{m, a.recorder}
+}
+
+// webhookObservers reports webhook delivery to the metrics and the recorder.
+type webhookObservers struct {
+	m   *metrics.Metrics
+	rec *alert.Recorder
+}
+
+func (o webhookObservers) WebhookAttempted(outcome string) { o.m.WebhookAttempted(outcome) }
+
+// WebhookDeliveryLag implements webhook.LagObserver.
+func (o webhookObservers) WebhookDeliveryLag(d time.Duration) {
+	o.m.WebhookDeliveryLag(d)
+	o.rec.WebhookDeliveryLag(d)
 }
 
 // deadLetterCount counts the dead letters in the store's delivery table.

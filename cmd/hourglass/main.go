@@ -138,6 +138,11 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 			m.ObserveRetry(reason)
 		}
 	}
+	opts.ObserveFanoutPending = func(n int) {
+		if m != nil {
+			m.FanoutPending(n)
+		}
+	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, opts)
 	cancelOpen()
@@ -176,7 +181,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	// Deliveries yield to a close path working through a burst; eng is set
 	// below, before either runs.
-	webhooks, err := s.webhookFlags.openWebhooks(db, m, self, func() bool { return eng.Closing() }, clock, log)
+	webhooks, err := s.webhookFlags.openWebhooks(db, alerts.webhookObserver(m), self, func() bool { return eng.Closing() }, clock, log)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -74,14 +73,14 @@ func (f *webhookFlags) config() (webhook.Config, error) {
 }
 
 // openWebhooks returns the webhook service (the API's WebhookService and the
-// delivery engine) over store, reporting to m. It delivers nothing until
+// delivery engine) over store, reporting to obs. It delivers nothing until
 // startWebhooks.
-func (f *webhookFlags) openWebhooks(store hourglass.Database, m *metrics.Metrics, self *node, yield func() bool, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
+func (f *webhookFlags) openWebhooks(store hourglass.Database, obs webhook.Observer, self *node, yield func() bool, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Clock, cfg.Logger, cfg.Observer, cfg.Yield = clock, log, m, yield
+	cfg.Clock, cfg.Logger, cfg.Observer, cfg.Yield = clock, log, obs, yield
 	if own := self.ownership(); own != nil {
 		cfg.Ownership = own
 	}

@@ -172,6 +172,16 @@
 
     latenessChart($('lateness-chart'), $('lateness-p99'), d.lateness, 'closes');
 
+    // Webhook delivery: the lag of first attempts over the last minute, and
+    // the close batches whose deliveries are not created yet (a burst's
+    // deferred fan-out); each null when the server does not have it.
+    const lag = d.delivery_lag, fanout = d.fanout_pending;
+    $('webhooks-card').hidden = !lag && fanout == null;
+    $('delivery-lag-p50').textContent = lag && lag.deliveries > 0 ? fmtSeconds(lag.p50_seconds) : '–';
+    $('delivery-lag-p99').textContent = lag && lag.deliveries > 0 ? fmtSeconds(lag.p99_seconds) : '–';
+    $('delivery-first-attempts').textContent = lag ? fmt(lag.deliveries) : '–';
+    $('fanout-pending').textContent = fanout == null ? '–' : fmt(fanout);
+
     // Clients' timers, shown as the orders are; null when the server keeps none.
     const tm = d.timers;
     $('timers-card').hidden = !tm;

@@ -129,6 +129,11 @@ type Config struct {
 	// RetryDuplicateKey). It is called from many goroutines at once (the
 	// writers', the callers') and must be safe for concurrent use.
 	ObserveRetry func(reason string)
+	// ObserveFanoutPending, if set, is told the number of rows of
+	// fanout_pending (close batches whose webhook deliveries are deferred)
+	// at each look of the fan-out loop (about every second, and after a
+	// burst). It is called from one goroutine.
+	ObserveFanoutPending func(n int)
 	// AnnounceWithin, when positive, leaves out of the order feed the
 	// created orders due later than it after their creation (see
 	// store.Options.AnnounceWithin); a batch with none writes no feed row.

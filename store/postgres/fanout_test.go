@@ -95,9 +95,8 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	}
 	// The first batch deferred its close deliveries; the second, the last
 	// of the burst, wrote them.
-	var pending int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM fanout_pending`).Scan(&pending); err != nil || pending != 1 {
-		t.Fatalf("fanout_pending: %d rows, %v; want the first batch's", pending, err)
+	if pending, err := s.FanoutPending(ctx); err != nil || pending != 1 {
+		t.Fatalf("FanoutPending: %d rows, %v; want the first batch's", pending, err)
 	}
 	if got := deliveriesOf(t, s, ids[0][0]); len(got) != 1 {
 		t.Fatalf("a deferring batch's order has deliveries %v, want its created event's only", got)
@@ -125,9 +124,8 @@ WHERE d.order_id = ANY($1) AND e.type = 'order.closed' AND d.next_attempt_at < $
 			}
 		}
 	}
-	var left int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM fanout_pending`).Scan(&left); err != nil || left != 0 {
-		t.Fatalf("fanout_pending: %d rows, %v; want none", left, err)
+	if left, err := s.FanoutPending(ctx); err != nil || left != 0 {
+		t.Fatalf("FanoutPending: %d rows, %v; want none", left, err)
 	}
 }
 

@@ -116,6 +116,11 @@ type Config struct {
 	// is run again after a deadlock ("deadlock", 40P01) or a serialization
 	// failure ("serialization", 40001). It must be safe for concurrent use.
 	ObserveRetry func(reason string)
+	// ObserveFanoutPending, if set, is told the number of rows of
+	// fanout_pending (close batches whose webhook deliveries are deferred)
+	// at each look of the fan-out loop (about every second, and after a
+	// burst). It is called from one goroutine.
+	ObserveFanoutPending func(n int)
 	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()

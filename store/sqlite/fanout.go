@@ -21,11 +21,13 @@ import (
 // periodic check, Open) reads it on a reader first.
 func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
-		Name:   "sqlite",
-		Log:    s.log,
-		Queue:  s.queue,
-		Check:  s.cfg.fanOutCheck,
-		Before: s.cfg.beforeFanOut,
+		Name:    "sqlite",
+		Log:     s.log,
+		Queue:   s.queue,
+		Check:   s.cfg.fanOutCheck,
+		Before:  s.cfg.beforeFanOut,
+		Count:   s.FanoutPending,
+		Counted: s.cfg.ObserveFanoutPending,
 		One: func(context.Context) (bool, error) {
 			pending, err := s.fanOutsPending()
 			if err != nil || !pending {
@@ -86,4 +88,19 @@ func (s *Store) fanOutOldest() (created int, err error) {
 		return nil
 	})
 	return created, err
+}
+
+// FanoutPending returns the number of rows of fanout_pending, on a reader:
+// close batches of a burst whose webhook deliveries are not created yet (a
+// row is one batch). Safe for concurrent use.
+func (s *Store) FanoutPending(ctx context.Context) (int, error) {
+	var n int
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		_, err := step(conn.Prep(`SELECT COUNT(*) FROM fanout_pending`), func(st *sqlite.Stmt) { n = st.ColumnInt(0) })
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count deferred fan-outs: %w", err)
+	}
+	return n, nil
 }

@@ -116,8 +116,14 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	if want := small * 3; notes != 2 || deliveries != want {
 		t.Fatalf("%d deferred fan-outs and %d deliveries; want the two big batches' deferred and the small close's %d", notes, deliveries, want)
 	}
+	if n, err := s.FanoutPending(ctx); err != nil || n != 2 {
+		t.Fatalf("FanoutPending = %d, %v; want 2", n, err)
+	}
 	once.Do(func() { close(release) })
 	waitDeliveries(t, s, (2*batch+small)*3)
+	if n, err := s.FanoutPending(ctx); err != nil || n != 0 {
+		t.Fatalf("after the fan-out FanoutPending = %d, %v; want 0", n, err)
+	}
 }
 
 // TestDeferredFanOutAfterRestart: a deferred fan-out left by a crash (the

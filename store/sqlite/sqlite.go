@@ -65,6 +65,11 @@ type Config struct {
 	// Observe, if set, is called after every group commit with the number of
 	// writes it held and how long the commit (including fsync) took.
 	Observe func(writes int, commit time.Duration)
+	// ObserveFanoutPending, if set, is told the number of rows of
+	// fanout_pending (close batches whose webhook deliveries are deferred)
+	// at each look of the fan-out loop (about every second, and after a
+	// burst). It is called from one goroutine.
+	ObserveFanoutPending func(n int)
 }
 
 // Validate reports a configuration error, naming the field.

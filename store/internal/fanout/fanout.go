@@ -68,6 +68,11 @@ type Loop struct {
 	Check time.Duration
 	// Before, if set, is called before each note is fanned out (tests).
 	Before func()
+	// Count, if set with Counted, counts the notes (the store's
+	// FanoutPending); Run tells Counted the count at the start of each look.
+	// A failed count is not told (the look's own failure is logged).
+	Count   func(ctx context.Context) (int, error)
+	Counted func(n int)
 
 	wake chan struct{}
 }
@@ -103,6 +108,7 @@ func (l *Loop) Run(ctx context.Context) {
 	defer tick.Stop()
 	clock := hourglass.SystemClock{}
 	for {
+		l.count(ctx)
 		giveUp := clock.Now().Add(MaxWait)
 		for {
 			if !l.waitQuiet(ctx, max(giveUp.Sub(clock.Now()), 0)) {
@@ -128,6 +134,16 @@ func (l *Loop) Run(ctx context.Context) {
 		case <-l.wake:
 		case <-tick.C:
 		}
+	}
+}
+
+// count tells Counted how many notes there are, if it can.
+func (l *Loop) count(ctx context.Context) {
+	if l.Count == nil || l.Counted == nil {
+		return
+	}
+	if n, err := l.Count(ctx); err == nil {
+		l.Counted(n)
 	}
 }
 

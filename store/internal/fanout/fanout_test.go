@@ -184,3 +184,49 @@ func TestBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsAtEachLook: the notes are counted at the start of each look
+// (hourglass_fanout_pending): those a crash left at Run's first, none at
+// the look after they were fanned out.
+func TestCountsAtEachLook(t *testing.T) {
+	t.Parallel()
+	var left atomic.Int64
+	left.Store(3)
+	counted := make(chan int, 10)
+	l := New(Loop{
+		Name:  "test",
+		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queue: &closes{},
+		Check: time.Hour, // only Run's first look and Wake
+		One: func(context.Context) (bool, error) {
+			if left.Load() == 0 {
+				return false, nil
+			}
+			left.Add(-1)
+			return true, nil
+		},
+		Count:   func(context.Context) (int, error) { return int(left.Load()), nil },
+		Counted: func(n int) { counted <- n },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	next := func() int {
+		select {
+		case n := <-counted:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatal("no count within 10 s")
+			return -1
+		}
+	}
+	if n := next(); n != 3 {
+		t.Fatalf("first look counted %d, want 3", n)
+	}
+	waitFor(t, "3 notes fanned out", func() bool { return left.Load() == 0 })
+	l.Wake()
+	if n := next(); n != 0 {
+		t.Fatalf("the look after the fan-out counted %d, want 0", n)
+	}
+}
