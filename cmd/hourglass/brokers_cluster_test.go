@@ -18,13 +18,17 @@ import (
 // (each node consumes only the timers of the partitions it owns), and the
 // p99 lateness on 3 nodes is within 2x one node's (plus 25 ms, so that a
 // few ms at p99 on a shared machine does not decide it). Kafka is left out:
-// its due tier is not partitioned by owner yet. HOURGLASS_TEST_BROKERS
-// picks mechanisms (comma-separated); the default is redis,rabbitmq,nats.
+// its due tier is not partitioned by owner yet. It takes about 1.5 min per
+// mechanism and compares lateness, so it runs only when
+// HOURGLASS_TEST_BROKERS names the mechanisms (comma-separated, e.g.
+// redis,rabbitmq,nats); the conformance suite's OwnersShareThePartitions
+// checks the same ownership in every go test run.
 func TestClusterBrokers(t *testing.T) {
-	mechanisms := []string{"redis", "rabbitmq", "nats"}
-	if v := os.Getenv("HOURGLASS_TEST_BROKERS"); v != "" {
-		mechanisms = strings.Split(v, ",")
+	v := os.Getenv("HOURGLASS_TEST_BROKERS")
+	if v == "" {
+		t.Skip("set HOURGLASS_TEST_BROKERS=redis,rabbitmq,nats to run brokers on 1 and 3 nodes of the built binary (about 1.5 min each)")
 	}
+	mechanisms := strings.Split(v, ",")
 	for _, m := range mechanisms {
 		t.Run(m, func(t *testing.T) {
 			var p99 [4]time.Duration
