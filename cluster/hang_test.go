@@ -214,10 +214,16 @@ func TestHungConnection(t *testing.T) {
 				t.Errorf("a stopped working its partitions %s after its connection hung, want within the TTL %s", stopped.Sub(held), ttl)
 			}
 			waitFor(t, "b owns every partition", 3*ttl, func() bool { return len(b.m.Owned()) == hourglass.Partitions })
-			took := b.firstGainAfter(held)
-			t.Logf("%s: b took a's partitions over %s after the hang", kind, took.Sub(held))
-			if took.Before(stopped) {
-				t.Errorf("b took over at +%s, before a stopped at +%s", took.Sub(held), stopped.Sub(held))
+			// A busy machine can make a miss a renewal before the hold, so
+			// that b gained a's partitions before it: then there is no
+			// takeover after the hold to time.
+			if took := b.firstGainAfter(held); took.IsZero() {
+				t.Logf("%s: b gained a's partitions before the hang (a missed a renewal on this busy machine)", kind)
+			} else {
+				t.Logf("%s: b took a's partitions over %s after the hang", kind, took.Sub(held))
+				if took.Before(stopped) {
+					t.Errorf("b took over at +%s, before a stopped at +%s", took.Sub(held), stopped.Sub(held))
+				}
 			}
 
 			// Every order closes once, by b for a's partitions.
@@ -252,7 +258,9 @@ func TestHungConnection(t *testing.T) {
 			}
 
 			// Every order.closed reaches the receiver; none from a once a
-			// stopped; none twice unless a's copy left before the hold.
+			// stopped; none twice unless a's copy left before a stopped (a
+			// sends until it stops, but from the hold on it cannot record
+			// what it sent, so b sends it again: at least once).
 			waitFor(t, "every order.closed delivered", 20*time.Second, func() bool {
 				seen := map[string]bool{}
 				for _, r := range rcv.receipts() {
@@ -277,11 +285,11 @@ func TestHungConnection(t *testing.T) {
 					continue
 				}
 				twice++
-				if f.node != "a" || !f.at.Before(held) {
+				if f.node != "a" || !f.at.Before(stopped) {
 					t.Errorf("order.closed %s sent twice: by %s at +%s and by %s at +%s", r.event, f.node, f.at.Sub(held), r.node, r.at.Sub(held))
 				}
 			}
-			t.Logf("%s: %d order.closed delivered, %d of them again after the takeover (a sent them before the hang and could not record it)", kind, len(events), twice)
+			t.Logf("%s: %d order.closed delivered, %d of them again after the takeover (a sent them before it stopped and could not record it)", kind, len(events), twice)
 		})
 	}
 }
