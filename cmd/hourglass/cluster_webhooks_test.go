@@ -28,17 +28,21 @@ func TestClusterWebhooks(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			const ttl = 2 * time.Second
 			rc := newClusterReceiver(t)
-			testClusterWebhooks(t, setupCluster(t, kind, 3, ttl, rc.args()...), rc, ttl)
+			testClusterWebhooks(t, setupCluster(t, kind, 3, ttl, rc.args()...), rc, ttl, ttl+2*time.Second)
 		})
 	}
 }
 
 // TestClusterWebhooksGalera is TestClusterWebhooks on the 3-node Galera
-// cluster, each hourglass node on its own Galera node.
+// cluster, each hourglass node on its own Galera node. Every event must
+// arrive, as on one server; the lag bound is twice TTL + 2 s: on this
+// 2-core machine, with three Galera nodes beside the three hourglass nodes,
+// the p99 was 4.0-4.9 s alone and far more with the rest of go test ./...
+// running beside it (close lateness itself reaches 2-3 s there).
 func TestClusterWebhooksGalera(t *testing.T) {
 	const ttl = 2 * time.Second
 	rc := newClusterReceiver(t)
-	testClusterWebhooks(t, setupGaleraCluster(t, 3, ttl, rc.args()...), rc, ttl)
+	testClusterWebhooks(t, setupGaleraCluster(t, 3, ttl, rc.args()...), rc, ttl, 2*(ttl+2*time.Second))
 }
 
 // clusterReceiver records the first arrival of each event id.
@@ -80,7 +84,7 @@ func (rc *clusterReceiver) arrival(id string) (time.Time, bool) {
 	return at, ok
 }
 
-func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl time.Duration) {
+func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl, bound time.Duration) {
 	ctx := t.Context()
 	c := s.cluster
 	client := api.NewClient(c.Node(0).URL(), "", &http.Client{Timeout: 10 * time.Second})
@@ -138,7 +142,6 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl 
 	if len(want) == 0 {
 		t.Fatal("no order.closed or timer.fired event was written: the test's load did nothing")
 	}
-	bound := ttl + 2*time.Second
 	// The last events were committed before judge returned; give their
 	// deliveries the bound, then some, before calling them missing.
 	for deadline := time.Now().Add(bound + 10*time.Second); ; time.Sleep(100 * time.Millisecond) {
