@@ -80,7 +80,11 @@ type fullNode struct {
 
 func startFullNode(t *testing.T, dbURL, id string, ttl time.Duration, rcv *receiver) *fullNode {
 	t.Helper()
-	db, err := store.Open(context.Background(), store.Options{URL: dbURL})
+	// As serve does: a transaction left open by a hung node is ended by the
+	// server after the TTL, so its row locks do not hold up the takeover
+	// (without it, a hold that caught a mid-close left b's closes waiting
+	// on a's locks until the test gave up).
+	db, err := store.Open(context.Background(), store.Options{URL: dbURL, IdleTxTimeout: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
