@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
-	"github.com/hourglass/hourglass/store/postgres/pgtest"
+	"github.com/hourglass/hourglass/store"
 )
 
 // TestClusterBrokers (issue 18): each broker mechanism on 1 and on 3 nodes
@@ -49,31 +49,7 @@ func TestClusterBrokers(t *testing.T) {
 func brokerRun(t *testing.T, m string, n int) time.Duration {
 	const ttl = 2 * time.Second
 	ns := fmt.Sprintf("hgt-brokers-%s-%d-%d", m, n, time.Now().UnixNano()%1e9)
-	if testing.Short() {
-		t.Skip("runs a cluster of the built binary; skipped with -short")
-	}
-	dbURL := pgtest.NewDatabase(t)
-	c, err := nodes.Start(t.Context(), nodes.Config{
-		Binary:      buildBinary(t, t.TempDir()),
-		DatabaseURL: dbURL,
-		LeaseTTL:    ttl,
-		Args:        []string{"--delay", m, "--delay-namespace", ns},
-		LogDir:      t.TempDir(),
-		Logf:        t.Logf,
-	}, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		if t.Failed() {
-			t.Logf("the nodes' logs, last lines:\n%s", c.LogTails(6000))
-		}
-	})
-	if _, err := c.WaitBalanced(t.Context(), 3*ttl+10*time.Second); err != nil {
-		t.Fatalf("the cluster did not balance: %v", err)
-	}
-	s := clusterSetup{dbURL: dbURL, cluster: c}
+	s := setupCluster(t, store.KindPostgres, n, ttl, "--delay", m, "--delay-namespace", ns)
 	ctx := t.Context()
 	load, err := s.cluster.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: 2 * time.Second, TimeoutMax: 3 * time.Second, TimerRate: 60})
 	if err != nil {

@@ -489,7 +489,7 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 	return out, s.fail("list timers", err)
 }
 
-// listTimersSQL is Timers' statement: $1 after, $2 status ('' for any),
+// listTimersSQL is Timers' statement: $1 after, $2 status (empty for any),
 // $3 limit. With a status, its range of timers_status_key (migration 0005).
 func listTimersSQL(status hourglass.TimerStatus) string {
 	where := `t.key > $1 AND $2 = ''`
