@@ -35,7 +35,7 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 		})
 	}()
 	for {
-		if s.queue.Len() == 2 {
+		if s.w.Len() == 2 {
 			break
 		}
 		time.Sleep(time.Millisecond)

@@ -79,7 +79,7 @@ func TestBrokenWriteBisected(t *testing.T) {
 			_, _, createErrs[i] = s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute, Items: items})
 		}()
 	}
-	for s.queue.Len() < 65 {
+	for s.w.Len() < 65 {
 		time.Sleep(time.Millisecond)
 	}
 	release()

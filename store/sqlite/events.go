@@ -123,27 +123,8 @@ func (s *Store) loadWebhookCount(ctx context.Context) {
 	}
 }
 
-// notifier is a coalescing wake-up channel with one consumer; its zero value
-// is ready to use. Safe for concurrent use.
-type notifier struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-func (n *notifier) channel() chan struct{} {
-	n.once.Do(func() { n.ch = make(chan struct{}, 1) })
-	return n.ch
-}
-
-func (n *notifier) notify() {
-	select {
-	case n.channel() <- struct{}{}:
-	default:
-	}
-}
-
 // DeliveriesCreated implements hourglass.DeliveryStore.
-func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
+func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreated() }
 
 // OrderEvents returns the events of an order, or of a timer (orderID a
 // timer's id), that have not been pruned, in the order they were written.

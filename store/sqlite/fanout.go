@@ -23,7 +23,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
 		Name:    "sqlite",
 		Log:     s.log,
-		Queue:   s.queue,
+		Queue:   s.w,
 		Check:   s.cfg.fanOutCheck,
 		Before:  s.cfg.beforeFanOut,
 		Count:   s.FanoutPending,
@@ -35,7 +35,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 			}
 			created, err := s.fanOutOldest()
 			if created > 0 {
-				s.deliveries.notify()
+				s.w.NotifyDeliveries()
 			}
 			return true, err
 		},

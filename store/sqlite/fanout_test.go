@@ -90,7 +90,7 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	for b := range 2 {
 		go func() { errs <- closeRange(b*batch, batch) }()
 	}
-	for s.queue.Urgent() < 2 {
+	for s.w.Urgent() < 2 {
 		time.Sleep(time.Millisecond)
 	}
 	hold()

@@ -148,7 +148,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 		return hourglass.Order{}, false, err
 	}
 	if fanned > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	return out, created, nil
 }
@@ -308,7 +308,7 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 		return hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", id, describe(cur, now))
 	})
 	if err == nil && fanned > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	return out, err
 }
@@ -371,7 +371,7 @@ AND (?2 <> 'pending_payment' OR deadline > ?4) RETURNING ` + orderColumns)
 		return err
 	})
 	if err == nil && fanned > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	return out, err
 }
@@ -450,7 +450,7 @@ RETURNING id, deadline, items`)
 	}
 	s.fannedOut(fanned, len(closed))
 	if fanned > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	if deferred {
 		s.fanOut.Wake()
@@ -486,7 +486,7 @@ func (s *Store) writeEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventT
 	if s.webhookCount(conn) <= 0 {
 		return 0, false, nil
 	}
-	if fanout.Burst(s.queue.Urgent(), len(closed)) {
+	if fanout.Burst(s.w.Urgent(), len(closed)) {
 		// Part of a burst (more closes queued behind this one, or a full
 		// batch): leave the deliveries to the fan-out loop, so the close
 		// transactions are not several times longer for them.

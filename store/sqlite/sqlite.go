@@ -17,10 +17,9 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/bisect"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
-	"github.com/hourglass/hourglass/store/internal/writequeue"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 )
@@ -94,19 +93,12 @@ type Store struct {
 	log    *slog.Logger
 	writer *sqlite.Conn
 	reads  *sqlitex.Pool
-	queue  *writequeue.Queue[*op]
-	done   chan struct{}
+	// w is the group-commit writer (store/internal/writer): one goroutine
+	// on the write connection.
+	w      *writer.Writer[*op]
 	policy stored.PolicyCache
-	// deliveries wakes the webhook delivery engine after a commit that
-	// created deliveries; webhooks counts webhooks (events.go).
-	deliveries notifier
-	webhooks   webhookCounter
-
-	// writeErr is why writes fail now (an unavailable *hourglass.Error
-	// naming the cause), nil while they commit: see WriteHealth.
-	writeErr atomic.Pointer[hourglass.Error]
-
-	probeStop, probeDone chan struct{}
+	// webhooks counts webhooks (events.go).
+	webhooks webhookCounter
 
 	lock      *os.File // held while open: see lockFile
 	closeOnce sync.Once
@@ -124,21 +116,22 @@ type Store struct {
 
 var _ hourglass.Store = (*Store)(nil)
 
-// op is one write waiting for the writer goroutine. run must either succeed,
-// or fail with a *hourglass.Error before writing anything (a domain refusal),
-// or fail with any other error (then the whole batch is rolled back and
-// bisected, see commit, so one broken write cannot fail its peers). run may
-// therefore run more than once: it must not keep outputs of a rolled-back
-// run.
+// op is one write waiting for the writer. run must either succeed, or fail
+// with a *hourglass.Error before writing anything (a domain refusal), or
+// fail with any other error (then the whole batch is rolled back and
+// bisected, so one broken write cannot fail its peers). run may therefore
+// run more than once: it must not keep outputs of a rolled-back run.
 type op struct {
-	ctx    context.Context
-	run    func(conn *sqlite.Conn, now time.Time) error
-	result chan error
+	run func(conn *sqlite.Conn, now time.Time) error
+	err error
 	// orders is an urgent op's weight against urgentPerCommit: the orders it
 	// closes (or timers it fires), each with the webhook deliveries the
 	// latest close created per order (Store.deliveriesPerOrder).
 	orders int
 }
+
+func (o *op) Fail(err error) { o.err = err }
+func (o *op) Err() error     { return o.err }
 
 // Open opens (creating if needed) the database in cfg.Dir, applies
 // migrations and starts the writer. Close must be called to stop it.
@@ -213,16 +206,16 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open read pool: %w", err)
 	}
 	s.reads = pool
-	s.queue = writequeue.NewBudgeted(func(o *op) int { return o.orders }, urgentPerCommit)
-	s.done = make(chan struct{})
-	s.probeDone = make(chan struct{})
-	s.probeStop = make(chan struct{})
+	s.w = writer.New(writer.Config[*op]{
+		Name: "sqlite", Log: s.log, Writers: 1, MaxBatch: cfg.MaxBatch,
+		Weight: func(o *op) int { return o.orders }, UrgentBudget: urgentPerCommit,
+		Retry: retryPolicy(), Clock: s.clock, Probe: s.probeWrite, ProbeInterval: ProbeInterval,
+		Observe: cfg.Observe, BeforeTx: cfg.beforeTx,
+	}, dialect{s})
 	s.fanOutDone = make(chan struct{})
 	s.fanOut = s.newFanOut()
 	fanOutCtx, stopFanOut := context.WithCancel(context.Background())
 	s.stopFanOut = stopFanOut
-	go s.writeLoop()
-	go s.probeLoop()
 	go func() {
 		defer close(s.fanOutDone)
 		s.fanOut.Run(fanOutCtx) // looks at once: a crash may have left some
@@ -275,12 +268,9 @@ func dbPath(dir, fileName string) string {
 // It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.probeStop)
-		<-s.probeDone
 		s.stopFanOut()
 		<-s.fanOutDone
-		s.queue.Close()
-		<-s.done
+		s.w.Close()
 		s.closeErr = errors.Join(s.reads.Close(), s.writer.Close())
 		s.unlock()
 	})
@@ -295,21 +285,18 @@ func (s *Store) unlock() {
 	}
 }
 
-// errClosed is returned by writes after Close.
-var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
-
-// write queues run for the writer goroutine and waits until its transaction
-// has committed (or failed). Once queued, a write runs even if ctx ends
-// while it waits, unless it has not started yet when ctx ends: then it is
-// skipped and ctx.Err() returned.
+// write queues run for the writer and waits until its transaction has
+// committed (or failed). Once queued, a write runs even if ctx ends while it
+// waits, unless it has not started yet when ctx ends: then it is skipped
+// and ctx.Err() returned.
 func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.submit(ctx, 0, run)
+	return s.w.Submit(ctx, writer.Normal, &op{run: run})
 }
 
 // writeUrgent is write for closes of n orders: they jump the queue of API
 // writes, so a burst of creates cannot make a deadline late.
 func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.submit(ctx, s.urgentWeight(n), run)
+	return s.w.Submit(ctx, writer.Urgent, &op{run: run, orders: s.urgentWeight(n)})
 }
 
 // urgentWeight is an urgent op's weight for n orders (see op.orders).
@@ -329,37 +316,7 @@ func (s *Store) fannedOut(deliveries, n int) {
 // delivery attempts): it goes into a transaction only with room left by the
 // closes and API writes, so a delivery backlog cannot slow the API.
 func (s *Store) writeLow(ctx context.Context, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.submit(ctx, -1, run)
-}
-
-// submit queues run; orders > 0 makes it urgent, orders < 0 low.
-func (s *Store) submit(ctx context.Context, orders int, run func(conn *sqlite.Conn, now time.Time) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	o := &op{ctx: ctx, run: run, result: make(chan error, 1), orders: max(orders, 0)}
-	var queued bool
-	if orders < 0 {
-		queued = s.queue.PushLow(o)
-	} else {
-		queued = s.queue.Push(o, orders > 0)
-	}
-	if !queued {
-		return errClosed
-	}
-	return <-o.result
-}
-
-func (s *Store) writeLoop() {
-	defer close(s.done)
-	batch := make([]*op, 0, s.cfg.MaxBatch)
-	for {
-		batch = s.queue.Take(batch[:0], s.cfg.MaxBatch)
-		if len(batch) == 0 {
-			return // closed and drained
-		}
-		s.commit(batch)
-	}
+	return s.w.Submit(ctx, writer.Low, &op{run: run})
 }
 
 // urgentPerCommit is about the most orders the urgent ops (close batches)
@@ -372,65 +329,11 @@ func (s *Store) writeLoop() {
 // it are not held up by a whole burst's worth of closes.
 const urgentPerCommit = 1024
 
-// commit runs a batch in one transaction. A domain refusal fails only its
-// op. Any other error rolls the batch back and bisects it
-// (store/internal/bisect): each half runs as one transaction, recursing
-// into a half that fails, so a broken write fails only itself and costs its
-// peers at most 2·⌈log2 n⌉ more transactions (and fsyncs). A failure of the
-// storage (a full disk, an I/O error) is not one write's: it fails the writes
-// of its transaction without splitting it.
-func (s *Store) commit(batch []*op) {
-	results := make([]error, len(batch))
-	start := s.clock.Now()
-	failed := 0
-	err, commits := bisect.Run(len(batch), func(lo, hi int) error {
-		return s.runBatch(batch[lo:hi], results[lo:hi])
-	}, func(err error) bool { return storageError(err) == nil }, func(lo, hi int, err error) {
-		failed += hi - lo
-		for i := lo; i < hi; i++ {
-			results[i] = err
-		}
-	})
-	if err != nil && commits > 1 {
-		s.log.Warn("sqlite: group commit failed; bisected it", "writes", len(batch), "failed", failed, "transactions", commits, "err", err)
-	}
-	if s.cfg.Observe != nil {
-		s.cfg.Observe(len(batch), s.clock.Now().Sub(start))
-	}
-	s.noteWrites(results)
-	for i, o := range batch {
-		o.result <- results[i]
-	}
-}
-
-// noteWrites maps each result that failed for a storage cause (disk full,
-// I/O error, read-only) to an unavailable error naming the cause, and records
-// whether writes are failing now: a write that failed so sets writeErr, one
-// that committed clears it.
-func (s *Store) noteWrites(results []error) {
-	var failed *hourglass.Error
-	committed := false
-	for i, err := range results {
-		if err == nil {
-			committed = true
-			continue
-		}
-		if he := storageError(err); he != nil {
-			results[i] = he
-			failed = he
-		}
-	}
-	switch {
-	case failed != nil:
-		if s.writeErr.Swap(failed) == nil {
-			s.log.Error("sqlite: writes are failing; /readyz answers 503 until one commits", "err", failed.Message)
-		}
-	case committed:
-		if s.writeErr.Swap(nil) != nil {
-			s.log.Info("sqlite: writes commit again")
-		}
-	}
-}
+// retryPolicy is SQLite's: one attempt. The store's one writer goroutine
+// never races another writer of the file (the file lock keeps other
+// processes out), so nothing rolls a batch back that running it again
+// would cure.
+func retryPolicy() writer.RetryPolicy { return writer.RetryPolicy{Attempts: 1, Timeout: time.Minute} }
 
 // storageError returns, for an error whose cause is the storage under the
 // database (SQLITE_FULL, SQLITE_IOERR*, SQLITE_READONLY*), an unavailable
@@ -456,60 +359,58 @@ func storageError(err error) *hourglass.Error {
 // *hourglass.Error naming the cause. While it is not nil the store probes
 // with a small write every ProbeInterval, so it recovers without traffic.
 // It is safe for concurrent use.
-func (s *Store) WriteHealth() error {
-	if e := s.writeErr.Load(); e != nil {
-		return e
-	}
-	return nil
-}
+func (s *Store) WriteHealth() error { return s.w.Health() }
 
 // ProbeInterval is how often a store whose writes fail tries a small write.
 const ProbeInterval = time.Second
 
-// probeLoop writes a probe row while writes fail, so WriteHealth clears when
-// the cause goes away even if nothing else writes.
-func (s *Store) probeLoop() {
-	defer close(s.probeDone)
-	t := time.NewTicker(ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.probeStop:
-			return
-		case <-t.C:
-		}
-		if s.writeErr.Load() == nil {
-			continue
-		}
-		s.write(context.Background(), func(conn *sqlite.Conn, now time.Time) error {
-			return sqlitex.Execute(conn, `INSERT INTO settings (name, value) VALUES ('write_probe', ?1)
+// probeWrite is the write health's probe.
+func (s *Store) probeWrite(ctx context.Context) error {
+	return s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+		return sqlitex.Execute(conn, `INSERT INTO settings (name, value) VALUES ('write_probe', ?1)
 				ON CONFLICT (name) DO UPDATE SET value = excluded.value`, &sqlitex.ExecOptions{Args: []any{now.UTC().Format(time.RFC3339Nano)}})
-		})
-	}
+	})
 }
 
-func (s *Store) runBatch(batch []*op, results []error) (err error) {
-	if s.cfg.beforeTx != nil {
-		s.cfg.beforeTx(len(batch))
+// dialect is the store as the writer sees it.
+type dialect struct{ *Store }
+
+// Run runs a batch in one immediate transaction on the write connection. A
+// write's *hourglass.Error is its refusal; any other error rolls the batch
+// back, and a storage cause becomes storageError's.
+func (d dialect) Run(_ context.Context, batch []*op) (int, error) {
+	err := d.runTx(batch)
+	if he := storageError(err); he != nil {
+		return 0, he
 	}
-	end, err := sqlitex.ImmediateTransaction(s.writer)
+	return 0, err
+}
+
+func (d dialect) runTx(batch []*op) (err error) {
+	end, err := sqlitex.ImmediateTransaction(d.writer)
 	if err != nil {
 		return fmt.Errorf("sqlite: begin: %w", err)
 	}
 	defer end(&err)
-	for i, o := range batch {
-		if err := o.ctx.Err(); err != nil {
-			results[i] = err
-			continue
-		}
-		err := o.run(s.writer, s.clock.Now())
+	for _, o := range batch {
+		err := o.run(d.writer, d.clock.Now())
 		var he *hourglass.Error
 		if err != nil && !errors.As(err, &he) {
 			return err
 		}
-		results[i] = err
+		o.err = err
 	}
 	return nil
+}
+
+// Classify implements writer.Dialect: a storage cause is unavailable (not
+// one write's, so not bisected); anything else may be one write's.
+func (dialect) Classify(err error) writer.Class {
+	var he *hourglass.Error
+	if errors.As(err, &he) && he.Code == hourglass.CodeUnavailable || storageError(err) != nil {
+		return writer.Class{Kind: writer.Unavailable}
+	}
+	return writer.Class{Kind: writer.OneWrite}
 }
 
 // read runs fn on a pooled read connection.

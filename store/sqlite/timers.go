@@ -335,7 +335,7 @@ SELECT id, ?1, ?2, 'pending', 0, ?3 FROM webhooks WHERE id = ?4`)
 		return nil, err
 	}
 	if fanned > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	return fired, nil
 }

@@ -1,0 +1,173 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// write is a test write: broken makes any transaction holding it fail.
+type write struct {
+	broken bool
+	ran    int
+	err    error
+}
+
+func (w *write) Fail(err error) { w.err = err }
+func (w *write) Err() error     { return w.err }
+
+var (
+	errBroken = errors.New("broken write")
+	errRace   = errors.New("deadlock")
+	errDown   = errors.New("connection refused to 10.0.0.1")
+)
+
+// fake runs batches in memory: it fails with errRace the first races
+// transactions, with errDown while down, and with errBroken when a broken
+// write is in the batch.
+type fake struct {
+	mu    sync.Mutex
+	races int
+	down  bool
+	txs   []int
+}
+
+func (f *fake) Run(_ context.Context, ws []*write) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.txs = append(f.txs, len(ws))
+	switch {
+	case f.down:
+		return 0, errDown
+	case f.races > 0:
+		f.races--
+		return 0, errRace
+	}
+	for _, w := range ws {
+		if w.broken {
+			return 0, errBroken
+		}
+	}
+	for _, w := range ws {
+		w.ran++
+		w.err = nil
+	}
+	return len(ws), nil
+}
+
+func (f *fake) Classify(err error) Class {
+	switch {
+	case errors.Is(err, errRace):
+		return Class{Kind: Retry, Reason: "deadlock"}
+	case errors.Is(err, errDown):
+		return Class{Kind: Unavailable}
+	}
+	return Class{Kind: OneWrite}
+}
+
+func setup(t *testing.T, f *fake, attempts int) (*Writer[*write], *[]string) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		reasons []string
+	)
+	w := New(Config[*write]{
+		Name: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBatch: 100,
+		Retry: RetryPolicy{Attempts: attempts, Timeout: time.Minute}, ProbeInterval: time.Hour,
+		ObserveRetry: func(r string) { mu.Lock(); reasons = append(reasons, r); mu.Unlock() },
+	}, f)
+	t.Cleanup(w.Close)
+	return w, &reasons
+}
+
+func TestBatchOutcomes(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		f        *fake
+		attempts int
+		broken   int // index of the broken write, -1 for none
+		wantErr  func(i int, err error) bool
+		wantTxs  int
+		retries  int
+	}{
+		{"commits", &fake{}, 3, -1, func(_ int, err error) bool { return err == nil }, 1, 0},
+		{"retried race", &fake{races: 2}, 3, -1, func(_ int, err error) bool { return err == nil }, 3, 2},
+		// Every transaction races: the batch fails as one write's failure
+		// would, and is bisected down to single writes.
+		{"retries used up", &fake{races: 1 << 20}, 3, -1, func(_ int, err error) bool { return errors.Is(err, errRace) }, 3 * (1 + 2 + 4 + 8), 2 * 15},
+		{"broken write bisected", &fake{}, 1, 5, func(i int, err error) bool { return (i == 5) == errors.Is(err, errBroken) }, 7, 0},
+		{"unavailable not split", &fake{down: true}, 3, -1, func(_ int, err error) bool {
+			return hourglass.ErrorCode(err) == hourglass.CodeUnavailable && err.Error() != "" && !errors.Is(err, errDown)
+		}, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w, reasons := setup(t, tt.f, tt.attempts)
+			ws := make([]*write, 8)
+			for i := range ws {
+				ws[i] = &write{broken: i == tt.broken}
+			}
+			errs := w.SubmitAll(context.Background(), Normal, ws)
+			for i, err := range errs {
+				if !tt.wantErr(i, err) {
+					t.Errorf("write %d: %v", i, err)
+				}
+			}
+			if got := len(tt.f.txs); got != tt.wantTxs {
+				t.Errorf("%d transactions %v, want %d", got, tt.f.txs, tt.wantTxs)
+			}
+			if len(*reasons) != tt.retries {
+				t.Errorf("retries %v, want %d", *reasons, tt.retries)
+			}
+		})
+	}
+}
+
+func TestSkippedAndClosed(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	w, _ := setup(t, f, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Submit(ctx, Urgent, &write{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a write whose context ended: %v", err)
+	}
+	w.Close()
+	if err := w.Submit(context.Background(), Low, &write{}); hourglass.ErrorCode(err) != hourglass.CodeUnavailable {
+		t.Fatalf("a write after Close: %v", err)
+	}
+	if len(f.txs) != 0 {
+		t.Fatalf("transactions %v, want none", f.txs)
+	}
+}
+
+func TestHealthAndDeliveries(t *testing.T) {
+	t.Parallel()
+	f := &fake{down: true}
+	w, _ := setup(t, f, 1)
+	w.Submit(context.Background(), Normal, &write{})
+	if hourglass.ErrorCode(w.Health()) != hourglass.CodeUnavailable {
+		t.Fatalf("health after an unavailable batch: %v", w.Health())
+	}
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	if err := w.Submit(context.Background(), Normal, &write{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Health(); err != nil {
+		t.Fatalf("health after a commit: %v", err)
+	}
+	select {
+	case <-w.DeliveriesCreated():
+	default:
+		t.Fatal("no wake-up after a commit that created deliveries")
+	}
+}
