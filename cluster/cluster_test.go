@@ -10,12 +10,12 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
-	"github.com/hourglass/hourglass/delay/wheel"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
+	"github.com/hourglass/hourglass/timing/timerloop"
 )
 
 func TestShares(t *testing.T) {
@@ -277,7 +277,7 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 				}
 				clock := m.Clock()
 				eng, err := engine.New(db, engine.Config{
-					Scheduler:    wheel.New(wheel.Config{Clock: clock}),
+					Scheduler:    timerloop.NewWheel(timerloop.Config{Clock: clock}),
 					Clock:        clock,
 					Ownership:    m,
 					WatchCreated: cs.WatchCreated,

@@ -12,12 +12,12 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
-	"github.com/hourglass/hourglass/delay/wheel"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
+	"github.com/hourglass/hourglass/timing/timerloop"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -110,7 +110,7 @@ func startFullNode(t *testing.T, dbURL, id string, ttl time.Duration, rcv *recei
 		}
 	})
 	clock := m.Clock()
-	n.eng, err = engine.New(db, engine.Config{Scheduler: wheel.New(wheel.Config{Clock: clock}), Clock: clock, Ownership: m, WatchCreated: cs.WatchCreated})
+	n.eng, err = engine.New(db, engine.Config{Scheduler: timerloop.NewWheel(timerloop.Config{Clock: clock}), Clock: clock, Ownership: m, WatchCreated: cs.WatchCreated})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,8 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
-	"github.com/hourglass/hourglass/delay/wheel"
-	"github.com/hourglass/hourglass/window"
+	"github.com/hourglass/hourglass/timing/timerloop"
+	"github.com/hourglass/hourglass/timing/window"
 )
 
 // Defaults of Config.
@@ -53,7 +53,9 @@ const (
 
 // Config configures an Engine; the zero value of each field means its default.
 type Config struct {
-	// Scheduler is the delay mechanism (default: a timing wheel).
+	// Scheduler is the delay mechanism, which the wiring chooses (package
+	// delay). Nil: the timing core's wheel (timerloop.NewWheel), the timing
+	// of the default mechanism.
 	Scheduler hourglass.Scheduler
 	// Window is how far ahead deadlines are held by a FeedWindow scheduler.
 	Window time.Duration
@@ -260,7 +262,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 		e.obs = nopObserver{}
 	}
 	if e.sched == nil {
-		e.sched = wheel.New(wheel.Config{Clock: e.clock, Logger: e.log})
+		e.sched = timerloop.NewWheel(timerloop.Config{Clock: e.clock, Logger: e.log})
 	}
 	e.info = e.sched.Info()
 	e.timers, _ = store.(TimerStore)

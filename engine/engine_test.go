@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/delay/wheel"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/sqlite"
+	"github.com/hourglass/hourglass/timing/timerloop"
 )
 
 type recorder struct {
@@ -446,7 +446,7 @@ func (brokenScheduler) Run(context.Context, hourglass.Deliver) error {
 func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
 	t.Parallel()
 	f := setup(t, hourglass.SystemClock{})
-	e := f.engine(t, Config{Scheduler: brokenScheduler{wheel.New(wheel.Config{})}, SweepInterval: time.Hour, RetryMax: 50 * time.Millisecond})
+	e := f.engine(t, Config{Scheduler: brokenScheduler{timerloop.NewWheel(timerloop.Config{})}, SweepInterval: time.Hour, RetryMax: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -489,7 +489,7 @@ func TestSweeperDefersToDeliveringBroker(t *testing.T) {
 	clock := hourglasstest.NewClock(hourglasstest.Epoch)
 	f := setup(t, clock)
 	// brokenScheduler hides the wheel's Backlog, as a broker has none.
-	e := f.engine(t, Config{Scheduler: brokenScheduler{wheel.New(wheel.Config{Clock: clock})}})
+	e := f.engine(t, Config{Scheduler: brokenScheduler{timerloop.NewWheel(timerloop.Config{Clock: clock})}})
 	burst := clock.Now()
 	clock.Advance(3 * time.Second) // the broker delivers the burst 3 s late
 	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {

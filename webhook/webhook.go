@@ -6,7 +6,7 @@
 // The queue is the database (hourglass.DeliveryStore): every event writes one
 // pending delivery per matching webhook in its own transaction, with the
 // time it is due. Attempts are timed like order deadlines, by the same code:
-// the timing wheel on the shared in-memory timing loop (delay/timerloop),
+// the timing wheel on the shared in-memory timing loop (package timing/timerloop),
 // keyed by delivery id, fed by the shared window loader (package window):
 // only deliveries due within Config.Window, and at most Config.MaxHeld of
 // them, are held in memory, paged in from the database every
@@ -41,11 +41,10 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
-	"github.com/hourglass/hourglass/delay/dispatch"
-	"github.com/hourglass/hourglass/delay/timerloop"
-	"github.com/hourglass/hourglass/delay/wheel"
-	"github.com/hourglass/hourglass/internal/wait"
-	"github.com/hourglass/hourglass/window"
+	"github.com/hourglass/hourglass/timing/dispatch"
+	"github.com/hourglass/hourglass/timing/timerloop"
+	"github.com/hourglass/hourglass/timing/wait"
+	"github.com/hourglass/hourglass/timing/window"
 )
 
 // Defaults of Config.
@@ -319,7 +318,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	s.again = map[int64]int64{}
 	s.unrecorded = map[int64]*unrecorded{}
 	// One attempt per dispatch: each is an HTTP call of up to Timeout.
-	s.sched = wheel.New(wheel.Config{Clock: s.clock, Logger: s.log, Dispatch: dispatch.Config{Workers: cfg.Workers, Batch: 1}})
+	s.sched = timerloop.NewWheel(timerloop.Config{Clock: s.clock, Logger: s.log, Dispatch: dispatch.Config{Workers: cfg.Workers, Batch: 1}})
 	s.parts = cluster.Track(cfg.Ownership, func() {
 		if s.loader != nil {
 			s.loader.Wake()

@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/delay/dispatch"
+	"github.com/hourglass/hourglass/timing/dispatch"
 )
 
 // ErrClosed is returned by Schedule after Close.

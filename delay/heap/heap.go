@@ -22,8 +22,8 @@ import (
 	"log/slog"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/delay/dispatch"
-	"github.com/hourglass/hourglass/delay/timerloop"
+	"github.com/hourglass/hourglass/timing/dispatch"
+	"github.com/hourglass/hourglass/timing/timerloop"
 )
 
 // Config configures a Scheduler; zero values mean the defaults.

@@ -63,7 +63,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/delay/dispatch"
+	"github.com/hourglass/hourglass/timing/dispatch"
 )
 
 // Defaults of Config.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/internal/wait"
+	"github.com/hourglass/hourglass/timing/wait"
 )
 
 const (

@@ -1,4 +1,4 @@
-package timingwheel
+package wheel
 
 import (
 	"container/heap"

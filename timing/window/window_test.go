@@ -14,7 +14,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/hourglasstest"
-	"github.com/hourglass/hourglass/window"
+	"github.com/hourglass/hourglass/timing/window"
 )
 
 // table is a Source over items kept in memory, paged like the stores page

@@ -1,4 +1,4 @@
-// Package timingwheel is a hierarchical timing wheel with millisecond ticks:
+// Package wheel is a hierarchical timing wheel with millisecond ticks:
 // it holds millions of timers, each keyed by a uint64 id (in hourglass, an
 // order id), and says which are due when the clock advances.
 //
@@ -103,4 +103,4 @@
 // typically under one mutex that it also holds while acting on fired ids.
 // The fire callback of Advance runs on the caller's goroutine, inside
 // Advance, and may call Add, Cancel and the read methods, but not Advance.
-package timingwheel
+package wheel

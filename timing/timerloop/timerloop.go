@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/delay/dispatch"
+	"github.com/hourglass/hourglass/timing/dispatch"
 )
 
 // Timers is an in-memory timer structure keyed by order id, with deadlines

@@ -1,4 +1,4 @@
-package timingwheel
+package wheel
 
 import (
 	"math"
@@ -193,7 +193,7 @@ func (w *Wheel) Cancel(id uint64) bool {
 // the next Advance.
 func (w *Wheel) Advance(nowMs int64, fire func(id uint64, deadlineMs int64)) int {
 	if w.advancing {
-		panic("timingwheel: Advance called from a fire callback")
+		panic("wheel: Advance called from a fire callback")
 	}
 	w.advancing = true
 	defer w.endAdvance()
@@ -391,7 +391,7 @@ func (w *Wheel) alloc(id uint64, deadline int64) int32 {
 		return i
 	}
 	if len(w.entries) >= math.MaxInt32 {
-		panic("timingwheel: more than math.MaxInt32 timers")
+		panic("wheel: more than math.MaxInt32 timers")
 	}
 	w.entries = append(w.entries, entry{id: id, deadline: deadline, next: none, prev: none})
 	return int32(len(w.entries) - 1)

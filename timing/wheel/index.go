@@ -1,4 +1,4 @@
-package timingwheel
+package wheel
 
 // The id index: a table of entry indices keyed by entries[i].id, with open
 // addressing and linear probing. Storing int32 indices instead of (id,

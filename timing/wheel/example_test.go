@@ -1,16 +1,16 @@
-package timingwheel_test
+package wheel_test
 
 import (
 	"fmt"
 
-	"github.com/hourglass/hourglass/timingwheel"
+	"github.com/hourglass/hourglass/timing/wheel"
 )
 
 // The worked example of the package documentation: a caller that sleeps
 // until NextDeadline sees the clock step through the slots that c cascades
 // through on its way down to level 0.
 func Example() {
-	w := timingwheel.New(0)
+	w := wheel.New(0)
 	w.Add(1, 50)     // level 0, slot 50
 	w.Add(2, 1000)   // level 1, slot 15
 	w.Add(3, 300000) // level 3, slot 1
