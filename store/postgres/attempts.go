@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,7 +16,7 @@ import (
 // room that closes and API writes leave. Errors: unavailable.
 func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
 	o := &op{kind: opRecordAttempt, attempt: r}
-	if err := s.submitLow(ctx, o); err != nil {
+	if err := s.w.Submit(ctx, writer.Low, o); err != nil {
 		return hourglass.AttemptRecord{}, err
 	}
 	return o.record, nil

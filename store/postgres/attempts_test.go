@@ -10,20 +10,15 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
 // runTogether queues ops so that one writer batch takes them all, and
 // waits for them.
 func runTogether(t *testing.T, s *Store, ops ...*op) {
 	t.Helper()
+	s.w.SubmitAll(context.Background(), writer.Normal, ops)
 	for _, o := range ops {
-		o.ctx, o.done = context.Background(), make(chan struct{})
-	}
-	if !s.queue.PushAll(ops, false) {
-		t.Fatal("queue closed")
-	}
-	for _, o := range ops {
-		<-o.done
 		if o.err != nil {
 			t.Fatalf("attempt %+v: %v", o.attempt, o.err)
 		}

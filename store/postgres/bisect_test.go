@@ -10,6 +10,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
@@ -66,15 +67,7 @@ func TestBrokenWriteBisected(t *testing.T) {
 	}
 	broken := create("bad\x00user")
 	ops = append(ops[:41], append([]*op{broken}, ops[41:]...)...)
-	for _, o := range ops {
-		o.ctx, o.done = ctx, make(chan struct{})
-	}
-	if !s.queue.PushAll(ops, false) { // one batch: a writer takes all of them
-		t.Fatal("queue closed")
-	}
-	for _, o := range ops {
-		<-o.done
-	}
+	s.w.SubmitAll(ctx, writer.Normal, ops) // one batch: a writer takes all of them
 
 	for i, o := range ops {
 		switch {

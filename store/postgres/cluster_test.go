@@ -150,10 +150,10 @@ func TestWatchCreatedBigBatch(t *testing.T) {
 	items := []hourglass.Item{{SKU: "W", Quantity: 1}}
 	ops := make([]*op, n)
 	for i := range ops {
-		ops[i] = &op{ctx: ctx, kind: opCreate, done: make(chan struct{}), items: stored.EncodeItems(items),
+		ops[i] = &op{kind: opCreate, items: stored.EncodeItems(items),
 			create: hourglass.CreateOrderParams{UserID: fmt.Sprint("u", i), Timeout: time.Hour, Items: items}}
 	}
-	b.commit(ops) // one transaction, as the writer runs a batch
+	b.w.Commit(ctx, ops) // one transaction, as the writer runs a batch
 	want := map[int64]time.Time{}
 	for i, o := range ops {
 		if o.err != nil || !o.created {

@@ -40,7 +40,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
 		Name:    "postgres",
 		Log:     s.log,
-		Queue:   s.queue,
+		Queue:   s.w,
 		One:     s.fanOutOne,
 		Before:  s.cfg.beforeFanOut,
 		Count:   s.FanoutPending,
@@ -58,7 +58,7 @@ func (s *Store) fanOutOne(ctx context.Context) (bool, error) {
 		return false, s.fail("fan out", err)
 	}
 	if created > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	return found > 0, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
@@ -81,14 +82,8 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	// Two close batches queued together: with MaxBatch 1 the first runs
 	// with the second queued behind it.
 	ops := []*op{{kind: opClose, ids: ids[0]}, {kind: opClose, ids: ids[1]}}
-	for _, o := range ops {
-		o.ctx, o.done = ctx, make(chan struct{})
-	}
-	if !s.queue.PushAll(ops, true) {
-		t.Fatal("queue closed")
-	}
+	s.w.SubmitAll(ctx, writer.Urgent, ops)
 	for i, o := range ops {
-		<-o.done
 		if o.err != nil || len(o.closed) != 3 {
 			t.Fatalf("close batch %d: %d closed, %v", i, len(o.closed), o.err)
 		}

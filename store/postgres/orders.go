@@ -7,6 +7,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -83,7 +84,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 		}
 	}
 	o := &op{kind: opCreate, create: p, items: stored.EncodeItems(p.Items)}
-	if err := s.submit(ctx, o, false); err != nil {
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
 		return hourglass.Order{}, false, err
 	}
 	return o.order, o.created, nil
@@ -146,7 +147,7 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 		return hourglass.Order{}, err
 	}
 	o := &op{kind: opPay, id: id, paymentID: paymentID}
-	if err := s.submit(ctx, o, false); err != nil {
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
 		return hourglass.Order{}, err
 	}
 	return o.order, nil
@@ -172,7 +173,7 @@ func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Actio
 		return hourglass.Order{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s", err.Error())
 	}
 	o := &op{kind: opTransition, id: id, action: a, from: from, to: to}
-	if err := s.submit(ctx, o, false); err != nil {
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
 		return hourglass.Order{}, err
 	}
 	return o.order, nil
@@ -186,7 +187,7 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 		return nil, nil
 	}
 	o := &op{kind: opClose, ids: ids}
-	if err := s.submit(ctx, o, true); err != nil {
+	if err := s.w.Submit(ctx, writer.Urgent, o); err != nil {
 		return nil, err
 	}
 	return o.closed, nil

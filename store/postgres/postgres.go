@@ -34,9 +34,8 @@ import (
 	redactURL "github.com/hourglass/hourglass/store/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
-	"github.com/hourglass/hourglass/store/internal/writequeue"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/migrate"
-	"github.com/hourglass/hourglass/store/writehealth"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -185,19 +184,18 @@ type Store struct {
 	createdChannel string
 	origin         string
 
-	queue *writequeue.Queue[*op]
-	wg    sync.WaitGroup // writers, listener and fanOut
-	stop  context.CancelFunc
+	// w is the group-commit writer (store/internal/writer; the batches'
+	// SQL is writer.go's). It also wakes the delivery engine.
+	w    *writer.Writer[*op]
+	wg   sync.WaitGroup // listener and fanOut
+	stop context.CancelFunc
 
-	policy     stored.PolicyCache
-	deliveries notifier
+	policy stored.PolicyCache
 	// fanOut creates the deliveries close batches left in fanout_pending
 	// (fanout.go).
 	fanOut  *fanout.Loop
 	watches watchers        // WatchCreated's
 	closed  <-chan struct{} // closed by Close
-	// health is whether order writes commit (WriteHealth, for /readyz).
-	health *writehealth.Tracker
 
 	closeOnce sync.Once
 }
@@ -227,12 +225,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	s.stop, s.closed = stop, bg.Done()
-	s.queue = writequeue.New[*op]()
-	s.health = writehealth.Start(time.Second, s.probeWrite)
-	for range writers {
-		s.wg.Add(1)
-		go s.writeLoop()
-	}
+	s.w = writer.New(writer.Config[*op]{
+		Name: "postgres", Log: s.log, Writers: writers, MaxBatch: s.cfg.MaxBatch, Retry: retryPolicy(),
+		Scrub: func(msg string) string { return scrub(msg, s.cfg.URL) }, Probe: s.probeWrite, ProbeInterval: time.Second,
+		Observe: s.cfg.Observe, ObserveRetry: s.cfg.ObserveRetry, BeforeTx: s.cfg.beforeTx,
+	}, dialect{s})
 	s.fanOut = s.newFanOut()
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.fanOut.Run(bg) }()
@@ -438,16 +435,15 @@ func channelName(prefix, db, schema string) string {
 // closes the pool. It is idempotent and safe for concurrent use.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.queue.Close()
+		s.w.Close()
 		s.stop()
 		s.wg.Wait()
-		s.health.Stop()
 		s.pool.Close()
 	})
 	return nil
 }
 
-// errClosed is returned by writes after Close.
+// errClosed is returned by WatchCreated after Close.
 var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
 
 // nowArg is the "now" parameter of every statement: nil (NULL) in
@@ -475,23 +471,20 @@ func pgCode(err error) string {
 	return ""
 }
 
-// retryable reports a serialization failure or a deadlock: the transaction
-// was rolled back and running it again is safe.
-func retryable(err error) bool {
-	c := pgCode(err)
-	return c == "40001" || c == "40P01"
-}
-
-// retried counts a retry of err's kind (Config.ObserveRetry).
-func (s *Store) retried(err error) {
-	if s.cfg.ObserveRetry == nil {
-		return
+// classify says what an error means to the writer and to the retries of
+// the other transactions: a serialization failure (40001) or a deadlock
+// (40P01) rolled the transaction back and may run again; an unreachable
+// database is unavailable.
+func classify(err error) writer.Class {
+	switch c := pgCode(err); {
+	case c == "40001":
+		return writer.Class{Kind: writer.Retry, Reason: "serialization"}
+	case c == "40P01":
+		return writer.Class{Kind: writer.Retry, Reason: "deadlock"}
+	case unavailable(err):
+		return writer.Class{Kind: writer.Unavailable}
 	}
-	reason := "serialization"
-	if pgCode(err) == "40P01" {
-		reason = "deadlock"
-	}
-	s.cfg.ObserveRetry(reason)
+	return writer.Class{Kind: writer.OneWrite}
 }
 
 // unavailable reports an error that means the database could not be reached
@@ -501,8 +494,7 @@ func unavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var unknown outcomeUnknown
-	if errors.As(err, &unknown) {
+	if writer.IsOutcomeUnknown(err) {
 		return true
 	}
 	if c := pgCode(err); c != "" {
@@ -540,45 +532,25 @@ func (s *Store) fail(op string, err error) error {
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
-// tx runs fn in a transaction on a pooled connection, retrying serialization
-// failures and deadlocks a bounded number of times. fn may run more than
+// tx runs fn in a transaction on a pooled connection, again after a
+// serialization failure or deadlock (retryPolicy). fn may run more than
 // once; it must not keep results of a failed attempt.
 func (s *Store) tx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	var err error
-	for attempt := 0; attempt < maxRetries; attempt++ {
-		err = pgx.BeginFunc(ctx, s.pool, fn)
-		if !retryable(err) || attempt == maxRetries-1 {
-			break
-		}
-		s.retried(err)
-	}
-	return s.fail(op, err)
+	return s.fail(op, s.retry(func() error { return pgx.BeginFunc(ctx, s.pool, fn) }))
 }
 
 // retry runs one autocommit statement (fn), again after a deadlock or
-// serialization failure, at most maxRetries times; it returns fn's last
-// error unmapped.
+// serialization failure (retryPolicy); it returns fn's last error unmapped.
 func (s *Store) retry(fn func() error) error {
-	var err error
-	for attempt := 0; attempt < maxRetries; attempt++ {
-		if err = fn(); !retryable(err) || attempt == maxRetries-1 {
-			break
-		}
-		s.retried(err)
-	}
-	return err
+	return retryPolicy().Do(fn, classify, s.cfg.ObserveRetry)
 }
-
-// maxRetries bounds the attempts of a transaction that keeps meeting
-// serialization failures or deadlocks.
-const maxRetries = 5
 
 // WriteHealth returns nil while order writes commit, or, from a write that
 // failed because the database was unreachable until one commits again, an
 // unavailable *hourglass.Error saying so (api.WriteHealthReporter: /readyz
 // answers 503 meanwhile). While it is not nil a small write is tried every
 // second, so it clears by itself when the database is back.
-func (s *Store) WriteHealth() error { return s.health.Err() }
+func (s *Store) WriteHealth() error { return s.w.Health() }
 
 // probeWrite is the health tracker's small write.
 func (s *Store) probeWrite(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -199,7 +200,7 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 		return hourglass.NamedTimer{}, false, err
 	}
 	o := &op{kind: opArmTimer, arm: newArmArgs(p)}
-	if err := s.submit(ctx, o, false); err != nil {
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
 		return hourglass.NamedTimer{}, false, err
 	}
 	return o.timer, o.created, nil
@@ -210,7 +211,7 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 // Idempotent. Errors: not_found, timer_fired, unavailable.
 func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
 	o := &op{kind: opCancelTimer, key: key}
-	if err := s.submit(ctx, o, false); err != nil {
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
 		return hourglass.NamedTimer{}, err
 	}
 	return o.timer, nil
@@ -226,7 +227,7 @@ func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredT
 		return nil, nil
 	}
 	o := &op{kind: opFireTimers, ids: ids}
-	if err := s.submit(ctx, o, true); err != nil {
+	if err := s.w.Submit(ctx, writer.Urgent, o); err != nil {
 		return nil, err
 	}
 	return o.fired, nil

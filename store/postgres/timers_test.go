@@ -108,10 +108,7 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 		fire2    = &op{kind: opFireTimers, ids: []int64{due.ID, before.ID}}
 	)
 	batch := []*op{a1, a2, fire1, a3, refused, cancelC, b2, c, repeat, cancelNo, fire2}
-	for _, o := range batch {
-		o.ctx, o.done = ctx, make(chan struct{})
-	}
-	b.commit(batch)
+	b.w.Commit(ctx, batch)
 
 	for _, tt := range []struct {
 		name    string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -388,30 +387,11 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 	return out, nil
 }
 
-// notifier is a coalescing wake-up channel with one consumer; its zero value
-// is ready to use. Safe for concurrent use.
-type notifier struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-func (n *notifier) channel() chan struct{} {
-	n.once.Do(func() { n.ch = make(chan struct{}, 1) })
-	return n.ch
-}
-
-func (n *notifier) notify() {
-	select {
-	case n.channel() <- struct{}{}:
-	default:
-	}
-}
-
 // DeliveriesCreated implements hourglass.DeliveryStore. It fires after this
 // store value's commits that created deliveries and, through LISTEN/NOTIFY,
 // after any other store value's or process's on the same database and
 // schema. It is a hint: it also fires after the listener reconnects.
-func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
+func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreated() }
 
 // listen keeps one connection, outside the pool, listening on the store's
 // NOTIFY channels (deliveries, created orders), reconnecting with backoff
@@ -430,7 +410,7 @@ func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 				close(ready)
 			} else {
 				// Notifications may have been missed while down.
-				s.deliveries.notify()
+				s.w.NotifyDeliveries()
 				s.watches.push(nil, true)
 			}
 		})
@@ -481,7 +461,7 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 		if n.Channel == s.createdChannel {
 			s.onCreated(n.Payload)
 		} else {
-			s.deliveries.notify()
+			s.w.NotifyDeliveries()
 		}
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"slices"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/bisect"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -75,10 +75,9 @@ const (
 	opRecordAttempt
 )
 
-// op is one order write waiting for a writer. Outputs are valid once done is
-// closed.
+// op is one order write waiting for the writer. Outputs are valid once its
+// Submit returned.
 type op struct {
-	ctx  context.Context
 	kind opKind
 	// Inputs.
 	create    hourglass.CreateOrderParams
@@ -99,7 +98,6 @@ type op struct {
 	fired   []hourglass.FiredTimer
 	record  hourglass.AttemptRecord
 	err     error
-	done    chan struct{}
 }
 
 func (o *op) reset() {
@@ -107,143 +105,46 @@ func (o *op) reset() {
 	o.timer, o.fired, o.record = hourglass.NamedTimer{}, nil, hourglass.AttemptRecord{}
 }
 
-// submit queues o and waits until its transaction committed or failed. Once
-// queued, a write runs even if ctx ends while it waits, unless ctx ended
-// before its batch began: then it is skipped and fails with ctx.Err().
-func (s *Store) submit(ctx context.Context, o *op, urgent bool) error {
-	return s.wait(ctx, o, func() bool { return s.queue.Push(o, urgent) })
+func (o *op) Fail(err error) { o.reset(); o.err = err }
+func (o *op) Err() error     { return o.err }
+
+// retryPolicy is PostgreSQL's: a serialization failure or a deadlock rolls
+// the transaction back, and it runs again at once, at most 5 attempts in
+// all. Locks are taken in one order, so a retry is rare and meets a
+// different interleaving; a batch gives up after writeTimeout.
+func retryPolicy() writer.RetryPolicy {
+	return writer.RetryPolicy{Attempts: 5, Timeout: writeTimeout}
 }
 
-// submitLow is submit in the low lane: o is taken only into room that
-// closes and API writes leave in a batch.
-func (s *Store) submitLow(ctx context.Context, o *op) error {
-	return s.wait(ctx, o, func() bool { return s.queue.PushLow(o) })
-}
+// dialect is the store as the group-commit writer sees it.
+type dialect struct{ *Store }
 
-func (s *Store) wait(ctx context.Context, o *op, push func() bool) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// Run runs ops in one transaction on a pooled connection (runTx). It
+// returns the number of deliveries created.
+func (d dialect) Run(ctx context.Context, ops []*op) (int, error) {
+	for _, o := range ops {
+		o.reset()
 	}
-	o.ctx, o.done = ctx, make(chan struct{})
-	if !push() {
-		return errClosed
-	}
-	<-o.done
-	return o.err
-}
-
-func (s *Store) writeLoop() {
-	defer s.wg.Done()
-	batch := make([]*op, 0, s.cfg.MaxBatch)
-	for {
-		batch = s.queue.Take(batch[:0], s.cfg.MaxBatch)
-		if len(batch) == 0 {
-			return // closed and drained
-		}
-		s.commit(batch)
-	}
-}
-
-// commit runs a batch and answers each of its ops.
-func (s *Store) commit(batch []*op) {
-	start := hourglass.SystemClock{}.Now()
-	live := make([]*op, 0, len(batch))
-	for _, o := range batch {
-		if err := o.ctx.Err(); err != nil {
-			o.err = err
-			continue
-		}
-		live = append(live, o)
-	}
-	var fanned int64
-	if len(live) > 0 {
-		// A batch that fails for one write's reason (a statement the server
-		// refused) is bisected: each half runs as one transaction, so a
-		// broken write costs its peers O(log n) transactions, not one each.
-		// An unreachable database, or an outcome unknown, fails the writes
-		// of the transaction that met it and is never run again.
-		failed := 0
-		err, commits := bisect.Run(len(live), func(lo, hi int) error {
-			n, err := s.runWithRetry(live[lo:hi])
-			fanned += n
-			return err
-		}, func(err error) bool { return !unavailable(err) }, func(lo, hi int, err error) {
-			failed += hi - lo
-			for _, o := range live[lo:hi] {
-				o.reset()
-				o.err = s.fail("write orders", err)
-			}
-		})
-		if err == nil {
-			s.health.Record(nil)
-		} else {
-			s.health.Record(s.fail("write orders", err))
-		}
-		if err != nil && commits > 1 {
-			s.log.Warn("postgres: group commit failed; bisected it", "writes", len(live), "failed", failed, "transactions", commits, "err", scrub(err.Error(), s.cfg.URL))
-		}
-	}
-	if s.cfg.Observe != nil {
-		s.cfg.Observe(len(batch), hourglass.SystemClock{}.Now().Sub(start))
-	}
-	if fanned > 0 {
-		s.deliveries.notify()
-	}
-	for _, o := range batch {
-		close(o.done)
-	}
-}
-
-// runWithRetry runs ops as one transaction, again after a serialization
-// failure or deadlock, at most maxRetries times. It returns the number of
-// deliveries created.
-func (s *Store) runWithRetry(ops []*op) (int64, error) {
-	for attempt := 1; ; attempt++ {
-		for _, o := range ops {
-			o.reset()
-		}
-		n, err := s.runBatch(ops)
-		if err == nil || !retryable(err) || attempt >= maxRetries {
-			return n, err
-		}
-		s.retried(err)
-	}
-}
-
-// runBatch runs ops in one transaction on a pooled connection.
-func (s *Store) runBatch(ops []*op) (int64, error) {
-	if s.cfg.beforeTx != nil {
-		s.cfg.beforeTx(len(ops))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
-	c, err := s.pool.Acquire(ctx)
+	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Release()
 	conn := c.Conn()
-	n, err := s.runTx(ctx, conn, ops)
+	n, err := d.runTx(ctx, conn, ops)
 	if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
 		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 			conn.Close(ctx) // the pool drops it
 		}
 	}
-	if err != nil && ctx.Err() != nil {
-		// The database stopped answering: whether the batch committed is
-		// unknown.
-		err = outcomeUnknown{err}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: write orders: %w", err)
 	}
-	return n, err
+	return int(n), nil
 }
 
-// outcomeUnknown wraps an error after which a batch may or may not have
-// committed (its COMMIT was sent and no answer came back). Such a batch is
-// never run again: its writes fail with CodeUnavailable.
-type outcomeUnknown struct{ err error }
-
-func (e outcomeUnknown) Error() string { return "outcome unknown: " + e.err.Error() }
-func (e outcomeUnknown) Unwrap() error { return e.err }
+// Classify implements writer.Dialect.
+func (dialect) Classify(err error) writer.Class { return classify(err) }
 
 // batchState is what a batch's writes add up to, written in its last round
 // trip.
@@ -520,7 +421,7 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		if pgCode(err) != "" {
 			return 0, err // the server refused a statement: rolled back
 		}
-		return 0, outcomeUnknown{err}
+		return 0, writer.OutcomeUnknown(err)
 	}
 	if deferred > 0 {
 		s.fanOut.Wake()
@@ -545,7 +446,7 @@ func (s *Store) deferredType(ops []*op) any {
 			closes += len(o.ids)
 		}
 	}
-	if !fanout.Burst(s.queue.Urgent(), closes) {
+	if !fanout.Burst(s.w.Urgent(), closes) {
 		return nil
 	}
 	return string(hourglass.EventFor(hourglass.StateClosed))
