@@ -13,6 +13,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
@@ -54,15 +55,14 @@ func createW(t *testing.T, s *Store) hourglass.Order {
 // returns their results.
 func runTogether(t *testing.T, s *Store, urgent bool, ops ...*op) []opResult {
 	t.Helper()
-	for _, o := range ops {
-		o.ctx, o.result = context.Background(), make(chan opResult, 1)
+	lane := writer.Normal
+	if urgent {
+		lane = writer.Urgent
 	}
-	if !s.queue.PushAll(ops, urgent) {
-		t.Fatal("queue closed")
-	}
+	s.w.SubmitAll(context.Background(), lane, ops)
 	out := make([]opResult, len(ops))
 	for i, o := range ops {
-		out[i] = <-o.result
+		out[i] = o.res
 		if out[i].err != nil {
 			t.Fatalf("op %d: %v", i, out[i].err)
 		}

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/bisect"
-	"github.com/hourglass/hourglass/store/internal/unavailable"
+	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
 // Group commit of order writes.
@@ -74,9 +72,9 @@ const (
 	opAttempt
 )
 
-// op is one order write waiting for a writer.
+// op is one order write waiting for a writer; res is its answer once its
+// Submit returned.
 type op struct {
-	ctx       context.Context
 	kind      opKind
 	create    hourglass.CreateOrderParams // opCreate
 	items     string                      // opCreate: encoded items
@@ -87,8 +85,11 @@ type op struct {
 	arm       hourglass.ArmTimerParams    // opArm
 	key       string                      // opCancel
 	attempt   hourglass.AttemptResult     // opAttempt
-	result    chan opResult
+	res       opResult
 }
+
+func (o *op) Fail(err error) { o.res = opResult{err: err} }
+func (o *op) Err() error     { return o.res.err }
 
 // urgent reports whether o jumps the queue of API writes: a close or a
 // fire, whose lateness is what hourglass is measured by.
@@ -105,142 +106,51 @@ type opResult struct {
 	err     error
 }
 
-// submit queues o and waits for its result. Once queued, an op runs even if
-// its ctx ends while it waits, unless it has not been planned yet when ctx
-// ends: then it is skipped and ctx.Err() returned.
+// submit queues o and waits for its result: closes and fires urgent,
+// attempts low (only into room closes and API writes leave). Once queued,
+// an op runs even if its ctx ends while it waits, unless its batch has not
+// begun when ctx ends: then it is skipped and ctx.Err() returned.
 func (s *Store) submit(ctx context.Context, o *op) opResult {
-	if err := ctx.Err(); err != nil {
+	lane := writer.Normal
+	if o.kind == opAttempt {
+		lane = writer.Low
+	} else if o.urgent() {
+		lane = writer.Urgent
+	}
+	if err := s.w.Submit(ctx, lane, o); err != nil {
 		return opResult{err: err}
 	}
-	o.ctx = ctx
-	o.result = make(chan opResult, 1)
-	var queued bool
-	if o.kind == opAttempt {
-		queued = s.queue.PushLow(o) // only into room closes and API writes leave
-	} else {
-		queued = s.queue.Push(o, o.urgent())
-	}
-	if !queued {
-		return opResult{err: errClosed}
-	}
-	return <-o.result
+	return o.res
 }
 
-func (s *Store) writeLoop() {
-	defer s.done.Done()
-	batch := make([]*op, 0, s.cfg.MaxBatch)
-	for {
-		batch = s.queue.Take(batch[:0], s.cfg.MaxBatch)
-		if len(batch) == 0 {
-			return // closed and drained
-		}
-		s.commit(batch)
-	}
+// retryPolicy is MySQL's: a batch or transaction that lost a race (a
+// deadlock, a lock wait timeout, a racing duplicate key, a Galera
+// certification conflict: retryReason) runs again after backoff, at most
+// 16 attempts. On Galera a hot row written from several nodes at once
+// loses certification often (one node wins each round), hence more than a
+// single server needs, and the randomised backoff keeps two nodes from
+// retrying in step.
+func retryPolicy() writer.RetryPolicy {
+	return writer.RetryPolicy{Attempts: retries, Backoff: backoff, Timeout: batchTimeout}
 }
 
-// commitUnknown marks a COMMIT that failed in a way that leaves its outcome
-// unknown.
-type commitUnknown struct{ err error }
+// dialect is the store as the group-commit writer sees it.
+type dialect struct{ *Store }
 
-func (e commitUnknown) Error() string { return "commit: " + e.err.Error() }
-func (e commitUnknown) Unwrap() error { return e.err }
-
-// commit runs a batch and hands each op its result. A batch that fails for
-// a reason that may be one write's (not a lost connection, not an outcome
-// unknown) is bisected (store/internal/bisect): each half runs as one
-// transaction, recursing into a half that fails, so a broken write fails
-// only itself and costs its peers at most 2·⌈log2 n⌉ more transactions.
-func (s *Store) commit(batch []*op) {
-	start := s.timer().Now()
-	results := make([]opResult, len(batch))
-	fanned, failed := 0, 0
-	err, commits := bisect.Run(len(batch), func(lo, hi int) error {
-		part, n, err := s.runRetrying(batch[lo:hi])
-		if err != nil {
-			return err
-		}
-		copy(results[lo:hi], part)
-		fanned += n
-		return nil
-	}, func(err error) bool { return !outcomeUnknown(err) }, func(lo, hi int, err error) {
-		// A transaction whose outcome is unknown may have committed:
-		// never guess, and never run it again (a create would happen
-		// twice).
-		failed += hi - lo
-		e := s.opError(err)
-		for i := lo; i < hi; i++ {
-			results[i] = opResult{err: e}
-		}
-	})
-	if err != nil && commits > 1 {
-		s.log.Warn("mysql: group commit failed; bisected it", "writes", len(batch), "failed", failed, "transactions", commits, "err", err)
+// Run runs ops in one transaction (runBatch) and hands each its result.
+func (d dialect) Run(ctx context.Context, ops []*op) (int, error) {
+	results, fanned, err := d.runBatch(ctx, ops)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: order write: %w", err)
 	}
-	if s.cfg.Observe != nil {
-		s.cfg.Observe(len(batch), s.timer().Now().Sub(start))
+	for i, o := range ops {
+		o.res = results[i]
 	}
-	if err == nil {
-		s.health.Record(nil)
-	} else {
-		s.health.Record(s.opError(err))
-	}
-	if fanned > 0 {
-		s.deliveries.notify()
-	}
-	for i, o := range batch {
-		o.result <- results[i]
-	}
+	return fanned, nil
 }
 
-// outcomeUnknown reports whether a batch that failed with err may have
-// committed: the connection was lost, the COMMIT's answer did not come, or
-// the batch ran out of time.
-func outcomeUnknown(err error) bool {
-	return isConnLost(err) || errors.As(err, new(commitUnknown)) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// opError is the error a write of a failed batch returns: unavailable (the
-// driver's error logged, not returned) when the batch's outcome is unknown,
-// else fail's.
-func (s *Store) opError(err error) error {
-	if outcomeUnknown(err) {
-		s.log.Warn("mysql: order write: the database connection was lost; the write may or may not have committed", "err", err)
-		return unavailable.New("order write", err)
-	}
-	return fail("order write", err)
-}
-
-// timer is the clock that measures durations: the test clock, else the system's.
-func (s *Store) timer() hourglass.Clock {
-	if s.clock != nil {
-		return s.clock
-	}
-	return hourglass.SystemClock{}
-}
-
-// runRetrying runs a batch, again after a deadlock, lock wait timeout or
-// racing duplicate key, at most retries times.
-func (s *Store) runRetrying(batch []*op) ([]opResult, int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	var err error
-	for attempt := range retries {
-		if attempt > 0 {
-			backoff(attempt)
-		}
-		var (
-			results []opResult
-			fanned  int
-		)
-		results, fanned, err = s.runBatch(ctx, batch)
-		if err == nil {
-			return results, fanned, nil
-		}
-		if !s.shouldRetry(err, attempt) {
-			return nil, 0, err
-		}
-	}
-	return nil, 0, err
-}
+// Classify implements writer.Dialect.
+func (d dialect) Classify(err error) writer.Class { return d.classify(err) }
 
 // lockedProduct is a product row locked by the batch, changed in memory.
 type lockedProduct struct {
@@ -285,11 +195,9 @@ type storedKey struct {
 
 // runBatch runs ops in one transaction (the steps above). It returns the
 // results and how many deliveries it created; an error means nothing
-// committed, unless it is a commitUnknown or a lost connection.
+// committed, unless it is marked writer.OutcomeUnknown or a lost
+// connection.
 func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fanned int, err error) {
-	if s.cfg.beforeTx != nil {
-		s.cfg.beforeTx(len(ops))
-	}
 	results = make([]opResult, len(ops))
 	live := make([]bool, len(ops))
 	var (
@@ -300,10 +208,6 @@ func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fa
 		webhookIDs []int64 // named by arms
 	)
 	for i, o := range ops {
-		if err := o.ctx.Err(); err != nil {
-			results[i].err = err
-			continue
-		}
 		live[i] = true
 		switch o.kind {
 		case opCreate:
@@ -779,10 +683,10 @@ ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
 	// 8. Commit.
 	if err := tx.Commit(); err != nil {
 		committed = true // nothing left to roll back
-		if isRetryable(err) {
+		if retryReason(err, false) != "" {
 			return nil, 0, err // rolled back (a deadlock or Galera's certification)
 		}
-		return nil, 0, commitUnknown{err}
+		return nil, 0, writer.OutcomeUnknown(err)
 	}
 	committed = true
 	if deferred {

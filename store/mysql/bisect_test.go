@@ -11,6 +11,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
@@ -56,24 +57,22 @@ func TestBrokenWriteBisected(t *testing.T) {
 	mu.Unlock()
 
 	create := func() *op {
-		return &op{ctx: ctx, kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
-			items: stored.EncodeItems(items), result: make(chan opResult, 1)}
+		return &op{kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
+			items: stored.EncodeItems(items)}
 	}
 	var ops []*op
 	for i := range 63 {
 		if i == 20 {
-			ops = append(ops, &op{ctx: ctx, kind: opClose, ids: due, result: make(chan opResult, 1)})
+			ops = append(ops, &op{kind: opClose, ids: due})
 		}
 		ops = append(ops, create())
 	}
 	broken := create()
 	broken.items = strings.Repeat("x", 70000) // longer than a TEXT column
 	ops = append(ops[:41], append([]*op{broken}, ops[41:]...)...)
-	if !s.queue.PushAll(ops, false) { // one batch: a writer takes all of them
-		t.Fatal("queue closed")
-	}
+	s.w.SubmitAll(ctx, writer.Normal, ops) // one batch: a writer takes all of them
 	for i, o := range ops {
-		r := <-o.result
+		r := o.res
 		switch {
 		case o == broken:
 			if code := hourglass.ErrorCode(r.err); r.err == nil || code != hourglass.CodeInternal {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -21,31 +20,12 @@ func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current 
 	})
 }
 
-// notifier is a coalescing wake-up channel with one consumer; its zero value
-// is ready to use. Safe for concurrent use.
-type notifier struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-func (n *notifier) channel() chan struct{} {
-	n.once.Do(func() { n.ch = make(chan struct{}, 1) })
-	return n.ch
-}
-
-func (n *notifier) notify() {
-	select {
-	case n.channel() <- struct{}{}:
-	default:
-	}
-}
-
 // DeliveriesCreated implements hourglass.DeliveryStore. It fires after this
 // store value's commits that created deliveries. MySQL has no NOTIFY:
 // deliveries created by other processes (or other store values) are found
 // only by the consumer's polling of DueDeliveries, so that polling is what
 // bounds their latency.
-func (s *Store) DeliveriesCreated() <-chan struct{} { return s.deliveries.channel() }
+func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreated() }
 
 // OrderEvents implements hourglass.Database, for an order's id or a
 // timer's (whose timer.fired events keep their body). It scans the events
@@ -106,7 +86,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 		return 0, nil
 	}
 	var n int64
-	err := s.retry(ctx, "prune events", func() error {
+	err := s.retryStatement("prune events", func() error {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE created_at < ?
 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)
 AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE FIND_IN_SET(events.seq, p.seqs))
@@ -120,18 +100,10 @@ ORDER BY created_at LIMIT ?`, hourglass.UnixMilli(before), limit)
 	return int(n), err
 }
 
-// retry runs one autocommit statement, again after a deadlock or lock wait
-// timeout (bounded).
-func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
-	var err error
-	for attempt := range retries {
-		if attempt > 0 {
-			backoff(attempt)
-		}
-		if err = fn(); err == nil || !s.shouldRetry(err, attempt) {
-			break
-		}
-	}
+// retryStatement runs one autocommit statement, again after a lost race
+// (retryPolicy).
+func (s *Store) retryStatement(op string, fn func() error) error {
+	err := s.retry(fn)
 	var he *hourglass.Error
 	if errors.As(err, &he) {
 		return err

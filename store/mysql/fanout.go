@@ -23,7 +23,7 @@ func (s *Store) deferFanOut(ops []*op) bool {
 			closes += len(o.ids)
 		}
 	}
-	return fanout.Burst(s.queue.Urgent(), closes)
+	return fanout.Burst(s.w.Urgent(), closes)
 }
 
 // deferClosed writes one fanout_pending row listing the order.closed events
@@ -65,7 +65,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 	return fanout.New(fanout.Loop{
 		Name:    "mysql",
 		Log:     s.log,
-		Queue:   s.queue,
+		Queue:   s.w,
 		One:     s.fanOutOne,
 		Before:  s.cfg.beforeFanOut,
 		Count:   s.FanoutPending,
@@ -114,7 +114,7 @@ WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, append([]any{s
 		return err
 	})
 	if created > 0 {
-		s.deliveries.notify()
+		s.w.NotifyDeliveries()
 	}
 	return found, err
 }

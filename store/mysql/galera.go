@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
 // Galera (MariaDB Galera Cluster, Percona XtraDB Cluster) replicates each
@@ -206,16 +208,14 @@ func (t *target) holdLease(owner string) func() error {
 		// ctx ended (else the others wait for its expiry).
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var err error
-		for attempt := range retries {
-			if attempt > 0 {
-				backoff(attempt)
+		return retryPolicy().Do(func() error {
+			_, err := t.conn.ExecContext(ctx, `DELETE FROM `+lockTable+` WHERE id = 1 AND owner = ?`, owner)
+			return err
+		}, func(err error) writer.Class {
+			if retryReason(err, false) != "" {
+				return writer.Class{Kind: writer.Retry}
 			}
-			_, err = t.conn.ExecContext(ctx, `DELETE FROM `+lockTable+` WHERE id = 1 AND owner = ?`, owner)
-			if err == nil || !isRetryable(err) {
-				break
-			}
-		}
-		return err
+			return writer.Class{Kind: writer.OneWrite}
+		}, nil)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
@@ -81,16 +82,16 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 	}
 	items := []hourglass.Item{{SKU: "A", Quantity: 1}}
 	good := func() *op {
-		return &op{ctx: ctx, kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
-			items: stored.EncodeItems(items), result: make(chan opResult, 1)}
+		return &op{kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
+			items: stored.EncodeItems(items)}
 	}
 	bad := good()
 	bad.items = strings.Repeat("x", 70000) // longer than a TEXT column
 	ops := []*op{good(), bad, good()}
 	// Queue all three at once, so one writer takes them as one batch.
-	s.queue.PushAll(ops, false)
+	s.w.SubmitAll(ctx, writer.Normal, ops)
 	for i, o := range ops {
-		r := <-o.result
+		r := o.res
 		if o == bad {
 			if r.err == nil || hourglass.ErrorCode(r.err) != hourglass.CodeInternal {
 				t.Fatalf("the broken write returned %v, want an internal error", r.err)
@@ -167,10 +168,9 @@ func TestTimerOpsShareABatch(t *testing.T) {
 	clock.Advance(time.Second)
 	now := clock.Now()
 	arm := func(key string, delay time.Duration, hash string, webhook int64) *op {
-		return &op{ctx: ctx, kind: opArm, arm: hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook},
-			result: make(chan opResult, 1)}
+		return &op{kind: opArm, arm: hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook}}
 	}
-	cancel := func(key string) *op { return &op{ctx: ctx, kind: opCancel, key: key, result: make(chan opResult, 1)} }
+	cancel := func(key string) *op { return &op{kind: opCancel, key: key} }
 	ops := []*op{
 		arm("k", time.Minute, "a", 0),
 		arm("k", 2*time.Minute, "b", 0),
@@ -179,16 +179,16 @@ func TestTimerOpsShareABatch(t *testing.T) {
 		arm("c", time.Minute, "", 0),
 		cancel("c"),
 		cancel("nope"),
-		{ctx: ctx, kind: opFire, ids: []int64{old.ID}, result: make(chan opResult, 1)},
+		{kind: opFire, ids: []int64{old.ID}},
 		arm("old", time.Hour, "r", 0),
 	}
 	mu.Lock()
 	batches = nil
 	mu.Unlock()
-	s.queue.PushAll(ops, false) // one writer takes them all
+	s.w.SubmitAll(ctx, writer.Normal, ops) // one writer takes them all
 	res := make([]opResult, len(ops))
 	for i, o := range ops {
-		res[i] = <-o.result
+		res[i] = o.res
 	}
 	mu.Lock()
 	if !slices.Equal(batches, []int{len(ops)}) {
@@ -282,12 +282,12 @@ func TestTimerBatchOverMaxAllowedPacket(t *testing.T) {
 	}
 	ops := make([]*op, n)
 	for i := range ops {
-		ops[i] = &op{ctx: ctx, kind: opArm, arm: hourglass.ArmTimerParams{Key: fmt.Sprintf("t%04d", i), Payload: payload}, result: make(chan opResult, 1)}
+		ops[i] = &op{kind: opArm, arm: hourglass.ArmTimerParams{Key: fmt.Sprintf("t%04d", i), Payload: payload}}
 	}
-	s.queue.PushAll(ops, false)
+	s.w.SubmitAll(ctx, writer.Normal, ops)
 	ids := make([]int64, n)
 	for i, o := range ops {
-		r := <-o.result
+		r := o.res
 		if r.err != nil || !r.created {
 			t.Fatalf("arm %d: %+v", i, r.err)
 		}

@@ -38,9 +38,8 @@ import (
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/unavailable"
-	"github.com/hourglass/hourglass/store/internal/writequeue"
+	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
-	"github.com/hourglass/hourglass/store/writehealth"
 )
 
 // Defaults of Config.
@@ -200,19 +199,16 @@ type Store struct {
 	log    *slog.Logger
 	db     *sql.DB
 	server server
-	queue  *writequeue.Queue[*op]
+	// w is the group-commit writer (store/internal/writer; the batches'
+	// SQL is batch.go's). It also wakes the delivery engine after this
+	// store value's commits that created deliveries.
+	w      *writer.Writer[*op]
 	done   sync.WaitGroup
 	policy stored.PolicyCache
-
-	// deliveries wakes the delivery engine after this store value's commits
-	// that created deliveries.
-	deliveries notifier
 	// fanOut creates the deliveries close batches left in fanout_pending
 	// (fanout.go); stop ends it.
 	fanOut *fanout.Loop
 	stop   context.CancelFunc
-	// health is whether order writes commit (WriteHealth, for /readyz).
-	health *writehealth.Tracker
 	// origin marks this store value's order_feed rows (cluster.go).
 	origin string
 
@@ -243,16 +239,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv, origin: newOrigin()}
-	s.queue = writequeue.New[*op]()
-	s.health = writehealth.Start(time.Second, s.probeWrite)
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
 		writers = 1 // leave connections to the reads
 	}
-	for range writers {
-		s.done.Add(1)
-		go s.writeLoop()
-	}
+	s.w = writer.New(writer.Config[*op]{
+		Name: "mysql", Log: s.log, Writers: writers, MaxBatch: cfg.MaxBatch, Retry: retryPolicy(),
+		Clock: s.clock, Probe: s.probeWrite, ProbeInterval: time.Second,
+		Observe: cfg.Observe, ObserveRetry: cfg.ObserveRetry, BeforeTx: cfg.beforeTx,
+	}, dialect{s})
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.fanOut = s.newFanOut()
@@ -278,10 +273,9 @@ func Migrate(ctx context.Context, cfg Config) (applied int, err error) {
 // connections. Writes after Close fail with unavailable. It is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.queue.Close()
+		s.w.Close()
 		s.stop()
 		s.done.Wait()
-		s.health.Stop()
 		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
@@ -493,16 +487,12 @@ func isConnLost(err error) bool {
 	return false
 }
 
-// isRetryable reports whether a transaction failed only because of others
-// running at the same time and was rolled back: a deadlock (also Galera's
-// certification failure, at COMMIT), a lock wait timeout, or a duplicate
-// key that a racing transaction committed first (the retry reads the
-// winner).
-func isRetryable(err error) bool { return retryReason(err, false) != "" }
-
 // retryReason returns why err is worth running the transaction again (one
-// of the Retry… reasons), or "" when it is not. galera says the server is
-// a Galera node.
+// of the Retry… reasons), or "" when it is not: it failed only because of
+// others running at the same time and was rolled back (a deadlock, also
+// Galera's certification failure at COMMIT; a lock wait timeout; a
+// duplicate key that a racing transaction committed first, whose retry
+// reads the winner). galera says the server is a Galera node.
 func retryReason(err error, galera bool) string {
 	var me *gomysql.MySQLError
 	if !errors.As(err, &me) {
@@ -524,18 +514,24 @@ func retryReason(err error, galera bool) string {
 	return ""
 }
 
-// shouldRetry reports whether err, from attempt attempt (0-based) of a
-// transaction or an autocommit statement, is worth another attempt, and
-// counts the retry (Config.ObserveRetry).
-func (s *Store) shouldRetry(err error, attempt int) bool {
-	reason := retryReason(err, s.server.galera)
-	if reason == "" || attempt+1 >= retries {
-		return false
+// classify says what an error means to the writer and to the retries of
+// the other transactions (retryPolicy): a lost race is retried, a lost
+// connection (or a closed pool) is unavailable.
+func (s *Store) classify(err error) writer.Class {
+	if reason := retryReason(err, s.server.galera); reason != "" {
+		return writer.Class{Kind: writer.Retry, Reason: reason}
 	}
-	if s.cfg.ObserveRetry != nil {
-		s.cfg.ObserveRetry(reason)
+	// database/sql's "database is closed" has no exported sentinel.
+	if isConnLost(err) || strings.Contains(err.Error(), "sql: database is closed") {
+		return writer.Class{Kind: writer.Unavailable}
 	}
-	return true
+	return writer.Class{Kind: writer.OneWrite}
+}
+
+// retry runs fn, again after a lost race, as retryPolicy allows (each
+// retry counted by Config.ObserveRetry); it returns fn's last error.
+func (s *Store) retry(fn func() error) error {
+	return retryPolicy().Do(fn, s.classify, s.cfg.ObserveRetry)
 }
 
 // fail wraps err of operation op: connection loss (and a closed pool)
@@ -592,22 +588,12 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// inTx runs fn in a transaction on the pool, retrying it (bounded) after a
-// deadlock, a lock wait timeout or a racing duplicate key. fn must be safe
-// to run again. Connection loss is unavailable; the commit's outcome is
-// then unknown and the caller must not assume either.
+// inTx runs fn in a transaction on the pool, again after a lost race
+// (retryPolicy). fn must be safe to run again. Connection loss is
+// unavailable; the commit's outcome is then unknown and the caller must
+// not assume either.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	var err error
-	for attempt := range retries {
-		if attempt > 0 {
-			backoff(attempt)
-		}
-		err = s.tryTx(ctx, fn)
-		if err == nil || !s.shouldRetry(err, attempt) {
-			break
-		}
-	}
-	return fail(op, err)
+	return fail(op, s.retry(func() error { return s.tryTx(ctx, fn) }))
 }
 
 func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -622,14 +608,14 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// backoff sleeps a little longer on each retry of a transaction that lost a
-// race, so the winners can finish: about 1, 2, 4… ms, at most 50 ms, each
-// drawn at random from half to one and a half times that. The randomness
-// matters on Galera: two nodes whose batches conflicted on a hot row would
+// backoff is the wait before retry n of a transaction that lost a race,
+// so the winners can finish: about 1, 2, 4… ms, at most 50 ms, each drawn
+// at random from half to one and a half times that. The randomness matters
+// on Galera: two nodes whose batches conflicted on a hot row would
 // otherwise retry in step and conflict again.
-func backoff(attempt int) {
-	d := min(time.Duration(1<<min(attempt-1, 6))*time.Millisecond, 50*time.Millisecond)
-	time.Sleep(d/2 + rand.N(d))
+func backoff(n int) time.Duration {
+	d := min(time.Duration(1<<min(n-1, 6))*time.Millisecond, 50*time.Millisecond)
+	return d/2 + rand.N(d)
 }
 
 // placeholders returns "?, ?, …" with n marks.
@@ -645,11 +631,11 @@ func placeholders(n int) string {
 // unavailable *hourglass.Error saying so (api.WriteHealthReporter: /readyz
 // answers 503 meanwhile). While it is not nil a small write is tried every
 // second, so it clears by itself when the database is back.
-func (s *Store) WriteHealth() error { return s.health.Err() }
+func (s *Store) WriteHealth() error { return s.w.Health() }
 
 // probeWrite is the health tracker's small write.
 func (s *Store) probeWrite(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('write_probe', ?)
-ON DUPLICATE KEY UPDATE value = VALUES(value)`, s.timer().Now().UTC().Format(time.RFC3339Nano))
+ON DUPLICATE KEY UPDATE value = VALUES(value)`, cmp.Or[hourglass.Clock](s.clock, hourglass.SystemClock{}).Now().UTC().Format(time.RFC3339Nano))
 	return fail("write probe", err)
 }

@@ -37,7 +37,7 @@ func (s *Store) OutboxDone(ctx context.Context, published []hourglass.Timer) err
 		for _, t := range chunk {
 			args = append(args, t.OrderID, hourglass.UnixMilli(t.Deadline))
 		}
-		if err := s.retry(ctx, "outbox done", func() error {
+		if err := s.retryStatement("outbox done", func() error {
 			_, err := s.db.ExecContext(ctx, `DELETE FROM timer_outbox WHERE (order_id, deadline) IN (`+rowsOf(len(chunk), `(?, ?)`)+`)`, args...)
 			return err
 		}); err != nil {
