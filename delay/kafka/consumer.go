@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -39,19 +41,29 @@ const (
 	maxWait = time.Second
 )
 
-// consumer consumes one tier's topic in its consumer group: it holds the
-// records it fetched until they are due, then forwards them to a finer tier
-// (coarse tiers) or delivers them (the finest tier), and commits offsets
-// after the effect. Its state is used by the goroutine running run only
-// (one Run at a time); the rebalance callbacks pass revoked partitions
+// consumer consumes one tier's topic: it holds the records it fetched
+// until they are due, then forwards them to a finer tier (coarse tiers) or
+// delivers them (the finest tier), and commits offsets after the effect. It
+// reads the partitions this process owns (Scheduler.Own), assigned
+// directly, and commits their offsets to its group without joining it. A
+// consumer draining a topic of an older version (drain) reads it in that
+// version's consumer group instead and forwards every record at once. Its
+// state is used by the goroutine running run only (one Run at a time); the
+// rebalance callbacks of a draining consumer pass revoked partitions
 // through revoked.
 type consumer struct {
 	s       *Scheduler
 	tier    tier
 	topic   string
+	group   string
 	deliver hourglass.Deliver
 	cl      *kgo.Client
 	parts   map[int32]*partition
+
+	// assigned holds the partitions being consumed (from Scheduler.Own);
+	// drain marks a consumer of an older version's topic, in its group.
+	assigned map[int32]bool
+	drain    bool
 
 	// Finest tier: no delivery before retryAt (unix ms) after a failure.
 	retryAt int64
@@ -61,29 +73,38 @@ type consumer struct {
 	revoked   []int32
 }
 
-// newConsumer returns the consumer of tier i with its own client.
-func (s *Scheduler) newConsumer(i int) (*consumer, error) {
-	c := &consumer{s: s, tier: s.tiers[i], topic: s.topics[i], parts: map[int32]*partition{}}
-	cl, err := kgo.NewClient(append(s.clientOpts(),
-		kgo.ConsumerGroup(c.topic+".group"),
-		kgo.ConsumeTopics(c.topic),
+// newConsumer returns the consumer of topic, the topic of tier t, with its
+// own client; drain marks a topic of an older version, to drain.
+func (s *Scheduler) newConsumer(t tier, topic string, drain bool) (*consumer, error) {
+	c := &consumer{s: s, tier: t, topic: topic, group: topic + ".group", parts: map[int32]*partition{}, drain: drain}
+	opts := append(s.clientOpts(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-		// Rebalance callbacks run only between polls, never while a
-		// polled batch is being forwarded or delivered.
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsRevoked(c.onRevoked),
-		kgo.OnPartitionsLost(c.onRevoked),
 		kgo.FetchMaxWait(s.cfg.FetchMaxWait),
 		// A coarse tier holds what one fetch brought of a partition until
 		// the newest record is a second from due: keep that small.
 		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
 		kgo.FetchMaxBytes(16<<20),
-		kgo.SessionTimeout(s.cfg.SessionTimeout),
-		// Members learn of a rebalance at their next heartbeat: the
-		// partitions that move wait for it.
-		kgo.HeartbeatInterval(min(250*time.Millisecond, s.cfg.SessionTimeout/3)),
-	)...)
+	)
+	if !drain {
+		// No group: partitions are added and removed by syncOwned.
+		c.assigned = map[int32]bool{}
+	} else {
+		opts = append(opts,
+			kgo.ConsumerGroup(c.group),
+			kgo.ConsumeTopics(c.topic),
+			kgo.DisableAutoCommit(),
+			// Rebalance callbacks run only between polls, never while a
+			// polled batch is being forwarded or delivered.
+			kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsRevoked(c.onRevoked),
+			kgo.OnPartitionsLost(c.onRevoked),
+			kgo.SessionTimeout(s.cfg.SessionTimeout),
+			// Members learn of a rebalance at their next heartbeat: the
+			// partitions that move wait for it.
+			kgo.HeartbeatInterval(min(250*time.Millisecond, s.cfg.SessionTimeout/3)),
+		)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: consumer client for %s: %w", c.topic, err)
 	}
@@ -134,6 +155,12 @@ func (c *consumer) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err := c.syncOwned(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 		now := c.s.clock.Now()
 		if err := c.step(ctx, now); err != nil {
 			if ctx.Err() != nil {
@@ -149,9 +176,7 @@ func (c *consumer) run(ctx context.Context) error {
 		if wait <= 0 {
 			fetches = c.cl.PollRecords(nil, maxPollRecords) //nolint:staticcheck // nil: take what is buffered, do not wait
 		} else {
-			pollCtx, cancel := context.WithTimeout(ctx, wait)
-			fetches = c.cl.PollRecords(pollCtx, maxPollRecords)
-			cancel()
+			fetches = c.poll(ctx, wait)
 		}
 		if fetches.IsClientClosed() {
 			return errors.New("kafka: consumer client closed")
@@ -165,6 +190,92 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 		}
 		fetches.EachRecord(c.add)
+	}
+}
+
+// poll waits at most wait for records, or until the partitions owned
+// change.
+func (c *consumer) poll(ctx context.Context, wait time.Duration) kgo.Fetches {
+	pollCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !c.drain {
+		_, changed := c.s.ownedParts()
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-pollCtx.Done():
+			}
+		}()
+	}
+	return c.cl.PollRecords(pollCtx, maxPollRecords)
+}
+
+// wanted returns whether the process owns each partition now.
+func (c *consumer) wanted() func(int32) bool {
+	owned, _ := c.s.ownedParts()
+	return func(p int32) bool { return owned == nil || slices.Contains(owned, int(p)) }
+}
+
+// syncOwned makes the consumer read exactly the partitions this process
+// owns: it forgets those it lost (what it holds of them is neither
+// forwarded, delivered nor committed: their new owner reads them again
+// from the committed offset) and starts those it gained at their committed
+// offset. A draining consumer has nothing to do.
+func (c *consumer) syncOwned(ctx context.Context) error {
+	if c.drain {
+		return nil
+	}
+	want := c.wanted()
+	c.dropUnowned(want)
+	var gained []int32
+	for p := range int32(hourglass.Partitions) {
+		if want(p) && !c.assigned[p] {
+			gained = append(gained, p)
+		}
+	}
+	if len(gained) == 0 {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, c.s.cfg.Timeout)
+	defer cancel()
+	committed, err := kadm.NewClient(c.s.producer).FetchOffsets(fctx, c.group)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return fmt.Errorf("kafka: committed offsets of %s: %w", c.group, err)
+	}
+	start := make(map[int32]kgo.Offset, len(gained))
+	for _, p := range gained {
+		o, ok := committed.Lookup(c.topic, p)
+		switch {
+		case ok && o.Err != nil:
+			return fmt.Errorf("kafka: committed offset of %s partition %d: %w", c.topic, p, o.Err)
+		case ok && o.At >= 0:
+			start[p] = kgo.NewOffset().At(o.At)
+		default:
+			start[p] = kgo.NewOffset().AtStart()
+		}
+		c.assigned[p] = true
+	}
+	c.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{c.topic: start})
+	c.s.log.Debug("kafka: consuming partitions gained", "topic", c.topic, "partitions", gained)
+	return nil
+}
+
+// dropUnowned stops consuming the partitions that want no longer holds
+// and forgets what it fetched of them.
+func (c *consumer) dropUnowned(want func(int32) bool) {
+	var lost []int32
+	for p := range c.assigned {
+		if !want(p) {
+			lost = append(lost, p)
+			delete(c.assigned, p)
+			delete(c.parts, p)
+		}
+	}
+	if len(lost) > 0 {
+		c.cl.RemoveConsumePartitions(map[string][]int32{c.topic: lost})
+		c.cl.ResumeFetchPartitions(map[string][]int32{c.topic: lost}) // a pause outlives the assignment
+		c.s.log.Debug("kafka: stopped consuming partitions lost", "topic", c.topic, "partitions", lost)
 	}
 }
 
@@ -190,6 +301,9 @@ func (c *consumer) fetchError(fe kgo.FetchError) error {
 
 // add holds a fetched record.
 func (c *consumer) add(rec *kgo.Record) {
+	if !c.drain && !c.assigned[rec.Partition] {
+		return // fetched before the partition was lost: its owner reads it
+	}
 	p := c.parts[rec.Partition]
 	if p == nil {
 		p = &partition{}
@@ -202,7 +316,10 @@ func (c *consumer) add(rec *kgo.Record) {
 		vs = nil
 	}
 	due := func(v timerValue) int64 { return v.Release }
-	if c.tier.hold == 0 {
+	switch {
+	case c.drain:
+		due = func(timerValue) int64 { return 0 } // forwarded at once, to the tier its remaining delay calls for
+	case c.tier.hold == 0:
 		due = func(v timerValue) int64 { return v.Deadline } // the finest tier waits for the deadline itself
 	}
 	p.add(rec, vs, due)
@@ -213,7 +330,7 @@ func (c *consumer) step(ctx context.Context, now time.Time) error {
 	for range batchesPerStep {
 		var n int
 		var err error
-		if c.tier.hold == 0 {
+		if c.tier.hold == 0 && !c.drain {
 			n, err = c.deliverDue(ctx, now)
 		} else {
 			n, err = c.forwardDue(ctx, now)
@@ -258,6 +375,8 @@ func (c *consumer) deliverDue(ctx context.Context, now time.Time) (int, error) {
 	if nowMs < c.retryAt {
 		return 0, nil
 	}
+	// A partition lost since the last poll is not delivered from.
+	c.dropUnowned(c.wanted())
 	due := c.collectDue(nowMs, c.s.cfg.DeliverBatch)
 	if len(due) == 0 {
 		return 0, nil
@@ -289,6 +408,9 @@ func (c *consumer) deliverDue(ctx context.Context, now time.Time) (int, error) {
 // remaining delay calls for (one batch, packed), waits for the acks and
 // commits.
 func (c *consumer) forwardDue(ctx context.Context, now time.Time) (int, error) {
+	if !c.drain { // a partition lost since the last poll is not forwarded from
+		c.dropUnowned(c.wanted())
+	}
 	due := c.collectDue(hourglass.UnixMilli(now), forwardBatch)
 	if len(due) == 0 {
 		return 0, nil
@@ -328,6 +450,19 @@ func (c *consumer) commit(ctx context.Context) error {
 	// The effects happened: commit them even if ctx just ended.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.s.cfg.Timeout)
 	defer cancel()
+	if !c.drain {
+		// Not a member of its group: the offsets are committed as a
+		// simple consumer's, which the broker accepts while the group has
+		// no members (it never has).
+		os := make(kadm.Offsets)
+		for _, r := range recs {
+			os.Add(kadm.Offset{Topic: r.Topic, Partition: r.Partition, At: r.Offset + 1, LeaderEpoch: r.LeaderEpoch})
+		}
+		if err := kadm.NewClient(c.s.producer).CommitAllOffsets(cctx, c.group, os); err != nil {
+			return fmt.Errorf("kafka: commit %s: %w", c.topic, err)
+		}
+		return nil
+	}
 	err := c.cl.CommitRecords(cctx, recs...)
 	switch {
 	case err == nil:
@@ -365,9 +500,10 @@ func (c *consumer) updatePauses(now int64) {
 	}
 }
 
-// lookahead returns lookahead in ms for a coarse tier, -1 for the finest.
+// lookahead returns lookahead in ms for a coarse tier, -1 for the finest
+// and for a topic drained (all of whose records are due at once).
 func (c *consumer) lookahead() int64 {
-	if c.tier.hold == 0 {
+	if c.tier.hold == 0 || c.drain {
 		return -1
 	}
 	return lookahead.Milliseconds()
@@ -396,6 +532,10 @@ func (c *consumer) wait(now time.Time) time.Duration {
 // close leaves the group, waiting at most Config.Timeout when the brokers
 // are gone, and closes the client.
 func (c *consumer) close() {
+	if !c.drain { // not a member of its group
+		c.cl.Close()
+		return
+	}
 	c.cl.AllowRebalance()
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
 	defer cancel()

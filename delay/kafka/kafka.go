@@ -1,11 +1,12 @@
 // Package kafka is a delay mechanism on Kafka: order deadlines are records in
 // a ladder of delay topics, each tier holding its records for a fixed time,
-// and a consumer group per tier that releases them in order.
+// each partition consumed by the process that owns it, which releases its
+// records in order.
 //
 // # How a timer travels
 //
-// The tiers are the topics "<namespace>.delay.<tier>" for the tiers 10h, 1h,
-// 10m, 1m, 10s, 1s (coarse) and due (finest). A record written to a coarse
+// The tiers are the topics "<namespace>.timers.<tier>" for the tiers 10h,
+// 1h, 10m, 1m, 10s, 1s (coarse) and due (finest). A record written to a coarse
 // tier at time t is released at t + the tier's hold; because every record of
 // a tier has the same hold, each partition releases its records in the order
 // they were written, so its consumer only waits for the head of the
@@ -28,8 +29,9 @@
 // the longest timeout, 7 days), and the broker stores it once per hop until
 // retention deletes the old copies.
 //
-// Timers written together to the same tier travel packed, up to 256 in one
-// record (in a coarse tier they share its release time): a tier's cost is
+// Timers of one hourglass partition written together to the same tier
+// travel packed, up to 256 in one record (in a coarse tier they share its
+// release time): a tier's cost is
 // per record, so a flash sale's timers, relayed from the outbox up to 1,000
 // at a time, take a few hundred records through the tiers instead of one
 // each. The consumer holds each timer of a record on its own and treats the
@@ -38,6 +40,29 @@
 // process of an older version reads; a packed one ("v2 …") it skips, and the
 // sweeper closes its orders late: upgrade every process of a namespace before
 // one writes.
+//
+// # Several processes
+//
+// Every tier's topic has one partition per hourglass partition (64,
+// hourglass.Partitions), every record is written to the partition of its
+// orders (hourglass.PartitionOf), and each process consumes exactly the
+// partitions it owns in every tier (Own, told by the engine from the
+// node's leases), assigned directly, with no consumer group: the records
+// of a partition follow its lease. A process that loses a partition stops
+// forwarding and delivering its timers at once and forgets what it
+// fetched; the new owner reads the partition from its committed offset
+// (each tier's offsets are committed, after every forward or delivery, to
+// the group "<topic>.group", which has no members), so every timer is
+// forwarded and delivered by its partition's owner, at least once, none is
+// dropped for lack of an owner, and a node that dies holds up its
+// partitions for its lease TTL, not for a group's session timeout.
+//
+// Versions before ownership used the topics "<namespace>.delay.<tier>",
+// partitioned freely and shared by a consumer group per tier. Open looks
+// for them and Run drains those that exist: their records are forwarded at
+// once to the tier their remaining delay calls for, so timers written by
+// an older process still fire (late by at most a forward) after an
+// upgrade.
 //
 // # Guarantees
 //
@@ -50,9 +75,8 @@
 // its deadline by the clock of the process delivering it. Timers cannot be
 // cancelled: a paid order's timer fires into a no-op close.
 //
-// Each tier has its own consumer group ("<topic>.group"), so processes share
-// a tier's partitions and a slow delivery never holds up the forwarding in
-// the coarse tiers. Run returns an error when the brokers stop answering (a
+// Each tier has its own consumer, so a slow delivery never holds up the
+// forwarding in the coarse tiers. Run returns an error when the brokers stop answering (a
 // ping every second, or a produce or commit that fails) and the engine
 // restarts it; the consumers stay in their groups between Runs, through a
 // broker restart, and go on with the records they hold.
@@ -66,6 +90,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,10 +125,14 @@ type Config struct {
 	// Namespace prefixes every topic and consumer group (default
 	// "hourglass"): letters, digits, '.', '_' and '-', at most 200 bytes.
 	Namespace string
-	// Partitions and ReplicationFactor are used when Open creates the
-	// topics; topics that exist are used as they are. ReplicationFactor 0
-	// means the broker's default.
-	Partitions        int32
+	// Partitions is ignored: every topic has hourglass.Partitions
+	// partitions, one per hourglass partition (Open refuses a topic that
+	// has another count). It was the partition count of the topics of
+	// versions before ownership and is kept so that their configurations
+	// still compile.
+	Partitions int32
+	// ReplicationFactor is used when Open creates the topics; 0 means the
+	// broker's default.
 	ReplicationFactor int16
 	// Retention is the retention.ms of the topics Open creates (default 7
 	// days, at least 1 day): a record must outlive its tier's hold (10 h at
@@ -204,15 +233,21 @@ func parseURL(raw string) ([]string, error) {
 	return seeds, nil
 }
 
-// Topics returns the delay topics of namespace, finest tier first. Each
-// consumer group is named after its topic with ".group" appended. It is
-// what an operator pre-creates when hourglass may not create topics.
-func Topics(namespace string) []string {
+// Topics returns the delay topics of namespace, finest tier first, each
+// with hourglass.Partitions partitions. Each tier's committed offsets are
+// kept by a group named after its topic with ".group" appended, which no
+// consumer joins (partitions are assigned by ownership). It is what an
+// operator pre-creates when hourglass may not create topics.
+func Topics(namespace string) []string { return topics(namespace, topicInfix) }
+
+// topics returns the topics of the tiers, finest first, named
+// "<namespace><infix><tier>".
+func topics(namespace, infix string) []string {
 	namespace = cmp.Or(namespace, NamespaceDefault)
 	ts := tiers()
 	out := make([]string, len(ts))
 	for i, t := range ts {
-		out[i] = namespace + ".delay." + t.name
+		out[i] = namespace + infix + t.name
 	}
 	return out
 }
@@ -246,9 +281,23 @@ type Scheduler struct {
 	runMu     sync.Mutex
 	consumers []*consumer
 	closed    bool
+
+	// legacy lists the topics of older versions that Open found (tier
+	// index to topic): Run drains them.
+	legacy map[int]string
+
+	// ownMu guards owned, the partitions this process consumes in every
+	// tier (nil: all of them), set by Own, and ownChanged, closed (and
+	// replaced) at each change to wake the consumers.
+	ownMu      sync.Mutex
+	owned      hourglass.Parts
+	ownChanged chan struct{}
 }
 
-var _ hourglass.Scheduler = (*Scheduler)(nil)
+var (
+	_ hourglass.Scheduler   = (*Scheduler)(nil)
+	_ hourglass.Partitioned = (*Scheduler)(nil)
+)
 
 // Open connects to the brokers, checks that one answers within
 // Config.Timeout, and creates the delay topics that do not exist yet. It
@@ -268,7 +317,7 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 	cfg.DeliverBatch = cmp.Or(cfg.DeliverBatch, DeliverBatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
 	cfg.PingInterval = cmp.Or(cfg.PingInterval, PingIntervalDefault)
-	s := &Scheduler{cfg: cfg, seeds: seeds, clock: cfg.Clock, log: cfg.Logger, tiers: tiers(), topics: Topics(cfg.Namespace)}
+	s := &Scheduler{cfg: cfg, seeds: seeds, clock: cfg.Clock, log: cfg.Logger, tiers: tiers(), topics: Topics(cfg.Namespace), ownChanged: make(chan struct{})}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
@@ -281,11 +330,9 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		// idempotence a produce can be abandoned at its timeout.
 		kgo.DisableIdempotentWrite(),
 		kgo.ProducerLinger(0),
-		// Records carry packs of timers (see records): dealt over the
-		// partitions in turn, a burst's few records reach every partition,
-		// and so every process consuming the tier, which hashing their keys
-		// would not promise.
-		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		// Every record names its partition: its orders' hourglass
+		// partition.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RecordDeliveryTimeout(cfg.Timeout),
 		kgo.ProduceRequestTimeout(cfg.Timeout),
 	)...)
@@ -317,18 +364,31 @@ func (s *Scheduler) clientOpts() []kgo.Opt {
 	}
 }
 
-// ensureTopics creates the delay topics that are missing and checks that
-// all of them exist.
+// ensureTopics creates the delay topics that are missing, checks that all
+// of them exist with one partition per hourglass partition, and notes the
+// topics of older versions that exist, for Run to drain.
 func (s *Scheduler) ensureTopics(ctx context.Context) error {
 	adm := kadm.NewClient(s.producer)
-	listed, err := adm.ListTopics(ctx, s.topics...)
+	legacy := topics(s.cfg.Namespace, legacyInfix)
+	listed, err := adm.ListTopics(ctx, append(slices.Clone(s.topics), legacy...)...)
 	if err != nil {
 		return fmt.Errorf("kafka: describe topics %s: %w", strings.Join(s.topics, ", "), err)
+	}
+	for i, t := range legacy {
+		if d, ok := listed[t]; ok && d.Err == nil && len(d.Partitions) > 0 {
+			if s.legacy == nil {
+				s.legacy = map[int]string{}
+			}
+			s.legacy[i] = t
+		}
 	}
 	var missing []string
 	for _, t := range s.topics {
 		d, ok := listed[t]
 		switch {
+		case ok && d.Err == nil && len(d.Partitions) != hourglass.Partitions:
+			return fmt.Errorf("kafka: topic %s has %d partitions, want %d (one per hourglass partition): delete it so that hourglass creates it, or create it with %d partitions",
+				t, len(d.Partitions), hourglass.Partitions, hourglass.Partitions)
 		case ok && d.Err == nil && len(d.Partitions) > 0:
 		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
 			missing = append(missing, t)
@@ -346,7 +406,7 @@ func (s *Scheduler) ensureTopics(ctx context.Context) error {
 	if rf == 0 {
 		rf = -1 // the broker's default.replication.factor
 	}
-	created, err := adm.CreateTopics(ctx, s.cfg.Partitions, rf, map[string]*string{"retention.ms": &retention}, missing...)
+	created, err := adm.CreateTopics(ctx, hourglass.Partitions, rf, map[string]*string{"retention.ms": &retention}, missing...)
 	if err != nil {
 		return fmt.Errorf("kafka: create topics %s: %w", strings.Join(missing, ", "), err)
 	}
@@ -392,36 +452,57 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 }
 
 // records returns the delay records of timers (their Release is set here),
-// each written to the tier its remaining delay at now calls for; the timers
-// that go to the same tier travel packed (in a coarse tier they share the
-// release, now plus its hold), up to packMax a record, yet in at least as
-// many records as the tier has partitions (Config.Partitions) when there
-// are that many timers, so that the processes sharing a tier share a burst.
-// A record's key is its first timer's order id (the partitioner deals
-// records round-robin).
+// each written to the tier its remaining delay at now calls for, to its
+// orders' hourglass partition: the timers that go to the same tier and
+// partition travel packed (in a coarse tier they share the release, now
+// plus its hold), up to packMax a record. A record's key is its first
+// timer's order id.
 func (s *Scheduler) records(vs []timerValue, now time.Time) []*kgo.Record {
-	byTier := make([][]timerValue, len(s.tiers))
+	type dest struct{ tier, part int }
+	groups := map[dest][]timerValue{}
+	var order []dest // first seen first: the output does not depend on map order
 	for _, v := range vs {
 		i := route(s.tiers, hourglass.FromUnixMilli(v.Deadline).Sub(now))
 		v.Release = v.Deadline
 		if i > 0 {
 			v.Release = hourglass.UnixMilli(now.Add(s.tiers[i].hold))
 		}
-		byTier[i] = append(byTier[i], v)
+		d := dest{i, hourglass.PartitionOf(v.OrderID)}
+		if _, ok := groups[d]; !ok {
+			order = append(order, d)
+		}
+		groups[d] = append(groups[d], v)
 	}
 	var recs []*kgo.Record
-	for i, group := range byTier {
-		if len(group) == 0 {
-			continue
-		}
-		packs := max((len(group)+packMax-1)/packMax, min(len(group), int(s.cfg.Partitions)))
-		size := (len(group) + packs - 1) / packs
-		for start := 0; start < len(group); start += size {
-			pack := group[start:min(start+size, len(group))]
-			recs = append(recs, &kgo.Record{Topic: s.topics[i], Key: strconv.AppendInt(nil, pack[0].OrderID, 10), Value: encodeTimers(pack)})
+	for _, d := range order {
+		group := groups[d]
+		for start := 0; start < len(group); start += packMax {
+			pack := group[start:min(start+packMax, len(group))]
+			recs = append(recs, &kgo.Record{Topic: s.topics[d.tier], Partition: int32(d.part), Key: strconv.AppendInt(nil, pack[0].OrderID, 10), Value: encodeTimers(pack)})
 		}
 	}
 	return recs
+}
+
+// Own implements hourglass.Partitioned: from now on the consumers read
+// only the partitions of parts (nil: all of them) in every tier. It
+// returns at once; each consumer applies the change before its next
+// forward or delivery and reads a partition gained from its committed
+// offset.
+func (s *Scheduler) Own(parts hourglass.Parts) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	s.owned = slices.Clone(parts)
+	close(s.ownChanged)
+	s.ownChanged = make(chan struct{})
+}
+
+// ownedParts returns the partitions this process owns (all of them until
+// Own was called) and a channel closed at the next change.
+func (s *Scheduler) ownedParts() (hourglass.Parts, <-chan struct{}) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	return s.owned, s.ownChanged
 }
 
 // produce writes recs and waits for all acks, at most Config.Timeout.
@@ -454,7 +535,15 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 	}
 	if s.consumers == nil {
 		for i := range s.tiers {
-			c, err := s.newConsumer(i)
+			c, err := s.newConsumer(s.tiers[i], s.topics[i], false)
+			if err != nil {
+				s.closeConsumers()
+				return err
+			}
+			s.consumers = append(s.consumers, c)
+		}
+		for i, topic := range s.legacy {
+			c, err := s.newConsumer(s.tiers[i], topic, true)
 			if err != nil {
 				s.closeConsumers()
 				return err

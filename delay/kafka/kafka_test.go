@@ -232,70 +232,89 @@ func TestRunFailsWhenBrokerGoes(t *testing.T) {
 	}
 }
 
-// TestTwoSchedulersShareTheWork checks that two schedulers of one namespace
-// (two processes) split the partitions of the finest tier between them:
-// each delivers some of the timers, and none is lost.
-func TestTwoSchedulersShareTheWork(t *testing.T) {
+// TestDrainsTheLegacyFinestTier: timers written by a version before
+// ownership to its finest tier ("<ns>.delay.due", shared by a consumer
+// group) still fire after an upgrade: Open finds the topic and Run forwards
+// its records to the owned tier, whose owner delivers them on time.
+func TestDrainsTheLegacyFinestTier(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	ns := hourglasstest.Namespace(t)
-	var cl cleaner
-	a, b := open(t, url, ns, &cl), open(t, url, ns, &cl)
+	var cln cleaner
+	cln.register(t, url, ns)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(strings.TrimPrefix(url, "kafka://"), ",")...), kgo.DefaultProduceTopic(ns+".delay.due"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, -1, nil, ns+".delay.due"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), ns+".delay.due") })
+	start := time.Now()
+	want := map[int64]time.Time{}
+	for i := range 50 {
+		id, deadline := int64(i+1), start.Add(800*time.Millisecond+time.Duration(i)*10*time.Millisecond).Truncate(time.Millisecond)
+		want[id] = deadline
+		// The text form of a one-timer record of the older versions.
+		v := fmt.Sprintf("v1 %d %d %d", id, deadline.UnixMilli(), deadline.UnixMilli())
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := open(t, url, ns, &cln)
+	s.Own(hourglass.Parts{}) // owns nothing yet: the drain still forwards
 	var mu sync.Mutex
-	by := map[string]map[int64]bool{"a": {}, "b": {}}
-	deliverAs := func(name string) hourglass.Deliver {
-		return func(_ context.Context, due []hourglass.Timer) error {
+	got := map[int64]time.Time{}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error {
+			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
 			for _, tm := range due {
-				by[name][tm.OrderID] = true
+				if now.Before(tm.Deadline) {
+					t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+				}
+				got[tm.OrderID] = now
 			}
 			return nil
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for name, s := range map[string]*kafka.Scheduler{"a": a, "b": b} {
-		wg.Go(func() {
-			if err := s.Run(ctx, deliverAs(name)); err != nil {
-				t.Errorf("Run %s: %v", name, err)
-			}
 		})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s.Own(nil) // now every partition
+	waitDelivered(t, &mu, func() int { return len(got) }, len(want), 20*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
-	time.Sleep(2 * time.Second) // both join the groups
-	var timers []hourglass.Timer
-	start := time.Now().Add(500 * time.Millisecond)
-	for i := range 400 {
-		timers = append(timers, hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(time.Duration(i) * time.Millisecond).Truncate(time.Millisecond)})
-	}
-	if err := a.Schedule(context.Background(), timers); err != nil {
+}
+
+// TestOpenRefusesAnOwnedTopicOfAnotherSize: the finest tier's topic must
+// have one partition per hourglass partition; Open says so and how to fix it.
+func TestOpenRefusesAnOwnedTopicOfAnotherSize(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	ns := hourglasstest.Namespace(t)
+	var cln cleaner
+	cln.register(t, url, ns)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(strings.TrimPrefix(url, "kafka://"), ",")...))
+	if err != nil {
 		t.Fatal(err)
 	}
-	limit := time.Now().Add(15 * time.Second)
-	for {
-		mu.Lock()
-		missing := 0
-		for _, tm := range timers {
-			if !by["a"][tm.OrderID] && !by["b"][tm.OrderID] {
-				missing++
-			}
-		}
-		na, nb := len(by["a"]), len(by["b"])
-		mu.Unlock()
-		if missing == 0 {
-			t.Logf("a delivered %d, b delivered %d", na, nb)
-			if na == 0 || nb == 0 {
-				t.Errorf("one scheduler did all the work: a %d, b %d", na, nb)
-			}
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d timers not delivered", missing)
-		}
-		time.Sleep(20 * time.Millisecond)
+	defer cl.Close()
+	owned := kafka.Topics(ns)[0]
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 8, -1, nil, owned); err != nil {
+		t.Fatal(err)
 	}
-	cancel()
-	wg.Wait()
+	_, err = kafka.Open(context.Background(), kafka.Config{URL: url, Namespace: ns, Logger: quietLogger()})
+	want := fmt.Sprintf("kafka: topic %s has 8 partitions, want %d", owned, hourglass.Partitions)
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Open = %v, want an error starting %q", err, want)
+	}
 }
 
 // TestPackedBurstWithAFailedDelivery schedules 1,000 timers in one call, so

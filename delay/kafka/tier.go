@@ -17,6 +17,18 @@ type tier struct {
 	hold time.Duration
 }
 
+// The topics of every tier have one partition per hourglass partition
+// (hourglass.Partitions): a record carries timers of one partition and is
+// written to that partition of its tier, and each process consumes the
+// partitions it owns (hourglass.Partitioned), assigned directly, without a
+// consumer group. Their names are "<namespace>.timers.<tier>".
+const topicInfix = ".timers."
+
+// legacyInfix names the topics of versions before ownership,
+// "<namespace>.delay.<tier>": partitioned freely and shared by a consumer
+// group per tier. Run drains those that exist (see Scheduler.legacy).
+const legacyInfix = ".delay."
+
 // tiers returns the delay topics, finest first, holds increasing. A timer
 // goes to the tier with the largest hold that fits in its remaining delay,
 // so a record written to a coarse tier at t is released at t+hold, and

@@ -155,10 +155,10 @@ func TestValidate(t *testing.T) {
 
 func TestTopicsAndGroups(t *testing.T) {
 	t.Parallel()
-	if got := strings.Join(Topics(""), " "); got != "hourglass.delay.due hourglass.delay.1s hourglass.delay.10s hourglass.delay.1m hourglass.delay.10m hourglass.delay.1h hourglass.delay.10h" {
+	if got := strings.Join(Topics(""), " "); got != "hourglass.timers.due hourglass.timers.1s hourglass.timers.10s hourglass.timers.1m hourglass.timers.10m hourglass.timers.1h hourglass.timers.10h" {
 		t.Errorf("Topics = %s", got)
 	}
-	if got := Groups("ns")[0]; got != "ns.delay.due.group" {
+	if got := Groups("ns")[0]; got != "ns.timers.due.group" {
 		t.Errorf("Groups[0] = %s", got)
 	}
 }
