@@ -24,8 +24,8 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/bench/asynqpeer"
-	"github.com/hourglass/hourglass/bench/riverpeer"
+	"github.com/hourglass/hourglass/peers/asynqpeer"
+	"github.com/hourglass/hourglass/peers/riverpeer"
 	"github.com/hourglass/hourglass/benchmark"
 )
 
