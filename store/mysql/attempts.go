@@ -35,10 +35,10 @@ type delivery struct {
 // each changed row once: a delivered one deleted, a retried or dead one
 // updated. Each recorded attempt that resolves its delivery gets the next
 // delivery of its (webhook, order) stream, read after the writes.
-func recordAttempts(ctx context.Context, tx *sql.Tx, ops []*op, live []bool, results []opResult, nowMs int64) error {
+func recordAttempts(ctx context.Context, tx *sql.Tx, ops []*op, results []opResult, nowMs int64) error {
 	var ids []int64
-	for i, o := range ops {
-		if live[i] && o.kind == opAttempt {
+	for _, o := range ops {
+		if o.kind == opAttempt {
 			ids = append(ids, o.attempt.ID)
 		}
 	}
@@ -76,7 +76,7 @@ WHERE id IN (`+placeholders(len(args))+`) AND state = 'pending' ORDER BY id FOR 
 	type stream struct{ webhook, order int64 }
 	var resolved []int // ops whose recorded attempt resolved their delivery
 	for i, o := range ops {
-		if !live[i] || o.kind != opAttempt {
+		if o.kind != opAttempt {
 			continue
 		}
 		r := o.attempt

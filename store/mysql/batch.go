@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
@@ -152,14 +152,6 @@ func (d dialect) Run(ctx context.Context, ops []*op) (int, error) {
 // Classify implements writer.Dialect.
 func (d dialect) Classify(err error) writer.Class { return d.classify(err) }
 
-// lockedProduct is a product row locked by the batch, changed in memory.
-type lockedProduct struct {
-	category                  string
-	available, reserved, sold int64
-	read                      [3]int64 // available, reserved, sold as locked
-	dirty                     bool
-}
-
 // lockedOrder is an order row locked by the batch, changed in memory.
 type lockedOrder struct {
 	o     hourglass.Order
@@ -188,9 +180,36 @@ type batchEvent struct {
 	seq       int64 // once inserted
 }
 
-type storedKey struct {
-	hash    []byte
-	orderID int64
+// batch is one attempt of a batch's transaction: what it locked and read
+// (steps 1 to 4), what it decided (step 5) and writes (steps 6 and 7).
+type batch struct {
+	s       *Store
+	ops     []*op
+	results []opResult
+	tx      *sql.Tx
+
+	keys       []any   // the creates' idempotency keys
+	orderIDs   []int64 // the orders paid, transitioned or closed, ascending once locked
+	timerKeys  []string
+	timerIDs   []int64
+	webhookIDs []int64 // named by arms
+
+	stored    map[string]plan.StoredKey
+	orders    map[int64]*lockedOrder
+	skus      []string // locked, ascending
+	stock     plan.Stock
+	timers    *batchTimers
+	nowMs     int64
+	now       time.Time
+	rawPolicy sql.NullString
+	increment int64 // @@auto_increment_increment
+	webhooks  bool  // any subscription exists: fan out
+
+	news    []newOrder
+	newOf   []int          // index into news of a create's order, else -1
+	sameAs  []int          // a create answered by an earlier create of the batch (its news index), else -1
+	timerOf []*lockedTimer // the timer an arm's or cancel's result names
+	events  []batchEvent
 }
 
 // runBatch runs ops in one transaction (the steps above). It returns the
@@ -198,490 +217,29 @@ type storedKey struct {
 // committed, unless it is marked writer.OutcomeUnknown or a lost
 // connection.
 func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fanned int, err error) {
-	results = make([]opResult, len(ops))
-	live := make([]bool, len(ops))
-	var (
-		keys       []any
-		orderIDs   []int64
-		timerKeys  []string
-		timerIDs   []int64
-		webhookIDs []int64 // named by arms
-	)
-	for i, o := range ops {
-		live[i] = true
-		switch o.kind {
-		case opCreate:
-			if o.create.IdempotencyKey != "" {
-				keys = append(keys, []byte(o.create.IdempotencyKey))
-			}
-		case opPay, opTransition:
-			orderIDs = append(orderIDs, o.id)
-		case opClose:
-			orderIDs = append(orderIDs, o.ids...)
-		case opArm:
-			timerKeys = append(timerKeys, o.arm.Key)
-			if o.arm.WebhookID != 0 {
-				webhookIDs = append(webhookIDs, o.arm.WebhookID)
-			}
-		case opCancel:
-			timerKeys = append(timerKeys, o.key)
-		case opFire:
-			timerIDs = append(timerIDs, o.ids...)
-		}
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+	b := &batch{s: s, ops: ops, results: make([]opResult, len(ops)), timers: &batchTimers{}}
+	b.collect()
+	if b.tx, err = s.db.BeginTx(ctx, nil); err != nil {
 		return nil, 0, err
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			tx.Rollback()
+			b.tx.Rollback()
 		}
 	}()
-
-	// 1. Idempotency keys already stored.
-	stored := map[string]storedKey{}
-	if len(keys) > 0 {
-		rows, err := tx.QueryContext(ctx, `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (`+placeholders(len(keys))+`)`, keys...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("read idempotency keys: %w", err)
-		}
-		for rows.Next() {
-			var (
-				k, h []byte
-				id   int64
-			)
-			if err := rows.Scan(&k, &h, &id); err != nil {
-				rows.Close()
-				return nil, 0, fmt.Errorf("read idempotency keys: %w", err)
-			}
-			stored[string(k)] = storedKey{hash: h, orderID: id}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, 0, fmt.Errorf("read idempotency keys: %w", err)
-		}
+	if err := b.lock(ctx); err != nil {
+		return nil, 0, err
 	}
-
-	// 2. Lock the orders, by id.
-	orders := map[int64]*lockedOrder{}
-	if len(orderIDs) > 0 {
-		slices.Sort(orderIDs)
-		orderIDs = slices.Compact(orderIDs)
-		args := make([]any, len(orderIDs))
-		for i, id := range orderIDs {
-			args[i] = id
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id IN (`+placeholders(len(args))+`) ORDER BY id FOR UPDATE`, args...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("lock orders: %w", err)
-		}
-		for rows.Next() {
-			o, err := scanOrder(rows)
-			if err != nil {
-				rows.Close()
-				return nil, 0, fmt.Errorf("lock orders: %w", err)
-			}
-			orders[o.ID] = &lockedOrder{o: o}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, 0, fmt.Errorf("lock orders: %w", err)
-		}
+	if err := b.decide(); err != nil {
+		return nil, 0, err
 	}
-
-	// 3. Lock the products, by SKU.
-	var skus []string
-	for i, o := range ops {
-		if live[i] && o.kind == opCreate {
-			if k, ok := stored[o.create.IdempotencyKey]; ok && o.create.IdempotencyKey != "" && k.orderID != 0 {
-				continue // a replay reserves nothing
-			}
-			for _, it := range o.create.Items {
-				skus = append(skus, it.SKU)
-			}
-		}
-	}
-	for _, lo := range orders {
-		if lo.o.Status == hourglass.StatePendingPayment {
-			for _, it := range lo.o.Items {
-				skus = append(skus, it.SKU)
-			}
-		}
-	}
-	products := map[string]*lockedProduct{}
-	if len(skus) > 0 {
-		slices.Sort(skus) // byte order: the order of the ascii_bin primary key
-		skus = slices.Compact(skus)
-		args := make([]any, len(skus))
-		for i, sku := range skus {
-			args[i] = sku
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (`+placeholders(len(args))+`) ORDER BY sku FOR UPDATE`, args...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("lock products: %w", err)
-		}
-		for rows.Next() {
-			var (
-				sku string
-				p   lockedProduct
-			)
-			if err := rows.Scan(&sku, &p.category, &p.available, &p.reserved, &p.sold); err != nil {
-				rows.Close()
-				return nil, 0, fmt.Errorf("lock products: %w", err)
-			}
-			p.read = [3]int64{p.available, p.reserved, p.sold}
-			products[sku] = &p
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, 0, fmt.Errorf("lock products: %w", err)
-		}
-	}
-
-	// 3b. Lock the timers: by key, then by id (timerbatch.go).
-	timers := &batchTimers{}
-	if len(timerKeys) > 0 || len(timerIDs) > 0 {
-		if timers, err = lockTimers(ctx, tx, timerKeys, timerIDs, webhookIDs); err != nil {
-			return nil, 0, err
-		}
-	}
-
-	// 4. Now, read with the locks held, and the policy.
-	var (
-		nowMs     int64
-		rawPolicy sql.NullString
-		increment int64
-		webhooks  bool // any subscription exists: fan out
-	)
-	if err := tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment,
-	EXISTS (SELECT 1 FROM webhook_subscriptions)`,
-		s.nowArg()).Scan(&nowMs, &rawPolicy, &increment, &webhooks); err != nil {
-		return nil, 0, fmt.Errorf("read now and policy: %w", err)
-	}
-	now := hourglass.FromUnixMilli(nowMs)
-	policy, err := s.policy.Decode(rawPolicy.String)
+	fanned, deferred, err := b.write(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-
-	// 5. Decide each op in queue order.
-	var (
-		news    []newOrder
-		newOf   = make([]int, len(ops))          // index into news of a create's order, else -1
-		timerOf = make([]*lockedTimer, len(ops)) // the timer an arm's or cancel's result names
-		sameAs  = make([]int, len(ops))          // a create answered by an earlier create of the batch (its news index), else -1
-		events  []batchEvent
-		inBatch = map[string]int{} // idempotency key → index into news
-	)
-	move := func(items []hourglass.Item, from, to func(p *lockedProduct) *int64) error {
-		for _, it := range items {
-			p := products[it.SKU]
-			if p == nil {
-				return fmt.Errorf("product %q of a pending order is missing", it.SKU)
-			}
-			*from(p) -= it.Quantity
-			*to(p) += it.Quantity
-			p.dirty = true
-		}
-		return nil
-	}
-	avail := func(p *lockedProduct) *int64 { return &p.available }
-	resv := func(p *lockedProduct) *int64 { return &p.reserved }
-	sold := func(p *lockedProduct) *int64 { return &p.sold }
-	for i, o := range ops {
-		newOf[i], sameAs[i] = -1, -1
-		if !live[i] {
-			continue
-		}
-		r := &results[i]
-		switch o.kind {
-		case opCreate:
-			p := o.create
-			if key := p.IdempotencyKey; key != "" {
-				if j, ok := inBatch[key]; ok {
-					if !bytes.Equal(news[j].hash, p.RequestHash) {
-						r.err = hourglass.ErrIdempotencyKeyReused
-					} else {
-						sameAs[i] = j
-					}
-					continue
-				}
-				if k, ok := stored[key]; ok {
-					if !bytes.Equal(k.hash, p.RequestHash) {
-						r.err = hourglass.ErrIdempotencyKeyReused
-					} else {
-						r.replay = k.orderID
-					}
-					continue
-				}
-			}
-			categories := make([]string, 0, len(p.Items))
-			for j, it := range p.Items {
-				prod := products[it.SKU]
-				if prod == nil {
-					r.err = hourglass.Errorf(hourglass.CodeNotFound, "items[%d].sku: product %q not found", j, it.SKU)
-					break
-				}
-				if prod.available < it.Quantity {
-					r.err = hourglass.Errorf(hourglass.CodeInsufficientStock, "items[%d]: %d of %q requested, %d available", j, it.Quantity, it.SKU, prod.available)
-					break
-				}
-				categories = append(categories, prod.category)
-			}
-			if r.err != nil {
-				continue
-			}
-			if err := move(p.Items, avail, resv); err != nil {
-				return nil, 0, err
-			}
-			timeout := p.Timeout
-			if timeout == 0 {
-				timeout = policy.Timeout(categories)
-			}
-			newOf[i] = len(news)
-			if p.IdempotencyKey != "" {
-				inBatch[p.IdempotencyKey] = len(news)
-			}
-			events = append(events, batchEvent{typ: hourglass.EventOrderCreated, newIdx: len(news)})
-			news = append(news, newOrder{
-				o: hourglass.Order{
-					UserID:    p.UserID,
-					Status:    hourglass.StatePendingPayment,
-					Items:     slices.Clone(p.Items),
-					CreatedAt: now,
-					Deadline:  now.Add(timeout.Truncate(time.Millisecond)),
-				},
-				items: o.items,
-				key:   p.IdempotencyKey,
-				hash:  p.RequestHash,
-			})
-		case opPay:
-			lo := orders[o.id]
-			if lo == nil {
-				r.err = hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", o.id)
-				continue
-			}
-			cur := &lo.o
-			// The compare-and-set, on the locked row: only a pending order
-			// strictly before its deadline becomes paid. The close is its
-			// mirror image (deadline <= now); the row lock orders them.
-			if cur.Payable(now) {
-				if err := move(cur.Items, resv, sold); err != nil {
-					return nil, 0, err
-				}
-				cur.Status, cur.PaidAt, cur.PaymentID = hourglass.StatePaid, now, o.paymentID
-				lo.dirty = true
-				events = append(events, batchEvent{typ: hourglass.EventOrderPaid, newIdx: -1, orderID: cur.ID})
-				r.order = cloneOrder(*cur)
-				continue
-			}
-			if cur.PaymentID == o.paymentID && cur.Status != hourglass.StatePendingPayment && !cur.PaidAt.IsZero() {
-				r.order = cloneOrder(*cur) // a repeat of the payment that succeeded
-				continue
-			}
-			r.err = hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", o.id, describe(*cur, now))
-		case opTransition:
-			from, to, err := o.action.Transition()
-			if err != nil {
-				r.err = err
-				continue
-			}
-			lo := orders[o.id]
-			if lo == nil {
-				r.err = hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", o.id)
-				continue
-			}
-			cur := &lo.o
-			// A cancel, like a payment, is refused at or after the
-			// deadline: by then the order belongs to the closer.
-			if cur.Status != from || (from == hourglass.StatePendingPayment && !cur.Payable(now)) {
-				r.err = hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", o.action, o.id, cur.View(now).Status)
-				continue
-			}
-			if to == hourglass.StateCancelled {
-				if err := move(cur.Items, resv, avail); err != nil {
-					return nil, 0, err
-				}
-			}
-			cur.Status = to
-			lo.dirty = true
-			events = append(events, batchEvent{typ: hourglass.EventFor(to), newIdx: -1, orderID: cur.ID})
-			r.order = cloneOrder(*cur)
-		case opClose:
-			for _, id := range o.ids {
-				lo := orders[id]
-				if lo == nil || lo.o.Status != hourglass.StatePendingPayment || lo.o.Payable(now) {
-					continue // paid, cancelled, already closed, unknown or not yet due: nothing to do
-				}
-				cur := &lo.o
-				if err := move(cur.Items, resv, avail); err != nil {
-					return nil, 0, err
-				}
-				cur.Status, cur.ClosedAt, cur.CloseReason = hourglass.StateClosed, now, hourglass.CloseReasonTimeout
-				lo.dirty = true
-				events = append(events, batchEvent{typ: hourglass.EventOrderClosed, newIdx: -1, orderID: id})
-				r.closed = append(r.closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: now})
-			}
-		case opArm:
-			timerOf[i], *r = timers.arm(o.arm, nowMs)
-		case opCancel:
-			timerOf[i], *r = timers.cancel(o.key, now)
-		case opFire:
-			fired, evs, err := timers.fire(o.ids, now)
-			if err != nil {
-				return nil, 0, err
-			}
-			r.fired = fired
-			events = append(events, evs...)
-		}
-	}
-
-	// 6. Write.
-	if len(news) > 0 {
-		args := make([]any, 0, 4*len(news))
-		for _, n := range news {
-			args = append(args, n.o.UserID, n.items, nowMs, hourglass.UnixMilli(n.o.Deadline))
-		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES `+
-			rowsOf(len(news), `(?, 'pending_payment', ?, ?, ?)`), args...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("insert orders: %w", err)
-		}
-		// A multi-row INSERT … VALUES knows its row count, so InnoDB hands
-		// it consecutive ids (step auto_increment_increment) in every
-		// innodb_autoinc_lock_mode; LAST_INSERT_ID is the first.
-		first, err := res.LastInsertId()
-		if err != nil {
-			return nil, 0, fmt.Errorf("insert orders: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != int64(len(news)) {
-			return nil, 0, fmt.Errorf("insert orders: %d rows inserted, want %d (%v)", n, len(news), err)
-		}
-		for j := range news {
-			news[j].o.ID = first + int64(j)*increment
-		}
-	}
-	var dirty []*lockedOrder
-	for _, id := range orderIDs {
-		if lo := orders[id]; lo != nil && lo.dirty {
-			dirty = append(dirty, lo)
-		}
-	}
-	if err := updateOrders(ctx, tx, dirty); err != nil {
-		return nil, 0, err
-	}
-	var dirtySKUs []string
-	for _, sku := range skus {
-		if p := products[sku]; p != nil && p.dirty {
-			dirtySKUs = append(dirtySKUs, sku)
-		}
-	}
-	if err := updateProducts(ctx, tx, products, dirtySKUs); err != nil {
-		return nil, 0, err
-	}
-	if err := timers.write(ctx, tx, nowMs, increment); err != nil {
-		return nil, 0, err
-	}
-	// One multi-row INSERT, or several when timer.fired bodies make it
-	// long (statementRuns).
-	for _, run := range statementRuns(len(events), func(j int) int { return 2 * len(events[j].body) }) {
-		part := events[run[0]:run[1]]
-		// Orders' events have no body: a batch without timer.fired events
-		// leaves the column out.
-		withBody := slices.ContainsFunc(part, func(e batchEvent) bool { return e.body != nil })
-		args := make([]any, 0, 5*len(part))
-		for _, e := range part {
-			id := e.orderID
-			if e.newIdx >= 0 {
-				id = news[e.newIdx].o.ID
-			}
-			evID := e.id
-			if evID == "" {
-				evID = hourglass.NewEventID()
-			}
-			args = append(args, evID, string(e.typ), id, nowMs)
-			if withBody {
-				args = append(args, nullBytes(e.body))
-			}
-		}
-		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
-		if withBody {
-			query = `INSERT INTO events (id, type, order_id, created_at, body) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?)`)
-		}
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("insert events: %w", err)
-		}
-		first, err := res.LastInsertId()
-		if err != nil {
-			return nil, 0, fmt.Errorf("insert events: %w", err)
-		}
-		for j := range part {
-			part[j].seq = first + int64(j)*increment
-		}
-	}
-	deferred := false
-	if len(events) > 0 {
-		if webhooks && s.deferFanOut(ops) {
-			if events, err = deferClosed(ctx, tx, events); err != nil {
-				return nil, 0, err
-			}
-			deferred = true
-		}
-		// To the webhooks subscribed now (or the one a timer names), read
-		// with a shared lock so that a webhook deleted concurrently waits
-		// for this commit and then deletes its deliveries too.
-		if fanned, err = fanOut(ctx, tx, events, nowMs, webhooks); err != nil {
-			return nil, 0, err
-		}
-	}
-	if err := recordAttempts(ctx, tx, ops, live, results, nowMs); err != nil {
-		return nil, 0, err
-	}
-	// The deadlines the batch schedules: its created orders', then its
-	// armed timers'.
-	due := make([]hourglass.Timer, 0, len(news))
-	for _, n := range news {
-		due = append(due, hourglass.Timer{OrderID: n.o.ID, Deadline: n.o.Deadline})
-	}
-	due = append(due, timers.announced()...)
-	if s.cfg.Outbox && len(due) > 0 {
-		args := make([]any, 0, 2*len(due))
-		for _, t := range due {
-			args = append(args, t.OrderID, hourglass.UnixMilli(t.Deadline))
-		}
-		// A re-armed timer may still have its row: it moves.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(due), `(?, ?)`)+`
-ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
-			return nil, 0, fmt.Errorf("insert outbox timers: %w", err)
-		}
-	}
-	var keyArgs []any
-	for _, n := range news {
-		if n.key != "" {
-			keyArgs = append(keyArgs, []byte(n.key), nonNilBytes(n.hash), n.o.ID, nowMs)
-		}
-	}
-	if len(keyArgs) > 0 {
-		// A key committed by another process since step 1 fails here with a
-		// duplicate key (1062): the batch runs again and replays it.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (idem_key, request_hash, order_id, created_at) VALUES `+
-			rowsOf(len(keyArgs)/4, `(?, ?, ?, ?)`), keyArgs...); err != nil {
-			return nil, 0, fmt.Errorf("insert idempotency keys: %w", err)
-		}
-	}
-	// Last, so that its seq, handed out now, becomes visible soon after:
-	// the feed of the other processes' WatchCreated (cluster.go).
-	if len(due) > 0 {
-		if err := s.writeFeed(ctx, tx, now, due); err != nil {
-			return nil, 0, err
-		}
-	}
-
 	// 8. Commit.
-	if err := tx.Commit(); err != nil {
+	if err := b.tx.Commit(); err != nil {
 		committed = true // nothing left to roll back
 		if retryReason(err, false) != "" {
 			return nil, 0, err // rolled back (a deadlock or Galera's certification)
@@ -692,18 +250,426 @@ ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
 	if deferred {
 		s.fanOut.Wake()
 	}
-	for i := range ops {
-		if j := newOf[i]; j >= 0 {
-			results[i].order, results[i].created = cloneOrder(news[j].o), true
-		}
-		if j := sameAs[i]; j >= 0 {
-			results[i].order = cloneOrder(news[j].o)
-		}
-		if lt := timerOf[i]; lt != nil && results[i].timer.ID == 0 {
-			results[i].timer.ID = lt.t.ID // created by this batch
+	b.answer()
+	return b.results, fanned, nil
+}
+
+// collect lists the rows the batch's ops name.
+func (b *batch) collect() {
+	for _, o := range b.ops {
+		switch o.kind {
+		case opCreate:
+			if o.create.IdempotencyKey != "" {
+				b.keys = append(b.keys, []byte(o.create.IdempotencyKey))
+			}
+		case opPay, opTransition:
+			b.orderIDs = append(b.orderIDs, o.id)
+		case opClose:
+			b.orderIDs = append(b.orderIDs, o.ids...)
+		case opArm:
+			b.timerKeys = append(b.timerKeys, o.arm.Key)
+			if o.arm.WebhookID != 0 {
+				b.webhookIDs = append(b.webhookIDs, o.arm.WebhookID)
+			}
+		case opCancel:
+			b.timerKeys = append(b.timerKeys, o.key)
+		case opFire:
+			b.timerIDs = append(b.timerIDs, o.ids...)
 		}
 	}
-	return results, fanned, nil
+}
+
+// queryIn runs query, whose "(…)" stands for the placeholders of args, and
+// scans each row with scan; errors name what.
+func queryIn(ctx context.Context, tx *sql.Tx, what, query string, args []any, scan func(rows *sql.Rows) error) error {
+	rows, err := tx.QueryContext(ctx, strings.Replace(query, "(…)", "("+placeholders(len(args))+")", 1), args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// anys returns xs as arguments.
+func anys[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// lock runs steps 1 to 4: the stored idempotency keys, the orders by id,
+// the products by SKU, the timers, then now and the policy.
+func (b *batch) lock(ctx context.Context) error {
+	b.stored = map[string]plan.StoredKey{}
+	if len(b.keys) > 0 {
+		if err := queryIn(ctx, b.tx, "read idempotency keys", `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (…)`, b.keys, func(rows *sql.Rows) error {
+			var (
+				k   []byte
+				key plan.StoredKey
+			)
+			err := rows.Scan(&k, &key.Hash, &key.OrderID)
+			b.stored[string(k)] = key
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	b.orders = map[int64]*lockedOrder{}
+	if len(b.orderIDs) > 0 {
+		slices.Sort(b.orderIDs)
+		b.orderIDs = slices.Compact(b.orderIDs)
+		if err := queryIn(ctx, b.tx, "lock orders", `SELECT `+orderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(b.orderIDs), func(rows *sql.Rows) error {
+			o, err := scanOrder(rows)
+			b.orders[o.ID] = &lockedOrder{o: o}
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	// The products the creates (not their replays) and the pending locked
+	// orders touch: every batch of every process locks orders by id, then
+	// products by SKU, so batches cannot deadlock on these rows.
+	for _, o := range b.ops {
+		if o.kind == opCreate {
+			if k, ok := b.stored[o.create.IdempotencyKey]; ok && o.create.IdempotencyKey != "" && k.OrderID != 0 {
+				continue // a replay reserves nothing
+			}
+			for _, it := range o.create.Items {
+				b.skus = append(b.skus, it.SKU)
+			}
+		}
+	}
+	for _, lo := range b.orders {
+		if lo.o.Status == hourglass.StatePendingPayment {
+			for _, it := range lo.o.Items {
+				b.skus = append(b.skus, it.SKU)
+			}
+		}
+	}
+	b.stock = plan.Stock{}
+	if len(b.skus) > 0 {
+		slices.Sort(b.skus) // byte order: the order of the ascii_bin primary key
+		b.skus = slices.Compact(b.skus)
+		if err := queryIn(ctx, b.tx, "lock products", `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (…) ORDER BY sku FOR UPDATE`, anys(b.skus), func(rows *sql.Rows) error {
+			var (
+				sku string
+				p   plan.Product
+			)
+			err := rows.Scan(&sku, &p.Category, &p.Available, &p.Reserved, &p.Sold)
+			b.stock[sku] = &p
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	// Then the timers: by key, then by id (timerbatch.go).
+	if len(b.timerKeys) > 0 || len(b.timerIDs) > 0 {
+		var err error
+		if b.timers, err = lockTimers(ctx, b.tx, b.timerKeys, b.timerIDs, b.webhookIDs); err != nil {
+			return err
+		}
+	}
+	// Now, read with the locks held, and the policy.
+	if err := b.tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment,
+	EXISTS (SELECT 1 FROM webhook_subscriptions)`,
+		b.s.nowArg()).Scan(&b.nowMs, &b.rawPolicy, &b.increment, &b.webhooks); err != nil {
+		return fmt.Errorf("read now and policy: %w", err)
+	}
+	b.now = hourglass.FromUnixMilli(b.nowMs)
+	return nil
+}
+
+// decide runs step 5: each op in queue order, on the locked rows, by the
+// planner (store/internal/plan).
+func (b *batch) decide() error {
+	b.newOf, b.sameAs, b.timerOf = make([]int, len(b.ops)), make([]int, len(b.ops)), make([]*lockedTimer, len(b.ops))
+	admit := &plan.Admission{Now: b.now, Stock: b.stock, Keys: b.stored, Policy: func() (hourglass.Policy, error) {
+		return b.s.policy.Decode(b.rawPolicy.String)
+	}}
+	for i, o := range b.ops {
+		b.newOf[i], b.sameAs[i] = -1, -1
+		r := &b.results[i]
+		var err error
+		switch o.kind {
+		case opCreate:
+			err = b.create(i, admit)
+		case opPay:
+			lo := b.orders[o.id]
+			var pay, repeat bool
+			if pay, repeat, r.err = plan.Pay(lockedRow(lo), o.id, o.paymentID, b.now); pay {
+				cur := &lo.o
+				err = b.stock.Move(cur.Items, plan.Reserved, plan.Sold)
+				cur.Status, cur.PaidAt, cur.PaymentID = hourglass.StatePaid, b.now, o.paymentID
+				b.changed(lo, hourglass.EventOrderPaid)
+			}
+			if pay || repeat {
+				r.order = cloneOrder(lo.o)
+			}
+		case opTransition:
+			var from, to hourglass.State
+			if from, to, r.err = plan.Action(o.action); r.err != nil {
+				continue
+			}
+			lo := b.orders[o.id]
+			if r.err = plan.Transition(lockedRow(lo), o.id, o.action, from, b.now); r.err != nil {
+				continue
+			}
+			if to == hourglass.StateCancelled {
+				err = b.stock.Move(lo.o.Items, plan.Reserved, plan.Available)
+			}
+			lo.o.Status = to
+			b.changed(lo, hourglass.EventFor(to))
+			r.order = cloneOrder(lo.o)
+		case opClose:
+			for _, id := range o.ids {
+				lo := b.orders[id]
+				if !plan.Closes(lockedRow(lo), b.now) {
+					continue
+				}
+				cur := &lo.o
+				if err = b.stock.Move(cur.Items, plan.Reserved, plan.Available); err != nil {
+					break
+				}
+				cur.Status, cur.ClosedAt, cur.CloseReason = hourglass.StateClosed, b.now, hourglass.CloseReasonTimeout
+				b.changed(lo, hourglass.EventOrderClosed)
+				r.closed = append(r.closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: b.now})
+			}
+		case opArm:
+			b.timerOf[i], *r = b.timers.arm(o.arm, b.nowMs)
+		case opCancel:
+			b.timerOf[i], *r = b.timers.cancel(o.key, b.now)
+		case opFire:
+			var evs []batchEvent
+			r.fired, evs, err = b.timers.fire(o.ids, b.now)
+			b.events = append(b.events, evs...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockedRow is a locked order's row, or nil when there is none.
+func lockedRow(lo *lockedOrder) *hourglass.Order {
+	if lo == nil {
+		return nil
+	}
+	return &lo.o
+}
+
+// changed marks a locked order written, with its event.
+func (b *batch) changed(lo *lockedOrder, typ hourglass.EventType) {
+	lo.dirty = true
+	b.events = append(b.events, batchEvent{typ: typ, newIdx: -1, orderID: lo.o.ID})
+}
+
+// create decides the create of op i.
+func (b *batch) create(i int, admit *plan.Admission) error {
+	o, r := b.ops[i], &b.results[i]
+	d, err := admit.Create(o.create)
+	switch {
+	case err != nil:
+		return err
+	case d.Err != nil:
+		r.err = d.Err
+	case d.Replay != nil:
+		r.replay = d.Replay.OrderID
+	case d.SameAs >= 0:
+		b.sameAs[i] = d.SameAs
+	default:
+		b.newOf[i] = len(b.news)
+		b.events = append(b.events, batchEvent{typ: hourglass.EventOrderCreated, newIdx: len(b.news)})
+		b.news = append(b.news, newOrder{o: *d.Order, items: o.items, key: o.create.IdempotencyKey, hash: o.create.RequestHash})
+	}
+	return nil
+}
+
+// write runs steps 6 and 7: the new orders, the changed orders and
+// products, the timers, the events and their deliveries (or their deferral,
+// reported by deferred), the attempts, the outbox, the idempotency keys and
+// last the order feed.
+func (b *batch) write(ctx context.Context) (fanned int, deferred bool, err error) {
+	tx := b.tx
+	if err := b.insertOrders(ctx); err != nil {
+		return 0, false, err
+	}
+	var dirty []*lockedOrder
+	for _, id := range b.orderIDs {
+		if lo := b.orders[id]; lo != nil && lo.dirty {
+			dirty = append(dirty, lo)
+		}
+	}
+	if err := updateOrders(ctx, tx, dirty); err != nil {
+		return 0, false, err
+	}
+	if err := updateProducts(ctx, tx, b.stock); err != nil {
+		return 0, false, err
+	}
+	if err := b.timers.write(ctx, tx, b.nowMs, b.increment); err != nil {
+		return 0, false, err
+	}
+	if err := b.insertEvents(ctx); err != nil {
+		return 0, false, err
+	}
+	if len(b.events) > 0 {
+		if b.webhooks && b.s.deferFanOut(b.ops) {
+			if b.events, err = deferClosed(ctx, tx, b.events); err != nil {
+				return 0, false, err
+			}
+			deferred = true
+		}
+		// To the webhooks subscribed now (or the one a timer names), read
+		// with a shared lock so that a webhook deleted concurrently waits
+		// for this commit and then deletes its deliveries too.
+		if fanned, err = fanOut(ctx, tx, b.events, b.nowMs, b.webhooks); err != nil {
+			return 0, false, err
+		}
+	}
+	if err := recordAttempts(ctx, tx, b.ops, b.results, b.nowMs); err != nil {
+		return 0, false, err
+	}
+	// The deadlines the batch schedules: its created orders', then its
+	// armed timers'.
+	due := make([]hourglass.Timer, 0, len(b.news))
+	for _, n := range b.news {
+		due = append(due, hourglass.Timer{OrderID: n.o.ID, Deadline: n.o.Deadline})
+	}
+	due = append(due, b.timers.announced()...)
+	if b.s.cfg.Outbox && len(due) > 0 {
+		args := make([]any, 0, 2*len(due))
+		for _, t := range due {
+			args = append(args, t.OrderID, hourglass.UnixMilli(t.Deadline))
+		}
+		// A re-armed timer may still have its row: it moves.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(due), `(?, ?)`)+`
+ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
+			return 0, false, fmt.Errorf("insert outbox timers: %w", err)
+		}
+	}
+	var keyArgs []any
+	for _, n := range b.news {
+		if n.key != "" {
+			keyArgs = append(keyArgs, []byte(n.key), nonNilBytes(n.hash), n.o.ID, b.nowMs)
+		}
+	}
+	if len(keyArgs) > 0 {
+		// A key committed by another process since step 1 fails here with a
+		// duplicate key (1062): the batch runs again and replays it.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (idem_key, request_hash, order_id, created_at) VALUES `+
+			rowsOf(len(keyArgs)/4, `(?, ?, ?, ?)`), keyArgs...); err != nil {
+			return 0, false, fmt.Errorf("insert idempotency keys: %w", err)
+		}
+	}
+	// Last, so that its seq, handed out now, becomes visible soon after:
+	// the feed of the other processes' WatchCreated (cluster.go).
+	if len(due) > 0 {
+		if err := b.s.writeFeed(ctx, tx, b.now, due); err != nil {
+			return 0, false, err
+		}
+	}
+	return fanned, deferred, nil
+}
+
+// insertOrders inserts the new orders with one multi-row INSERT and sets
+// their ids.
+func (b *batch) insertOrders(ctx context.Context) error {
+	if len(b.news) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 4*len(b.news))
+	for _, n := range b.news {
+		args = append(args, n.o.UserID, n.items, b.nowMs, hourglass.UnixMilli(n.o.Deadline))
+	}
+	res, err := b.tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES `+
+		rowsOf(len(b.news), `(?, 'pending_payment', ?, ?, ?)`), args...)
+	if err != nil {
+		return fmt.Errorf("insert orders: %w", err)
+	}
+	// A multi-row INSERT … VALUES knows its row count, so InnoDB hands it
+	// consecutive ids (step auto_increment_increment) in every
+	// innodb_autoinc_lock_mode; LAST_INSERT_ID is the first.
+	first, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("insert orders: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(b.news)) {
+		return fmt.Errorf("insert orders: %d rows inserted, want %d (%v)", n, len(b.news), err)
+	}
+	for j := range b.news {
+		b.news[j].o.ID = first + int64(j)*b.increment
+	}
+	return nil
+}
+
+// insertEvents inserts the batch's events with one multi-row INSERT, or
+// several when timer.fired bodies make it long (statementRuns), and sets
+// their seqs.
+func (b *batch) insertEvents(ctx context.Context) error {
+	events := b.events
+	for _, run := range statementRuns(len(events), func(j int) int { return 2 * len(events[j].body) }) {
+		part := events[run[0]:run[1]]
+		// Orders' events have no body: a batch without timer.fired events
+		// leaves the column out.
+		withBody := slices.ContainsFunc(part, func(e batchEvent) bool { return e.body != nil })
+		args := make([]any, 0, 5*len(part))
+		for _, e := range part {
+			id := e.orderID
+			if e.newIdx >= 0 {
+				id = b.news[e.newIdx].o.ID
+			}
+			evID := e.id
+			if evID == "" {
+				evID = hourglass.NewEventID()
+			}
+			args = append(args, evID, string(e.typ), id, b.nowMs)
+			if withBody {
+				args = append(args, nullBytes(e.body))
+			}
+		}
+		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
+		if withBody {
+			query = `INSERT INTO events (id, type, order_id, created_at, body) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?)`)
+		}
+		res, err := b.tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+		first, err := res.LastInsertId()
+		if err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+		for j := range part {
+			part[j].seq = first + int64(j)*b.increment
+		}
+	}
+	return nil
+}
+
+// answer completes the results once the batch committed: the new orders'
+// ids, and the timers it created.
+func (b *batch) answer() {
+	for i := range b.ops {
+		if j := b.newOf[i]; j >= 0 {
+			b.results[i].order, b.results[i].created = cloneOrder(b.news[j].o), true
+		}
+		if j := b.sameAs[i]; j >= 0 {
+			b.results[i].order = cloneOrder(b.news[j].o)
+		}
+		if lt := b.timerOf[i]; lt != nil && b.results[i].timer.ID == 0 {
+			b.results[i].timer.ID = lt.t.ID // created by this batch
+		}
+	}
 }
 
 // maxGroups is the most UPDATE … WHERE key IN (…) statements a batch
@@ -773,15 +739,15 @@ ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), clos
 // so the values computed from them are current. One UPDATE per distinct
 // change (a hot SKU's row is written once however many orders moved it),
 // or one upsert of the new values when there are more than maxGroups.
-func updateProducts(ctx context.Context, tx *sql.Tx, products map[string]*lockedProduct, skus []string) error {
+func updateProducts(ctx context.Context, tx *sql.Tx, stock plan.Stock) error {
+	skus := stock.Changed()
 	if len(skus) == 0 {
 		return nil
 	}
 	groups := map[[3]int64][]any{}
 	var order [][3]int64
 	for _, sku := range skus {
-		p := products[sku]
-		d := [3]int64{p.available - p.read[0], p.reserved - p.read[1], p.sold - p.read[2]}
+		d := stock[sku].Delta
 		if _, ok := groups[d]; !ok {
 			order = append(order, d)
 		}
@@ -800,8 +766,8 @@ WHERE sku IN (`+placeholders(len(list))+`)`, args...); err != nil {
 	}
 	args := make([]any, 0, 4*len(skus))
 	for _, sku := range skus {
-		p := products[sku]
-		args = append(args, sku, p.available, p.reserved, p.sold)
+		p := stock[sku]
+		args = append(args, sku, p.Available, p.Reserved, p.Sold)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
 		rowsOf(len(skus), `(?, '', '', ?, ?, ?)`)+`
@@ -855,15 +821,4 @@ func nonNilBytes(b []byte) []byte {
 func cloneOrder(o hourglass.Order) hourglass.Order {
 	o.Items = slices.Clone(o.Items)
 	return o
-}
-
-func describe(o hourglass.Order, now time.Time) string {
-	v := o.View(now)
-	if v.Status == hourglass.StateClosed && o.Status == hourglass.StatePendingPayment {
-		return "past its deadline " + v.Deadline.Format(time.RFC3339Nano)
-	}
-	if v.Status == hourglass.StatePaid || v.Status == hourglass.StateShipped || v.Status == hourglass.StateCompleted {
-		return string(v.Status) + " with another payment_id"
-	}
-	return string(v.Status)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
@@ -18,16 +19,8 @@ const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at,
 // The policy is read inside the batch's transaction. Idempotent when
 // p.IdempotencyKey is set, also when two processes race the same key.
 func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
-	if err := hourglass.ValidateUserID(p.UserID); err != nil {
+	if err := plan.ValidateCreate(p); err != nil {
 		return hourglass.Order{}, false, err
-	}
-	if err := hourglass.ValidateItems(p.Items); err != nil {
-		return hourglass.Order{}, false, err
-	}
-	if p.Timeout != 0 {
-		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
-			return hourglass.Order{}, false, err
-		}
 	}
 	if len(p.IdempotencyKey) > 255 || len(p.RequestHash) > 255 {
 		return hourglass.Order{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "idempotency key and request hash: at most 255 bytes each")
@@ -142,7 +135,7 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 
 // TransitionOrder implements hourglass.Store; group-committed like PayOrder.
 func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
-	if _, _, err := a.Transition(); err != nil {
+	if _, _, err := plan.Action(a); err != nil {
 		return hourglass.Order{}, err
 	}
 	r := s.submit(ctx, &op{kind: opTransition, id: id, action: a})

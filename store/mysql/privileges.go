@@ -74,11 +74,3 @@ WHERE TABLE_SCHEMA = DATABASE() AND LOWER(TABLE_NAME) IN (`+placeholders(len(tab
 	}
 	return nil
 }
-
-func anys(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}

@@ -3,9 +3,9 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
@@ -72,16 +72,8 @@ func (r *orderRow) order() (hourglass.Order, bool, error) {
 // key it is idempotent across processes. Errors: invalid_argument,
 // not_found, insufficient_stock, idempotency_key_reused, unavailable.
 func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
-	if err := hourglass.ValidateUserID(p.UserID); err != nil {
+	if err := plan.ValidateCreate(p); err != nil {
 		return hourglass.Order{}, false, err
-	}
-	if err := hourglass.ValidateItems(p.Items); err != nil {
-		return hourglass.Order{}, false, err
-	}
-	if p.Timeout != 0 {
-		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
-			return hourglass.Order{}, false, err
-		}
 	}
 	o := &op{kind: opCreate, create: p, items: stored.EncodeItems(p.Items)}
 	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
@@ -153,24 +145,13 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 	return o.order, nil
 }
 
-func describe(o hourglass.Order, now time.Time) string {
-	v := o.View(now)
-	if v.Status == hourglass.StateClosed && o.Status == hourglass.StatePendingPayment {
-		return "past its deadline " + v.Deadline.Format(time.RFC3339Nano)
-	}
-	if v.Status == hourglass.StatePaid || v.Status == hourglass.StateShipped || v.Status == hourglass.StateCompleted {
-		return string(v.Status) + " with another payment_id"
-	}
-	return string(v.Status)
-}
-
 // TransitionOrder implements hourglass.Store: a compare-and-set on the
 // current state, group committed. Errors: not_found, invalid_transition,
 // unavailable.
 func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
-	from, to, err := a.Transition()
+	from, to, err := plan.Action(a)
 	if err != nil {
-		return hourglass.Order{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s", err.Error())
+		return hourglass.Order{}, err
 	}
 	o := &op{kind: opTransition, id: id, action: a, from: from, to: to}
 	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {

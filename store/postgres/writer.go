@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
@@ -149,7 +149,7 @@ func (dialect) Classify(err error) writer.Class { return classify(err) }
 // batchState is what a batch's writes add up to, written in its last round
 // trip.
 type batchState struct {
-	deltas map[string]*stockDelta
+	deltas map[string]*[3]int64 // by SKU: available, reserved, sold
 	events struct {
 		ids, types []string
 		orders     []int64
@@ -158,31 +158,25 @@ type batchState struct {
 	refused []*op // order-first writes that matched nothing: look up why
 }
 
-type stockDelta struct{ available, reserved, sold int64 }
-
-func (st *batchState) move(items []hourglass.Item, from, to string) {
-	if st.deltas == nil {
-		st.deltas = make(map[string]*stockDelta)
-	}
+// move records the moves of items' quantities from one bucket to another.
+func (st *batchState) move(items []hourglass.Item, from, to plan.Bucket) {
 	for _, it := range items {
-		d := st.deltas[it.SKU]
-		if d == nil {
-			d = &stockDelta{}
-			st.deltas[it.SKU] = d
-		}
-		for _, f := range [...]struct {
-			name string
-			sign int64
-		}{{from, -1}, {to, 1}} {
-			switch f.name {
-			case "available":
-				d.available += f.sign * it.Quantity
-			case "reserved":
-				d.reserved += f.sign * it.Quantity
-			case "sold":
-				d.sold += f.sign * it.Quantity
-			}
-		}
+		var d [3]int64
+		d[from], d[to] = -it.Quantity, it.Quantity
+		st.add(it.SKU, d)
+	}
+}
+
+// add records a net change of a SKU's stock.
+func (st *batchState) add(sku string, d [3]int64) {
+	if st.deltas == nil {
+		st.deltas = make(map[string]*[3]int64)
+	}
+	if st.deltas[sku] == nil {
+		st.deltas[sku] = &[3]int64{}
+	}
+	for i := range d {
+		st.deltas[sku][i] += d[i]
 	}
 }
 
@@ -372,7 +366,7 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 		da, dr, ds := make([]int64, len(skus)), make([]int64, len(skus)), make([]int64, len(skus))
 		for i, sku := range skus {
 			d := st.deltas[sku]
-			da[i], dr[i], ds[i] = d.available, d.reserved, d.sold
+			da[i], dr[i], ds[i] = d[plan.Available], d[plan.Reserved], d[plan.Sold]
 		}
 		b.Queue(productsUpdateSQL, skus, da, dr, ds).Exec(func(ct pgconn.CommandTag) error {
 			if ct.RowsAffected() != int64(len(skus)) { // cannot happen: the rows are locked
@@ -475,9 +469,9 @@ func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 			o.order = ord
 			switch ord.Status {
 			case hourglass.StatePaid:
-				st.move(ord.Items, "reserved", "sold")
+				st.move(ord.Items, plan.Reserved, plan.Sold)
 			case hourglass.StateCancelled:
-				st.move(ord.Items, "reserved", "available")
+				st.move(ord.Items, plan.Reserved, plan.Available)
 			}
 			st.event(ord.ID, ord.Status, atMs)
 			return nil
@@ -497,7 +491,7 @@ func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 				if err != nil {
 					return fmt.Errorf("order %d: %w", id, err)
 				}
-				st.move(items, "reserved", "available")
+				st.move(items, plan.Reserved, plan.Available)
 				st.event(id, hourglass.StateClosed, atMs)
 				o.closed = append(o.closed, hourglass.ClosedOrder{
 					OrderID:  id,
@@ -510,56 +504,50 @@ func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 	}
 }
 
-// queueLookUp reads a refused pay or transition's order to answer it: not
-// found, a repeat of the payment that succeeded, or why it is refused.
+// queueLookUp reads a refused pay or transition's order to answer it, as
+// the planner says: not found, a repeat of the payment that succeeded, or
+// why it is refused.
 func queueLookUp(b *pgx.Batch, o *op, now any) {
 	b.Queue(lookUpSQL, now, o.id).QueryRow(func(row pgx.Row) error {
 		var nowMs int64
-		cur, err := scanOrder(row, &nowMs)
+		found, err := scanOrder(row, &nowMs)
+		cur := &found
 		if errors.Is(err, pgx.ErrNoRows) {
-			o.err = hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", o.id)
-			return nil
-		}
-		if err != nil {
+			cur = nil
+		} else if err != nil {
 			return err
 		}
 		at := hourglass.FromUnixMilli(nowMs)
 		if o.kind == opPay {
-			if cur.PaymentID == o.paymentID && cur.Status != hourglass.StatePendingPayment && !cur.PaidAt.IsZero() {
-				o.order = cur // a repeat of the payment that succeeded
-				return nil
+			var pay, repeat bool
+			switch pay, repeat, o.err = plan.Pay(cur, o.id, o.paymentID, at); {
+			case repeat:
+				o.order = *cur
+			case pay: // the compare-and-set refused it at an earlier now
+				o.err = hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", o.id, cur.Status)
 			}
-			o.err = hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", o.id, describe(cur, at))
 			return nil
 		}
-		o.err = hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", o.action, o.id, cur.View(at).Status)
+		if o.err = plan.Transition(cur, o.id, o.action, o.from, at); o.err == nil {
+			o.err = hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", o.action, o.id, cur.Status)
+		}
 		return nil
 	})
 }
 
 // createReads is what round trip 2 reads for the batch's creates.
 type createReads struct {
-	keys      map[string]idemRow
+	keys      map[string]plan.StoredKey
 	policyRaw string
-	products  map[string]productRow
+	products  plan.Stock
 	now       int64
 	ids       []int64
-}
-
-type idemRow struct {
-	hash  []byte
-	order hourglass.Order
-}
-
-type productRow struct {
-	category  string
-	available int64
 }
 
 // queueCreateReads queues the reads (and locks) the creates need; extra are
 // more SKUs to lock (those the order-first writes release or sell).
 func (s *Store) queueCreateReads(b *pgx.Batch, creates []*op, extra []string, now any) *createReads {
-	cr := &createReads{keys: map[string]idemRow{}, products: map[string]productRow{}}
+	cr := &createReads{keys: map[string]plan.StoredKey{}, products: plan.Stock{}}
 	var keys []string
 	skuSet := make(map[string]struct{})
 	for _, sku := range extra {
@@ -594,7 +582,7 @@ func (s *Store) queueCreateReads(b *pgx.Batch, creates []*op, extra []string, no
 				if err != nil {
 					return err
 				}
-				cr.keys[key] = idemRow{hash: hash, order: ord}
+				cr.keys[key] = plan.StoredKey{Hash: hash, OrderID: ord.ID, Order: &ord}
 			}
 			return rows.Err()
 		})
@@ -611,12 +599,12 @@ func (s *Store) queueCreateReads(b *pgx.Batch, creates []*op, extra []string, no
 		for rows.Next() {
 			var (
 				sku string
-				p   productRow
+				p   plan.Product
 			)
-			if err := rows.Scan(&sku, &p.category, &p.available); err != nil {
+			if err := rows.Scan(&sku, &p.Category, &p.Available); err != nil {
 				return err
 			}
-			cr.products[sku] = p
+			cr.products[sku] = &p
 		}
 		return rows.Err()
 	})
@@ -631,89 +619,38 @@ func (s *Store) queueCreateReads(b *pgx.Batch, creates []*op, extra []string, no
 	return cr
 }
 
-// decideCreates decides, in queue order, which creates the locked stock
-// admits, and records their stock moves and events; it returns the admitted
-// ones, whose order is set.
+// decideCreates has the planner decide, in queue order, which creates the
+// locked stock admits, and records their stock moves and events; it
+// returns the admitted ones, whose order is set.
 func (s *Store) decideCreates(cr *createReads, creates []*op, st *batchState) ([]*op, error) {
-	var policy hourglass.Policy
-	var policyErr error
-	policyLoaded := false
-	available := make(map[string]int64, len(cr.products))
-	for sku, p := range cr.products {
-		available[sku] = p.available
-	}
-	inBatch := make(map[string]*op)
+	admit := &plan.Admission{Now: hourglass.FromUnixMilli(cr.now), Stock: cr.products, Keys: cr.keys, Policy: func() (hourglass.Policy, error) {
+		// Read in the transaction: a policy put through another store
+		// value or process governs this order.
+		return s.policy.Decode(cr.policyRaw)
+	}}
 	var accepted []*op
-	next := 0
-ops:
 	for _, o := range creates {
-		p := o.create
-		if key := p.IdempotencyKey; key != "" {
-			if ex, ok := cr.keys[key]; ok {
-				if !bytes.Equal(ex.hash, p.RequestHash) {
-					o.err = hourglass.ErrIdempotencyKeyReused
-				} else {
-					o.order = ex.order
-				}
-				continue
-			}
-			if first, ok := inBatch[key]; ok {
-				if !bytes.Equal(first.create.RequestHash, p.RequestHash) {
-					o.err = hourglass.ErrIdempotencyKeyReused
-				} else {
-					o.order = first.order
-				}
-				continue
-			}
-		}
-		categories := make([]string, 0, len(p.Items))
-		for i, it := range p.Items {
-			row, ok := cr.products[it.SKU]
-			if !ok {
-				o.err = hourglass.Errorf(hourglass.CodeNotFound, "items[%d].sku: product %q not found", i, it.SKU)
-				continue ops
-			}
-			if a := available[it.SKU]; a < it.Quantity {
-				o.err = hourglass.Errorf(hourglass.CodeInsufficientStock, "items[%d]: %d of %q requested, %d available", i, it.Quantity, it.SKU, a)
-				continue ops
-			}
-			categories = append(categories, row.category)
-		}
-		timeout := p.Timeout
-		if timeout == 0 {
-			// Read in the transaction: a policy put through another store
-			// value or process governs this order.
-			if !policyLoaded {
-				policy, policyErr = s.policy.Decode(cr.policyRaw)
-				policyLoaded = true
-			}
-			if policyErr != nil {
-				return nil, policyErr
-			}
-			timeout = policy.Timeout(categories)
-		}
-		for _, it := range p.Items {
-			available[it.SKU] -= it.Quantity
-		}
-		st.move(p.Items, "available", "reserved")
-		if next >= len(cr.ids) {
+		d, err := admit.Create(o.create)
+		switch {
+		case err != nil:
+			return nil, err
+		case d.Err != nil:
+			o.err = d.Err
+		case d.Replay != nil:
+			o.order = *d.Replay.Order
+		case d.SameAs >= 0:
+			o.order = accepted[d.SameAs].order
+		case len(accepted) >= len(cr.ids):
 			return nil, fmt.Errorf("create orders: %d ids drawn for %d creates", len(cr.ids), len(creates))
+		default:
+			o.order, o.created = *d.Order, true
+			o.order.ID = cr.ids[len(accepted)]
+			accepted = append(accepted, o)
+			st.event(o.order.ID, hourglass.StatePendingPayment, cr.now)
 		}
-		o.order = hourglass.Order{
-			ID:        cr.ids[next],
-			UserID:    p.UserID,
-			Status:    hourglass.StatePendingPayment,
-			Items:     append([]hourglass.Item(nil), p.Items...),
-			CreatedAt: hourglass.FromUnixMilli(cr.now),
-			Deadline:  hourglass.FromUnixMilli(cr.now + timeout.Milliseconds()),
-		}
-		next++
-		o.created = true
-		if p.IdempotencyKey != "" {
-			inBatch[p.IdempotencyKey] = o
-		}
-		accepted = append(accepted, o)
-		st.event(o.order.ID, hourglass.StatePendingPayment, cr.now)
+	}
+	for _, sku := range cr.products.Changed() {
+		st.add(sku, cr.products[sku].Delta)
 	}
 	return accepted, nil
 }

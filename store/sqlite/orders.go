@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"zombiezen.com/go/sqlite"
 )
@@ -20,16 +20,8 @@ const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at,
 // CreateOrder implements hourglass.Store. The stock check and the reservation
 // run on the single writer, so check-then-update cannot race.
 func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
-	if err := hourglass.ValidateUserID(p.UserID); err != nil {
+	if err := plan.ValidateCreate(p); err != nil {
 		return hourglass.Order{}, false, err
-	}
-	if err := hourglass.ValidateItems(p.Items); err != nil {
-		return hourglass.Order{}, false, err
-	}
-	if p.Timeout != 0 {
-		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
-			return hourglass.Order{}, false, err
-		}
 	}
 	items := stored.EncodeItems(p.Items)
 	var (
@@ -39,70 +31,47 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	)
 	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
 		fanned = 0 // the op may be retried alone after a batch failure
+		// The rows the planner decides on: the key, if stored, and the
+		// products; the policy is read in the write, so a policy put
+		// through another store value on this database governs the order.
+		admit := &plan.Admission{Now: hourglass.FromUnixMilli(hourglass.UnixMilli(now)), Stock: plan.Stock{}, Keys: map[string]plan.StoredKey{},
+			Policy: func() (hourglass.Policy, error) { return s.loadPolicy(conn) }}
 		if p.IdempotencyKey != "" {
 			stmt := conn.Prep(`SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1`)
 			stmt.BindText(1, p.IdempotencyKey)
-			var (
-				hash []byte
-				id   int64
-			)
-			found, err := step(stmt, func(st *sqlite.Stmt) {
-				hash = make([]byte, st.ColumnLen(0))
-				st.ColumnBytes(0, hash)
-				id = st.ColumnInt64(1)
-			})
-			if err != nil {
+			if _, err := step(stmt, func(st *sqlite.Stmt) {
+				k := plan.StoredKey{Hash: make([]byte, st.ColumnLen(0)), OrderID: st.ColumnInt64(1)}
+				st.ColumnBytes(0, k.Hash)
+				admit.Keys[p.IdempotencyKey] = k
+			}); err != nil {
 				return fmt.Errorf("sqlite: look up idempotency key: %w", err)
 			}
-			if found {
-				if !bytes.Equal(hash, p.RequestHash) {
-					return hourglass.ErrIdempotencyKeyReused
-				}
-				o, err := getOrder(conn, id)
-				if err != nil {
-					return err
-				}
-				out = o
-				return nil
-			}
 		}
-		categories := make([]string, 0, len(p.Items))
-		for i, it := range p.Items {
+		for _, it := range p.Items {
 			stmt := conn.Prep(`SELECT category, available FROM products WHERE sku = ?1`)
 			stmt.BindText(1, it.SKU)
-			var (
-				category  string
-				available int64
-			)
-			found, err := step(stmt, func(st *sqlite.Stmt) { category, available = st.ColumnText(0), st.ColumnInt64(1) })
-			if err != nil {
+			if _, err := step(stmt, func(st *sqlite.Stmt) {
+				admit.Stock[it.SKU] = &plan.Product{Category: st.ColumnText(0), Available: st.ColumnInt64(1)}
+			}); err != nil {
 				return fmt.Errorf("sqlite: read product %q: %w", it.SKU, err)
 			}
-			if !found {
-				return hourglass.Errorf(hourglass.CodeNotFound, "items[%d].sku: product %q not found", i, it.SKU)
-			}
-			if available < it.Quantity {
-				return hourglass.Errorf(hourglass.CodeInsufficientStock, "items[%d]: %d of %q requested, %d available", i, it.Quantity, it.SKU, available)
-			}
-			categories = append(categories, category)
 		}
-		timeout := p.Timeout
-		if timeout == 0 {
-			// Read in the write: a policy put through another store value
-			// on this database governs this order.
-			policy, err := s.loadPolicy(conn)
-			if err != nil {
-				return err
-			}
-			timeout = policy.Timeout(categories)
+		d, err := admit.Create(p)
+		switch {
+		case err != nil:
+			return err
+		case d.Err != nil:
+			return d.Err
+		case d.Replay != nil:
+			out, err = getOrder(conn, d.Replay.OrderID)
+			return err
 		}
 		for _, it := range p.Items {
 			if err := moveStock(conn, it.SKU, it.Quantity, "available", "reserved"); err != nil {
 				return err
 			}
 		}
-		createdMs := hourglass.UnixMilli(now)
-		deadlineMs := createdMs + timeout.Milliseconds()
+		createdMs, deadlineMs := hourglass.UnixMilli(d.Order.CreatedAt), hourglass.UnixMilli(d.Order.Deadline)
 		stmt := conn.Prep(`INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES (?1, ?2, ?3, ?4, ?5)`)
 		stmt.BindText(1, p.UserID)
 		stmt.BindText(2, string(hourglass.StatePendingPayment))
@@ -131,16 +100,8 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 				return fmt.Errorf("sqlite: insert idempotency key: %w", err)
 			}
 		}
-		out = hourglass.Order{
-			ID:        id,
-			UserID:    p.UserID,
-			Status:    hourglass.StatePendingPayment,
-			Items:     append([]hourglass.Item(nil), p.Items...),
-			CreatedAt: hourglass.FromUnixMilli(createdMs),
-			Deadline:  hourglass.FromUnixMilli(deadlineMs),
-		}
-		created = true
-		var err error
+		out, created = *d.Order, true
+		out.ID = id
 		fanned, err = s.writeEvent(conn, createdMs, out)
 		return err
 	})
@@ -301,11 +262,15 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 		if err != nil {
 			return err
 		}
-		if cur.PaymentID == paymentID && cur.Status != hourglass.StatePendingPayment && !cur.PaidAt.IsZero() {
-			out = cur // a repeat of the payment that succeeded
+		switch pay, repeat, err := plan.Pay(&cur, id, paymentID, now); {
+		case repeat:
+			out = cur
 			return nil
+		case pay: // cannot happen: the compare-and-set ran at this now
+			return hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", id, cur.Status)
+		default:
+			return err
 		}
-		return hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", id, describe(cur, now))
 	})
 	if err == nil && fanned > 0 {
 		s.w.NotifyDeliveries()
@@ -313,20 +278,9 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 	return out, err
 }
 
-func describe(o hourglass.Order, now time.Time) string {
-	v := o.View(now)
-	if v.Status == hourglass.StateClosed && o.Status == hourglass.StatePendingPayment {
-		return "past its deadline " + v.Deadline.Format(time.RFC3339Nano)
-	}
-	if v.Status == hourglass.StatePaid || v.Status == hourglass.StateShipped || v.Status == hourglass.StateCompleted {
-		return string(v.Status) + " with another payment_id"
-	}
-	return string(v.Status)
-}
-
 // TransitionOrder implements hourglass.Store.
 func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
-	from, to, err := a.Transition()
+	from, to, err := plan.Action(a)
 	if err != nil {
 		return hourglass.Order{}, err
 	}
@@ -358,7 +312,10 @@ AND (?2 <> 'pending_payment' OR deadline > ?4) RETURNING ` + orderColumns)
 			if err != nil {
 				return err
 			}
-			return hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", a, id, cur.View(now).Status)
+			if err := plan.Transition(&cur, id, a, from, now); err != nil {
+				return err
+			}
+			return hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", a, id, cur.Status) // cannot happen: the compare-and-set ran at this now
 		}
 		if to == hourglass.StateCancelled {
 			for _, it := range out.Items {
