@@ -218,6 +218,18 @@ RETURNING ` + orderColumns + `, now.ms`
 UPDATE orders o SET status = $4 FROM now
 WHERE o.id = $2 AND (o.status = $3 AND ($3 <> 'pending_payment' OR o.deadline > now.ms)) IS TRUE
 RETURNING ` + orderColumns + `, now.ms`
+	// closeSQL closes in SQL, the one decision of the planner's
+	// (plan.Closes: pending and due) that PostgreSQL keeps as a
+	// compare-and-set: it is the fast path of a burst of closes. The
+	// planner's way (read the locked rows, decide in Go, UPDATE the closed
+	// ids in the batch's last round trip) was measured against it with
+	// BenchmarkCloseOrders (512 closes a call, 40 calls, five alternated
+	// pairs on 2 loaded cores, 2026-11-25): this statement 41.6-57.0k
+	// closes/s (median 43.7k), the planner's 35.6-47.7k (median 42.1k),
+	// faster in four pairs of five. It reads back only the orders it
+	// closes, where the planner's read returns every listed order, and
+	// needs no second statement. Its refusal is no refusal: a close that
+	// matches nothing has nothing to do.
 	closeSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
 UPDATE orders o SET status = 'closed', closed_at = now.ms, close_reason = 'timeout' FROM now
 WHERE o.id = ANY($2) AND (o.status = 'pending_payment' AND o.deadline <= now.ms) IS TRUE
