@@ -2,6 +2,7 @@ package benchmark
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,6 +38,14 @@ type BurstWorkload struct {
 	// ProbeRate is the creates and the pays per second (each) sent during
 	// the burst to measure the API's latency.
 	ProbeRate int
+	// TrickleRate is how many other orders fall due per second, from a
+	// second before the burst's deadline until its deliveries have their
+	// first attempts: closes that keep coming while the burst's events fan
+	// out (0: none).
+	TrickleRate int
+	// HookEvents are the events the webhooks subscribe to (default every
+	// event, "*").
+	HookEvents []hourglass.EventType
 }
 
 // BurstResult is what one burst run measured.
@@ -59,21 +68,35 @@ type BurstResult struct {
 	Probes               int
 	Delivered            int           // webhook deliveries received when the burst had drained
 	DeliveredAll         time.Duration // after the deadline, when every delivery had arrived (0: not within a minute)
-	Error                string
+	// FirstAttempts is, after the burst's last close, when every webhook
+	// subscribed to order.closed had received the order.closed event of
+	// every burst order that closed (its first attempt; -1: not within a
+	// minute).
+	FirstAttempts time.Duration
+	Trickled      int // other orders closed meanwhile (TrickleRate)
+	Error         string
 }
 
-// burstObserver records every close's lateness and counts sweeps and no-ops.
+// burstObserver records every burst close's lateness and counts sweeps,
+// no-ops and the other orders' closes.
 type burstObserver struct {
-	mu     sync.Mutex
-	late   []time.Duration
-	last   time.Time
-	swept  int
-	noops  int
-	closed atomic.Int64
+	mu       sync.Mutex
+	burst    map[int64]bool // the burst's orders, once seeded (nil: every order)
+	late     []time.Duration
+	last     time.Time
+	swept    int
+	noops    int
+	trickled int
+	closed   atomic.Int64
 }
 
 func (o *burstObserver) Closed(c hourglass.ClosedOrder, swept bool) {
 	o.mu.Lock()
+	if o.burst != nil && !o.burst[c.OrderID] {
+		o.trickled++
+		o.mu.Unlock()
+		return
+	}
 	o.late = append(o.late, c.ClosedAt.Sub(c.Deadline))
 	if c.ClosedAt.After(o.last) {
 		o.last = c.ClosedAt
@@ -117,9 +140,13 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 	bg.Go(func() { eng.Run(runCtx) })
 
 	// The webhooks and their receiver, with delivery running as in serve.
+	// The receiver notes when each webhook first received each order's
+	// order.closed event.
 	var (
 		received atomic.Int64
 		svc      *webhook.Service
+		firstMu  sync.Mutex
+		first    = map[closedArrival]time.Time{}
 	)
 	if w.Webhooks > 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -127,8 +154,23 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 			return res, err
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
+			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			now := time.Now()
 			received.Add(1)
+			var ev struct {
+				Type  string `json:"type"`
+				Order struct {
+					ID int64 `json:"id"`
+				} `json:"order"`
+			}
+			if json.Unmarshal(body, &ev) == nil && ev.Type == string(hourglass.EventOrderClosed) {
+				k := closedArrival{hook: r.URL.Path, order: ev.Order.ID}
+				firstMu.Lock()
+				if _, ok := first[k]; !ok {
+					first[k] = now
+				}
+				firstMu.Unlock()
+			}
 		})}
 		bg.Go(func() { srv.Serve(ln) })
 		defer srv.Close()
@@ -140,19 +182,24 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		if err != nil {
 			return res, err
 		}
+		events := w.HookEvents
+		if len(events) == 0 {
+			events = []hourglass.EventType{hourglass.EventTypeAll}
+		}
 		for i := range w.Webhooks {
 			if _, err := svc.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("http://%s/hook/%d", ln.Addr(), i),
-				Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "burst-benchmark-secret"}); err != nil {
+				Events: events, Secret: "burst-benchmark-secret"}); err != nil {
 				return res, fmt.Errorf("create webhook: %w", err)
 			}
 		}
 		bg.Go(func() { svc.Run(runCtx) })
 	}
 
-	const sku, probeSKU = "BURST", "PROBE"
+	const sku, probeSKU, trickleSKU = "BURST", "PROBE", "TRICKLE"
 	probes := 2 * w.ProbeRate * 120 // enough for two minutes of probing
 	for _, p := range []hourglass.Product{{SKU: sku, Name: sku, Category: "physical", Available: int64(w.Orders)},
-		{SKU: probeSKU, Name: probeSKU, Category: "physical", Available: int64(2 * probes)}} {
+		{SKU: probeSKU, Name: probeSKU, Category: "physical", Available: int64(2 * probes)},
+		{SKU: trickleSKU, Name: trickleSKU, Category: "physical", Available: int64(w.TrickleRate * 300)}} {
 		if _, err := db.PutProduct(ctx, p); err != nil {
 			return res, err
 		}
@@ -220,6 +267,33 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 	res.CreateRate = float64(w.Orders) / time.Since(seedStart).Seconds()
 	if !time.Now().Before(due) {
 		return res, fmt.Errorf("seeding %d orders ended %s after their deadline (%.0f creates/s)", w.Orders, time.Since(due), res.CreateRate)
+	}
+	obs.mu.Lock()
+	obs.burst = make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		obs.burst[id] = true
+	}
+	obs.mu.Unlock()
+
+	// The trickle: TrickleRate orders a second with a 1 s timeout, from 2 s
+	// before the deadline until the first attempts are measured.
+	trickleCtx, stopTrickle := context.WithCancel(ctx)
+	defer stopTrickle()
+	var trickleWG sync.WaitGroup
+	if w.TrickleRate > 0 {
+		trickleWG.Go(func() {
+			time.Sleep(time.Until(due.Add(-2 * time.Second)))
+			t := time.NewTicker(time.Second / time.Duration(w.TrickleRate))
+			defer t.Stop()
+			for {
+				select {
+				case <-trickleCtx.Done():
+					return
+				case <-t.C:
+				}
+				target.Create(trickleCtx, trickleSKU, 1, time.Second) //nolint:errcheck // a failed create only trickles less
+			}
+		})
 	}
 	if progress != nil {
 		progress(sys.Name, w.Orders, w.Orders, "waiting for the deadline")
@@ -340,6 +414,37 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 	if p.Reserved != 0 || p.Available != int64(w.Orders-res.PaidAtBoundary) || p.Sold != int64(res.PaidAtBoundary) {
 		return res, fmt.Errorf("stock after the burst: available %d, reserved %d, sold %d; want %d, 0, %d", p.Available, p.Reserved, p.Sold, w.Orders-res.PaidAtBoundary, res.PaidAtBoundary)
 	}
+	if w.Webhooks > 0 && subscribesClosed(w.HookEvents) {
+		// Every burst order that closed has one order.closed delivery per
+		// webhook: wait for the first attempt of each.
+		obs.mu.Lock()
+		lastClose := obs.last
+		obs.mu.Unlock()
+		res.FirstAttempts = -1
+		for time.Since(lastClose) < time.Minute {
+			firstMu.Lock()
+			n, latest := 0, time.Time{}
+			for k, at := range first {
+				if obs.burst[k.order] {
+					n++
+					if at.After(latest) {
+						latest = at
+					}
+				}
+			}
+			firstMu.Unlock()
+			if n >= w.Webhooks*(w.Orders-res.PaidAtBoundary) {
+				res.FirstAttempts = latest.Sub(lastClose)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	stopTrickle()
+	trickleWG.Wait()
+	obs.mu.Lock()
+	res.Trickled = obs.trickled
+	obs.mu.Unlock()
 	if w.Webhooks > 0 {
 		// Every close, pay and create of the run has one delivery per webhook.
 		for time.Since(due) < time.Minute {
@@ -352,6 +457,18 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		}
 	}
 	return res, nil
+}
+
+// closedArrival names an order's order.closed event at one webhook.
+type closedArrival struct {
+	hook  string
+	order int64
+}
+
+// subscribesClosed reports whether webhooks subscribed to events receive
+// order.closed (no events: every event).
+func subscribesClosed(events []hourglass.EventType) bool {
+	return len(events) == 0 || slices.Contains(events, hourglass.EventTypeAll) || slices.Contains(events, hourglass.EventOrderClosed)
 }
 
 func quietLogger() *slog.Logger {
@@ -369,19 +486,22 @@ func p99(ds []time.Duration) time.Duration {
 // WriteBurstTable prints one row per burst run.
 func WriteBurstTable(out io.Writer, results []BurstResult) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\torders\twebhooks\tcreates/s\tdrain\tlate p50\tlate p99\tcloses/s\tswept\tno-ops\tcreate p99\tpay p99\tboundary paid/refused\tall delivered\terror\t")
+	fmt.Fprintln(tw, "system\torders\twebhooks\tcreates/s\tdrain\tlate p50\tlate p99\tcloses/s\tswept\tno-ops\tcreate p99\tpay p99\tboundary paid/refused\tfirst attempts\tall delivered\terror\t")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 	for _, r := range results {
-		delivered := "-"
+		delivered, firsts := "-", "-"
 		if r.Webhooks > 0 {
-			delivered = "> 60 s"
+			delivered, firsts = "> 60 s", "> 60 s"
 			if r.DeliveredAll > 0 {
 				delivered = fmt.Sprintf("%.1f s", r.DeliveredAll.Seconds())
 			}
+			if r.FirstAttempts >= 0 {
+				firsts = fmt.Sprintf("%.1f s", r.FirstAttempts.Seconds())
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%s\t%s\t%d/%d\t%s\t%s\t\n", r.System, r.Orders, r.Webhooks, r.CreateRate,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%.0f\t%d\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t\n", r.System, r.Orders, r.Webhooks, r.CreateRate,
 			ms(r.Drain), ms(r.LateP50), ms(r.LateP99), r.ClosesPerSecond, r.Swept, r.Noops, ms(r.CreateP99), ms(r.PayP99),
-			r.PaidAtBoundary, r.RefusedAtBoundary, delivered, r.Error)
+			r.PaidAtBoundary, r.RefusedAtBoundary, firsts, delivered, r.Error)
 	}
 	tw.Flush()
 }
