@@ -78,6 +78,7 @@ type serveCmd struct {
 	alertFlags     `embed:""`
 	clusterFlags   `embed:""`
 	retentionFlags `embed:""`
+	debugFlags     `embed:""`
 }
 
 func main() {
@@ -238,6 +239,12 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("hourglass: listening on a non-loopback address without --api-token: anyone who can reach it can read and change orders (browsers are held off by the origin and Host checks, other clients are not); set --api-token", "addr", ln.Addr().String())
 	}
 	ln = api.LimitConnections(ln, maxConns)
+	debugCtx, stopDebug := context.WithCancel(context.Background())
+	defer stopDebug()
+	if err := startDebug(debugCtx, s.DebugAddr, log); err != nil {
+		ln.Close()
+		return err
+	}
 	httpSrv := newHTTPServer(srv.Handler(), log)
 	// The membership runs until SIGTERM, and hands its partitions over
 	// first thing then.
