@@ -156,7 +156,8 @@ type Config struct {
 	// stops working partitions (default 100ms; see Fenced). Every node of a
 	// cluster must have the same.
 	MaxClockSkew time.Duration
-	// Clock is the node's own clock (default the system clock).
+	// Clock is the node's own clock (default the system clock); it also
+	// times the loop's ticks and the revocation timer.
 	Clock    hourglass.Clock
 	Logger   *slog.Logger
 	Observer Observer
@@ -200,7 +201,7 @@ type Membership struct {
 	store hourglass.ClusterStore
 	cfg   Config
 	tick  time.Duration
-	clock hourglass.Clock
+	clock hourglass.TimerClock
 	log   *slog.Logger
 	obs   Observer
 
@@ -234,10 +235,7 @@ func New(store hourglass.ClusterStore, cfg Config) (*Membership, error) {
 	cfg.NodeID = cmp.Or(cfg.NodeID, DefaultNodeID())
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
 	cfg.MaxClockSkew = cmp.Or(cfg.MaxClockSkew, MaxClockSkewDefault)
-	m := &Membership{store: store, cfg: cfg, tick: min(cfg.LeaseTTL/10, TickMax), clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}, waiting: map[int]time.Time{}}
-	if m.clock == nil {
-		m.clock = hourglass.SystemClock{}
-	}
+	m := &Membership{store: store, cfg: cfg, tick: min(cfg.LeaseTTL/10, TickMax), clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, obs: cfg.Observer, leases: map[int]hourglass.Lease{}, waiting: map[int]time.Time{}}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -312,12 +310,16 @@ func (m *Membership) Offset() time.Duration {
 // timers fire by the database's clock. The correction errs late, never
 // early: each sample is the database's now minus our clock when its answer
 // arrived, a lower bound of the true offset, and the largest of the recent
-// ones is used.
-func (m *Membership) Clock() hourglass.Clock { return correctedClock{m} }
+// ones is used. Its timers are the node's clock's (a duration is the same
+// on both).
+func (m *Membership) Clock() hourglass.TimerClock { return correctedClock{m.clock, m} }
 
-type correctedClock struct{ m *Membership }
+type correctedClock struct {
+	hourglass.TimerClock // the node's: its timers
+	m                    *Membership
+}
 
-func (c correctedClock) Now() time.Time { return c.m.clock.Now().Add(c.m.Offset()) }
+func (c correctedClock) Now() time.Time { return c.TimerClock.Now().Add(c.m.Offset()) }
 
 // Join makes the first heartbeat (so the clock offset is known before
 // anything is scheduled). Run calls it if it was not called.
@@ -373,7 +375,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	stopRevoking := make(chan struct{})
 	go func() { defer close(revoking); m.revokeLoop(stopRevoking) }()
 	defer func() { close(stopRevoking); <-revoking }()
-	t := time.NewTicker(m.tick)
+	t := m.clock.NewTicker(m.tick)
 	defer t.Stop()
 	for {
 		if err := m.step(ctx); err != nil && ctx.Err() == nil {
@@ -383,7 +385,7 @@ func (m *Membership) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			m.leave()
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -406,12 +408,12 @@ func (m *Membership) revokeLoop(stop <-chan struct{}) {
 			m.revokeIfExpired()
 			continue
 		}
-		t := time.NewTimer(wait)
+		t := m.clock.NewTimer(wait)
 		select {
 		case <-stop:
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		m.revokeIfExpired()
 	}

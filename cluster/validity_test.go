@@ -116,6 +116,14 @@ func TestLeaseValidityByOwnClock(t *testing.T) {
 	st.mu.Lock()
 	st.hang = true
 	st.mu.Unlock()
+	// The next tick renews: once the loop sleeps on its ticker (and the
+	// revocation timer is armed), move the clock a tick on.
+	bctx, cancelBlock := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelBlock()
+	if err := clock.BlockUntil(bctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(min(ttl/10, cluster.TickMax))
 	select {
 	case d := <-st.hanging:
 		if d > cluster.CallTimeout(ttl) {

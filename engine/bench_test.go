@@ -47,9 +47,7 @@ func closeLatenessScenario(b *testing.B, rate int, d time.Duration) []time.Durat
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for !e.Ready() {
-		time.Sleep(time.Millisecond)
-	}
+	<-e.firstPage // the horizon is up: Schedule takes the orders
 	// Open loop: every 5 ms a burst of rate/200 creates, each on its own
 	// goroutine, so a slow commit does not slow the arrival rate.
 	const tick = 5 * time.Millisecond
@@ -74,17 +72,7 @@ func closeLatenessScenario(b *testing.B, rate int, d time.Duration) []time.Durat
 	}
 	t.Stop()
 	wg.Wait()
-	limit := time.Now().Add(30 * time.Second)
-	for {
-		closed, _, _ := f.rec.counts()
-		if closed >= total {
-			break
-		}
-		if time.Now().After(limit) {
-			b.Fatalf("closed %d of %d", closed, total)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitClosed(b, f.rec, total)
 	f.rec.mu.Lock()
 	defer f.rec.mu.Unlock()
 	out := make([]time.Duration, 0, len(f.rec.closed))

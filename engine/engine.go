@@ -25,6 +25,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/timing"
 	"github.com/hourglass/hourglass/timing/timerloop"
 	"github.com/hourglass/hourglass/timing/window"
 )
@@ -91,9 +92,11 @@ type Config struct {
 	// (hourglass.ClusterStore.WatchCreated), so that the owner of an
 	// order's partition schedules it whichever node took the create.
 	WatchCreated func(ctx context.Context, fn func([]hourglass.Timer)) error
-	Clock        hourglass.Clock
-	Logger       *slog.Logger
-	Observer     Observer
+	// Clock gives now and times the engine's loops (default the system
+	// clock).
+	Clock    hourglass.Clock
+	Logger   *slog.Logger
+	Observer Observer
 }
 
 // Validate reports a configuration error, naming the field and its range.
@@ -186,7 +189,7 @@ type Engine struct {
 	tobs   TimerObserver
 	sched  hourglass.Scheduler
 	info   hourglass.SchedulerInfo
-	clock  hourglass.Clock
+	clock  hourglass.TimerClock
 	log    *slog.Logger
 	obs    Observer
 
@@ -251,10 +254,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	cfg.CloseBatch = cmp.Or(cfg.CloseBatch, CloseBatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
 	cfg.RelayBatch = cmp.Or(cfg.RelayBatch, RelayBatchDefault)
-	e := &Engine{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer, sched: cfg.Scheduler}
-	if e.clock == nil {
-		e.clock = hourglass.SystemClock{}
-	}
+	e := &Engine{cfg: cfg, store: store, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, obs: cfg.Observer, sched: cfg.Scheduler}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -441,19 +441,22 @@ func (e *Engine) created(ts []hourglass.Timer) {
 
 // watchLoop runs WatchCreated until ctx ends, again after a failure.
 func (e *Engine) watchLoop(ctx context.Context) {
-	var backoff time.Duration
-	for {
-		err := e.cfg.WatchCreated(ctx, e.created)
-		if ctx.Err() != nil {
-			return
-		}
-		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
-		e.log.Warn("engine: watch of other nodes' orders stopped; restarting it", "retry_in", backoff, "err", err)
+	sup := e.supervisor(func(err error, retryIn time.Duration) {
+		e.log.Warn("engine: watch of other nodes' orders stopped; restarting it", "retry_in", retryIn, "err", err)
 		e.parts.GainAll()
-		if !sleep(ctx, backoff) {
-			return
+	})
+	sup.Run(ctx, func(ctx context.Context) error {
+		if err := e.cfg.WatchCreated(ctx, e.created); err != nil {
+			return err
 		}
-	}
+		return errors.New("watch of created orders stopped")
+	})
+}
+
+// supervisor returns the restart loop of the engine's goroutines: capped
+// exponential backoff from 50 ms to RetryMax, failures told to failed.
+func (e *Engine) supervisor(failed func(err error, retryIn time.Duration)) timing.Supervisor {
+	return timing.Supervisor{Clock: e.clock, Backoff: timing.Backoff{Min: 50 * time.Millisecond, Max: e.cfg.RetryMax}, Failed: failed}
 }
 
 // Cancel drops the timer of an order that was paid or cancelled, where the
@@ -520,50 +523,36 @@ func (e *Engine) Run(ctx context.Context) error {
 // down, for schedulers that are not fed a window (a broker may hold their
 // timers too: whichever closes an order second makes a no-op).
 func (e *Engine) recover(ctx context.Context) {
-	var backoff time.Duration
-	for {
+	sup := e.supervisor(func(err error, retryIn time.Duration) {
+		e.log.Error("engine: start-up recovery failed; retrying", "retry_in", retryIn, "err", err)
+	})
+	err := sup.Run(ctx, func(ctx context.Context) error {
 		recovered, err := e.sweep(ctx, 0)
 		if recovered > 0 {
 			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
 		}
-		if err == nil {
-			e.recovered.Store(true)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
-		e.log.Error("engine: start-up recovery failed; retrying", "retry_in", backoff, "err", err)
-		if !sleep(ctx, backoff) {
-			return
-		}
+		return err
+	})
+	if err == nil {
+		e.recovered.Store(true)
 	}
 }
 
 // schedulerLoop runs the scheduler and restarts it with capped exponential
-// backoff when it fails.
+// backoff when it fails; a run of more than a minute starts the backoff
+// over.
 func (e *Engine) schedulerLoop(ctx context.Context) {
-	var backoff time.Duration
-	for {
-		start := e.clock.Now()
-		err := e.sched.Run(ctx, e.deliver)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			err = errors.New("scheduler stopped")
-		}
-		if e.clock.Now().Sub(start) > time.Minute {
-			backoff = 0 // it ran fine for a while: start the backoff over
-		}
-		backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
+	sup := e.supervisor(func(err error, retryIn time.Duration) {
 		e.failed(err)
-		e.log.Error("engine: delay mechanism failed; restarting it", "scheduler", e.info.Name, "retry_in", backoff, "err", err)
-		if !sleep(ctx, backoff) {
-			return
+		e.log.Error("engine: delay mechanism failed; restarting it", "scheduler", e.info.Name, "retry_in", retryIn, "err", err)
+	})
+	sup.ResetAfter = time.Minute
+	sup.Run(ctx, func(ctx context.Context) error {
+		if err := e.sched.Run(ctx, e.deliver); err != nil {
+			return err
 		}
-	}
+		return errors.New("scheduler stopped")
+	})
 }
 
 // deliver is the hourglass.Deliver the scheduler calls with due timers: one
@@ -640,25 +629,25 @@ func (e *Engine) firstPageDone() { e.firstPageOnce.Do(func() { close(e.firstPage
 // relayLoop publishes the outbox to a FeedOutbox scheduler: woken by every
 // create, and every 100 ms in case a wake was missed or a publish failed.
 func (e *Engine) relayLoop(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
+	t := e.clock.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	var backoff time.Duration
+	backoff := timing.Backoff{Min: 50 * time.Millisecond, Max: e.cfg.RetryMax}
 	for {
 		err := e.relay(ctx)
 		if err != nil && ctx.Err() == nil {
 			e.failed(err)
-			backoff = min(max(2*backoff, 50*time.Millisecond), e.cfg.RetryMax)
-			e.log.Error("engine: outbox relay failed; retrying", "scheduler", e.info.Name, "retry_in", backoff, "err", err)
-			if !sleep(ctx, backoff) {
+			wait := backoff.Next()
+			e.log.Error("engine: outbox relay failed; retrying", "scheduler", e.info.Name, "retry_in", wait, "err", err)
+			if timing.Sleep(ctx, e.clock, wait) != nil {
 				return
 			}
 			continue
 		}
-		backoff = 0
+		backoff.Reset()
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-e.relayWake:
 		}
 	}
@@ -695,7 +684,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	tick := min(e.cfg.SweepInterval, DegradedSweepInterval)
 	last := e.clock.Now()
 	for {
-		if !sleep(ctx, tick) {
+		if timing.Sleep(ctx, e.clock, tick) != nil {
 			return
 		}
 		e.checkRecovered()
@@ -801,15 +790,4 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 		}
 	}
 	return total, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

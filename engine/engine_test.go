@@ -22,6 +22,7 @@ type recorder struct {
 	swept    int
 	failures int
 	stale    int
+	changed  chan struct{} // closed and replaced at each close or failure
 }
 
 func (r *recorder) Closed(c hourglass.ClosedOrder, swept bool) {
@@ -31,10 +32,47 @@ func (r *recorder) Closed(c hourglass.ClosedOrder, swept bool) {
 	if swept {
 		r.swept++
 	}
+	r.changedLocked()
 }
-func (r *recorder) CloseFailed(n int, _ error) { r.mu.Lock(); r.failures += n; r.mu.Unlock() }
-func (r *recorder) Swept(int)                  {}
-func (r *recorder) Stale(n int)                { r.mu.Lock(); r.stale += n; r.mu.Unlock() }
+func (r *recorder) CloseFailed(n int, _ error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures += n
+	r.changedLocked()
+}
+
+func (r *recorder) changedLocked() {
+	if r.changed != nil {
+		close(r.changed)
+	}
+	r.changed = make(chan struct{})
+}
+
+// await waits until the counts satisfy ok, or fails the test after limit
+// (real time: the close path works on its own goroutines), saying what.
+func (r *recorder) await(t testing.TB, limit time.Duration, what string, ok func(closed, swept, failures int) bool) {
+	t.Helper()
+	giveUp := time.NewTimer(limit)
+	defer giveUp.Stop()
+	for {
+		r.mu.Lock()
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		closed, swept, failures, changed := len(r.closed), r.swept, r.failures, r.changed
+		r.mu.Unlock()
+		if ok(closed, swept, failures) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-giveUp.C:
+			t.Fatalf("%s: not within %s (closed %d, swept %d, failures %d)", what, limit, closed, swept, failures)
+		}
+	}
+}
+func (r *recorder) Swept(int)   {}
+func (r *recorder) Stale(n int) { r.mu.Lock(); r.stale += n; r.mu.Unlock() }
 func (r *recorder) staleCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -151,8 +189,14 @@ func TestRecoveryIsBackground(t *testing.T) {
 		}
 	}
 	waitClosed(t, f.rec, len(overdue))
+	// The sweep loop notes recovery at its ticks: move the fake clock a
+	// tick at a time, once it sleeps again (with the timing loop and the
+	// loader: three sleepers).
 	for !e.Recovered() {
-		time.Sleep(time.Millisecond)
+		if err := clock.BlockUntil(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(DegradedSweepInterval)
 	}
 	if closed, swept, _ := f.rec.counts(); closed != len(overdue) || swept != 0 {
 		t.Fatalf("recovery closed %d (swept %d), want %d by the close path", closed, swept, len(overdue))
@@ -175,17 +219,7 @@ func TestRecoveryIsBackground(t *testing.T) {
 // waitClosed waits (up to 30 s) until rec has seen n closes.
 func waitClosed(t testing.TB, rec *recorder, n int) {
 	t.Helper()
-	limit := time.Now().Add(30 * time.Second)
-	for {
-		closed, _, _ := rec.counts()
-		if closed >= n {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("closed %d of %d orders", closed, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	rec.await(t, 30*time.Second, fmt.Sprintf("%d closes", n), func(closed, _, _ int) bool { return closed >= n })
 }
 
 // burstStore hides one order from the window loader (its query reaches
@@ -338,17 +372,7 @@ func TestClosesOnTimeWithRealClock(t *testing.T) {
 		e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
 		orders = append(orders, o)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		closed, _, _ := f.rec.counts()
-		if closed == len(orders) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("closed %d of %d orders", closed, len(orders))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.rec.await(t, 20*time.Second, "every order closed", func(closed, _, _ int) bool { return closed == len(orders) })
 	_, swept, failures := f.rec.counts()
 	if swept != 0 || failures != 0 {
 		t.Errorf("sweeper closed %d, failures %d; want all by the wheel", swept, failures)
@@ -394,23 +418,12 @@ func TestFailedCloseIsRetried(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for !e.Ready() {
-		time.Sleep(time.Millisecond)
-	}
+	<-e.firstPage // the horizon is up: Schedule takes the order
 	o := f.create(t, time.Second)
 	e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
-	limit := time.Now().Add(10 * time.Second)
-	for {
-		if closed, _, failures := f.rec.counts(); closed == 1 {
-			if failures != 3 {
-				t.Fatalf("failures counted %d, want 3", failures)
-			}
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatal("order never closed after failing closes")
-		}
-		time.Sleep(10 * time.Millisecond)
+	f.rec.await(t, 10*time.Second, "the order closed after failing closes", func(closed, _, _ int) bool { return closed == 1 })
+	if _, _, failures := f.rec.counts(); failures != 3 {
+		t.Fatalf("failures counted %d, want 3", failures)
 	}
 }
 
@@ -453,18 +466,9 @@ func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	o := f.create(t, time.Second)
 	e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
-	limit := time.Now().Add(10 * time.Second)
-	for {
-		if closed, swept, _ := f.rec.counts(); closed == 1 {
-			if swept != 1 {
-				t.Fatalf("closed by the scheduler, which is down")
-			}
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatal("order not closed while the scheduler was down")
-		}
-		time.Sleep(10 * time.Millisecond)
+	f.rec.await(t, 10*time.Second, "the order closed while the scheduler was down", func(closed, _, _ int) bool { return closed == 1 })
+	if _, swept, _ := f.rec.counts(); swept != 1 {
+		t.Fatalf("closed by the scheduler, which is down")
 	}
 	if err := e.Healthy(); err == nil {
 		t.Error("Healthy() = nil while the scheduler fails")

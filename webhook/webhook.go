@@ -229,7 +229,7 @@ func (c Config) Validate() error {
 type Service struct {
 	cfg    Config
 	store  Store
-	clock  hourglass.Clock
+	clock  hourglass.TimerClock
 	log    *slog.Logger
 	obs    Observer
 	client *http.Client
@@ -281,10 +281,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	cfg.MaxWebhooks = cmp.Or(cfg.MaxWebhooks, MaxWebhooksDefault)
 	cfg.ScanLag = cmp.Or(cfg.ScanLag, ScanLagDefault)
 	cfg.MaxHeld = cmp.Or(cfg.MaxHeld, MaxHeldDefault)
-	s := &Service{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
-	if s.clock == nil {
-		s.clock = hourglass.SystemClock{}
-	}
+	s := &Service{cfg: cfg, store: store, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, obs: cfg.Observer}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -527,7 +524,7 @@ const (
 // yield waits while Config.Yield says so, at most YieldMax.
 func (s *Service) yield(ctx context.Context) {
 	if s.cfg.Yield != nil {
-		wait.While(ctx, s.cfg.Yield, yieldPoll, YieldMax)
+		wait.WhileOn(ctx, s.clock, s.cfg.Yield, yieldPoll, YieldMax)
 	}
 }
 
@@ -817,7 +814,7 @@ func isTimeout(err error) bool {
 // scanLoop reads new deliveries, when the store says it created some and
 // every PollInterval.
 func (s *Service) scanLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.PollInterval)
+	t := s.clock.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		if err := s.scan(ctx); err != nil && ctx.Err() == nil {
@@ -826,7 +823,7 @@ func (s *Service) scanLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-s.store.DeliveriesCreated():
 		}
 	}

@@ -38,8 +38,9 @@ var ErrClosed = errors.New("gotimer: scheduler is closed")
 
 // Config configures a Scheduler; zero values mean the defaults.
 type Config struct {
-	// Clock gives "now", from which each timer's delay is computed (default
-	// the system clock). The runtime timers themselves run on real time.
+	// Clock gives "now", from which each timer's delay is computed, and
+	// the timers (hourglass.WithTimers: the runtime's for the system
+	// clock, or for a clock that gives only Now). Default the system clock.
 	Clock  hourglass.Clock
 	Logger *slog.Logger
 	// Dispatch configures the workers that deliver fired timers.
@@ -49,14 +50,14 @@ type Config struct {
 // pending is one order's armed runtime timer. Its identity tells a firing
 // callback whether it is still the order's current timer.
 type pending struct {
-	timer    *time.Timer
+	timer    hourglass.ClockTimer
 	deadline time.Time
 }
 
 // Scheduler holds one time.AfterFunc per order. All its methods are safe for
 // concurrent use; Run must not be called twice at once.
 type Scheduler struct {
-	clock hourglass.Clock
+	clock hourglass.TimerClock
 	disp  *dispatch.Dispatcher
 
 	mu     sync.Mutex
@@ -72,14 +73,15 @@ var (
 // New returns an empty gotimer scheduler. It cannot fail: there is nothing
 // to connect to.
 func New(cfg Config) *Scheduler {
-	if cfg.Clock == nil {
-		cfg.Clock = hourglass.SystemClock{}
-	}
+	clock := hourglass.WithTimers(cfg.Clock)
 	if cfg.Dispatch.Logger == nil {
 		cfg.Dispatch.Logger = cfg.Logger
 	}
+	if cfg.Dispatch.Clock == nil {
+		cfg.Dispatch.Clock = clock
+	}
 	return &Scheduler{
-		clock:  cfg.Clock,
+		clock:  clock,
 		disp:   dispatch.New(cfg.Dispatch),
 		timers: make(map[int64]*pending),
 	}
@@ -116,7 +118,7 @@ func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.Timer) error 
 // stored the returned entry.
 func (s *Scheduler) arm(id int64, deadline time.Time, wait time.Duration) *pending {
 	p := &pending{deadline: deadline}
-	p.timer = time.AfterFunc(wait, func() { s.fire(id, p) })
+	p.timer = s.clock.AfterFunc(wait, func() { s.fire(id, p) })
 	return p
 }
 

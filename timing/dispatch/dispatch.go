@@ -1,5 +1,5 @@
-// Package dispatch hands timers fired by an in-memory scheduler to the close
-// path without ever blocking the scheduler's timing loop: an unbounded FIFO
+// Package dispatch (part of the timing core, package timing) hands timers
+// fired by an in-memory scheduler to the close path without ever blocking the scheduler's timing loop: an unbounded FIFO
 // drained by a few workers that deliver in batches and retry a failed batch
 // with capped exponential backoff. Delivery is at-least-once.
 package dispatch
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/timing"
 )
 
 // Defaults of Config.
@@ -30,13 +31,15 @@ type Config struct {
 	Batch    int           // most timers per delivery
 	RetryMax time.Duration // cap of the backoff after a failed delivery
 	Logger   *slog.Logger
-	// Clock dates progress for Oldest (default the system clock).
+	// Clock dates progress for Oldest and times the backoff (default the
+	// system clock).
 	Clock hourglass.Clock
 }
 
 // Dispatcher is safe for concurrent use.
 type Dispatcher struct {
 	cfg    Config
+	clock  hourglass.TimerClock
 	log    *slog.Logger
 	mu     sync.Mutex
 	queue  []hourglass.Timer
@@ -56,10 +59,7 @@ func New(cfg Config) *Dispatcher {
 	cfg.Workers = cmp.Or(cfg.Workers, WorkersDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
-	if cfg.Clock == nil {
-		cfg.Clock = hourglass.SystemClock{}
-	}
-	d := &Dispatcher{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}, 1)}
+	d := &Dispatcher{cfg: cfg, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, ready: make(chan struct{}, 1)}
 	if d.log == nil {
 		d.log = slog.Default()
 	}
@@ -73,7 +73,7 @@ func (d *Dispatcher) Push(timers []hourglass.Timer) {
 	}
 	d.mu.Lock()
 	if len(d.queue) == 0 && !d.busy() {
-		d.progress = hourglass.UnixMilli(d.cfg.Clock.Now())
+		d.progress = hourglass.UnixMilli(d.clock.Now())
 	}
 	d.queue = append(d.queue, timers...)
 	d.mu.Unlock()
@@ -156,7 +156,7 @@ func (d *Dispatcher) Run(ctx context.Context, deliver hourglass.Deliver) {
 }
 
 func (d *Dispatcher) work(ctx context.Context, worker int, deliver hourglass.Deliver) {
-	var backoff time.Duration
+	backoff := timing.Backoff{Min: 10 * time.Millisecond, Max: d.cfg.RetryMax}
 	for {
 		batch, ok := d.pop(worker)
 		if !ok {
@@ -169,25 +169,21 @@ func (d *Dispatcher) work(ctx context.Context, worker int, deliver hourglass.Del
 		d.mu.Lock()
 		d.inflight[worker] = math.MaxInt64
 		if err == nil {
-			d.progress = hourglass.UnixMilli(d.cfg.Clock.Now())
+			d.progress = hourglass.UnixMilli(d.clock.Now())
 		}
 		d.mu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			backoff = min(max(2*backoff, 10*time.Millisecond), d.cfg.RetryMax)
-			d.log.Error("dispatch: delivery failed; retrying", "timers", len(batch), "retry_in", backoff, "err", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			wait := backoff.Next()
+			d.log.Error("dispatch: delivery failed; retrying", "timers", len(batch), "retry_in", wait, "err", err)
+			if timing.Sleep(ctx, d.clock, wait) != nil {
 				return
-			case <-t.C:
 			}
 			continue
 		}
-		backoff = 0
+		backoff.Reset()
 	}
 }
 

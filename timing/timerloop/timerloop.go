@@ -1,5 +1,7 @@
-// Package timerloop is the scheduler shared by the in-memory delay
-// mechanisms (wheel, heap): one goroutine sleeps until the earliest deadline
+// Package timerloop (part of the timing core, package timing) is the
+// scheduler shared by everything hourglass times in memory (the engine's
+// default timing, webhook delivery attempts, the wheel and heap delay
+// mechanisms): one goroutine sleeps until the earliest deadline
 // held by a timer structure (or until Schedule adds an earlier one), pops
 // what is due and hands it to a dispatch.Dispatcher, whose workers deliver
 // it in batches and retry a failed delivery with backoff, so a slow database
@@ -46,7 +48,8 @@ type Timers interface {
 type Config struct {
 	// Name is the mechanism's name in Info.
 	Name string
-	// Clock gives "now" to the timing loop (default the system clock).
+	// Clock gives "now" and the timer to the timing loop (default the
+	// system clock).
 	Clock  hourglass.Clock
 	Logger *slog.Logger
 	// Dispatch configures the workers that deliver fired timers.
@@ -57,7 +60,7 @@ type Config struct {
 // concurrent use; Run must not be called twice at once.
 type Scheduler struct {
 	name  string
-	clock hourglass.Clock
+	clock hourglass.TimerClock
 	disp  *dispatch.Dispatcher
 
 	mu         sync.Mutex
@@ -77,18 +80,16 @@ var (
 // New returns a scheduler over timers, which must be empty and is owned by
 // the scheduler from now on.
 func New(timers Timers, cfg Config) *Scheduler {
-	if cfg.Clock == nil {
-		cfg.Clock = hourglass.SystemClock{}
-	}
+	clock := hourglass.WithTimers(cfg.Clock)
 	if cfg.Dispatch.Logger == nil {
 		cfg.Dispatch.Logger = cfg.Logger
 	}
 	if cfg.Dispatch.Clock == nil {
-		cfg.Dispatch.Clock = cfg.Clock
+		cfg.Dispatch.Clock = clock
 	}
 	return &Scheduler{
 		name:       cfg.Name,
-		clock:      cfg.Clock,
+		clock:      clock,
 		disp:       dispatch.New(cfg.Dispatch),
 		timers:     timers,
 		sleepUntil: math.MaxInt64, // until Run starts, any Schedule may wake it
@@ -192,7 +193,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.disp.Run(ctx, deliver) }()
 	defer wg.Wait()
-	timer := time.NewTimer(time.Hour)
+	timer := s.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	var fired []hourglass.Timer
 	for {
@@ -235,7 +236,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-timer.C:
+		case <-timer.C():
 		case <-s.wake:
 			timer.Stop()
 		}

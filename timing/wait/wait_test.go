@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hourglass/hourglass/hourglasstest"
 )
 
 func TestWhile(t *testing.T) {
@@ -20,19 +22,43 @@ func TestWhile(t *testing.T) {
 		t.Fatalf("busy for 3 polls: %d calls, want 4", calls.Load())
 	}
 
-	// Always busy: gives up after max.
-	start := time.Now()
-	if !While(ctx, func() bool { return true }, time.Millisecond, 30*time.Millisecond) {
+	// Always busy: gives up after max, by the clock.
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	gaveUp := make(chan bool, 1)
+	var polls atomic.Int64
+	go func() {
+		gaveUp <- WhileOn(ctx, clock, func() bool { polls.Add(1); return true }, time.Millisecond, 30*time.Millisecond)
+	}()
+	bctx, cancelBlock := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelBlock()
+	if err := clock.BlockUntil(bctx, 2); err != nil { // the give-up timer and the poll ticker
+		t.Fatal(err)
+	}
+	for range 29 {
+		clock.Advance(time.Millisecond)
+	}
+	select {
+	case <-gaveUp:
+		t.Fatal("always busy: returned before max")
+	default:
+	}
+	clock.Advance(time.Millisecond)
+	if !<-gaveUp {
 		t.Fatal("always busy: While = false, want true after max")
 	}
-	if waited := time.Since(start); waited < 30*time.Millisecond {
-		t.Fatalf("always busy: returned after %s, before max", waited)
+	if polls.Load() < 2 {
+		t.Fatalf("always busy: %d calls of busy, want it asked every poll", polls.Load())
 	}
 
 	// ctx ends first: false.
 	ctx2, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
-	if While(ctx2, func() bool { return true }, time.Millisecond, time.Hour) {
+	ended := make(chan bool, 1)
+	go func() { ended <- WhileOn(ctx2, clock, func() bool { return true }, time.Millisecond, time.Hour) }()
+	if err := clock.BlockUntil(bctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if <-ended {
 		t.Fatal("ctx ended while busy: While = true, want false")
 	}
 	if While(ctx2, func() bool { return false }, time.Millisecond, time.Hour) {

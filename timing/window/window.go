@@ -1,5 +1,5 @@
-// Package window is the window loader shared by everything hourglass times
-// in memory (order deadlines, client timers, webhook delivery attempts): the
+// Package window (part of the timing core, package timing) is the window
+// loader shared by everything hourglass times in memory (order deadlines, client timers, webhook delivery attempts): the
 // database holds every pending item with the time it is due; the loader
 // pages into an in-memory scheduler only what falls due before a horizon
 // (now + Window), moves the horizon forward every LoadInterval, loads the
@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/timing"
 )
 
 // Defaults of Config.
@@ -51,6 +51,19 @@ type Source func(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass
 // idempotent (an item may be handed over twice).
 type Sink func(ctx context.Context, items []hourglass.Timer) error
 
+// Parts follows the partitions this node owns, for a loader that loads
+// only theirs (cluster.Tracker is one). Its methods must be safe for
+// concurrent use.
+type Parts interface {
+	// Owned returns the partitions owned now (nil: every partition).
+	Owned() hourglass.Parts
+	// TakeGained returns the partitions gained since the last call, whose
+	// items the loader must load, and forgets them.
+	TakeGained() hourglass.Parts
+	// Regain marks parts as gained again: their load failed.
+	Regain(parts hourglass.Parts)
+}
+
 // Config configures a Loader. Zero values mean the defaults.
 type Config struct {
 	// Name prefixes log messages ("engine", "webhook").
@@ -67,10 +80,10 @@ type Config struct {
 	// reports how many it does (scheduled, queued and in flight).
 	MaxHeld int
 	Held    func() int
-	// Parts follows the partitions this node owns (nil: all of them).
-	// Parts must have been made with Loader.Gained as its onGain callback
-	// for the loader to learn of gained partitions; see New.
-	Parts *cluster.Tracker
+	// Parts follows the partitions this node owns (nil: all of them). It
+	// must call Loader.Wake when it gains partitions (cluster.Track's
+	// onGain) for the loader to load them at once.
+	Parts Parts
 	// OnPage is called as Load makes progress, with the latest due time,
 	// unix ms, up to which every item of every source is with the sink.
 	// OnFirstLoad is called when the first load ended, and again after
@@ -79,15 +92,16 @@ type Config struct {
 	OnFirstLoad func()
 	// RetryMax caps the backoff of a failed first load.
 	RetryMax time.Duration
-	Clock    hourglass.Clock
-	Logger   *slog.Logger
+	// Clock gives now and times the loads (default the system clock).
+	Clock  hourglass.Clock
+	Logger *slog.Logger
 }
 
 // Loader keeps a scheduler fed with the items due within the window. All
 // methods are safe for concurrent use; Run is called once.
 type Loader struct {
 	cfg   Config
-	clock hourglass.Clock
+	clock hourglass.TimerClock
 	log   *slog.Logger
 
 	mu      sync.Mutex
@@ -107,10 +121,7 @@ func New(cfg Config) *Loader {
 	if cfg.Held == nil {
 		cfg.MaxHeld = 0
 	}
-	l := &Loader{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, wake: make(chan struct{}, 1)}
-	if l.clock == nil {
-		l.clock = hourglass.SystemClock{}
-	}
+	l := &Loader{cfg: cfg, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, wake: make(chan struct{}, 1)}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
@@ -197,32 +208,31 @@ func (l *Loader) Released() {
 // partitions and freed room when woken, until ctx ends. Load errors are
 // logged and retried, never returned.
 func (l *Loader) Run(ctx context.Context) {
-	var backoff time.Duration
-	for {
-		err := l.Load(ctx)
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		l.firstLoadDone() // the sweeper takes what the failed load did not reach
-		backoff = min(max(2*backoff, 50*time.Millisecond), l.cfg.RetryMax)
-		l.log.Error(l.cfg.Name+": loading the first window failed; retrying", "retry_in", backoff, "err", err)
-		if !sleep(ctx, backoff) {
-			return
-		}
+	first := timing.Supervisor{
+		Clock:   l.clock,
+		Backoff: timing.Backoff{Min: 50 * time.Millisecond, Max: l.cfg.RetryMax},
+		Failed: func(err error, retryIn time.Duration) {
+			l.firstLoadDone() // the sweeper takes what the failed load did not reach
+			l.log.Error(l.cfg.Name+": loading the first window failed; retrying", "retry_in", retryIn, "err", err)
+		},
 	}
+	err := first.Run(ctx, l.Load)
 	l.firstLoadDone()
-	t := time.NewTicker(l.cfg.LoadInterval)
+	if err != nil {
+		return // ctx ended
+	}
+	t := l.clock.NewTicker(l.cfg.LoadInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-l.wake:
 		}
 		if err := l.LoadGained(ctx); err != nil && ctx.Err() == nil {
 			l.log.Error(l.cfg.Name+": loading the window of partitions taken over failed; retrying", "err", err)
-			sleep(ctx, min(l.cfg.RetryMax, time.Second))
+			timing.Sleep(ctx, l.clock, min(l.cfg.RetryMax, time.Second))
 			l.Wake()
 		}
 		if err := l.Load(ctx); err != nil && ctx.Err() == nil {
@@ -388,15 +398,4 @@ func (l *Loader) hand(ctx context.Context, page []hourglass.Timer) (bool, error)
 		return all, nil
 	}
 	return all, l.cfg.Sink(ctx, page)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
