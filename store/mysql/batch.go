@@ -52,11 +52,9 @@ import (
 // batch's order.closed events get one fanout_pending row instead of their
 // deliveries (fanout.go), so close transactions stay short.
 //
-// A deadlock, lock wait timeout or racing duplicate key rolls the batch
-// back and runs it again (bounded). Any other error rolls it back and
-// bisects it (see commit), so one broken write cannot fail its peers. A lost
-// connection, or a commit whose outcome is unknown, fails every op of its
-// transaction with unavailable and runs nothing again.
+// Step 5 is the planner's (store/internal/plan). Retries (retryPolicy),
+// the bisection of a batch a broken write failed and the handling of a lost
+// connection or an unknown outcome are the writer's (store/internal/writer).
 
 type opKind int
 
@@ -279,25 +277,6 @@ func (b *batch) collect() {
 	}
 }
 
-// queryIn runs query, whose "(…)" stands for the placeholders of args, and
-// scans each row with scan; errors name what.
-func queryIn(ctx context.Context, tx *sql.Tx, what, query string, args []any, scan func(rows *sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, strings.Replace(query, "(…)", "("+placeholders(len(args))+")", 1), args...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
-
 // anys returns xs as arguments.
 func anys[T any](xs []T) []any {
 	out := make([]any, len(xs))
@@ -312,7 +291,7 @@ func anys[T any](xs []T) []any {
 func (b *batch) lock(ctx context.Context) error {
 	b.stored = map[string]plan.StoredKey{}
 	if len(b.keys) > 0 {
-		if err := queryIn(ctx, b.tx, "read idempotency keys", `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (…)`, b.keys, func(rows *sql.Rows) error {
+		if err := eachRow(ctx, b.tx, `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (…)`, b.keys, func(rows *sql.Rows) error {
 			var (
 				k   []byte
 				key plan.StoredKey
@@ -321,19 +300,19 @@ func (b *batch) lock(ctx context.Context) error {
 			b.stored[string(k)] = key
 			return err
 		}); err != nil {
-			return err
+			return fmt.Errorf("read idempotency keys: %w", err)
 		}
 	}
 	b.orders = map[int64]*lockedOrder{}
 	if len(b.orderIDs) > 0 {
 		slices.Sort(b.orderIDs)
 		b.orderIDs = slices.Compact(b.orderIDs)
-		if err := queryIn(ctx, b.tx, "lock orders", `SELECT `+orderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(b.orderIDs), func(rows *sql.Rows) error {
+		if err := eachRow(ctx, b.tx, `SELECT `+orderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(b.orderIDs), func(rows *sql.Rows) error {
 			o, err := scanOrder(rows)
 			b.orders[o.ID] = &lockedOrder{o: o}
 			return err
 		}); err != nil {
-			return err
+			return fmt.Errorf("lock orders: %w", err)
 		}
 	}
 	// The products the creates (not their replays) and the pending locked
@@ -360,7 +339,7 @@ func (b *batch) lock(ctx context.Context) error {
 	if len(b.skus) > 0 {
 		slices.Sort(b.skus) // byte order: the order of the ascii_bin primary key
 		b.skus = slices.Compact(b.skus)
-		if err := queryIn(ctx, b.tx, "lock products", `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (…) ORDER BY sku FOR UPDATE`, anys(b.skus), func(rows *sql.Rows) error {
+		if err := eachRow(ctx, b.tx, `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (…) ORDER BY sku FOR UPDATE`, anys(b.skus), func(rows *sql.Rows) error {
 			var (
 				sku string
 				p   plan.Product
@@ -369,7 +348,7 @@ func (b *batch) lock(ctx context.Context) error {
 			b.stock[sku] = &p
 			return err
 		}); err != nil {
-			return err
+			return fmt.Errorf("lock products: %w", err)
 		}
 	}
 	// Then the timers: by key, then by id (timerbatch.go).

@@ -588,6 +588,43 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// eachRow runs query on q, an "IN (…)" in it standing for the placeholders
+// of args, and calls scan on each row. Its errors are the driver's.
+func eachRow(ctx context.Context, q querier, query string, args []any, scan func(rows *sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, strings.Replace(query, "(…)", "("+placeholders(len(args))+")", 1), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// collect is eachRow gathering what scan makes of each row.
+func collect[T any](ctx context.Context, q querier, query string, args []any, scan func(rows *sql.Rows) (T, error)) ([]T, error) {
+	var out []T
+	err := eachRow(ctx, q, query, args, func(rows *sql.Rows) error {
+		v, err := scan(rows)
+		out = append(out, v)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scanTimerRow scans (id, time in unix ms) into a hourglass.Timer.
+func scanTimerRow(rows *sql.Rows) (hourglass.Timer, error) {
+	var id, at int64
+	err := rows.Scan(&id, &at)
+	return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(at)}, err
+}
+
 // inTx runs fn in a transaction on the pool, again after a lost race
 // (retryPolicy). fn must be safe to run again. Connection loss is
 // unavailable; the commit's outcome is then unknown and the caller must

@@ -105,20 +105,8 @@ ORDER BY id LIMIT ?`
 	default:
 		query, args = byStatus+`status = ? AND id > ? ORDER BY id LIMIT ?`, []any{string(f.Status), f.After, limit}
 	}
-	rows, err := s.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fail("list orders", err)
-	}
-	defer rows.Close()
-	var out []hourglass.Order
-	for rows.Next() {
-		o, err := scanOrder(rows)
-		if err != nil {
-			return nil, fail("list orders", err)
-		}
-		out = append(out, o)
-	}
-	return out, fail("list orders", rows.Err())
+	out, err := collect(ctx, s.db, query, args, func(rows *sql.Rows) (hourglass.Order, error) { return scanOrder(rows) })
+	return out, fail("list orders", err)
 }
 
 // PayOrder implements hourglass.Store. Group-committed: the deadline check
@@ -158,23 +146,8 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 // (deadline, id) without a sort.
 func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	after := hourglass.UnixMilli(p.After)
-	rows, err := s.db.QueryContext(ctx, `SELECT id, deadline FROM orders FORCE INDEX (orders_status_deadline)
+	out, err := collect(ctx, s.db, `SELECT id, deadline FROM orders FORCE INDEX (orders_status_deadline)
 WHERE status = 'pending_payment' AND deadline >= ? AND (deadline > ? OR id > ?) AND deadline <= ? AND ((? >> (id % 64)) & 1) = 1
-ORDER BY deadline, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
-	if err != nil {
-		return nil, fail("pending due", err)
-	}
-	defer rows.Close()
-	var out []hourglass.Timer
-	for rows.Next() {
-		var (
-			id int64
-			d  int64
-		)
-		if err := rows.Scan(&id, &d); err != nil {
-			return nil, fail("pending due", err)
-		}
-		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)})
-	}
-	return out, fail("pending due", rows.Err())
+ORDER BY deadline, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit}, scanTimerRow)
+	return out, fail("pending due", err)
 }

@@ -10,21 +10,9 @@ import (
 // oldest order first. Rows are written in each order's transaction when
 // Config.Outbox is set.
 func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.Timer, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, deadline FROM timer_outbox
-WHERE ((? >> (order_id % 64)) & 1) = 1 ORDER BY order_id LIMIT ?`, parts.Mask(), limit)
-	if err != nil {
-		return nil, fail("read outbox", err)
-	}
-	defer rows.Close()
-	var out []hourglass.Timer
-	for rows.Next() {
-		var id, d int64
-		if err := rows.Scan(&id, &d); err != nil {
-			return nil, fail("read outbox", err)
-		}
-		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)})
-	}
-	return out, fail("read outbox", rows.Err())
+	out, err := collect(ctx, s.db, `SELECT order_id, deadline FROM timer_outbox
+WHERE ((? >> (order_id % 64)) & 1) = 1 ORDER BY order_id LIMIT ?`, []any{parts.Mask(), limit}, scanTimerRow)
+	return out, fail("read outbox", err)
 }
 
 // OutboxDone implements hourglass.Outbox: it deletes the timers, 1000 ids

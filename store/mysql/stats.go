@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -20,27 +21,23 @@ func (s *Store) OrderCounts(ctx context.Context, now time.Time) (map[hourglass.S
 	for _, st := range hourglass.States() {
 		out[st] = 0
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT status, COUNT(*), SUM(deadline <= ?) FROM orders FORCE INDEX (orders_status_deadline) GROUP BY status`,
-		hourglass.UnixMilli(now))
+	err := eachRow(ctx, s.db, `SELECT status, COUNT(*), SUM(deadline <= ?) FROM orders FORCE INDEX (orders_status_deadline) GROUP BY status`,
+		[]any{hourglass.UnixMilli(now)}, func(rows *sql.Rows) error {
+			var (
+				st         string
+				n, overdue int64
+			)
+			if err := rows.Scan(&st, &n, &overdue); err != nil {
+				return err
+			}
+			out[hourglass.State(st)] += n
+			if hourglass.State(st) == hourglass.StatePendingPayment {
+				out[hourglass.StatePendingPayment] -= overdue
+				out[hourglass.StateClosed] += overdue
+			}
+			return nil
+		})
 	if err != nil {
-		return nil, fail("count orders", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			st         string
-			n, overdue int64
-		)
-		if err := rows.Scan(&st, &n, &overdue); err != nil {
-			return nil, fail("count orders", err)
-		}
-		out[hourglass.State(st)] += n
-		if hourglass.State(st) == hourglass.StatePendingPayment {
-			out[hourglass.StatePendingPayment] -= overdue
-			out[hourglass.StateClosed] += overdue
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fail("count orders", err)
 	}
 	return out, nil
@@ -69,23 +66,19 @@ func (s *Store) PendingDeadlineBuckets(ctx context.Context, from time.Time, widt
 		return nil, fmt.Errorf("mysql: pending deadline buckets: width %s and n %d out of range (>= 1ms, 1..10000)", width, n)
 	}
 	fromMs := hourglass.UnixMilli(from)
-	rows, err := s.db.QueryContext(ctx, `SELECT (deadline - ? - 1) DIV ? AS bucket, COUNT(*) FROM orders
-WHERE status = 'pending_payment' AND deadline > ? AND deadline <= ? GROUP BY bucket`, fromMs, w, fromMs, fromMs+int64(n)*w)
-	if err != nil {
-		return nil, fail("pending deadline buckets", err)
-	}
-	defer rows.Close()
 	out := make([]int64, n)
-	for rows.Next() {
+	err := eachRow(ctx, s.db, `SELECT (deadline - ? - 1) DIV ? AS bucket, COUNT(*) FROM orders
+WHERE status = 'pending_payment' AND deadline > ? AND deadline <= ? GROUP BY bucket`, []any{fromMs, w, fromMs, fromMs + int64(n)*w}, func(rows *sql.Rows) error {
 		var i, c int64
 		if err := rows.Scan(&i, &c); err != nil {
-			return nil, fail("pending deadline buckets", err)
+			return err
 		}
 		if i >= 0 && i < int64(n) {
 			out[i] = c
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fail("pending deadline buckets", err)
 	}
 	return out, nil

@@ -70,31 +70,20 @@ type batchTimers struct {
 func lockTimers(ctx context.Context, tx *sql.Tx, keys []string, ids []int64, webhookIDs []int64) (*batchTimers, error) {
 	bt := &batchTimers{byKey: map[string]*lockedTimer{}, byID: map[int64]*lockedTimer{}, webhooks: map[int64]bool{}}
 	scan := func(rows *sql.Rows) error {
-		defer rows.Close()
-		for rows.Next() {
-			var hash []byte
-			t, err := scanTimer(rows, &hash)
-			if err != nil {
-				return err
-			}
-			lt := &lockedTimer{t: t, hash: hash, exists: true}
-			bt.byKey[t.Key], bt.byID[t.ID] = lt, lt
-		}
-		return rows.Err()
+		var hash []byte
+		t, err := scanTimer(rows, &hash)
+		lt := &lockedTimer{t: t, hash: hash, exists: true}
+		bt.byKey[t.Key], bt.byID[t.ID] = lt, lt
+		return err
 	}
 	if len(keys) > 0 {
 		slices.Sort(keys) // bytewise, the order of the VARBINARY key
-		keys = slices.Compact(keys)
-		args := make([]any, len(keys))
-		for i, k := range keys {
-			args[i] = []byte(k)
+		args := make([]any, 0, len(keys))
+		for _, k := range slices.Compact(keys) {
+			args = append(args, []byte(k))
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+timerColumns+`, request_hash FROM timers WHERE timer_key IN (`+placeholders(len(args))+`)
-ORDER BY timer_key FOR UPDATE`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("lock timers: %w", err)
-		}
-		if err := scan(rows); err != nil {
+		if err := eachRow(ctx, tx, `SELECT `+timerColumns+`, request_hash FROM timers WHERE timer_key IN (…)
+ORDER BY timer_key FOR UPDATE`, args, scan); err != nil {
 			return nil, fmt.Errorf("lock timers: %w", err)
 		}
 	}
@@ -106,33 +95,18 @@ ORDER BY timer_key FOR UPDATE`, args...)
 		}
 	}
 	if len(args) > 0 {
-		rows, err := tx.QueryContext(ctx, `SELECT `+timerColumns+`, request_hash FROM timers WHERE id IN (`+placeholders(len(args))+`) AND status = 'scheduled'
-ORDER BY id FOR UPDATE`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("lock timers: %w", err)
-		}
-		if err := scan(rows); err != nil {
+		if err := eachRow(ctx, tx, `SELECT `+timerColumns+`, request_hash FROM timers WHERE id IN (…) AND status = 'scheduled'
+ORDER BY id FOR UPDATE`, args, scan); err != nil {
 			return nil, fmt.Errorf("lock timers: %w", err)
 		}
 	}
 	if len(webhookIDs) > 0 {
-		args := make([]any, len(webhookIDs))
-		for i, id := range webhookIDs {
-			args[i] = id
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM webhooks WHERE id IN (`+placeholders(len(args))+`)`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("look up webhooks: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
+		if err := eachRow(ctx, tx, `SELECT id FROM webhooks WHERE id IN (…)`, anys(webhookIDs), func(rows *sql.Rows) error {
 			var id int64
-			if err := rows.Scan(&id); err != nil {
-				return nil, fmt.Errorf("look up webhooks: %w", err)
-			}
+			err := rows.Scan(&id)
 			bt.webhooks[id] = true
-		}
-		if err := rows.Err(); err != nil {
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("look up webhooks: %w", err)
 		}
 	}

@@ -117,20 +117,9 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 		where = `status = ? AND timer_key > ?`
 		args = []any{string(f.Status), []byte(f.After)}
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE `+where+` ORDER BY timer_key LIMIT ?`, append(args, f.Limit)...)
-	if err != nil {
-		return nil, fail("list timers", err)
-	}
-	defer rows.Close()
-	var out []hourglass.NamedTimer
-	for rows.Next() {
-		t, err := scanTimer(rows)
-		if err != nil {
-			return nil, fail("list timers", err)
-		}
-		out = append(out, t)
-	}
-	return out, fail("list timers", rows.Err())
+	out, err := collect(ctx, s.db, `SELECT `+timerColumns+` FROM timers WHERE `+where+` ORDER BY timer_key LIMIT ?`, append(args, f.Limit),
+		func(rows *sql.Rows) (hourglass.NamedTimer, error) { return scanTimer(rows) })
+	return out, fail("list timers", err)
 }
 
 // CancelTimer implements hourglass.TimerStore. It is group-committed
@@ -168,44 +157,26 @@ func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredT
 // sort. Errors: unavailable.
 func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
 	after := hourglass.UnixMilli(p.After)
-	rows, err := s.db.QueryContext(ctx, `SELECT id, fire_at FROM timers FORCE INDEX (timers_status_fire_at)
+	out, err := collect(ctx, s.db, `SELECT id, fire_at FROM timers FORCE INDEX (timers_status_fire_at)
 WHERE status = 'scheduled' AND fire_at >= ? AND (fire_at > ? OR id > ?) AND fire_at <= ? AND ((? >> (id % 64)) & 1) = 1
-ORDER BY fire_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
-	if err != nil {
-		return nil, fail("timers due", err)
-	}
-	defer rows.Close()
-	var out []hourglass.Timer
-	for rows.Next() {
-		var id, at int64
-		if err := rows.Scan(&id, &at); err != nil {
-			return nil, fail("timers due", err)
-		}
-		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(at)})
-	}
-	return out, fail("timers due", rows.Err())
+ORDER BY fire_at, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit}, scanTimerRow)
+	return out, fail("timers due", err)
 }
 
 // TimerCounts implements hourglass.TimerStore: one GROUP BY over the
 // (status, fire_at, id) index. Errors: unavailable.
 func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
 	out := map[hourglass.TimerStatus]int64{hourglass.TimerScheduled: 0, hourglass.TimerFired: 0, hourglass.TimerCancelled: 0}
-	rows, err := s.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM timers FORCE INDEX (timers_status_fire_at) GROUP BY status`)
-	if err != nil {
-		return nil, fail("count timers", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := eachRow(ctx, s.db, `SELECT status, COUNT(*) FROM timers FORCE INDEX (timers_status_fire_at) GROUP BY status`, nil, func(rows *sql.Rows) error {
 		var (
 			st string
 			n  int64
 		)
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fail("count timers", err)
-		}
+		err := rows.Scan(&st, &n)
 		out[hourglass.TimerStatus(st)] = n
-	}
-	if err := rows.Err(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, fail("count timers", err)
 	}
 	return out, nil

@@ -191,21 +191,9 @@ func scanDeadLetter(sc scanner) (hourglass.DeadLetter, error) {
 
 // DeadLetters implements hourglass.WebhookStore.
 func (s *Store) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
-WHERE d.state = 'dead' AND d.id > ? ORDER BY d.id LIMIT ?`, after, limit)
-	if err != nil {
-		return nil, fail("list dead letters", err)
-	}
-	defer rows.Close()
-	var out []hourglass.DeadLetter
-	for rows.Next() {
-		dl, err := scanDeadLetter(rows)
-		if err != nil {
-			return nil, fail("list dead letters", err)
-		}
-		out = append(out, dl)
-	}
-	return out, fail("list dead letters", rows.Err())
+	out, err := collect(ctx, s.db, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.state = 'dead' AND d.id > ? ORDER BY d.id LIMIT ?`, []any{after, limit}, func(rows *sql.Rows) (hourglass.DeadLetter, error) { return scanDeadLetter(rows) })
+	return out, fail("list dead letters", err)
 }
 
 // RetryDeadLetter implements hourglass.WebhookStore: a compare-and-set on
@@ -263,33 +251,20 @@ func (s *Store) DeliveryCounts(ctx context.Context) (pending, dead int, err erro
 	return pending, dead, fail("count deliveries", err)
 }
 
-// readTimers reads rows of (id, next_attempt_at).
-func readTimers(rows *sql.Rows, what string) ([]hourglass.DeliveryTimer, error) {
-	defer rows.Close()
-	var out []hourglass.DeliveryTimer
-	for rows.Next() {
-		var id, at int64
-		if err := rows.Scan(&id, &at); err != nil {
-			return nil, fail(what, err)
-		}
-		out = append(out, hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)})
-	}
-	return out, fail(what, rows.Err())
-}
-
 // DueDeliveries implements hourglass.DeliveryStore: one range of the
 // (state, next_attempt_at, id) index. Ids are handed out before commit, so
 // a delivery with a smaller id may commit later; it is still returned by
 // the next call whose cursor is before its due time.
 func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
 	after := hourglass.UnixMilli(p.After)
-	rows, err := s.db.QueryContext(ctx, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_due)
+	out, err := collect(ctx, s.db, `SELECT id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_due)
 WHERE state = 'pending' AND next_attempt_at >= ? AND (next_attempt_at > ? OR id > ?) AND next_attempt_at <= ? AND ((? >> (order_id % 64)) & 1) = 1
-ORDER BY next_attempt_at, id LIMIT ?`, after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
-	if err != nil {
-		return nil, fail("due deliveries", err)
-	}
-	return readTimers(rows, "due deliveries")
+ORDER BY next_attempt_at, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit},
+		func(rows *sql.Rows) (hourglass.DeliveryTimer, error) {
+			t, err := scanTimerRow(rows)
+			return hourglass.DeliveryTimer{ID: t.OrderID, At: t.Deadline}, err
+		})
+	return out, fail("due deliveries", err)
 }
 
 // PendingDelivery implements hourglass.DeliveryStore, in one query. The

@@ -49,15 +49,11 @@ import (
 // attempts alone is one round trip).
 //
 // Locks are taken in one order (timer rows, then order rows, then
-// idempotency keys, then products by SKU), so batches of several processes do not deadlock each
-// other in the common cases; the rare deadlock or serialization failure rolls
-// the batch back and runs it again, a bounded number of times. A write
-// refused for a domain reason fails only itself. Any other server error rolls
-// the batch back and bisects it (store/internal/bisect): each half runs as
-// one transaction, recursing into a half that fails, so a broken write fails
-// only itself and costs its peers at most 2·⌈log2 n⌉ more transactions. A
-// lost connection fails the writes of its transaction with CodeUnavailable
-// and is not retried here: its COMMIT may have been applied.
+// idempotency keys, then products by SKU), so batches of several processes
+// do not deadlock each other in the common cases. A write refused for a
+// domain reason fails only itself; retries (retryPolicy), the bisection of
+// a batch a broken write failed and the handling of a lost connection are
+// the writer's (store/internal/writer).
 
 // opKind names the order write an op carries.
 type opKind int
