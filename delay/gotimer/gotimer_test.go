@@ -88,14 +88,15 @@ func run(t *testing.T, s *gotimer.Scheduler, deliver hourglass.Deliver) (stop fu
 // waits for Run instead of being delivered or lost.
 func TestNoDeliveryBeforeRun(t *testing.T) {
 	t.Parallel()
-	s := gotimer.New(gotimer.Config{})
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	s := gotimer.New(gotimer.Config{Clock: clock})
 	defer s.Close()
 	d := newDeliveries()
-	tm := hourglass.Timer{OrderID: 7, Deadline: time.Now().Add(10 * time.Millisecond).Truncate(time.Millisecond)}
+	tm := hourglass.Timer{OrderID: 7, Deadline: clock.Now().Add(10 * time.Millisecond)}
 	if err := s.Schedule(context.Background(), []hourglass.Timer{tm}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the runtime timer fires meanwhile
+	clock.Advance(100 * time.Millisecond) // the timer fires (in Advance, on the fake clock)
 	if got := d.timers(); len(got) != 0 {
 		t.Fatalf("delivered %v before Run", got)
 	}
@@ -166,9 +167,10 @@ func TestScheduleAndCancel(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := gotimer.New(gotimer.Config{})
+			clock := hourglasstest.NewClock(hourglasstest.Epoch)
+			s := gotimer.New(gotimer.Config{Clock: clock})
 			defer s.Close()
-			base := time.Now().Truncate(time.Millisecond).Add(100 * time.Millisecond)
+			base := clock.Now().Add(100 * time.Millisecond)
 			ctx := context.Background()
 			for _, st := range tt.steps {
 				if st.cancel {
@@ -186,11 +188,15 @@ func TestScheduleAndCancel(t *testing.T) {
 					t.Errorf("Pending() = %d, want %d", n, tt.pending)
 				}
 			}
+			// Every deadline passes (but the replaced hour): each timer due
+			// fires, in order, before Advance returns, and waits in the
+			// dispatcher for Run, which delivers them together. A replaced
+			// or cancelled timer would have fired too.
+			clock.Advance(500 * time.Millisecond)
 			d := newDeliveries()
 			run(t, s, d.deliver)
-			got := d.waitFor(t, len(tt.want))
-			time.Sleep(200 * time.Millisecond) // a replaced or cancelled timer would fire by now
-			got = d.timers()
+			d.waitFor(t, len(tt.want))
+			got := d.timers()
 			if len(got) != len(tt.want) {
 				t.Fatalf("delivered %v, want %d timers", got, len(tt.want))
 			}

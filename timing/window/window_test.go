@@ -64,11 +64,12 @@ func (tb *table) due(_ context.Context, p hourglass.PendingDueParams) ([]hourgla
 
 // held is a Sink: the scheduler's timers, by id.
 type held struct {
-	mu sync.Mutex
-	m  map[int64]time.Time
+	mu      sync.Mutex
+	m       map[int64]time.Time
+	changed chan struct{} // closed and replaced at each schedule
 }
 
-func newHeld() *held { return &held{m: map[int64]time.Time{}} }
+func newHeld() *held { return &held{m: map[int64]time.Time{}, changed: make(chan struct{})} }
 
 func (h *held) schedule(_ context.Context, ts []hourglass.Timer) error {
 	h.mu.Lock()
@@ -76,7 +77,30 @@ func (h *held) schedule(_ context.Context, ts []hourglass.Timer) error {
 	for _, t := range ts {
 		h.m[t.OrderID] = t.Deadline
 	}
+	close(h.changed)
+	h.changed = make(chan struct{})
 	return nil
+}
+
+// waitFor waits until cond holds of what h holds, checking it at each
+// schedule, or fails the test after 5 s.
+func (h *held) waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	giveUp := time.NewTimer(5 * time.Second)
+	defer giveUp.Stop()
+	for {
+		h.mu.Lock()
+		changed := h.changed
+		h.mu.Unlock()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-giveUp.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
 
 func (h *held) len() int {
@@ -299,26 +323,15 @@ func TestGainedPartitions(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, func() bool { return h.has(1) && h.has(2) }, "the owned partitions' items")
+	h.waitFor(t, func() bool { return h.has(1) && h.has(2) }, "the owned partitions' items")
 	if h.has(3) || h.has(4) {
 		t.Fatalf("held %v: items of partitions not owned", h.m)
 	}
 	clock.Advance(time.Minute) // all due now, and beyond nothing
 	own.Move([]int{hourglass.PartitionOf(3)}, nil)
-	waitFor(t, func() bool { return h.has(3) }, "the gained partition's overdue item")
+	h.waitFor(t, func() bool { return h.has(3) }, "the gained partition's overdue item")
 	if h.has(4) {
 		t.Fatal("an item of a partition never owned was loaded")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
