@@ -104,6 +104,8 @@ type Server struct {
 	// or Origin against Host).
 	cross *http.CrossOriginProtection
 	hosts []string // AllowedHosts, normalised
+	// registered are the routes registered on mux (Routes).
+	registered []Route
 }
 
 // NewServer returns a server; Handler returns its http.Handler.
@@ -167,6 +169,7 @@ func (s *Server) routes() {
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
+		s.registered = append(s.registered, Route{rt.method, rt.path})
 	}
 	for path, methods := range allowed {
 		allow := strings.Join(methods, ", ")
@@ -174,7 +177,7 @@ func (s *Server) routes() {
 			return 0, nil, &methodError{allow: allow, method: r.Method}
 		}))
 	}
-	probes := []string{"/healthz", "/readyz"}
+	probes := []string{"/healthz", "/readyz", OpenAPIPath}
 	if s.cfg.Metrics != nil {
 		probes = append(probes, "/metrics")
 	}
@@ -182,7 +185,10 @@ func (s *Server) routes() {
 		s.mux.Handle(p, s.wrap(p, false, func(r *http.Request, _ []byte) (int, any, error) {
 			return 0, nil, &methodError{allow: "GET", method: r.Method}
 		}))
+		s.registered = append(s.registered, Route{http.MethodGet, p})
 	}
+	// Public like /metrics: the document describes the API, holds no data.
+	s.mux.Handle("GET "+OpenAPIPath, s.wrap(OpenAPIPath, false, s.getOpenAPI))
 	s.mux.Handle("GET /healthz", s.wrap("/healthz", false, func(*http.Request, []byte) (int, any, error) {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	}))
