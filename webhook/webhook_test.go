@@ -150,8 +150,9 @@ func failFirst(n, fail, ok int) func(request, int) int {
 
 // counter is a webhook.Observer.
 type counter struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu      sync.Mutex
+	n       map[string]int
+	changed chan struct{} // closed and replaced at each outcome
 }
 
 func (c *counter) WebhookAttempted(outcome string) {
@@ -161,6 +162,33 @@ func (c *counter) WebhookAttempted(outcome string) {
 		c.n = map[string]int{}
 	}
 	c.n[outcome]++
+	if c.changed != nil {
+		close(c.changed)
+	}
+	c.changed = make(chan struct{})
+}
+
+// await waits until the outcomes counted satisfy ok, at most limit; it
+// returns the last counts and whether ok held.
+func (c *counter) await(limit time.Duration, ok func(map[string]int) bool) (map[string]int, bool) {
+	giveUp := time.NewTimer(limit)
+	defer giveUp.Stop()
+	for {
+		c.mu.Lock()
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		got, changed := maps(c.n), c.changed
+		c.mu.Unlock()
+		if ok(got) {
+			return got, true
+		}
+		select {
+		case <-changed:
+		case <-giveUp.C:
+			return got, false
+		}
+	}
 }
 
 func (c *counter) get() map[string]int {
@@ -354,15 +382,10 @@ func TestFailsThreeTimesThenDelivered(t *testing.T) {
 	}
 	// The observer is told just after the commit waitCounts saw.
 	want := map[string]int{"retry": 3, "delivered": 2}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		got := f.obs.get()
-		if got["retry"] == want["retry"] && got["delivered"] == want["delivered"] && got["dead"] == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("outcomes %v, want %v", got, want)
-			break
-		}
+	if got, ok := f.obs.await(5*time.Second, func(got map[string]int) bool {
+		return got["retry"] == want["retry"] && got["delivered"] == want["delivered"] && got["dead"] == 0
+	}); !ok {
+		t.Errorf("outcomes %v, want %v", got, want)
 	}
 	if ws, _ := f.svc.Webhooks(f.ctx, hourglass.WebhookFilter{Limit: 10}); len(ws) != 1 || ws[0].ID != w.ID {
 		t.Errorf("webhooks %+v", ws)
