@@ -27,10 +27,11 @@ import (
 )
 
 type cli struct {
-	LogLevel slog.Level        `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
-	Serve    serveCmd          `cmd:"" help:"Run the service."`
-	Migrate  migrateCmd        `cmd:"" help:"Apply the database's pending schema migrations and exit (serve applies them too)."`
-	Bench    benchmark.Command `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
+	LogLevel    slog.Level        `help:"Log level: debug, info, warn, error." default:"info" env:"HOURGLASS_LOG_LEVEL"`
+	Serve       serveCmd          `cmd:"" help:"Run the service."`
+	Migrate     migrateCmd        `cmd:"" help:"Apply the database's pending schema migrations and exit (serve applies them too)."`
+	Bench       benchmark.Command `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
+	Healthcheck healthcheckCmd    `cmd:"" help:"Probe a running server's /readyz: exit 0 when ready, 1 otherwise (the image's health check)."`
 }
 
 // databaseFlags name the database of record; serve and migrate share them.
