@@ -329,11 +329,11 @@ func (s *Store) writeLow(ctx context.Context, run func(conn *sqlite.Conn, now ti
 // it are not held up by a whole burst's worth of closes.
 const urgentPerCommit = 1024
 
-// retryPolicy is SQLite's: one attempt. The store's one writer goroutine
-// never races another writer of the file (the file lock keeps other
-// processes out), so nothing rolls a batch back that running it again
-// would cure.
-func retryPolicy() writer.RetryPolicy { return writer.RetryPolicy{Attempts: 1, Timeout: time.Minute} }
+// retryPolicy is SQLite's: one attempt, unbounded in time (a local file
+// does not stop answering). The store's one writer goroutine never races
+// another writer of the file (the file lock keeps other processes out), so
+// nothing rolls a batch back that running it again would cure.
+func retryPolicy() writer.RetryPolicy { return writer.RetryPolicy{Attempts: 1} }
 
 // storageError returns, for an error whose cause is the storage under the
 // database (SQLITE_FULL, SQLITE_IOERR*, SQLITE_READONLY*), an unavailable

@@ -101,9 +101,9 @@ type RetryPolicy struct {
 	Attempts int
 	// Backoff, if set, is how long to wait before retry n (1, 2, …).
 	Backoff func(n int) time.Duration
-	// Timeout bounds one batch, its retries included: a database that
-	// stopped answering fails the batch as unavailable (its outcome
-	// unknown) instead of blocking its callers for ever.
+	// Timeout, when positive, bounds one batch, its retries included: a
+	// database that stopped answering fails the batch as unavailable (its
+	// outcome unknown) instead of blocking its callers for ever.
 	Timeout time.Duration
 }
 
@@ -387,7 +387,10 @@ func (w *Writer[T]) commit(batch []*entry[T]) {
 // runRetrying runs writes as one transaction, again after a race, as the
 // retry policy allows.
 func (w *Writer[T]) runRetrying(writes []T) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Retry.Timeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	if w.cfg.Retry.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, w.cfg.Retry.Timeout)
+	}
 	defer cancel()
 	var fanned int
 	err := w.cfg.Retry.Do(func() error {
