@@ -220,8 +220,9 @@ type Engine struct {
 	lastFront, lastDelivery atomic.Int64
 
 	// parts follows the partitions owned and those gained whose window the
-	// loader must load.
-	parts *cluster.Tracker
+	// loader must load (or, fed from the outbox, the sweeper must sweep).
+	parts      *cluster.Tracker
+	gainedWake chan struct{}
 }
 
 // Backlogger is an optional interface of a Scheduler whose due timers
@@ -289,11 +290,20 @@ func New(store Store, cfg Config) (*Engine, error) {
 		ps.Own(cfg.Ownership.Owned())
 		cfg.Ownership.OnChange(func(_, _ []int) { ps.Own(cfg.Ownership.Owned()) })
 	}
+	// A mechanism fed from the outbox (a broker) holds the timers of a
+	// partition gained: those its old owner had fetched and not
+	// acknowledged come back only after the broker's own timeout (NATS's
+	// ack wait, 30 s), so the deadlines of a gained partition that passed
+	// are swept at once, with no grace (sweepLoop).
+	e.gainedWake = make(chan struct{}, 1)
 	e.parts = cluster.Track(cfg.Ownership, func() {
 		if e.loader != nil {
 			e.loader.Wake()
 		}
 		wake(e.relayWake)
+		if e.info.Feed == hourglass.FeedOutbox {
+			wake(e.gainedWake)
+		}
 	})
 	if e.info.Feed == hourglass.FeedWindow {
 		e.loader = window.New(window.Config{
@@ -682,10 +692,31 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	// switches to degraded sweeping within DegradedSweepInterval, not after
 	// a whole SweepInterval.
 	tick := min(e.cfg.SweepInterval, DegradedSweepInterval)
+	ticker := e.clock.NewTicker(tick)
+	defer ticker.Stop()
 	last := e.clock.Now()
+	retryGained := false
 	for {
-		if timing.Sleep(ctx, e.clock, tick) != nil {
+		select {
+		case <-ctx.Done():
 			return
+		case <-e.gainedWake:
+			if e.info.Feed != hourglass.FeedOutbox {
+				continue // the loader loads a gained partition's window
+			}
+			if parts := e.parts.TakeGained(); len(parts) > 0 {
+				if _, err := e.sweepIn(ctx, e.clock.Now(), parts); err != nil && ctx.Err() == nil {
+					e.parts.Regain(parts)
+					retryGained = true
+					e.log.Error("engine: sweeping the partitions gained failed; retrying at the next tick", "partitions", len(parts), "err", err)
+				}
+			}
+			continue
+		case <-ticker.C():
+		}
+		if retryGained {
+			retryGained = false
+			wake(e.gainedWake)
 		}
 		e.checkRecovered()
 		interval, grace := e.cfg.SweepInterval, e.cfg.SweepGrace
@@ -757,7 +788,12 @@ func minTime(a, b time.Time) time.Time {
 // scheduler lost or was late with (or a restart's backlog when the
 // scheduler is not fed a window).
 func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
-	until := e.sweepUntil(grace)
+	return e.sweepIn(ctx, e.sweepUntil(grace), e.parts.Owned())
+}
+
+// sweepIn closes every pending order of parts due at or before until, and
+// fires every such timer.
+func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.Parts) (int, error) {
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){e.store.PendingDue}
@@ -766,7 +802,7 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 	}
 	for _, due := range sources {
 		for {
-			page, err := due(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: e.parts.Owned()})
+			page, err := due(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: parts})
 			if err != nil {
 				return total, err
 			}

@@ -123,3 +123,59 @@ func TestPartitionedSchedulerFollowsOwnership(t *testing.T) {
 		t.Fatalf("without an Ownership: Own calls %v, want none", alone.owned)
 	}
 }
+
+// outboxScheduler is a broker as the engine sees it: fed from the outbox,
+// and it delivers nothing here.
+type outboxScheduler struct{ partitionedScheduler }
+
+func (s *outboxScheduler) Info() hourglass.SchedulerInfo {
+	return hourglass.SchedulerInfo{Name: "broker", Feed: hourglass.FeedOutbox, Durable: true}
+}
+
+// TestGainedPartitionsSweptAtOnce: with a mechanism fed from the outbox (a
+// broker, which may hold a dead node's timers until its own timeout), the
+// deadlines that passed in a partition gained are closed as soon as it is
+// gained, not after the sweeper's grace and interval; the orders of other
+// partitions are left to the mechanism.
+func TestGainedPartitionsSweptAtOnce(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	a, b := f.create(t, time.Minute), f.create(t, time.Minute)
+	for hourglass.PartitionOf(b.ID) == hourglass.PartitionOf(a.ID) {
+		b = f.create(t, time.Minute)
+	}
+	other := (hourglass.PartitionOf(a.ID) + 1) % hourglass.Partitions
+	for other == hourglass.PartitionOf(b.ID) {
+		other = (other + 1) % hourglass.Partitions
+	}
+	own := hourglasstest.NewOwnership(other)
+	e := f.engine(t, Config{Scheduler: &outboxScheduler{}, Ownership: own, SweepInterval: time.Hour})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for !e.recovered.Load() { // the start-up recovery sweep is done: it sweeps every partition owned
+		time.Sleep(time.Millisecond)
+	}
+	clock.Advance(2 * time.Minute) // both overdue; the sweeper's interval is an hour away
+	own.Move([]int{hourglass.PartitionOf(a.ID)}, nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got, err := f.store.Order(f.ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == hourglass.StateClosed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overdue order of the partition gained is %s 10 s after the gain; want closed at once", got.Status)
+		}
+	}
+	if got, err := f.store.Order(f.ctx, b.ID); err != nil || got.Status != hourglass.StatePendingPayment {
+		t.Fatalf("the order of a partition not gained = %s, %v; want it left pending", got.Status, err)
+	}
+}
