@@ -1,5 +1,7 @@
 package hourglass
 
+import "time"
+
 // Partitioned is implemented by schedulers whose timers several nodes share
 // (a broker): each node must deliver only the timers of the partitions it
 // owns (PartitionOf(order id)), because the engine of a node that does not
@@ -21,4 +23,15 @@ package hourglass
 // and between Runs.
 type Partitioned interface {
 	Own(parts Parts)
+}
+
+// Reclaiming is implemented by a Partitioned scheduler whose timers a node
+// that dies may hold, fetched and not acknowledged, until the broker's own
+// timeout gives them to another (NATS: the consumer's ack wait).
+// ReclaimHorizon is how far ahead of now such held timers may be due. When
+// a node gains a partition, its engine schedules again the partition's
+// deadlines within that horizon, so that they fire on time from the new
+// owner; the copies the dead node held fire later, into no-op closes.
+type Reclaiming interface {
+	ReclaimHorizon() time.Duration
 }

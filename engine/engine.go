@@ -705,7 +705,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 				continue // the loader loads a gained partition's window
 			}
 			if parts := e.parts.TakeGained(); len(parts) > 0 {
-				if _, err := e.sweepIn(ctx, e.clock.Now(), parts); err != nil && ctx.Err() == nil {
+				if err := e.takeOver(ctx, parts); err != nil && ctx.Err() == nil {
 					e.parts.Regain(parts)
 					retryGained = true
 					e.log.Error("engine: sweeping the partitions gained failed; retrying at the next tick", "partitions", len(parts), "err", err)
@@ -732,6 +732,51 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			e.log.Error("engine: sweep failed; retrying at the next interval", "err", err)
 		}
 	}
+}
+
+// takeOver does what a partition gained by a node fed from the outbox
+// needs: its deadlines that passed are swept at once, and, when the
+// mechanism may hold a dead owner's timers for a while
+// (hourglass.Reclaiming), its deadlines within that horizon are scheduled
+// again, so that they fire on time here.
+func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
+	now := e.clock.Now()
+	if _, err := e.sweepIn(ctx, now, parts); err != nil {
+		return err
+	}
+	r, ok := e.sched.(hourglass.Reclaiming)
+	if !ok {
+		return nil
+	}
+	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){e.store.PendingDue}
+	if e.timers != nil {
+		sources = append(sources, e.timers.TimersDue)
+	}
+	n := 0
+	for _, due := range sources {
+		p := hourglass.PendingDueParams{Until: now.Add(r.ReclaimHorizon()), Limit: e.cfg.RelayBatch, Parts: parts}
+		for {
+			page, err := due(ctx, p)
+			if err != nil {
+				return err
+			}
+			if len(page) > 0 {
+				if err := e.sched.Schedule(ctx, page); err != nil {
+					return fmt.Errorf("engine: schedule again the deadlines of the partitions gained: %w", err)
+				}
+				n += len(page)
+			}
+			if len(page) < p.Limit {
+				break
+			}
+			last := page[len(page)-1]
+			p.After, p.AfterID = last.Deadline, last.OrderID
+		}
+	}
+	if n > 0 {
+		e.log.Info("engine: scheduled again the deadlines of the partitions gained that their old owner may hold", "partitions", len(parts), "deadlines", n, "horizon", r.ReclaimHorizon())
+	}
+	return nil
 }
 
 // sweepUntil returns the latest deadline the sweeper may take: grace

@@ -179,3 +179,57 @@ func TestGainedPartitionsSweptAtOnce(t *testing.T) {
 		t.Fatalf("the order of a partition not gained = %s, %v; want it left pending", got.Status, err)
 	}
 }
+
+// reclaimingScheduler is a broker that may hold a dead node's timers for
+// a minute (hourglass.Reclaiming), and records what it is given.
+type reclaimingScheduler struct {
+	outboxScheduler
+	scheduled chan []hourglass.Timer
+}
+
+func (s *reclaimingScheduler) ReclaimHorizon() time.Duration { return time.Minute }
+func (s *reclaimingScheduler) Schedule(_ context.Context, ts []hourglass.Timer) error {
+	s.scheduled <- ts
+	return nil
+}
+
+// TestGainedPartitionsScheduledAgain: with a mechanism that may hold a dead
+// owner's timers (hourglass.Reclaiming), the deadlines of a partition
+// gained that fall within its horizon are scheduled again by the new
+// owner; later ones and other partitions' are not.
+func TestGainedPartitionsScheduledAgain(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	soon := f.create(t, 30*time.Second)
+	late := f.create(t, 10*time.Minute)
+	for hourglass.PartitionOf(late.ID) != hourglass.PartitionOf(soon.ID) {
+		late = f.create(t, 10*time.Minute)
+	}
+	elsewhere := f.create(t, 30*time.Second)
+	for hourglass.PartitionOf(elsewhere.ID) == hourglass.PartitionOf(soon.ID) {
+		elsewhere = f.create(t, 30*time.Second)
+	}
+	s := &reclaimingScheduler{scheduled: make(chan []hourglass.Timer, 100)}
+	own := hourglasstest.NewOwnership((hourglass.PartitionOf(soon.ID) + 1) % hourglass.Partitions)
+	e := f.engine(t, Config{Scheduler: s, Ownership: own, SweepInterval: time.Hour})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for !e.recovered.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	own.Move([]int{hourglass.PartitionOf(soon.ID)}, nil)
+	select {
+	case got := <-s.scheduled:
+		if len(got) != 1 || got[0].OrderID != soon.ID || !got[0].Deadline.Equal(soon.Deadline) {
+			t.Fatalf("scheduled again %v; want only order %d (due in 30 s, within the horizon)", got, soon.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing scheduled again 10 s after the gain")
+	}
+}

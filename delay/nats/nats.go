@@ -355,6 +355,15 @@ func (s *Scheduler) owns(id int64) bool {
 }
 
 // Info implements hourglass.Scheduler.
+// ReclaimHorizon implements hourglass.Reclaiming: a process that dies
+// holds the messages it fetched (due within HoldWindow, and nak'ed ones
+// until their redelivery) until the server redelivers them, AckWait after
+// their delivery; the new owner of their partition schedules its deadlines
+// within AckWait again.
+func (s *Scheduler) ReclaimHorizon() time.Duration { return s.cfg.AckWait }
+
+var _ hourglass.Reclaiming = (*Scheduler)(nil)
+
 func (s *Scheduler) Info() hourglass.SchedulerInfo {
 	return hourglass.SchedulerInfo{Name: "nats", Feed: hourglass.FeedOutbox, Durable: true}
 }
