@@ -182,7 +182,11 @@ type Store struct {
 	// createdChannel is the NOTIFY channel of created orders (see cluster.go),
 	// scoped like channel; origin names this store value in its payloads.
 	createdChannel string
-	origin         string
+	// requestsChannel is timer_requests' NOTIFY channel (requests.go);
+	// requestsWritten fires on its notifications.
+	requestsChannel string
+	requestsWritten chan struct{}
+	origin          string
 
 	// w is the group-commit writer (store/internal/writer; the batches'
 	// SQL is writer.go's). It also wakes the delivery engine.
@@ -265,7 +269,7 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	if d := cfg.IdleTxTimeout; d > 0 {
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 	}
-	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
+	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), requestsWritten: make(chan struct{}, 1)}
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -353,6 +357,7 @@ func (s *Store) lookUpNames(ctx context.Context) error {
 	}
 	s.channel = channelName("hourglass_deliveries_", db, schema)
 	s.createdChannel = channelName("hourglass_created_", db, schema)
+	s.requestsChannel = requestsChannel(db, schema)
 	s.origin = rand.Text()[:10]
 	return nil
 }

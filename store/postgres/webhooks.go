@@ -412,6 +412,7 @@ func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 				// Notifications may have been missed while down.
 				s.w.NotifyDeliveries()
 				s.watches.push(nil, true)
+				s.wakeRequests()
 			}
 		})
 		if first {
@@ -440,7 +441,7 @@ func scrubErr(err error, url string) string {
 	return scrub(err.Error(), url)
 }
 
-// listenOnce connects, LISTENs on both channels (then calls listening) and
+// listenOnce connects, LISTENs on the three channels (then calls listening) and
 // forwards notifications until the connection fails or ctx ends.
 func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
@@ -448,8 +449,9 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	// One simple-protocol query of two statements: one round trip.
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.createdChannel}.Sanitize()); err != nil {
+	// One simple-protocol query of three statements: one round trip.
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.createdChannel}.Sanitize()+
+		"; LISTEN "+pgx.Identifier{s.requestsChannel}.Sanitize()); err != nil {
 		return err
 	}
 	listening()
@@ -458,9 +460,12 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 		if err != nil {
 			return err
 		}
-		if n.Channel == s.createdChannel {
+		switch n.Channel {
+		case s.createdChannel:
 			s.onCreated(n.Payload)
-		} else {
+		case s.requestsChannel:
+			s.wakeRequests()
+		default:
 			s.w.NotifyDeliveries()
 		}
 	}

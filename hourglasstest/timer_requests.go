@@ -1,0 +1,411 @@
+package hourglasstest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/txtimer"
+)
+
+// TimerRequestHarness tells ExerciseTimerRequests how to get a store and
+// the shop's own connection to its database.
+type TimerRequestHarness struct {
+	// Open returns two store values on one new, empty database (two nodes'
+	// appliers), and the shop's connection to that database with the
+	// request table as the shop names it. The harness closes them in
+	// t.Cleanup.
+	Open func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table)
+}
+
+// ExerciseTimerRequests runs the conformance suite of
+// hourglass.TimerRequestStore: requests written by the shop's own
+// transactions (through package txtimer, as a shop would) are applied
+// exactly as the API would apply them, once, in seq order per key; a
+// rolled-back transaction leaves nothing; what cannot be applied is listed
+// with its reason and holds nothing up. Every case runs on the database's
+// own clock.
+func ExerciseTimerRequests(t *testing.T, h TimerRequestHarness) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, TimerRequestHarness)
+	}{
+		{"CommittedArmApplied", requestCommittedArm},
+		{"RolledBackLeavesNothing", requestRolledBack},
+		{"ArmThenCancelInOneTransaction", requestArmThenCancel},
+		{"CancelThenArm", requestCancelThenArm},
+		{"RejectionsListed", requestRejections},
+		{"ConcurrentTransactions", requestConcurrent},
+		{"TwoAppliersExactlyOnce", requestTwoAppliers},
+		{"Notified", requestNotified},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, h)
+		})
+	}
+}
+
+// inTx runs fn in one transaction of the shop's and commits it (rollback:
+// rolls it back).
+func inTx(t *testing.T, shop *sql.DB, rollback bool, fn func(tx *sql.Tx) error) {
+	t.Helper()
+	tx, err := shop.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		t.Fatal(err)
+	}
+	if rollback {
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyAll applies until nothing is left and returns the sum.
+func applyAll(t *testing.T, s hourglass.TimerRequestStore) hourglass.TimerRequestsApplied {
+	t.Helper()
+	var sum hourglass.TimerRequestsApplied
+	for range maxPages {
+		r, err := s.ApplyTimerRequests(t.Context(), 100)
+		if err != nil {
+			t.Fatalf("ApplyTimerRequests: %v", err)
+		}
+		sum.Applied += r.Applied
+		sum.Rejected += r.Rejected
+		sum.Armed = append(sum.Armed, r.Armed...)
+		sum.Cancelled = append(sum.Cancelled, r.Cancelled...)
+		sum.Lags = append(sum.Lags, r.Lags...)
+		if r.Applied+r.Rejected == 0 && !r.Full {
+			return sum
+		}
+	}
+	t.Fatal("ApplyTimerRequests did not run dry")
+	return sum
+}
+
+func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	before := time.Now()
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:42", Delay: time.Minute, Payload: []byte(`{"order":42}`)})
+	})
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "coupon:7", FireAt: at})
+	})
+	after := time.Now()
+	res := applyAll(t, a)
+	if res.Applied != 2 || res.Rejected != 0 || len(res.Armed) != 2 || len(res.Lags) != 2 {
+		t.Fatalf("applied %+v; want 2 applied, 2 armed, 2 lags", res)
+	}
+	tm, err := timers.Timer(t.Context(), "order:42")
+	if err != nil {
+		t.Fatalf("the armed timer: %v", err)
+	}
+	// Up to a second of clock difference between this process and the
+	// database server, and the millisecond rounding.
+	lo, hi := before.Add(time.Minute-time.Second), after.Add(time.Minute+time.Second)
+	if tm.Status != hourglass.TimerScheduled || tm.FireAt.Before(lo) || tm.FireAt.After(hi) || string(tm.Payload) != `{"order":42}` {
+		t.Errorf("timer = %+v; want scheduled, fire_at a minute after the request (%s..%s), the payload", tm, lo, hi)
+	}
+	if res.Armed[0].OrderID != tm.ID || !res.Armed[0].Deadline.Equal(tm.FireAt) {
+		t.Errorf("armed %+v; want the timer's id %d and fire_at %s", res.Armed[0], tm.ID, tm.FireAt)
+	}
+	tc, err := timers.Timer(t.Context(), "coupon:7")
+	if err != nil || !tc.FireAt.Equal(at) {
+		t.Errorf("the fire_at timer = %+v, %v; want fire_at %s", tc, err, at)
+	}
+	// Applied requests are gone: nothing more to apply.
+	if again := applyAll(t, a); again.Applied+again.Rejected != 0 {
+		t.Errorf("a second apply did %+v; want nothing", again)
+	}
+}
+
+func requestRolledBack(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	inTx(t, shop, true, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:1", Delay: time.Minute})
+	})
+	if res := applyAll(t, a); res.Applied+res.Rejected != 0 {
+		t.Fatalf("applied %+v after a rollback; want nothing", res)
+	}
+	if _, err := timers.Timer(t.Context(), "order:1"); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
+		t.Fatalf("Timer after a rollback = %v; want not_found", err)
+	}
+}
+
+func requestArmThenCancel(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		if err := table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:2", Delay: time.Minute}); err != nil {
+			return err
+		}
+		return table.Cancel(t.Context(), tx, "order:2")
+	})
+	res := applyAll(t, a)
+	tm, err := timers.Timer(t.Context(), "order:2")
+	if err != nil || tm.Status != hourglass.TimerCancelled {
+		t.Fatalf("after an arm then a cancel in one transaction: %+v, %v; want cancelled", tm, err)
+	}
+	if res.Applied != 2 || len(res.Armed) != 0 || len(res.Cancelled) != 1 || res.Cancelled[0] != tm.ID {
+		t.Errorf("applied %+v; want 2 applied, nothing left armed, timer %d cancelled", res, tm.ID)
+	}
+}
+
+func requestCancelThenArm(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:3", Delay: time.Hour})
+	})
+	applyAll(t, a)
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		if err := table.Cancel(t.Context(), tx, "order:3"); err != nil {
+			return err
+		}
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:3", Delay: 2 * time.Hour})
+	})
+	// A cancel of a timer that does not exist changes nothing and is not
+	// an error of the request.
+	inTx(t, shop, false, func(tx *sql.Tx) error { return table.Cancel(t.Context(), tx, "order:404") })
+	res := applyAll(t, a)
+	tm, err := timers.Timer(t.Context(), "order:3")
+	if err != nil || tm.Status != hourglass.TimerScheduled || time.Until(tm.FireAt) < 90*time.Minute {
+		t.Fatalf("after a cancel then an arm: %+v, %v; want scheduled about 2 h ahead", tm, err)
+	}
+	if res.Applied != 3 || res.Rejected != 0 || len(res.Armed) != 1 || len(res.Cancelled) != 0 {
+		t.Errorf("applied %+v; want 3 applied, order:3 left armed, none cancelled", res)
+	}
+}
+
+func requestRejections(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	// The shop's own SQL, past txtimer's checks: what a hand-written
+	// INSERT may hold.
+	name, mark := table.Name, func(i int) string { return "?" }
+	if table.Dialect == txtimer.Postgres {
+		mark = func(i int) string { return fmt.Sprintf("$%d", i) }
+	}
+	insert := func(tx *sql.Tx, key, action any, fireAt, delay, payload, hook any) error {
+		_, err := tx.ExecContext(t.Context(), fmt.Sprintf("INSERT INTO %s (timer_key, action, fire_at, delay_ms, payload, webhook_id) VALUES (%s, %s, %s, %s, %s, %s)",
+			name, mark(1), mark(2), mark(3), mark(4), mark(5), mark(6)), key, action, fireAt, delay, payload, hook)
+		return err
+	}
+	want := []struct {
+		key, action   any
+		fireAt, delay any
+		payload, hook any
+		reason        string
+	}{
+		{"bad key", "arm", nil, 1000, nil, nil, "key"},
+		{nil, "arm", nil, 1000, nil, nil, "timer_key"},
+		{"both", "arm", time.Now().UTC(), 1000, nil, nil, "fire_at, delay_ms"},
+		{"neither", "arm", nil, nil, nil, nil, "fire_at, delay_ms"},
+		{"negative", "arm", nil, -5, nil, nil, "delay_ms"},
+		{"array", "arm", nil, 1000, "[1,2]", nil, "payload"},
+		{"not-json", "arm", nil, 1000, "{order", nil, "payload"},
+		{"no-hook", "arm", nil, 1000, nil, 999999, "webhook_id"},
+		{"verb", "snooze", nil, 1000, nil, nil, "action"},
+		{"far", "arm", time.Now().UTC().AddDate(2, 0, 0), nil, nil, nil, "fire_at"},
+	}
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		for i, w := range want {
+			if err := insert(tx, w.key, w.action, w.fireAt, w.delay, w.payload, w.hook); err != nil {
+				return err
+			}
+			if i == 4 { // a good one among them is applied all the same
+				if err := table.Arm(t.Context(), tx, txtimer.Arm{Key: "good", Delay: time.Minute}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	res := applyAll(t, a)
+	if res.Applied != 1 || res.Rejected != len(want) {
+		t.Fatalf("applied %+v; want 1 applied, %d rejected", res, len(want))
+	}
+	if _, err := timers.Timer(t.Context(), "good"); err != nil {
+		t.Errorf("the good request among the bad: %v", err)
+	}
+	n, err := a.RejectedTimerRequestCount(t.Context())
+	if err != nil || n != int64(len(want)) {
+		t.Fatalf("RejectedTimerRequestCount = %d, %v; want %d", n, err, len(want))
+	}
+	var got []hourglass.RejectedTimerRequest
+	for after := int64(0); ; {
+		page, err := a.RejectedTimerRequests(t.Context(), after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, page...)
+		if len(page) < 3 {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	if len(got) != len(want) {
+		t.Fatalf("RejectedTimerRequests listed %d; want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		if !strings.Contains(r.Reason, want[i].reason) || r.RejectedAt.IsZero() || r.RequestedAt.IsZero() {
+			t.Errorf("rejected %d (%v): reason %q, rejected at %s; want a reason naming %q", i, want[i].key, r.Reason, r.RejectedAt, want[i].reason)
+		}
+		if i > 0 && r.Seq <= got[i-1].Seq {
+			t.Errorf("rejected requests not in seq order: %d after %d", r.Seq, got[i-1].Seq)
+		}
+	}
+	if k := got[0].Key; k == nil || *k != "bad key" {
+		t.Errorf("the first rejected request's key = %v; want the shop's %q as written", k, "bad key")
+	}
+}
+
+func requestConcurrent(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	const writers, each = 16, 63 // 1,008 requests
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				tx, err := shop.BeginTx(context.Background(), nil)
+				if err == nil {
+					err = table.Arm(context.Background(), tx, txtimer.Arm{Key: fmt.Sprintf("w%d:%d", w, i), Delay: time.Hour})
+					if err == nil {
+						err = tx.Commit()
+					} else {
+						tx.Rollback()
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	res := applyAll(t, a)
+	if res.Applied != writers*each || len(res.Armed) != writers*each {
+		t.Fatalf("applied %d, armed %d; want %d each", res.Applied, len(res.Armed), writers*each)
+	}
+	counts, err := timers.TimerCounts(t.Context())
+	if err != nil || counts[hourglass.TimerScheduled] != writers*each {
+		t.Fatalf("timer counts %v, %v; want %d scheduled", counts, err, writers*each)
+	}
+}
+
+// requestTwoAppliers: two store values (two nodes) apply concurrently
+// while the shop writes arms and cancels of the same keys: every request
+// is applied once, and each key ends as its last request left it.
+func requestTwoAppliers(t *testing.T, h TimerRequestHarness) {
+	a, b, timers, shop, table := h.Open(t)
+	const keys, rounds = 50, 8
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	totals := make([]int, 2)
+	for i, s := range []hourglass.TimerRequestStore{a, b} {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				r, err := s.ApplyTimerRequests(context.Background(), 20)
+				if err != nil {
+					t.Errorf("applier %d: %v", i, err)
+					return
+				}
+				totals[i] += r.Applied + r.Rejected
+				if r.Applied+r.Rejected == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	for r := range rounds {
+		inTx(t, shop, false, func(tx *sql.Tx) error {
+			for k := range keys {
+				key := fmt.Sprintf("k%d", k)
+				var err error
+				if (r+k)%2 == 0 {
+					err = table.Arm(t.Context(), tx, txtimer.Arm{Key: key, Delay: time.Duration(r+1) * time.Hour})
+				} else {
+					err = table.Cancel(t.Context(), tx, key)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	// Let both run dry, then stop them.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := shop.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table.Name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests left after 30 s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	if totals[0]+totals[1] != keys*rounds {
+		t.Fatalf("the appliers took %d and %d requests; want %d in all, each once", totals[0], totals[1], keys*rounds)
+	}
+	for k := range keys {
+		tm, err := timers.Timer(t.Context(), fmt.Sprintf("k%d", k))
+		last := rounds - 1
+		wantArmed := (last+k)%2 == 0
+		if err != nil || (tm.Status == hourglass.TimerScheduled) != wantArmed {
+			t.Errorf("k%d = %s, %v; want armed %v (its last request)", k, tm.Status, err, wantArmed)
+		}
+	}
+	t.Logf("applier a took %d requests, b %d", totals[0], totals[1])
+}
+
+func requestNotified(t *testing.T, h TimerRequestHarness) {
+	a, _, _, shop, table := h.Open(t)
+	ch := a.TimerRequestsWritten()
+	if ch == nil {
+		t.Skip("the store cannot tell when requests were written: the applier polls")
+	}
+	for len(ch) > 0 {
+		<-ch
+	}
+	inTx(t, shop, true, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "quiet", Delay: time.Minute})
+	})
+	select {
+	case <-ch:
+		t.Fatal("notified of a rolled-back request")
+	case <-time.After(300 * time.Millisecond):
+	}
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "loud", Delay: time.Minute})
+	})
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not notified 10 s after a committed request")
+	}
+}
