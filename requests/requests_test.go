@@ -1,0 +1,176 @@
+package requests_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/requests"
+	"github.com/hourglass/hourglass/store/postgres"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
+	"github.com/hourglass/hourglass/txtimer"
+)
+
+// announcer records what the applier tells the engine.
+type announcer struct {
+	mu        sync.Mutex
+	scheduled []hourglass.Timer
+	cancelled []int64
+	changed   chan struct{}
+}
+
+func newAnnouncer() *announcer { return &announcer{changed: make(chan struct{}, 1000)} }
+
+func (a *announcer) Schedule(t hourglass.Timer) {
+	a.mu.Lock()
+	a.scheduled = append(a.scheduled, t)
+	a.mu.Unlock()
+	a.changed <- struct{}{}
+}
+
+func (a *announcer) Cancel(id int64) {
+	a.mu.Lock()
+	a.cancelled = append(a.cancelled, id)
+	a.mu.Unlock()
+	a.changed <- struct{}{}
+}
+
+// observer records what the applier counted.
+type observer struct {
+	mu                sync.Mutex
+	applied, rejected int
+	lags              []time.Duration
+}
+
+func (o *observer) TimerRequestsApplied(applied, rejected int, lags []time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.applied += applied
+	o.rejected += rejected
+	o.lags = append(o.lags, lags...)
+}
+
+// TestAppliesCommittedRequests: on PostgreSQL, a request committed by the
+// shop is applied and announced to the engine within a second (woken by
+// the NOTIFY, not a poll), counted with its lag; a rejected one is counted.
+func TestAppliesCommittedRequests(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	shop, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	ann, obs := newAnnouncer(), &observer{}
+	// A poll far away: only the notification can wake it in time.
+	a, err := requests.New(requests.Config{Store: s, Announcer: ann, Observer: obs, PollInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	table := txtimer.Table{Name: "public.timer_requests", Dialect: txtimer.Postgres}
+	tx, err := shop.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:1", Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(t.Context(), `INSERT INTO public.timer_requests (timer_key, action) VALUES ('x', 'snooze')`); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ann.changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the armed timer was not announced within 5 s of the commit")
+	}
+	took := time.Since(committed)
+	tm, err := s.Timer(t.Context(), "order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann.mu.Lock()
+	got := ann.scheduled
+	ann.mu.Unlock()
+	if len(got) != 1 || got[0].OrderID != tm.ID || !got[0].Deadline.Equal(tm.FireAt) {
+		t.Fatalf("announced %v; want timer %d at %s", got, tm.ID, tm.FireAt)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.applied != 1 || obs.rejected != 1 || len(obs.lags) != 2 {
+		t.Errorf("observed %d applied, %d rejected, %d lags; want 1, 1, 2", obs.applied, obs.rejected, len(obs.lags))
+	}
+	t.Logf("announced %s after the commit", took)
+}
+
+// failingStore fails its first applies, then has nothing to apply.
+type failingStore struct {
+	hourglass.TimerRequestStore
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *failingStore) TimerRequestsWritten() <-chan struct{} { return nil }
+func (f *failingStore) ApplyTimerRequests(context.Context, int) (hourglass.TimerRequestsApplied, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= 2 {
+		return hourglass.TimerRequestsApplied{}, errors.New("database down")
+	}
+	return hourglass.TimerRequestsApplied{}, nil
+}
+
+// TestRetriesAfterAFailure: a failed transaction is tried again after a
+// backoff, and Run keeps going.
+func TestRetriesAfterAFailure(t *testing.T) {
+	t.Parallel()
+	f := &failingStore{}
+	a, err := requests.New(requests.Config{Store: f, Announcer: newAnnouncer(), PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run = %v; want nil when ctx ends", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls < 4 {
+		t.Errorf("%d calls in 2 s; want the failures retried and polling to go on", f.calls)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if _, err := requests.New(requests.Config{}); err == nil {
+		t.Error("New without a Store accepted")
+	}
+	if _, err := requests.New(requests.Config{Store: &failingStore{}, Announcer: newAnnouncer(), Batch: -1}); err == nil {
+		t.Error("a negative Batch accepted")
+	}
+}
