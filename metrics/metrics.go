@@ -41,6 +41,7 @@ type Metrics struct {
 	fanoutPending  prometheus.Gauge
 	cluster        clusterMetrics
 	retention      retentionMetrics
+	timerRequests  requestMetrics
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -150,6 +151,7 @@ func New(pending func() int) *Metrics {
 	)
 	m.cluster = newClusterMetrics(reg)
 	m.retention = newRetentionMetrics(reg)
+	m.timerRequests = newRequestMetrics(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")
