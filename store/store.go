@@ -75,6 +75,11 @@ type Options struct {
 	// lease TTL: by when their partitions move). See mysql.Config and
 	// postgres.Config.
 	IdleTxTimeout time.Duration
+	// Schema is PostgreSQL's schema for hourglass's tables
+	// (postgres.Config.Schema; --database-schema). Empty or "public" (the
+	// default): the URL's, the role's or the server's search_path. Other
+	// stores refuse any other value: MySQL uses the URL's database.
+	Schema string
 }
 
 // Kind returns which store a URL names, or an error saying what URLs are
@@ -127,6 +132,9 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSchema(kind, o.Schema); err != nil {
+		return nil, err
+	}
 	switch kind {
 	case KindSQLite:
 		dir, file, err := sqliteLocation(o)
@@ -145,8 +153,19 @@ func Open(ctx context.Context, o Options) (hourglass.Database, error) {
 	}
 }
 
+// checkSchema refuses a schema on a store that has none.
+func checkSchema(kind, schema string) error {
+	if schema == "" || schema == "public" || kind == KindPostgres {
+		return nil
+	}
+	if kind == KindMySQL {
+		return fmt.Errorf("--database-schema %q is PostgreSQL's: on MySQL and MariaDB hourglass's tables are in the URL's database (mysql://user@host/hourglass), which a shop's transaction reaches by qualified name", schema)
+	}
+	return fmt.Errorf("--database-schema %q is PostgreSQL's: a SQLite database has no schemas", schema)
+}
+
 func postgresConfig(o Options) postgres.Config {
-	return postgres.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending}
+	return postgres.Config{Schema: o.Schema, URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending}
 }
 
 func mysqlConfig(o Options) mysql.Config {
@@ -158,6 +177,9 @@ func mysqlConfig(o Options) mysql.Config {
 func Migrate(ctx context.Context, o Options) (int, error) {
 	kind, err := Kind(o.URL)
 	if err != nil {
+		return 0, err
+	}
+	if err := checkSchema(kind, o.Schema); err != nil {
 		return 0, err
 	}
 	switch kind {

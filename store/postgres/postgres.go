@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
@@ -80,6 +81,15 @@ type Config struct {
 	// Required. Its password, whether in user:pass@ or in a parameter
 	// (password, sslpassword, …), is never logged or put in an error.
 	URL string
+	// Schema, when set, is where every hourglass table, sequence, function
+	// and migration record lives (serve --database-schema): the
+	// connections' search_path is set to it alone, and it is created if
+	// missing. hourglass can then share a database with a shop's own
+	// tables (its orders, products and events) in other schemas. 1 to 63
+	// bytes; it may not be combined with a search_path in URL. Empty or
+	// "public" (the flag's default) sets nothing: the URL's search_path,
+	// the role's or the server's (normally public) applies.
+	Schema string
 	// MaxConns is the pool size (default MaxConnsDefault). One more
 	// connection, outside the pool, listens for other processes'
 	// deliveries and created orders.
@@ -146,6 +156,17 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatch < 0 || c.MaxBatch > 100000 {
 		return fmt.Errorf("postgres: Config.MaxBatch must be 0..100000, got %d", c.MaxBatch)
+	}
+	if c.Schema != "" && c.Schema != "public" {
+		if len(c.Schema) > 63 || strings.ContainsRune(c.Schema, 0) || !utf8.ValidString(c.Schema) {
+			return fmt.Errorf("postgres: --database-schema %q: want 1 to 63 bytes of UTF-8 (a PostgreSQL identifier)", c.Schema)
+		}
+		if strings.HasPrefix(strings.ToLower(c.Schema), "pg_") {
+			return fmt.Errorf("postgres: --database-schema %q: names starting with pg_ are reserved by PostgreSQL", c.Schema)
+		}
+		if u, err := url.Parse(c.URL); err == nil && u.Query().Has("search_path") {
+			return fmt.Errorf("postgres: --database-schema %q and the URL's search_path both name where hourglass's tables are: give one", c.Schema)
+		}
 	}
 	return nil
 }
@@ -269,6 +290,9 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	if d := cfg.IdleTxTimeout; d > 0 {
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 	}
+	if cfg.Schema != "" && cfg.Schema != "public" {
+		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
+	}
 	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), requestsWritten: make(chan struct{}, 1)}
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -289,6 +313,12 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: the server at %s is PostgreSQL %d.%d; hourglass needs %d or later: upgrade the server",
 			s.host(), version/10000, version%10000, MinServerVersion/10000)
+	}
+	if schema == nil && cfg.Schema != "" && cfg.Schema != "public" {
+		if schema, err = s.createSchema(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	if schema == nil {
 		pool.Close()
@@ -344,6 +374,31 @@ func (s *Store) startupError(op string, err error) error {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// createSchema creates Config.Schema, which does not exist yet, and returns
+// it as current_schema() now names it. A role that may not create schemas
+// gets a line saying what to grant or create.
+func (s *Store) createSchema(ctx context.Context) (*string, error) {
+	_, err := s.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize())
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P06") {
+		err = nil // another process created it at the same moment
+	}
+	if err != nil {
+		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return nil, fmt.Errorf("postgres: %s may not create the schema %q (--database-schema): create it for hourglass's role (CREATE SCHEMA %s AUTHORIZATION %s) or GRANT CREATE ON DATABASE %s TO %s",
+				s.where, s.cfg.Schema, pgx.Identifier{s.cfg.Schema}.Sanitize(), pgx.Identifier{s.pool.Config().ConnConfig.User}.Sanitize(),
+				pgx.Identifier{s.pool.Config().ConnConfig.Database}.Sanitize(), pgx.Identifier{s.pool.Config().ConnConfig.User}.Sanitize())
+		}
+		return nil, s.startupError("create the schema", err)
+	}
+	var schema *string
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return nil, s.startupError("create the schema", err)
+	}
+	s.log.Info("postgres: created the schema for hourglass's tables", "schema", s.cfg.Schema)
+	return schema, nil
+}
 
 // lookUpNames reads the names that depend on the search_path: the orders
 // sequence and the NOTIFY channels (scoped to database and schema, so two

@@ -1,29 +1,169 @@
 package postgres_test
 
 import (
+	"context"
+	"crypto/rand"
 	"database/sql"
+	neturl "net/url"
+	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the shop's database/sql driver
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/hourglass/hourglass/txtimer"
 )
 
+// shopDatabase returns a new database that already holds a shop's own
+// tables, among them one named orders (as hourglass's), and the shop's
+// connection to it.
+func shopDatabase(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.ExecContext(t.Context(), `CREATE TABLE public.orders (id BIGINT PRIMARY KEY, status TEXT NOT NULL);
+CREATE TABLE public.products (sku TEXT PRIMARY KEY, available INT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return url, db
+}
+
+func openSchema(t *testing.T, url, schema string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, MaxConns: testMaxConns})
+	if err != nil {
+		t.Fatalf("open with schema %q: %v", schema, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestTimerRequestsConformance runs the suite with hourglass's tables in a
+// schema of their own (--database-schema) of a database that also holds
+// the shop's tables, orders among them.
 func TestTimerRequestsConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseTimerRequests(t, hourglasstest.TimerRequestHarness{
 		Open: func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table) {
-			url := pgtest.NewDatabase(t)
-			sa, sb := open(t, url, nil, false), open(t, url, nil, false)
-			db, err := sql.Open("pgx", url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			return sa, sb, sa, db, txtimer.Table{Name: "public.timer_requests", Dialect: txtimer.Postgres}
+			url, db := shopDatabase(t)
+			sa, sb := openSchema(t, url, "hourglass"), openSchema(t, url, "hourglass")
+			return sa, sb, sa, db, txtimer.Table{Name: "hourglass.timer_requests", Dialect: txtimer.Postgres}
 		},
 	})
+}
+
+// TestDatabaseSchema: --database-schema puts every hourglass table and
+// sequence in its schema (created if missing, quoted as the name needs),
+// beside a shop's own orders table, which it leaves alone; it refuses a
+// URL that names a search_path too, and pg_ names.
+func TestDatabaseSchema(t *testing.T) {
+	t.Parallel()
+	url, shop := shopDatabase(t)
+	// Two nodes starting at once both create the schema.
+	done := make(chan struct{})
+	go func() { defer close(done); openSchema(t, url, "Hour Glass") }()
+	openSchema(t, url, "Hour Glass")
+	<-done
+	var tables []string
+	rows, err := shop.QueryContext(t.Context(), `SELECT table_schema || '.' || table_name FROM information_schema.tables
+WHERE table_schema IN ('public', 'Hour Glass') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, n)
+	}
+	got := strings.Join(tables, " ")
+	for _, want := range []string{"Hour Glass.orders", "Hour Glass.timers", "Hour Glass.timer_requests", "Hour Glass.hourglass_schema_migrations", "public.orders", "public.products"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("tables %s; want %s among them", got, want)
+		}
+	}
+	if strings.Contains(got, "public.timers") || strings.Contains(got, "public.timer_requests") {
+		t.Errorf("tables %s: hourglass wrote into public", got)
+	}
+	var n int
+	if err := shop.QueryRowContext(t.Context(), `SELECT count(*) FROM public.orders`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the shop's orders: %d rows, %v; want its own table untouched", n, err)
+	}
+	for _, bad := range []struct{ url, schema, want string }{
+		{url + "&search_path=other", "hourglass", "give one"},
+		{url, "pg_mine", "reserved"},
+		{url, strings.Repeat("s", 64), "63 bytes"},
+	} {
+		_, err := postgres.Open(t.Context(), postgres.Config{URL: bad.url, Schema: bad.schema})
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Open(schema %q) = %v; want an error saying %q", bad.schema, err, bad.want)
+		}
+	}
+}
+
+// TestShopRoleNeedsOnlyInsert: the shop's role arms timers with nothing
+// but USAGE on hourglass's schema and INSERT on timer_requests (the
+// trigger's NOTIFY and the identity column need no more), and can read or
+// change nothing else of hourglass's.
+func TestShopRoleNeedsOnlyInsert(t *testing.T) {
+	t.Parallel()
+	url, admin := shopDatabase(t)
+	s := openSchema(t, url, "hourglass")
+	role := "shop_" + strings.ToLower(rand.Text()[:8])
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA hourglass TO " + role,
+		"GRANT INSERT ON hourglass.timer_requests TO " + role,
+	} {
+		if _, err := admin.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := admin.ExecContext(context.Background(), stmt); err != nil {
+				t.Logf("%s: %v", stmt, err)
+			}
+		}
+	})
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	shop, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	tx, err := shop.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (txtimer.Table{Dialect: txtimer.Postgres}).Arm(t.Context(), tx, txtimer.Arm{Key: "order:9", Delay: time.Minute}); err != nil {
+		t.Fatalf("arm as the shop's role: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit as the shop's role: %v", err)
+	}
+	select {
+	case <-s.TimerRequestsWritten():
+	case <-time.After(10 * time.Second):
+		t.Error("no NOTIFY after the shop's role committed a request")
+	}
+	if res, err := s.ApplyTimerRequests(t.Context(), 10); err != nil || res.Applied != 1 {
+		t.Fatalf("apply = %+v, %v; want the shop role's request applied", res, err)
+	}
+	if _, err := shop.ExecContext(t.Context(), "SELECT count(*) FROM hourglass.timers"); err == nil {
+		t.Error("the shop's role read hourglass.timers; want permission denied")
+	}
 }
