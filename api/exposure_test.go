@@ -342,12 +342,12 @@ func TestRebindingHostIsRefused(t *testing.T) {
 func TestAllowedHostsAreChecked(t *testing.T) {
 	t.Parallel()
 	for _, h := range []string{"", " ", "host:8080", "http://host", "host/x", "a b"} {
-		_, err := api.NewServer(api.Config{Store: failingWritesStore{}, Scheduler: notReadyScheduler{}, AllowedHosts: []string{"ok.example", h}})
+		_, err := api.NewServer(api.Config{Store: failingWritesStore{}, Engine: notReadyScheduler{}, AllowedHosts: []string{"ok.example", h}})
 		if err == nil || !strings.Contains(err.Error(), "AllowedHosts[1]") {
 			t.Errorf("AllowedHosts %q: error %v, want one naming AllowedHosts[1]", h, err)
 		}
 	}
-	if _, err := api.NewServer(api.Config{Store: failingWritesStore{}, Scheduler: notReadyScheduler{}, AllowedHosts: []string{"Hourglass.Internal.", "h_1"}}); err != nil {
+	if _, err := api.NewServer(api.Config{Store: failingWritesStore{}, Engine: notReadyScheduler{}, AllowedHosts: []string{"Hourglass.Internal.", "h_1"}}); err != nil {
 		t.Errorf("valid AllowedHosts: %v", err)
 	}
 }

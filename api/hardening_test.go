@@ -96,7 +96,7 @@ func TestReadyzDuringStartUpIsNotAnError(t *testing.T) {
 	t.Parallel()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	srv, err := api.NewServer(api.Config{Store: struct{ hourglass.Store }{}, Scheduler: notReadyScheduler{}, Logger: logger})
+	srv, err := api.NewServer(api.Config{Store: struct{ hourglass.Store }{}, Engine: notReadyScheduler{}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestReadyzWhileWritesFail(t *testing.T) {
 		{"writes fail", failingWritesStore{}, http.StatusServiceUnavailable},
 		{"store without the ability", struct{ hourglass.Store }{}, http.StatusOK},
 	} {
-		srv, err := api.NewServer(api.Config{Store: tt.store, Scheduler: readyScheduler{}, Logger: slog.New(slog.DiscardHandler)})
+		srv, err := api.NewServer(api.Config{Store: tt.store, Engine: readyScheduler{}, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

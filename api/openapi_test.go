@@ -102,7 +102,7 @@ func startFullServer(t *testing.T) *fullServer {
 	}
 	down := &atomic.Bool{}
 	srv, err := api.NewServer(api.Config{
-		Store: store, Scheduler: readiness{eng, down}, Clock: clock, Logger: logger, Token: openAPIToken,
+		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, Token: openAPIToken,
 		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 	})

@@ -66,7 +66,7 @@ func TestReadAfterDeadlineShowsClosed(t *testing.T) {
 				}
 				clock = m.Clock()
 			}
-			srv, err := api.NewServer(api.Config{Store: db, Scheduler: nopScheduler{}, Clock: clock})
+			srv, err := api.NewServer(api.Config{Store: db, Engine: nopScheduler{}, Clock: clock})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,12 +21,10 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-// Scheduler is what the API needs of the timing engine.
-type Scheduler interface {
-	// Schedule is told of every committed pending order.
-	Schedule(t hourglass.Timer)
-	// Cancel is told of every order that stopped being pending.
-	Cancel(orderID int64)
+// Engine is what the API needs of the close path: whether it is ready, for
+// /readyz. The API does not tell it what is due: the store announces every
+// commit to it (hourglass.DueFeed).
+type Engine interface {
 	// Ready reports whether recovery has run.
 	Ready() bool
 	// Healthy returns nil, or why the delay mechanism is degraded.
@@ -46,12 +44,12 @@ type Observer interface {
 	ObserveRequest(route, method string, code int, d time.Duration)
 }
 
-// Config configures a Server. Store and Scheduler are required.
+// Config configures a Server. Store and Engine are required.
 type Config struct {
-	Store     hourglass.Store
-	Scheduler Scheduler
-	Clock     hourglass.Clock
-	Logger    *slog.Logger
+	Store  hourglass.Store
+	Engine Engine
+	Clock  hourglass.Clock
+	Logger *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1 route. Without it, a /v1 request's Host must be an IP
 	// address, localhost, or one of AllowedHosts (403 forbidden otherwise),
@@ -71,8 +69,7 @@ type Config struct {
 	Dashboard DashboardSource
 	// Cluster serves GET /v1/cluster when set (cluster.go).
 	Cluster ClusterSource
-	// Timers serves /v1/timers when set (timers.go); armed timers are
-	// told to Scheduler like created orders.
+	// Timers serves /v1/timers when set (timers.go).
 	Timers hourglass.TimerStore
 	// MaxBodyMemory bounds the bytes requests hold at once, request bodies
 	// and responses alike (default MaxBodyMemoryDefault). A body is reserved
@@ -110,8 +107,8 @@ type Server struct {
 
 // NewServer returns a server; Handler returns its http.Handler.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Store == nil || cfg.Scheduler == nil {
-		return nil, errors.New("api: Store and Scheduler are required")
+	if cfg.Store == nil || cfg.Engine == nil {
+		return nil, errors.New("api: Store and Engine are required")
 	}
 	if cfg.MaxBodyMemory < 0 {
 		return nil, errors.New("api: MaxBodyMemory must not be negative")
@@ -193,10 +190,10 @@ func (s *Server) routes() {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	}))
 	s.mux.Handle("GET /readyz", s.wrap("/readyz", false, func(*http.Request, []byte) (int, any, error) {
-		if !s.cfg.Scheduler.Ready() {
+		if !s.cfg.Engine.Ready() {
 			return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "recovery has not finished")}
 		}
-		if err := s.cfg.Scheduler.Healthy(); err != nil {
+		if err := s.cfg.Engine.Healthy(); err != nil {
 			return 0, nil, notReady{hourglass.Errorf(hourglass.CodeUnavailable, "%s", err.Error())}
 		}
 		if wh, ok := s.cfg.Store.(WriteHealthReporter); ok {
@@ -501,7 +498,6 @@ func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
 	if !created {
 		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
 	}
-	s.cfg.Scheduler.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
 	return http.StatusCreated, orderJSON(o.View(s.clock.Now())), nil
 }
 
@@ -581,7 +577,6 @@ func (s *Server) payOrder(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	s.cfg.Scheduler.Cancel(id)
 	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
 }
 
@@ -597,9 +592,6 @@ func (s *Server) transition(a hourglass.Action) handlerFunc {
 		o, err := s.cfg.Store.TransitionOrder(r.Context(), id, a)
 		if err != nil {
 			return 0, nil, err
-		}
-		if a == hourglass.ActionCancel {
-			s.cfg.Scheduler.Cancel(id)
 		}
 		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
 	}

@@ -112,7 +112,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		db.Close()
 		t.Fatalf("engine.New: %v", err)
 	}
-	apiCfg := api.Config{Store: db, Scheduler: eng, Clock: clock, Logger: logger, Token: cfg.Token, AllowedHosts: cfg.AllowedHosts, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory, Timers: db}
+	apiCfg := api.Config{Store: db, Engine: eng, Clock: clock, Logger: logger, Token: cfg.Token, AllowedHosts: cfg.AllowedHosts, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory, Timers: db}
 	var hooks *webhook.Service
 	if cfg.WebhookAllow != "" {
 		allow, err := webhook.ParseAllowList(cfg.WebhookAllow)

@@ -200,9 +200,6 @@ func (s *Server) armTimer(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if t.Status == hourglass.TimerScheduled {
-		s.cfg.Scheduler.Schedule(hourglass.Timer{OrderID: t.ID, Deadline: t.FireAt})
-	}
 	if created {
 		return http.StatusCreated, timerJSON(t), nil
 	}
@@ -230,7 +227,6 @@ func (s *Server) cancelTimer(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	s.cfg.Scheduler.Cancel(t.ID)
 	return http.StatusOK, timerJSON(t), nil
 }
 

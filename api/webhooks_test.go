@@ -64,7 +64,7 @@ func startWebhookServerWith(t *testing.T, allow string, change func(*webhook.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.NewServer(api.Config{Store: store, Scheduler: eng, Clock: clock, Logger: logger, Webhooks: svc})
+	srv, err := api.NewServer(api.Config{Store: store, Engine: eng, Clock: clock, Logger: logger, Webhooks: svc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 			return res, err
 		}
 	}
-	target := &storeTarget{store: db, eng: eng}
+	target := &storeTarget{store: db}
 	// Orders to pay during the burst, due long after it. Created the way
 	// the burst is, they also measure the store's create rate, which sets
 	// how far ahead the burst's deadline must lie.

@@ -32,7 +32,7 @@ func RunInProcess(ctx context.Context, sys System, databaseURL string, w Workloa
 		return Result{System: sys.Name}, err
 	}
 	defer run.drop()
-	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db, eng: run.eng}, w, progress, run.obs.sweptCount, run.obs.noopCount)
+	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db}, w, progress, run.obs.sweptCount, run.obs.noopCount)
 	run.stop()
 	if err != nil {
 		return res, err
@@ -136,21 +136,16 @@ func bytesPerTimer(ctx context.Context, sys System, store hourglass.Store, n int
 	return float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / float64(n), nil
 }
 
-// storeTarget drives the in-process store and engine exactly as the API
-// handlers do.
+// storeTarget drives the in-process store exactly as the API handlers do;
+// the store announces what is due to the engine (hourglass.DueFeed).
 type storeTarget struct {
 	store  hourglass.Store
 	timers hourglass.TimerStore // for the timers workload
-	eng    *engine.Engine
 }
 
 func (t *storeTarget) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
 	o, _, err := t.store.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "bench", Items: []hourglass.Item{{SKU: sku, Quantity: qty}}, Timeout: timeout})
-	if err != nil {
-		return o, err
-	}
-	t.eng.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
-	return o, nil
+	return o, err
 }
 
 func (t *storeTarget) Pay(ctx context.Context, id int64) (bool, error) {
@@ -161,7 +156,6 @@ func (t *storeTarget) Pay(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	t.eng.Cancel(id)
 	return true, nil
 }
 

@@ -301,7 +301,7 @@ func RunTimersInProcess(ctx context.Context, sys System, databaseURL string, w W
 		return TimerResult{System: sys.Name}, err
 	}
 	defer run.drop()
-	res, err := DriveTimers(ctx, sys.Name, &storeTarget{store: run.db, timers: run.db, eng: run.eng}, w, progress, run.obs.firedCount, run.obs.timersSweptCount)
+	res, err := DriveTimers(ctx, sys.Name, &storeTarget{store: run.db, timers: run.db}, w, progress, run.obs.firedCount, run.obs.timersSweptCount)
 	run.stop()
 	return res, err
 }
@@ -314,13 +314,7 @@ func (t *storeTarget) ArmTimer(ctx context.Context, key string, delay time.Durat
 		return hourglass.NamedTimer{}, err
 	}
 	nt, _, err := t.timers.ArmTimer(ctx, p)
-	if err != nil {
-		return nt, err
-	}
-	if nt.Status == hourglass.TimerScheduled {
-		t.eng.Schedule(hourglass.Timer{OrderID: nt.ID, Deadline: nt.FireAt})
-	}
-	return nt, nil
+	return nt, err
 }
 
 // Timers implements TimerTarget.

@@ -75,7 +75,7 @@ func startServer(t *testing.T) *server {
 		t.Fatalf("dashboard.New: %v", err)
 	}
 	srv, err := api.NewServer(api.Config{
-		Store: store, Scheduler: eng, Clock: clock, Logger: logger, Token: testToken,
+		Store: store, Engine: eng, Clock: clock, Logger: logger, Token: testToken,
 		Observer: rec, Webhooks: hooks, Dashboard: src, Timers: store,
 		Cluster: cluster.Single{ID: "dash-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 	})

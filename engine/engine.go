@@ -88,9 +88,9 @@ type Config struct {
 	// window when it gains it, and drops the timers of one it lost as they
 	// fire. Nil: this node owns every order.
 	Ownership cluster.Ownership
-	// WatchCreated, when set, reports the orders other nodes create
-	// (hourglass.ClusterStore.WatchCreated), so that the owner of an
-	// order's partition schedules it whichever node took the create.
+	// Deprecated: WatchCreated is ignored: the engine follows the store's
+	// due feed (hourglass.DueFeed), which reports the orders other nodes
+	// create. It stays until the cluster tests that set it stop doing so.
 	WatchCreated func(ctx context.Context, fn func([]hourglass.Timer)) error
 	// Clock gives now and times the engine's loops (default the system
 	// clock).
@@ -130,7 +130,11 @@ func (c Config) Validate() error {
 }
 
 // Store is what the engine needs of the database. For a FeedOutbox
-// scheduler it must also implement hourglass.Outbox.
+// scheduler it must also implement hourglass.Outbox. A store that is a
+// hourglass.DueFeed (every store of package store is) tells the engine
+// what its writes make due, and what other nodes' writes do: the engine
+// follows it while it runs, and nothing else needs to tell it (Schedule,
+// Cancel).
 type Store interface {
 	CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error)
 	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
@@ -405,31 +409,34 @@ func (e *Engine) Closing() bool {
 	return ok && q.Queued() >= CloseBatchDefault
 }
 
-// Schedule tells the engine a pending order was committed. Call it after the
-// commit. Idempotent.
+// Schedule tells the engine a pending order was committed, for a store that
+// is not a hourglass.DueFeed (a test's). Call it after the commit.
+// Idempotent.
 func (e *Engine) Schedule(t hourglass.Timer) {
-	if !e.parts.Has(t.OrderID) {
-		return // its partition's owner learns of it from the database
+	e.due([]hourglass.Timer{t})
+}
+
+// follow takes an announcement of the store's due feed: items due go to
+// the scheduler, ids gone are cancelled where the mechanism can, and a
+// reload loads the window again.
+func (e *Engine) follow(u hourglass.DueUpdate) {
+	if u.Reload {
+		e.parts.GainAll()
 	}
-	switch e.info.Feed {
-	case hourglass.FeedWindow:
-		// Beyond the horizon, the loader brings it later.
-		if _, err := e.loader.Offer(context.Background(), []hourglass.Timer{t}); err != nil {
-			e.log.Warn("engine: schedule failed; the loader or sweeper will catch it", "order", t.OrderID, "err", err)
-		}
-	case hourglass.FeedOutbox:
-		wake(e.relayWake)
+	if len(u.Due) > 0 {
+		e.due(u.Due)
+	}
+	if len(u.Gone) > 0 {
+		e.cancel(u.Gone)
 	}
 }
 
-// created takes the orders other nodes created: those of owned partitions
-// inside the horizon go to the scheduler (FeedWindow), or wake the relay
-// (FeedOutbox). nil means some may have been missed: load the window again.
-func (e *Engine) created(ts []hourglass.Timer) {
-	if ts == nil {
-		e.parts.GainAll()
-		return
-	}
+// due takes committed due items, of this node's writes or of others':
+// those of owned partitions inside the horizon go to the scheduler
+// (FeedWindow; beyond it, the loader brings them later), or wake the relay
+// (FeedOutbox). The owner of another partition learns of its items from
+// its own feed.
+func (e *Engine) due(ts []hourglass.Timer) {
 	var mine []hourglass.Timer
 	for _, t := range ts {
 		if e.parts.Has(t.OrderID) {
@@ -442,25 +449,11 @@ func (e *Engine) created(ts []hourglass.Timer) {
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
 		if _, err := e.loader.Offer(context.Background(), mine); err != nil {
-			e.log.Warn("engine: schedule of another node's orders failed; the loader or sweeper will catch them", "orders", len(mine), "err", err)
+			e.log.Warn("engine: schedule failed; the loader or sweeper will catch them", "orders", len(mine), "err", err)
 		}
 	case hourglass.FeedOutbox:
 		wake(e.relayWake)
 	}
-}
-
-// watchLoop runs WatchCreated until ctx ends, again after a failure.
-func (e *Engine) watchLoop(ctx context.Context) {
-	sup := e.supervisor(func(err error, retryIn time.Duration) {
-		e.log.Warn("engine: watch of other nodes' orders stopped; restarting it", "retry_in", retryIn, "err", err)
-		e.parts.GainAll()
-	})
-	sup.Run(ctx, func(ctx context.Context) error {
-		if err := e.cfg.WatchCreated(ctx, e.created); err != nil {
-			return err
-		}
-		return errors.New("watch of created orders stopped")
-	})
 }
 
 // supervisor returns the restart loop of the engine's goroutines: capped
@@ -470,11 +463,14 @@ func (e *Engine) supervisor(failed func(err error, retryIn time.Duration)) timin
 }
 
 // Cancel drops the timer of an order that was paid or cancelled, where the
-// mechanism can. It is an optimisation (a stale timer closes nothing).
-func (e *Engine) Cancel(orderID int64) {
+// mechanism can, for a store that is not a hourglass.DueFeed (a test's). It
+// is an optimisation (a stale timer closes nothing).
+func (e *Engine) Cancel(orderID int64) { e.cancel([]int64{orderID}) }
+
+func (e *Engine) cancel(ids []int64) {
 	if c, ok := e.sched.(hourglass.Canceler); ok {
-		if err := c.Cancel(context.Background(), []int64{orderID}); err != nil {
-			e.log.Debug("engine: cancel failed; the timer will fire into a no-op close", "order", orderID, "err", err)
+		if err := c.Cancel(context.Background(), ids); err != nil {
+			e.log.Debug("engine: cancel failed; the timer will fire into a no-op close", "orders", ids, "err", err)
 		}
 	}
 }
@@ -502,6 +498,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.loading.Store(true)
 	}
 	defer e.ready.Store(false)
+	// The feed is followed from here on, before the first load reads the
+	// database: a commit is either in that load or announced.
+	if feed, ok := e.store.(hourglass.DueFeed); ok {
+		wait := feed.WatchDue(ctx, e.follow)
+		defer wait()
+	}
 	run(e.schedulerLoop)
 	switch e.info.Feed {
 	case hourglass.FeedWindow:
@@ -513,9 +515,6 @@ func (e *Engine) Run(ctx context.Context) error {
 		run(e.recover)
 	}
 	run(e.sweepLoop)
-	if e.cfg.WatchCreated != nil {
-		run(e.watchLoop)
-	}
 	if e.info.Feed == hourglass.FeedWindow {
 		select {
 		case <-e.firstPage:

@@ -70,7 +70,7 @@ func TestOwnedPartitionsOnly(t *testing.T) {
 
 	// A watch that may have missed creates asks for every owned partition
 	// again.
-	e.created(nil)
+	e.follow(hourglass.DueUpdate{Reload: true})
 	if got, want := e.parts.TakeGained(), own.Owned(); !slices.Equal(got, want) {
 		t.Fatalf("after a reload request the partitions to load are %v, want the owned %v", got, want)
 	}

@@ -92,23 +92,23 @@ func (n *node) skewError() error {
 
 // ready adds the database clock skew check to a scheduler's Healthy, which
 // /readyz consults.
-func (n *node) ready(s api.Scheduler) api.Scheduler {
+func (n *node) ready(s api.Engine) api.Engine {
 	if n.m == nil {
 		return s
 	}
 	return skewGate{s, n.skewError}
 }
 
-// skewGate is an api.Scheduler whose Healthy also fails on database clock
+// skewGate is an api.Engine whose Healthy also fails on database clock
 // skew.
 type skewGate struct {
-	api.Scheduler
+	api.Engine
 	skew func() error
 }
 
-// Healthy implements api.Scheduler: the scheduler's own error first.
+// Healthy implements api.Engine: the scheduler's own error first.
 func (g skewGate) Healthy() error {
-	if err := g.Scheduler.Healthy(); err != nil {
+	if err := g.Engine.Healthy(); err != nil {
 		return err
 	}
 	return g.skew()

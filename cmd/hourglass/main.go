@@ -204,7 +204,6 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	if own := self.ownership(); own != nil {
 		engCfg.Ownership = own
-		engCfg.WatchCreated = db.(hourglass.ClusterStore).WatchCreated
 	}
 	eng, err = engine.New(db, engCfg)
 	if err != nil {
@@ -212,7 +211,7 @@ func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
 	}
 	srv, err := api.NewServer(api.Config{
 		Store:        db,
-		Scheduler:    self.ready(eng), // and the database servers' clocks agree
+		Engine:       self.ready(eng), // and the database servers' clocks agree
 		Clock:        clock,
 		Logger:       log,
 		Token:        s.APIToken,

@@ -801,3 +801,28 @@ func cloneOrder(o hourglass.Order) hourglass.Order {
 	o.Items = slices.Clone(o.Items)
 	return o
 }
+
+// Due implements writer.Announcer: what a committed create, pay, cancel,
+// arm or timer cancel changed in what is due (announced to the engine by
+// the writer, hourglass.DueFeed). An idempotent replay changes nothing.
+func (o *op) Due(u *hourglass.DueUpdate) {
+	r := &o.res
+	switch o.kind {
+	case opCreate:
+		if r.created && r.replay == 0 {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: r.order.ID, Deadline: r.order.Deadline})
+		}
+	case opPay:
+		u.Gone = append(u.Gone, o.id)
+	case opTransition:
+		if o.action == hourglass.ActionCancel {
+			u.Gone = append(u.Gone, o.id)
+		}
+	case opArm:
+		if r.timer.Status == hourglass.TimerScheduled {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: r.timer.ID, Deadline: r.timer.FireAt})
+		}
+	case opCancel:
+		u.Gone = append(u.Gone, r.timer.ID)
+	}
+}

@@ -580,3 +580,11 @@ func (s *Store) pruneFeed(ctx context.Context, retention time.Duration) error {
 		retention.Milliseconds())
 	return err
 }
+
+var _ hourglass.DueFeed = (*Store)(nil)
+
+// WatchDue implements hourglass.DueFeed: the due items this store value's
+// writes commit, and those of the other processes (WatchCreated).
+func (s *Store) WatchDue(ctx context.Context, fn func(hourglass.DueUpdate)) (wait func()) {
+	return s.w.WatchDue(ctx, s.WatchCreated, fn)
+}

@@ -457,3 +457,11 @@ func (s *Store) WatchCreated(ctx context.Context, fn func([]hourglass.Timer)) er
 		}
 	}
 }
+
+var _ hourglass.DueFeed = (*Store)(nil)
+
+// WatchDue implements hourglass.DueFeed: the due items this store value's
+// writes commit, and those of the other processes (WatchCreated).
+func (s *Store) WatchDue(ctx context.Context, fn func(hourglass.DueUpdate)) (wait func()) {
+	return s.w.WatchDue(ctx, s.WatchCreated, fn)
+}

@@ -712,3 +712,27 @@ func queueInsertOrders(b *pgx.Batch, accepted []*op, nowMs int64, outbox bool) {
 	}
 	b.Queue(insertOrdersSQL, nowMs, ids, users, items, deadlines, outbox, keys, hashes, keyIDs)
 }
+
+// Due implements writer.Announcer: what a committed create, pay, cancel,
+// arm or timer cancel changed in what is due (announced to the engine by
+// the writer, hourglass.DueFeed).
+func (o *op) Due(u *hourglass.DueUpdate) {
+	switch o.kind {
+	case opCreate:
+		if o.created {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: o.order.ID, Deadline: o.order.Deadline})
+		}
+	case opPay:
+		u.Gone = append(u.Gone, o.id)
+	case opTransition:
+		if o.action == hourglass.ActionCancel {
+			u.Gone = append(u.Gone, o.id)
+		}
+	case opArmTimer:
+		if o.timer.Status == hourglass.TimerScheduled {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: o.timer.ID, Deadline: o.timer.FireAt})
+		}
+	case opCancelTimer:
+		u.Gone = append(u.Gone, o.timer.ID)
+	}
+}

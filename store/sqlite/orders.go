@@ -29,7 +29,12 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 		created bool
 		fanned  int // deliveries created with the event
 	)
-	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	due := func(u *hourglass.DueUpdate) {
+		if created {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: out.ID, Deadline: out.Deadline})
+		}
+	}
+	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
 		fanned = 0 // the op may be retried alone after a batch failure
 		// The rows the planner decides on: the key, if stored, and the
 		// products; the policy is read in the write, so a policy put
@@ -230,7 +235,8 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 		out    hourglass.Order
 		fanned int // deliveries created with the event
 	)
-	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	gone := func(u *hourglass.DueUpdate) { u.Gone = append(u.Gone, id) }
+	err := s.writeDue(ctx, gone, func(conn *sqlite.Conn, now time.Time) error {
 		fanned = 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// The compare-and-set: only a pending order strictly before its
@@ -288,7 +294,12 @@ func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Actio
 		out    hourglass.Order
 		fanned int // deliveries created with the event
 	)
-	err = s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	gone := func(u *hourglass.DueUpdate) {
+		if a == hourglass.ActionCancel {
+			u.Gone = append(u.Gone, id)
+		}
+	}
+	err = s.writeDue(ctx, gone, func(conn *sqlite.Conn, now time.Time) error {
 		fanned = 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// A cancel, like a payment, is refused at or after the deadline: by

@@ -128,10 +128,21 @@ type op struct {
 	// closes (or timers it fires), each with the webhook deliveries the
 	// latest close created per order (Store.deliveriesPerOrder).
 	orders int
+	// due, if set, says what the committed op changed in what is due
+	// (writeDue).
+	due func(u *hourglass.DueUpdate)
 }
 
 func (o *op) Fail(err error) { o.err = err }
 func (o *op) Err() error     { return o.err }
+
+// Due implements writer.Announcer: what the committed write changed in
+// what is due, told by the write itself (writeDue).
+func (o *op) Due(u *hourglass.DueUpdate) {
+	if o.due != nil {
+		o.due(u)
+	}
+}
 
 // Open opens (creating if needed) the database in cfg.Dir, applies
 // migrations and starts the writer. Close must be called to stop it.
@@ -293,6 +304,13 @@ func (s *Store) write(ctx context.Context, run func(conn *sqlite.Conn, now time.
 	return s.w.Submit(ctx, writer.Normal, &op{run: run})
 }
 
+// writeDue is write for an op that changes what is due (a create, a pay,
+// a cancel, a timer's arm or cancel): once it committed, the writer asks
+// due what it changed and announces it to the due feed (WatchDue).
+func (s *Store) writeDue(ctx context.Context, due func(u *hourglass.DueUpdate), run func(conn *sqlite.Conn, now time.Time) error) error {
+	return s.w.Submit(ctx, writer.Normal, &op{run: run, due: due})
+}
+
 // writeUrgent is write for closes of n orders: they jump the queue of API
 // writes, so a burst of creates cannot make a deadline late.
 func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Conn, now time.Time) error) error {
@@ -434,4 +452,12 @@ func step(stmt *sqlite.Stmt, fn func(stmt *sqlite.Stmt)) (found bool, err error)
 		fn(stmt)
 	}
 	return row, nil
+}
+
+var _ hourglass.DueFeed = (*Store)(nil)
+
+// WatchDue implements hourglass.DueFeed: the due items this store's writes
+// commit (a SQLite database has one process).
+func (s *Store) WatchDue(ctx context.Context, fn func(hourglass.DueUpdate)) (wait func()) {
+	return s.w.WatchDue(ctx, nil, fn)
 }

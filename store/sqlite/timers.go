@@ -76,7 +76,12 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 		out     hourglass.NamedTimer
 		created bool
 	)
-	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	due := func(u *hourglass.DueUpdate) {
+		if out.Status == hourglass.TimerScheduled {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: out.ID, Deadline: out.FireAt})
+		}
+	}
+	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
 		created = false // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		fireMs := nowMs + p.Delay.Milliseconds()
@@ -202,7 +207,8 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 // is (idempotent). Errors: not_found, timer_fired.
 func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
 	var out hourglass.NamedTimer
-	err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
+	gone := func(u *hourglass.DueUpdate) { u.Gone = append(u.Gone, out.ID) }
+	err := s.writeDue(ctx, gone, func(conn *sqlite.Conn, now time.Time) error {
 		stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'cancelled', updated_at = ?2 WHERE key = ?1 AND status = 'scheduled' RETURNING ` + timerColumns)
 		stmt.BindText(1, key)
 		stmt.BindInt64(2, hourglass.UnixMilli(now))

@@ -18,12 +18,16 @@
 //     of store/internal/unavailable; the driver's text goes to the log;
 //   - write health (store/writehealth) for /readyz, with its probe;
 //   - the wake-up of the webhook delivery engine after a commit that
-//     created deliveries.
+//     created deliveries;
+//   - the due feed (hourglass.DueFeed, feed.go): a committed write that
+//     says what it made due (Announcer) is announced to the subscribers
+//     (the engine) before its caller has its answer.
 //
 // A dialect supplies only Run ("run these writes as one transaction") and
 // Classify ("what does this error mean"), as temporal's persistence and
 // river's batch completer keep their logic above a thin driver. The package
-// imports the root package and the store's internal packages only.
+// imports the root package, the timing core (for the restart loop of the
+// remote feed) and the store's internal packages only.
 package writer
 
 import (
@@ -199,6 +203,7 @@ type Writer[T Write] struct {
 	queue      *writequeue.Queue[*entry[T]]
 	health     *writehealth.Tracker
 	deliveries chan struct{}
+	feed       feed // the due feed (feed.go)
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 
@@ -251,7 +256,8 @@ func (w *Writer[T]) Close() {
 var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
 
 // Submit queues write in lane and waits until its transaction committed or
-// failed; it returns write.Err(). Once queued, a write runs even if ctx ends
+// failed; it returns write.Err(). A committed write that is an Announcer is
+// announced to the due feed before Submit returns. Once queued, a write runs even if ctx ends
 // while it waits, unless ctx ended before its batch began: then it is
 // skipped and fails with ctx.Err().
 func (w *Writer[T]) Submit(ctx context.Context, lane Lane, write T) error {
@@ -292,6 +298,7 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 		<-e.done
 		errs[i] = e.w.Err()
 	}
+	w.announce(writes)
 	return errs
 }
 
@@ -303,6 +310,7 @@ func (w *Writer[T]) Commit(ctx context.Context, writes []T) {
 		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{})}
 	}
 	w.commit(es)
+	w.announce(writes)
 }
 
 // Len returns how many writes wait. Urgent and UrgentPushes are the
