@@ -98,9 +98,12 @@ func applyAll(t *testing.T, s hourglass.TimerRequestStore) hourglass.TimerReques
 
 func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 	a, _, timers, shop, table := h.Open(t)
+	// Not only ASCII: the request table keeps what the shop's connection
+	// sends, whatever its character set.
+	const payload = `{"order":42,"note":"crème brûlée ☕"}`
 	before := time.Now()
 	inTx(t, shop, false, func(tx *sql.Tx) error {
-		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:42", Delay: time.Minute, Payload: []byte(`{"order":42}`)})
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "order:42", Delay: time.Minute, Payload: []byte(payload)})
 	})
 	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	inTx(t, shop, false, func(tx *sql.Tx) error {
@@ -111,6 +114,14 @@ func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 	if res.Applied != 2 || res.Rejected != 0 || len(res.Armed) != 2 || len(res.Lags) != 2 {
 		t.Fatalf("applied %+v; want 2 applied, 2 armed, 2 lags", res)
 	}
+	// A lag runs from requested_at (the database's clock, in UTC whatever
+	// the shop's session time zone) to the commit: seconds at most here.
+	for _, lag := range res.Lags {
+		if lag < 0 || lag > 30*time.Second {
+			t.Errorf("lags %v; want each from 0 to 30 s", res.Lags)
+			break
+		}
+	}
 	tm, err := timers.Timer(t.Context(), "order:42")
 	if err != nil {
 		t.Fatalf("the armed timer: %v", err)
@@ -118,7 +129,7 @@ func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 	// Up to a second of clock difference between this process and the
 	// database server, and the millisecond rounding.
 	lo, hi := before.Add(time.Minute-time.Second), after.Add(time.Minute+time.Second)
-	if tm.Status != hourglass.TimerScheduled || tm.FireAt.Before(lo) || tm.FireAt.After(hi) || string(tm.Payload) != `{"order":42}` {
+	if tm.Status != hourglass.TimerScheduled || tm.FireAt.Before(lo) || tm.FireAt.After(hi) || string(tm.Payload) != payload {
 		t.Errorf("timer = %+v; want scheduled, fire_at a minute after the request (%s..%s), the payload", tm, lo, hi)
 	}
 	if res.Armed[0].OrderID != tm.ID || !res.Armed[0].Deadline.Equal(tm.FireAt) {
@@ -219,6 +230,10 @@ func requestRejections(t *testing.T, h TimerRequestHarness) {
 		{"no-hook", "arm", nil, 1000, nil, 999999, "webhook_id"},
 		{"verb", "snooze", nil, 1000, nil, nil, "action"},
 		{"far", "arm", time.Now().UTC().AddDate(2, 0, 0), nil, nil, nil, "fire_at"},
+		// Written all the same (a column of ASCII, or of 200 characters,
+		// would refuse the shop's INSERT), and rejected.
+		{"clé:1", "arm", nil, 1000, nil, nil, "key"},
+		{strings.Repeat("k", 300), "arm", nil, 1000, nil, nil, "key"},
 	}
 	inTx(t, shop, false, func(tx *sql.Tx) error {
 		for i, w := range want {
