@@ -11,6 +11,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -133,19 +134,22 @@ func waitBalanced(t *testing.T, nodes []*runNode, within time.Duration) time.Dur
 	t.Helper()
 	start := time.Now()
 	var last string
-	for time.Since(start) < within {
+	done := false
+	defer func() {
+		if !done {
+			t.Logf("last view %s", last)
+		}
+	}()
+	testenv.Eventually(t, within, fmt.Sprintf("balanced over %d nodes", len(nodes)), func() bool {
 		v, err := nodes[0].m.View(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = fmt.Sprintf("%+v", v.Nodes)
-		if len(v.Nodes) == len(nodes) && balanced(v, nodes) {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("not balanced over %d nodes within %s; last view %s", len(nodes), within, last)
-	return 0
+		return len(v.Nodes) == len(nodes) && balanced(v, nodes)
+	})
+	done = true
+	return time.Since(start)
 }
 
 func balanced(v hourglass.ClusterView, nodes []*runNode) bool {
@@ -223,13 +227,8 @@ func TestMembership(t *testing.T) {
 				t.Errorf("the partitions of a crashed node were taken over in %s, want within the TTL %s + 1s", took, ttl)
 			}
 			// b's own view: it could not renew for a TTL, so it holds nothing.
-			deadline := time.Now().Add(3 * ttl)
-			for len(b.m.Owned()) != 0 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if got := b.m.Owned(); len(got) != 0 {
-				t.Errorf("a node cut off from the database for %s still believes it owns %v", 3*ttl, got)
-			}
+			testenv.Eventually(t, 3*ttl, "b, cut off from the database, owning nothing", func() bool { return len(b.m.Owned()) == 0 })
+
 		})
 	}
 }
@@ -306,26 +305,22 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 			}
 			deadline := time.Now().Add(20 * time.Second)
 			for i, o := range orders {
-				for {
-					got, err := nodes[0].db.Order(ctx, o.ID)
-					if err != nil {
+				var got hourglass.Order
+				testenv.Eventually(t, time.Until(deadline), fmt.Sprintf("order %d closed 20s after the test began creating", o.ID), func() bool {
+					var err error
+					if got, err = nodes[0].db.Order(ctx, o.ID); err != nil {
 						t.Fatal(err)
 					}
-					if got.Status == hourglass.StateClosed {
-						if got.ClosedAt.Before(got.Deadline) {
-							t.Fatalf("order %d closed at %s, before its deadline %s", o.ID, got.ClosedAt, got.Deadline)
-						}
-						// Uncorrected, a node 2 s behind closes 2 s late.
-						if late := got.ClosedAt.Sub(got.Deadline); late > 1500*time.Millisecond {
-							t.Errorf("order %d (created through node %d) closed %s after its deadline", o.ID, i%3, late)
-						}
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("order %d still %s 20s after the test began creating", o.ID, got.Status)
-					}
-					time.Sleep(50 * time.Millisecond)
+					return got.Status == hourglass.StateClosed
+				})
+				if got.ClosedAt.Before(got.Deadline) {
+					t.Fatalf("order %d closed at %s, before its deadline %s", o.ID, got.ClosedAt, got.Deadline)
 				}
+				// Uncorrected, a node 2 s behind closes 2 s late.
+				if late := got.ClosedAt.Sub(got.Deadline); late > 1500*time.Millisecond {
+					t.Errorf("order %d (created through node %d) closed %s after its deadline", o.ID, i%3, late)
+				}
+
 				evs, err := nodes[0].db.OrderEvents(ctx, o.ID)
 				if err != nil {
 					t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/engine"
-	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -143,18 +143,6 @@ func (n *fullNode) firstGainAfter(t0 time.Time) time.Time {
 	return time.Time{}
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Now()
-}
-
 // TestHungConnection: node a's connection to the database stops forwarding
 // (a proxy holds its bytes: no answer, no error). By its own clock, a stops
 // working every partition within the lease TTL of the hold, and before b
@@ -177,14 +165,14 @@ func TestHungConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			proxy := hourglasstest.NewProxy(t, u.Host)
+			proxy := testenv.NewProxy(t, u.Host)
 			u.Host = proxy.Addr()
 			const ttl = 2 * time.Second
 			ctx := context.Background()
 			rcv := newReceiver(t)
 
 			a := startFullNode(t, u.String(), "a", ttl, rcv)
-			waitFor(t, "a alone owns every partition", 10*time.Second, func() bool { return len(a.m.Owned()) == hourglass.Partitions })
+			testenv.Eventually(t, 10*time.Second, "a alone owns every partition", func() bool { return len(a.m.Owned()) == hourglass.Partitions })
 			if _, err := a.hooks.CreateWebhook(ctx, hourglass.WebhookParams{URL: rcv.srv.URL + "/hook", Events: []hourglass.EventType{hourglass.EventTypeAll}, Secret: "hung-connection-secret"}); err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +180,7 @@ func TestHungConnection(t *testing.T) {
 			// Stop a's held bytes before the nodes stop (cleanups run last
 			// first), so that a's calls fail instead of waiting.
 			t.Cleanup(proxy.Cut)
-			waitFor(t, "a and b share the partitions", 10*time.Second, func() bool {
+			testenv.Eventually(t, 10*time.Second, "a and b share the partitions", func() bool {
 				return len(a.m.Owned()) == hourglass.Partitions/2 && len(b.m.Owned()) == hourglass.Partitions/2
 			})
 			if _, err := b.db.PutProduct(ctx, hourglass.Product{SKU: "S", Name: "s", Category: "x", Available: 100000}); err != nil {
@@ -212,12 +200,13 @@ func TestHungConnection(t *testing.T) {
 
 			held := time.Now()
 			proxy.Hold()
-			stopped := waitFor(t, "a stops working its partitions", 2*ttl, func() bool { return len(a.m.Owned()) == 0 && !a.m.Leader() })
+			testenv.Eventually(t, 2*ttl, "a stops working its partitions", func() bool { return len(a.m.Owned()) == 0 && !a.m.Leader() })
+			stopped := time.Now()
 			t.Logf("%s: a stopped working its partitions %s after its connection hung (TTL %s)", kind, stopped.Sub(held), ttl)
 			if stopped.Sub(held) > ttl {
 				t.Errorf("a stopped working its partitions %s after its connection hung, want within the TTL %s", stopped.Sub(held), ttl)
 			}
-			waitFor(t, "b owns every partition", 3*ttl, func() bool { return len(b.m.Owned()) == hourglass.Partitions })
+			testenv.Eventually(t, 3*ttl, "b owns every partition", func() bool { return len(b.m.Owned()) == hourglass.Partitions })
 			// A busy machine can make a miss a renewal before the hold, so
 			// that b gained a's partitions before it: then there is no
 			// takeover after the hold to time.
@@ -231,7 +220,7 @@ func TestHungConnection(t *testing.T) {
 			}
 
 			// Every order closes once, by b for a's partitions.
-			waitFor(t, "every order closed", 20*time.Second, func() bool {
+			testenv.Eventually(t, 20*time.Second, "every order closed", func() bool {
 				for _, id := range ids {
 					o, err := b.db.Order(ctx, id)
 					if err != nil {
@@ -265,7 +254,7 @@ func TestHungConnection(t *testing.T) {
 			// stopped; none twice unless a's copy left before a stopped (a
 			// sends until it stops, but from the hold on it cannot record
 			// what it sent, so b sends it again: at least once).
-			waitFor(t, "every order.closed delivered", 20*time.Second, func() bool {
+			testenv.Eventually(t, 20*time.Second, "every order.closed delivered", func() bool {
 				seen := map[string]bool{}
 				for _, r := range rcv.receipts() {
 					if events[r.event] {

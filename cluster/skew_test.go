@@ -2,11 +2,13 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 func TestClockSkewOf(t *testing.T) {
@@ -139,13 +141,10 @@ func TestMembershipClockSkew(t *testing.T) {
 			if kind == galera {
 				wantB = 0
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for len(ms[0].Owned()) != hourglass.Partitions-wantB || len(ms[1].Owned()) != wantB {
-				if time.Now().After(deadline) {
-					t.Fatalf("a owns %d partitions and b %d, want %d and %d", len(ms[0].Owned()), len(ms[1].Owned()), hourglass.Partitions-wantB, wantB)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a owning %d partitions and b %d", hourglass.Partitions-wantB, wantB), func() bool {
+				return len(ms[0].Owned()) == hourglass.Partitions-wantB && len(ms[1].Owned()) == wantB
+			})
+
 			if got := ms[1].Fenced(); got != (kind == galera) {
 				t.Errorf("b.Fenced() = %v on %s", got, kind)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // hangingStore is a ClusterStore in memory, timed by a fake clock, whose
@@ -104,9 +105,9 @@ func TestLeaseValidityByOwnClock(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "a owns every partition", 5*time.Second, func() bool { return len(m.Owned()) == hourglass.Partitions })
+	testenv.Eventually(t, 5*time.Second, "a owns every partition", func() bool { return len(m.Owned()) == hourglass.Partitions })
 	// A successful renewal at the clock's now: valid until now + TTL - margin.
-	waitFor(t, "a renewal at the clock's now", 5*time.Second, func() bool {
+	testenv.Eventually(t, 5*time.Second, "a renewal at the clock's now", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		return st.leases[0].Expires.Equal(clock.Now().Add(ttl))

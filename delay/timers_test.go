@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 )
@@ -144,8 +145,7 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 
 	// Wait for every timer and order, then a little longer, so that a
 	// second fire would show.
-	giveUp := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "no timer scheduled and no order pending", func() bool {
 		c, err := db.TimerCounts(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -154,14 +154,9 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c[hourglass.TimerScheduled] == 0 && pending == 0 {
-			break
-		}
-		if time.Now().After(giveUp) {
-			t.Fatalf("30 s after the start: %d timers scheduled, %d orders pending", c[hourglass.TimerScheduled], pending)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return c[hourglass.TimerScheduled] == 0 && pending == 0
+	})
+
 	settled := time.Since(start)
 	time.Sleep(500 * time.Millisecond)
 
@@ -246,11 +241,11 @@ func mechanismOptions(t *testing.T, name string, db hourglass.Store, logger *slo
 	o := delay.Options{Store: db, Logger: logger, Namespace: hourglasstest.Namespace(t), PollInterval: 100 * time.Millisecond}
 	switch name {
 	case "redis", "rediskeyspace":
-		o.RedisURL = hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", delay.RedisURLDefault)
+		o.RedisURL = testenv.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", delay.RedisURLDefault)
 	case "rabbitmq":
-		o.RabbitMQURL = hourglasstest.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", delay.RabbitMQURLDefault)
+		o.RabbitMQURL = testenv.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", delay.RabbitMQURLDefault)
 	case "nats":
-		o.NATSURL = hourglasstest.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", delay.NATSURLDefault)
+		o.NATSURL = testenv.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", delay.NATSURLDefault)
 	case "kafka":
 		o.KafkaURL = kafkaURL(t)
 	}
@@ -262,7 +257,7 @@ func mechanismOptions(t *testing.T, name string, db hourglass.Store, logger *slo
 func kafkaURL(t *testing.T) string {
 	t.Helper()
 	if os.Getenv("HOURGLASS_TEST_KAFKA_URL") != "" {
-		return hourglasstest.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", delay.KafkaURLDefault)
+		return testenv.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", delay.KafkaURLDefault)
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {

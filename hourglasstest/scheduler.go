@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // SchedulerHarness tells ExerciseScheduler how to make schedulers.
@@ -385,24 +386,16 @@ func (r *recorder) count(id int64) int {
 // waitAll waits until every timer was delivered at least min times.
 func (r *recorder) waitAll(t *testing.T, timers []hourglass.Timer, atLeast int, timeout time.Duration) {
 	t.Helper()
-	limit := time.Now().Add(timeout)
-	for {
+	testenv.Eventually(t, timeout, fmt.Sprintf("each of %d timers delivered %d times", len(timers), atLeast), func() bool {
 		r.mu.Lock()
-		missing := 0
+		defer r.mu.Unlock()
 		for _, tm := range timers {
 			if r.n[tm.OrderID] < atLeast {
-				missing++
+				return false
 			}
 		}
-		r.mu.Unlock()
-		if missing == 0 {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d of %d timers not delivered within %s", missing, len(timers), timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 // check asserts no early delivery, the delivered deadlines, lateness within

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/retention"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
@@ -135,13 +136,8 @@ func TestTimerLimit(t *testing.T) {
 		t.Fatalf("PruneTimers = %d, %v", n, err)
 	}
 	clock.Advance(time.Second) // the count is stale: taken again in the background
-	deadline := time.Now().Add(10 * time.Second)
-	for arm("c") != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("arm c still refused 10 s after room was made")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "arm c accepted after room was made", func() bool { return arm("c") == nil })
+
 	if err := arm("d"); hourglass.ErrorCode(err) != hourglass.CodeLimitExceeded {
 		t.Fatalf("arm d at the maximum again: %v; want limit_exceeded", err)
 	}

@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -90,18 +92,11 @@ func TestHeldInMemoryIsBounded(t *testing.T) {
 		t.Errorf("only %d deliveries held with %d due and MaxHeld %d", peak, n, maxHeld)
 	}
 	g.release()
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("all %d delivered", n), func() bool {
 		sample()
-		if pending, _ := f.counts(t); pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			pending, dead := f.counts(t)
-			t.Fatalf("after 30s: %d pending, %d dead of %d", pending, dead, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		pending, _ := f.counts(t)
+		return pending == 0
+	})
 	if peak > maxHeld {
 		t.Errorf("%d deliveries held while draining, MaxHeld %d", peak, maxHeld)
 	}
@@ -121,13 +116,8 @@ func TestShutdownWithDeliveriesInFlight(t *testing.T) {
 	g := newGatedReceiver(t)
 	f.backlog(t, g, 200)
 	f.start(t, webhook.Config{Workers: 16, Timeout: time.Minute})
-	deadline := time.Now().Add(10 * time.Second)
-	for g.inFlight.Load() < 16 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests in flight, want 16", g.inFlight.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "16 requests in flight", func() bool { return g.inFlight.Load() >= 16 })
+
 	start := time.Now()
 	f.stop()
 	if took := time.Since(start); took > time.Second {

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres"
@@ -266,11 +268,8 @@ func TestUnrecordedAttemptsCount(t *testing.T) {
 			f.order(t)
 			// Each attempt is refused once, the last (dead) twice, with its
 			// full and its minimal error; then its record is tried again.
-			for deadline := time.Now().Add(20 * time.Second); rs.refused.Load() < int64(len(retry)+1)+3; time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d records refused", rs.refused.Load())
-				}
-			}
+			testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%d records refused", len(retry)+1+3), func() bool { return rs.refused.Load() >= int64(len(retry)+1)+3 })
+
 			rc.checkSchedule(t, retry)
 			healed.Store(true)
 			dl := f.deadLetter(t)

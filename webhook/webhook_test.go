@@ -18,6 +18,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/webhook"
 )
@@ -411,14 +412,14 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	ev := f.eventIDs(t, o.ID)[0]
 	rc.waitFor("4 attempts", func() bool { return len(rc.of(ev)) >= 4 })
 	var dls []hourglass.DeadLetter
-	deadline := time.Now().Add(10 * time.Second)
-	for len(dls) == 0 && time.Now().Before(deadline) {
+	// The record commits just after the 4th answer.
+	testenv.Eventually(t, 10*time.Second, "a dead letter", func() bool {
 		var err error
 		if dls, err = f.svc.DeadLetters(f.ctx, 0, 10); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond) // the record commits just after the 4th answer
-	}
+		return len(dls) != 0
+	})
 	if len(dls) != 1 {
 		t.Fatalf("dead letters %+v", dls)
 	}
@@ -453,17 +454,10 @@ func TestDeadLetterAndRetry(t *testing.T) {
 
 func waitCounts(t *testing.T, f *fixture, pending, dead int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%d pending, %d dead", pending, dead), func() bool {
 		p, d := f.counts(t)
-		if p == pending && d == dead {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending, %d dead; want %d, %d", p, d, pending, dead)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return p == pending && d == dead
+	})
 }
 
 // TestInOrderPerOrder: a later event of an order is not sent while an

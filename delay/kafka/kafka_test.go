@@ -20,6 +20,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/kafka"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // defaultURL is delay.KafkaURLDefault, not imported so that this package's
@@ -32,7 +33,7 @@ const defaultURL = "kafka://127.0.0.1:9092"
 func brokerURL(t *testing.T) string {
 	t.Helper()
 	if os.Getenv("HOURGLASS_TEST_KAFKA_URL") != "" {
-		return hourglasstest.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", defaultURL)
+		return testenv.ServiceURL(t, "Kafka", "HOURGLASS_TEST_KAFKA_URL", defaultURL)
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -146,7 +147,11 @@ func TestForwardsThroughTiers(t *testing.T) {
 			return nil
 		})
 	}()
-	waitDelivered(t, &mu, func() int { return len(got) }, len(timers), 25*time.Second)
+	testenv.Eventually(t, 25*time.Second, "every timer delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(timers)
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -286,7 +291,11 @@ func TestDrainsTheLegacyFinestTier(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 	s.Own(nil) // now every partition
-	waitDelivered(t, &mu, func() int { return len(got) }, len(want), 20*time.Second)
+	testenv.Eventually(t, 20*time.Second, "every timer delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(want)
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -357,26 +366,13 @@ func TestPackedBurstWithAFailedDelivery(t *testing.T) {
 			return nil
 		})
 	}()
-	waitDelivered(t, &mu, func() int { return len(got) }, len(timers), 30*time.Second)
+	testenv.Eventually(t, 30*time.Second, "every timer delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(timers)
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
-	}
-}
-
-// waitDelivered waits until count(), read under mu, reaches want, or fails
-// the test after timeout.
-func waitDelivered(t *testing.T, mu *sync.Mutex, count func() int, want int, timeout time.Duration) {
-	t.Helper()
-	for limit := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := count()
-		mu.Unlock()
-		if n == want {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d of %d timers delivered", n, want)
-		}
 	}
 }

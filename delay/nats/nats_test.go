@@ -15,6 +15,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/nats"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // serverURL returns the NATS server the integration tests use (it must run
@@ -23,7 +24,7 @@ import (
 // depend on every sibling mechanism compiling.
 func serverURL(t *testing.T) string {
 	t.Helper()
-	return hourglasstest.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", nats.URLDefault)
+	return testenv.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", nats.URLDefault)
 }
 
 // open opens a scheduler in namespace ns and, in t.Cleanup, closes it and
@@ -328,19 +329,11 @@ func (r *recorder) deliver(_ context.Context, due []hourglass.Timer) error {
 
 func (r *recorder) wait(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
-	limit := time.Now().Add(timeout)
-	for {
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d timers delivered", n), func() bool {
 		r.mu.Lock()
-		got := len(r.first)
-		r.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d of %d timers delivered within %s", got, n, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer r.mu.Unlock()
+		return len(r.first) >= n
+	})
 }
 
 func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Duration) {

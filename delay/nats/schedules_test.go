@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/nats"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // schedulesServerVersion is the nats-server built for TestMsgSchedules.
@@ -31,7 +33,7 @@ const schedulesServerVersion = "v2.15.2"
 func schedulesServerURL(t *testing.T) string {
 	t.Helper()
 	if u := os.Getenv("HOURGLASS_TEST_NATS_SCHEDULES_URL"); u != "" {
-		return hourglasstest.ServiceURL(t, "NATS 2.12+", "HOURGLASS_TEST_NATS_SCHEDULES_URL", u)
+		return testenv.ServiceURL(t, "NATS 2.12+", "HOURGLASS_TEST_NATS_SCHEDULES_URL", u)
 	}
 	if os.Getenv("HOURGLASS_TEST_NATS_SCHEDULES") != "1" {
 		t.Skip("needs a NATS 2.12+ server: set HOURGLASS_TEST_NATS_SCHEDULES_URL, or HOURGLASS_TEST_NATS_SCHEDULES=1 to build nats-server " + schedulesServerVersion + " and run it")
@@ -64,24 +66,19 @@ func schedulesServerURL(t *testing.T) string {
 		srv.Wait()
 	})
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	limit := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, fmt.Sprintf("nats-server %s answering JetStream at %s", schedulesServerVersion, url), func() bool {
 		nc, err := natsgo.Connect(url, natsgo.Timeout(time.Second))
-		if err == nil {
-			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err = js.AccountInfo(ctx)
-			cancel()
-			nc.Close()
-			if err == nil {
-				return url
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("nats-server %s did not start at %s: %v", schedulesServerVersion, url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err = js.AccountInfo(ctx)
+		return err == nil
+	})
+	return url
 }
 
 // TestMsgSchedules runs the conformance suite and the far-timer test on a

@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // settleAfterRestart is how long after the broker is back the test waits
@@ -95,16 +96,12 @@ func rabbitmqctl(t *testing.T, args ...string) {
 // waitForAMQP polls until the broker completes an AMQP handshake.
 func waitForAMQP(t *testing.T, url string, timeout time.Duration) {
 	t.Helper()
-	limit := time.Now().Add(timeout)
-	for {
+	testenv.Eventually(t, timeout, "RabbitMQ accepting AMQP connections after start_app", func() bool {
 		conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
-		if err == nil {
-			conn.Close()
-			return
+		if err != nil {
+			return false
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("RabbitMQ does not accept AMQP connections %s after start_app: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		conn.Close()
+		return true
+	})
 }

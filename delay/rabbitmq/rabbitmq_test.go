@@ -17,11 +17,12 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 func brokerURL(t *testing.T) string {
 	t.Helper()
-	return hourglasstest.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", URLDefault)
+	return testenv.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", URLDefault)
 }
 
 // setup opens a scheduler on namespace ns (a fresh one if empty) and deletes
@@ -423,7 +424,7 @@ func TestConnectionLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := hourglasstest.NewProxy(t, u.Host)
+	p := testenv.NewProxy(t, u.Host)
 	u.Host = p.Addr()
 	s := setup(t, Config{URL: u.String(), Mode: ModeTiers})
 	deliver, got := recorder()
@@ -436,7 +437,7 @@ func TestConnectionLoss(t *testing.T) {
 	if err := s.Schedule(ctx, timers); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, got, 1, 5*time.Second) // Run is consuming
+	testenv.Eventually(t, 5*time.Second, "the first order delivered", func() bool { return len(got()) >= 1 }) // Run is consuming
 
 	p.Cut()
 	select {
@@ -463,7 +464,7 @@ func TestConnectionLoss(t *testing.T) {
 		t.Fatalf("Schedule after the broker came back: %v", err)
 	}
 	go func() { done <- s.Run(ctx, deliver) }()
-	waitFor(t, got, 3, 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, "3 orders delivered", func() bool { return len(got()) >= 3 })
 	for _, tm := range timers {
 		if at := got()[tm.OrderID]; at.Before(tm.Deadline) {
 			t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(at))
@@ -472,17 +473,6 @@ func TestConnectionLoss(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, got func() map[int64]time.Time, n int, timeout time.Duration) {
-	t.Helper()
-	limit := time.Now().Add(timeout)
-	for len(got()) < n {
-		if time.Now().After(limit) {
-			t.Fatalf("delivered %v after %s, want %d orders", got(), timeout, n)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -11,12 +11,13 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // setupClaim opens a scheduler on a fresh namespace with a fake clock.
 func setupClaim(t *testing.T, cfg Config) (*Scheduler, *hourglasstest.Clock) {
 	t.Helper()
-	raw := hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", URLDefault)
+	raw := testenv.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", URLDefault)
 	clock := hourglasstest.NewClock(hourglasstest.Epoch)
 	cfg.URL, cfg.Namespace, cfg.Clock = raw, hourglasstest.Namespace(t), clock
 	s, err := Open(context.Background(), cfg)

@@ -13,13 +13,14 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/redis"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // setup returns the URL of the real Redis (skipping when it is absent) and
 // a plain client to inspect it.
 func setup(t *testing.T) (string, *goredis.Client) {
 	t.Helper()
-	raw := hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", redis.URLDefault)
+	raw := testenv.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", redis.URLDefault)
 	opt, err := goredis.ParseURL(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestOpenFailsClearly(t *testing.T) {
 func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	t.Parallel()
 	raw, c := setup(t)
-	p := hourglasstest.NewProxy(t, hostOf(t, raw))
+	p := testenv.NewProxy(t, hostOf(t, raw))
 	ns := hourglasstest.Namespace(t)
 	s := open(t, redis.Config{URL: "redis://" + p.Addr() + "/0", Namespace: ns, MaxWait: 50 * time.Millisecond}, c)
 	var mu sync.Mutex
@@ -132,19 +133,12 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 		t.Fatalf("Schedule after Redis came back: %v", err)
 	}
 	go func() { done <- s.Run(ctx, deliver) }()
-	limit := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, "the timer delivered after Redis came back", func() bool {
 		mu.Lock()
-		n := got[7]
-		mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatal("timer not delivered after Redis came back")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return got[7] == 1
+	})
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after ctx end: %v", err)

@@ -13,13 +13,14 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/rediskeyspace"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // setup returns the URL of the real Redis (skipping when it is absent) and
 // a plain client to inspect it.
 func setup(t *testing.T) (string, *goredis.Client) {
 	t.Helper()
-	raw := hourglasstest.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", rediskeyspace.URLDefault)
+	raw := testenv.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", rediskeyspace.URLDefault)
 	opt, err := goredis.ParseURL(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestCancelDeletesKey(t *testing.T) {
 func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	t.Parallel()
 	raw, c := setup(t)
-	p := hourglasstest.NewProxy(t, hostOf(t, raw))
+	p := testenv.NewProxy(t, hostOf(t, raw))
 	s := open(t, rediskeyspace.Config{URL: "redis://" + p.Addr() + "/0", Namespace: hourglasstest.Namespace(t), PingInterval: 100 * time.Millisecond}, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
@@ -192,13 +193,7 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	fannedAt := hourglass.UnixMilli(clock.Now())
 	once.Do(func() { close(release) })
 	// Each order: its created event to one webhook, its closed event to two.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(deliveryIDs(t, s, ids[0][2])) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for the deferred deliveries: %v", deliveryIDs(t, s, ids[0][2]))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the deferred deliveries", func() bool { return len(deliveryIDs(t, s, ids[0][2])) == 3 })
 	var early int
 	if err := s.db.QueryRow(`SELECT count(*) FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
 WHERE d.order_id IN (?, ?, ?) AND e.type = 'order.closed' AND d.next_attempt_at < ?`, ids[0][0], ids[0][1], ids[0][2], fannedAt).Scan(&early); err != nil || early != 0 {
@@ -230,10 +225,6 @@ WHERE d.order_id IN (?, ?, ?) AND e.type = 'order.closed' AND d.next_attempt_at 
 	} else if evs, _ := s.OrderEvents(ctx, o.ID); len(evs) != 1 {
 		t.Fatalf("pruned %d; order %d's events %v: want its pending event kept", n, o.ID, evs)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(deliveryIDs(t, s, o.ID)) != 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("waited 10 s for the left-over fan-out")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the left-over fan-out", func() bool { return len(deliveryIDs(t, s, o.ID)) == 1 })
+
 }

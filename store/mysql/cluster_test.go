@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
@@ -247,12 +248,8 @@ SELECT 'other', `+dbNowMs+` - 120000, '1:1' FROM cluster_leases, (SELECT 1 UNION
 		done <- s.watchFeed(wctx, watchConfig{pruneEvery: 50 * time.Millisecond}, func([]hourglass.Timer) {})
 	}()
 	defer func() { cancel(); <-done }()
-	for deadline := time.Now().Add(10 * time.Second); count() > 1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d feed rows left after 10s of watching, want 1", count())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the feed pruned to one row", func() bool { return count() <= 1 })
+
 	var left int64
 	if err := admin.QueryRowContext(ctx, `SELECT seq FROM order_feed`).Scan(&left); err != nil || left != fresh {
 		t.Fatalf("the row left is %d (%v), want the fresh one %d", left, err, fresh)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
@@ -95,7 +95,7 @@ func TestLostConnectionMidWrite(t *testing.T) {
 	ctx := context.Background()
 	direct := mytest.NewDatabase(t)
 	u, _ := url.Parse(direct)
-	proxy := hourglasstest.NewProxy(t, u.Host)
+	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
 	s := open(t, u.String(), nil, false)
 	put(t, s, "A", 10)
@@ -133,11 +133,7 @@ func TestLostConnectionMidWrite(t *testing.T) {
 	proxy.Restore()
 	// With no traffic, the store's probe write clears it once the database
 	// is reachable again.
-	for deadline := time.Now().Add(10 * time.Second); s.WriteHealth() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("WriteHealth still %v 10 s after the connection came back", s.WriteHealth())
-		}
-	}
+	testenv.Eventually(t, 10*time.Second, "WriteHealth clear after the connection came back", func() bool { return s.WriteHealth() == nil })
 	if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Minute}); err != nil {
 		t.Fatalf("create after the connection came back: %v", err)
 	}
@@ -149,19 +145,14 @@ func TestLostConnectionMidWrite(t *testing.T) {
 // waitForLockWait waits until a statement of database db waits for a row lock.
 func waitForLockWait(t *testing.T, admin *sql.DB, db string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 10*time.Second, "a statement waiting for the row lock", func() bool {
 		var n int
 		if err := admin.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
 WHERE DB = ? AND ID <> CONNECTION_ID() AND INFO LIKE '%FOR UPDATE%' AND TIME >= 0 AND COMMAND = 'Query'`, db).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no statement waited for the row lock")
+		return n > 0
+	})
 }
 
 // TestHotSKUNeverOversellsAcrossStores: many goroutines on three store

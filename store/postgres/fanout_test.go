@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
@@ -31,16 +32,6 @@ func deliveriesOf(t *testing.T, s *Store, orderID int64) []int64 {
 		t.Fatal(err)
 	}
 	return ids
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestBurstFanOutDeferred: a close batch with another close queued behind
@@ -106,7 +97,7 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	fannedAt := hourglass.UnixMilli(clock.Now())
 	once.Do(func() { close(release) })
 	// Each order: its created event to one webhook, its closed event to two.
-	waitFor(t, "the deferred deliveries", func() bool { return len(deliveriesOf(t, s, ids[0][2])) == 3 })
+	testenv.Eventually(t, 10*time.Second, "the deferred deliveries", func() bool { return len(deliveriesOf(t, s, ids[0][2])) == 3 })
 	var early int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
 WHERE d.order_id = ANY($1) AND e.type = 'order.closed' AND d.next_attempt_at < $2`, ids[0], fannedAt).Scan(&early); err != nil || early != 0 {
@@ -149,5 +140,5 @@ func TestDeferredFanOutLeftOver(t *testing.T) {
 	if n, err := s.PruneEvents(ctx, time.Now().Add(time.Hour), 10); n != 0 || err != nil {
 		t.Fatalf("PruneEvents = %d, %v; want the event kept while its fan-out is pending", n, err)
 	}
-	waitFor(t, "the left-over fan-out", func() bool { return len(deliveriesOf(t, s, o2.ID)) == 1 })
+	testenv.Eventually(t, 10*time.Second, "the left-over fan-out", func() bool { return len(deliveriesOf(t, s, o2.ID)) == 1 })
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
@@ -90,7 +90,7 @@ func TestLostConnection(t *testing.T) {
 			ctx := context.Background()
 			db := pgtest.NewDatabase(t)
 			u, _ := url.Parse(db)
-			proxy := hourglasstest.NewProxy(t, u.Host)
+			proxy := testenv.NewProxy(t, u.Host)
 			u.Host = proxy.Addr()
 			s := open(t, u.String(), nil, false)
 			mustProduct(t, s, "A", 10)
@@ -114,16 +114,9 @@ func TestLostConnection(t *testing.T) {
 				done <- err
 			}()
 			var pid int
-			for deadline := time.Now().Add(10 * time.Second); ; {
-				err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&pid)
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the create never waited for the lock: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, "the create waiting for the lock", func() bool {
+				return conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&pid) == nil
+			})
 			if how == "proxy cut" {
 				proxy.Cut()
 			} else if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
@@ -146,22 +139,16 @@ func TestLostConnection(t *testing.T) {
 			proxy.Restore()
 			// With no traffic, the store's probe write clears it once the
 			// database is reachable again.
-			for deadline := time.Now().Add(10 * time.Second); s.WriteHealth() != nil; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("WriteHealth still %v 10 s after the connection came back", s.WriteHealth())
-				}
-			}
+			testenv.Eventually(t, 10*time.Second, "WriteHealth clear after the connection came back", func() bool { return s.WriteHealth() == nil })
 			var o hourglass.Order
-			for attempt := 0; ; attempt++ {
+			testenv.Eventually(t, 5*time.Second, "a create after the database came back", func() bool {
 				o, _, err = s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute, Items: []hourglass.Item{{SKU: "A", Quantity: 1}}})
-				if err == nil {
-					break
-				}
-				if hourglass.ErrorCode(err) != hourglass.CodeUnavailable || attempt == 20 {
+				if err != nil && hourglass.ErrorCode(err) != hourglass.CodeUnavailable {
 					t.Fatalf("create after the database came back: %v", err)
 				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return err == nil
+			})
+
 			if got := stockOf(t, s, "A"); got != [3]int64{9, 1, 0} {
 				t.Fatalf("stock %v, want only the second create reserved", got)
 			}
@@ -440,19 +427,13 @@ WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&killed); er
 		t.Fatalf("terminated %d listeners (%v), want 2", killed, err)
 	}
 	// Wait until both listen again, then drain the reconnection hints.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testenv.Eventually(t, 10*time.Second, "both listening again", func() bool {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d listeners after 10 s, want 2", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n == 2
+	})
 	select {
 	case <-b.DeliveriesCreated(): // the hint after reconnecting
 	case <-time.After(5 * time.Second):

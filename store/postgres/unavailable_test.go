@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
@@ -24,7 +24,7 @@ func TestUnavailableMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u, _ := url.Parse(pgtest.NewDatabase(t))
-	proxy := hourglasstest.NewProxy(t, u.Host)
+	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
 	logs := &lockedBuffer{}
 	s, err := Open(ctx, Config{URL: u.String(), MaxConns: 4, Logger: slog.New(slog.NewTextHandler(logs, nil))})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 )
@@ -34,12 +35,8 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 			return errors.New("disk on fire")
 		})
 	}()
-	for {
-		if s.w.Len() == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "both writes queued", func() bool { return s.w.Len() == 2 })
+
 	release()
 	if err := <-good; err != nil {
 		t.Fatalf("the good write failed with its batch: %v", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 )
@@ -79,9 +80,8 @@ func TestBrokenWriteBisected(t *testing.T) {
 			_, _, createErrs[i] = s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Timeout: time.Minute, Items: items})
 		}()
 	}
-	for s.w.Len() < 65 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "65 writes queued", func() bool { return s.w.Len() >= 65 })
+
 	release()
 	wg.Wait()
 

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
 
@@ -94,13 +94,8 @@ func TestDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * sqlite.ProbeInterval)
-	for store.WriteHealth() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("WriteHealth still %v %s after space was freed", store.WriteHealth(), 10*sqlite.ProbeInterval)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*sqlite.ProbeInterval, "WriteHealth clear after space was freed", func() bool { return store.WriteHealth() == nil })
+
 	if _, err := store.PutProduct(ctx, hourglass.Product{SKU: "after", Available: 1}); err != nil {
 		t.Fatalf("write after space was freed: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"zombiezen.com/go/sqlite"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // webhooks creates n webhooks subscribed to every event type.
@@ -31,8 +32,7 @@ func webhooks(t *testing.T, s *Store, n int) []hourglass.Webhook {
 // left in fanout_pending, or fails after 10 s.
 func waitDeliveries(t *testing.T, s *Store, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d deliveries pending and no fan-out deferred", want), func() bool {
 		pending, _, err := s.DeliveryCounts(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -44,14 +44,8 @@ func waitDeliveries(t *testing.T, s *Store, want int) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if pending == want && left == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries pending and %d fan-outs deferred after 10 s; want %d and 0", pending, left, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return pending == want && left == 0
+	})
 }
 
 // TestBurstFanOutDeferred: a close batch with more closes queued behind it,
@@ -90,9 +84,8 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	for b := range 2 {
 		go func() { errs <- closeRange(b*batch, batch) }()
 	}
-	for s.w.Urgent() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "both close batches queued", func() bool { return s.w.Urgent() >= 2 })
+
 	hold()
 	for range 2 {
 		if err := <-errs; err != nil {

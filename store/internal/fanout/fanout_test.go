@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // closes is a Queue of closes: queued waiting, pushes ever.
@@ -49,20 +50,11 @@ func start(t *testing.T, notes int64, q *closes) (l *Loop, fanned *atomic.Int64)
 	return l, fanned
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for limit := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(limit) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-	}
-}
-
 // TestLooksAtStart: notes a crash left are fanned out at once, all of them.
 func TestLooksAtStart(t *testing.T) {
 	t.Parallel()
 	_, fanned := start(t, 3, &closes{})
-	waitFor(t, "3 notes", func() bool { return fanned.Load() == 3 })
+	testenv.Eventually(t, 10*time.Second, "3 notes", func() bool { return fanned.Load() == 3 })
 }
 
 // TestWaitsWhileClosesQueued: nothing is fanned out while closes are
@@ -77,7 +69,7 @@ func TestWaitsWhileClosesQueued(t *testing.T) {
 		t.Fatalf("%d notes fanned out with a close queued", n)
 	}
 	q.queued.Store(0)
-	waitFor(t, "2 notes", func() bool { return fanned.Load() == 2 })
+	testenv.Eventually(t, 10*time.Second, "2 notes", func() bool { return fanned.Load() == 2 })
 }
 
 // TestGivesUpWaiting: a close path that never empties delays the fan-out
@@ -88,7 +80,7 @@ func TestGivesUpWaiting(t *testing.T) {
 	q.queued.Store(1)
 	began := hourglass.SystemClock{}.Now()
 	_, fanned := start(t, 1, &q)
-	waitFor(t, "the note", func() bool { return fanned.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the note", func() bool { return fanned.Load() == 1 })
 	if waited := (hourglass.SystemClock{}).Now().Sub(began); waited < MaxWait {
 		t.Fatalf("fanned out after %s with a close queued, before MaxWait", waited)
 	}
@@ -126,11 +118,11 @@ func TestQuietAfterLastClose(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the first look", func() bool { return calls.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the first look", func() bool { return calls.Load() == 1 })
 
 	notes.Store(1)
 	l.Wake() // this look fails
-	waitFor(t, "the failed look", func() bool { return calls.Load() == 2 })
+	testenv.Eventually(t, 10*time.Second, "the failed look", func() bool { return calls.Load() == 2 })
 	l.Wake()
 	var touched time.Time
 	for range 8 { // a close every 5 ms for 40 ms, while the look waits
@@ -138,7 +130,7 @@ func TestQuietAfterLastClose(t *testing.T) {
 		touched = hourglass.SystemClock{}.Now()
 		time.Sleep(5 * time.Millisecond)
 	}
-	waitFor(t, "the note", func() bool { return notes.Load() == 0 })
+	testenv.Eventually(t, 10*time.Second, "the note", func() bool { return notes.Load() == 0 })
 	if after := time.Duration(fannedAt.Load() - touched.UnixNano()); after < Quiet-time.Millisecond {
 		t.Fatalf("fanned out %s after a close was queued, within Quiet (%s)", after, Quiet)
 	}
@@ -160,7 +152,7 @@ func TestTrickleDelaysALookOnce(t *testing.T) {
 	}()
 	began := hourglass.SystemClock{}.Now()
 	_, fanned := start(t, 20, &q)
-	waitFor(t, "20 notes", func() bool { return fanned.Load() == 20 })
+	testenv.Eventually(t, 10*time.Second, "20 notes", func() bool { return fanned.Load() == 20 })
 	if took := (hourglass.SystemClock{}).Now().Sub(began); took > MaxWait+time.Second {
 		t.Fatalf("20 notes behind a trickle of closes took %s; want at most MaxWait (%s) and a second", took, MaxWait)
 	}
@@ -224,7 +216,7 @@ func TestCountsAtEachLook(t *testing.T) {
 	if n := next(); n != 3 {
 		t.Fatalf("first look counted %d, want 3", n)
 	}
-	waitFor(t, "3 notes fanned out", func() bool { return left.Load() == 0 })
+	testenv.Eventually(t, 10*time.Second, "3 notes fanned out", func() bool { return left.Load() == 0 })
 	l.Wake()
 	if n := next(); n != 0 {
 		t.Fatalf("the look after the fan-out counted %d, want 0", n)

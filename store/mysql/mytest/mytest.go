@@ -10,7 +10,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 )
 
@@ -23,11 +23,11 @@ const DefaultURL = "mysql://root@127.0.0.1:3306/test"
 // NewDatabase creates a database named hg_<random> on the server at
 // $HOURGLASS_TEST_MYSQL_URL (default DefaultURL), returns its mysql:// URL,
 // and drops it in t.Cleanup. When the server is unreachable the test is
-// skipped, or fails under CI=true (hourglasstest.ServiceURL). The URL's
+// skipped, or fails under CI=true (testenv.ServiceURL). The URL's
 // user needs CREATE and DROP on hg_* databases.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	raw := hourglasstest.ServiceURL(t, "MySQL", EnvURL, DefaultURL)
+	raw := testenv.ServiceURL(t, "MySQL", EnvURL, DefaultURL)
 	db := Admin(t, raw)
 	var b [6]byte
 	rand.Read(b[:])

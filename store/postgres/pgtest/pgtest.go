@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -23,11 +23,11 @@ const (
 )
 
 // AdminURL returns the test server's URL (a database the tests may connect
-// to in order to create others). Like hourglasstest.ServiceURL, it skips the
+// to in order to create others). Like testenv.ServiceURL, it skips the
 // test when the server is unreachable, or fails it when CI=true.
 func AdminURL(t testing.TB) string {
 	t.Helper()
-	return hourglasstest.ServiceURL(t, "PostgreSQL", Env, DefaultURL)
+	return testenv.ServiceURL(t, "PostgreSQL", Env, DefaultURL)
 }
 
 // NewDatabase creates a new, empty database named for the test (hg_<test>_

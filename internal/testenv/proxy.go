@@ -1,4 +1,4 @@
-package hourglasstest
+package testenv
 
 import (
 	"net"

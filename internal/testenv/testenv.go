@@ -1,0 +1,66 @@
+// Package testenv is what hourglass's tests need from their environment: a
+// real service to talk to (ServiceURL), a proxy that can cut a client off it
+// (Proxy), and one way to wait for a condition that comes true in real time
+// (Eventually).
+//
+// It imports only the standard library, so any package's tests (and the
+// test-support packages under store/) may use it without importing the
+// conformance suites in hourglasstest.
+package testenv
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+)
+
+// ServiceURL returns the URL of a real service for an integration test: the
+// value of env (e.g. HOURGLASS_TEST_REDIS_URL) or else def, the service's
+// standard loopback address. If nothing accepts a TCP connection at its
+// host:port, the test is skipped with a message saying how to start it, or
+// fails when CI=true (CI must have started every service the tests need).
+func ServiceURL(t testing.TB, name, env, def string) string {
+	t.Helper()
+	raw := os.Getenv(env)
+	if raw == "" {
+		raw = def
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		t.Fatalf("%s: %s=%q is not a URL with a host", name, env, raw)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	if err != nil {
+		msg := name + " is not reachable at " + u.Host + " (" + err.Error() + "); start it or set " + env
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	conn.Close()
+	return raw
+}
+
+// Poll is how often Eventually evaluates its condition.
+const Poll = 5 * time.Millisecond
+
+// Eventually waits until cond returns true, evaluating it at once and then
+// every Poll, and fails the test (t.Fatalf, so it must be called from the
+// test's goroutine) with "what: not within d" when within passes first.
+// It is for a condition that comes true in real time: another process, a
+// database, a broker, or a goroutine the test cannot signal from. Code that
+// reads an injected clock is driven with hourglasstest.Clock instead.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(Poll)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		<-tick.C
+	}
+}
