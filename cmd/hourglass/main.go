@@ -1,14 +1,12 @@
-// Command hourglass runs the order-timeout service. It only parses flags,
-// wires the packages together and handles signals.
+// Command hourglass runs the order-timeout service. It only parses flags
+// into a node.Config (package node wires the packages together) and
+// handles signals.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,12 +14,10 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/benchmark"
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
-	"github.com/hourglass/hourglass/metrics"
+	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/migrate"
 )
@@ -73,8 +69,8 @@ type serveCmd struct {
 
 	Delay       string `help:"Delay mechanism: wheel, heap, gotimer, sqlpoll, redis, rediskeyspace, rabbitmq, kafka, nats." default:"wheel" env:"HOURGLASS_DELAY"`
 	delay.Flags `embed:""`
-	// Webhook and alert settings live next to their wiring (webhooks.go,
-	// alerts.go).
+	// Webhook, alert, cluster, retention and debug settings live in their
+	// own files (webhooks.go, alerts.go, cluster.go, retention.go, debug.go).
 	webhookFlags   `embed:""`
 	alertFlags     `embed:""`
 	clusterFlags   `embed:""`
@@ -109,234 +105,75 @@ func main() {
 	}
 }
 
+// run parses the flags into a node.Config and runs the node until ctx ends.
 func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
-	var clock hourglass.Clock = hourglass.SystemClock{}
-	var m *metrics.Metrics
+	cfg, err := s.config(log)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	return n.Run(ctx)
+}
+
+// config returns the node.Config the flags describe, or an error naming
+// the flag to fix.
+func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 	if !delay.Valid(s.Delay) {
-		return fmt.Errorf("--delay %q: want one of %s", s.Delay, strings.Join(delay.Names(), ", "))
+		return node.Config{}, fmt.Errorf("--delay %q: want one of %s", s.Delay, strings.Join(delay.Names(), ", "))
 	}
 	if s.Delay == "sqlpoll" && s.SweepGrace > 0 && s.PollInterval >= s.SweepGrace {
 		log.Warn("hourglass: --poll-interval is not below --sweep-grace: the sweeper will close orders before the poller does", "poll_interval", s.PollInterval, "sweep_grace", s.SweepGrace)
 	}
 	opts, err := s.databaseFlags.options(log)
 	if err != nil {
-		return err
+		return node.Config{}, err
 	}
-	opts.Outbox = delay.FeedOf(s.Delay) == hourglass.FeedOutbox
-	// Other nodes learn of the orders this one creates that fall inside
-	// their window (the same --window on every node); their loaders bring
-	// the later ones.
-	opts.AnnounceWithin = s.Window + time.Second
-	// A node paused inside a transaction must not hold row locks past the
-	// moment its partitions move to the others.
-	opts.IdleTxTimeout = s.LeaseTTL
-	opts.Observe = func(writes int, d time.Duration) {
-		if m != nil {
-			m.ObserveCommit(writes, d)
-		}
+	if err := s.clusterFlags.validate(); err != nil {
+		return node.Config{}, err
 	}
-	opts.ObserveRetry = func(reason string) {
-		if m != nil {
-			m.ObserveRetry(reason)
-		}
-	}
-	opts.ObserveFanoutPending = func(n int) {
-		if m != nil {
-			m.FanoutPending(n)
-		}
-	}
-	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
-	db, err := store.Open(openCtx, opts)
-	cancelOpen()
+	alerts, err := s.alertFlags.config()
 	if err != nil {
-		return err
+		return node.Config{}, err
 	}
-	defer db.Close()
-
-	var eng *engine.Engine
-	m = metrics.New(func() int { return eng.Pending() })
-	// A node of a cluster times everything by the database's clock.
-	self, err := s.clusterFlags.join(ctx, db, s.Addr, m, clock, log)
+	webhooks, err := s.webhookFlags.config()
 	if err != nil {
-		return err
+		return node.Config{}, err
 	}
-	clock = self.clock
-
-	openCtx, cancelOpen = context.WithTimeout(ctx, 15*time.Second)
-	delayOpts := s.Flags.Options(db, clock, log)
-	if self.m != nil {
-		delayOpts.Parts = self.m.Owned // sqlpoll scans only this node's partitions
-	}
-	sched, err := delay.Open(openCtx, s.Delay, delayOpts)
-	cancelOpen()
+	retention, err := s.retentionFlags.config(s.EventRetention)
 	if err != nil {
-		return fmt.Errorf("--delay %s: %w", s.Delay, err)
+		return node.Config{}, err
 	}
-	defer sched.Close()
-
-	// Alerts are evaluated and notified by one node of a cluster.
-	s.alertFlags.deadLetterMax = s.DeadLetterMax
-	s.alertFlags.clockSkew, s.alertFlags.maxDBClockSkew = self.skewSource(), s.MaxDBClockSkew
-	alerts, err := s.alertFlags.wire(db, m, func() bool { return eng.Recovered() && self.leader() }, clock, log)
-	if err != nil {
-		return err
-	}
-	// Deliveries yield to a close path working through a burst; eng is set
-	// below, before either runs.
-	webhooks, err := s.webhookFlags.openWebhooks(db, alerts.webhookObserver(m), self, func() bool { return eng.Closing() }, clock, log)
-	if err != nil {
-		return err
-	}
-	// The cluster's leader prunes; every node bounds the timers it creates.
-	pruner, timers, err := s.retentionFlags.openRetention(db, s.EventRetention, m, self, clock, log)
-	if err != nil {
-		return err
-	}
-	engCfg := engine.Config{
-		Scheduler:     sched,
-		Window:        s.Window,
-		LoadInterval:  s.LoadInterval,
-		SweepInterval: s.SweepInterval,
-		SweepGrace:    sweepGrace(s.SweepGrace),
-		Clock:         clock,
-		Logger:        log,
-		Observer:      alerts.engineObserver(m),
-	}
-	if own := self.ownership(); own != nil {
-		engCfg.Ownership = own
-	}
-	eng, err = engine.New(db, engCfg)
-	if err != nil {
-		return err
-	}
-	srv, err := api.NewServer(api.Config{
-		Store:        db,
-		Engine:       self.ready(eng), // and the database servers' clocks agree
-		Clock:        clock,
-		Logger:       log,
-		Token:        s.APIToken,
-		AllowedHosts: s.AllowedHosts,
-		Observer:     alerts.apiObserver(m),
-		Metrics:      m.Handler(),
-		Dashboard:    alerts.dashboard,
-		Webhooks:     webhooks,
-		Cluster:      self.view,
-		Timers:       timers,
-	})
-	if err != nil {
-		return err
-	}
-
 	maxConns, err := maxConnections(s.MaxConnections)
 	if err != nil {
-		return err
+		return node.Config{}, err
 	}
-	ln, err := net.Listen("tcp", s.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w (is another process using it? set --addr)", s.Addr, err)
-	}
-	if s.APIToken == "" && !loopback(ln.Addr()) {
-		log.Warn("hourglass: listening on a non-loopback address without --api-token: anyone who can reach it can read and change orders (browsers are held off by the origin and Host checks, other clients are not); set --api-token", "addr", ln.Addr().String())
-	}
-	ln = api.LimitConnections(ln, maxConns)
-	debugCtx, stopDebug := context.WithCancel(context.Background())
-	defer stopDebug()
-	if err := startDebug(debugCtx, s.DebugAddr, log); err != nil {
-		ln.Close()
-		return err
-	}
-	httpSrv := newHTTPServer(srv.Handler(), log)
-	// The membership runs until SIGTERM, and hands its partitions over
-	// first thing then.
-	nodeCtx, leave := context.WithCancel(context.Background())
-	defer leave()
-	left := self.run(nodeCtx)
-	engCtx, stopEngine := context.WithCancel(context.Background())
-	engDone := make(chan error, 1)
-	go func() { engDone <- eng.Run(engCtx) }()
-	alertsStopped := alerts.start(engCtx)
-	prunerStopped := startPruner(engCtx, pruner)
-	// Webhook delivery stops first on shutdown, on its own context: its
-	// attempts in flight are cancelled (and sent again after the next
-	// start), so a slow receiver cannot hold the shutdown past its grace.
-	hookCtx, stopHooks := context.WithCancel(context.Background())
-	defer stopHooks()
-	webhooksStopped := startWebhooks(hookCtx, webhooks, log)
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- httpSrv.Serve(ln) }()
-	log.Info("hourglass: listening", "url", "http://"+ln.Addr().String(), "database", s.location(), "delay", s.Delay)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("hourglass: shutting down")
-	case err := <-httpDone:
-		runErr = fmt.Errorf("http server: %w", err)
-	case err := <-engDone:
-		runErr = err
-		engDone <- nil
-	}
-	leave()
-	left()
-	shutCtx, cancel := context.WithTimeout(context.Background(), s.ShutdownGrace)
-	defer cancel()
-	stopHooks()
-	if err := httpSrv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("hourglass: http shutdown", "err", err)
-	}
-	stopEngine()
-	alertsStopped()
-	prunerStopped()
-	if !waitUntil(shutCtx, webhooksStopped) {
-		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
-	}
-	if err := <-engDone; err != nil && runErr == nil {
-		runErr = err
-	}
-	if err := db.Close(); err != nil && runErr == nil {
-		runErr = err
-	}
-	if runErr == nil {
-		log.Info("hourglass: stopped")
-	}
-	return runErr
-}
-
-// loopback reports whether addr, a listener's address, accepts only
-// connections from this machine (127.0.0.0/8, ::1); 0.0.0.0 and :: do not.
-func loopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
-}
-
-// waitUntil runs wait and reports whether it returned before ctx ended.
-func waitUntil(ctx context.Context, wait func()) bool {
-	done := make(chan struct{})
-	go func() { wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// MaxHeaderBytes bounds a request's header block: the API's headers are a
-// token, a content type and an idempotency key, far below it.
-const MaxHeaderBytes = 16 << 10
-
-// newHTTPServer returns the API's http.Server: timeouts against slow
-// clients and a small header limit (a larger header block is a 431).
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	return node.Config{
+		Addr:       s.Addr,
+		Store:      opts,
+		Delay:      s.Delay,
+		DelayFlags: s.Flags,
+		Engine: engine.Config{
+			Window:        s.Window,
+			LoadInterval:  s.LoadInterval,
+			SweepInterval: s.SweepInterval,
+			SweepGrace:    sweepGrace(s.SweepGrace),
+		},
+		Webhooks:       webhooks,
+		Alerts:         alerts,
+		Retention:      retention,
+		TimerMax:       s.TimerMax,
+		Cluster:        node.Cluster{NodeID: s.NodeID, LeaseTTL: s.LeaseTTL, MaxDBClockSkew: s.MaxDBClockSkew},
+		Token:          s.APIToken,
+		AllowedHosts:   s.AllowedHosts,
+		MaxConnections: maxConns,
+		ShutdownGrace:  s.ShutdownGrace,
+		DebugAddr:      s.DebugAddr,
+		Logger:         log,
+	}, nil
 }
 
 // maxConnectionsDefault is --max-connections' 0 when the open-file limit is

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/retention"
 )
 
@@ -56,33 +52,4 @@ func (f *retentionFlags) config(eventRetention time.Duration) (retention.Config,
 		Interval:             f.PruneInterval,
 	}
 	return cfg, cfg.Validate()
-}
-
-// openRetention returns the pruner over store (the leader of a cluster
-// prunes) and store's timers bounded by --timer-max, reporting to m.
-func (f *retentionFlags) openRetention(store hourglass.Database, eventRetention time.Duration, m *metrics.Metrics, self *node, clock hourglass.Clock, log *slog.Logger) (*retention.Pruner, *retention.TimerLimit, error) {
-	cfg, err := f.config(eventRetention)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Leader, cfg.Clock, cfg.Logger, cfg.Observer = self.leader, clock, log, m
-	p, err := retention.New(store, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	timers, err := retention.LimitTimers(store, retention.TimerLimitConfig{Max: f.TimerMax, Clock: clock, Logger: log, Observer: m})
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, timers, nil
-}
-
-// startPruner runs p until ctx ends; wait blocks until it has stopped.
-func startPruner(ctx context.Context, p *retention.Pruner) (wait func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Run(ctx) // returns nil when ctx ends; errors are logged and retried
-	}()
-	return func() { <-done }
 }

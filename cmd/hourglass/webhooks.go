@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -70,35 +67,4 @@ func (f *webhookFlags) config() (webhook.Config, error) {
 		cfg.Jitter = -1
 	}
 	return cfg, cfg.Validate()
-}
-
-// openWebhooks returns the webhook service (the API's WebhookService and the
-// delivery engine) over store, reporting to obs. It delivers nothing until
-// startWebhooks.
-func (f *webhookFlags) openWebhooks(store hourglass.Database, obs webhook.Observer, self *node, yield func() bool, clock hourglass.Clock, log *slog.Logger) (*webhook.Service, error) {
-	cfg, err := f.config()
-	if err != nil {
-		return nil, err
-	}
-	cfg.Clock, cfg.Logger, cfg.Observer, cfg.Yield = clock, log, obs, yield
-	if own := self.ownership(); own != nil {
-		cfg.Ownership = own
-	}
-	if cfg.Allow.Len() == 0 {
-		log.Info("hourglass: --webhook-allow is empty: webhooks cannot be created until hosts are listed")
-	}
-	return webhook.New(store, cfg)
-}
-
-// startWebhooks runs the delivery engine until ctx ends; wait blocks until it
-// has stopped (its attempts in flight cancelled).
-func startWebhooks(ctx context.Context, svc *webhook.Service, log *slog.Logger) (wait func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := svc.Run(ctx); err != nil {
-			log.Error("hourglass: webhook delivery stopped", "err", err)
-		}
-	}()
-	return func() { <-done }
 }
