@@ -110,6 +110,23 @@ func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "coupon:7", FireAt: at})
 	})
 	after := time.Now()
+	// The store announces what it armed on its due feed, which the engine
+	// follows, as it does ArmTimer's.
+	var (
+		feedMu    sync.Mutex
+		announced = map[int64]time.Time{}
+	)
+	if feed, ok := a.(hourglass.DueFeed); ok {
+		ctx, stop := context.WithCancel(t.Context())
+		wait := feed.WatchDue(ctx, func(u hourglass.DueUpdate) {
+			feedMu.Lock()
+			defer feedMu.Unlock()
+			for _, d := range u.Due {
+				announced[d.OrderID] = d.Deadline
+			}
+		})
+		defer func() { stop(); wait() }()
+	}
 	res := applyAll(t, a)
 	if res.Applied != 2 || res.Rejected != 0 || len(res.Armed) != 2 || len(res.Lags) != 2 {
 		t.Fatalf("applied %+v; want 2 applied, 2 armed, 2 lags", res)
@@ -134,6 +151,14 @@ func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 	}
 	if res.Armed[0].OrderID != tm.ID || !res.Armed[0].Deadline.Equal(tm.FireAt) {
 		t.Errorf("armed %+v; want the timer's id %d and fire_at %s", res.Armed[0], tm.ID, tm.FireAt)
+	}
+	if _, ok := a.(hourglass.DueFeed); ok {
+		feedMu.Lock()
+		at, ok := announced[tm.ID]
+		feedMu.Unlock()
+		if !ok || !at.Equal(tm.FireAt) {
+			t.Errorf("the due feed announced %v for timer %d; want it due at %s", at, tm.ID, tm.FireAt)
+		}
 	}
 	tc, err := timers.Timer(t.Context(), "coupon:7")
 	if err != nil || !tc.FireAt.Equal(at) {

@@ -2,8 +2,9 @@
 // timer_requests table in their own transactions (package txtimer): a loop
 // per node that asks the store to apply the oldest committed requests
 // (hourglass.TimerRequestStore.ApplyTimerRequests: one transaction, exactly
-// once across nodes, in seq order per key), tells the engine what they
-// armed and cancelled, and counts what it applied, rejected and how late.
+// once across nodes, in seq order per key, announcing what it armed and
+// cancelled on the store's due feed, which the engine follows), and counts
+// what it applied, rejected and how late.
 // It runs when the store says requests were committed (PostgreSQL's
 // NOTIFY) and every PollInterval otherwise (MySQL), and at once again while
 // a batch comes back full.
@@ -42,18 +43,10 @@ type Observer interface {
 	TimerRequestsApplied(applied, rejected int, lags []time.Duration)
 }
 
-// Announcer is what the engine must hear of the timers the requests armed
-// and cancelled.
-type Announcer interface {
-	Schedule(t hourglass.Timer)
-	Cancel(id int64)
-}
-
-// Config configures an Applier; Store and Announcer are required.
+// Config configures an Applier; Store is required.
 type Config struct {
-	Store     hourglass.TimerRequestStore
-	Announcer Announcer
-	Observer  Observer
+	Store    hourglass.TimerRequestStore
+	Observer Observer
 	// Batch is the most requests per transaction (default BatchDefault).
 	Batch int
 	// PollInterval is how often the store is asked when it does not
@@ -69,8 +62,8 @@ type Config struct {
 // Validate reports a configuration error naming the field.
 func (c Config) Validate() error {
 	switch {
-	case c.Store == nil || c.Announcer == nil:
-		return errors.New("requests: Store and Announcer are required")
+	case c.Store == nil:
+		return errors.New("requests: Store is required")
 	case c.Batch < 0 || c.Batch > 10000:
 		return fmt.Errorf("requests: Batch must be 1 to 10000, got %d", c.Batch)
 	case c.PollInterval < 0 || c.PollInterval > time.Minute:
@@ -145,14 +138,8 @@ func (a *Applier) Run(ctx context.Context) error {
 	return nil
 }
 
-// apply tells the engine and the observer what one transaction did.
+// apply tells the observer what one transaction did.
 func (a *Applier) apply(res hourglass.TimerRequestsApplied) {
-	for _, id := range res.Cancelled {
-		a.cfg.Announcer.Cancel(id)
-	}
-	for _, t := range res.Armed {
-		a.cfg.Announcer.Schedule(t)
-	}
 	if res.Applied+res.Rejected > 0 {
 		a.cfg.Observer.TimerRequestsApplied(res.Applied, res.Rejected, res.Lags)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/hourglass/hourglass/txtimer"
 )
 
-// announcer records what the applier tells the engine.
+// announcer records what the store's due feed announces.
 type announcer struct {
 	mu        sync.Mutex
 	scheduled []hourglass.Timer
@@ -27,18 +27,14 @@ type announcer struct {
 
 func newAnnouncer() *announcer { return &announcer{changed: make(chan struct{}, 1000)} }
 
-func (a *announcer) Schedule(t hourglass.Timer) {
+func (a *announcer) follow(u hourglass.DueUpdate) {
 	a.mu.Lock()
-	a.scheduled = append(a.scheduled, t)
+	a.scheduled = append(a.scheduled, u.Due...)
+	a.cancelled = append(a.cancelled, u.Gone...)
 	a.mu.Unlock()
-	a.changed <- struct{}{}
-}
-
-func (a *announcer) Cancel(id int64) {
-	a.mu.Lock()
-	a.cancelled = append(a.cancelled, id)
-	a.mu.Unlock()
-	a.changed <- struct{}{}
+	if len(u.Due)+len(u.Gone) > 0 { // not a Reload
+		a.changed <- struct{}{}
+	}
 }
 
 // observer records what the applier counted.
@@ -57,8 +53,9 @@ func (o *observer) TimerRequestsApplied(applied, rejected int, lags []time.Durat
 }
 
 // TestAppliesCommittedRequests: on PostgreSQL, a request committed by the
-// shop is applied and announced to the engine within a second (woken by
-// the NOTIFY, not a poll), counted with its lag; a rejected one is counted.
+// shop is applied and announced on the store's due feed (which the engine
+// follows) within seconds, woken by the NOTIFY, not a poll, and counted
+// with its lag; a rejected one is counted.
 func TestAppliesCommittedRequests(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
@@ -73,8 +70,11 @@ func TestAppliesCommittedRequests(t *testing.T) {
 	}
 	defer shop.Close()
 	ann, obs := newAnnouncer(), &observer{}
+	feedCtx, stopFeed := context.WithCancel(t.Context())
+	defer stopFeed()
+	s.WatchDue(feedCtx, ann.follow) // as the engine follows it
 	// A poll far away: only the notification can wake it in time.
-	a, err := requests.New(requests.Config{Store: s, Announcer: ann, Observer: obs, PollInterval: time.Minute})
+	a, err := requests.New(requests.Config{Store: s, Observer: obs, PollInterval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestAppliesCommittedRequests(t *testing.T) {
 	select {
 	case <-ann.changed:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the armed timer was not announced within 5 s of the commit")
+		t.Fatal("the armed timer was not announced on the due feed within 5 s of the commit")
 	}
 	took := time.Since(committed)
 	tm, err := s.Timer(t.Context(), "order:1")
@@ -149,7 +149,7 @@ func (f *failingStore) ApplyTimerRequests(context.Context, int) (hourglass.Timer
 func TestRetriesAfterAFailure(t *testing.T) {
 	t.Parallel()
 	f := &failingStore{}
-	a, err := requests.New(requests.Config{Store: f, Announcer: newAnnouncer(), PollInterval: 10 * time.Millisecond})
+	a, err := requests.New(requests.Config{Store: f, PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := requests.New(requests.Config{}); err == nil {
 		t.Error("New without a Store accepted")
 	}
-	if _, err := requests.New(requests.Config{Store: &failingStore{}, Announcer: newAnnouncer(), Batch: -1}); err == nil {
+	if _, err := requests.New(requests.Config{Store: &failingStore{}, Batch: -1}); err == nil {
 		t.Error("a negative Batch accepted")
 	}
 }

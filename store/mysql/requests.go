@@ -237,6 +237,9 @@ ON DUPLICATE KEY UPDATE timer_request_errors.seq = timer_request_errors.seq`, ar
 	elapsed := max(clock.Now().Sub(read), 0)
 	res.Applied, res.Rejected = len(done)-len(rejected), len(rejected)
 	res.Armed, res.Cancelled = plan.final(b)
+	// This node's engine hears of them through the store's due feed (the
+	// others through the order_feed row b.write wrote).
+	s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
 	for _, pr := range plan.all {
 		if !pr.held {
 			res.Lags = append(res.Lags, max(now.Sub(pr.req.RequestedAt)+elapsed, 0))

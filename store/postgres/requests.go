@@ -52,8 +52,10 @@ ON CONFLICT (seq) DO NOTHING`
 // schema (the trigger's NOTIFY), and after the listener reconnects.
 func (s *Store) TimerRequestsWritten() <-chan struct{} { return s.requestsWritten }
 
-// ApplyTimerRequests implements hourglass.TimerRequestStore. Errors:
-// unavailable.
+// ApplyTimerRequests implements hourglass.TimerRequestStore. What it arms
+// and cancels is announced like ArmTimer's and CancelTimer's: to this
+// store's due feed after the commit, and to the other processes at the
+// commit. Errors: unavailable.
 func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.TimerRequestsApplied, error) {
 	var res hourglass.TimerRequestsApplied
 	if limit < 1 {
@@ -89,6 +91,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	now := s.clockNow()
 	plan := planRequests(reqs, held, now)
 	// The rounds: the i-th request of each key in round i.
+	var armed []*op // the arms that changed their timer, to announce
 	for _, round := range plan.rounds {
 		tw := &timerWrites{}
 		for _, pr := range round {
@@ -106,6 +109,15 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 		for _, pr := range round {
 			plan.settle(pr)
 		}
+		armed = append(armed, tw.armed...)
+	}
+	// The other nodes hear of the timers armed at the commit, on the
+	// created-orders channel, as of ArmTimer's (writer.go); this node's
+	// engine through the store's due feed, below.
+	if payloads := s.createdPayloads(nil, armed); len(payloads) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.createdChannel, payloads); err != nil {
+			return hourglass.TimerRequestsApplied{Full: res.Full}, s.fail("apply timer requests", err)
+		}
 	}
 	done, seqs, reasons := plan.outcome()
 	if len(reasons) > 0 {
@@ -122,6 +134,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	committed := s.clockNow()
 	res.Applied, res.Rejected = len(done)-len(reasons), len(reasons)
 	res.Armed, res.Cancelled = plan.armed(), plan.cancelled()
+	s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
 	for _, r := range reqs {
 		if slices.Contains(done, r.Seq) {
 			res.Lags = append(res.Lags, max(committed.Sub(r.RequestedAt), 0))

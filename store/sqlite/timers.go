@@ -82,61 +82,9 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 		}
 	}
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
-		created = false // the op may be retried alone after a batch failure
-		nowMs := hourglass.UnixMilli(now)
-		fireMs := nowMs + p.Delay.Milliseconds()
-		if !p.FireAt.IsZero() {
-			fireMs = max(hourglass.UnixMilli(p.FireAt), nowMs)
-		}
-		if p.WebhookID != 0 {
-			stmt := conn.Prep(`SELECT 1 FROM webhooks WHERE id = ?1`)
-			stmt.BindInt64(1, p.WebhookID)
-			found, err := step(stmt, nil)
-			if err != nil {
-				return fmt.Errorf("sqlite: arm timer %q: look up webhook %d: %w", p.Key, p.WebhookID, err)
-			}
-			if !found {
-				return hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", p.WebhookID)
-			}
-		}
-		var scanned bool
-		scan := func(st *sqlite.Stmt) { out, scanned = scanTimer(st), true }
-		stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'scheduled', fire_at = ?2, fired_at = NULL, payload = ?3, webhook_id = ?4,
-	request_hash = ?5, updated_at = ?6
-WHERE key = ?1 AND NOT (status = 'scheduled' AND request_hash = ?5) RETURNING ` + timerColumns)
-		stmt.BindText(1, p.Key)
-		bindTimerValues(stmt, p, fireMs, nowMs)
-		if _, err := step(stmt, scan); err != nil {
-			return fmt.Errorf("sqlite: re-arm timer %q: %w", p.Key, err)
-		}
-		if !scanned {
-			stmt = conn.Prep(`INSERT OR FAIL INTO timers (id, key, status, fire_at, payload, webhook_id, request_hash, created_at, updated_at)
-VALUES ((SELECT coalesce(max(id), ?7 - 1) + 1 FROM timers), ?1, 'scheduled', ?2, ?3, ?4, ?5, ?6, ?6)
-ON CONFLICT (key) DO NOTHING RETURNING ` + timerColumns)
-			stmt.BindText(1, p.Key)
-			bindTimerValues(stmt, p, fireMs, nowMs)
-			stmt.BindInt64(7, hourglass.TimerIDBase)
-			if _, err := step(stmt, scan); err != nil {
-				return fmt.Errorf("sqlite: insert timer %q: %w", p.Key, err)
-			}
-			created = scanned
-		}
-		if !scanned {
-			// Scheduled with the same hash: a repeat, nothing to write.
-			t, err := getTimer(conn, p.Key)
-			out = t
-			return err
-		}
-		if s.cfg.Outbox {
-			stmt := conn.Prep(`INSERT OR FAIL INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
-ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
-			stmt.BindInt64(1, out.ID)
-			stmt.BindInt64(2, fireMs)
-			if _, err := step(stmt, nil); err != nil {
-				return fmt.Errorf("sqlite: write outbox timer of %q: %w", p.Key, err)
-			}
-		}
-		return nil
+		var err error
+		out, created, err = s.armIn(conn, now, p) // set afresh: the op may be retried alone after a batch failure
+		return err
 	})
 	if err != nil {
 		return hourglass.NamedTimer{}, false, err
@@ -202,6 +150,65 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 	return out, err
 }
 
+// armIn runs ArmTimer's statements for p (valid) in the writer's
+// transaction at now: ArmTimer's op, and each arm of a batch of timer
+// requests (requests.go).
+func (s *Store) armIn(conn *sqlite.Conn, now time.Time, p hourglass.ArmTimerParams) (out hourglass.NamedTimer, created bool, err error) {
+	nowMs := hourglass.UnixMilli(now)
+	fireMs := nowMs + p.Delay.Milliseconds()
+	if !p.FireAt.IsZero() {
+		fireMs = max(hourglass.UnixMilli(p.FireAt), nowMs)
+	}
+	if p.WebhookID != 0 {
+		stmt := conn.Prep(`SELECT 1 FROM webhooks WHERE id = ?1`)
+		stmt.BindInt64(1, p.WebhookID)
+		found, err := step(stmt, nil)
+		if err != nil {
+			return out, false, fmt.Errorf("sqlite: arm timer %q: look up webhook %d: %w", p.Key, p.WebhookID, err)
+		}
+		if !found {
+			return out, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", p.WebhookID)
+		}
+	}
+	var scanned bool
+	scan := func(st *sqlite.Stmt) { out, scanned = scanTimer(st), true }
+	stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'scheduled', fire_at = ?2, fired_at = NULL, payload = ?3, webhook_id = ?4,
+request_hash = ?5, updated_at = ?6
+WHERE key = ?1 AND NOT (status = 'scheduled' AND request_hash = ?5) RETURNING ` + timerColumns)
+	stmt.BindText(1, p.Key)
+	bindTimerValues(stmt, p, fireMs, nowMs)
+	if _, err := step(stmt, scan); err != nil {
+		return out, false, fmt.Errorf("sqlite: re-arm timer %q: %w", p.Key, err)
+	}
+	if !scanned {
+		stmt = conn.Prep(`INSERT OR FAIL INTO timers (id, key, status, fire_at, payload, webhook_id, request_hash, created_at, updated_at)
+VALUES ((SELECT coalesce(max(id), ?7 - 1) + 1 FROM timers), ?1, 'scheduled', ?2, ?3, ?4, ?5, ?6, ?6)
+ON CONFLICT (key) DO NOTHING RETURNING ` + timerColumns)
+		stmt.BindText(1, p.Key)
+		bindTimerValues(stmt, p, fireMs, nowMs)
+		stmt.BindInt64(7, hourglass.TimerIDBase)
+		if _, err := step(stmt, scan); err != nil {
+			return out, false, fmt.Errorf("sqlite: insert timer %q: %w", p.Key, err)
+		}
+		created = scanned
+	}
+	if !scanned {
+		// Scheduled with the same hash: a repeat, nothing to write.
+		t, err := getTimer(conn, p.Key)
+		return t, false, err
+	}
+	if s.cfg.Outbox {
+		stmt := conn.Prep(`INSERT OR FAIL INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
+ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
+		stmt.BindInt64(1, out.ID)
+		stmt.BindInt64(2, fireMs)
+		if _, err := step(stmt, nil); err != nil {
+			return out, false, fmt.Errorf("sqlite: write outbox timer of %q: %w", p.Key, err)
+		}
+	}
+	return out, created, nil
+}
+
 // CancelTimer implements hourglass.TimerStore: one conditional update on
 // the writer (OR FAIL, as ArmTimer's); a cancelled timer is returned as it
 // is (idempotent). Errors: not_found, timer_fired.
@@ -209,27 +216,35 @@ func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTim
 	var out hourglass.NamedTimer
 	gone := func(u *hourglass.DueUpdate) { u.Gone = append(u.Gone, out.ID) }
 	err := s.writeDue(ctx, gone, func(conn *sqlite.Conn, now time.Time) error {
-		stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'cancelled', updated_at = ?2 WHERE key = ?1 AND status = 'scheduled' RETURNING ` + timerColumns)
-		stmt.BindText(1, key)
-		stmt.BindInt64(2, hourglass.UnixMilli(now))
-		found, err := step(stmt, func(st *sqlite.Stmt) { out = scanTimer(st) })
-		if err != nil {
-			return fmt.Errorf("sqlite: cancel timer %q: %w", key, err)
-		}
-		if found {
-			return nil
-		}
-		cur, err := getTimer(conn, key)
-		if err != nil {
-			return err
-		}
-		if cur.Status == hourglass.TimerFired {
-			return hourglass.Errorf(hourglass.CodeTimerFired, "timer %q fired at %s; re-arm it instead", key, cur.FiredAt.Format(hourglass.TimeFormat))
-		}
-		out = cur // cancelled already
-		return nil
+		var err error
+		out, err = cancelIn(conn, now, key)
+		return err
 	})
 	return out, err
+}
+
+// cancelIn runs CancelTimer's statements in the writer's transaction at
+// now: CancelTimer's op, and each cancel of a batch of timer requests.
+func cancelIn(conn *sqlite.Conn, now time.Time, key string) (hourglass.NamedTimer, error) {
+	var out hourglass.NamedTimer
+	stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'cancelled', updated_at = ?2 WHERE key = ?1 AND status = 'scheduled' RETURNING ` + timerColumns)
+	stmt.BindText(1, key)
+	stmt.BindInt64(2, hourglass.UnixMilli(now))
+	found, err := step(stmt, func(st *sqlite.Stmt) { out = scanTimer(st) })
+	if err != nil {
+		return out, fmt.Errorf("sqlite: cancel timer %q: %w", key, err)
+	}
+	if found {
+		return out, nil
+	}
+	cur, err := getTimer(conn, key)
+	if err != nil {
+		return out, err
+	}
+	if cur.Status == hourglass.TimerFired {
+		return out, hourglass.Errorf(hourglass.CodeTimerFired, "timer %q fired at %s; re-arm it instead", key, cur.FiredAt.Format(hourglass.TimeFormat))
+	}
+	return cur, nil // cancelled already
 }
 
 // FireTimers implements hourglass.TimerStore. Like CloseOrders it jumps the

@@ -1,0 +1,287 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"zombiezen.com/go/sqlite"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Timer requests (hourglass.TimerRequestStore) on SQLite: rows another
+// process writing this database file INSERTs into timer_requests
+// (migration 0007) in its own transaction, applied on the single writer in
+// one transaction: each request in seq order with ArmTimer's and
+// CancelTimer's statements (armIn, cancelIn), those that cannot be applied
+// moved to timer_request_errors with their reason, all of them deleted.
+// One writer applies them, so no request is taken twice; what the
+// transaction armed and cancelled is announced on the due feed after it
+// committed.
+
+// requestTimeLayouts are the forms of fire_at and requested_at read: the
+// default of requested_at (strftime's, UTC), Go's time.Time.String (as
+// modernc's driver writes one), the same with an offset, and RFC 3339.
+var requestTimeLayouts = []string{"2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999 -0700 MST", "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02T15:04:05.999999999Z07:00", "2006-01-02T15:04:05.999999999"}
+
+// parseRequestTime reads a TEXT time of timer_requests, in UTC unless it
+// names its offset.
+func parseRequestTime(s string) (time.Time, bool) {
+	s = strings.TrimSpace(s)
+	for _, layout := range requestTimeLayouts {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// TimerRequestsWritten implements hourglass.TimerRequestStore: nil, the
+// applier polls (another process's commit cannot wake this one).
+func (s *Store) TimerRequestsWritten() <-chan struct{} { return nil }
+
+// ApplyTimerRequests implements hourglass.TimerRequestStore. Errors:
+// unavailable.
+func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.TimerRequestsApplied, error) {
+	var res hourglass.TimerRequestsApplied
+	if limit < 1 {
+		return res, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
+	}
+	// Most polls find nothing: a read, not a write transaction.
+	var any bool
+	if err := s.read(ctx, func(conn *sqlite.Conn) error {
+		var err error
+		any, err = step(conn.Prep(`SELECT 1 FROM timer_requests LIMIT 1`), nil)
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("sqlite: look for timer requests: %w", err)
+	}
+	if !any {
+		return res, nil
+	}
+	due := func(u *hourglass.DueUpdate) {
+		u.Due = append(u.Due, res.Armed...)
+		u.Gone = append(u.Gone, res.Cancelled...)
+	}
+	var (
+		committedAt time.Time
+		requested   []time.Time
+	)
+	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
+		res = hourglass.TimerRequestsApplied{} // set afresh: the op may run again alone
+		committedAt = now
+		var err error
+		requested, err = s.applyRequestsIn(conn, now, limit, &res)
+		return err
+	})
+	if err != nil {
+		return hourglass.TimerRequestsApplied{}, err
+	}
+	for _, at := range requested {
+		res.Lags = append(res.Lags, max(committedAt.Sub(at), 0))
+	}
+	return res, nil
+}
+
+// applyRequestsIn applies up to limit requests in the writer's
+// transaction at now, and returns when each was requested.
+func (s *Store) applyRequestsIn(conn *sqlite.Conn, now time.Time, limit int, res *hourglass.TimerRequestsApplied) ([]time.Time, error) {
+	stmt := conn.Prep(`SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at FROM timer_requests ORDER BY seq LIMIT ?1`)
+	stmt.BindInt64(1, int64(limit))
+	type request struct {
+		hourglass.TimerRequest
+		badTime string // a column that does not hold a time, and what it holds
+	}
+	var (
+		reqs      []request
+		requested []time.Time
+	)
+	for {
+		row, err := stmt.Step()
+		if err != nil {
+			stmt.Reset()
+			return nil, fmt.Errorf("sqlite: read timer requests: %w", err)
+		}
+		if !row {
+			break
+		}
+		var r request
+		r.Seq = stmt.ColumnInt64(0)
+		if !stmt.ColumnIsNull(1) {
+			k := stmt.ColumnText(1)
+			r.Key = &k
+		}
+		r.Action = stmt.ColumnText(2)
+		if !stmt.ColumnIsNull(3) {
+			if t, ok := parseRequestTime(stmt.ColumnText(3)); ok {
+				r.FireAt = &t
+			} else {
+				r.badTime = fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", stmt.ColumnText(3))
+			}
+		}
+		if !stmt.ColumnIsNull(4) {
+			d := stmt.ColumnInt64(4)
+			r.DelayMs = &d
+		}
+		if !stmt.ColumnIsNull(5) {
+			p := stmt.ColumnText(5)
+			r.Payload = &p
+		}
+		if !stmt.ColumnIsNull(6) {
+			w := stmt.ColumnInt64(6)
+			r.WebhookID = &w
+		}
+		if t, ok := parseRequestTime(stmt.ColumnText(7)); ok {
+			r.RequestedAt = t
+		} else {
+			r.RequestedAt = now
+		}
+		reqs = append(reqs, r)
+	}
+	stmt.Reset()
+	res.Full = len(reqs) == limit
+	final := map[string]hourglass.NamedTimer{} // each key's end state
+	var keys []string
+	armedLast := map[string]bool{}
+	reject := conn.Prep(`INSERT OR FAIL INTO timer_request_errors (seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason)
+SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, ?2, ?3 FROM timer_requests WHERE seq = ?1
+ON CONFLICT (seq) DO NOTHING`)
+	for _, r := range reqs {
+		var (
+			t      hourglass.NamedTimer
+			reason = r.badTime
+			armed  bool
+			err    error
+		)
+		if reason == "" {
+			switch r.Action {
+			case hourglass.TimerRequestArm:
+				var p hourglass.ArmTimerParams
+				if p, err = r.ArmParams(now); err == nil {
+					t, _, err = s.armIn(conn, now, p)
+					armed = true
+				}
+			case hourglass.TimerRequestCancel:
+				var key string
+				if key, err = r.CancelKey(); err == nil {
+					t, err = cancelIn(conn, now, key)
+					switch hourglass.ErrorCode(err) {
+					case hourglass.CodeNotFound, hourglass.CodeTimerFired:
+						t, err = hourglass.NamedTimer{}, nil // nothing to cancel: applied
+					}
+				}
+			default:
+				err = hourglass.Errorf(hourglass.CodeInvalidArgument, "action: must be %q or %q, got %q", hourglass.TimerRequestArm, hourglass.TimerRequestCancel, r.Action)
+			}
+			if err != nil {
+				if hourglass.ErrorCode(err) != hourglass.CodeInvalidArgument {
+					return nil, err // the database's: the transaction rolls back
+				}
+				reason = hourglass.ErrorMessage(err)
+			}
+		}
+		if reason != "" {
+			reject.BindInt64(1, r.Seq)
+			reject.BindInt64(2, hourglass.UnixMilli(now))
+			reject.BindText(3, reason)
+			if _, err := step(reject, nil); err != nil {
+				return nil, fmt.Errorf("sqlite: reject timer request %d: %w", r.Seq, err)
+			}
+			res.Rejected++
+		} else {
+			res.Applied++
+			if t.ID != 0 {
+				if _, ok := final[t.Key]; !ok {
+					keys = append(keys, t.Key)
+				}
+				final[t.Key], armedLast[t.Key] = t, armed
+			}
+		}
+		requested = append(requested, r.RequestedAt)
+	}
+	if len(reqs) > 0 {
+		del := conn.Prep(`DELETE FROM timer_requests WHERE seq <= ?1`)
+		del.BindInt64(1, reqs[len(reqs)-1].Seq)
+		if _, err := step(del, nil); err != nil {
+			return nil, fmt.Errorf("sqlite: delete timer requests: %w", err)
+		}
+	}
+	for _, k := range keys {
+		if t := final[k]; armedLast[k] {
+			res.Armed = append(res.Armed, hourglass.Timer{OrderID: t.ID, Deadline: t.FireAt})
+		} else {
+			res.Cancelled = append(res.Cancelled, t.ID)
+		}
+	}
+	return requested, nil
+}
+
+// RejectedTimerRequests implements hourglass.TimerRequestStore.
+func (s *Store) RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]hourglass.RejectedTimerRequest, error) {
+	if limit < 1 {
+		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
+	}
+	var out []hourglass.RejectedTimerRequest
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		stmt := conn.Prep(`SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason
+FROM timer_request_errors WHERE seq > ?1 ORDER BY seq LIMIT ?2`)
+		stmt.BindInt64(1, after)
+		stmt.BindInt64(2, int64(limit))
+		defer stmt.Reset()
+		for {
+			row, err := stmt.Step()
+			if err != nil || !row {
+				return err
+			}
+			var r hourglass.RejectedTimerRequest
+			r.Seq = stmt.ColumnInt64(0)
+			if !stmt.ColumnIsNull(1) {
+				k := stmt.ColumnText(1)
+				r.Key = &k
+			}
+			r.Action = stmt.ColumnText(2)
+			if !stmt.ColumnIsNull(3) {
+				if t, ok := parseRequestTime(stmt.ColumnText(3)); ok {
+					r.FireAt = &t
+				}
+			}
+			if !stmt.ColumnIsNull(4) {
+				d := stmt.ColumnInt64(4)
+				r.DelayMs = &d
+			}
+			if !stmt.ColumnIsNull(5) {
+				p := stmt.ColumnText(5)
+				r.Payload = &p
+			}
+			if !stmt.ColumnIsNull(6) {
+				w := stmt.ColumnInt64(6)
+				r.WebhookID = &w
+			}
+			r.RequestedAt, _ = parseRequestTime(stmt.ColumnText(7))
+			r.RejectedAt = hourglass.FromUnixMilli(stmt.ColumnInt64(8))
+			r.Reason = stmt.ColumnText(9)
+			out = append(out, r)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: rejected timer requests: %w", err)
+	}
+	return out, nil
+}
+
+// RejectedTimerRequestCount implements hourglass.TimerRequestStore.
+func (s *Store) RejectedTimerRequestCount(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.read(ctx, func(conn *sqlite.Conn) error {
+		_, err := step(conn.Prep(`SELECT count(*) FROM timer_request_errors`), func(st *sqlite.Stmt) { n = st.ColumnInt64(0) })
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count rejected timer requests: %w", err)
+	}
+	return n, nil
+}
+
+var _ hourglass.TimerRequestStore = (*Store)(nil)
