@@ -24,9 +24,9 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/benchmark"
 	"github.com/hourglass/hourglass/peers/asynqpeer"
 	"github.com/hourglass/hourglass/peers/riverpeer"
-	"github.com/hourglass/hourglass/benchmark"
 )
 
 type cli struct {
