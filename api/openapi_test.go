@@ -3,12 +3,14 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +32,8 @@ import (
 	"github.com/hourglass/hourglass/retention"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/webhook"
+
+	_ "modernc.org/sqlite" // another process writing the store's file
 )
 
 // openAPIToken is the full server's API token.
@@ -49,6 +53,9 @@ var openAPIExempt = []string{"408", "500", "503"}
 type fullServer struct {
 	URL    string
 	Server *api.Server
+	// Store is its SQLite store; Dir the directory of its file.
+	Store *sqlite.Store
+	Dir   string
 	// down makes /readyz answer 503 while set.
 	down *atomic.Bool
 }
@@ -66,7 +73,8 @@ func startFullServer(t *testing.T) *fullServer {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := hourglass.SystemClock{}
-	store, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Logger: logger})
+	dir := t.TempDir()
+	store, err := sqlite.Open(sqlite.Config{Dir: dir, Clock: clock, Logger: logger})
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
 	}
@@ -103,7 +111,7 @@ func startFullServer(t *testing.T) *fullServer {
 	down := &atomic.Bool{}
 	srv, err := api.NewServer(api.Config{
 		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, Token: openAPIToken,
-		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers,
+		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 	})
 	if err != nil {
@@ -139,7 +147,7 @@ func startFullServer(t *testing.T) *fullServer {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &fullServer{URL: ts.URL, Server: srv, down: down}
+	return &fullServer{URL: ts.URL, Server: srv, Store: store, Dir: dir, down: down}
 }
 
 // loadOpenAPI parses and validates the served document and returns it
@@ -465,6 +473,25 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "DELETE", path: fmt.Sprintf("/v1/deadletters/%d", dl.DeadLetters[1].ID), want: 200})
 	c.do(req{method: "DELETE", path: "/v1/deadletters/999999", want: 404})
 	c.do(req{method: "DELETE", path: "/v1/deadletters/1.5", invalid: true, want: 400})
+
+	// Timer requests: one another process wrote that cannot be applied.
+	shop, err := sql.Open("sqlite", "file:"+filepath.Join(s.Dir, sqlite.FileNameDefault)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	if _, err := shop.Exec(`INSERT INTO timer_requests (timer_key, action, delay_ms, payload) VALUES ('bad key', 'arm', 1000, '{"a":1}')`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Store.ApplyTimerRequests(context.Background(), 10); err != nil || res.Rejected != 1 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want the request rejected", res, err)
+	}
+	var rejected api.RejectedTimerRequestListJSON
+	json.Unmarshal(c.do(req{method: "GET", path: "/v1/timer-requests/rejected?limit=10", want: 200}), &rejected)
+	if len(rejected.Requests) != 1 || rejected.Requests[0].TimerKey == nil || *rejected.Requests[0].TimerKey != "bad key" {
+		t.Errorf("rejected timer requests = %+v; want the one written", rejected)
+	}
+	c.do(req{method: "GET", path: "/v1/timer-requests/rejected?limit=0", invalid: true, want: 400})
 
 	// Operations.
 	c.do(req{method: "GET", path: "/v1/dashboard", want: 200})

@@ -71,6 +71,9 @@ type Config struct {
 	Cluster ClusterSource
 	// Timers serves /v1/timers when set (timers.go).
 	Timers hourglass.TimerStore
+	// TimerRequests serves GET /v1/timer-requests/rejected when set
+	// (timer_requests.go): the store applies timer requests.
+	TimerRequests hourglass.TimerRequestStore
 	// MaxBodyMemory bounds the bytes requests hold at once, request bodies
 	// and responses alike (default MaxBodyMemoryDefault). A body is reserved
 	// as it arrives, in steps of at most 64 KiB (so a client holds what it
@@ -162,6 +165,7 @@ func (s *Server) routes() {
 	routes = append(routes, s.dashboardRoutes()...)
 	routes = append(routes, s.clusterRoutes()...)
 	routes = append(routes, s.timerRoutes()...)
+	routes = append(routes, s.timerRequestRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))

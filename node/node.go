@@ -27,6 +27,7 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
+	"github.com/hourglass/hourglass/requests"
 	"github.com/hourglass/hourglass/retention"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/webhook"
@@ -127,6 +128,7 @@ type Node struct {
 	self      *member
 	alerts    *alerting
 	pruner    *retention.Pruner
+	applier   *requests.Applier // nil: the store does not apply timer requests
 	ln        net.Listener
 	stopDebug context.CancelFunc
 	ran       bool
@@ -253,19 +255,28 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.Engine = eng
+	// Timers armed in shops' transactions (timer_requests): applied on
+	// every node, announced on the store's due feed like the API's arms.
+	rs, _ := db.(hourglass.TimerRequestStore)
+	if rs != nil {
+		if n.applier, err = requests.New(requests.Config{Store: rs, Observer: m, Clock: clock, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
 	srv, err := api.NewServer(api.Config{
-		Store:        db,
-		Engine:       self.ready(eng), // and the database servers' clocks agree
-		Clock:        clock,
-		Logger:       log,
-		Token:        cfg.Token,
-		AllowedHosts: cfg.AllowedHosts,
-		Observer:     alerts.apiObserver(m),
-		Metrics:      m.Handler(),
-		Dashboard:    alerts.dashboard,
-		Webhooks:     n.Webhooks,
-		Cluster:      self.view,
-		Timers:       timers,
+		Store:         db,
+		Engine:        self.ready(eng), // and the database servers' clocks agree
+		Clock:         clock,
+		Logger:        log,
+		Token:         cfg.Token,
+		AllowedHosts:  cfg.AllowedHosts,
+		Observer:      alerts.apiObserver(m),
+		Metrics:       m.Handler(),
+		Dashboard:     alerts.dashboard,
+		Webhooks:      n.Webhooks,
+		Cluster:       self.view,
+		Timers:        timers,
+		TimerRequests: rs,
 	})
 	if err != nil {
 		return nil, err
@@ -316,6 +327,7 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { engDone <- n.Engine.Run(engCtx) }()
 	alertsStopped := n.alerts.start(engCtx)
 	prunerStopped := startPruner(engCtx, n.pruner)
+	applierStopped := startApplier(engCtx, n.applier)
 	// Webhook delivery stops first on shutdown, on its own context: its
 	// attempts in flight are cancelled (and sent again after the next
 	// start), so a slow receiver cannot hold the shutdown past its grace.
@@ -347,6 +359,7 @@ func (n *Node) Run(ctx context.Context) error {
 	stopEngine()
 	alertsStopped()
 	prunerStopped()
+	applierStopped()
 	if !waitUntil(shutCtx, webhooksStopped) {
 		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
 	}
@@ -410,6 +423,20 @@ func startWebhooks(ctx context.Context, svc *webhook.Service, log *slog.Logger) 
 		if err := svc.Run(ctx); err != nil {
 			log.Error("hourglass: webhook delivery stopped", "err", err)
 		}
+	}()
+	return func() { <-done }
+}
+
+// startApplier runs a until ctx ends (nothing when a is nil); wait blocks
+// until it has stopped.
+func startApplier(ctx context.Context, a *requests.Applier) (wait func()) {
+	if a == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(ctx) // returns nil when ctx ends; errors are logged and retried
 	}()
 	return func() { <-done }
 }

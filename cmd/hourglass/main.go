@@ -32,9 +32,10 @@ type cli struct {
 
 // databaseFlags name the database of record; serve and migrate share them.
 type databaseFlags struct {
-	DatabaseURL string `help:"The database: empty for SQLite in --data-dir; sqlite:///abs/path/file.db; postgres://user:pass@host:5432/db?sslmode=…; mysql://user:pass@host:3306/db?tls=…." env:"HOURGLASS_DATABASE_URL"`
-	DataDir     string `help:"Directory of the embedded SQLite database (when --database-url is empty)." default:"./data" env:"HOURGLASS_DATA_DIR"`
-	DBMaxConns  int    `help:"Connections in the PostgreSQL/MySQL pool (0: the store's default)." default:"0" env:"HOURGLASS_DB_MAX_CONNS"`
+	DatabaseURL    string `help:"The database: empty for SQLite in --data-dir; sqlite:///abs/path/file.db; postgres://user:pass@host:5432/db?sslmode=…; mysql://user:pass@host:3306/db?tls=…." env:"HOURGLASS_DATABASE_URL"`
+	DataDir        string `help:"Directory of the embedded SQLite database (when --database-url is empty)." default:"./data" env:"HOURGLASS_DATA_DIR"`
+	DBMaxConns     int    `help:"Connections in the PostgreSQL/MySQL pool (0: the store's default)." default:"0" env:"HOURGLASS_DB_MAX_CONNS"`
+	DatabaseSchema string `help:"PostgreSQL: the schema of every hourglass table, created if missing, so that hourglass shares a database with a shop's own tables (public: the URL's or server's search_path). MySQL: use the URL's database instead." default:"public" env:"HOURGLASS_DATABASE_SCHEMA"`
 }
 
 func (f databaseFlags) options(log *slog.Logger) (store.Options, error) {
@@ -44,7 +45,7 @@ func (f databaseFlags) options(log *slog.Logger) (store.Options, error) {
 	if _, err := store.Kind(f.DatabaseURL); err != nil {
 		return store.Options{}, fmt.Errorf("--database-url: %w", err)
 	}
-	return store.Options{URL: f.DatabaseURL, DataDir: f.DataDir, MaxConns: f.DBMaxConns, Logger: log}, nil
+	return store.Options{URL: f.DatabaseURL, DataDir: f.DataDir, MaxConns: f.DBMaxConns, Logger: log, Schema: f.DatabaseSchema}, nil
 }
 
 // location names the database for logs, without a password.
