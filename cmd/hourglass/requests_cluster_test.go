@@ -89,7 +89,9 @@ func TestClusterTimerRequests(t *testing.T) {
 						time.Sleep(time.Until(start.Add(6 * time.Second * time.Duration(i) / requests)))
 						key := fmt.Sprintf("k%05d", i)
 						fireAt := start.Add(2*time.Second + 6*time.Second*time.Duration(i)/requests)
-						commit(func(tx *sql.Tx) error { return table.Arm(context.Background(), tx, txtimer.Arm{Key: key, FireAt: fireAt}) })
+						commit(func(tx *sql.Tx) error {
+							return table.Arm(context.Background(), tx, txtimer.Arm{Key: key, FireAt: fireAt})
+						})
 						if i%10 == 0 {
 							commit(func(tx *sql.Tx) error { return table.Cancel(context.Background(), tx, key) })
 						}
