@@ -188,12 +188,15 @@ func exerciseRetention(t *testing.T, h StoreHarness) {
 			t.Skip("store does not implement hourglass.ClusterStore")
 		}
 		ctx := context.Background()
+		// heartbeat returns when it began: the node's last_seen is no
+		// earlier (a slow call, under load, ages it less, not more).
 		heartbeat := func(id string) time.Time {
 			t.Helper()
+			began := time.Now()
 			if _, err := cs.Heartbeat(ctx, hourglass.Node{ID: id, Addr: "127.0.0.1:1"}); err != nil {
 				t.Fatalf("Heartbeat(%s): %v", id, err)
 			}
-			return time.Now()
+			return began
 		}
 		// Cluster times are the database server's: a node ages in real time.
 		heartbeat("gone")
