@@ -142,4 +142,8 @@ type TimerRequestStore interface {
 	// after, by seq; RejectedTimerRequestCount counts them.
 	RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]RejectedTimerRequest, error)
 	RejectedTimerRequestCount(ctx context.Context) (int64, error)
+	// PruneRejectedTimerRequests deletes up to limit rejected requests
+	// rejected before before, oldest first, and returns how many
+	// (retention: shops can write as many bad requests as they like).
+	PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error)
 }

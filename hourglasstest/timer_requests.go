@@ -43,6 +43,7 @@ func ExerciseTimerRequests(t *testing.T, h TimerRequestHarness) {
 		{"ConcurrentTransactions", requestConcurrent},
 		{"TwoAppliersExactlyOnce", requestTwoAppliers},
 		{"Notified", requestNotified},
+		{"RejectedPruned", requestRejectedPruned},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -447,5 +448,30 @@ func requestNotified(t *testing.T, h TimerRequestHarness) {
 	case <-ch:
 	case <-time.After(10 * time.Second):
 		t.Fatal("not notified 10 s after a committed request")
+	}
+}
+
+// requestRejectedPruned: rejected requests are pruned by their rejection
+// time, oldest first, up to the limit.
+func requestRejectedPruned(t *testing.T, h TimerRequestHarness) {
+	a, _, _, shop, table := h.Open(t)
+	for _, key := range []string{"bad one", "bad two"} {
+		inTx(t, shop, false, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(t.Context(), "INSERT INTO "+table.Name+" (timer_key, delay_ms) VALUES ('"+key+"', 1000)")
+			return err
+		})
+	}
+	if res := applyAll(t, a); res.Rejected != 2 {
+		t.Fatalf("applied %+v; want both rejected", res)
+	}
+	if n, err := a.PruneRejectedTimerRequests(t.Context(), time.Now().Add(-time.Hour), 10); err != nil || n != 0 {
+		t.Fatalf("PruneRejectedTimerRequests(an hour ago) = %d, %v; want 0", n, err)
+	}
+	if n, err := a.PruneRejectedTimerRequests(t.Context(), time.Now().Add(time.Hour), 1); err != nil || n != 1 {
+		t.Fatalf("PruneRejectedTimerRequests(limit 1) = %d, %v; want 1", n, err)
+	}
+	left, err := a.RejectedTimerRequests(t.Context(), 0, 10)
+	if err != nil || len(left) != 1 || left[0].Key == nil || *left[0].Key != "bad two" {
+		t.Fatalf("after pruning one: %+v, %v; want the newer, bad two", left, err)
 	}
 }

@@ -16,7 +16,7 @@ func newRetentionMetrics(reg *prometheus.Registry) retentionMetrics {
 	r := retentionMetrics{
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_pruned_total",
-			Help: "Rows deleted by retention on this node (the cluster's leader), by kind: idempotency_keys, timers, timer_events, events, cluster_nodes.",
+			Help: "Rows deleted by retention on this node (the cluster's leader), by kind: idempotency_keys, timers, timer_events, events, cluster_nodes, timer_request_errors.",
 		}, []string{"kind"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hourglass_dead_letters_dropped_total",
@@ -32,7 +32,7 @@ func newRetentionMetrics(reg *prometheus.Registry) retentionMetrics {
 		}),
 	}
 	reg.MustRegister(r.pruned, r.dropped, r.timers, r.timersRefused)
-	for _, kind := range []string{"idempotency_keys", "timers", "timer_events", "events", "cluster_nodes"} {
+	for _, kind := range []string{"idempotency_keys", "timers", "timer_events", "events", "cluster_nodes", "timer_request_errors"} {
 		r.pruned.WithLabelValues(kind)
 	}
 	return r

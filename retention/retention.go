@@ -46,6 +46,10 @@ const (
 	KindTimerEvents     = "timer_events"
 	KindEvents          = "events"
 	KindNodes           = "cluster_nodes"
+	// KindRejectedTimerRequests are the timer requests shops wrote that
+	// could not be applied (timer_request_errors), pruned after
+	// TimerRetention like fired timers.
+	KindRejectedTimerRequests = "timer_request_errors"
 )
 
 // Store is what the Pruner needs of the database. A store that also
@@ -119,6 +123,8 @@ type Pruner struct {
 	cfg   Config
 	store Store
 	nodes hourglass.ClusterStore // nil: not a cluster store
+	// requests: nil when the store has no timer requests.
+	requests hourglass.TimerRequestStore
 	clock hourglass.Clock
 	log   *slog.Logger
 	obs   Observer
@@ -138,6 +144,7 @@ func New(store Store, cfg Config) (*Pruner, error) {
 	cfg.Pause = cmp.Or(cfg.Pause, PauseDefault)
 	p := &Pruner{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
 	p.nodes, _ = store.(hourglass.ClusterStore)
+	p.requests, _ = store.(hourglass.TimerRequestStore)
 	if p.clock == nil {
 		p.clock = hourglass.SystemClock{}
 	}
@@ -167,7 +174,7 @@ func (p *Pruner) Run(ctx context.Context) error {
 
 // Report is what one round deleted, by kind (DeadLetters: dropped).
 type Report struct {
-	IdempotencyKeys, Timers, TimerEvents, Events, DeadLetters, Nodes int
+	IdempotencyKeys, Timers, TimerEvents, Events, DeadLetters, Nodes, RejectedTimerRequests int
 }
 
 // Prune runs one round now: each kind in batches until a batch deletes
@@ -192,6 +199,11 @@ func (p *Pruner) Prune(ctx context.Context) Report {
 			return max(timers, events), err // another batch while either was full
 		})
 	}
+	if d := p.cfg.TimerRetention; d > 0 && p.requests != nil {
+		r.RejectedTimerRequests = p.drain(ctx, KindRejectedTimerRequests, func(limit int) (int, error) {
+			return p.requests.PruneRejectedTimerRequests(ctx, now.Add(-d), limit)
+		})
+	}
 	if m := p.cfg.DeadLetterMax; m > 0 {
 		r.DeadLetters = p.drainDeadLetters(ctx, m)
 	}
@@ -207,7 +219,7 @@ func (p *Pruner) Prune(ctx context.Context) Report {
 	}
 	if r != (Report{}) {
 		p.log.Info("retention: pruned", "idempotency_keys", r.IdempotencyKeys, "timers", r.Timers, "timer_events", r.TimerEvents,
-			"events", r.Events, "dead_letters_dropped", r.DeadLetters, "cluster_nodes", r.Nodes)
+			"events", r.Events, "dead_letters_dropped", r.DeadLetters, "cluster_nodes", r.Nodes, "timer_request_errors", r.RejectedTimerRequests)
 	}
 	return r
 }

@@ -361,4 +361,14 @@ func (s *Store) RejectedTimerRequestCount(ctx context.Context) (int64, error) {
 	return n, s.fail("count rejected timer requests", err)
 }
 
+// PruneRejectedTimerRequests implements hourglass.TimerRequestStore.
+func (s *Store) PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM timer_request_errors WHERE seq IN (
+	SELECT seq FROM timer_request_errors WHERE rejected_at < $1 ORDER BY seq LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, s.fail("prune rejected timer requests", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 var _ hourglass.TimerRequestStore = (*Store)(nil)
