@@ -34,6 +34,10 @@ type second struct {
 	// Webhook deliveries' first attempts, by their lag from the event's
 	// commit.
 	deliveryLag [len(LatenessBounds) + 1]int64
+	// Timer requests applied and rejected (package requests), and their
+	// lag from requested_at to the commit that applied them.
+	requestsApplied, requestsRejected int64
+	requestLag                        [len(LatenessBounds) + 1]int64
 }
 
 // Recorder keeps the last RecorderSpan of close-path activity in one-second
@@ -151,6 +155,18 @@ func (r *Recorder) WebhookDeliveryLag(d time.Duration) {
 	r.slot().deliveryLag[latenessBucket(d.Seconds())]++
 }
 
+// TimerRequestsApplied implements requests.Observer.
+func (r *Recorder) TimerRequestsApplied(applied, rejected int, lags []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.slot()
+	s.requestsApplied += int64(applied)
+	s.requestsRejected += int64(rejected)
+	for _, d := range lags {
+		s.requestLag[latenessBucket(d.Seconds())]++
+	}
+}
+
 // Activity is what happened over a span of whole seconds, oldest first.
 type Activity struct {
 	// From is the start of the first second; the last one contains now.
@@ -168,6 +184,11 @@ type Activity struct {
 	// started over the span, by the time from their event's commit, in
 	// Lateness's buckets.
 	DeliveryLag []int64
+	// RequestsApplied and RequestsRejected count the timer requests of the
+	// span; RequestLag their lag from requested_at to applied, in
+	// Lateness's buckets.
+	RequestsApplied, RequestsRejected int64
+	RequestLag                        []int64
 }
 
 // Activity returns the last span of activity up to now, in whole seconds
@@ -187,6 +208,7 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		// The timers' histogram has the closes' buckets.
 		FireLateness: make([]int64, len(LatenessBounds)+1),
 		DeliveryLag:  make([]int64, len(LatenessBounds)+1),
+		RequestLag:   make([]int64, len(LatenessBounds)+1),
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -205,6 +227,11 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		}
 		for j, c := range s.deliveryLag {
 			a.DeliveryLag[j] += c
+		}
+		a.RequestsApplied += s.requestsApplied
+		a.RequestsRejected += s.requestsRejected
+		for j, c := range s.requestLag {
+			a.RequestLag[j] += c
 		}
 	}
 	return a

@@ -100,7 +100,7 @@ func startFullServer(t *testing.T) *fullServer {
 	if err != nil {
 		t.Fatalf("alert.New: %v", err)
 	}
-	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store, Fanout: store, DeliveryLag: true})
+	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store, Fanout: store, DeliveryLag: true, TimerRequests: store})
 	if err != nil {
 		t.Fatalf("dashboard.New: %v", err)
 	}

@@ -101,6 +101,11 @@ type Config struct {
 	// (alert.Recorder.WebhookDeliveryLag); false shows it as null (no
 	// webhooks).
 	DeliveryLag bool
+	// TimerRequests, when set, shows the timer requests applied from
+	// timer_requests (their count and lag over DeliveryLagSpan, which
+	// Activity records: alert.Recorder.TimerRequestsApplied) and the
+	// rejected ones kept; nil shows timer_requests as null.
+	TimerRequests RejectedCounter
 	// CacheFor is how long a snapshot is reused (default 1s; negative: never).
 	CacheFor time.Duration
 }
@@ -160,6 +165,31 @@ type Snapshot struct {
 	// (hourglass_webhook_delivery_lag_seconds, as seen by this node); null
 	// without webhooks.
 	DeliveryLag *DeliveryLag `json:"delivery_lag"`
+	// TimerRequests are the timer requests shops wrote in their own
+	// transactions: applied and rejected over the last DeliveryLagSpan,
+	// their lag from requested_at to applied
+	// (hourglass_timer_request_lag_seconds, as seen by this node), and the
+	// rejected ones kept (GET /v1/timer-requests/rejected); null when the
+	// store applies none.
+	TimerRequests *TimerRequests `json:"timer_requests"`
+}
+
+// RejectedCounter counts the rejected timer requests kept
+// (hourglass.TimerRequestStore has it).
+type RejectedCounter interface {
+	RejectedTimerRequestCount(ctx context.Context) (int64, error)
+}
+
+// TimerRequests summarises the timer requests of the last WindowSeconds.
+type TimerRequests struct {
+	WindowSeconds int     `json:"window_seconds"`
+	Applied       int64   `json:"applied"`
+	Rejected      int64   `json:"rejected"`
+	P50Seconds    float64 `json:"lag_p50_seconds"`
+	P99Seconds    float64 `json:"lag_p99_seconds"`
+	// RejectedKept is the number of rejected requests listed, all time
+	// (until retention prunes them).
+	RejectedKept int64 `json:"rejected_kept"`
 }
 
 // DeliveryLag summarises the webhook delivery lag of the first attempts
@@ -332,6 +362,21 @@ func (s *Source) take(ctx context.Context, now time.Time) (*Snapshot, error) {
 			Deliveries:    n,
 			P50Seconds:    alert.Quantile(0.5, lag),
 			P99Seconds:    alert.Quantile(0.99, lag),
+		}
+	}
+	if s.cfg.TimerRequests != nil {
+		kept, err := s.cfg.TimerRequests.RejectedTimerRequestCount(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: rejected timer requests: %w", err)
+		}
+		a := s.cfg.Activity.Activity(now, DeliveryLagSpan)
+		snap.TimerRequests = &TimerRequests{
+			WindowSeconds: int(DeliveryLagSpan / time.Second),
+			Applied:       a.RequestsApplied,
+			Rejected:      a.RequestsRejected,
+			P50Seconds:    alert.Quantile(0.5, a.RequestLag),
+			P99Seconds:    alert.Quantile(0.99, a.RequestLag),
+			RejectedKept:  kept,
 		}
 	}
 	return snap, nil

@@ -85,11 +85,14 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	}
 	var fields map[string]json.RawMessage
 	mustJSON(t, raw, &fields)
-	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "delivery_lag", "due", "fanout_pending", "lateness", "now", "orders", "overdue", "rates", "timers"}; !slices.Equal(got, wantKeys) {
+	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "delivery_lag", "due", "fanout_pending", "lateness", "now", "orders", "overdue", "rates", "timer_requests", "timers"}; !slices.Equal(got, wantKeys) {
 		t.Errorf("top-level keys %v, want %v", got, wantKeys)
 	}
 	var snap dashboard.Snapshot
 	mustJSON(t, raw, &snap)
+	if snap.TimerRequests == nil || snap.TimerRequests.Applied != 0 || snap.TimerRequests.RejectedKept != 0 || snap.TimerRequests.WindowSeconds != 60 {
+		t.Errorf("timer_requests %+v; want none applied or rejected over a 60 s window", snap.TimerRequests)
+	}
 
 	for _, st := range hourglass.States() {
 		if got, api := snap.Orders[string(st)], s.countByAPI(t, string(st)); got != want[string(st)] || got != api {

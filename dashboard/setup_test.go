@@ -69,7 +69,7 @@ func startServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatalf("alert.New: %v", err)
 	}
-	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store,
+	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store, TimerRequests: store,
 		Fanout: store, DeliveryLag: true})
 	if err != nil {
 		t.Fatalf("dashboard.New: %v", err)

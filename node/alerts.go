@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
+	"github.com/hourglass/hourglass/requests"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -66,14 +67,34 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 	a.evaluator = ev
 	if !cfg.NoDashboard {
 		fanout, _ := store.(dashboard.FanoutCounter) // every store has one
-		src, err := dashboard.New(dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters, Timers: store,
-			Fanout: fanout, DeliveryLag: true})
+		cfg := dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters, Timers: store,
+			Fanout: fanout, DeliveryLag: true}
+		if rs, ok := store.(hourglass.TimerRequestStore); ok {
+			cfg.TimerRequests = rs
+		}
+		src, err := dashboard.New(cfg)
 		if err != nil {
 			return nil, err
 		}
 		a.dashboard = src
 	}
 	return a, nil
+}
+
+// requestObserver returns the observer of the timer-request applier: the
+// metrics and the dashboard's recorder.
+func (a *alerting) requestObserver(m *metrics.Metrics) requests.Observer {
+	return requestObservers{m, a.recorder}
+}
+
+type requestObservers struct {
+	m *metrics.Metrics
+	r *alert.Recorder
+}
+
+func (o requestObservers) TimerRequestsApplied(applied, rejected int, lags []time.Duration) {
+	o.m.TimerRequestsApplied(applied, rejected, lags)
+	o.r.TimerRequestsApplied(applied, rejected, lags)
 }
 
 // start runs the evaluator until ctx ends; the returned wait blocks until it

@@ -182,6 +182,18 @@
     $('delivery-first-attempts').textContent = lag ? fmt(lag.deliveries) : '–';
     $('fanout-pending').textContent = fanout == null ? '–' : fmt(fanout);
 
+    // Timer requests from shops' transactions: the lag from requested_at to
+    // applied over the last minute, and the rejected ones kept; null when
+    // the store applies none.
+    const rq = d.timer_requests;
+    $('requests-card').hidden = !rq;
+    if (rq) {
+      $('requests-lag-p50').textContent = rq.applied + rq.rejected > 0 ? fmtSeconds(rq.lag_p50_seconds) : '–';
+      $('requests-lag-p99').textContent = rq.applied + rq.rejected > 0 ? fmtSeconds(rq.lag_p99_seconds) : '–';
+      $('requests-applied').textContent = fmt(rq.applied);
+      $('requests-rejected').textContent = fmt(rq.rejected_kept);
+    }
+
     // Clients' timers, shown as the orders are; null when the server keeps none.
     const tm = d.timers;
     $('timers-card').hidden = !tm;
