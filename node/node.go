@@ -160,7 +160,16 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
-	var m *metrics.Metrics
+	// The metrics exist before the store opens: its goroutines report to
+	// them from the start (the fan-out loop's count).
+	var eng *engine.Engine
+	m := metrics.New(func() int {
+		if eng == nil {
+			return 0
+		}
+		return eng.Pending()
+	})
+	n.Metrics = m
 	opts := cfg.Store
 	opts.Logger = cmp.Or(opts.Logger, log)
 	opts.Outbox = delay.FeedOf(cfg.Delay) == hourglass.FeedOutbox
@@ -171,21 +180,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// A node paused inside a transaction must not hold row locks past the
 	// moment its partitions move to the others.
 	opts.IdleTxTimeout = cfg.Cluster.LeaseTTL
-	opts.Observe = func(writes int, d time.Duration) {
-		if m != nil {
-			m.ObserveCommit(writes, d)
-		}
-	}
-	opts.ObserveRetry = func(reason string) {
-		if m != nil {
-			m.ObserveRetry(reason)
-		}
-	}
-	opts.ObserveFanoutPending = func(k int) {
-		if m != nil {
-			m.FanoutPending(k)
-		}
-	}
+	opts.Observe = m.ObserveCommit
+	opts.ObserveRetry = m.ObserveRetry
+	opts.ObserveFanoutPending = m.FanoutPending
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, opts)
 	cancelOpen()
@@ -194,9 +191,6 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.Store = db
 
-	var eng *engine.Engine
-	m = metrics.New(func() int { return eng.Pending() })
-	n.Metrics = m
 	// A node of a cluster times everything by the database's clock.
 	self, err := join(ctx, db, cfg.Addr, cfg.Cluster, m, clock, log)
 	if err != nil {
