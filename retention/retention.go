@@ -125,9 +125,9 @@ type Pruner struct {
 	nodes hourglass.ClusterStore // nil: not a cluster store
 	// requests: nil when the store has no timer requests.
 	requests hourglass.TimerRequestStore
-	clock hourglass.Clock
-	log   *slog.Logger
-	obs   Observer
+	clock    hourglass.Clock
+	log      *slog.Logger
+	obs      Observer
 }
 
 // New returns a Pruner over store; it prunes nothing until Run or Prune.
