@@ -38,6 +38,40 @@ func parseRequestTime(s string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// scanRequest reads the columns seq, timer_key, action, fire_at,
+// delay_ms, payload, webhook_id and requested_at (0 to 7) of a request row.
+// badFireAt is fire_at's text when it does not hold a time (FireAt is then
+// nil); RequestedAt is zero when it does not.
+func scanRequest(stmt *sqlite.Stmt) (r hourglass.TimerRequest, badFireAt string) {
+	r.Seq = stmt.ColumnInt64(0)
+	if !stmt.ColumnIsNull(1) {
+		k := stmt.ColumnText(1)
+		r.Key = &k
+	}
+	r.Action = stmt.ColumnText(2)
+	if !stmt.ColumnIsNull(3) {
+		if t, ok := parseRequestTime(stmt.ColumnText(3)); ok {
+			r.FireAt = &t
+		} else {
+			badFireAt = stmt.ColumnText(3)
+		}
+	}
+	if !stmt.ColumnIsNull(4) {
+		d := stmt.ColumnInt64(4)
+		r.DelayMs = &d
+	}
+	if !stmt.ColumnIsNull(5) {
+		p := stmt.ColumnText(5)
+		r.Payload = &p
+	}
+	if !stmt.ColumnIsNull(6) {
+		w := stmt.ColumnInt64(6)
+		r.WebhookID = &w
+	}
+	r.RequestedAt, _ = parseRequestTime(stmt.ColumnText(7))
+	return r, badFireAt
+}
+
 // TimerRequestsWritten implements hourglass.TimerRequestStore: nil, the
 // applier polls (another process's commit cannot wake this one).
 func (s *Store) TimerRequestsWritten() <-chan struct{} { return nil }
@@ -108,34 +142,12 @@ func (s *Store) applyRequestsIn(conn *sqlite.Conn, now time.Time, limit int, res
 			break
 		}
 		var r request
-		r.Seq = stmt.ColumnInt64(0)
-		if !stmt.ColumnIsNull(1) {
-			k := stmt.ColumnText(1)
-			r.Key = &k
+		var fireAt string
+		r.TimerRequest, fireAt = scanRequest(stmt)
+		if fireAt != "" {
+			r.badTime = fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", fireAt)
 		}
-		r.Action = stmt.ColumnText(2)
-		if !stmt.ColumnIsNull(3) {
-			if t, ok := parseRequestTime(stmt.ColumnText(3)); ok {
-				r.FireAt = &t
-			} else {
-				r.badTime = fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", stmt.ColumnText(3))
-			}
-		}
-		if !stmt.ColumnIsNull(4) {
-			d := stmt.ColumnInt64(4)
-			r.DelayMs = &d
-		}
-		if !stmt.ColumnIsNull(5) {
-			p := stmt.ColumnText(5)
-			r.Payload = &p
-		}
-		if !stmt.ColumnIsNull(6) {
-			w := stmt.ColumnInt64(6)
-			r.WebhookID = &w
-		}
-		if t, ok := parseRequestTime(stmt.ColumnText(7)); ok {
-			r.RequestedAt = t
-		} else {
+		if r.RequestedAt.IsZero() {
 			r.RequestedAt = now
 		}
 		reqs = append(reqs, r)
@@ -236,30 +248,7 @@ FROM timer_request_errors WHERE seq > ?1 ORDER BY seq LIMIT ?2`)
 				return err
 			}
 			var r hourglass.RejectedTimerRequest
-			r.Seq = stmt.ColumnInt64(0)
-			if !stmt.ColumnIsNull(1) {
-				k := stmt.ColumnText(1)
-				r.Key = &k
-			}
-			r.Action = stmt.ColumnText(2)
-			if !stmt.ColumnIsNull(3) {
-				if t, ok := parseRequestTime(stmt.ColumnText(3)); ok {
-					r.FireAt = &t
-				}
-			}
-			if !stmt.ColumnIsNull(4) {
-				d := stmt.ColumnInt64(4)
-				r.DelayMs = &d
-			}
-			if !stmt.ColumnIsNull(5) {
-				p := stmt.ColumnText(5)
-				r.Payload = &p
-			}
-			if !stmt.ColumnIsNull(6) {
-				w := stmt.ColumnInt64(6)
-				r.WebhookID = &w
-			}
-			r.RequestedAt, _ = parseRequestTime(stmt.ColumnText(7))
+			r.TimerRequest, _ = scanRequest(stmt)
 			r.RejectedAt = hourglass.FromUnixMilli(stmt.ColumnInt64(8))
 			r.Reason = stmt.ColumnText(9)
 			out = append(out, r)
