@@ -276,10 +276,9 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 				}
 				clock := m.Clock()
 				eng, err := engine.New(db, engine.Config{
-					Scheduler:    timerloop.NewWheel(timerloop.Config{Clock: clock}),
-					Clock:        clock,
-					Ownership:    m,
-					WatchCreated: cs.WatchCreated,
+					Scheduler: timerloop.NewWheel(timerloop.Config{Clock: clock}),
+					Clock:     clock,
+					Ownership: m,
 				})
 				if err != nil {
 					t.Fatal(err)

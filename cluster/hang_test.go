@@ -110,7 +110,7 @@ func startFullNode(t *testing.T, dbURL, id string, ttl time.Duration, rcv *recei
 		}
 	})
 	clock := m.Clock()
-	n.eng, err = engine.New(db, engine.Config{Scheduler: timerloop.NewWheel(timerloop.Config{Clock: clock}), Clock: clock, Ownership: m, WatchCreated: cs.WatchCreated})
+	n.eng, err = engine.New(db, engine.Config{Scheduler: timerloop.NewWheel(timerloop.Config{Clock: clock}), Clock: clock, Ownership: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,10 +88,6 @@ type Config struct {
 	// window when it gains it, and drops the timers of one it lost as they
 	// fire. Nil: this node owns every order.
 	Ownership cluster.Ownership
-	// Deprecated: WatchCreated is ignored: the engine follows the store's
-	// due feed (hourglass.DueFeed), which reports the orders other nodes
-	// create. It stays until the cluster tests that set it stop doing so.
-	WatchCreated func(ctx context.Context, fn func([]hourglass.Timer)) error
 	// Clock gives now and times the engine's loops (default the system
 	// clock).
 	Clock    hourglass.Clock
