@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -104,7 +103,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 		b := &pgx.Batch{}
 		tw.queue(b, s.nowArg(), s.cfg.Outbox)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return hourglass.TimerRequestsApplied{Full: res.Full}, s.fail("apply timer requests", err)
+			return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 		}
 		for _, pr := range round {
 			plan.settle(pr)
@@ -116,28 +115,28 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	// engine through the store's due feed, below.
 	if payloads := s.createdPayloads(nil, armed); len(payloads) > 0 {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.createdChannel, payloads); err != nil {
-			return hourglass.TimerRequestsApplied{Full: res.Full}, s.fail("apply timer requests", err)
+			return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 		}
 	}
 	done, seqs, reasons := plan.outcome()
 	if len(reasons) > 0 {
 		if _, err := tx.Exec(ctx, rejectRequestsSQL, seqs, s.nowArg(), reasons); err != nil {
-			return hourglass.TimerRequestsApplied{Full: res.Full}, s.fail("reject timer requests", err)
+			return hourglass.TimerRequestsApplied{}, s.fail("reject timer requests", err)
 		}
 	}
 	if _, err := tx.Exec(ctx, deleteRequestsSQL, done); err != nil {
-		return hourglass.TimerRequestsApplied{Full: res.Full}, s.fail("apply timer requests", err)
+		return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return hourglass.TimerRequestsApplied{Full: res.Full}, s.fail("apply timer requests", err)
+		return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 	}
 	committed := s.clockNow()
 	res.Applied, res.Rejected = len(done)-len(reasons), len(reasons)
-	res.Armed, res.Cancelled = plan.armed(), plan.cancelled()
+	res.Armed, res.Cancelled = plan.endStates()
 	s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
-	for _, r := range reqs {
-		if slices.Contains(done, r.Seq) {
-			res.Lags = append(res.Lags, max(committed.Sub(r.RequestedAt), 0))
+	for _, pr := range plan.all {
+		if !pr.held {
+			res.Lags = append(res.Lags, max(committed.Sub(pr.req.RequestedAt), 0))
 		}
 	}
 	return res, nil
@@ -281,11 +280,13 @@ func (p *requestPlan) outcome() (done, rejected []int64, reasons []string) {
 	return done, rejected, reasons
 }
 
-// final returns, per key the batch wrote, its timer and whether the last
-// request that changed it armed it (else cancelled it), in first-seen
-// order: the engine must hear only each key's end state.
-func (p *requestPlan) final() (keys []string, timers map[string]hourglass.NamedTimer, armed map[string]bool) {
-	timers, armed = map[string]hourglass.NamedTimer{}, map[string]bool{}
+// endStates returns what the batch left due and no longer due: each key
+// it wrote once, as the last request that changed its timer left it
+// (armed, as a due item; cancelled, as an id). The engine must hear only
+// each key's end state.
+func (p *requestPlan) endStates() (armed []hourglass.Timer, cancelled []int64) {
+	var keys []string
+	timers, arm := map[string]hourglass.NamedTimer{}, map[string]bool{}
 	for _, pr := range p.all {
 		if pr.held || pr.reason != "" || pr.op == nil || pr.op.timer.ID == 0 {
 			continue
@@ -294,33 +295,16 @@ func (p *requestPlan) final() (keys []string, timers map[string]hourglass.NamedT
 		if _, ok := timers[t.Key]; !ok {
 			keys = append(keys, t.Key)
 		}
-		timers[t.Key], armed[t.Key] = t, pr.arm != nil
+		timers[t.Key], arm[t.Key] = t, pr.arm != nil
 	}
-	return keys, timers, armed
-}
-
-// armed returns the timers the batch left armed, as due items.
-func (p *requestPlan) armed() []hourglass.Timer {
-	keys, timers, armed := p.final()
-	var out []hourglass.Timer
 	for _, k := range keys {
-		if armed[k] {
-			out = append(out, hourglass.Timer{OrderID: timers[k].ID, Deadline: timers[k].FireAt})
+		if t := timers[k]; arm[k] {
+			armed = append(armed, hourglass.Timer{OrderID: t.ID, Deadline: t.FireAt})
+		} else {
+			cancelled = append(cancelled, t.ID)
 		}
 	}
-	return out
-}
-
-// cancelled returns the ids of the timers the batch left cancelled.
-func (p *requestPlan) cancelled() []int64 {
-	keys, timers, armed := p.final()
-	var out []int64
-	for _, k := range keys {
-		if !armed[k] {
-			out = append(out, timers[k].ID)
-		}
-	}
-	return out
+	return armed, cancelled
 }
 
 // wakeRequests fires TimerRequestsWritten without blocking.

@@ -4,7 +4,9 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite" // the other process's database/sql driver
 
@@ -40,4 +42,40 @@ func TestTimerRequestsConformance(t *testing.T) {
 			return s, s, s, db, txtimer.Table{Name: "main.timer_requests", Dialect: txtimer.MySQL}
 		},
 	})
+}
+
+// TestTimerRequestBadTimeText: SQLite keeps times as TEXT, so a shop can
+// write a fire_at that is not a time; it is rejected naming fire_at, and
+// a good request beside it is applied.
+func TestTimerRequestBadTimeText(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(sqlite.Config{Dir: dir, Clock: hourglass.SystemClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "hourglass.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	if _, err := db.Exec(`INSERT INTO timer_requests (timer_key, fire_at) VALUES ('late', 'next tuesday'), ('fine', ?)`, at.Format("2006-01-02 15:04:05.000")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyTimerRequests(t.Context(), 10)
+	if err != nil || res.Applied != 1 || res.Rejected != 1 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, one rejected", res, err)
+	}
+	rej, err := s.RejectedTimerRequests(t.Context(), 0, 10)
+	if err != nil || len(rej) != 1 || !strings.Contains(rej[0].Reason, "fire_at") || rej[0].FireAt != nil {
+		t.Fatalf("rejected = %+v, %v; want the bad fire_at, named", rej, err)
+	}
+	if tm, err := s.Timer(t.Context(), "fine"); err != nil || !tm.FireAt.Equal(at) {
+		t.Fatalf("the good request's timer = %+v, %v", tm, err)
+	}
 }
