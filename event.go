@@ -22,16 +22,24 @@ const (
 	EventOrderClosed    EventType = "order.closed"    // closed by hourglass; the snapshot's close_reason says why
 	EventOrderShipped   EventType = "order.shipped"
 	EventOrderCompleted EventType = "order.completed"
+	// EventOrderExtended: a pending order's deadline was moved later
+	// (POST /v1/orders/{id}/extend, or a payment check that answered
+	// extend); the snapshot carries the new deadline.
+	EventOrderExtended EventType = "order.extended"
 )
+
+// EventSourceClosed is written when hourglass closes a row of a shop's own
+// table (a source, see Source), in the close's transaction.
+const EventSourceClosed EventType = "source.closed"
 
 // EventTypeAll subscribes a webhook to every event type, including types
 // added in later versions.
 const EventTypeAll EventType = "*"
 
 // EventTypes lists every event type: an order's, in lifecycle order, then
-// a timer's.
+// a timer's, then a source row's.
 func EventTypes() []EventType {
-	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventTimerFired}
+	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventOrderExtended, EventTimerFired, EventSourceClosed}
 }
 
 // Valid reports whether t is a known event type (EventTypeAll is not one).

@@ -17,8 +17,9 @@ func TestEventForEveryState(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	// Every event type but the timer's is an order's transition.
-	if len(seen) != len(EventTypes())-1 || seen[EventTimerFired] {
+	// Every event type is an order's transition but the timer's, the
+	// source row's and order.extended (a pending order stays pending).
+	if len(seen) != len(EventTypes())-3 || seen[EventTimerFired] || seen[EventSourceClosed] || seen[EventOrderExtended] {
 		t.Errorf("%d states map to %d of %d event types", len(States()), len(seen), len(EventTypes()))
 	}
 	if EventTypeAll.Valid() || EventFor("nope") != "" {
