@@ -293,6 +293,14 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Schema != "" && cfg.Schema != "public" {
 		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	}
+	// Sessions are in UTC (unless the URL says otherwise), so that a
+	// source's TIMESTAMP deadlines, which hold UTC, compare with now() as
+	// the shop meant (hourglass's own times are unix ms, zone-free).
+	if _, ok := pc.ConnConfig.RuntimeParams["timezone"]; !ok {
+		if _, ok := pc.ConnConfig.RuntimeParams["TimeZone"]; !ok {
+			pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
+		}
+	}
 	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), requestsWritten: make(chan struct{}, 1)}
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)

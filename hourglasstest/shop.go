@@ -1,0 +1,220 @@
+package hourglasstest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Shop is a shop's own schema as the source documents draw it, written
+// only through the shop's own connection and SQL, as an order service
+// would: orders(id, user_id, status, expire_at), order_items(order_id,
+// sku, qty), stock(sku, available, reserved). expire_at holds UTC.
+type Shop struct {
+	DB *sql.DB
+	// Schema qualifies the tables: a PostgreSQL schema, or a MySQL
+	// database of hourglass's server.
+	Schema   string
+	Postgres bool
+}
+
+// T is a table's qualified name.
+func (s Shop) T(name string) string { return s.Schema + "." + name }
+
+// Now is the database's now in UTC, as the shop's SQL writes it.
+func (s Shop) Now() string {
+	if s.Postgres {
+		return "(now() AT TIME ZONE 'UTC')"
+	}
+	return "UTC_TIMESTAMP(3)"
+}
+
+// Create creates the shop's tables; index adds the index the window
+// query needs.
+func (s Shop) Create(t testing.TB, index bool) {
+	t.Helper()
+	var stmts []string
+	if s.Postgres {
+		stmts = []string{
+			`CREATE SCHEMA IF NOT EXISTS ` + s.Schema,
+			`CREATE TABLE ` + s.T("orders") + ` (id BIGSERIAL PRIMARY KEY, user_id TEXT NOT NULL, status TEXT NOT NULL, expire_at TIMESTAMP(3) NOT NULL)`,
+			`CREATE TABLE ` + s.T("order_items") + ` (order_id BIGINT NOT NULL, sku TEXT NOT NULL, qty INT NOT NULL, PRIMARY KEY (order_id, sku))`,
+			`CREATE TABLE ` + s.T("stock") + ` (sku TEXT PRIMARY KEY, available INT NOT NULL, reserved INT NOT NULL CHECK (reserved >= 0))`,
+		}
+	} else {
+		stmts = []string{
+			`CREATE DATABASE IF NOT EXISTS ` + s.Schema,
+			`CREATE TABLE ` + s.T("orders") + ` (id BIGINT AUTO_INCREMENT PRIMARY KEY, user_id VARCHAR(64) NOT NULL, status VARCHAR(16) NOT NULL, expire_at DATETIME(3) NOT NULL)`,
+			`CREATE TABLE ` + s.T("order_items") + ` (order_id BIGINT NOT NULL, sku VARCHAR(64) NOT NULL, qty INT NOT NULL, PRIMARY KEY (order_id, sku))`,
+			`CREATE TABLE ` + s.T("stock") + ` (sku VARCHAR(64) PRIMARY KEY, available INT NOT NULL, reserved INT NOT NULL, CHECK (reserved >= 0))`,
+		}
+	}
+	if index {
+		stmts = append(stmts, `CREATE INDEX orders_status_expire_at ON `+s.T("orders")+` (status, expire_at)`)
+	}
+	for _, q := range stmts {
+		if _, err := s.DB.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// Source is the shop's orders table as a source: the guard closes an
+// unpaid order at its deadline, the second statement releases its stock.
+func (s Shop) Source(name string) hourglass.Source {
+	release := `UPDATE ` + s.T("stock") + ` s JOIN ` + s.T("order_items") + ` i ON i.sku = s.sku SET s.available = s.available + i.qty, s.reserved = s.reserved - i.qty WHERE i.order_id = :key`
+	if s.Postgres {
+		release = `UPDATE ` + s.T("stock") + ` s SET available = s.available + i.qty, reserved = s.reserved - i.qty FROM ` + s.T("order_items") + ` i WHERE i.sku = s.sku AND i.order_id = :key`
+	}
+	return hourglass.Source{
+		Name: name, Table: s.T("orders"), Key: "id", Deadline: "expire_at", Pending: "status = 'UNPAID'",
+		Close: []string{
+			`UPDATE ` + s.T("orders") + ` SET status = 'CLOSED' WHERE id = :key AND status = 'UNPAID' AND expire_at <= ` + s.Now(),
+			release,
+		},
+	}
+}
+
+// PutStock sets a SKU's stock.
+func (s Shop) PutStock(t testing.TB, sku string, available int) {
+	t.Helper()
+	q := `INSERT INTO ` + s.T("stock") + ` (sku, available, reserved) VALUES (?, ?, 0)`
+	if s.Postgres {
+		q = `INSERT INTO ` + s.T("stock") + ` (sku, available, reserved) VALUES ($1, $2, 0)`
+	}
+	if _, err := s.DB.ExecContext(t.Context(), q, sku, available); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Order inserts an unpaid order due in (from the database's now) that
+// reserves qty of sku, in one transaction, as an order service would, and
+// returns its id.
+func (s Shop) Order(t testing.TB, user string, in time.Duration, sku string, qty int) int64 {
+	t.Helper()
+	id, err := s.TryOrder(t, user, in, sku, qty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TryOrder is Order returning its error (for goroutines).
+func (s Shop) TryOrder(t testing.TB, user string, in time.Duration, sku string, qty int) (int64, error) {
+	ctx := t.Context()
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	ms := in.Milliseconds()
+	var id int64
+	if s.Postgres {
+		err = tx.QueryRowContext(ctx, `INSERT INTO `+s.T("orders")+` (user_id, status, expire_at) VALUES ($1, 'UNPAID', `+s.Now()+` + $2 * interval '1 millisecond') RETURNING id`, user, ms).Scan(&id)
+	} else {
+		var res sql.Result
+		res, err = tx.ExecContext(ctx, `INSERT INTO `+s.T("orders")+` (user_id, status, expire_at) VALUES (?, 'UNPAID', `+s.Now()+` + INTERVAL ? * 1000 MICROSECOND)`, user, ms)
+		if err == nil {
+			id, err = res.LastInsertId()
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("insert order: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO `+s.T("order_items")+` (order_id, sku, qty) VALUES (?, ?, ?)`), id, sku, qty); err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
+	n, err := exec(ctx, tx, s.bind(`UPDATE `+s.T("stock")+` SET available = available - ?, reserved = reserved + ? WHERE sku = ? AND available >= ?`), qty, qty, sku, qty)
+	if err != nil || n != 1 {
+		return 0, fmt.Errorf("reserve stock: %d rows, %v", n, err)
+	}
+	return id, tx.Commit()
+}
+
+// Pay pays an order the way the shop's pay path does, with its own
+// conditional update: only while unpaid and before its deadline. It
+// reports whether the pay won, and moves reserved stock to sold when it
+// did.
+func (s Shop) Pay(t testing.TB, id int64) (bool, error) {
+	ctx := t.Context()
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	n, err := exec(ctx, tx, s.bind(`UPDATE `+s.T("orders")+` SET status = 'PAID' WHERE id = ? AND status = 'UNPAID' AND expire_at > `+s.Now()), id)
+	if err != nil || n == 0 {
+		return false, err
+	}
+	if s.Postgres {
+		_, err = tx.ExecContext(ctx, `UPDATE `+s.T("stock")+` s SET reserved = s.reserved - i.qty FROM `+s.T("order_items")+` i WHERE i.sku = s.sku AND i.order_id = $1`, id)
+	} else {
+		_, err = tx.ExecContext(ctx, `UPDATE `+s.T("stock")+` s JOIN `+s.T("order_items")+` i ON i.sku = s.sku SET s.reserved = s.reserved - i.qty WHERE i.order_id = ?`, id)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}
+
+// Status returns an order's status.
+func (s Shop) Status(t testing.TB, id int64) string {
+	t.Helper()
+	var st string
+	if err := s.DB.QueryRowContext(t.Context(), s.bind(`SELECT status FROM `+s.T("orders")+` WHERE id = ?`), id).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// Stock returns a SKU's available and reserved stock.
+func (s Shop) Stock(t testing.TB, sku string) (available, reserved int) {
+	t.Helper()
+	if err := s.DB.QueryRowContext(t.Context(), s.bind(`SELECT available, reserved FROM `+s.T("stock")+` WHERE sku = ?`), sku).Scan(&available, &reserved); err != nil {
+		t.Fatal(err)
+	}
+	return available, reserved
+}
+
+// Exec runs one statement of the shop's (placeholders as ?).
+func (s Shop) Exec(t testing.TB, q string, args ...any) int64 {
+	t.Helper()
+	n, err := exec(t.Context(), s.DB, s.bind(q), args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// bind turns ? placeholders into PostgreSQL's $n.
+func (s Shop) bind(q string) string {
+	if !s.Postgres {
+		return q
+	}
+	out := make([]byte, 0, len(q)+8)
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			out = fmt.Appendf(out, "$%d", n)
+			continue
+		}
+		out = append(out, q[i])
+	}
+	return string(out)
+}
+
+// exec runs q and returns the rows it changed.
+func exec(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, q string, args ...any) (int64, error) {
+	res, err := db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

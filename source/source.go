@@ -1,0 +1,428 @@
+// Package source closes the rows of shops' own tables at their deadlines
+// (--sources; hourglass.Source): for each source it keeps the rows due
+// within the window in an in-memory timing wheel, loaded from the shop's
+// table through the shop's index (package timing's window loader), finds
+// new rows by tailing the key, sweeps what is overdue, and at each
+// deadline runs the source's close statements (hourglass.SourceTable.
+// Close): the guard, then the rest and the source.closed event, in one
+// transaction. Rows are partitioned by key among the nodes like orders.
+//
+// Exactly once rests on the guard, not on timing: it is a conditional
+// update of one row (… AND status = 'UNPAID'), so a second close of the
+// row, from a retry, a sweep or another node, changes nothing. On time
+// rests on the wheel: a row is closed at its deadline by hourglass's
+// clock, which on a shared database follows the database's.
+package source
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/timing"
+	"github.com/hourglass/hourglass/timing/dispatch"
+	"github.com/hourglass/hourglass/timing/timerloop"
+	"github.com/hourglass/hourglass/timing/window"
+)
+
+// Defaults of Config.
+const (
+	TailIntervalDefault  = 250 * time.Millisecond
+	SweepIntervalDefault = 5 * time.Second
+	SweepGraceDefault    = 2 * time.Second
+	// GapWait is how long the tail reads again the keys below the
+	// largest it saw: a row whose key was drawn earlier but committed
+	// later (concurrent inserts) is found within it; one later still is
+	// found by the next window load.
+	GapWait = 5 * time.Second
+	// pageSize is the most rows per tail or sweep query.
+	pageSize = 1000
+	// retryMax caps the wait before closing a row again after a failed
+	// statement or a guard that matched nothing while the row is due.
+	retryMax = 5 * time.Second
+)
+
+// Observer is told what the sources do (metrics). Methods must not block.
+type Observer interface {
+	SourceClosed(source string, lateness time.Duration)
+	SourceNoop(source string)
+	SourceGuardError(source string)
+	SourceFailed(source string)
+	SourceRecovered(source string, n int)
+	SourceHeld(source string, n int)
+}
+
+// Checker asks a payment provider before a close (package beforeclose
+// implements it; nil: close without asking).
+type Checker interface {
+	// Check asks whether the row may be closed now: close (true), or not
+	// yet (false) with when to look at it again.
+	Check(ctx context.Context, src hourglass.Source, row hourglass.Timer) (closeNow bool, retryAt time.Time)
+}
+
+// Config configures a Runner. Zero values mean the defaults.
+type Config struct {
+	Store   hourglass.SourceStore
+	Sources []hourglass.Source
+	// Window and LoadInterval are the window loader's (the engine's
+	// --window and --load-interval).
+	Window, LoadInterval time.Duration
+	// TailInterval is how often new rows are looked for
+	// (--source-tail-interval).
+	TailInterval time.Duration
+	// SweepInterval and SweepGrace: every SweepInterval, rows overdue by
+	// more than SweepGrace are closed (the engine's sweeper's settings).
+	SweepInterval, SweepGrace time.Duration
+	// Ownership divides the rows among the nodes (nil: every row).
+	Ownership cluster.Ownership
+	Checker   Checker
+	Observer  Observer
+	Clock     hourglass.Clock
+	Logger    *slog.Logger
+}
+
+// Runner runs every source of a node.
+type Runner struct {
+	cfg  Config
+	srcs []*runner
+}
+
+// New opens every source (refusing a bad one with one line that says
+// what is wrong) and logs a warning for each query that would read a whole
+// table. ctx bounds the checks.
+func New(ctx context.Context, cfg Config) (*Runner, []string, error) {
+	if err := hourglass.ValidateSources(cfg.Sources); err != nil {
+		return nil, nil, err
+	}
+	if len(cfg.Sources) > 0 && cfg.Store == nil {
+		return nil, nil, errors.New("sources need PostgreSQL or MySQL: the shop's tables live in hourglass's database, and SQLite cannot be shared with an order service")
+	}
+	cfg.Window = cmp.Or(cfg.Window, window.WindowDefault)
+	cfg.LoadInterval = cmp.Or(cfg.LoadInterval, window.LoadIntervalDefault)
+	cfg.TailInterval = cmp.Or(cfg.TailInterval, TailIntervalDefault)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, SweepIntervalDefault)
+	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, SweepGraceDefault)
+	cfg.Clock = cmp.Or[hourglass.Clock](cfg.Clock, hourglass.SystemClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.TailInterval < 10*time.Millisecond || cfg.TailInterval > time.Minute {
+		return nil, nil, fmt.Errorf("--source-tail-interval must be between 10ms and 1m, got %s", cfg.TailInterval)
+	}
+	r := &Runner{cfg: cfg}
+	var warnings []string
+	for _, src := range cfg.Sources {
+		t, w, err := cfg.Store.OpenSource(ctx, src)
+		if err != nil {
+			return nil, nil, err
+		}
+		warnings = append(warnings, w...)
+		r.srcs = append(r.srcs, newRunner(cfg, src, t))
+	}
+	return r, warnings, nil
+}
+
+// Run runs every source until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, s := range r.srcs {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.run(ctx) }()
+	}
+	wg.Wait()
+}
+
+// Misconfigured returns the sources whose guard changed more than one row
+// within the last 10 minutes, for the source_misconfigured alert.
+func (r *Runner) Misconfigured(now time.Time) []string {
+	var out []string
+	for _, s := range r.srcs {
+		if at := s.guardErrorAt.Load(); at != 0 && now.Sub(hourglass.FromUnixMilli(at)) < 10*time.Minute {
+			out = append(out, s.src.Name)
+		}
+	}
+	return out
+}
+
+// Held returns how many rows each source holds in its window, by name.
+func (r *Runner) Held() map[string]int {
+	out := make(map[string]int, len(r.srcs))
+	for _, s := range r.srcs {
+		out[s.src.Name] = s.sched.Pending() + s.sched.Queued()
+	}
+	return out
+}
+
+// runner is one source.
+type runner struct {
+	cfg   Config
+	src   hourglass.Source
+	table hourglass.SourceTable
+	clock hourglass.TimerClock
+	log   *slog.Logger
+	parts *cluster.Tracker
+	sched *timerloop.Scheduler
+	load  *window.Loader
+
+	// guardErrorAt is when the guard last changed more than one row
+	// (unix ms; 0: never).
+	guardErrorAt atomic.Int64
+}
+
+func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
+	s := &runner{cfg: cfg, src: src, table: t, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger.With("source", src.Name)}
+	s.sched = timerloop.NewWheel(timerloop.Config{Name: "source " + src.Name, Clock: cfg.Clock, Logger: s.log,
+		Dispatch: dispatch.Config{Workers: 4, Batch: 100, RetryMax: retryMax, Logger: s.log, Clock: cfg.Clock}})
+	s.parts = cluster.Track(cfg.Ownership, func() {
+		if s.load != nil {
+			s.load.Wake()
+		}
+	})
+	s.load = window.New(window.Config{
+		Name:         "source " + src.Name,
+		Sources:      []window.Source{t.Due},
+		Sink:         s.schedule,
+		Window:       cfg.Window,
+		LoadInterval: cfg.LoadInterval,
+		Parts:        s.parts,
+		Clock:        cfg.Clock,
+		Logger:       s.log,
+	})
+	return s
+}
+
+// schedule hands rows to the wheel, each at its deadline rounded up to
+// the millisecond (a deadline of finer precision is never closed early).
+func (s *runner) schedule(ctx context.Context, rows []hourglass.Timer) error {
+	for i, r := range rows {
+		ms := hourglass.UnixMilli(r.Deadline)
+		if r.Deadline.After(hourglass.FromUnixMilli(ms)) {
+			rows[i].Deadline = hourglass.FromUnixMilli(ms + 1)
+		}
+	}
+	return s.sched.Schedule(ctx, rows)
+}
+
+func (s *runner) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context){
+		func(ctx context.Context) { _ = s.sched.Run(ctx, s.deliver) },
+		s.load.Run,
+		s.tail,
+		s.sweep,
+		s.report,
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	wg.Wait()
+}
+
+// deliver closes the rows the wheel fired: those of partitions this node
+// still owns, each after the payment check if the source has one.
+func (s *runner) deliver(ctx context.Context, due []hourglass.Timer) error {
+	rows := make([]hourglass.Timer, 0, len(due))
+	for _, r := range due {
+		if !s.parts.Has(r.OrderID) {
+			continue // its partition moved: its new owner loads it
+		}
+		if s.cfg.Checker != nil && s.src.BeforeClose != "" {
+			ok, retryAt := s.cfg.Checker.Check(ctx, s.src, r)
+			if !ok {
+				if !retryAt.IsZero() {
+					_ = s.sched.Schedule(ctx, []hourglass.Timer{{OrderID: r.OrderID, Deadline: retryAt}})
+				}
+				continue
+			}
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	res, err := s.table.Close(ctx, rows)
+	if err != nil {
+		return err // the dispatcher retries the batch
+	}
+	s.handle(ctx, res)
+	return nil
+}
+
+// handle counts each outcome and arms again the rows that stay pending.
+func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
+	now := s.clock.Now()
+	var again []hourglass.Timer
+	for _, r := range res {
+		switch r.Outcome {
+		case hourglass.SourceClosed:
+			s.cfg.Observer.SourceClosed(s.src.Name, r.ClosedAt.Sub(r.Deadline))
+		case hourglass.SourceNoop:
+			s.cfg.Observer.SourceNoop(s.src.Name)
+			if r.Pending {
+				// Extended by the shop, or not yet due by the database's
+				// clock: look again at its deadline, or soon.
+				again = append(again, hourglass.Timer{OrderID: r.Key, Deadline: later(r.Deadline, now)})
+			}
+		case hourglass.SourceGuardError:
+			s.cfg.Observer.SourceGuardError(s.src.Name)
+			s.guardErrorAt.Store(hourglass.UnixMilli(now))
+			s.log.Error("source: the guard (close[0]) changed more than one row; rolled back, nothing changed: fix the guard to match one row by its key",
+				"key", r.Key, "rows", r.Affected)
+		case hourglass.SourceFailed:
+			s.cfg.Observer.SourceFailed(s.src.Name)
+			s.log.Warn("source: a close statement failed; rolled back, will retry", "key", r.Key, "err", r.Err)
+			again = append(again, hourglass.Timer{OrderID: r.Key, Deadline: later(r.Deadline, now)})
+		}
+	}
+	if len(again) > 0 {
+		_ = s.schedule(ctx, again)
+	}
+}
+
+// later is when to look at a pending row again: at its deadline if that
+// is ahead, else after a wait that grows with how late it is (10 ms just
+// past the deadline, the database's clock a little behind; up to 5 s for
+// a row that stays pending long after).
+func later(deadline, now time.Time) time.Time {
+	if deadline.After(now) {
+		return deadline
+	}
+	return now.Add(min(max(now.Sub(deadline)/4, 10*time.Millisecond), retryMax))
+}
+
+// tail finds new rows by key: every TailInterval the rows above the
+// largest key seen, and every second again those above the largest key
+// seen GapWait ago (rows committed after a larger key was seen). Rows are
+// offered to the loader, which takes those due within its horizon.
+func (s *runner) tail(ctx context.Context) {
+	var last int64
+	boot := timing.Supervisor{Clock: s.clock, Backoff: timing.Backoff{Min: 100 * time.Millisecond, Max: retryMax},
+		Failed: func(err error, in time.Duration) { s.log.Warn("source: read the largest key failed; retrying", "err", err, "retry_in", in) }}
+	if boot.Run(ctx, func(ctx context.Context) (err error) { last, err = s.table.MaxKey(ctx); return err }) != nil {
+		return
+	}
+	type mark struct {
+		at  time.Time
+		key int64
+	}
+	marks := []mark{{s.clock.Now(), last}} // the largest key seen, by time
+	floor := last
+	nextRecheck := s.clock.Now().Add(time.Second)
+	for {
+		if timing.Sleep(ctx, s.clock, s.cfg.TailInterval) != nil {
+			return
+		}
+		top, err := s.tailFrom(ctx, last, -1)
+		if err != nil {
+			s.log.Warn("source: tail new rows failed; retrying", "err", err)
+			continue
+		}
+		now := s.clock.Now()
+		if top > last {
+			last = top
+			marks = append(marks, mark{now, last})
+		}
+		if now.Before(nextRecheck) {
+			continue
+		}
+		nextRecheck = now.Add(time.Second)
+		for len(marks) > 1 && now.Sub(marks[1].at) >= GapWait {
+			marks = marks[1:]
+		}
+		if floor < marks[0].key || floor < last {
+			if _, err := s.tailFrom(ctx, floor, last); err != nil {
+				s.log.Warn("source: read recent rows again failed; retrying", "err", err)
+				continue
+			}
+			floor = marks[0].key
+		}
+	}
+}
+
+// tailFrom offers the pending rows with keys above after (and at most
+// upTo, when not negative) and returns the largest key read.
+func (s *runner) tailFrom(ctx context.Context, after, upTo int64) (int64, error) {
+	top := after
+	for {
+		rows, err := s.table.Tail(ctx, top, pageSize)
+		if err != nil {
+			return top, err
+		}
+		var mine []hourglass.Timer
+		for _, r := range rows {
+			if upTo >= 0 && r.OrderID > upTo {
+				break
+			}
+			top = r.OrderID
+			if s.parts.Has(r.OrderID) {
+				mine = append(mine, r)
+			}
+		}
+		if len(mine) > 0 {
+			if _, err := s.load.Offer(ctx, mine); err != nil {
+				return top, err
+			}
+		}
+		if len(rows) < pageSize || upTo >= 0 && top >= upTo {
+			return top, nil
+		}
+	}
+}
+
+// sweep closes the rows overdue by more than SweepGrace, which the window
+// did not close (a load that failed, a row committed long after its key
+// was drawn, a partition taken over): counted as recovered.
+func (s *runner) sweep(ctx context.Context) {
+	for {
+		if timing.Sleep(ctx, s.clock, s.cfg.SweepInterval) != nil {
+			return
+		}
+		until := s.clock.Now().Add(-s.cfg.SweepGrace)
+		p := hourglass.PendingDueParams{Until: until, Limit: pageSize, Parts: s.parts.Owned()}
+		for ctx.Err() == nil {
+			rows, err := s.table.Due(ctx, p)
+			if err != nil {
+				s.log.Warn("source: sweep failed; retrying", "err", err)
+				break
+			}
+			if len(rows) == 0 {
+				break
+			}
+			s.cfg.Observer.SourceRecovered(s.src.Name, len(rows))
+			s.log.Warn("source: sweeper found rows past their deadline and grace; closing them", "rows", len(rows))
+			_ = s.schedule(ctx, rows)
+			if len(rows) < pageSize {
+				break
+			}
+			last := rows[len(rows)-1]
+			p.After, p.AfterID = last.Deadline, last.OrderID
+		}
+	}
+}
+
+// report publishes how many rows the source holds, every second.
+func (s *runner) report(ctx context.Context) {
+	for {
+		s.cfg.Observer.SourceHeld(s.src.Name, s.sched.Pending()+s.sched.Queued())
+		if timing.Sleep(ctx, s.clock, time.Second) != nil {
+			return
+		}
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) SourceClosed(string, time.Duration) {}
+func (nopObserver) SourceNoop(string)                  {}
+func (nopObserver) SourceGuardError(string)            {}
+func (nopObserver) SourceFailed(string)                {}
+func (nopObserver) SourceRecovered(string, int)        {}
+func (nopObserver) SourceHeld(string, int)             {}

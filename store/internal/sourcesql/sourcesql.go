@@ -1,0 +1,481 @@
+// Package sourcesql reads and closes the rows of a shop's own table (a
+// hourglass.Source) on a SQL database: the queries, the close's
+// transaction with a savepoint per row, the start-up checks and the index
+// warnings, written once above a thin Dialect that store/postgres and
+// store/mysql implement (placeholders, quoting, the catalogue, EXPLAIN,
+// the event rows and the error classes).
+package sourcesql
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// Rows is a result set: pgx's and database/sql's, adapted.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Querier runs statements on a pool or in a transaction.
+type Querier interface {
+	Query(ctx context.Context, q string, args ...any) (Rows, error)
+	// Exec returns the rows the statement changed.
+	Exec(ctx context.Context, q string, args ...any) (int64, error)
+}
+
+// Event is a source.closed event to write with its deliveries.
+type Event struct {
+	ID      string
+	OrderID int64 // hourglass.SourceEventOrderID
+	At      int64 // unix ms
+	Body    []byte
+}
+
+// Dialect is what differs between databases.
+type Dialect interface {
+	// Param is the n-th placeholder (from 1): "$1" or "?".
+	Param(n int) string
+	// Quote quotes an identifier.
+	Quote(ident string) string
+	// DB runs statements on the pool.
+	DB() Querier
+	// InTx runs fn in a transaction, committing when it returns nil.
+	InTx(ctx context.Context, fn func(tx Querier) error) error
+	// Columns returns the data types (lower case) of the columns of
+	// schema.table by name ("" schema: the connection's own).
+	Columns(ctx context.Context, schema, table string) (map[string]string, error)
+	// Prepare prepares q (checking its syntax, tables and columns).
+	Prepare(ctx context.Context, q string) error
+	// Scans returns the tables a plan of q (no parameters) would read in
+	// full, though an index could serve it.
+	Scans(ctx context.Context, q string) ([]string, error)
+	// NowMs reads the database's now, unix ms, in tx.
+	NowMs(ctx context.Context, tx Querier) (int64, error)
+	// WriteEvents writes evs with their webhook deliveries (to webhooks
+	// subscribed to source.closed or "*") in tx; it returns the
+	// deliveries written.
+	WriteEvents(ctx context.Context, tx Querier, evs []Event) (int, error)
+	// Committed is told the deliveries a committed close wrote (it wakes
+	// webhook delivery).
+	Committed(deliveries int)
+	// Aborts reports an error after which the transaction cannot go on
+	// (a deadlock, a lost connection): the whole close is retried.
+	Aborts(err error) bool
+}
+
+// Table is one source on a database; it implements hourglass.SourceTable.
+type Table struct {
+	src hourglass.Source
+	d   Dialect
+	ms  bool // the deadline is unix ms
+
+	key, deadline, table string // quoted
+	stmts                []hourglass.BoundSQL
+}
+
+var _ hourglass.SourceTable = (*Table)(nil)
+
+// closeAttempts bounds the retries of a close that a deadlock or a lost
+// certification aborted.
+const closeAttempts = 5
+
+// Open checks src against the database: its table and columns exist with
+// usable types, every query and statement prepares; it returns the table
+// and a warning for each query a missing index would make scan. Errors are
+// one line naming the source.
+func Open(ctx context.Context, d Dialect, src hourglass.Source) (*Table, []string, error) {
+	if err := src.Validate(); err != nil {
+		return nil, nil, err
+	}
+	fail := func(format string, args ...any) error {
+		return hourglass.Errorf(hourglass.CodeInvalidArgument, "source %s: %s", src.Name, fmt.Sprintf(format, args...))
+	}
+	schema, name := src.SchemaTable()
+	cols, err := d.Columns(ctx, schema, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("source %s: read the columns of %s: %w", src.Name, src.Table, err)
+	}
+	if len(cols) == 0 {
+		return nil, nil, fail("table: %s does not exist (or hourglass's role cannot see it; grant it SELECT)", src.Table)
+	}
+	isInt := func(t string) bool { return strings.Contains(t, "int") }
+	keyType, ok := cols[src.Key]
+	if !ok {
+		return nil, nil, fail("key: %s has no column %s", src.Table, src.Key)
+	}
+	if !isInt(keyType) {
+		return nil, nil, fail("key: %s.%s is %s; want an integer column (BIGINT)", src.Table, src.Key, keyType)
+	}
+	dlType, ok := cols[src.Deadline]
+	if !ok {
+		return nil, nil, fail("deadline: %s has no column %s", src.Table, src.Deadline)
+	}
+	t := &Table{src: src, d: d, ms: src.DeadlineUnit == "ms", key: d.Quote(src.Key), deadline: d.Quote(src.Deadline)}
+	switch {
+	case t.ms && !isInt(dlType):
+		return nil, nil, fail("deadline: %s.%s is %s, but deadline_unit: ms wants a BIGINT of unix milliseconds", src.Table, src.Deadline, dlType)
+	case !t.ms && isInt(dlType):
+		return nil, nil, fail("deadline: %s.%s is %s; add deadline_unit: ms if it holds unix milliseconds", src.Table, src.Deadline, dlType)
+	case !t.ms && !strings.HasPrefix(dlType, "timestamp") && dlType != "datetime":
+		return nil, nil, fail("deadline: %s.%s is %s; want TIMESTAMP/DATETIME (UTC) or a BIGINT with deadline_unit: ms", src.Table, src.Deadline, dlType)
+	}
+	if schema != "" {
+		t.table = d.Quote(schema) + "."
+	}
+	t.table += d.Quote(name)
+	for _, q := range src.Close {
+		t.stmts = append(t.stmts, hourglass.BindKey(q, d.Param))
+	}
+	// Every query hourglass runs prepares, the shop's condition and
+	// statements with them.
+	checks := []struct{ what, sql string }{
+		{"pending", t.dueSQL(false, 1, nil, d.Param)},
+		{"pending", t.tailSQL(1, d.Param)},
+	}
+	for i, st := range t.stmts {
+		checks = append(checks, struct{ what, sql string }{fmt.Sprintf("close[%d]", i), st.SQL})
+	}
+	for _, c := range checks {
+		if err := d.Prepare(ctx, c.sql); err != nil {
+			return nil, nil, fail("%s: does not prepare: %v", c.what, oneLine(err))
+		}
+	}
+	warnings, err := t.indexWarnings(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("source %s: explain its queries: %w", src.Name, err)
+	}
+	return t, warnings, nil
+}
+
+// indexWarnings explains the queries with literal values and names an
+// index for each that would scan a table.
+func (t *Table) indexWarnings(ctx context.Context) ([]string, error) {
+	lit := func(int) string { return "0" }
+	until := "'2000-01-01 00:00:00'"
+	if t.ms {
+		until = "0"
+	}
+	schema, name := t.src.SchemaTable()
+	qual := name
+	if schema != "" {
+		qual = schema + "." + name
+	}
+	queries := []struct{ what, sql, fix string }{
+		{"the window query (pending rows by deadline)", t.dueSQL(false, 1, nil, func(int) string { return until }),
+			fmt.Sprintf("CREATE INDEX %s_%s ON %s (%s)", name, t.src.Deadline, qual, t.src.Deadline)},
+		{"the tail query (new rows by key)", t.tailSQL(1, lit),
+			fmt.Sprintf("make %s its primary key or CREATE UNIQUE INDEX %s_%s ON %s (%s)", t.src.Key, name, t.src.Key, qual, t.src.Key)},
+	}
+	for i, q := range t.src.Close {
+		queries = append(queries, struct{ what, sql, fix string }{fmt.Sprintf("close[%d]", i), hourglass.BindKey(q, lit).SQL,
+			"index the columns its WHERE and JOIN use"})
+	}
+	var warnings []string
+	for _, q := range queries {
+		scans, err := t.d.Scans(ctx, q.sql)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", q.what, err)
+		}
+		if len(scans) > 0 {
+			warnings = append(warnings, fmt.Sprintf("source %s: %s would read all of %s: %s", t.src.Name, q.what, strings.Join(scans, ", "), q.fix))
+		}
+	}
+	return warnings, nil
+}
+
+// dueSQL pages pending rows by (deadline, key): until is param 1, the
+// cursor (with cursor) params 2 to 4 (after twice, then its key); limit
+// and parts are literals.
+func (t *Table) dueSQL(cursor bool, limit int, parts hourglass.Parts, param func(int) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT %s, %s FROM %s WHERE (%s) AND %s <= %s", t.key, t.deadline, t.table, t.src.Pending, t.deadline, param(1))
+	if cursor {
+		fmt.Fprintf(&b, " AND (%s > %s OR (%s = %s AND %s > %s))", t.deadline, param(2), t.deadline, param(3), t.key, param(4))
+	}
+	b.WriteString(t.partsSQL(parts))
+	fmt.Fprintf(&b, " ORDER BY %s, %s LIMIT %d", t.deadline, t.key, limit)
+	return b.String()
+}
+
+// partsSQL keeps the rows of parts (nil: all) by hourglass.PartitionOf.
+func (t *Table) partsSQL(parts hourglass.Parts) string {
+	if parts == nil {
+		return ""
+	}
+	ps := make([]string, len(parts))
+	for i, p := range parts {
+		ps[i] = strconv.Itoa(p)
+	}
+	return fmt.Sprintf(" AND ((%s %% %d) + %d) %% %d IN (%s)", t.key, hourglass.Partitions, hourglass.Partitions, hourglass.Partitions, strings.Join(ps, ", "))
+}
+
+func (t *Table) tailSQL(limit int, param func(int) string) string {
+	return fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s > %s AND (%s) AND %s IS NOT NULL ORDER BY %s LIMIT %d",
+		t.key, t.deadline, t.table, t.key, param(1), t.src.Pending, t.deadline, t.key, limit)
+}
+
+// arg is a deadline as a parameter.
+func (t *Table) arg(at time.Time) any {
+	if t.ms {
+		return hourglass.UnixMilli(at)
+	}
+	return at.UTC()
+}
+
+// scan reads (key, deadline) rows.
+func (t *Table) scan(rows Rows, err error) ([]hourglass.Timer, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []hourglass.Timer
+	for rows.Next() {
+		var tm hourglass.Timer
+		if t.ms {
+			var ms int64
+			if err := rows.Scan(&tm.OrderID, &ms); err != nil {
+				return nil, err
+			}
+			tm.Deadline = hourglass.FromUnixMilli(ms)
+		} else {
+			var v any
+			if err := rows.Scan(&tm.OrderID, &v); err != nil {
+				return nil, err
+			}
+			if tm.Deadline, err = asTime(v); err != nil {
+				return nil, fmt.Errorf("row %d: %s: %w", tm.OrderID, t.src.Deadline, err)
+			}
+		}
+		tm.Deadline = tm.Deadline.UTC()
+		out = append(out, tm)
+	}
+	return out, rows.Err()
+}
+
+// Due implements hourglass.SourceTable.
+func (t *Table) Due(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+	if p.Parts != nil && len(p.Parts) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	cursor := !p.After.IsZero() || p.AfterID != 0
+	args := []any{t.arg(p.Until)}
+	if cursor {
+		args = append(args, t.arg(p.After), t.arg(p.After), p.AfterID)
+	}
+	rows, err := t.scan(t.d.DB().Query(ctx, t.dueSQL(cursor, p.Limit, p.Parts, t.d.Param), args...))
+	if err != nil {
+		return nil, fmt.Errorf("source %s: load due rows: %w", t.src.Name, err)
+	}
+	return rows, nil
+}
+
+// Tail implements hourglass.SourceTable.
+func (t *Table) Tail(ctx context.Context, after int64, limit int) ([]hourglass.Timer, error) {
+	rows, err := t.scan(t.d.DB().Query(ctx, t.tailSQL(max(limit, 1), t.d.Param), after))
+	if err != nil {
+		return nil, fmt.Errorf("source %s: tail new rows: %w", t.src.Name, err)
+	}
+	return rows, nil
+}
+
+// MaxKey implements hourglass.SourceTable.
+func (t *Table) MaxKey(ctx context.Context) (int64, error) {
+	rows, err := t.d.DB().Query(ctx, fmt.Sprintf("SELECT COALESCE(MAX(%s), 0) FROM %s", t.key, t.table))
+	if err != nil {
+		return 0, fmt.Errorf("source %s: read the largest key: %w", t.src.Name, err)
+	}
+	defer rows.Close()
+	var k int64
+	if rows.Next() {
+		if err := rows.Scan(&k); err != nil {
+			return 0, fmt.Errorf("source %s: read the largest key: %w", t.src.Name, err)
+		}
+	}
+	return k, rows.Err()
+}
+
+// Pending implements hourglass.SourceTable.
+func (t *Table) Pending(ctx context.Context, keys []int64) ([]hourglass.Timer, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	ps := make([]string, len(keys))
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		ps[i], args[i] = t.d.Param(i+1), k
+	}
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (%s) AND (%s)", t.key, t.deadline, t.table, t.key, strings.Join(ps, ", "), t.src.Pending)
+	rows, err := t.scan(t.d.DB().Query(ctx, q, args...))
+	if err != nil {
+		return nil, fmt.Errorf("source %s: read pending rows: %w", t.src.Name, err)
+	}
+	return rows, nil
+}
+
+// Close implements hourglass.SourceTable.
+func (t *Table) Close(ctx context.Context, rows []hourglass.Timer) ([]hourglass.SourceResult, error) {
+	rows = slices.Clone(rows)
+	slices.SortFunc(rows, func(a, b hourglass.Timer) int { return cmp.Compare(a.OrderID, b.OrderID) })
+	rows = slices.CompactFunc(rows, func(a, b hourglass.Timer) bool { return a.OrderID == b.OrderID })
+	var (
+		res        []hourglass.SourceResult
+		deliveries int
+		err        error
+	)
+	for attempt := 1; ; attempt++ {
+		res, deliveries, err = t.closeTx(ctx, rows)
+		if err == nil || !t.d.Aborts(err) || attempt == closeAttempts || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("source %s: close %d rows: %w", t.src.Name, len(rows), err)
+	}
+	t.d.Committed(deliveries)
+	// A no-op's row may still be pending (extended, or not yet due by the
+	// database's clock): read it after the commit, not in the
+	// transaction's snapshot.
+	var noops []int64
+	for _, r := range res {
+		if r.Outcome == hourglass.SourceNoop {
+			noops = append(noops, r.Key)
+		}
+	}
+	if len(noops) > 0 {
+		pending, err := t.Pending(ctx, noops)
+		if err != nil {
+			return res, nil // the closes committed; the runner reloads what it cannot tell
+		}
+		at := make(map[int64]time.Time, len(pending))
+		for _, p := range pending {
+			at[p.OrderID] = p.Deadline
+		}
+		for i := range res {
+			if d, ok := at[res[i].Key]; ok && res[i].Outcome == hourglass.SourceNoop {
+				res[i].Pending, res[i].Deadline = true, d
+			}
+		}
+	}
+	return res, nil
+}
+
+// closeTx runs one attempt of Close: a savepoint per row, the guard, the
+// other statements if it changed one row, then the events.
+func (t *Table) closeTx(ctx context.Context, rows []hourglass.Timer) (res []hourglass.SourceResult, deliveries int, err error) {
+	err = t.d.InTx(ctx, func(tx Querier) error {
+		res = res[:0]
+		var closed []int
+		for _, r := range rows {
+			out, err := t.closeRow(ctx, tx, r)
+			if err != nil {
+				return err
+			}
+			if out.Outcome == hourglass.SourceClosed {
+				closed = append(closed, len(res))
+			}
+			res = append(res, out)
+		}
+		if len(closed) == 0 {
+			return nil
+		}
+		now, err := t.d.NowMs(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("read now: %w", err)
+		}
+		at := hourglass.FromUnixMilli(now)
+		evs := make([]Event, len(closed))
+		for i, j := range closed {
+			res[j].ClosedAt = at
+			id := hourglass.NewEventID()
+			evs[i] = Event{ID: id, OrderID: hourglass.SourceEventOrderID(t.src.Name, res[j].Key), At: now,
+				Body: hourglass.MarshalSourceEvent(id, t.src.Name, res[j].Key, res[j].Deadline, at)}
+		}
+		deliveries, err = t.d.WriteEvents(ctx, tx, evs)
+		if err != nil {
+			return fmt.Errorf("write source.closed events: %w", err)
+		}
+		return nil
+	})
+	return res, deliveries, err
+}
+
+// closeRow closes one row under a savepoint. It returns an error only for
+// one that ends the transaction.
+func (t *Table) closeRow(ctx context.Context, tx Querier, r hourglass.Timer) (hourglass.SourceResult, error) {
+	out := hourglass.SourceResult{Key: r.OrderID, Deadline: r.Deadline}
+	if _, err := tx.Exec(ctx, "SAVEPOINT hourglass_row"); err != nil {
+		return out, err
+	}
+	undo := func() error {
+		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT hourglass_row")
+		return err
+	}
+	for i, st := range t.stmts {
+		args := make([]any, len(st.Params))
+		for j := range args {
+			args[j] = r.OrderID
+		}
+		n, err := tx.Exec(ctx, st.SQL, args...)
+		if err != nil {
+			if t.d.Aborts(err) {
+				return out, err
+			}
+			if uerr := undo(); uerr != nil {
+				return out, fmt.Errorf("roll back to the savepoint after close[%d] failed (%v): %w", i, oneLine(err), uerr)
+			}
+			out.Outcome, out.Err = hourglass.SourceFailed, fmt.Errorf("close[%d]: %s", i, oneLine(err))
+			break
+		}
+		if i > 0 {
+			continue
+		}
+		switch {
+		case n == 0:
+			out.Outcome = hourglass.SourceNoop
+		case n > 1:
+			out.Outcome, out.Affected = hourglass.SourceGuardError, n
+			if err := undo(); err != nil {
+				return out, err
+			}
+		}
+		if n != 1 {
+			break
+		}
+	}
+	if out.Outcome == 0 {
+		out.Outcome = hourglass.SourceClosed
+	}
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT hourglass_row"); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// oneLine is err's text on one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// asTime reads a TIMESTAMP/DATETIME value as the driver gives it: a
+// time.Time, or the text of one (MySQL without parseTime), in UTC.
+func asTime(v any) (time.Time, error) {
+	switch v := v.(type) {
+	case time.Time:
+		return v, nil
+	case []byte:
+		return time.ParseInLocation("2006-01-02 15:04:05.999999", string(v), time.UTC)
+	case string:
+		return time.ParseInLocation("2006-01-02 15:04:05.999999", v, time.UTC)
+	}
+	return time.Time{}, fmt.Errorf("a %T, not a time", v)
+}

@@ -1,0 +1,208 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sourcesql"
+	"github.com/hourglass/hourglass/store/internal/writer"
+)
+
+// Sources (hourglass.SourceStore): the shop's tables live in another
+// database of hourglass's server; package sourcesql holds the queries and
+// the close's transaction, this file what MySQL does its way.
+
+var _ hourglass.SourceStore = (*Store)(nil)
+
+// OpenSource implements hourglass.SourceStore.
+func (s *Store) OpenSource(ctx context.Context, src hourglass.Source) (hourglass.SourceTable, []string, error) {
+	t, warnings, err := sourcesql.Open(ctx, sourceDialect{s}, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, warnings, nil
+}
+
+// sourceDialect is MySQL to package sourcesql.
+type sourceDialect struct{ s *Store }
+
+func (sourceDialect) Param(int) string { return "?" }
+func (sourceDialect) Quote(ident string) string {
+	return "`" + strings.ReplaceAll(ident, "`", "``") + "`"
+}
+func (d sourceDialect) DB() sourcesql.Querier { return sqlQuerier{d.s.db} }
+
+// sqlQuerier adapts a pool or a transaction.
+type sqlQuerier struct {
+	q interface {
+		QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+		ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+	}
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }
+
+func (q sqlQuerier) Query(ctx context.Context, query string, args ...any) (sourcesql.Rows, error) {
+	rows, err := q.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
+	tx, err := d.s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(sqlQuerier{tx}); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func (d sourceDialect) Columns(ctx context.Context, schema, table string) (map[string]string, error) {
+	rows, err := d.s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		cols[name] = strings.ToLower(typ)
+	}
+	return cols, rows.Err()
+}
+
+func (d sourceDialect) Prepare(ctx context.Context, q string) error {
+	st, err := d.s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	return st.Close()
+}
+
+// Scans reads EXPLAIN's rows: a table read in full (type ALL) with no
+// index the optimizer could have used (possible_keys NULL). On a small
+// table the optimizer may read in full anyway; possible_keys says whether
+// an index exists for the query.
+func (d sourceDialect) Scans(ctx context.Context, q string) ([]string, error) {
+	rows, err := d.s.db.QueryContext(ctx, "EXPLAIN "+q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var scans []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		row := map[string]sql.NullString{}
+		for i, c := range cols {
+			row[strings.ToLower(c)] = vals[i]
+		}
+		if row["type"].String == "ALL" && !row["possible_keys"].Valid && row["table"].Valid && !strings.HasPrefix(row["table"].String, "<") {
+			scans = append(scans, row["table"].String)
+		}
+	}
+	return scans, rows.Err()
+}
+
+func (d sourceDialect) NowMs(ctx context.Context, tx sourcesql.Querier) (int64, error) {
+	rows, err := tx.Query(ctx, `SELECT `+nowExpr, d.s.nowArg())
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var ms int64
+	if !rows.Next() {
+		return 0, fmt.Errorf("no row: %v", rows.Err())
+	}
+	return ms, rows.Scan(&ms)
+}
+
+// WriteEvents inserts the events in one statement (consecutive seqs, step
+// auto_increment_increment, as the order batches rely on), then their
+// deliveries to every webhook subscribed to source.closed or "*", due at
+// the event's time. Other processes find them by their due scan.
+func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, evs []sourcesql.Event) (int, error) {
+	rows, err := tx.Query(ctx, `SELECT @@auto_increment_increment`)
+	if err != nil {
+		return 0, err
+	}
+	var inc int64
+	if rows.Next() {
+		err = rows.Scan(&inc)
+	}
+	rows.Close()
+	if err != nil || inc <= 0 {
+		return 0, fmt.Errorf("read auto_increment_increment: %v", err)
+	}
+	args := make([]any, 0, 5*len(evs))
+	for _, e := range evs {
+		args = append(args, e.ID, string(hourglass.EventSourceClosed), e.OrderID, e.At, e.Body)
+	}
+	q, ok := tx.(sqlQuerier)
+	if !ok {
+		return 0, fmt.Errorf("not a MySQL transaction")
+	}
+	res, err := q.q.ExecContext(ctx, `INSERT INTO events (id, type, order_id, created_at, body) VALUES `+rowsOf(len(evs), `(?, ?, ?, ?, ?)`), args...)
+	if err != nil {
+		return 0, fmt.Errorf("insert events: %w", err)
+	}
+	first, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("insert events: %w", err)
+	}
+	seqs := make([]any, len(evs))
+	for i := range evs {
+		seqs[i] = first + int64(i)*inc
+	}
+	n, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, e.created_at FROM events e
+JOIN webhook_subscriptions s ON s.type IN ('source.closed', '*')
+WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, seqs...)
+	if err != nil {
+		return 0, fmt.Errorf("insert deliveries: %w", err)
+	}
+	return int(n), nil
+}
+
+func (d sourceDialect) Committed(deliveries int) {
+	if deliveries > 0 {
+		d.s.w.NotifyDeliveries()
+	}
+}
+
+func (d sourceDialect) Aborts(err error) bool {
+	k := d.s.classify(err).Kind
+	return k == writer.Retry || k == writer.Unavailable
+}

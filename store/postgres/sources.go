@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sourcesql"
+)
+
+// Sources (hourglass.SourceStore): the shop's tables live in hourglass's
+// database, in a schema of their own; package sourcesql holds the queries
+// and the close's transaction, this file what PostgreSQL does its way.
+
+var _ hourglass.SourceStore = (*Store)(nil)
+
+// OpenSource implements hourglass.SourceStore.
+func (s *Store) OpenSource(ctx context.Context, src hourglass.Source) (hourglass.SourceTable, []string, error) {
+	t, warnings, err := sourcesql.Open(ctx, sourceDialect{s}, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, warnings, nil
+}
+
+// sourceDialect is PostgreSQL to package sourcesql.
+type sourceDialect struct{ s *Store }
+
+func (sourceDialect) Param(n int) string        { return "$" + strconv.Itoa(n) }
+func (sourceDialect) Quote(ident string) string { return pgx.Identifier{ident}.Sanitize() }
+func (d sourceDialect) DB() sourcesql.Querier   { return pgQuerier{d.s.pool} }
+
+// pgQuerier adapts a pool or a transaction.
+type pgQuerier struct {
+	q interface {
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	}
+}
+
+func (q pgQuerier) Query(ctx context.Context, sql string, args ...any) (sourcesql.Rows, error) {
+	rows, err := q.q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+func (q pgQuerier) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := q.q.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
+	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
+}
+
+func (d sourceDialect) Columns(ctx context.Context, schema, table string) (map[string]string, error) {
+	rows, err := d.s.pool.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
+WHERE table_schema = COALESCE(NULLIF($1, ''), current_schema()) AND table_name = $2`, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	cols := map[string]string{}
+	var name, typ string
+	_, err = pgx.ForEachRow(rows, []any{&name, &typ}, func() error { cols[name] = typ; return nil })
+	return cols, err
+}
+
+func (d sourceDialect) Prepare(ctx context.Context, q string) error {
+	c, err := d.s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	_, err = c.Conn().Prepare(ctx, "", q)
+	return err
+}
+
+// Scans explains q with sequential scans disabled: a Seq Scan left in the
+// plan then means no index can serve it (on a small table the planner
+// would choose one anyway).
+func (d sourceDialect) Scans(ctx context.Context, q string) ([]string, error) {
+	tx, err := d.s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx) // nothing to keep
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		return nil, err
+	}
+	var plan []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+q, pgx.QueryExecModeSimpleProtocol).Scan(&plan); err != nil {
+		return nil, err
+	}
+	var top []struct{ Plan planNode }
+	if err := json.Unmarshal(plan, &top); err != nil {
+		return nil, fmt.Errorf("read the plan: %w", err)
+	}
+	var scans []string
+	for _, p := range top {
+		p.Plan.seqScans(&scans)
+	}
+	return scans, nil
+}
+
+type planNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Schema   string     `json:"Schema"`
+	Plans    []planNode `json:"Plans"`
+}
+
+func (p planNode) seqScans(out *[]string) {
+	if p.NodeType == "Seq Scan" && p.Relation != "" {
+		*out = append(*out, p.Relation)
+	}
+	for _, c := range p.Plans {
+		c.seqScans(out)
+	}
+}
+
+func (d sourceDialect) NowMs(ctx context.Context, tx sourcesql.Querier) (int64, error) {
+	rows, err := tx.Query(ctx, `SELECT COALESCE($1::bigint, `+dbNow+`)`, d.s.nowArg())
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var ms int64
+	if !rows.Next() {
+		return 0, fmt.Errorf("no row: %v", rows.Err())
+	}
+	return ms, rows.Scan(&ms)
+}
+
+// sourceEventsSQL writes the events with their bodies and their
+// deliveries to every webhook subscribed to source.closed or "*", due at
+// the event's time, and NOTIFYs other processes' delivery engines at
+// commit when it wrote any.
+const sourceEventsSQL = `WITH v AS (
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS v(id, order_id, at, body)
+), e AS (
+	INSERT INTO events (id, type, order_id, created_at, body)
+	SELECT v.id, 'source.closed', v.order_id, v.at, v.body FROM v
+	RETURNING seq, order_id, created_at
+), d AS (
+	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
+	SELECT s.webhook_id, e.seq, e.order_id, 'pending', e.created_at
+	FROM e JOIN webhook_subscriptions s ON s.type IN ('source.closed', '*')
+	RETURNING 1
+), n AS (
+	SELECT pg_notify($5, '') FROM (SELECT 1 FROM d LIMIT 1) AS x
+)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
+
+func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, evs []sourcesql.Event) (int, error) {
+	ids, orders, at, bodies := make([]string, len(evs)), make([]int64, len(evs)), make([]int64, len(evs)), make([]string, len(evs))
+	for i, e := range evs {
+		ids[i], orders[i], at[i], bodies[i] = e.ID, e.OrderID, e.At, string(e.Body)
+	}
+	rows, err := tx.Query(ctx, sourceEventsSQL, ids, orders, at, bodies, d.s.channel)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n, notified int64
+	if rows.Next() {
+		if err := rows.Scan(&n, &notified); err != nil {
+			return 0, err
+		}
+	}
+	return int(n), rows.Err()
+}
+
+func (d sourceDialect) Committed(deliveries int) {
+	if deliveries > 0 {
+		d.s.w.NotifyDeliveries()
+	}
+}
+
+func (sourceDialect) Aborts(err error) bool {
+	c := pgCode(err)
+	return c == "40001" || c == "40P01" || unavailable(err) || c == "25P02"
+}
