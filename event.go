@@ -88,9 +88,15 @@ type Event struct {
 // status and the fields later transitions set differ; events therefore need
 // not copy the order. A change to the state machine that rewrites a field
 // must revisit this.
+//
+// The deadline is the exception: an extension (order.extended) moves it
+// later while the order is pending. An order.extended event therefore
+// stores its body when it is written (events.body, as timer.fired does),
+// so it shows the deadline it set even after a later extension; the other
+// events of the order, rendered from the row, show the latest deadline.
 func (o Order) AsOf(t EventType) Order {
 	switch t {
-	case EventOrderCreated:
+	case EventOrderCreated, EventOrderExtended:
 		o.Status = StatePendingPayment
 		o.PaidAt, o.ClosedAt, o.CloseReason, o.PaymentID = time.Time{}, time.Time{}, "", ""
 	case EventOrderPaid:

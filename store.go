@@ -53,6 +53,26 @@ type Store interface {
 	// on the current state; a cancel releases the reserved stock and is
 	// refused at or after the deadline. Errors: ErrNotFound, ErrInvalidTransition.
 	TransitionOrder(ctx context.Context, id int64, a Action) (Order, error)
+	// ExtendOrder moves a pending order's deadline later (p.Target of its
+	// deadline), writes its order.extended event (whose body keeps the
+	// deadline it set) and announces the new deadline on the store's due
+	// feed. Allowed while the order is pending and before its deadline
+	// (the database's now), or at any time while it is pending with
+	// p.Overdue. The new deadline must be later than the old one, at most
+	// MaxOrderLifetime after created_at and, without Overdue, later than
+	// now. A repeat that finds the order already at the target deadline
+	// returns it unchanged (idempotent). Errors: invalid_argument (the
+	// target, the message naming deadline or extend_ms), not_found,
+	// invalid_transition (not pending, or its deadline passed).
+	ExtendOrder(ctx context.Context, p ExtendOrderParams) (Order, error)
+	// PayDueOrder moves a pending order to paid and its reserved stock to
+	// sold whatever its deadline: the close path's pay, when the payment
+	// check before a close answered that the order was paid (its payment
+	// succeeded, its callback is late). paid_at is the database's now.
+	// Paying again with the same payment id returns the order unchanged
+	// (idempotent). Errors: invalid_argument, not_found,
+	// order_not_payable (not pending).
+	PayDueOrder(ctx context.Context, id int64, paymentID string) (Order, error)
 
 	// CloseOrders closes, in one transaction, each listed order that is still
 	// pending with a deadline <= now, releasing its stock. It is idempotent:

@@ -417,6 +417,12 @@ func TestOpenAPI(t *testing.T) {
 		c.do(req{method: "POST", path: "/v1/orders/999999/" + action, want: 404})
 		c.do(req{method: "POST", path: "/v1/orders/" + id(cancelled) + "/" + action, body: `{"x":1}`, invalid: true, want: 400})
 	}
+	extended := create("u5", 60000, "", 201)
+	c.do(req{method: "POST", path: "/v1/orders/" + id(extended) + "/extend", body: `{"extend_ms":60000}`, want: 200}) // order.extended
+	c.do(req{method: "POST", path: "/v1/orders/" + id(extended) + "/extend", body: `{"deadline":"2000-01-01T00:00:00.000Z"}`, want: 400})
+	c.do(req{method: "POST", path: "/v1/orders/" + id(extended) + "/extend", body: `{"extend_ms":1000,"deadline":"2000-01-01T00:00:00.000Z"}`, invalid: true, want: 400})
+	c.do(req{method: "POST", path: "/v1/orders/999999/extend", body: `{"extend_ms":1000}`, want: 404})
+	c.do(req{method: "POST", path: "/v1/orders/" + id(cancelled) + "/extend", body: `{"extend_ms":1000}`, want: 409})
 	create("u4", 1000, "", 201) // closes at its deadline: order.closed
 	c.do(req{method: "GET", path: "/v1/orders?status=pending_payment&limit=1", want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?limit=1&after=" + id(paid), want: 200})
@@ -456,7 +462,7 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "DELETE", path: "/v1/timers/t2", want: 409})
 
 	// Every event type reaches the receiver.
-	allTypes := []string{"order.created", "order.paid", "order.cancelled", "order.closed", "order.shipped", "order.completed", "timer.fired"}
+	allTypes := []string{"order.created", "order.paid", "order.cancelled", "order.closed", "order.shipped", "order.completed", "order.extended", "timer.fired"}
 	waitFor(t, 15*time.Second, "a delivery of every event type", func() bool { return rc.has(allTypes) })
 
 	// Dead letters, from the failing webhook.

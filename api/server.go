@@ -155,6 +155,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/orders", s.listOrders},
 		{"GET", "/v1/orders/{id}", s.getOrder},
 		{"POST", "/v1/orders/{id}/pay", s.payOrder},
+		{"POST", "/v1/orders/{id}/extend", s.extendOrder},
 		{"POST", "/v1/orders/{id}/cancel", s.transition(hourglass.ActionCancel)},
 		{"POST", "/v1/orders/{id}/ship", s.transition(hourglass.ActionShip)},
 		{"POST", "/v1/orders/{id}/complete", s.transition(hourglass.ActionComplete)},

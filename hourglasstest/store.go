@@ -67,6 +67,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Shared", exerciseShared},
 		{"Timers", exerciseTimers},
 		{"Retention", exerciseRetention},
+		{"Extend", exerciseExtend},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()

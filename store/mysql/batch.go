@@ -63,6 +63,7 @@ const (
 	opPay
 	opTransition
 	opClose
+	opExtend // ExtendOrder, decided like a pay on the locked row
 	opArm    // a named timer's ArmTimer (timerbatch.go)
 	opCancel // CancelTimer
 	opFire   // FireTimers
@@ -76,8 +77,10 @@ type op struct {
 	kind      opKind
 	create    hourglass.CreateOrderParams // opCreate
 	items     string                      // opCreate: encoded items
-	id        int64                       // opPay, opTransition
+	id        int64                       // opPay, opTransition, opExtend
 	paymentID string                      // opPay
+	late      bool                        // opPay: PayDueOrder (no deadline check)
+	extend    hourglass.ExtendOrderParams // opExtend
 	action    hourglass.Action            // opTransition
 	ids       []int64                     // opClose; opFire (timer ids, ascending, distinct)
 	arm       hourglass.ArmTimerParams    // opArm
@@ -94,14 +97,15 @@ func (o *op) Err() error     { return o.res.err }
 func (o *op) urgent() bool { return o.kind == opClose || o.kind == opFire }
 
 type opResult struct {
-	order   hourglass.Order
-	created bool
-	replay  int64 // an idempotent replay: the answer is the stored order with this id
-	closed  []hourglass.ClosedOrder
-	timer   hourglass.NamedTimer    // opArm, opCancel
-	fired   []hourglass.FiredTimer  // opFire
-	record  hourglass.AttemptRecord // opAttempt
-	err     error
+	order    hourglass.Order
+	created  bool
+	extended bool  // opExtend: the deadline moved (not a repeat)
+	replay   int64 // an idempotent replay: the answer is the stored order with this id
+	closed   []hourglass.ClosedOrder
+	timer    hourglass.NamedTimer    // opArm, opCancel
+	fired    []hourglass.FiredTimer  // opFire
+	record   hourglass.AttemptRecord // opAttempt
+	err      error
 }
 
 // submit queues o and waits for its result: closes and fires urgent,
@@ -203,11 +207,12 @@ type batch struct {
 	increment int64 // @@auto_increment_increment
 	webhooks  bool  // any subscription exists: fan out
 
-	news    []newOrder
-	newOf   []int          // index into news of a create's order, else -1
-	sameAs  []int          // a create answered by an earlier create of the batch (its news index), else -1
-	timerOf []*lockedTimer // the timer an arm's or cancel's result names
-	events  []batchEvent
+	extended []*lockedOrder // orders whose deadline the batch moved, in decision order
+	news     []newOrder
+	newOf    []int          // index into news of a create's order, else -1
+	sameAs   []int          // a create answered by an earlier create of the batch (its news index), else -1
+	timerOf  []*lockedTimer // the timer an arm's or cancel's result names
+	events   []batchEvent
 }
 
 // runBatch runs ops in one transaction (the steps above). It returns the
@@ -260,7 +265,7 @@ func (b *batch) collect() {
 			if o.create.IdempotencyKey != "" {
 				b.keys = append(b.keys, []byte(o.create.IdempotencyKey))
 			}
-		case opPay, opTransition:
+		case opPay, opTransition, opExtend:
 			b.orderIDs = append(b.orderIDs, o.id)
 		case opClose:
 			b.orderIDs = append(b.orderIDs, o.ids...)
@@ -385,13 +390,34 @@ func (b *batch) decide() error {
 		case opPay:
 			lo := b.orders[o.id]
 			var pay, repeat bool
-			if pay, repeat, r.err = plan.Pay(lockedRow(lo), o.id, o.paymentID, b.now); pay {
+			if o.late {
+				pay, repeat, r.err = plan.PayDue(lockedRow(lo), o.id, o.paymentID)
+			} else {
+				pay, repeat, r.err = plan.Pay(lockedRow(lo), o.id, o.paymentID, b.now)
+			}
+			if pay {
 				cur := &lo.o
 				err = b.stock.Move(cur.Items, plan.Reserved, plan.Sold)
 				cur.Status, cur.PaidAt, cur.PaymentID = hourglass.StatePaid, b.now, o.paymentID
 				b.changed(lo, hourglass.EventOrderPaid)
 			}
 			if pay || repeat {
+				r.order = cloneOrder(lo.o)
+			}
+		case opExtend:
+			lo := b.orders[o.id]
+			extend, repeat, target, err := plan.Extend(lockedRow(lo), o.extend, b.now)
+			if r.err = err; extend {
+				lo.o.Deadline = target
+				b.extended = append(b.extended, lo)
+				// The body is the snapshot now: the deadline it set must
+				// survive a later extension (hourglass.Order.AsOf).
+				id := hourglass.NewEventID()
+				b.events = append(b.events, batchEvent{typ: hourglass.EventOrderExtended, newIdx: -1, orderID: lo.o.ID, id: id,
+					body: renderEvent(id, hourglass.EventOrderExtended, b.nowMs, lo.o)})
+				r.extended = true
+			}
+			if extend || repeat {
 				r.order = cloneOrder(lo.o)
 			}
 		case opTransition:
@@ -492,6 +518,13 @@ func (b *batch) write(ctx context.Context) (fanned int, deferred bool, err error
 	if err := updateOrders(ctx, tx, dirty); err != nil {
 		return 0, false, err
 	}
+	// Extensions are rare: one UPDATE each (updateOrders groups by the
+	// fields transitions set, which a batch of closes shares).
+	for _, lo := range b.extended {
+		if _, err := tx.ExecContext(ctx, `UPDATE orders SET deadline = ? WHERE id = ?`, hourglass.UnixMilli(lo.o.Deadline), lo.o.ID); err != nil {
+			return 0, false, fmt.Errorf("extend order %d: %w", lo.o.ID, err)
+		}
+	}
 	if err := updateProducts(ctx, tx, b.stock); err != nil {
 		return 0, false, err
 	}
@@ -525,6 +558,11 @@ func (b *batch) write(ctx context.Context) (fanned int, deferred bool, err error
 		due = append(due, hourglass.Timer{OrderID: n.o.ID, Deadline: n.o.Deadline})
 	}
 	due = append(due, b.timers.announced()...)
+	for _, lo := range b.extended {
+		if lo.o.Status == hourglass.StatePendingPayment { // not paid or closed later in the batch
+			due = append(due, hourglass.Timer{OrderID: lo.o.ID, Deadline: lo.o.Deadline})
+		}
+	}
 	if b.s.cfg.Outbox && len(due) > 0 {
 		args := make([]any, 0, 2*len(due))
 		for _, t := range due {
@@ -814,6 +852,10 @@ func (o *op) Due(u *hourglass.DueUpdate) {
 		}
 	case opPay:
 		u.Gone = append(u.Gone, o.id)
+	case opExtend:
+		if r.extended {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: r.order.ID, Deadline: r.order.Deadline})
+		}
 	case opTransition:
 		if o.action == hourglass.ActionCancel {
 			u.Gone = append(u.Gone, o.id)

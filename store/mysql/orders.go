@@ -121,6 +121,30 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 	return r.order, r.err
 }
 
+// PayDueOrder implements hourglass.Store: PayOrder without the deadline
+// check (the payment check before the close answered paid), decided on the
+// locked row like a pay. Idempotent for the same payment id.
+func (s *Store) PayDueOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
+		return hourglass.Order{}, err
+	}
+	r := s.submit(ctx, &op{kind: opPay, id: id, paymentID: paymentID, late: true})
+	return r.order, r.err
+}
+
+// ExtendOrder implements hourglass.Store, group-committed like PayOrder:
+// the planner decides on the locked row (plan.Extend) at the server's now;
+// the order.extended event keeps its body, and the new deadline goes to
+// the outbox (Config.Outbox), the order feed of the other processes and
+// the due feed.
+func (s *Store) ExtendOrder(ctx context.Context, p hourglass.ExtendOrderParams) (hourglass.Order, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Order{}, err
+	}
+	r := s.submit(ctx, &op{kind: opExtend, id: p.ID, extend: p})
+	return r.order, r.err
+}
+
 // TransitionOrder implements hourglass.Store; group-committed like PayOrder.
 func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
 	if _, _, err := plan.Action(a); err != nil {

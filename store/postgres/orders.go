@@ -190,3 +190,34 @@ ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourgl
 	})
 	return out, s.fail("pending due", err)
 }
+
+// PayDueOrder implements hourglass.Store: PayOrder's compare-and-set
+// without the deadline (the payment check before the close answered paid),
+// group committed. Idempotent for the same payment id. Errors:
+// invalid_argument, not_found, order_not_payable, unavailable.
+func (s *Store) PayDueOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
+		return hourglass.Order{}, err
+	}
+	o := &op{kind: opPay, id: id, paymentID: paymentID, late: true}
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
+		return hourglass.Order{}, err
+	}
+	return o.order, nil
+}
+
+// ExtendOrder implements hourglass.Store: a compare-and-set on the locked
+// row (extendSQL), group committed like PayOrder; the order.extended event
+// keeps its body, the new deadline moves the outbox row (Config.Outbox) and
+// is announced on the due feed and to the other processes. Errors:
+// invalid_argument, not_found, invalid_transition, unavailable.
+func (s *Store) ExtendOrder(ctx context.Context, p hourglass.ExtendOrderParams) (hourglass.Order, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Order{}, err
+	}
+	o := &op{kind: opExtend, id: p.ID, extend: p}
+	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
+		return hourglass.Order{}, err
+	}
+	return o.order, nil
+}

@@ -113,7 +113,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	// The other nodes hear of the timers armed at the commit, on the
 	// created-orders channel, as of ArmTimer's (writer.go); this node's
 	// engine through the store's due feed, below.
-	if payloads := s.createdPayloads(nil, armed); len(payloads) > 0 {
+	if payloads := s.createdPayloads(nil, armed, nil); len(payloads) > 0 {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.createdChannel, payloads); err != nil {
 			return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
@@ -63,6 +64,7 @@ const (
 	opPay
 	opTransition
 	opClose
+	opExtend // ExtendOrder: an order-first write, like a pay
 	// Named timers' writes (timers.go).
 	opArmTimer
 	opCancelTimer
@@ -78,8 +80,10 @@ type op struct {
 	// Inputs.
 	create    hourglass.CreateOrderParams
 	items     string // create: the items, encoded
-	id        int64  // pay, transition
+	id        int64  // pay, transition, extend
 	paymentID string
+	late      bool                        // pay: PayDueOrder (no deadline check)
+	extend    hourglass.ExtendOrderParams // extend
 	action    hourglass.Action
 	from, to  hourglass.State
 	ids       []int64 // close, fire timers
@@ -87,17 +91,18 @@ type op struct {
 	key       string  // cancel timer
 	attempt   hourglass.AttemptResult
 	// Outputs.
-	order   hourglass.Order
-	created bool // create, arm timer
-	closed  []hourglass.ClosedOrder
-	timer   hourglass.NamedTimer // arm timer, cancel timer
-	fired   []hourglass.FiredTimer
-	record  hourglass.AttemptRecord
-	err     error
+	order    hourglass.Order
+	created  bool // create, arm timer
+	extended bool // extend: the deadline moved (not a repeat)
+	closed   []hourglass.ClosedOrder
+	timer    hourglass.NamedTimer // arm timer, cancel timer
+	fired    []hourglass.FiredTimer
+	record   hourglass.AttemptRecord
+	err      error
 }
 
 func (o *op) reset() {
-	o.order, o.created, o.closed, o.err = hourglass.Order{}, false, nil, nil
+	o.order, o.created, o.extended, o.closed, o.err = hourglass.Order{}, false, false, nil, nil
 	o.timer, o.fired, o.record = hourglass.NamedTimer{}, nil, hourglass.AttemptRecord{}
 }
 
@@ -150,8 +155,10 @@ type batchState struct {
 		ids, types []string
 		orders     []int64
 		at         []int64
+		bodies     []*string // stored with the event (order.extended), else nil
 	}
-	refused []*op // order-first writes that matched nothing: look up why
+	extended []*op // extensions that moved a deadline: their outbox rows
+	refused  []*op // order-first writes that matched nothing: look up why
 }
 
 // move records the moves of items' quantities from one bucket to another.
@@ -181,6 +188,20 @@ func (st *batchState) event(orderID int64, status hourglass.State, atMs int64) {
 	st.events.types = append(st.events.types, string(hourglass.EventFor(status)))
 	st.events.orders = append(st.events.orders, orderID)
 	st.events.at = append(st.events.at, atMs)
+	st.events.bodies = append(st.events.bodies, nil)
+}
+
+// extendedEvent records the order.extended event of o, extended at atMs,
+// with its body: the deadline it set must survive a later extension (see
+// hourglass.Order.AsOf).
+func (st *batchState) extendedEvent(o hourglass.Order, atMs int64) {
+	id := hourglass.NewEventID()
+	body := string(renderEvent(id, hourglass.EventOrderExtended, atMs, o))
+	st.events.ids = append(st.events.ids, id)
+	st.events.types = append(st.events.types, string(hourglass.EventOrderExtended))
+	st.events.orders = append(st.events.orders, o.ID)
+	st.events.at = append(st.events.at, atMs)
+	st.events.bodies = append(st.events.bodies, &body)
 }
 
 // skus returns the SKUs whose stock the batch changes, sorted.
@@ -207,6 +228,23 @@ const (
 	paySQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
 UPDATE orders o SET status = 'paid', paid_at = now.ms, payment_id = $3 FROM now
 WHERE o.id = $2 AND (o.status = 'pending_payment' AND o.deadline > now.ms) IS TRUE
+RETURNING ` + orderColumns + `, now.ms`
+	// payDueSQL is PayDueOrder's: any pending order, whatever its deadline
+	// (the payment check before the close answered paid).
+	payDueSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms)
+UPDATE orders o SET status = 'paid', paid_at = now.ms, payment_id = $3 FROM now
+WHERE o.id = $2 AND (o.status = 'pending_payment') IS TRUE
+RETURNING ` + orderColumns + `, now.ms`
+	// extendSQL is an extension's compare-and-set, plan.Extend's decision
+	// in SQL: the new deadline ($3, or the deadline plus $4 ms) later than
+	// the deadline and than now, at most $6 ms after created_at; the order
+	// pending and, unless $5 (the payment check's), before its deadline.
+	// A refusal (or a repeat) matches nothing and is looked up.
+	extendSQL = `WITH now AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ms),
+t AS (SELECT o.id, CASE WHEN $4::bigint <> 0 THEN o.deadline + $4::bigint ELSE $3::bigint END AS d FROM orders o WHERE o.id = $2)
+UPDATE orders o SET deadline = t.d FROM now, t
+WHERE o.id = $2 AND t.id = o.id AND (o.status = 'pending_payment' AND ($5::boolean OR o.deadline > now.ms)
+	AND t.d > o.deadline AND t.d > now.ms AND t.d <= o.created_at + $6::bigint) IS TRUE
 RETURNING ` + orderColumns + `, now.ms`
 	// A cancel, like a payment, is refused at or after the deadline: by then
 	// the order belongs to the closer.
@@ -266,8 +304,8 @@ SELECT v.k, v.h, v.id, $1 FROM unnest($7::text[], $8::bytea[], $9::bigint[]) AS 
 	// store values' WatchCreated (see cluster.go). One statement, not one
 	// more: it runs in every batch that creates.
 	eventsSQL = `WITH e AS (
-	INSERT INTO events (id, type, order_id, created_at)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+	INSERT INTO events (id, type, order_id, created_at, body)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $9::text[])
 	RETURNING seq, type, order_id, created_at
 ), d AS (
 	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
@@ -386,6 +424,9 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	if len(accepted) > 0 {
 		queueInsertOrders(b, accepted, cr.now, s.cfg.Outbox)
 	}
+	if len(st.extended) > 0 && s.cfg.Outbox {
+		queueOutboxMoves(b, st.extended)
+	}
 	timerEvents, err := tw.events()
 	if err != nil {
 		return 0, err
@@ -408,9 +449,9 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*op) (int64, er
 	}
 	// The created orders and the armed timers are announced together: one
 	// NOTIFY (or a few, when long) per batch, in the events statement.
-	if payloads := s.createdPayloads(accepted, tw.armed); len(st.events.ids) > 0 || len(payloads) > 0 {
+	if payloads := s.createdPayloads(accepted, tw.armed, st.extended); len(st.events.ids) > 0 || len(payloads) > 0 {
 		b.Queue(eventsSQL, st.events.ids, st.events.types, st.events.orders, st.events.at, s.channel,
-			s.createdChannel, payloads, s.deferredType(ops)).QueryRow(func(row pgx.Row) error {
+			s.createdChannel, payloads, s.deferredType(ops), st.events.bodies).QueryRow(func(row pgx.Row) error {
 			var notified, announced int64
 			scanErr = row.Scan(&fanned, &notified, &announced, &deferred)
 			return nil
@@ -457,11 +498,35 @@ func (s *Store) deferredType(ops []*op) any {
 // queueFirst queues an order-first write (pay, transition, close).
 func (s *Store) queueFirst(b *pgx.Batch, o *op, now any, st *batchState) {
 	switch o.kind {
+	case opExtend:
+		p := o.extend
+		var at any
+		if !p.Deadline.IsZero() {
+			at = hourglass.UnixMilli(p.Deadline)
+		}
+		b.Queue(extendSQL, now, o.id, at, p.By.Milliseconds(), p.Overdue, hourglass.MaxOrderLifetime.Milliseconds()).QueryRow(func(row pgx.Row) error {
+			var atMs int64
+			ord, err := scanOrder(row, &atMs)
+			if errors.Is(err, pgx.ErrNoRows) {
+				st.refused = append(st.refused, o)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			o.order, o.extended = ord, true
+			st.extended = append(st.extended, o)
+			st.extendedEvent(ord, atMs)
+			return nil
+		})
 	case opPay, opTransition:
 		var q *pgx.QueuedQuery
-		if o.kind == opPay {
+		switch {
+		case o.kind == opPay && o.late:
+			q = b.Queue(payDueSQL, now, o.id, o.paymentID)
+		case o.kind == opPay:
 			q = b.Queue(paySQL, now, o.id, o.paymentID)
-		} else {
+		default:
 			q = b.Queue(transitionSQL, now, o.id, string(o.from), string(o.to))
 		}
 		q.QueryRow(func(row pgx.Row) error {
@@ -526,9 +591,25 @@ func queueLookUp(b *pgx.Batch, o *op, now any) {
 			return err
 		}
 		at := hourglass.FromUnixMilli(nowMs)
+		if o.kind == opExtend {
+			var extend, repeat bool
+			switch extend, repeat, _, o.err = plan.Extend(cur, o.extend, at); {
+			case repeat:
+				o.order = *cur
+			case extend: // the compare-and-set refused it at an earlier now
+				o.err = hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot extend order %d: it is %s", o.id, cur.View(at).Status)
+			}
+			return nil
+		}
 		if o.kind == opPay {
 			var pay, repeat bool
-			switch pay, repeat, o.err = plan.Pay(cur, o.id, o.paymentID, at); {
+			decide := plan.Pay
+			if o.late {
+				decide = func(cur *hourglass.Order, id int64, paymentID string, _ time.Time) (bool, bool, error) {
+					return plan.PayDue(cur, id, paymentID)
+				}
+			}
+			switch pay, repeat, o.err = decide(cur, o.id, o.paymentID, at); {
 			case repeat:
 				o.order = *cur
 			case pay: // the compare-and-set refused it at an earlier now
@@ -667,11 +748,11 @@ func (s *Store) decideCreates(cr *createReads, creates []*op, st *batchState) ([
 // orders and the timers the batch armed (see cluster.go), or none when the
 // store has no created-orders channel. AnnounceWithin is measured from an
 // order's creation, and from a timer's arming.
-func (s *Store) createdPayloads(accepted, armed []*op) []string {
-	if len(accepted)+len(armed) == 0 || s.createdChannel == "" {
+func (s *Store) createdPayloads(accepted, armed, extended []*op) []string {
+	if len(accepted)+len(armed)+len(extended) == 0 || s.createdChannel == "" {
 		return []string{} // not looked up (a store that only migrates), or muted by a benchmark
 	}
-	n := len(accepted) + len(armed)
+	n := len(accepted) + len(armed) + len(extended)
 	ids, deadlines := make([]int64, 0, n), make([]int64, 0, n)
 	within := s.cfg.AnnounceWithin
 	for _, o := range accepted {
@@ -685,6 +766,11 @@ func (s *Store) createdPayloads(accepted, armed []*op) []string {
 			continue
 		}
 		ids, deadlines = append(ids, o.timer.ID), append(deadlines, hourglass.UnixMilli(o.timer.FireAt))
+	}
+	// An extended order's new deadline: each node's loader takes it only
+	// within its horizon (window.Loader.Offer).
+	for _, o := range extended {
+		ids, deadlines = append(ids, o.order.ID), append(deadlines, hourglass.UnixMilli(o.order.Deadline))
 	}
 	if len(ids) == 0 {
 		return []string{}
@@ -713,6 +799,18 @@ func queueInsertOrders(b *pgx.Batch, accepted []*op, nowMs int64, outbox bool) {
 	b.Queue(insertOrdersSQL, nowMs, ids, users, items, deadlines, outbox, keys, hashes, keyIDs)
 }
 
+// queueOutboxMoves queues the outbox rows of the extended orders' new
+// deadlines (a broker mechanism publishes them; the old timer's close is a
+// no-op).
+func queueOutboxMoves(b *pgx.Batch, extended []*op) {
+	ids, deadlines := make([]int64, len(extended)), make([]int64, len(extended))
+	for i, o := range extended {
+		ids[i], deadlines[i] = o.order.ID, hourglass.UnixMilli(o.order.Deadline)
+	}
+	b.Queue(`INSERT INTO timer_outbox (order_id, deadline) SELECT * FROM unnest($1::bigint[], $2::bigint[])
+ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`, ids, deadlines)
+}
+
 // Due implements writer.Announcer: what a committed create, pay, cancel,
 // arm or timer cancel changed in what is due (announced to the engine by
 // the writer, hourglass.DueFeed).
@@ -724,6 +822,10 @@ func (o *op) Due(u *hourglass.DueUpdate) {
 		}
 	case opPay:
 		u.Gone = append(u.Gone, o.id)
+	case opExtend:
+		if o.extended {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: o.order.ID, Deadline: o.order.Deadline})
+		}
 	case opTransition:
 		if o.action == hourglass.ActionCancel {
 			u.Gone = append(u.Gone, o.id)

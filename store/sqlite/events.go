@@ -22,8 +22,20 @@ func (s *Store) writeEvent(conn *sqlite.Conn, nowMs int64, o hourglass.Order) (i
 	if typ == "" {
 		return 0, fmt.Errorf("sqlite: write event: order %d has no event for status %q", o.ID, o.Status)
 	}
+	return s.writeOrderEvent(conn, nowMs, typ, o, false)
+}
+
+// writeOrderEvent is writeEvent for an event of type typ; withBody stores
+// the event's body with it (order.extended: the deadline it set must
+// survive a later extension, see hourglass.Order.AsOf).
+func (s *Store) writeOrderEvent(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, o hourglass.Order, withBody bool) (int, error) {
+	id := hourglass.NewEventID()
 	stmt := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
-	stmt.BindText(1, hourglass.NewEventID())
+	if withBody {
+		stmt = conn.Prep(`INSERT INTO events (id, type, order_id, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)`)
+		stmt.BindText(5, string(renderEvent(id, typ, nowMs, o)))
+	}
+	stmt.BindText(1, id)
 	stmt.BindText(2, string(typ))
 	stmt.BindInt64(3, o.ID)
 	stmt.BindInt64(4, nowMs)

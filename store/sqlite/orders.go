@@ -228,6 +228,17 @@ ORDER BY id LIMIT ?4`
 
 // PayOrder implements hourglass.Store.
 func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	return s.pay(ctx, id, paymentID, false)
+}
+
+// PayDueOrder implements hourglass.Store: PayOrder without the deadline
+// check (the payment check before the close answered paid).
+func (s *Store) PayDueOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
+	return s.pay(ctx, id, paymentID, true)
+}
+
+// pay pays order id; due drops the deadline check (PayDueOrder).
+func (s *Store) pay(ctx context.Context, id int64, paymentID string, due bool) (hourglass.Order, error) {
 	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
 		return hourglass.Order{}, err
 	}
@@ -240,13 +251,15 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 		fanned = 0 // the op may be retried alone after a batch failure
 		nowMs := hourglass.UnixMilli(now)
 		// The compare-and-set: only a pending order strictly before its
-		// deadline becomes paid. The closer's CAS is the mirror image
-		// (deadline <= now), and both run on this one writer.
+		// deadline becomes paid (any pending order for PayDueOrder, ?4).
+		// The closer's CAS is the mirror image (deadline <= now), and both
+		// run on this one writer.
 		stmt := conn.Prep(`UPDATE orders SET status = 'paid', paid_at = ?2, payment_id = ?3
-WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + orderColumns)
+WHERE id = ?1 AND status = 'pending_payment' AND (deadline > ?2 OR ?4) RETURNING ` + orderColumns)
 		stmt.BindInt64(1, id)
 		stmt.BindInt64(2, nowMs)
 		stmt.BindText(3, paymentID)
+		stmt.BindBool(4, due)
 		var scanErr error
 		found, err := step(stmt, func(st *sqlite.Stmt) { out, scanErr = scanOrder(st) })
 		if err != nil {
@@ -268,7 +281,11 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 		if err != nil {
 			return err
 		}
-		switch pay, repeat, err := plan.Pay(&cur, id, paymentID, now); {
+		decide := func() (bool, bool, error) { return plan.Pay(&cur, id, paymentID, now) }
+		if due {
+			decide = func() (bool, bool, error) { return plan.PayDue(&cur, id, paymentID) }
+		}
+		switch pay, repeat, err := decide(); {
 		case repeat:
 			out = cur
 			return nil
@@ -277,6 +294,69 @@ WHERE id = ?1 AND status = 'pending_payment' AND deadline > ?2 RETURNING ` + ord
 		default:
 			return err
 		}
+	})
+	if err == nil && fanned > 0 {
+		s.w.NotifyDeliveries()
+	}
+	return out, err
+}
+
+// ExtendOrder implements hourglass.Store: the planner decides on the row
+// the single writer reads (plan.Extend); the new deadline moves the
+// order's outbox timer too, and is announced on the due feed.
+func (s *Store) ExtendOrder(ctx context.Context, p hourglass.ExtendOrderParams) (hourglass.Order, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Order{}, err
+	}
+	var (
+		out      hourglass.Order
+		extended bool
+		fanned   int // deliveries created with the event
+	)
+	due := func(u *hourglass.DueUpdate) {
+		if extended {
+			u.Due = append(u.Due, hourglass.Timer{OrderID: out.ID, Deadline: out.Deadline})
+		}
+	}
+	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
+		fanned, extended = 0, false // the op may be retried alone after a batch failure
+		cur, err := getOrder(conn, p.ID)
+		if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
+			_, _, _, err = plan.Extend(nil, p, now)
+			return err
+		} else if err != nil {
+			return err
+		}
+		extend, repeat, target, err := plan.Extend(&cur, p, hourglass.FromUnixMilli(hourglass.UnixMilli(now)))
+		switch {
+		case err != nil:
+			return err
+		case repeat:
+			out = cur
+			return nil
+		case !extend:
+			return fmt.Errorf("sqlite: extend order %d: the planner decided nothing", p.ID)
+		}
+		nowMs, targetMs := hourglass.UnixMilli(now), hourglass.UnixMilli(target)
+		stmt := conn.Prep(`UPDATE orders SET deadline = ?2 WHERE id = ?1 AND status = 'pending_payment'`)
+		stmt.BindInt64(1, p.ID)
+		stmt.BindInt64(2, targetMs)
+		if _, err := step(stmt, nil); err != nil {
+			return fmt.Errorf("sqlite: extend order %d: %w", p.ID, err)
+		}
+		if s.cfg.Outbox {
+			stmt := conn.Prep(`INSERT INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
+ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
+			stmt.BindInt64(1, p.ID)
+			stmt.BindInt64(2, targetMs)
+			if _, err := step(stmt, nil); err != nil {
+				return fmt.Errorf("sqlite: extend order %d: outbox timer: %w", p.ID, err)
+			}
+		}
+		out, extended = cur, true
+		out.Deadline = target
+		fanned, err = s.writeOrderEvent(conn, nowMs, hourglass.EventOrderExtended, out, true)
+		return err
 	})
 	if err == nil && fanned > 0 {
 		s.w.NotifyDeliveries()

@@ -270,3 +270,57 @@ func describe(o hourglass.Order, now time.Time) string {
 	}
 	return string(v.Status)
 }
+
+// PayDue decides the close path's payment of order id (the payment check
+// answered paid) on its locked row cur (nil: none), whatever its deadline:
+// pay is true for a pending order; repeat for a repeat of the payment that
+// succeeded (the answer is cur); else err: not_found, order_not_payable.
+func PayDue(cur *hourglass.Order, id int64, paymentID string) (pay, repeat bool, err error) {
+	if cur == nil {
+		return false, false, notFound(id)
+	}
+	if cur.Status == hourglass.StatePendingPayment {
+		return true, false, nil
+	}
+	if cur.PaymentID == paymentID && !cur.PaidAt.IsZero() {
+		return false, true, nil
+	}
+	return false, false, hourglass.Errorf(hourglass.CodeOrderNotPayable, "order %d is %s", id, cur.Status)
+}
+
+// Extend decides extension p on order p.ID's locked row cur (nil: none)
+// at now: extend is true when the deadline moves to target; repeat when
+// the order already has the target deadline and could be extended (the
+// answer is cur, unchanged); otherwise err is the refusal: not_found,
+// invalid_transition (not pending, or, without p.Overdue, at or past its
+// deadline), invalid_argument (the target is not later than the deadline,
+// more than MaxOrderLifetime after creation, or not later than now).
+func Extend(cur *hourglass.Order, p hourglass.ExtendOrderParams, now time.Time) (extend, repeat bool, target time.Time, err error) {
+	if cur == nil {
+		return false, false, time.Time{}, notFound(p.ID)
+	}
+	if cur.Status != hourglass.StatePendingPayment || (!p.Overdue && !cur.Payable(now)) {
+		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot extend order %d: it is %s", p.ID, describe(*cur, now))
+	}
+	field := "deadline"
+	if p.By != 0 {
+		field = "extend_ms"
+	}
+	target = p.Target(cur.Deadline)
+	if p.By == 0 && target.Equal(cur.Deadline) {
+		return false, true, target, nil
+	}
+	if !target.After(cur.Deadline) {
+		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: the new deadline %s is not later than the order's deadline %s",
+			field, target.Format(hourglass.TimeFormat), cur.Deadline.UTC().Format(hourglass.TimeFormat))
+	}
+	if limit := cur.CreatedAt.Add(hourglass.MaxOrderLifetime); target.After(limit) {
+		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: the new deadline %s is too far: at most 7 days after the order's created_at, %s",
+			field, target.Format(hourglass.TimeFormat), limit.UTC().Format(hourglass.TimeFormat))
+	}
+	if hourglass.UnixMilli(target) <= hourglass.UnixMilli(now) {
+		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: the new deadline %s is not in the future (now %s)",
+			field, target.Format(hourglass.TimeFormat), now.UTC().Format(hourglass.TimeFormat))
+	}
+	return true, false, target, nil
+}
