@@ -130,8 +130,11 @@ type Config struct {
 	DeadLetters DeadLetterCounter
 	// ClockSkew, when nil, leaves out the db_clock_skew rule (a database
 	// that one process owns).
-	ClockSkew  ClockSkewSource
-	Thresholds Thresholds
+	ClockSkew ClockSkewSource
+	// BeforeClose, when set, adds the before_close_failures rule over the
+	// payment check's failures (--before-close-url).
+	BeforeClose FailureSource
+	Thresholds  Thresholds
 	// Interval between evaluations (default 5s). A negative Interval means
 	// Run evaluates nothing by itself and only delivers the notifications
 	// of the caller's Evaluate calls.
@@ -350,6 +353,9 @@ func (e *Evaluator) buildRules() []rule {
 				return fmt.Sprintf("the clocks of two database servers differ by %s (threshold %s): a server ahead closes orders written through the others that much early; synchronise their clocks (NTP)", skew, t.DBClockSkew)
 			},
 		})
+	}
+	if e.cfg.BeforeClose != nil {
+		rules = append(rules, beforeCloseRule(e.cfg.BeforeClose))
 	}
 	return rules
 }

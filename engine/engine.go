@@ -88,6 +88,12 @@ type Config struct {
 	// window when it gains it, and drops the timers of one it lost as they
 	// fire. Nil: this node owns every order.
 	Ownership cluster.Ownership
+	// Gate, when set, is asked before orders close (the payment check
+	// before a close, which the wiring builds from package beforeclose):
+	// every close path of the engine (the scheduler's deliveries, the
+	// sweeper, start-up recovery) hands it the due orders instead of
+	// closing them. Timers are not orders and are never gated.
+	Gate Gate
 	// Clock gives now and times the engine's loops (default the system
 	// clock).
 	Clock    hourglass.Clock
@@ -144,6 +150,19 @@ type Store interface {
 type TimerStore interface {
 	FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error)
 	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+}
+
+// Gate holds due orders back from the close path until a check lets them
+// close (Config.Gate).
+type Gate interface {
+	// Hold takes due orders the engine would close now and returns at
+	// once, without waiting for a check. It closes each later through
+	// close (a conditional close, as every close: an order paid meanwhile
+	// is left alone), or settles it otherwise (paid, extended), or leaves
+	// it pending (its check keeps failing; the sweeper hands it over
+	// again). It must bound its own work (drop what it cannot hold: the
+	// sweeper brings it back) and be safe for concurrent use.
+	Hold(orders []int64, close func(ctx context.Context, orders []int64) error)
 }
 
 // TimerObserver is an optional interface of an Observer: Fired is called
@@ -581,6 +600,10 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 	if len(orders) == 0 && len(timers) == 0 {
 		return nil
 	}
+	if e.cfg.Gate != nil && len(orders) > 0 {
+		e.cfg.Gate.Hold(orders, e.closeGated(false))
+		orders = nil
+	}
 	done, err := e.expire(ctx, orders, timers, false)
 	if err != nil {
 		return err
@@ -627,6 +650,22 @@ func (e *Engine) expire(ctx context.Context, orders, timers []int64, swept bool)
 		n += len(fired)
 	}
 	return n, nil
+}
+
+// closeGated returns the close function the Gate calls for orders whose
+// check let them close: they close (and are observed) as the scheduler's
+// or the sweeper's (swept) closes are; those no longer due are stale.
+func (e *Engine) closeGated(swept bool) func(ctx context.Context, orders []int64) error {
+	return func(ctx context.Context, orders []int64) error {
+		n, err := e.expire(ctx, orders, nil, swept)
+		if err != nil {
+			return err
+		}
+		if stale := len(orders) - n; stale > 0 {
+			e.obs.Stale(stale)
+		}
+		return nil
+	}
 }
 
 func (e *Engine) firstPageDone() { e.firstPageOnce.Do(func() { close(e.firstPage) }) }
@@ -841,8 +880,11 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 		sources = append(sources, e.timers.TimersDue)
 	}
 	for _, due := range sources {
+		// Paged by cursor: an order the gate holds stays pending, so a
+		// page is not emptied by its closes.
+		p := hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: parts}
 		for {
-			page, err := due(ctx, hourglass.PendingDueParams{Until: until, Limit: e.cfg.CloseBatch, Parts: parts})
+			page, err := due(ctx, p)
 			if err != nil {
 				return total, err
 			}
@@ -854,6 +896,14 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 				} else {
 					orders = append(orders, t.OrderID)
 				}
+			}
+			if len(page) > 0 {
+				last := page[len(page)-1]
+				p.After, p.AfterID = last.Deadline, last.OrderID
+			}
+			if e.cfg.Gate != nil && len(orders) > 0 {
+				e.cfg.Gate.Hold(orders, e.closeGated(true))
+				orders = nil
 			}
 			n, err := e.expire(ctx, orders, timers, true)
 			total += n

@@ -42,6 +42,7 @@ type Metrics struct {
 	cluster        clusterMetrics
 	retention      retentionMetrics
 	timerRequests  requestMetrics
+	beforeClose    beforeCloseMetrics
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -152,6 +153,7 @@ func New(pending func() int) *Metrics {
 	m.cluster = newClusterMetrics(reg)
 	m.retention = newRetentionMetrics(reg)
 	m.timerRequests = newRequestMetrics(reg)
+	m.beforeClose = newBeforeCloseMetrics(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")

@@ -42,7 +42,8 @@ type Alerts struct {
 // newAlerting builds the alerting parts over the store and the metrics.
 // ready is the engine's Recovered (and leadership): rules are evaluated
 // only once start-up recovery ran.
-func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self *member, deadLetterMax int, maxDBClockSkew time.Duration, ready func() bool, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
+// beforeClose, when not nil, adds the before_close_failures rule.
+func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self *member, deadLetterMax int, maxDBClockSkew time.Duration, ready func() bool, beforeClose alert.FailureSource, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
 	a := &alerting{recorder: alert.NewRecorder(clock)}
 	deadLetters := deadLetterCount{store}
 	th := cfg.Thresholds
@@ -52,6 +53,7 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 		Activity:    a.recorder,
 		DeadLetters: deadLetters,
 		ClockSkew:   self.skewSource(),
+		BeforeClose: beforeClose,
 		Thresholds:  th,
 		Interval:    cfg.Interval,
 		Window:      cfg.Window,

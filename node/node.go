@@ -76,6 +76,9 @@ type Config struct {
 	// Cluster configures this node's membership of a shared database's
 	// cluster (ignored on SQLite).
 	Cluster Cluster
+	// BeforeClose is the payment check before hourglass closes its own
+	// orders (--before-close-url); the zero value checks nothing.
+	BeforeClose BeforeClose
 	// Token, when set, is required on every /v1 request; AllowedHosts are
 	// the host names a /v1 request may name without one (api.Config).
 	Token        string
@@ -126,6 +129,7 @@ type Node struct {
 	log       *slog.Logger
 	sched     hourglass.Scheduler
 	self      *member
+	gate      *checkGate // the payment check; nil: no --before-close-url
 	alerts    *alerting
 	pruner    *retention.Pruner
 	applier   *requests.Applier // nil: the store does not apply timer requests
@@ -152,6 +156,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.Cluster.MaxDBClockSkew = cmp.Or(cfg.Cluster.MaxDBClockSkew, MaxDBClockSkewDefault)
 	if !delay.Valid(cfg.Delay) {
 		return nil, fmt.Errorf("node: Delay %q: want one of %v", cfg.Delay, delay.Names())
+	}
+	if err := cfg.BeforeClose.Validate(); err != nil {
+		return nil, err
 	}
 	n := &Node{cfg: cfg, log: log}
 	defer func() {
@@ -211,8 +218,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.sched = sched
 
+	// The payment check before closes: one Checker per node.
+	if n.gate, err = newBeforeClose(cfg.BeforeClose, db, m, clock, log); err != nil {
+		return nil, err
+	}
 	// Alerts are evaluated and notified by one node of a cluster.
-	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() }, clock, log)
+	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() }, n.gate.failures(), clock, log)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +253,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	engCfg := cfg.Engine
 	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m)
+	if n.gate != nil {
+		engCfg.Gate = n.gate
+	}
 	if own := self.ownership(); own != nil {
 		engCfg.Ownership = own
 	}
@@ -322,6 +336,7 @@ func (n *Node) Run(ctx context.Context) error {
 	alertsStopped := n.alerts.start(engCtx)
 	prunerStopped := startPruner(engCtx, n.pruner)
 	applierStopped := startApplier(engCtx, n.applier)
+	gateStopped := n.gate.start(engCtx)
 	// Webhook delivery stops first on shutdown, on its own context: its
 	// attempts in flight are cancelled (and sent again after the next
 	// start), so a slow receiver cannot hold the shutdown past its grace.
@@ -354,6 +369,7 @@ func (n *Node) Run(ctx context.Context) error {
 	alertsStopped()
 	prunerStopped()
 	applierStopped()
+	gateStopped()
 	if !waitUntil(shutCtx, webhooksStopped) {
 		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
 	}

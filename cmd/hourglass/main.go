@@ -77,6 +77,9 @@ type serveCmd struct {
 	clusterFlags   `embed:""`
 	retentionFlags `embed:""`
 	debugFlags     `embed:""`
+
+	// The payment check before closes (beforeclose.go).
+	beforeCloseFlags `embed:""`
 }
 
 func main() {
@@ -152,6 +155,10 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
+	beforeClose, err := s.beforeCloseFlags.config()
+	if err != nil {
+		return node.Config{}, err
+	}
 	return node.Config{
 		Addr:       s.Addr,
 		Store:      opts,
@@ -174,6 +181,7 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 		ShutdownGrace:  s.ShutdownGrace,
 		DebugAddr:      s.DebugAddr,
 		Logger:         log,
+		BeforeClose:    beforeClose,
 	}, nil
 }
 

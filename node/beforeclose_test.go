@@ -1,0 +1,288 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/alert"
+	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/storetest"
+	"github.com/hourglass/hourglass/webhook"
+)
+
+const checkSecret = "a-check-secret-0123456789"
+
+// checkReceiver is the shop's payment check endpoint: it answers by the
+// order's user_id, verifies each request's signature and counts the
+// checks of each order.
+type checkReceiver struct {
+	t       *testing.T
+	mu      sync.Mutex
+	checks  map[int64]int
+	answers func(o orderSeen, n int) (status int, body string, hang bool)
+}
+
+type orderSeen struct {
+	ID       int64  `json:"id"`
+	UserID   string `json:"user_id"`
+	Status   string `json:"status"`
+	Deadline string `json:"deadline"`
+}
+
+func (rc *checkReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), checkSecret, body, time.Now(), time.Minute); err != nil {
+		rc.t.Errorf("check %s: signature: %v", body, err)
+	}
+	var req struct {
+		Order *orderSeen `json:"order"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Order == nil {
+		rc.t.Errorf("check body %s is not {\"order\":{…}}: %v", body, err)
+		w.WriteHeader(400)
+		return
+	}
+	if req.Order.Status != string(hourglass.StatePendingPayment) {
+		rc.t.Errorf("check of order %d in status %s", req.Order.ID, req.Order.Status)
+	}
+	rc.mu.Lock()
+	rc.checks[req.Order.ID]++
+	n := rc.checks[req.Order.ID]
+	rc.mu.Unlock()
+	status, answer, hang := rc.answers(*req.Order, n)
+	if hang {
+		<-r.Context().Done() // no answer: the check times out
+		return
+	}
+	w.WriteHeader(status)
+	io.WriteString(w, answer)
+}
+
+func (rc *checkReceiver) count(id int64) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.checks[id]
+}
+
+// startCheckedNode runs a node on the store HOURGLASS_TEST_STORE names
+// (SQLite by default) whose closes are checked at rc, sweeping every
+// 100 ms with 100 ms of grace, and puts product A (10 units).
+func startCheckedNode(t *testing.T, bc BeforeClose, rc *checkReceiver) *Node {
+	t.Helper()
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	bc.URL, bc.Secret = srv.URL, checkSecret
+	n, err := New(context.Background(), Config{
+		Addr:        "127.0.0.1:0",
+		Store:       store.Options{URL: storetest.URL(t)},
+		Engine:      engine.Config{SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond},
+		BeforeClose: bc,
+		TimerMax:    1000,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if _, err := n.Store.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func createFor(t *testing.T, n *Node, user string) hourglass.Order {
+	t.Helper()
+	o, _, err := n.Store.CreateOrder(context.Background(), hourglass.CreateOrderParams{UserID: user, Items: []hourglass.Item{{SKU: "A", Quantity: 1}}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// await polls the order until ok or 10 s passed (real time: the node runs
+// on the database's clock).
+func await(t *testing.T, n *Node, id int64, what string, ok func(hourglass.Order) bool) hourglass.Order {
+	t.Helper()
+	giveUp := time.Now().Add(10 * time.Second)
+	for {
+		o, err := n.Store.Order(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(o) {
+			return o
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("order %d: %s: not within 10 s; it is %+v", id, what, o)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func eventTypes(t *testing.T, n *Node, id int64) []hourglass.EventType {
+	t.Helper()
+	evs, err := n.Store.OrderEvents(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []hourglass.EventType
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// TestBeforeCloseAnswers: a node with --before-close-url asks before each
+// close and does what the answer says: close closes; paid marks the
+// hourglass order paid (reserved → sold, once, order.paid, never closed);
+// extend arms it again for the new deadline (order.extended) and it is
+// checked and closed then; a malformed answer and a receiver that times
+// out leave the order pending past its deadline and the sweeper's grace,
+// checked again and again, with the before_close_failures rule watching.
+func TestBeforeCloseAnswers(t *testing.T) {
+	t.Parallel()
+	extendTo := map[int64]string{}
+	var mu sync.Mutex
+	rc := &checkReceiver{t: t, checks: map[int64]int{}, answers: func(o orderSeen, n int) (int, string, bool) {
+		switch o.UserID {
+		case "close":
+			return 200, `{"action":"close"}`, false
+		case "paid":
+			return 200, fmt.Sprintf(`{"action":"paid","payment_id":"pay-%d"}`, o.ID), false
+		case "extend":
+			if n > 1 {
+				return 200, `{"action":"close"}`, false
+			}
+			d, _ := time.Parse(time.RFC3339Nano, o.Deadline)
+			to := d.Add(time.Second).Format(hourglass.TimeFormat)
+			mu.Lock()
+			extendTo[o.ID] = to
+			mu.Unlock()
+			return 200, fmt.Sprintf(`{"action":"extend","deadline":%q}`, to), false
+		case "malformed":
+			return 200, `{"action":"clos`, false
+		case "timeout":
+			return 0, "", true
+		}
+		return 500, "unknown user", false
+	}}
+	n := startCheckedNode(t, BeforeClose{Timeout: 300 * time.Millisecond}, rc)
+	closeO, paidO, extendO := createFor(t, n, "close"), createFor(t, n, "paid"), createFor(t, n, "extend")
+	malformed, hung := createFor(t, n, "malformed"), createFor(t, n, "timeout")
+
+	closed := await(t, n, closeO.ID, "closed", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
+	if closed.ClosedAt.Before(closeO.Deadline) {
+		t.Errorf("closed at %v, before its deadline %v", closed.ClosedAt, closeO.Deadline)
+	}
+	paid := await(t, n, paidO.ID, "paid", func(o hourglass.Order) bool { return o.Status != hourglass.StatePendingPayment })
+	if paid.Status != hourglass.StatePaid || paid.PaymentID != fmt.Sprintf("pay-%d", paidO.ID) || paid.PaidAt.Before(paidO.Deadline) {
+		t.Fatalf("the order answered paid is %+v; want paid with its payment_id, paid_at the check's time", paid)
+	}
+	if got := eventTypes(t, n, paidO.ID); !slices.Equal(got, []hourglass.EventType{hourglass.EventOrderCreated, hourglass.EventOrderPaid}) {
+		t.Fatalf("events of the paid order %v; want created, paid", got)
+	}
+	ext := await(t, n, extendO.ID, "closed after its extension", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
+	mu.Lock()
+	want := extendTo[extendO.ID]
+	mu.Unlock()
+	if ext.Deadline.Format(hourglass.TimeFormat) != want || ext.ClosedAt.Before(ext.Deadline) {
+		t.Fatalf("the extended order is %+v; want closed at or after its new deadline %s", ext, want)
+	}
+	if got := eventTypes(t, n, extendO.ID); !slices.Equal(got, []hourglass.EventType{hourglass.EventOrderCreated, hourglass.EventOrderExtended, hourglass.EventOrderClosed}) {
+		t.Fatalf("events of the extended order %v; want created, extended, closed", got)
+	}
+	if c := rc.count(extendO.ID); c != 2 {
+		t.Errorf("the extended order was checked %d times, want 2 (at each deadline)", c)
+	}
+
+	// The failing checks: pending past the deadline and the sweeper's
+	// grace, checked again with backoff.
+	for _, o := range []hourglass.Order{malformed, hung} {
+		await(t, n, o.ID, "checked three times", func(hourglass.Order) bool { return rc.count(o.ID) >= 3 })
+		cur, err := n.Store.Order(context.Background(), o.ID)
+		if err != nil || cur.Status != hourglass.StatePendingPayment {
+			t.Fatalf("order %s %d after 3 failed checks: %+v, %v; want pending", o.UserID, o.ID, cur, err)
+		}
+		if late := time.Since(o.Deadline); late < 200*time.Millisecond {
+			t.Errorf("order %d only %v past its deadline", o.ID, late)
+		}
+	}
+	if since, ok := n.gate.checker.FailingSince(); !ok || since.Before(malformed.Deadline.Add(-time.Second)) {
+		t.Fatalf("FailingSince = %v, %v; want the failures since the deadlines", since, ok)
+	}
+	if !slices.Contains(n.alerts.evaluator.Rules(), alert.RuleBeforeCloseFailures) {
+		t.Fatalf("rules %v lack %s", n.alerts.evaluator.Rules(), alert.RuleBeforeCloseFailures)
+	}
+	p, err := n.Store.Product(context.Background(), "A")
+	if err != nil || p.Available != 10-1-2 || p.Reserved != 2 || p.Sold != 1 {
+		t.Fatalf("stock %+v, %v; want 1 sold, 2 reserved by the pending orders, the rest available", p, err)
+	}
+	metrics := scrape(t, n)
+	for _, line := range []string{`hourglass_before_close_calls_total{answer="close"} 2`, `hourglass_before_close_calls_total{answer="paid"} 1`, `hourglass_before_close_calls_total{answer="extend"} 1`} {
+		if !strings.Contains(metrics, line) {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
+	if !strings.Contains(metrics, `hourglass_before_close_seconds_count`) || strings.Contains(metrics, `hourglass_before_close_calls_total{answer="error"} 0`) {
+		t.Errorf("metrics lack the latency histogram or the errors:\n%s", grep(metrics, "before_close"))
+	}
+}
+
+// TestBeforeCloseOnErrorClose: with --before-close-on-error close, an
+// order whose check failed --before-close-max-failures times in a row is
+// closed anyway, its stock released.
+func TestBeforeCloseOnErrorClose(t *testing.T) {
+	t.Parallel()
+	rc := &checkReceiver{t: t, checks: map[int64]int{}, answers: func(orderSeen, int) (int, string, bool) {
+		return 503, "down", false
+	}}
+	n := startCheckedNode(t, BeforeClose{OnError: OnErrorClose, MaxFailures: 3}, rc)
+	o := createFor(t, n, "u")
+	await(t, n, o.ID, "closed after 3 failed checks", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
+	if c := rc.count(o.ID); c != 3 {
+		t.Fatalf("checked %d times, want 3", c)
+	}
+	if _, ok := n.gate.checker.FailingSince(); ok {
+		t.Fatal("the closed order's failures are still counted")
+	}
+	if p, err := n.Store.Product(context.Background(), "A"); err != nil || p.Available != 10 || p.Reserved != 0 {
+		t.Fatalf("stock %+v, %v; want released", p, err)
+	}
+}
+
+func scrape(t *testing.T, n *Node) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	n.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+func grep(text, word string) string {
+	var out []string
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, word) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
