@@ -198,6 +198,62 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 		}
 	})
 
+	// Another store value on the same database (another node) hears of an
+	// extension as it hears of a create: its new deadline, on WatchCreated.
+	t.Run("SharedAnnounce", func(t *testing.T) {
+		t.Parallel()
+		if h.OpenShared == nil {
+			t.Skip("store is not shared by several processes (StoreHarness.OpenShared is nil)")
+		}
+		da, db := h.OpenShared(t, StoreOptions{})
+		a, ok := da.(hourglass.ClusterStore)
+		if !ok {
+			t.Skip("store does not implement hourglass.ClusterStore")
+		}
+		fb := storeFixture{ctx: context.Background(), db: db}
+		fb.product(t, "W", "x", 1000)
+		wctx, cancel := context.WithCancel(fb.ctx)
+		defer cancel()
+		seen := make(chan hourglass.Timer, 1000)
+		done := make(chan error, 1)
+		go func() {
+			done <- a.WatchCreated(wctx, func(ts []hourglass.Timer) {
+				for _, t := range ts {
+					seen <- t
+				}
+			})
+		}()
+		// The watch may take a moment to start: create until one is seen.
+		giveUp := time.After(10 * time.Second)
+		var o hourglass.Order
+		for started := false; !started; {
+			o = fb.create(t, time.Hour, item("W", 1))
+			select {
+			case got := <-seen:
+				started = got.OrderID == o.ID
+			case <-time.After(200 * time.Millisecond):
+			case <-giveUp:
+				t.Fatal("WatchCreated reported no order created through the other store value within 10s")
+			}
+		}
+		got, err := fb.db.ExtendOrder(fb.ctx, hourglass.ExtendOrderParams{ID: o.ID, By: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case ts := <-seen:
+				if ts.OrderID == o.ID && ts.Deadline.Equal(got.Deadline) {
+					cancel()
+					<-done
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the extension of order %d to %v was not reported to the other store value within 10s", o.ID, got.Deadline)
+			}
+		}
+	})
+
 	t.Run("PayDue", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
