@@ -286,3 +286,47 @@ func grep(text, word string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestBeforeCloseConcurrent: a burst of due orders is checked 32 at once
+// (BeforeCloseConcurrencyDefault), not one after another behind slow
+// answers, and every one is closed.
+func TestBeforeCloseConcurrent(t *testing.T) {
+	t.Parallel()
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+	)
+	rc := &checkReceiver{t: t, checks: map[int64]int{}, answers: func(orderSeen, int) (int, string, bool) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond) // a slow provider
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return 200, `{"action":"close"}`, false
+	}}
+	n := startCheckedNode(t, BeforeClose{}, rc)
+	if _, err := n.Store.PutProduct(context.Background(), hourglass.Product{SKU: "A", Available: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	var orders []hourglass.Order
+	for range 100 {
+		orders = append(orders, createFor(t, n, "u"))
+	}
+	start := time.Now()
+	for _, o := range orders {
+		await(t, n, o.ID, "closed", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
+	}
+	took := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if most != BeforeCloseConcurrencyDefault {
+		t.Errorf("at most %d checks in flight, want %d", most, BeforeCloseConcurrencyDefault)
+	}
+	// Serialised, 100 checks of 200 ms would take 20 s.
+	if took > 5*time.Second {
+		t.Errorf("100 orders closed in %v after the first deadline; checks were not concurrent", took)
+	}
+}
