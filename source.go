@@ -286,12 +286,16 @@ type SourceTable interface {
 	// Tail returns up to limit pending rows with key > after, by key,
 	// through the key's index.
 	Tail(ctx context.Context, after int64, limit int) ([]Timer, error)
+	// Holes returns up to limit pending rows whose keys lie in one of
+	// ranges (each [lo, hi], inclusive), by key: rows whose keys were drawn
+	// before a larger key the tail saw, committed since.
+	Holes(ctx context.Context, ranges [][2]int64, limit int) ([]Timer, error)
 	// MaxKey returns the largest key in the table (0 when empty).
 	MaxKey(ctx context.Context) (int64, error)
 	// Pending returns the rows of keys that are pending, with their
 	// deadlines now.
 	Pending(ctx context.Context, keys []int64) ([]Timer, error)
-	// Close closes each row in one transaction (a savepoint each), in key
+	// Close closes each row in one transaction, in key
 	// order, and writes the closed rows' source.closed events and webhook
 	// deliveries in it. A database error that ends the transaction (a
 	// deadlock, a lost connection) is returned, and nothing committed.

@@ -65,7 +65,9 @@ func sourceRefusals(t *testing.T, h SourceHarness) {
 		{"unknown deadline", func(s *hourglass.Source) { s.Deadline = "nope" }, "no column nope"},
 		{"deadline not a time", func(s *hourglass.Source) { s.Deadline = "status" }, "want TIMESTAMP/DATETIME"},
 		{"deadline ms on a time", func(s *hourglass.Source) { s.DeadlineUnit = "ms" }, "deadline_unit: ms wants a BIGINT"},
-		{"guard without :key", func(s *hourglass.Source) { s.Close[0] = "UPDATE " + shop.T("orders") + " SET status = 'CLOSED' WHERE status = 'UNPAID'" }, "must bind the row's key with :key"},
+		{"guard without :key", func(s *hourglass.Source) {
+			s.Close[0] = "UPDATE " + shop.T("orders") + " SET status = 'CLOSED' WHERE status = 'UNPAID'"
+		}, "must bind the row's key with :key"},
 		{"statement does not prepare", func(s *hourglass.Source) { s.Close[1] = "UPDATE " + shop.T("stock") + " SET nope = 1 WHERE sku = :key" }, "close[1]: does not prepare"},
 		{"pending does not prepare", func(s *hourglass.Source) { s.Pending = "nope = 'UNPAID'" }, "pending: does not prepare"},
 		{"two statements", func(s *hourglass.Source) { s.Close[1] += "; DELETE FROM " + shop.T("stock") }, "one statement"},
@@ -219,7 +221,9 @@ func sourceClose(t *testing.T, h SourceHarness) {
 }
 
 // res0ClosedAt is the event's created_at as the body writes it.
-func res0ClosedAt(e hourglass.EventRecord) string { return e.CreatedAt.UTC().Format(hourglass.TimeFormat) }
+func res0ClosedAt(e hourglass.EventRecord) string {
+	return e.CreatedAt.UTC().Format(hourglass.TimeFormat)
+}
 
 func sourceGuardSeveral(t *testing.T, h SourceHarness) {
 	db, _, shop := h.Open(t)

@@ -43,6 +43,7 @@ type Metrics struct {
 	retention      retentionMetrics
 	timerRequests  requestMetrics
 	beforeClose    beforeCloseMetrics
+	sources        sourceMetrics
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -154,6 +155,7 @@ func New(pending func() int) *Metrics {
 	m.retention = newRetentionMetrics(reg)
 	m.timerRequests = newRequestMetrics(reg)
 	m.beforeClose = newBeforeCloseMetrics(reg)
+	m.sources = newSourceMetrics(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")

@@ -29,6 +29,7 @@ import (
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/requests"
 	"github.com/hourglass/hourglass/retention"
+	"github.com/hourglass/hourglass/source"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/webhook"
 )
@@ -65,6 +66,10 @@ type Config struct {
 	// Engine is the close path's config: Window, LoadInterval,
 	// SweepInterval, SweepGrace and the like.
 	Engine engine.Config
+	// Sources are shops' own tables whose rows the node closes (package
+	// source); SourceTailInterval how often each is read for new rows.
+	Sources            []hourglass.Source
+	SourceTailInterval time.Duration
 	// Webhooks is webhook delivery's config (Allow, Retry, Jitter, …).
 	Webhooks webhook.Config
 	// Alerts configures the alert rules and the dashboard.
@@ -133,6 +138,7 @@ type Node struct {
 	alerts    *alerting
 	pruner    *retention.Pruner
 	applier   *requests.Applier // nil: the store does not apply timer requests
+	sources   *source.Runner    // nil: no --sources
 	ln        net.Listener
 	stopDebug context.CancelFunc
 	ran       bool
@@ -271,6 +277,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	if n.sources, err = openSources(ctx, cfg, db, self, m, clock, log); err != nil {
+		return nil, err
+	}
 	srv, err := api.NewServer(api.Config{
 		Store:         db,
 		Engine:        self.ready(eng), // and the database servers' clocks agree
@@ -337,6 +346,7 @@ func (n *Node) Run(ctx context.Context) error {
 	prunerStopped := startPruner(engCtx, n.pruner)
 	applierStopped := startApplier(engCtx, n.applier)
 	gateStopped := n.gate.start(engCtx)
+	sourcesStopped := startSources(engCtx, n.sources)
 	// Webhook delivery stops first on shutdown, on its own context: its
 	// attempts in flight are cancelled (and sent again after the next
 	// start), so a slow receiver cannot hold the shutdown past its grace.
@@ -370,6 +380,7 @@ func (n *Node) Run(ctx context.Context) error {
 	prunerStopped()
 	applierStopped()
 	gateStopped()
+	sourcesStopped()
 	if !waitUntil(shutCtx, webhooksStopped) {
 		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -63,7 +64,8 @@ func Parse(b []byte) ([]hourglass.Source, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("empty: want a list under sources:")
 		}
-		return nil, err
+		// yaml's errors put each problem on a line of its own.
+		return nil, errors.New(strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
 	}
 	if len(doc.Sources) == 0 {
 		return nil, errors.New("no sources: want a list under sources:")

@@ -44,6 +44,9 @@ const (
 	GapWait = 5 * time.Second
 	// pageSize is the most rows per tail or sweep query.
 	pageSize = 1000
+	// backlogGrace: while the close path progressed within it, the
+	// sweeper leaves it what it holds (the engine's BacklogGrace).
+	backlogGrace = 30 * time.Second
 	// retryMax caps the wait before closing a row again after a failed
 	// statement or a guard that matched nothing while the row is due.
 	retryMax = 5 * time.Second
@@ -180,7 +183,7 @@ type runner struct {
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
 	s := &runner{cfg: cfg, src: src, table: t, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger.With("source", src.Name)}
 	s.sched = timerloop.NewWheel(timerloop.Config{Name: "source " + src.Name, Clock: cfg.Clock, Logger: s.log,
-		Dispatch: dispatch.Config{Workers: 4, Batch: 100, RetryMax: retryMax, Logger: s.log, Clock: cfg.Clock}})
+		Dispatch: dispatch.Config{Workers: 2, Batch: 500, RetryMax: retryMax, Logger: s.log, Clock: cfg.Clock}})
 	s.parts = cluster.Track(cfg.Ownership, func() {
 		if s.load != nil {
 			s.load.Wake()
@@ -212,11 +215,21 @@ func (s *runner) schedule(ctx context.Context, rows []hourglass.Timer) error {
 }
 
 func (s *runner) run(ctx context.Context) {
+	// The largest key is read before the first load: a row committed
+	// before it is loaded, one after it tailed.
+	var last int64
+	boot := timing.Supervisor{Clock: s.clock, Backoff: timing.Backoff{Min: 100 * time.Millisecond, Max: retryMax},
+		Failed: func(err error, in time.Duration) {
+			s.log.Warn("source: read the largest key failed; retrying", "err", err, "retry_in", in)
+		}}
+	if boot.Run(ctx, func(ctx context.Context) (err error) { last, err = s.table.MaxKey(ctx); return err }) != nil {
+		return
+	}
 	var wg sync.WaitGroup
 	for _, f := range []func(context.Context){
 		func(ctx context.Context) { _ = s.sched.Run(ctx, s.deliver) },
 		s.load.Run,
-		s.tail,
+		func(ctx context.Context) { s.tail(ctx, last) },
 		s.sweep,
 		s.report,
 	} {
@@ -298,83 +311,125 @@ func later(deadline, now time.Time) time.Time {
 	return now.Add(min(max(now.Sub(deadline)/4, 10*time.Millisecond), retryMax))
 }
 
-// tail finds new rows by key: every TailInterval the rows above the
-// largest key seen, and every second again those above the largest key
-// seen GapWait ago (rows committed after a larger key was seen). Rows are
-// offered to the loader, which takes those due within its horizon.
-func (s *runner) tail(ctx context.Context) {
-	var last int64
-	boot := timing.Supervisor{Clock: s.clock, Backoff: timing.Backoff{Min: 100 * time.Millisecond, Max: retryMax},
-		Failed: func(err error, in time.Duration) { s.log.Warn("source: read the largest key failed; retrying", "err", err, "retry_in", in) }}
-	if boot.Run(ctx, func(ctx context.Context) (err error) { last, err = s.table.MaxKey(ctx); return err }) != nil {
-		return
-	}
-	type mark struct {
-		at  time.Time
-		key int64
-	}
-	marks := []mark{{s.clock.Now(), last}} // the largest key seen, by time
-	floor := last
-	nextRecheck := s.clock.Now().Add(time.Second)
+// tail finds new rows by key, every TailInterval: the pending rows above
+// the largest key seen, then those in the holes the tail left below it.
+// Keys are drawn before commit, so concurrent inserts commit out of key
+// order: a key skipped (a hole) may be a row not yet committed. Holes are
+// read again each time for GapWait (a row committed later still is found
+// by the next window load, or the sweeper), at most maxHoles ranges of
+// them (older ones merged). Rows are offered to the loader, which takes
+// those due within its horizon.
+func (s *runner) tail(ctx context.Context, last int64) {
+	var holes holeSet
 	for {
 		if timing.Sleep(ctx, s.clock, s.cfg.TailInterval) != nil {
 			return
 		}
-		top, err := s.tailFrom(ctx, last, -1)
-		if err != nil {
-			s.log.Warn("source: tail new rows failed; retrying", "err", err)
-			continue
-		}
 		now := s.clock.Now()
-		if top > last {
-			last = top
-			marks = append(marks, mark{now, last})
+		for {
+			rows, err := s.table.Tail(ctx, last, pageSize)
+			if err != nil {
+				s.log.Warn("source: tail new rows failed; retrying", "err", err)
+				break
+			}
+			for _, r := range rows {
+				if r.OrderID > last+1 {
+					holes.add(last+1, r.OrderID-1, now)
+				}
+				last = r.OrderID
+			}
+			if err := s.offer(ctx, rows); err != nil || len(rows) < pageSize {
+				break
+			}
 		}
-		if now.Before(nextRecheck) {
+		holes.expire(now.Add(-GapWait))
+		if holes.empty() {
 			continue
 		}
-		nextRecheck = now.Add(time.Second)
-		for len(marks) > 1 && now.Sub(marks[1].at) >= GapWait {
-			marks = marks[1:]
+		rows, err := s.table.Holes(ctx, holes.ranges(), pageSize)
+		if err != nil {
+			s.log.Warn("source: read rows committed late failed; retrying", "err", err)
+			continue
 		}
-		if floor < marks[0].key || floor < last {
-			if _, err := s.tailFrom(ctx, floor, last); err != nil {
-				s.log.Warn("source: read recent rows again failed; retrying", "err", err)
-				continue
-			}
-			floor = marks[0].key
+		for _, r := range rows {
+			holes.fill(r.OrderID)
 		}
+		_ = s.offer(ctx, rows)
 	}
 }
 
-// tailFrom offers the pending rows with keys above after (and at most
-// upTo, when not negative) and returns the largest key read.
-func (s *runner) tailFrom(ctx context.Context, after, upTo int64) (int64, error) {
-	top := after
-	for {
-		rows, err := s.table.Tail(ctx, top, pageSize)
-		if err != nil {
-			return top, err
-		}
-		var mine []hourglass.Timer
-		for _, r := range rows {
-			if upTo >= 0 && r.OrderID > upTo {
-				break
-			}
-			top = r.OrderID
-			if s.parts.Has(r.OrderID) {
-				mine = append(mine, r)
-			}
-		}
-		if len(mine) > 0 {
-			if _, err := s.load.Offer(ctx, mine); err != nil {
-				return top, err
-			}
-		}
-		if len(rows) < pageSize || upTo >= 0 && top >= upTo {
-			return top, nil
+// offer hands the rows of this node's partitions to the loader.
+func (s *runner) offer(ctx context.Context, rows []hourglass.Timer) error {
+	mine := make([]hourglass.Timer, 0, len(rows))
+	for _, r := range rows {
+		if s.parts.Has(r.OrderID) {
+			mine = append(mine, r)
 		}
 	}
+	if len(mine) == 0 {
+		return nil
+	}
+	_, err := s.load.Offer(ctx, mine)
+	return err
+}
+
+// maxHoles bounds the key ranges the tail reads again.
+const maxHoles = 64
+
+// hole is a range of keys the tail skipped, and when.
+type hole struct {
+	lo, hi int64
+	seen   time.Time
+}
+
+// holeSet is the tail's holes, in key order. Not safe for concurrent use.
+type holeSet struct{ hs []hole }
+
+func (h *holeSet) empty() bool { return len(h.hs) == 0 }
+
+// add records [lo, hi]; past maxHoles the two oldest merge (the keys
+// between them are read again too: bounded by the insert rate).
+func (h *holeSet) add(lo, hi int64, now time.Time) {
+	h.hs = append(h.hs, hole{lo, hi, now})
+	if len(h.hs) > maxHoles {
+		h.hs[1].lo = h.hs[0].lo
+		h.hs = h.hs[1:]
+	}
+}
+
+// expire drops holes seen before cutoff.
+func (h *holeSet) expire(cutoff time.Time) {
+	i := 0
+	for i < len(h.hs) && h.hs[i].seen.Before(cutoff) {
+		i++
+	}
+	h.hs = h.hs[i:]
+}
+
+// fill removes key, found, from its hole.
+func (h *holeSet) fill(key int64) {
+	for i, x := range h.hs {
+		if key < x.lo || key > x.hi {
+			continue
+		}
+		var parts []hole
+		if key > x.lo {
+			parts = append(parts, hole{x.lo, key - 1, x.seen})
+		}
+		if key < x.hi {
+			parts = append(parts, hole{key + 1, x.hi, x.seen})
+		}
+		h.hs = append(h.hs[:i], append(parts, h.hs[i+1:]...)...)
+		return
+	}
+}
+
+func (h *holeSet) ranges() [][2]int64 {
+	out := make([][2]int64, len(h.hs))
+	for i, x := range h.hs {
+		out[i] = [2]int64{x.lo, x.hi}
+	}
+	return out
 }
 
 // sweep closes the rows overdue by more than SweepGrace, which the window
@@ -385,7 +440,15 @@ func (s *runner) sweep(ctx context.Context) {
 		if timing.Sleep(ctx, s.clock, s.cfg.SweepInterval) != nil {
 			return
 		}
-		until := s.clock.Now().Add(-s.cfg.SweepGrace)
+		now := s.clock.Now()
+		until := now.Add(-s.cfg.SweepGrace)
+		// Rows due at or after the oldest the close path holds are being
+		// worked through (a burst), not lost, while it progresses.
+		if oldest, progress, ok := s.sched.Backlog(); ok && now.Sub(progress) < backlogGrace {
+			if b := oldest.Add(-time.Millisecond); b.Before(until) {
+				until = b
+			}
+		}
 		p := hourglass.PendingDueParams{Until: until, Limit: pageSize, Parts: s.parts.Owned()}
 		for ctx.Err() == nil {
 			rows, err := s.table.Due(ctx, p)

@@ -77,6 +77,7 @@ type serveCmd struct {
 	clusterFlags   `embed:""`
 	retentionFlags `embed:""`
 	debugFlags     `embed:""`
+	sourceFlags    `embed:""`
 
 	// The payment check before closes (beforeclose.go).
 	beforeCloseFlags `embed:""`
@@ -155,6 +156,10 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
+	sources, err := s.sourceFlags.sources()
+	if err != nil {
+		return node.Config{}, err
+	}
 	beforeClose, err := s.beforeCloseFlags.config()
 	if err != nil {
 		return node.Config{}, err
@@ -170,18 +175,20 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 			SweepInterval: s.SweepInterval,
 			SweepGrace:    sweepGrace(s.SweepGrace),
 		},
-		Webhooks:       webhooks,
-		Alerts:         alerts,
-		Retention:      retention,
-		TimerMax:       s.TimerMax,
-		Cluster:        node.Cluster{NodeID: s.NodeID, LeaseTTL: s.LeaseTTL, MaxDBClockSkew: s.MaxDBClockSkew},
-		Token:          s.APIToken,
-		AllowedHosts:   s.AllowedHosts,
-		MaxConnections: maxConns,
-		ShutdownGrace:  s.ShutdownGrace,
-		DebugAddr:      s.DebugAddr,
-		Logger:         log,
-		BeforeClose:    beforeClose,
+		Sources:            sources,
+		SourceTailInterval: s.SourceTailInterval,
+		Webhooks:           webhooks,
+		Alerts:             alerts,
+		Retention:          retention,
+		TimerMax:           s.TimerMax,
+		Cluster:            node.Cluster{NodeID: s.NodeID, LeaseTTL: s.LeaseTTL, MaxDBClockSkew: s.MaxDBClockSkew},
+		Token:              s.APIToken,
+		AllowedHosts:       s.AllowedHosts,
+		MaxConnections:     maxConns,
+		ShutdownGrace:      s.ShutdownGrace,
+		DebugAddr:          s.DebugAddr,
+		Logger:             log,
+		BeforeClose:        beforeClose,
 	}, nil
 }
 

@@ -181,6 +181,9 @@ type server struct {
 	galera bool
 	// syncWait is the server's global wsrep_sync_wait (Galera).
 	syncWait int
+	// conf is the pool's driver configuration, session settings included
+	// (the sources' pool is made from it: sources.go).
+	conf *gomysql.Config
 }
 
 func (v server) String() string {
@@ -211,6 +214,8 @@ type Store struct {
 	stop   context.CancelFunc
 	// origin marks this store value's order_feed rows (cluster.go).
 	origin string
+	// sourcePool runs the sources' statements (sources.go).
+	sourcePool sourcePool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -277,6 +282,7 @@ func (s *Store) Close() error {
 		s.stop()
 		s.done.Wait()
 		s.closeErr = s.db.Close()
+		s.sourcePool.close()
 	})
 	return s.closeErr
 }
@@ -353,6 +359,7 @@ func connect(ctx context.Context, cfg Config) (*sql.DB, server, error) {
 		db.Close()
 		return nil, server{}, startupError(err, cfg, mc)
 	}
+	srv.conf = mc
 	return db, srv, nil
 }
 

@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/sourcesql"
@@ -17,23 +21,59 @@ import (
 
 var _ hourglass.SourceStore = (*Store)(nil)
 
+// sourcePool is the connections the sources' statements run on, opened
+// with the first source: the store's session settings, but RowsAffected
+// counts the rows changed (the guard must change exactly one: a row it
+// matched already closed is not a close), and a close's statements go to
+// the server several at a time (multiStatements; the keys are integers
+// the driver inlines).
+type sourcePool struct {
+	once sync.Once
+	db   *sql.DB
+	err  error
+}
+
+func (p *sourcePool) get(conf *gomysql.Config) (*sql.DB, error) {
+	p.once.Do(func() {
+		mc := conf.Clone()
+		mc.ClientFoundRows = false
+		mc.MultiStatements = true
+		p.db, p.err = openPool(mc, 8, 5*time.Minute)
+	})
+	return p.db, p.err
+}
+
+func (p *sourcePool) close() {
+	if p.db != nil {
+		p.db.Close()
+	}
+}
+
 // OpenSource implements hourglass.SourceStore.
 func (s *Store) OpenSource(ctx context.Context, src hourglass.Source) (hourglass.SourceTable, []string, error) {
-	t, warnings, err := sourcesql.Open(ctx, sourceDialect{s}, src)
+	db, err := s.sourcePool.get(s.server.conf)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, warnings, err := sourcesql.Open(ctx, sourceDialect{s, db}, src)
 	if err != nil {
 		return nil, nil, err
 	}
 	return t, warnings, nil
 }
 
-// sourceDialect is MySQL to package sourcesql.
-type sourceDialect struct{ s *Store }
+// sourceDialect is MySQL to package sourcesql: catalogue reads on the
+// store's pool, the source's statements on db (sourcePool).
+type sourceDialect struct {
+	s  *Store
+	db *sql.DB
+}
 
 func (sourceDialect) Param(int) string { return "?" }
 func (sourceDialect) Quote(ident string) string {
 	return "`" + strings.ReplaceAll(ident, "`", "``") + "`"
 }
-func (d sourceDialect) DB() sourcesql.Querier { return sqlQuerier{d.s.db} }
+func (d sourceDialect) DB() sourcesql.Querier { return sqlQuerier{d.db} }
 
 // sqlQuerier adapts a pool or a transaction.
 type sqlQuerier struct {
@@ -55,6 +95,39 @@ func (q sqlQuerier) Query(ctx context.Context, query string, args ...any) (sourc
 	return sqlRows{rows}, nil
 }
 
+// ExecAll implements sourcesql.Pipeliner: the statements in packets of
+// up to 64, each one multi-statement round trip. A packet that fails has
+// run the statements before the failing one: ExecAll then returns
+// sourcesql.ErrUnpipelined (unless the error ends the transaction), and
+// the close runs again one statement at a time to name it.
+func (q sqlQuerier) ExecAll(ctx context.Context, stmts []sourcesql.Stmt) ([]int64, int, error) {
+	counts := make([]int64, 0, len(stmts))
+	for start := 0; start < len(stmts); start += 64 {
+		part := stmts[start:min(start+64, len(stmts))]
+		var (
+			sb   strings.Builder
+			args []any
+		)
+		for i, st := range part {
+			if i > 0 {
+				sb.WriteString(";\n")
+			}
+			sb.WriteString(st.SQL)
+			args = append(args, st.Args...)
+		}
+		res, err := q.q.ExecContext(ctx, sb.String(), args...)
+		if err != nil {
+			return counts, start, fmt.Errorf("%w: %w", sourcesql.ErrUnpipelined, err)
+		}
+		all, ok := res.(interface{ AllRowsAffected() []int64 })
+		if !ok || len(all.AllRowsAffected()) != len(part) {
+			return counts, start, fmt.Errorf("%w: the server answered fewer statements than sent", sourcesql.ErrUnpipelined)
+		}
+		counts = append(counts, all.AllRowsAffected()...)
+	}
+	return counts, -1, nil
+}
+
 func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := q.q.ExecContext(ctx, query, args...)
 	if err != nil {
@@ -64,7 +137,7 @@ func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64,
 }
 
 func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
-	tx, err := d.s.db.BeginTx(ctx, nil)
+	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}

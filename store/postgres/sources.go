@@ -56,6 +56,32 @@ func (q pgQuerier) Exec(ctx context.Context, sql string, args ...any) (int64, er
 	return tag.RowsAffected(), err
 }
 
+// ExecAll implements sourcesql.Pipeliner: one round trip.
+func (q pgQuerier) ExecAll(ctx context.Context, stmts []sourcesql.Stmt) ([]int64, int, error) {
+	tx, ok := q.q.(pgx.Tx)
+	if !ok || len(stmts) == 0 {
+		return nil, -1, nil
+	}
+	b := &pgx.Batch{}
+	for _, st := range stmts {
+		b.Queue(st.SQL, st.Args...)
+	}
+	br := tx.SendBatch(ctx, b)
+	counts := make([]int64, 0, len(stmts))
+	for i := range stmts {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return counts, i, err
+		}
+		counts = append(counts, tag.RowsAffected())
+	}
+	if err := br.Close(); err != nil {
+		return counts, len(stmts) - 1, err
+	}
+	return counts, -1, nil
+}
+
 func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
 	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
 }

@@ -9,6 +9,7 @@ package sourcesql
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -31,6 +32,40 @@ type Querier interface {
 	Query(ctx context.Context, q string, args ...any) (Rows, error)
 	// Exec returns the rows the statement changed.
 	Exec(ctx context.Context, q string, args ...any) (int64, error)
+}
+
+// Stmt is a statement with its arguments.
+type Stmt struct {
+	SQL  string
+	Args []any
+}
+
+// Pipeliner is implemented by a transaction that can send several
+// statements in one round trip (PostgreSQL's pipeline).
+type Pipeliner interface {
+	// ExecAll runs stmts in order and returns the rows each changed, up to
+	// the first that failed: its index and error (-1, nil: none failed).
+	ExecAll(ctx context.Context, stmts []Stmt) (counts []int64, failedAt int, err error)
+}
+
+// ErrUnpipelined is returned (wrapped) by a Pipeliner that cannot tell
+// which statement failed: the close runs again without pipelining.
+var ErrUnpipelined = errors.New("a pipelined statement failed")
+
+// execAll runs stmts on tx, pipelined when tx can and pipe is set.
+func execAll(ctx context.Context, tx Querier, stmts []Stmt, pipe bool) ([]int64, int, error) {
+	if p, ok := tx.(Pipeliner); ok && pipe {
+		return p.ExecAll(ctx, stmts)
+	}
+	counts := make([]int64, 0, len(stmts))
+	for i, st := range stmts {
+		n, err := tx.Exec(ctx, st.SQL, st.Args...)
+		if err != nil {
+			return counts, i, err
+		}
+		counts = append(counts, n)
+	}
+	return counts, -1, nil
 }
 
 // Event is a source.closed event to write with its deliveries.
@@ -288,6 +323,26 @@ func (t *Table) Tail(ctx context.Context, after int64, limit int) ([]hourglass.T
 	return rows, nil
 }
 
+// Holes implements hourglass.SourceTable.
+func (t *Table) Holes(ctx context.Context, ranges [][2]int64, limit int) ([]hourglass.Timer, error) {
+	if len(ranges) == 0 {
+		return nil, nil
+	}
+	conds := make([]string, len(ranges))
+	args := make([]any, 0, 2*len(ranges))
+	for i, r := range ranges {
+		conds[i] = fmt.Sprintf("%s BETWEEN %s AND %s", t.key, t.d.Param(2*i+1), t.d.Param(2*i+2))
+		args = append(args, r[0], r[1])
+	}
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE (%s) AND (%s) AND %s IS NOT NULL ORDER BY %s LIMIT %d",
+		t.key, t.deadline, t.table, strings.Join(conds, " OR "), t.src.Pending, t.deadline, t.key, max(limit, 1))
+	rows, err := t.scan(t.d.DB().Query(ctx, q, args...))
+	if err != nil {
+		return nil, fmt.Errorf("source %s: read rows committed late: %w", t.src.Name, err)
+	}
+	return rows, nil
+}
+
 // MaxKey implements hourglass.SourceTable.
 func (t *Table) MaxKey(ctx context.Context) (int64, error) {
 	rows, err := t.d.DB().Query(ctx, fmt.Sprintf("SELECT COALESCE(MAX(%s), 0) FROM %s", t.key, t.table))
@@ -369,96 +424,114 @@ func (t *Table) Close(ctx context.Context, rows []hourglass.Timer) ([]hourglass.
 	return res, nil
 }
 
-// closeTx runs one attempt of Close: a savepoint per row, the guard, the
-// other statements if it changed one row, then the events.
+// errRowFailed ends a close's transaction whose row must be rolled back
+// alone: the close runs again without it.
+var errRowFailed = errors.New("a row failed")
+
+// closeTx runs Close's transaction in two steps: every row's guard, then
+// the other statements of the rows whose guard changed one row (each step
+// one round trip where the database pipelines), then the events. A row
+// whose guard changed several rows or whose statement failed must leave
+// no change behind: the transaction is rolled back and run again without
+// it (no savepoints: more than 64 subtransactions in one transaction slow
+// every session of a PostgreSQL server, and such rows are rare).
 func (t *Table) closeTx(ctx context.Context, rows []hourglass.Timer) (res []hourglass.SourceResult, deliveries int, err error) {
-	err = t.d.InTx(ctx, func(tx Querier) error {
-		res = res[:0]
-		var closed []int
-		for _, r := range rows {
-			out, err := t.closeRow(ctx, tx, r)
+	excluded := map[int64]hourglass.SourceResult{}
+	pipe := true
+	for {
+		var failed hourglass.SourceResult
+		err = t.d.InTx(ctx, func(tx Querier) error {
+			res, deliveries = res[:0], 0
+			var todo []int // indexes in res of the rows to close
+			guards := make([]Stmt, 0, len(rows))
+			for _, r := range rows {
+				out := hourglass.SourceResult{Key: r.OrderID, Deadline: r.Deadline}
+				if x, ok := excluded[r.OrderID]; ok {
+					out = x
+				} else {
+					todo = append(todo, len(res))
+					guards = append(guards, t.stmt(0, r.OrderID))
+				}
+				res = append(res, out)
+			}
+			counts, at, err := execAll(ctx, tx, guards, pipe)
+			if at >= 0 {
+				if t.d.Aborts(err) || errors.Is(err, ErrUnpipelined) {
+					return err
+				}
+				failed = res[todo[at]]
+				failed.Outcome, failed.Err = hourglass.SourceFailed, fmt.Errorf("close[0]: %s", oneLine(err))
+				return errRowFailed
+			}
+			var closing []int
+			for i, j := range todo {
+				switch n := counts[i]; {
+				case n == 0:
+					res[j].Outcome = hourglass.SourceNoop
+				case n > 1:
+					failed = res[j]
+					failed.Outcome, failed.Affected = hourglass.SourceGuardError, n
+					return errRowFailed
+				default:
+					closing = append(closing, j)
+				}
+			}
+			if len(closing) == 0 {
+				return nil
+			}
+			var rest []Stmt
+			var owner []int // index in res of each statement's row
+			for _, j := range closing {
+				for k := 1; k < len(t.stmts); k++ {
+					rest = append(rest, t.stmt(k, res[j].Key))
+					owner = append(owner, j)
+				}
+			}
+			if _, at, err := execAll(ctx, tx, rest, pipe); at >= 0 {
+				if t.d.Aborts(err) || errors.Is(err, ErrUnpipelined) {
+					return err
+				}
+				failed = res[owner[at]]
+				failed.Outcome, failed.Err = hourglass.SourceFailed, fmt.Errorf("close[%d]: %s", 1+at%(len(t.stmts)-1), oneLine(err))
+				return errRowFailed
+			}
+			now, err := t.d.NowMs(ctx, tx)
 			if err != nil {
-				return err
+				return fmt.Errorf("read now: %w", err)
 			}
-			if out.Outcome == hourglass.SourceClosed {
-				closed = append(closed, len(res))
+			closedAt := hourglass.FromUnixMilli(now)
+			evs := make([]Event, len(closing))
+			for i, j := range closing {
+				res[j].Outcome, res[j].ClosedAt = hourglass.SourceClosed, closedAt
+				id := hourglass.NewEventID()
+				evs[i] = Event{ID: id, OrderID: hourglass.SourceEventOrderID(t.src.Name, res[j].Key), At: now,
+					Body: hourglass.MarshalSourceEvent(id, t.src.Name, res[j].Key, res[j].Deadline, closedAt)}
 			}
-			res = append(res, out)
-		}
-		if len(closed) == 0 {
+			deliveries, err = t.d.WriteEvents(ctx, tx, evs)
+			if err != nil {
+				return fmt.Errorf("write source.closed events: %w", err)
+			}
 			return nil
+		})
+		switch {
+		case errors.Is(err, ErrUnpipelined) && !t.d.Aborts(err):
+			pipe = false
+		case errors.Is(err, errRowFailed):
+			excluded[failed.Key] = failed
+		default:
+			return res, deliveries, err
 		}
-		now, err := t.d.NowMs(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("read now: %w", err)
-		}
-		at := hourglass.FromUnixMilli(now)
-		evs := make([]Event, len(closed))
-		for i, j := range closed {
-			res[j].ClosedAt = at
-			id := hourglass.NewEventID()
-			evs[i] = Event{ID: id, OrderID: hourglass.SourceEventOrderID(t.src.Name, res[j].Key), At: now,
-				Body: hourglass.MarshalSourceEvent(id, t.src.Name, res[j].Key, res[j].Deadline, at)}
-		}
-		deliveries, err = t.d.WriteEvents(ctx, tx, evs)
-		if err != nil {
-			return fmt.Errorf("write source.closed events: %w", err)
-		}
-		return nil
-	})
-	return res, deliveries, err
+	}
 }
 
-// closeRow closes one row under a savepoint. It returns an error only for
-// one that ends the transaction.
-func (t *Table) closeRow(ctx context.Context, tx Querier, r hourglass.Timer) (hourglass.SourceResult, error) {
-	out := hourglass.SourceResult{Key: r.OrderID, Deadline: r.Deadline}
-	if _, err := tx.Exec(ctx, "SAVEPOINT hourglass_row"); err != nil {
-		return out, err
+// stmt is close statement i bound to key.
+func (t *Table) stmt(i int, key int64) Stmt {
+	st := t.stmts[i]
+	args := make([]any, len(st.Params))
+	for j := range args {
+		args[j] = key
 	}
-	undo := func() error {
-		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT hourglass_row")
-		return err
-	}
-	for i, st := range t.stmts {
-		args := make([]any, len(st.Params))
-		for j := range args {
-			args[j] = r.OrderID
-		}
-		n, err := tx.Exec(ctx, st.SQL, args...)
-		if err != nil {
-			if t.d.Aborts(err) {
-				return out, err
-			}
-			if uerr := undo(); uerr != nil {
-				return out, fmt.Errorf("roll back to the savepoint after close[%d] failed (%v): %w", i, oneLine(err), uerr)
-			}
-			out.Outcome, out.Err = hourglass.SourceFailed, fmt.Errorf("close[%d]: %s", i, oneLine(err))
-			break
-		}
-		if i > 0 {
-			continue
-		}
-		switch {
-		case n == 0:
-			out.Outcome = hourglass.SourceNoop
-		case n > 1:
-			out.Outcome, out.Affected = hourglass.SourceGuardError, n
-			if err := undo(); err != nil {
-				return out, err
-			}
-		}
-		if n != 1 {
-			break
-		}
-	}
-	if out.Outcome == 0 {
-		out.Outcome = hourglass.SourceClosed
-	}
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT hourglass_row"); err != nil {
-		return out, err
-	}
-	return out, nil
+	return Stmt{SQL: st.SQL, Args: args}
 }
 
 // oneLine is err's text on one line.

@@ -1,0 +1,66 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// sourceMetrics are the collectors of the shops' own tables (package
+// source reports through Metrics' Source* methods), each by source name.
+type sourceMetrics struct {
+	closed, noops, guardErrors, failed, recovered *prometheus.CounterVec
+	lateness                                      *prometheus.HistogramVec
+	held                                          *prometheus.GaugeVec
+}
+
+func newSourceMetrics(reg *prometheus.Registry) sourceMetrics {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"source"})
+	}
+	s := sourceMetrics{
+		closed:      counter("hourglass_source_closes_total", "Rows of a source this node closed: the guard changed one row, the other statements ran and the source.closed event was written."),
+		noops:       counter("hourglass_source_noops_total", "Closes whose guard changed no row: the row was paid, cancelled or moved meanwhile, or extended (then armed again)."),
+		guardErrors: counter("hourglass_source_guard_errors_total", "Closes whose guard changed more than one row: rolled back, the source is misconfigured."),
+		failed:      counter("hourglass_source_close_errors_total", "Closes of a row rolled back because one of its statements failed; retried."),
+		recovered:   counter("hourglass_source_sweeper_recovered_total", "Rows the sweeper found past their deadline and grace, which the timing wheel had not closed."),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hourglass_source_close_lateness_seconds",
+			Help:    "From a row's deadline to the database's time of its close.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"source"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hourglass_source_window_rows",
+			Help: "Rows of a source held in memory: pending and due within the window, or being closed.",
+		}, []string{"source"}),
+	}
+	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held)
+	return s
+}
+
+// SourceClosed implements source.Observer.
+func (m *Metrics) SourceClosed(source string, lateness time.Duration) {
+	m.sources.closed.WithLabelValues(source).Inc()
+	m.sources.lateness.WithLabelValues(source).Observe(max(lateness, 0).Seconds())
+}
+
+// SourceNoop implements source.Observer.
+func (m *Metrics) SourceNoop(source string) { m.sources.noops.WithLabelValues(source).Inc() }
+
+// SourceGuardError implements source.Observer.
+func (m *Metrics) SourceGuardError(source string) {
+	m.sources.guardErrors.WithLabelValues(source).Inc()
+}
+
+// SourceFailed implements source.Observer.
+func (m *Metrics) SourceFailed(source string) { m.sources.failed.WithLabelValues(source).Inc() }
+
+// SourceRecovered implements source.Observer.
+func (m *Metrics) SourceRecovered(source string, n int) {
+	m.sources.recovered.WithLabelValues(source).Add(float64(n))
+}
+
+// SourceHeld implements source.Observer.
+func (m *Metrics) SourceHeld(source string, n int) {
+	m.sources.held.WithLabelValues(source).Set(float64(n))
+}

@@ -1,0 +1,67 @@
+package source_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hourglass/hourglass/source"
+)
+
+const goodYAML = `sources:
+  - name: shop_orders
+    table: shop.orders
+    key: id
+    deadline: expire_at
+    pending: "status = 'UNPAID'"
+    close:
+      - "UPDATE shop.orders SET status = 'CLOSED' WHERE id = :key AND status = 'UNPAID' AND expire_at <= NOW(3)"
+      - "UPDATE shop.stock s JOIN shop.order_items i ON i.sku = s.sku SET s.available = s.available + i.qty WHERE i.order_id = :key"
+    before_close: https://pay.internal/hourglass/check
+`
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	if err := os.WriteFile(path, []byte(goodYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := source.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(srcs) != 1 || srcs[0].Name != "shop_orders" || srcs[0].Table != "shop.orders" || len(srcs[0].Close) != 2 || srcs[0].BeforeClose == "" {
+		t.Errorf("Load = %+v", srcs)
+	}
+	if _, err := source.Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "--sources") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// TestParseRefusals: each bad file is refused with one line naming what
+// is wrong.
+func TestParseRefusals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, yaml, want string }{
+		{"empty", ``, "empty"},
+		{"no sources", `sources: []`, "no sources"},
+		{"unknown key", strings.Replace(goodYAML, "key: id", "key: id\n    keys: id", 1), "field keys not found"},
+		{"missing pending", strings.Replace(goodYAML, `    pending: "status = 'UNPAID'"`+"\n", "", 1), "pending is required"},
+		{"bad name", strings.Replace(goodYAML, "shop_orders", "Shop-Orders", 1), "name"},
+		{"bad table", strings.Replace(goodYAML, "table: shop.orders", "table: shop.orders; DROP TABLE x", 1), "table"},
+		{"guard without :key", strings.Replace(goodYAML, "WHERE id = :key AND status", "WHERE status", 1), "must bind the row's key with :key"},
+		{"two statements", strings.Replace(goodYAML, "<= NOW(3)\"", "<= NOW(3); DELETE FROM shop.orders\"", 1), "one statement"},
+		{"a comment", strings.Replace(goodYAML, "<= NOW(3)\"", "<= NOW(3) -- :key\"", 1), "no comments"},
+		{"bad unit", strings.Replace(goodYAML, "deadline: expire_at", "deadline: expire_at\n    deadline_unit: s", 1), "deadline_unit"},
+		{"bad before_close", strings.Replace(goodYAML, "https://pay.internal/hourglass/check", "ftp://x", 1), "before_close"},
+		{"bad on_error", strings.Replace(goodYAML, "before_close:", "before_close_on_error: never\n    before_close:", 1), "before_close_on_error"},
+		{"twice", goodYAML + strings.TrimPrefix(goodYAML, "sources:\n"), "used twice"},
+		{"not yaml", "sources: [", "yaml"},
+	} {
+		_, err := source.Parse([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: Parse = %v; want one line with %q", c.name, err, c.want)
+		}
+	}
+}
