@@ -442,7 +442,9 @@ type DeliveryStore interface {
 	// stream for one order, the one to send next; false if there is none.
 	NextDelivery(ctx context.Context, webhookID, orderID int64) (DeliveryTimer, bool, error)
 	// PruneEvents deletes up to limit events written before before that no
-	// delivery references any more, and returns how many it deleted.
+	// delivery references any more and every event sink has published (no
+	// SinkCursor of its partition below it, among those touched at or after
+	// before: see EventLog), and returns how many it deleted.
 	PruneEvents(ctx context.Context, before time.Time, limit int) (int, error)
 	// DeliveriesCreated returns a channel that receives a value (coalesced,
 	// never blocking the writer) after a commit that created deliveries. It

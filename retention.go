@@ -25,8 +25,9 @@ type RetentionStore interface {
 	// were last armed, fired or cancelled before before, and up to limit
 	// events of timers (timer.fired) written before before that no delivery
 	// references any more (the dead letters and pending deliveries keep
-	// theirs). A PUT of a pruned timer's key creates it anew. The timer with
-	// the highest id is kept whatever its age: SQLite assigns max(id) + 1,
+	// theirs) and every event sink has published (as PruneEvents). A PUT
+	// of a pruned timer's key creates it anew. The timer with the highest
+	// id is kept whatever its age: SQLite assigns max(id) + 1,
 	// and MySQL before 8.0 resets AUTO_INCREMENT to it at a restart, so
 	// deleting it could hand its id out again.
 	PruneTimers(ctx context.Context, before time.Time, limit int) (timers, events int, err error)

@@ -79,8 +79,9 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 
 // PruneEvents implements hourglass.DeliveryStore: one DELETE over the
 // events_created_at index. Events still referenced by a pending delivery or
-// a dead letter, or whose deliveries are still to be created
-// (fanout_pending), are kept whatever their age.
+// a dead letter, whose deliveries are still to be created (fanout_pending),
+// or not published by an event sink yet (sinkHoldSQL), are kept whatever
+// their age.
 func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -90,7 +91,8 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 		res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE created_at < ?
 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)
 AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE FIND_IN_SET(events.seq, p.seqs))
-ORDER BY created_at LIMIT ?`, hourglass.UnixMilli(before), limit)
+AND `+sinkHoldSQL+`
+ORDER BY created_at LIMIT ?`, hourglass.UnixMilli(before), hourglass.UnixMilli(before), limit)
 		if err != nil {
 			return err
 		}

@@ -61,7 +61,8 @@ func (s *Store) PruneTimers(ctx context.Context, before time.Time, limit int) (t
 	events, err = s.exec(ctx, "prune timer events", `DELETE FROM events WHERE created_at < ? AND order_id >= ?
 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)
 AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE FIND_IN_SET(events.seq, p.seqs))
-LIMIT ?`, hourglass.UnixMilli(before), hourglass.TimerIDBase, limit)
+AND `+sinkHoldSQL+`
+LIMIT ?`, hourglass.UnixMilli(before), hourglass.TimerIDBase, hourglass.UnixMilli(before), limit)
 	return timers, events, err
 }
 

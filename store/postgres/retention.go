@@ -26,6 +26,7 @@ const (
 	SELECT e.seq FROM events e WHERE e.created_at < $1 AND e.order_id >= 4611686018427387904
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
 	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq = ANY (p.seqs))
+	AND ` + sinkHoldSQL + `
 	LIMIT $2)`
 	// trimDeadLettersSQL deletes min($2, dead letters - $1) of the oldest
 	// dead letters, along webhook_deliveries_due's 'dead' range.

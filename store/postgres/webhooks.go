@@ -318,8 +318,9 @@ WHERE webhook_id = $1 AND order_id = $2 AND state = 'pending' ORDER BY event_seq
 }
 
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by
-// a pending delivery or a dead letter, or whose deliveries are still to be
-// created (fanout_pending), are kept whatever their age.
+// a pending delivery or a dead letter, whose deliveries are still to be
+// created (fanout_pending), or not published by an event sink yet
+// (sinkHoldSQL), are kept whatever their age.
 func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -330,6 +331,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 	SELECT e.seq FROM events e WHERE e.created_at < $1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
 	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq = ANY (p.seqs))
+	AND `+sinkHoldSQL+`
 	ORDER BY e.created_at LIMIT $2)`, hourglass.UnixMilli(before), limit)
 		n = int(ct.RowsAffected())
 		return err

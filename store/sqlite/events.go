@@ -189,7 +189,8 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 }
 
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by
-// a pending delivery or a dead letter are kept whatever their age. It is
+// a pending delivery or a dead letter, or not published by an event sink
+// yet (sinkHoldSQL), are kept whatever their age. It is
 // written in the low lane (see retention.go).
 func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
@@ -201,6 +202,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 	SELECT e.seq FROM events e WHERE e.created_at < ?1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
 	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq BETWEEN p.first_seq AND p.last_seq)
+	AND ` + sinkHoldSQL + `
 	ORDER BY e.created_at LIMIT ?2)`)
 		stmt.BindInt64(1, hourglass.UnixMilli(before))
 		stmt.BindInt64(2, int64(limit))

@@ -61,6 +61,7 @@ func (s *Store) PruneTimers(ctx context.Context, before time.Time, limit int) (t
 	SELECT e.seq FROM events e WHERE e.created_at < ?1 AND e.order_id >= ?3
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
 	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq BETWEEN p.first_seq AND p.last_seq)
+	AND `+sinkHoldSQL+`
 	LIMIT ?2)`, hourglass.UnixMilli(before), limit, hourglass.TimerIDBase)
 	return timers, events, err
 }

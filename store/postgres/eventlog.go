@@ -1,0 +1,111 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/jackc/pgx/v5"
+)
+
+var _ hourglass.EventLog = (*Store)(nil)
+
+// sinkHoldSQL is the condition PruneEvents and PruneTimers add for an
+// event e: no event sink's cursor of e's partition is below it, counting
+// only cursors touched at or after $1 (the prune's before), so a sink
+// removed from the configuration stops holding events one retention after
+// its last publish. 64 is hourglass.Partitions.
+const sinkHoldSQL = `NOT EXISTS (SELECT 1 FROM event_sink_cursors c
+	WHERE c.part = e.order_id % 64 AND c.seq < e.seq AND c.touched_at >= $1)`
+
+// Events implements hourglass.EventLog: one range of the primary key, each
+// order event joined with its order (rendered as of the event), a timer's
+// or a source's carrying its body.
+func (s *Store) Events(ctx context.Context, p hourglass.EventPage) ([]hourglass.EventRecord, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("postgres: events: limit must be positive, got %d", p.Limit)
+	}
+	until := p.Until
+	if until <= 0 {
+		until = 1<<63 - 1
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+orderColumns+`, e.seq, e.id, e.type, e.order_id, e.created_at, e.body
+FROM events e LEFT JOIN orders o ON o.id = e.order_id AND e.body IS NULL
+WHERE e.seq > $1 AND e.seq <= $2 ORDER BY e.seq LIMIT $3`, p.After, until, p.Limit)
+	if err != nil {
+		return nil, s.fail("events", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.EventRecord, error) {
+		var (
+			e    hourglass.EventRecord
+			ord  orderRow
+			typ  string
+			at   int64
+			body *string
+		)
+		if err := row.Scan(ord.dest(&e.Seq, &e.ID, &typ, &e.OrderID, &at, &body)...); err != nil {
+			return e, err
+		}
+		e.Type, e.CreatedAt = hourglass.EventType(typ), hourglass.FromUnixMilli(at)
+		if body != nil {
+			e.Body = []byte(*body)
+			return e, nil
+		}
+		o, found, err := ord.order()
+		if err != nil {
+			return e, err
+		}
+		if !found { // cannot happen: orders are never deleted
+			return e, fmt.Errorf("order %d of event %s not found", e.OrderID, e.ID)
+		}
+		e.Body = renderEvent(e.ID, e.Type, at, o)
+		return e, nil
+	})
+	if err != nil {
+		return nil, s.fail("events", err)
+	}
+	return out, nil
+}
+
+// SinkCursors implements hourglass.EventLog.
+func (s *Store) SinkCursors(ctx context.Context, sink string) ([]hourglass.SinkCursor, error) {
+	rows, err := s.pool.Query(ctx, `SELECT part, seq FROM event_sink_cursors WHERE sink = $1 ORDER BY part`, sink)
+	if err != nil {
+		return nil, s.fail("sink cursors", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.SinkCursor, error) {
+		c := hourglass.SinkCursor{Sink: sink}
+		err := row.Scan(&c.Part, &c.Seq)
+		return c, err
+	})
+	if err != nil {
+		return nil, s.fail("sink cursors", err)
+	}
+	return out, nil
+}
+
+// SaveSinkCursors implements hourglass.EventLog: one upsert of every
+// cursor.
+func (s *Store) SaveSinkCursors(ctx context.Context, cursors []hourglass.SinkCursor, now time.Time) error {
+	if len(cursors) == 0 {
+		return nil
+	}
+	sinks := make([]string, len(cursors))
+	parts := make([]int32, len(cursors))
+	seqs := make([]int64, len(cursors))
+	for i, c := range cursors {
+		sinks[i], parts[i], seqs[i] = c.Sink, int32(c.Part), c.Seq
+	}
+	err := s.retry(func() error {
+		_, err := s.pool.Exec(ctx, `INSERT INTO event_sink_cursors (sink, part, seq, touched_at)
+SELECT x.sink, x.part, x.seq, $4 FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(sink, part, seq)
+ON CONFLICT (sink, part) DO UPDATE SET seq = GREATEST(event_sink_cursors.seq, excluded.seq), touched_at = excluded.touched_at`,
+			sinks, parts, seqs, hourglass.UnixMilli(now))
+		return err
+	})
+	if err != nil {
+		return s.fail("save sink cursors", err)
+	}
+	return nil
+}
