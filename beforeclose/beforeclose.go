@@ -107,7 +107,8 @@ type Config struct {
 	// Timeout bounds one check (default TimeoutDefault), timed by Clock.
 	Timeout time.Duration
 	// Client sends the requests (default a client without its own timeout
-	// that does not follow redirects).
+	// that does not follow redirects and keeps 64 idle connections per
+	// host).
 	Client *http.Client
 	// Clock signs, times the checks and the failures (default the system
 	// clock). A TimerClock also times the timeout.
@@ -171,7 +172,11 @@ func New(cfg Config) (*Checker, error) {
 	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
 	cfg.MaxTracked = cmp.Or(cfg.MaxTracked, MaxTrackedDefault)
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		// Checks run dozens at once against one host: keep that many
+		// connections open (the default transport keeps 2 per host).
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		cfg.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	c := &Checker{cfg: cfg, clock: hourglass.WithTimers(cfg.Clock), log: cmp.Or(cfg.Logger, slog.Default()), failing: map[string]*failure{}}
 	return c, nil
