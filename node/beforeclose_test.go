@@ -157,7 +157,8 @@ func eventTypes(t *testing.T, n *Node, id int64) []hourglass.EventType {
 // hourglass order paid (reserved → sold, once, order.paid, never closed);
 // extend arms it again for the new deadline (order.extended) and it is
 // checked and closed then; a malformed answer and a receiver that times
-// out leave the order pending past its deadline and the sweeper's grace,
+// out, and an extension the store refuses (more than 7 days after
+// creation), leave the order pending past its deadline and the sweeper's grace,
 // checked again and again, with the before_close_failures rule watching.
 func TestBeforeCloseAnswers(t *testing.T) {
 	t.Parallel()
@@ -181,6 +182,8 @@ func TestBeforeCloseAnswers(t *testing.T) {
 			return 200, fmt.Sprintf(`{"action":"extend","deadline":%q}`, to), false
 		case "malformed":
 			return 200, `{"action":"clos`, false
+		case "toofar": // an extension the store refuses: more than 7 days after creation
+			return 200, `{"action":"extend","deadline":"2099-01-01T00:00:00.000Z"}`, false
 		case "timeout":
 			return 0, "", true
 		}
@@ -188,7 +191,7 @@ func TestBeforeCloseAnswers(t *testing.T) {
 	}}
 	n := startCheckedNode(t, BeforeClose{Timeout: 300 * time.Millisecond}, rc)
 	closeO, paidO, extendO := createFor(t, n, "close"), createFor(t, n, "paid"), createFor(t, n, "extend")
-	malformed, hung := createFor(t, n, "malformed"), createFor(t, n, "timeout")
+	malformed, hung, tooFar := createFor(t, n, "malformed"), createFor(t, n, "timeout"), createFor(t, n, "toofar")
 
 	closed := await(t, n, closeO.ID, "closed", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
 	if closed.ClosedAt.Before(closeO.Deadline) {
@@ -217,7 +220,7 @@ func TestBeforeCloseAnswers(t *testing.T) {
 
 	// The failing checks: pending past the deadline and the sweeper's
 	// grace, checked again with backoff.
-	for _, o := range []hourglass.Order{malformed, hung} {
+	for _, o := range []hourglass.Order{malformed, hung, tooFar} {
 		await(t, n, o.ID, "checked three times", func(hourglass.Order) bool { return rc.count(o.ID) >= 3 })
 		cur, err := n.Store.Order(context.Background(), o.ID)
 		if err != nil || cur.Status != hourglass.StatePendingPayment {
@@ -234,16 +237,20 @@ func TestBeforeCloseAnswers(t *testing.T) {
 		t.Fatalf("rules %v lack %s", n.alerts.evaluator.Rules(), alert.RuleBeforeCloseFailures)
 	}
 	p, err := n.Store.Product(context.Background(), "A")
-	if err != nil || p.Available != 10-1-2 || p.Reserved != 2 || p.Sold != 1 {
-		t.Fatalf("stock %+v, %v; want 1 sold, 2 reserved by the pending orders, the rest available", p, err)
+	if err != nil || p.Available != 10-1-3 || p.Reserved != 3 || p.Sold != 1 {
+		t.Fatalf("stock %+v, %v; want 1 sold, 3 reserved by the pending orders, the rest available", p, err)
+	}
+	if got := eventTypes(t, n, tooFar.ID); !slices.Equal(got, []hourglass.EventType{hourglass.EventOrderCreated}) {
+		t.Fatalf("events of the order whose extension was refused %v; want created only", got)
 	}
 	metrics := scrape(t, n)
-	for _, line := range []string{`hourglass_before_close_calls_total{answer="close"} 2`, `hourglass_before_close_calls_total{answer="paid"} 1`, `hourglass_before_close_calls_total{answer="extend"} 1`} {
+	for _, line := range []string{`hourglass_before_close_calls_total{answer="close"} 2`, `hourglass_before_close_calls_total{answer="paid"} 1`} {
 		if !strings.Contains(metrics, line) {
 			t.Errorf("metrics lack %s", line)
 		}
 	}
-	if !strings.Contains(metrics, `hourglass_before_close_seconds_count`) || strings.Contains(metrics, `hourglass_before_close_calls_total{answer="error"} 0`) {
+	if !strings.Contains(metrics, `hourglass_before_close_seconds_count`) || strings.Contains(metrics, `hourglass_before_close_calls_total{answer="error"} 0`) ||
+		strings.Contains(metrics, `hourglass_before_close_calls_total{answer="extend"} 0`) || strings.Contains(metrics, `hourglass_before_close_calls_total{answer="extend"} 1\n`) {
 		t.Errorf("metrics lack the latency histogram or the errors:\n%s", grep(metrics, "before_close"))
 	}
 }
