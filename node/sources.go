@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/source"
 )
@@ -23,6 +24,20 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 	if !ok {
 		return nil, fmt.Errorf("--sources needs PostgreSQL or MySQL (--database-url): the shop's tables live in hourglass's database, and SQLite cannot be shared with an order service")
 	}
+	// Sources with a before_close share a payment checker, signed with
+	// --before-close-secret.
+	var check source.Checker
+	for _, s := range cfg.Sources {
+		if s.BeforeClose == "" {
+			continue
+		}
+		checker, err := beforeclose.New(beforeclose.Config{Secret: cfg.BeforeClose.Secret, Timeout: cfg.BeforeClose.Timeout, Clock: clock, Observer: m, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--sources: before_close: %w", err)
+		}
+		check = source.PaymentCheck{Checker: checker, Clock: clock, Logger: log}
+		break
+	}
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r, warnings, err := source.New(openCtx, source.Config{
@@ -35,6 +50,7 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 		SweepGrace:    max(cfg.Engine.SweepGrace, 0),
 		Ownership:     self.ownership(),
 		Observer:      m,
+		Checker:       check,
 		Clock:         clock,
 		Logger:        log,
 	})

@@ -178,6 +178,8 @@ type runner struct {
 	// guardErrorAt is when the guard last changed more than one row
 	// (unix ms; 0: never).
 	guardErrorAt atomic.Int64
+	// extended holds the rows a payment check extended or is retrying.
+	extended extensions
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
@@ -242,21 +244,24 @@ func (s *runner) run(ctx context.Context) {
 // deliver closes the rows the wheel fired: those of partitions this node
 // still owns, each after the payment check if the source has one.
 func (s *runner) deliver(ctx context.Context, due []hourglass.Timer) error {
+	now := s.clock.Now()
 	rows := make([]hourglass.Timer, 0, len(due))
+	var later []hourglass.Timer
 	for _, r := range due {
 		if !s.parts.Has(r.OrderID) {
 			continue // its partition moved: its new owner loads it
 		}
-		if s.cfg.Checker != nil && s.src.BeforeClose != "" {
-			ok, retryAt := s.cfg.Checker.Check(ctx, s.src, r)
-			if !ok {
-				if !retryAt.IsZero() {
-					_ = s.sched.Schedule(ctx, []hourglass.Timer{{OrderID: r.OrderID, Deadline: retryAt}})
-				}
-				continue
-			}
+		if u := s.extended.until(r.OrderID, now); !u.IsZero() {
+			later = append(later, hourglass.Timer{OrderID: r.OrderID, Deadline: u})
+			continue
 		}
 		rows = append(rows, r)
+	}
+	if s.cfg.Checker != nil && s.src.BeforeClose != "" {
+		rows, later = s.check(ctx, rows, later)
+	}
+	if len(later) > 0 {
+		_ = s.schedule(ctx, later)
 	}
 	if len(rows) == 0 {
 		return nil
@@ -267,6 +272,38 @@ func (s *runner) deliver(ctx context.Context, due []hourglass.Timer) error {
 	}
 	s.handle(ctx, res)
 	return nil
+}
+
+// check asks the payment provider about each row, checkConcurrency at a
+// time, and returns those to close now and those to look at again later.
+func (s *runner) check(ctx context.Context, rows, later []hourglass.Timer) (closeNow, again []hourglass.Timer) {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, checkConcurrency)
+	)
+	again = later
+	for _, r := range rows {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ok, retryAt := s.cfg.Checker.Check(ctx, s.src, r)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case ok:
+				closeNow = append(closeNow, r)
+			case !retryAt.IsZero():
+				if retryAt.After(r.Deadline) {
+					s.extended.set(r.OrderID, retryAt)
+				}
+				again = append(again, hourglass.Timer{OrderID: r.OrderID, Deadline: retryAt})
+			}
+		}()
+	}
+	wg.Wait()
+	return closeNow, again
 }
 
 // handle counts each outcome and arms again the rows that stay pending.
@@ -459,9 +496,17 @@ func (s *runner) sweep(ctx context.Context) {
 			if len(rows) == 0 {
 				break
 			}
-			s.cfg.Observer.SourceRecovered(s.src.Name, len(rows))
-			s.log.Warn("source: sweeper found rows past their deadline and grace; closing them", "rows", len(rows))
-			_ = s.schedule(ctx, rows)
+			lost := rows[:0:0]
+			for _, r := range rows {
+				if s.extended.until(r.OrderID, now).IsZero() {
+					lost = append(lost, r)
+				}
+			}
+			if len(lost) > 0 {
+				s.cfg.Observer.SourceRecovered(s.src.Name, len(lost))
+				s.log.Warn("source: sweeper found rows past their deadline and grace; closing them", "rows", len(lost))
+				_ = s.schedule(ctx, lost)
+			}
 			if len(rows) < pageSize {
 				break
 			}
