@@ -134,7 +134,10 @@ type Config struct {
 	// BeforeClose, when set, adds the before_close_failures rule over the
 	// payment check's failures (--before-close-url).
 	BeforeClose FailureSource
-	Thresholds  Thresholds
+	// EventSinks, when set, adds the event_sink_lag rule over the event
+	// sinks' lag (--event-sink).
+	EventSinks EventSinkLagSource
+	Thresholds Thresholds
 	// Interval between evaluations (default 5s). A negative Interval means
 	// Run evaluates nothing by itself and only delivers the notifications
 	// of the caller's Evaluate calls.
@@ -356,6 +359,9 @@ func (e *Evaluator) buildRules() []rule {
 	}
 	if e.cfg.BeforeClose != nil {
 		rules = append(rules, beforeCloseRule(e.cfg.BeforeClose))
+	}
+	if e.cfg.EventSinks != nil {
+		rules = append(rules, eventSinkRule(e.cfg.EventSinks))
 	}
 	return rules
 }

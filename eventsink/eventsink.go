@@ -607,3 +607,32 @@ type nopObserver struct{}
 
 func (nopObserver) EventsPublished(string, int) {}
 func (nopObserver) EventSinkFailed(string)      {}
+
+// Dial returns a Sink that connects with open at its first Publish, and
+// again at the next after open failed: a broker that is down when the node
+// starts delays its events, not the start. Its errors are open's and the
+// opened Sink's.
+func Dial(open func(ctx context.Context) (Sink, error)) Sink { return &dialed{open: open} }
+
+type dialed struct {
+	open func(ctx context.Context) (Sink, error)
+	s    Sink
+}
+
+func (d *dialed) Publish(ctx context.Context, msgs []Message) error {
+	if d.s == nil {
+		s, err := d.open(ctx)
+		if err != nil {
+			return err
+		}
+		d.s = s
+	}
+	return d.s.Publish(ctx, msgs)
+}
+
+func (d *dialed) Close() error {
+	if d.s == nil {
+		return nil
+	}
+	return d.s.Close()
+}

@@ -42,8 +42,9 @@ type Alerts struct {
 // newAlerting builds the alerting parts over the store and the metrics.
 // ready is the engine's Recovered (and leadership): rules are evaluated
 // only once start-up recovery ran.
-// beforeClose, when not nil, adds the before_close_failures rule.
-func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self *member, deadLetterMax int, maxDBClockSkew time.Duration, ready func() bool, beforeClose alert.FailureSource, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
+// beforeClose, when not nil, adds the before_close_failures rule; sinks,
+// when not nil, the event_sink_lag rule.
+func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self *member, deadLetterMax int, maxDBClockSkew time.Duration, ready func() bool, beforeClose alert.FailureSource, sinks alert.EventSinkLagSource, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
 	a := &alerting{recorder: alert.NewRecorder(clock)}
 	deadLetters := deadLetterCount{store}
 	th := cfg.Thresholds
@@ -54,6 +55,7 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 		DeadLetters: deadLetters,
 		ClockSkew:   self.skewSource(),
 		BeforeClose: beforeClose,
+		EventSinks:  sinks,
 		Thresholds:  th,
 		Interval:    cfg.Interval,
 		Window:      cfg.Window,

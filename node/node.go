@@ -84,6 +84,9 @@ type Config struct {
 	// BeforeClose is the payment check before hourglass closes its own
 	// orders (--before-close-url); the zero value checks nothing.
 	BeforeClose BeforeClose
+	// EventSinks are the --event-sink URLs: the event log is published to
+	// each (package eventsink; see ValidateEventSink).
+	EventSinks []string
 	// Token, when set, is required on every /v1 request; AllowedHosts are
 	// the host names a /v1 request may name without one (api.Config).
 	Token        string
@@ -139,6 +142,7 @@ type Node struct {
 	pruner    *retention.Pruner
 	applier   *requests.Applier // nil: the store does not apply timer requests
 	sources   *source.Runner    // nil: no --sources
+	sinks     *eventSinks       // --event-sink
 	ln        net.Listener
 	stopDebug context.CancelFunc
 	ran       bool
@@ -228,8 +232,13 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.gate, err = newBeforeClose(cfg.BeforeClose, db, m, clock, log); err != nil {
 		return nil, err
 	}
+	// The event sinks publish the partitions this node owns.
+	eventLog, _ := db.(hourglass.EventLog)
+	if n.sinks, err = newEventSinks(cfg.EventSinks, eventLog, self, m, clock, log); err != nil {
+		return nil, err
+	}
 	// Alerts are evaluated and notified by one node of a cluster.
-	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() }, n.gate.failures(), clock, log)
+	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() }, n.gate.failures(), n.sinks.lagSource(), clock, log)
 	if err != nil {
 		return nil, err
 	}
@@ -347,6 +356,7 @@ func (n *Node) Run(ctx context.Context) error {
 	applierStopped := startApplier(engCtx, n.applier)
 	gateStopped := n.gate.start(engCtx)
 	sourcesStopped := startSources(engCtx, n.sources)
+	sinksStopped := n.sinks.start(engCtx)
 	// Webhook delivery stops first on shutdown, on its own context: its
 	// attempts in flight are cancelled (and sent again after the next
 	// start), so a slow receiver cannot hold the shutdown past its grace.
@@ -381,6 +391,7 @@ func (n *Node) Run(ctx context.Context) error {
 	applierStopped()
 	gateStopped()
 	sourcesStopped()
+	sinksStopped()
 	if !waitUntil(shutCtx, webhooksStopped) {
 		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
 	}

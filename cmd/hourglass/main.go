@@ -78,6 +78,7 @@ type serveCmd struct {
 	retentionFlags `embed:""`
 	debugFlags     `embed:""`
 	sourceFlags    `embed:""`
+	eventSinkFlags `embed:""` // eventsinks.go
 
 	// The payment check before closes (beforeclose.go).
 	beforeCloseFlags `embed:""`
@@ -164,6 +165,10 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
+	sinks, err := s.eventSinkFlags.config()
+	if err != nil {
+		return node.Config{}, err
+	}
 	return node.Config{
 		Addr:       s.Addr,
 		Store:      opts,
@@ -189,6 +194,7 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 		DebugAddr:          s.DebugAddr,
 		Logger:             log,
 		BeforeClose:        beforeClose,
+		EventSinks:         sinks,
 	}, nil
 }
 
