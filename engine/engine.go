@@ -161,8 +161,12 @@ type Gate interface {
 	// is left alone), or settles it otherwise (paid, extended), or leaves
 	// it pending (its check keeps failing; the sweeper hands it over
 	// again). It must bound its own work (drop what it cannot hold: the
-	// sweeper brings it back) and be safe for concurrent use.
-	Hold(orders []int64, close func(ctx context.Context, orders []int64) error)
+	// sweeper brings it back) and be safe for concurrent use. It returns
+	// how many of orders it took that it did not hold already: a sweep
+	// stops paging at a page of none, so that orders held pending while
+	// their checks fail are not all read again at every sweep (they are
+	// the earliest due, so they fill the first pages).
+	Hold(orders []int64, close func(ctx context.Context, orders []int64) error) (taken int)
 }
 
 // TimerObserver is an optional interface of an Observer: Fired is called
@@ -901,8 +905,9 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 				last := page[len(page)-1]
 				p.After, p.AfterID = last.Deadline, last.OrderID
 			}
+			gateTookNone := false
 			if e.cfg.Gate != nil && len(orders) > 0 {
-				e.cfg.Gate.Hold(orders, e.closeGated(true))
+				gateTookNone = e.cfg.Gate.Hold(orders, e.closeGated(true)) == 0
 				orders = nil
 			}
 			n, err := e.expire(ctx, orders, timers, true)
@@ -910,7 +915,7 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 			if err != nil {
 				return total, err
 			}
-			if len(page) < e.cfg.CloseBatch {
+			if len(page) < e.cfg.CloseBatch || gateTookNone {
 				break
 			}
 		}

@@ -12,22 +12,33 @@ import (
 
 // holdGate is a Gate that closes nothing: it counts how often each order
 // was handed to it, and keeps the close function of the sweeper's hand.
+// It says it took every order handed to it, or, with onlyNew, those
+// never handed before.
 type holdGate struct {
 	mu      sync.Mutex
+	onlyNew bool
 	handed  map[int64]int
+	calls   int
 	closeFn func(ctx context.Context, orders []int64) error
 	changed chan struct{}
 }
 
-func (g *holdGate) Hold(orders []int64, closeFn func(ctx context.Context, orders []int64) error) {
+func (g *holdGate) Hold(orders []int64, closeFn func(ctx context.Context, orders []int64) error) (taken int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.calls++
 	for _, id := range orders {
 		g.handed[id]++
+		if !g.onlyNew || g.handed[id] == 1 {
+			taken++
+		}
 	}
+	defer func() {
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}()
 	g.closeFn = closeFn
-	close(g.changed)
-	g.changed = make(chan struct{})
+	return taken
 }
 
 // handedAtLeast reports whether every order was handed n times or more.
@@ -122,5 +133,33 @@ func TestGateHoldsEveryClose(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGateFullStopsSweep: a sweep stops paging at a page the gate took
+// none of (all held already, or no room), so orders held pending while
+// their checks fail are not all read again at every sweep; a page with
+// one new order goes on to the next.
+func TestGateFullStopsSweep(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	for range 250 {
+		f.create(t, time.Second)
+	}
+	clock.Advance(time.Minute)
+	gate := &holdGate{onlyNew: true, handed: map[int64]int{}, changed: make(chan struct{})}
+	e := f.engine(t, Config{Gate: gate, CloseBatch: 100})
+	for i, want := range []int{3, 1} { // first every page; then the first only
+		before := gate.calls
+		if _, err := e.sweep(f.ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := gate.calls - before; got != want {
+			t.Fatalf("sweep %d handed %d pages to the gate, want %d", i+1, got, want)
+		}
+	}
+	if len(gate.handed) != 250 {
+		t.Fatalf("%d orders handed, want 250", len(gate.handed))
 	}
 }

@@ -42,6 +42,10 @@ const (
 	// BeforeCloseQueueMax is how many due orders wait for a check at most;
 	// past it an order is left pending for the sweeper to hand over again.
 	BeforeCloseQueueMax = 10000
+	// BeforeCloseHeldMax bounds the orders held at once (queued, being
+	// checked, or waiting to be checked again after a failure); past it
+	// the gate takes no more until some are settled.
+	BeforeCloseHeldMax = 100000
 )
 
 // BeforeClose configures the payment check before hourglass closes its own
@@ -118,27 +122,33 @@ func newCheckGate(cfg BeforeClose, store hourglass.Store, checker *beforeclose.C
 }
 
 // Hold implements engine.Gate: it queues the orders not held yet and
-// returns; an order the queue has no room for is left to the sweeper.
-func (g *checkGate) Hold(orders []int64, close func(ctx context.Context, orders []int64) error) {
+// returns how many it took; an order the queue (or BeforeCloseHeldMax)
+// has no room for is left to the sweeper.
+func (g *checkGate) Hold(orders []int64, close func(ctx context.Context, orders []int64) error) (taken int) {
 	for _, id := range orders {
 		g.mu.Lock()
 		_, held := g.held[id]
-		if !held {
+		take := !held && len(g.held) < BeforeCloseHeldMax
+		if take {
 			g.held[id] = struct{}{}
 		}
 		g.mu.Unlock()
-		if !held {
-			g.enqueue(gateJob{id: id, close: close})
+		if take && g.enqueue(gateJob{id: id, close: close}) {
+			taken++
 		}
 	}
+	return taken
 }
 
-// enqueue queues a held job, or releases it when the queue is full.
-func (g *checkGate) enqueue(j gateJob) {
+// enqueue queues a held job and reports true, or releases it when the
+// queue is full.
+func (g *checkGate) enqueue(j gateJob) bool {
 	select {
 	case g.queue <- j:
+		return true
 	default:
 		g.release(j.id)
+		return false
 	}
 }
 
