@@ -564,7 +564,10 @@ func TestOpenAPI(t *testing.T) {
 		}
 	}
 	for et := range doc.Webhooks {
-		if !rc.types[et] {
+		// source.closed needs a shop's table in PostgreSQL or MySQL; this
+		// server runs on SQLite. source's TestSourceClosedWebhook checks a
+		// real delivery of it against this document.
+		if !rc.types[et] && et != string(hourglass.EventSourceClosed) {
 			t.Errorf("webhook %s is documented; no delivery of it came", et)
 		}
 	}
