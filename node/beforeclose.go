@@ -286,12 +286,24 @@ func newBeforeClose(cfg BeforeClose, store hourglass.Store, m *metrics.Metrics, 
 	if cfg.URL == "" {
 		return nil, nil
 	}
+	checker, err := newChecker(cfg, m, clock, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("hourglass: payment check before closes", "url", cfg.URL, "on_error", cmp.Or(cfg.OnError, OnErrorWait))
+	return newCheckGate(cfg, store, checker, clock, log), nil
+}
+
+// newChecker returns a beforeclose.Checker signing with cfg.Secret,
+// reporting to the metrics. A node has one (the gate's checker), so that
+// the before_close_failures alert sees every check it makes: other checks
+// of the node (shops' rows) share it.
+func newChecker(cfg BeforeClose, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*beforeclose.Checker, error) {
 	checker, err := beforeclose.New(beforeclose.Config{Secret: cfg.Secret, Timeout: cfg.Timeout, Clock: clock, Observer: m, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--before-close-*: %w", err)
 	}
-	log.Info("hourglass: payment check before closes", "url", cfg.URL, "on_error", cmp.Or(cfg.OnError, OnErrorWait))
-	return newCheckGate(cfg, store, checker, clock, log), nil
+	return checker, nil
 }
 
 // failures returns the source of the before_close_failures alert: nil
