@@ -137,6 +137,8 @@ type Config struct {
 	// EventSinks, when set, adds the event_sink_lag rule over the event
 	// sinks' lag (--event-sink).
 	EventSinks EventSinkLagSource
+	// Sources, when set, adds the source_misconfigured rule (--sources).
+	Sources    SourceHealth
 	Thresholds Thresholds
 	// Interval between evaluations (default 5s). A negative Interval means
 	// Run evaluates nothing by itself and only delivers the notifications
@@ -362,6 +364,9 @@ func (e *Evaluator) buildRules() []rule {
 	}
 	if e.cfg.EventSinks != nil {
 		rules = append(rules, eventSinkRule(e.cfg.EventSinks))
+	}
+	if e.cfg.Sources != nil {
+		rules = append(rules, sourceRule(e.cfg.Sources))
 	}
 	return rules
 }

@@ -106,6 +106,9 @@ type Config struct {
 	// Activity records: alert.Recorder.TimerRequestsApplied) and the
 	// rejected ones kept; nil shows timer_requests as null.
 	TimerRequests RejectedCounter
+	// Sources, when set, shows the shops' own tables this node closes
+	// (--sources); nil shows sources as null.
+	Sources SourceStats
 	// CacheFor is how long a snapshot is reused (default 1s; negative: never).
 	CacheFor time.Duration
 }
@@ -172,6 +175,34 @@ type Snapshot struct {
 	// rejected ones kept (GET /v1/timer-requests/rejected); null when the
 	// store applies none.
 	TimerRequests *TimerRequests `json:"timer_requests"`
+	// Sources are the shops' own tables this node closes (--sources), in
+	// the file's order; null without sources.
+	Sources []SourceStat `json:"sources"`
+}
+
+// SourceStats reports the sources this node closes (source.Runner, through
+// the node).
+type SourceStats interface {
+	SourceStats() []SourceStat
+}
+
+// SourceStat is one source as this node has seen it since it started.
+type SourceStat struct {
+	Name string `json:"name"`
+	// Held is the rows held in memory: pending and due within the window.
+	Held        int   `json:"held"`
+	Closes      int64 `json:"closes"`
+	Noops       int64 `json:"noops"`
+	GuardErrors int64 `json:"guard_errors"`
+	CloseErrors int64 `json:"close_errors"`
+	// Swept is the rows the sweeper closed (0 in steady state).
+	Swept int64 `json:"swept"`
+	// LatenessP50Seconds and LatenessP99Seconds are over the last closes
+	// (up to 1,024).
+	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+	// Misconfigured: its guard changed several rows within 10 minutes.
+	Misconfigured bool `json:"misconfigured"`
 }
 
 // RejectedCounter counts the rejected timer requests kept
@@ -378,6 +409,9 @@ func (s *Source) take(ctx context.Context, now time.Time) (*Snapshot, error) {
 			P99Seconds:    alert.Quantile(0.99, a.RequestLag),
 			RejectedKept:  kept,
 		}
+	}
+	if s.cfg.Sources != nil {
+		snap.Sources = s.cfg.Sources.SourceStats()
 	}
 	return snap, nil
 }

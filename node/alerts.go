@@ -14,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/requests"
+	"github.com/hourglass/hourglass/source"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -44,7 +45,7 @@ type Alerts struct {
 // only once start-up recovery ran.
 // beforeClose, when not nil, adds the before_close_failures rule; sinks,
 // when not nil, the event_sink_lag rule.
-func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self *member, deadLetterMax int, maxDBClockSkew time.Duration, ready func() bool, beforeClose alert.FailureSource, sinks alert.EventSinkLagSource, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
+func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self *member, deadLetterMax int, maxDBClockSkew time.Duration, ready func() bool, beforeClose alert.FailureSource, sinks alert.EventSinkLagSource, sources *source.Runner, clock hourglass.Clock, log *slog.Logger) (*alerting, error) {
 	a := &alerting{recorder: alert.NewRecorder(clock)}
 	deadLetters := deadLetterCount{store}
 	th := cfg.Thresholds
@@ -56,6 +57,7 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 		ClockSkew:   self.skewSource(),
 		BeforeClose: beforeClose,
 		EventSinks:  sinks,
+		Sources:     sourceHealth(sources),
 		Thresholds:  th,
 		Interval:    cfg.Interval,
 		Window:      cfg.Window,
@@ -76,6 +78,7 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 		if rs, ok := store.(hourglass.TimerRequestStore); ok {
 			cfg.TimerRequests = rs
 		}
+		cfg.Sources = dashboardSources(sources, clock)
 		src, err := dashboard.New(cfg)
 		if err != nil {
 			return nil, err

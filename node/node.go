@@ -238,7 +238,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	// Alerts are evaluated and notified by one node of a cluster.
-	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() }, n.gate.failures(), n.sinks.lagSource(), clock, log)
+	// The shops' own tables (--sources), checked against the database.
+	if n.sources, err = openSources(ctx, cfg, db, self, m, clock, log); err != nil {
+		return nil, err
+	}
+	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() },
+		anyFailing(n.gate.failures(), sourceFailures(n.sources)), n.sinks.lagSource(), n.sources, clock, log)
 	if err != nil {
 		return nil, err
 	}
@@ -285,9 +290,6 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.applier, err = requests.New(requests.Config{Store: rs, Observer: alerts.requestObserver(m), Clock: clock, Logger: log}); err != nil {
 			return nil, err
 		}
-	}
-	if n.sources, err = openSources(ctx, cfg, db, self, m, clock, log); err != nil {
-		return nil, err
 	}
 	srv, err := api.NewServer(api.Config{
 		Store:         db,

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/beforeclose"
+	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/source"
 )
@@ -78,4 +80,75 @@ func startSources(ctx context.Context, r *source.Runner) (wait func()) {
 		r.Run(ctx)
 	}()
 	return func() { <-done }
+}
+
+// sourceHealth is the source_misconfigured rule's source: nil (no rule)
+// without sources.
+func sourceHealth(r *source.Runner) alert.SourceHealth {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// sourceFailures is the sources' payment checks as a before_close_failures
+// source: nil when no source asks.
+func sourceFailures(r *source.Runner) alert.FailureSource {
+	if r == nil || !r.Checks() {
+		return nil
+	}
+	return r
+}
+
+// anyFailing is the failure source of several (nil ones left out; nil
+// when none is left): failing since the earliest of theirs.
+func anyFailing(srcs ...alert.FailureSource) alert.FailureSource {
+	var out failingAny
+	for _, s := range srcs {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+type failingAny []alert.FailureSource
+
+func (f failingAny) FailingSince() (since time.Time, ok bool) {
+	for _, s := range f {
+		if t, yes := s.FailingSince(); yes && (!ok || t.Before(since)) {
+			since, ok = t, true
+		}
+	}
+	return since, ok
+}
+
+// sourceCards adapts the runner to the dashboard's Sources card.
+type sourceCards struct {
+	r     *source.Runner
+	clock hourglass.Clock
+}
+
+// SourceStats implements dashboard.SourceStats.
+func (c sourceCards) SourceStats() []dashboard.SourceStat {
+	stats := c.r.Stats(c.clock.Now())
+	out := make([]dashboard.SourceStat, len(stats))
+	for i, s := range stats {
+		out[i] = dashboard.SourceStat{Name: s.Name, Held: s.Held, Closes: s.Closes, Noops: s.Noops, GuardErrors: s.GuardErrors,
+			CloseErrors: s.CloseErrors, Swept: s.Swept, LatenessP50Seconds: s.LatenessP50.Seconds(), LatenessP99Seconds: s.LatenessP99.Seconds(),
+			Misconfigured: s.Misconfigured}
+	}
+	return out
+}
+
+// dashboardSources is the dashboard's source of the Sources card: nil
+// without sources.
+func dashboardSources(r *source.Runner, clock hourglass.Clock) dashboard.SourceStats {
+	if r == nil {
+		return nil
+	}
+	return sourceCards{r, clock}
 }

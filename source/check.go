@@ -83,6 +83,9 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 	}
 }
 
+// FailingSince is the checker's (the before_close_failures alert).
+func (p PaymentCheck) FailingSince() (time.Time, bool) { return p.Checker.FailingSince() }
+
 func cmpOr(a, b int) int {
 	if a > 0 {
 		return a

@@ -301,3 +301,41 @@ func TestShopBurst(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardMisconfigured: a guard that changes several rows is rolled
+// back, the rows stay pending, and the runner reports the source as
+// misconfigured (the source_misconfigured alert) and counts it.
+func TestGuardMisconfigured(t *testing.T) {
+	for name, open := range shops() {
+		t.Run(name, func(t *testing.T) {
+			db, shop := open(t)
+			shop.Create(t, true)
+			shop.PutStock(t, "A", 10)
+			src := shop.Source("shop_orders")
+			src.Close = []string{"UPDATE " + shop.T("orders") + " SET status = 'CLOSED' WHERE status = 'UNPAID' AND id BETWEEN :key - 1 AND :key + 1"}
+			obs := &observer{}
+			r, _, err := source.New(t.Context(), source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); r.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			time.Sleep(300 * time.Millisecond)
+			a := shop.Order(t, "u", 100*time.Millisecond, "A", 1)
+			b := shop.Order(t, "u", 100*time.Millisecond, "A", 1)
+			testenv.Eventually(t, 10*time.Second, "the source reported misconfigured", func() bool {
+				return slices.Contains(r.Misconfigured(time.Now()), "shop_orders")
+			})
+			if shop.Status(t, a) != "UNPAID" || shop.Status(t, b) != "UNPAID" {
+				t.Error("a guard that matched several rows changed them")
+			}
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			if obs.guardErrors == 0 || len(obs.lateness) != 0 {
+				t.Errorf("%d guard errors, %d closes; want some and none", obs.guardErrors, len(obs.lateness))
+			}
+		})
+	}
+}

@@ -155,6 +155,29 @@ func (r *Runner) Misconfigured(now time.Time) []string {
 	return out
 }
 
+// Checks reports whether some source asks a payment provider first.
+func (r *Runner) Checks() bool {
+	if r.cfg.Checker == nil {
+		return false
+	}
+	for _, s := range r.srcs {
+		if s.src.BeforeClose != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// FailingSince returns when the sources' payment checks began failing
+// without a break (ok false: they answer, or none asks), for the
+// before_close_failures alert.
+func (r *Runner) FailingSince() (time.Time, bool) {
+	if f, ok := r.cfg.Checker.(interface{ FailingSince() (time.Time, bool) }); ok && r.Checks() {
+		return f.FailingSince()
+	}
+	return time.Time{}, false
+}
+
 // Held returns how many rows each source holds in its window, by name.
 func (r *Runner) Held() map[string]int {
 	out := make(map[string]int, len(r.srcs))
@@ -180,6 +203,7 @@ type runner struct {
 	guardErrorAt atomic.Int64
 	// extended holds the rows a payment check extended or is retrying.
 	extended extensions
+	stats    stats
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
@@ -314,8 +338,10 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 		switch r.Outcome {
 		case hourglass.SourceClosed:
 			s.cfg.Observer.SourceClosed(s.src.Name, r.ClosedAt.Sub(r.Deadline))
+			s.stats.closed(max(r.ClosedAt.Sub(r.Deadline), 0))
 		case hourglass.SourceNoop:
 			s.cfg.Observer.SourceNoop(s.src.Name)
+			s.stats.noops.Add(1)
 			if r.Pending {
 				// Extended by the shop, or not yet due by the database's
 				// clock: look again at its deadline, or soon.
@@ -323,11 +349,13 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 			}
 		case hourglass.SourceGuardError:
 			s.cfg.Observer.SourceGuardError(s.src.Name)
+			s.stats.guardErrors.Add(1)
 			s.guardErrorAt.Store(hourglass.UnixMilli(now))
 			s.log.Error("source: the guard (close[0]) changed more than one row; rolled back, nothing changed: fix the guard to match one row by its key",
 				"key", r.Key, "rows", r.Affected)
 		case hourglass.SourceFailed:
 			s.cfg.Observer.SourceFailed(s.src.Name)
+			s.stats.closeErrors.Add(1)
 			s.log.Warn("source: a close statement failed; rolled back, will retry", "key", r.Key, "err", r.Err)
 			again = append(again, hourglass.Timer{OrderID: r.Key, Deadline: later(r.Deadline, now)})
 		}
@@ -504,6 +532,7 @@ func (s *runner) sweep(ctx context.Context) {
 			}
 			if len(lost) > 0 {
 				s.cfg.Observer.SourceRecovered(s.src.Name, len(lost))
+				s.stats.swept.Add(int64(len(lost)))
 				s.log.Warn("source: sweeper found rows past their deadline and grace; closing them", "rows", len(lost))
 				_ = s.schedule(ctx, lost)
 			}

@@ -194,6 +194,23 @@
       $('requests-rejected').textContent = fmt(rq.rejected_kept);
     }
 
+    // The shops' own tables (--sources); null without sources. A source
+    // whose guard matched several rows is marked.
+    const src = d.sources;
+    $('sources-card').hidden = !src;
+    if (src) {
+      const tbody = $('sources').tBodies[0];
+      tbody.replaceChildren();
+      for (const s of src) {
+        const tr = el('tr', s.misconfigured ? { class: 'misconfigured' } : {});
+        tr.appendChild(el('td', {}, s.name + (s.misconfigured ? ' (guard matches several rows)' : '')));
+        for (const n of [s.held, s.closes, s.noops, s.guard_errors, s.close_errors, s.swept]) tr.appendChild(el('td', {}, fmt(n)));
+        tr.appendChild(el('td', {}, s.closes > 0 ? fmtSeconds(s.lateness_p50_seconds) : '–'));
+        tr.appendChild(el('td', {}, s.closes > 0 ? fmtSeconds(s.lateness_p99_seconds) : '–'));
+        tbody.appendChild(tr);
+      }
+    }
+
     // Clients' timers, shown as the orders are; null when the server keeps none.
     const tm = d.timers;
     $('timers-card').hidden = !tm;
