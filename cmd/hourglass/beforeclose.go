@@ -16,14 +16,15 @@ type beforeCloseFlags struct {
 }
 
 // config returns the node.BeforeClose the flags describe, or a one-line
-// error naming the flag to fix.
-func (f *beforeCloseFlags) config() (node.BeforeClose, error) {
+// error naming the flag to fix. sourcesAsk: a source of --sources has a
+// before_close, which --before-close-secret signs too.
+func (f *beforeCloseFlags) config(sourcesAsk bool) (node.BeforeClose, error) {
 	c := node.BeforeClose{URL: f.BeforeCloseURL, Secret: f.BeforeCloseSecret, OnError: f.BeforeCloseOnError, MaxFailures: f.BeforeCloseMaxFailures}
 	if f.BeforeCloseMaxFailures < 1 {
 		return c, fmt.Errorf("--before-close-max-failures: must be at least 1, got %d", f.BeforeCloseMaxFailures)
 	}
-	if f.BeforeCloseURL == "" && f.BeforeCloseSecret != "" {
-		return c, fmt.Errorf("--before-close-secret is set without --before-close-url")
+	if f.BeforeCloseURL == "" && f.BeforeCloseSecret != "" && !sourcesAsk {
+		return c, fmt.Errorf("--before-close-secret is set without --before-close-url or a source with before_close")
 	}
 	if f.BeforeCloseOnError != node.OnErrorWait && f.BeforeCloseOnError != node.OnErrorClose {
 		return c, fmt.Errorf("--before-close-on-error: %q is not wait or close", f.BeforeCloseOnError)

@@ -10,11 +10,11 @@ import (
 func TestBeforeCloseFlags(t *testing.T) {
 	t.Parallel()
 	ok := beforeCloseFlags{BeforeCloseURL: "https://pay.internal/check", BeforeCloseSecret: "s", BeforeCloseOnError: "close", BeforeCloseMaxFailures: 3}
-	c, err := ok.config()
+	c, err := ok.config(false)
 	if err != nil || c.URL != ok.BeforeCloseURL || c.Secret != "s" || c.OnError != "close" || c.MaxFailures != 3 {
 		t.Fatalf("config() = %+v, %v", c, err)
 	}
-	if _, err := (&beforeCloseFlags{BeforeCloseOnError: "wait", BeforeCloseMaxFailures: 10}).config(); err != nil {
+	if _, err := (&beforeCloseFlags{BeforeCloseOnError: "wait", BeforeCloseMaxFailures: 10}).config(false); err != nil {
 		t.Fatalf("the defaults without a URL: %v", err)
 	}
 	for _, tt := range []struct {
@@ -28,7 +28,7 @@ func TestBeforeCloseFlags(t *testing.T) {
 		{"max failures", beforeCloseFlags{BeforeCloseURL: "http://pay/", BeforeCloseOnError: "close", BeforeCloseMaxFailures: 0}, "--before-close-max-failures"},
 		{"secret without URL", beforeCloseFlags{BeforeCloseSecret: "s", BeforeCloseOnError: "wait", BeforeCloseMaxFailures: 10}, "--before-close-secret"},
 	} {
-		_, err := tt.f.config()
+		_, err := tt.f.config(false)
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v; want one line starting %s", tt.name, err, tt.want)
 		}

@@ -161,7 +161,7 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
-	beforeClose, err := s.beforeCloseFlags.config()
+	beforeClose, err := s.beforeCloseFlags.config(asksBeforeClose(sources))
 	if err != nil {
 		return node.Config{}, err
 	}
