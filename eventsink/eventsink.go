@@ -500,9 +500,23 @@ func (p *Publisher) parts() []int {
 
 // reload starts over from the cursors of the partitions owned now: the
 // publish in hand, the gaps and the read position are dropped (what they
-// held is read again from the cursors).
+// held is read again from the cursors). A partition owned before and
+// after keeps its cursor in memory (saved first), so a change of other
+// partitions publishes none of its events again.
 func (p *Publisher) reload(ctx context.Context) error {
 	p.dirty.Store(false)
+	kept := map[int]int64{}
+	if p.cursors != nil {
+		if p.moved {
+			if err := p.save(ctx); err != nil {
+				p.dirty.Store(true)
+				return err
+			}
+		}
+		for _, part := range p.parts() {
+			kept[part] = p.cursors[part]
+		}
+	}
 	var owned hourglass.Parts
 	if p.cfg.Ownership != nil {
 		owned = slices.Clone(p.cfg.Ownership.Owned())
@@ -519,6 +533,9 @@ func (p *Publisher) reload(ctx context.Context) error {
 	p.cursors = make(map[int]int64, hourglass.Partitions)
 	for _, c := range cs {
 		p.cursors[c.Part] = c.Seq
+	}
+	for part, seq := range kept {
+		p.cursors[part] = max(p.cursors[part], seq)
 	}
 	p.read = -1
 	for _, part := range p.parts() {

@@ -19,9 +19,15 @@ import (
 // (HOURGLASS_TEST_RABBITMQ_URL), each case on an exchange and a queue of
 // its own bound to it, deleted after; the outage case reaches RabbitMQ
 // through a proxy it cuts.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+
+// TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
+func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }
+
+// harness is the suite's view of this broker.
+func harness(t *testing.T) sinktest.Harness {
 	base := testenv.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	sinktest.Run(t, sinktest.Harness{
+	return sinktest.Harness{
 		Destination: func(t *testing.T, outage bool) sinktest.Destination {
 			conn, err := amqpgo.Dial(base)
 			if err != nil {
@@ -84,7 +90,7 @@ func TestConformance(t *testing.T) {
 		Open: func(ctx context.Context, url string) (eventsink.Sink, error) {
 			return amqp.Open(ctx, amqp.Config{URL: url, Timeout: 2 * time.Second})
 		},
-	})
+	}
 }
 
 // TestParseURL checks the vhost and exchange split of the path.

@@ -22,8 +22,14 @@ import (
 // to a data directory: Cut closes it (listeners and connections go), and
 // Restore starts a new one on the same port from the same directory, with
 // the topic and its records, as a restarted broker would.
-func TestConformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{
+func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+
+// TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
+func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }
+
+// harness is the suite's view of this broker.
+func harness(t *testing.T) sinktest.Harness {
+	return sinktest.Harness{
 		Destination: func(t *testing.T, outage bool) sinktest.Destination {
 			dir, port := t.TempDir(), freePort(t)
 			var (
@@ -85,7 +91,7 @@ func TestConformance(t *testing.T) {
 		Open: func(ctx context.Context, url string) (eventsink.Sink, error) {
 			return kafka.Open(ctx, kafka.Config{URL: url, Timeout: 2 * time.Second})
 		},
-	})
+	}
 }
 
 func freePort(t *testing.T) int {

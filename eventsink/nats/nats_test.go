@@ -20,9 +20,15 @@ import (
 // loopback (HOURGLASS_TEST_NATS_URL), each case on a subject and a stream
 // of its own, deleted after; the outage case reaches NATS through a proxy
 // it cuts.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+
+// TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
+func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }
+
+// harness is the suite's view of this broker.
+func harness(t *testing.T) sinktest.Harness {
 	base := testenv.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", "nats://127.0.0.1:4222")
-	sinktest.Run(t, sinktest.Harness{
+	return sinktest.Harness{
 		Destination: func(t *testing.T, outage bool) sinktest.Destination {
 			nc, err := natsgo.Connect(base)
 			if err != nil {
@@ -82,5 +88,5 @@ func TestConformance(t *testing.T) {
 		Open: func(ctx context.Context, url string) (eventsink.Sink, error) {
 			return nats.Open(ctx, nats.Config{URL: url, Timeout: 2 * time.Second})
 		},
-	})
+	}
 }

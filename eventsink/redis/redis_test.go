@@ -17,9 +17,15 @@ import (
 // TestConformance runs the sink suite against the Redis on loopback
 // (HOURGLASS_TEST_REDIS_URL), each case on a stream of its own, deleted
 // after; the outage case reaches Redis through a proxy it cuts.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+
+// TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
+func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }
+
+// harness is the suite's view of this broker.
+func harness(t *testing.T) sinktest.Harness {
 	base := testenv.ServiceURL(t, "Redis", "HOURGLASS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-	sinktest.Run(t, sinktest.Harness{
+	return sinktest.Harness{
 		Destination: func(t *testing.T, outage bool) sinktest.Destination {
 			u, err := url.Parse(base)
 			if err != nil {
@@ -63,7 +69,7 @@ func TestConformance(t *testing.T) {
 		Open: func(ctx context.Context, url string) (eventsink.Sink, error) {
 			return redis.Open(ctx, redis.Config{URL: url, Timeout: 2 * time.Second})
 		},
-	})
+	}
 }
 
 func str(v any) string {
