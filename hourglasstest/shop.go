@@ -218,3 +218,6 @@ func exec(ctx context.Context, db interface {
 	}
 	return res.RowsAffected()
 }
+
+// Rebind turns a statement's ? placeholders into the shop's database's.
+func (s Shop) Rebind(q string) string { return s.bind(q) }
