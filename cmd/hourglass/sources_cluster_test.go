@@ -73,150 +73,165 @@ func sourceShop(t *testing.T, kind string) (dbURL string, shop hourglasstest.Sho
 // deadline, its stock released once; none paid and closed; and the rows of
 // the killed node that fell due while it was down are closed within
 // --lease-ttl + 1 s (three nodes) or within 5 s of the restart (one node).
+// The nodes' delay mechanism (the wheel, or Redis) times hourglass's own
+// orders; sources time their rows in memory either way.
 func TestSourcesKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the built binary; skipped with -short")
 	}
+	type variant struct {
+		kind  string
+		n     int
+		delay string // the nodes' --delay: sources time their rows in memory whichever it is
+	}
+	var variants []variant
 	for _, kind := range sharedStores {
-		for _, n := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%s/%d_nodes", kind, n), func(t *testing.T) {
-				const ttl = 2 * time.Second
-				dbURL, shop, file := sourceShop(t, kind)
-				skus := []string{"A", "B", "C", "D", "E", "F", "G", "H"}
-				const stock = 100_000
-				for _, sku := range skus {
-					shop.PutStock(t, sku, stock)
-				}
-				s := startCluster(t, []string{dbURL}, n, ttl, "--sources", file)
-				c := s.cluster
+		variants = append(variants, variant{kind, 1, "wheel"}, variant{kind, 3, "wheel"})
+	}
+	variants = append(variants, variant{store.KindPostgres, 3, "redis"})
+	for _, v := range variants {
+		kind, n := v.kind, v.n
+		t.Run(fmt.Sprintf("%s/%d_nodes/%s", kind, n, v.delay), func(t *testing.T) {
+			const ttl = 2 * time.Second
+			dbURL, shop, file := sourceShop(t, kind)
+			skus := []string{"A", "B", "C", "D", "E", "F", "G", "H"}
+			const stock = 100_000
+			for _, sku := range skus {
+				shop.PutStock(t, sku, stock)
+			}
+			args := []string{"--sources", file, "--delay", v.delay}
+			if v.delay != "wheel" {
+				args = append(args, "--delay-namespace", fmt.Sprintf("hgt-sources-%d", time.Now().UnixNano()%1e9))
+			}
+			s := startCluster(t, []string{dbURL}, n, ttl, args...)
+			c := s.cluster
 
-				type order struct {
-					id       int64
-					deadline time.Time
-					paid     bool
+			type order struct {
+				id       int64
+				deadline time.Time
+				paid     bool
+			}
+			var (
+				mu     sync.Mutex
+				orders []*order
+				wg     sync.WaitGroup
+			)
+			start := time.Now()
+			const total = 800 // 100 a second for 8 s
+			victim := c.Node(n - 1)
+			var killedAt, restartedAt time.Time
+			killDone := make(chan struct{})
+			go func() {
+				defer close(killDone)
+				time.Sleep(time.Until(start.Add(3 * time.Second)))
+				killedAt = time.Now()
+				if err := victim.Kill(); err != nil {
+					t.Error(err)
+					return
 				}
-				var (
-					mu     sync.Mutex
-					orders []*order
-					wg     sync.WaitGroup
-				)
-				start := time.Now()
-				const total = 800 // 100 a second for 8 s
-				victim := c.Node(n - 1)
-				var killedAt, restartedAt time.Time
-				killDone := make(chan struct{})
+				wait := time.Second
+				if n > 1 {
+					wait = ttl + 2*time.Second
+				}
+				time.Sleep(wait)
+				if err := victim.Restart(context.Background(), false); err != nil {
+					t.Error(err)
+					return
+				}
+				restartedAt = victim.ReadyAt()
+			}()
+			for i := range total {
+				time.Sleep(time.Until(start.Add(time.Duration(i) * 8 * time.Second / total)))
+				wg.Add(1)
 				go func() {
-					defer close(killDone)
-					time.Sleep(time.Until(start.Add(3 * time.Second)))
-					killedAt = time.Now()
-					if err := victim.Kill(); err != nil {
+					defer wg.Done()
+					in := time.Second + time.Duration(rand.IntN(2000))*time.Millisecond
+					began := time.Now()
+					id, err := shop.TryOrder(t, "u", in, skus[rand.IntN(len(skus))], 1)
+					if err != nil {
 						t.Error(err)
 						return
 					}
-					wait := time.Second
-					if n > 1 {
-						wait = ttl + 2*time.Second
-					}
-					time.Sleep(wait)
-					if err := victim.Restart(context.Background(), false); err != nil {
-						t.Error(err)
-						return
-					}
-					restartedAt = victim.ReadyAt()
-				}()
-				for i := range total {
-					time.Sleep(time.Until(start.Add(time.Duration(i) * 8 * time.Second / total)))
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						in := time.Second + time.Duration(rand.IntN(2000))*time.Millisecond
-						began := time.Now()
-						id, err := shop.TryOrder(t, "u", in, skus[rand.IntN(len(skus))], 1)
+					o := &order{id: id, deadline: began.Add(in)}
+					mu.Lock()
+					orders = append(orders, o)
+					mu.Unlock()
+					if rand.IntN(100) < 30 {
+						time.Sleep(in / 2)
+						ok, err := shop.Pay(t, id)
 						if err != nil {
 							t.Error(err)
-							return
 						}
-						o := &order{id: id, deadline: began.Add(in)}
-						mu.Lock()
-						orders = append(orders, o)
-						mu.Unlock()
-						if rand.IntN(100) < 30 {
-							time.Sleep(in / 2)
-							ok, err := shop.Pay(t, id)
-							if err != nil {
-								t.Error(err)
-							}
-							o.paid = ok
-						}
-					}()
-				}
-				wg.Wait()
-				<-killDone
-				deadline := time.Now().Add(30 * time.Second)
-				for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-					var left int
-					if err := shop.DB.QueryRow("SELECT COUNT(*) FROM " + shop.T("orders") + " WHERE status = 'UNPAID'").Scan(&left); err == nil && left == 0 {
-						break
+						o.paid = ok
 					}
+				}()
+			}
+			wg.Wait()
+			<-killDone
+			deadline := time.Now().Add(30 * time.Second)
+			for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				var left int
+				if err := shop.DB.QueryRow("SELECT COUNT(*) FROM " + shop.T("orders") + " WHERE status = 'UNPAID'").Scan(&left); err == nil && left == 0 {
+					break
 				}
+			}
 
-				// The verdict, from the shop's tables and hourglass's events.
-				events := sourceEvents(t, shop, kind, dbURL)
-				paid, bad := 0, 0
-				var downLate []time.Duration
-				fail := func(format string, a ...any) {
-					t.Helper()
-					if bad++; bad <= 20 {
-						t.Errorf(format, a...)
-					}
+			// The verdict, from the shop's tables and hourglass's events.
+			events := sourceEvents(t, shop, kind, dbURL)
+			paid, bad := 0, 0
+			var downLate []time.Duration
+			fail := func(format string, a ...any) {
+				t.Helper()
+				if bad++; bad <= 20 {
+					t.Errorf(format, a...)
 				}
-				for _, o := range orders {
-					st := shop.Status(t, o.id)
-					evs := events[hourglass.SourceEventOrderID("shop_orders", o.id)]
-					if o.paid {
-						paid++
-						if st != "PAID" || len(evs) != 0 {
-							fail("order %d: paid by the shop, now %s with %d close events", o.id, st, len(evs))
-						}
-						continue
+			}
+			for _, o := range orders {
+				st := shop.Status(t, o.id)
+				evs := events[hourglass.SourceEventOrderID("shop_orders", o.id)]
+				if o.paid {
+					paid++
+					if st != "PAID" || len(evs) != 0 {
+						fail("order %d: paid by the shop, now %s with %d close events", o.id, st, len(evs))
 					}
-					if st != "CLOSED" || len(evs) != 1 {
-						fail("order %d: unpaid, now %s with %d close events; want CLOSED and one", o.id, st, len(evs))
-						continue
-					}
-					e := evs[0]
-					if e.ClosedAt.Before(e.Deadline) {
-						fail("order %d closed at %s, before its deadline %s", o.id, e.ClosedAt, e.Deadline)
-					}
-					if e.Deadline.After(killedAt) && e.Deadline.Before(restartedAt) {
-						downLate = append(downLate, e.ClosedAt.Sub(e.Deadline))
-					}
-					bound := ttl + time.Second
-					if n == 1 {
-						bound = max(restartedAt.Sub(e.Deadline), 0) + 5*time.Second
-					}
-					if late := e.ClosedAt.Sub(e.Deadline); late > bound+500*time.Millisecond {
-						fail("order %d closed %s after its deadline; bound %s", o.id, late, bound)
-					}
+					continue
 				}
-				avail, reserved := 0, 0
-				for _, sku := range skus {
-					a, r := shop.Stock(t, sku)
-					avail, reserved = avail+a, reserved+r
+				if st != "CLOSED" || len(evs) != 1 {
+					fail("order %d: unpaid, now %s with %d close events; want CLOSED and one", o.id, st, len(evs))
+					continue
 				}
-				if want := len(skus)*stock - paid; avail != want || reserved != 0 {
-					t.Errorf("stock: %d available, %d reserved; want %d and 0", avail, reserved, want)
+				e := evs[0]
+				if e.ClosedAt.Before(e.Deadline) {
+					fail("order %d closed at %s, before its deadline %s", o.id, e.ClosedAt, e.Deadline)
 				}
-				slices.Sort(downLate)
-				if len(downLate) == 0 {
-					t.Errorf("no row fell due while the node was down: the test's timing is off")
-				} else {
-					t.Logf("%d orders, %d paid; killed at %s, ready again at %s; %d rows due while it was down closed %s late at the median, %s at most",
-						len(orders), paid, killedAt.Sub(start).Round(time.Millisecond), restartedAt.Sub(start).Round(time.Millisecond),
-						len(downLate), downLate[len(downLate)/2], downLate[len(downLate)-1])
+				if e.Deadline.After(killedAt) && e.Deadline.Before(restartedAt) {
+					downLate = append(downLate, e.ClosedAt.Sub(e.Deadline))
 				}
-			})
-		}
+				bound := ttl + time.Second
+				if n == 1 {
+					bound = max(restartedAt.Sub(e.Deadline), 0) + 5*time.Second
+				}
+				if late := e.ClosedAt.Sub(e.Deadline); late > bound+500*time.Millisecond {
+					fail("order %d closed %s after its deadline; bound %s", o.id, late, bound)
+				}
+			}
+			avail, reserved := 0, 0
+			for _, sku := range skus {
+				a, r := shop.Stock(t, sku)
+				avail, reserved = avail+a, reserved+r
+			}
+			if want := len(skus)*stock - paid; avail != want || reserved != 0 {
+				t.Errorf("stock: %d available, %d reserved; want %d and 0", avail, reserved, want)
+			}
+			slices.Sort(downLate)
+			if len(downLate) == 0 {
+				t.Errorf("no row fell due while the node was down: the test's timing is off")
+			} else {
+				t.Logf("%d orders, %d paid; killed at %s, ready again at %s; %d rows due while it was down closed %s late at the median, %s at most",
+					len(orders), paid, killedAt.Sub(start).Round(time.Millisecond), restartedAt.Sub(start).Round(time.Millisecond),
+					len(downLate), downLate[len(downLate)/2], downLate[len(downLate)-1])
+			}
+		})
 	}
 }
 
