@@ -4,8 +4,9 @@ import (
 	"testing"
 
 	"github.com/hourglass/hourglass/hourglasstest"
-	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
 // TestSourcesConformance runs the suite with the shop's tables in a
@@ -21,6 +22,24 @@ func TestSourcesConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return open(t, url, nil, false), open(t, url, nil, false), hourglasstest.Shop{DB: shopDB(t, shopURL), Schema: cfg.DBName}
+		},
+	})
+}
+
+// TestGaleraSourcesConformance runs the suite on a 3-node Galera cluster:
+// the two store values on nodes 1 and 2 (their closes of one row meet in
+// certification), the shop on node 3, in a database of its own.
+func TestGaleraSourcesConformance(t *testing.T) {
+	t.Parallel()
+	galeratest.Nodes(t)
+	hourglasstest.ExerciseSources(t, hourglasstest.SourceHarness{
+		Open: func(t *testing.T) (a, b hourglasstest.SourceDB, shop hourglasstest.Shop) {
+			urls, shops := galeratest.NewDatabase(t), galeratest.NewDatabase(t)
+			cfg, err := myurl.Parse(shops[2])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return open(t, urls[0], nil, false), open(t, urls[1], nil, false), hourglasstest.Shop{DB: shopDB(t, shops[2]), Schema: cfg.DBName}
 		},
 	})
 }
