@@ -1,7 +1,6 @@
 package source_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,16 +80,8 @@ func TestPaymentCheck(t *testing.T) {
 			check := source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.Default()}
 			src := shop.Source("shop_orders")
 			src.BeforeClose = rcv.URL
-			obs := &observer{}
-			r, _, err := source.New(t.Context(), source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs, Checker: check,
+			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: &observer{}, Checker: check,
 				SweepInterval: 200 * time.Millisecond, SweepGrace: 300 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); r.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
 			time.Sleep(300 * time.Millisecond)
 
 			ids := map[string]int64{}
@@ -144,15 +135,8 @@ func TestPaymentCheckOnErrorClose(t *testing.T) {
 			}
 			src := shop.Source("shop_orders")
 			src.BeforeClose, src.BeforeCloseOnError, src.BeforeCloseMaxFailures = rcv.URL, "close", 3
-			r, _, err := source.New(t.Context(), source.Config{Store: db, Sources: []hourglass.Source{src},
+			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src},
 				Checker: source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.Default()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); r.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
 			time.Sleep(300 * time.Millisecond)
 			id := shop.Order(t, "u", 200*time.Millisecond, "A", 1)
 			testenv.Eventually(t, 10*time.Second, "the row closed after 3 failed checks", func() bool { return shop.Status(t, id) == "CLOSED" })

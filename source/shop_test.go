@@ -97,7 +97,13 @@ func (o *observer) quantile(q float64) time.Duration {
 
 func run(t *testing.T, db hourglass.SourceStore, src hourglass.Source, obs *observer) {
 	t.Helper()
-	r, _, err := source.New(t.Context(), source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs, SweepInterval: time.Second})
+	runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs, SweepInterval: time.Second})
+}
+
+// runWith opens and runs the sources of cfg until the test ends.
+func runWith(t *testing.T, cfg source.Config) *source.Runner {
+	t.Helper()
+	r, _, err := source.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +111,7 @@ func run(t *testing.T, db hourglass.SourceStore, src hourglass.Source, obs *obse
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return r
 }
 
 // TestShopOrders is the source documents' shop on each server: orders
@@ -314,14 +321,7 @@ func TestGuardMisconfigured(t *testing.T) {
 			src := shop.Source("shop_orders")
 			src.Close = []string{"UPDATE " + shop.T("orders") + " SET status = 'CLOSED' WHERE status = 'UNPAID' AND id BETWEEN :key - 1 AND :key + 1"}
 			obs := &observer{}
-			r, _, err := source.New(t.Context(), source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); r.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
+			r := runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs})
 			time.Sleep(300 * time.Millisecond)
 			a := shop.Order(t, "u", 100*time.Millisecond, "A", 1)
 			b := shop.Order(t, "u", 100*time.Millisecond, "A", 1)
