@@ -47,6 +47,9 @@ const (
 	// backlogGrace: while the close path progressed within it, the
 	// sweeper leaves it what it holds (the engine's BacklogGrace).
 	backlogGrace = 30 * time.Second
+	// maxHeld bounds the rows a source holds in memory (about 50 MB): a
+	// backlog beyond it is paged in as it drains.
+	maxHeld = 500_000
 	// retryMax caps the wait before closing a row again after a failed
 	// statement or a guard that matched nothing while the row is due.
 	retryMax = 5 * time.Second
@@ -221,6 +224,8 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 		Sink:         s.schedule,
 		Window:       cfg.Window,
 		LoadInterval: cfg.LoadInterval,
+		MaxHeld:      maxHeld,
+		Held:         func() int { return s.sched.Pending() + s.sched.Queued() },
 		Parts:        s.parts,
 		Clock:        cfg.Clock,
 		Logger:       s.log,
@@ -268,6 +273,7 @@ func (s *runner) run(ctx context.Context) {
 // deliver closes the rows the wheel fired: those of partitions this node
 // still owns, each after the payment check if the source has one.
 func (s *runner) deliver(ctx context.Context, due []hourglass.Timer) error {
+	defer s.load.Released() // the loader pages in more once half has drained
 	now := s.clock.Now()
 	rows := make([]hourglass.Timer, 0, len(due))
 	var later []hourglass.Timer
