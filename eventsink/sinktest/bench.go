@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass/eventsink"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // timedSink records, for every message its inner sink acknowledged, the
@@ -54,13 +54,13 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 //     events in a MemLog, published by one Publisher with the default
 //     Batch (500): events acknowledged per second;
 //   - lag: HOURGLASS_BENCH_SINK_RATE orders a second (default 2,000),
-//     created by 16 writers on a SQLite store in a temporary directory
-//     for HOURGLASS_BENCH_SINK_DURATION (default 10 s), each writing an
+//     created by 16 writers on the store HOURGLASS_TEST_STORE names
+//     (SQLite in a temporary directory by default; storetest.URL) for HOURGLASS_BENCH_SINK_DURATION (default 10 s), each writing an
 //     order.created event, published by a Publisher with the defaults
 //     (Poll 50 ms): p50, p99 and max of the time from an event's commit to
 //     its broker's acknowledgement;
 //   - catch-up: a new sink publishing those events from the store's
-//     start: events acknowledged per second, reads of SQLite included.
+//     start: events acknowledged per second, the store's reads included.
 func Bench(t *testing.T, h Harness) {
 	if os.Getenv("HOURGLASS_BENCH_SINKS") == "" {
 		t.Skip("set HOURGLASS_BENCH_SINKS=1 to measure the sink")
@@ -99,7 +99,7 @@ func Bench(t *testing.T, h Harness) {
 	// Lag at rate orders a second on SQLite.
 	d2 := h.Destination(t, false)
 	dbCtx, dbCancel := context.WithTimeout(context.Background(), 30*time.Second)
-	db, err := store.Open(dbCtx, store.Options{URL: "sqlite://" + filepath.Join(t.TempDir(), "bench.db")})
+	db, err := store.Open(dbCtx, store.Options{URL: storetest.URL(t)})
 	dbCancel()
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +155,8 @@ func Bench(t *testing.T, h Harness) {
 	cancel()
 	<-done
 
-	line := fmt.Sprintf("backlog of %d events (in memory): %.0f events/s; catch-up of %d events from SQLite: %.0f events/s; %d orders at %.0f/s on SQLite: lag p50 %s, p99 %s, max %s",
-		n, perSec, total, catchUp, total, achieved, quantile(lags, 0.5).Round(time.Millisecond), quantile(lags, 0.99).Round(time.Millisecond), quantile(lags, 1).Round(time.Millisecond))
+	line := fmt.Sprintf("backlog of %d events (in memory): %.0f events/s; catch-up of %d events from %s: %.0f events/s; %d orders at %.0f/s on %s: lag p50 %s, p99 %s, max %s",
+		n, perSec, total, storetest.Kind(), catchUp, total, achieved, storetest.Kind(), quantile(lags, 0.5).Round(time.Millisecond), quantile(lags, 0.99).Round(time.Millisecond), quantile(lags, 1).Round(time.Millisecond))
 	t.Log(line)
 }
 
