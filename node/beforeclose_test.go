@@ -16,7 +16,9 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/alert"
+	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/webhook"
@@ -343,5 +345,76 @@ func TestBeforeCloseConcurrent(t *testing.T) {
 	close(release)
 	for _, o := range orders {
 		await(t, n, o.ID, "closed", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
+	}
+}
+
+// TestBeforeCloseTimeoutFakeClock: on the fake clock (store, engine,
+// checks and retries alike), a receiver that never answers leaves the
+// order pending past its deadline and the sweeper's grace, its check timed
+// out every 2 s and tried again, and once the failures have gone on for
+// more than a minute the before_close_failures alert fires.
+func TestBeforeCloseTimeoutFakeClock(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	arrived := make(chan struct{}, 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body) // then the server notices the client hang up
+		arrived <- struct{}{}
+		<-r.Context().Done() // never answers
+	}))
+	t.Cleanup(srv.Close)
+	n, err := New(context.Background(), Config{
+		Addr:        "127.0.0.1:0",
+		Store:       store.Options{DataDir: t.TempDir(), Clock: clock},
+		Engine:      engine.Config{SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond},
+		BeforeClose: BeforeClose{URL: srv.URL},
+		TimerMax:    1000,
+		Clock:       clock,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if _, err := n.Store.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
+		t.Fatal(err)
+	}
+	o := createFor(t, n, "u")
+	// Move the clock in 100 ms steps until a check arrives (the timers
+	// that lead to it may be armed a moment after a step), then past its
+	// 2 s timeout; again until a minute and more of failures.
+	checks := 0
+	giveUp := time.After(60 * time.Second)
+	for clock.Now().Sub(o.Deadline) <= alert.BeforeCloseFailuresAfter+beforeclose.RetryMax {
+		select {
+		case <-arrived:
+			checks++
+			clock.Advance(beforeclose.TimeoutDefault)
+		case <-time.After(5 * time.Millisecond):
+			clock.Advance(100 * time.Millisecond)
+		case <-giveUp:
+			t.Fatalf("%d checks in 60 s of real time; the clock at %v", checks, clock.Now())
+		}
+	}
+	cur, err := n.Store.Order(ctx, o.ID)
+	if err != nil || cur.Status != hourglass.StatePendingPayment {
+		t.Fatalf("order %d %v past its deadline: %+v, %v; want pending", o.ID, clock.Now().Sub(o.Deadline), cur, err)
+	}
+	if checks < 10 {
+		t.Fatalf("%d checks in %v of failures; want one every 2 s + at most 5 s", checks, clock.Now().Sub(o.Deadline))
+	}
+	n.alerts.evaluator.Evaluate(ctx)
+	for _, st := range n.alerts.evaluator.Status() {
+		if st.Rule == alert.RuleBeforeCloseFailures && !st.Firing {
+			t.Fatalf("%s not firing after %v of failed checks: %+v", alert.RuleBeforeCloseFailures, clock.Now().Sub(o.Deadline), st)
+		}
 	}
 }
