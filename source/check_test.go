@@ -82,7 +82,6 @@ func TestPaymentCheck(t *testing.T) {
 			src.BeforeClose = rcv.URL
 			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: &observer{}, Checker: check,
 				SweepInterval: 200 * time.Millisecond, SweepGrace: 300 * time.Millisecond})
-			time.Sleep(300 * time.Millisecond)
 
 			ids := map[string]int64{}
 			start := time.Now()
@@ -137,7 +136,6 @@ func TestPaymentCheckOnErrorClose(t *testing.T) {
 			src.BeforeClose, src.BeforeCloseOnError, src.BeforeCloseMaxFailures = rcv.URL, "close", 3
 			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src},
 				Checker: source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.Default()}})
-			time.Sleep(300 * time.Millisecond)
 			id := shop.Order(t, "u", 200*time.Millisecond, "A", 1)
 			testenv.Eventually(t, 10*time.Second, "the row closed after 3 failed checks", func() bool { return shop.Status(t, id) == "CLOSED" })
 		})

@@ -111,6 +111,11 @@ func runWith(t *testing.T, cfg source.Config) *source.Runner {
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-r.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sources were not ready within 10 s")
+	}
 	return r
 }
 
@@ -277,7 +282,6 @@ func TestShopBurst(t *testing.T) {
 			shop.PutStock(t, "A", n)
 			obs := &observer{}
 			run(t, db, shop.Source("shop_orders"), obs)
-			time.Sleep(300 * time.Millisecond) // the runner has read the largest key
 			due := time.Now().Add(3 * time.Second).Truncate(time.Second).Add(time.Second)
 			ts := due.UTC().Format("2006-01-02 15:04:05")
 			if shop.Postgres {
@@ -322,7 +326,6 @@ func TestGuardMisconfigured(t *testing.T) {
 			src.Close = []string{"UPDATE " + shop.T("orders") + " SET status = 'CLOSED' WHERE status = 'UNPAID' AND id BETWEEN :key - 1 AND :key + 1"}
 			obs := &observer{}
 			r := runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: obs})
-			time.Sleep(300 * time.Millisecond)
 			a := shop.Order(t, "u", 100*time.Millisecond, "A", 1)
 			b := shop.Order(t, "u", 100*time.Millisecond, "A", 1)
 			testenv.Eventually(t, 10*time.Second, "the source reported misconfigured", func() bool {

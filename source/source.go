@@ -98,6 +98,10 @@ type Config struct {
 type Runner struct {
 	cfg  Config
 	srcs []*runner
+	// ready is closed once every source has read its largest key and
+	// loaded its first window (Ready).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // New opens every source (refusing a bad one with one line that says
@@ -123,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Runner, []string, error) {
 	if cfg.TailInterval < 10*time.Millisecond || cfg.TailInterval > time.Minute {
 		return nil, nil, fmt.Errorf("--source-tail-interval must be between 10ms and 1m, got %s", cfg.TailInterval)
 	}
-	r := &Runner{cfg: cfg}
+	r := &Runner{cfg: cfg, ready: make(chan struct{})}
 	var warnings []string
 	for _, src := range cfg.Sources {
 		t, w, err := cfg.Store.OpenSource(ctx, src)
@@ -143,8 +147,23 @@ func (r *Runner) Run(ctx context.Context) {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.run(ctx) }()
 	}
+	go func() {
+		for _, s := range r.srcs {
+			select {
+			case <-s.started:
+			case <-ctx.Done():
+				return
+			}
+		}
+		r.readyOnce.Do(func() { close(r.ready) })
+	}()
 	wg.Wait()
 }
+
+// Ready is closed once every source has read its largest key (rows
+// inserted from then on are tailed) and loaded its first window (rows
+// inserted before are held): from then on no row is left to the sweeper.
+func (r *Runner) Ready() <-chan struct{} { return r.ready }
 
 // Misconfigured returns the sources whose guard changed more than one row
 // within the last 10 minutes, for the source_misconfigured alert.
@@ -204,13 +223,19 @@ type runner struct {
 	// guardErrorAt is when the guard last changed more than one row
 	// (unix ms; 0: never).
 	guardErrorAt atomic.Int64
+	// started is closed after the largest key was read and the first
+	// window loaded.
+	started     chan struct{}
+	startedOnce sync.Once
+	keyRead     atomic.Bool
+	loaded      atomic.Bool
 	// extended holds the rows a payment check extended or is retrying.
 	extended extensions
 	stats    stats
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
-	s := &runner{cfg: cfg, src: src, table: t, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger.With("source", src.Name)}
+	s := &runner{cfg: cfg, src: src, table: t, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger.With("source", src.Name), started: make(chan struct{})}
 	s.sched = timerloop.NewWheel(timerloop.Config{Name: "source " + src.Name, Clock: cfg.Clock, Logger: s.log,
 		Dispatch: dispatch.Config{Workers: 2, Batch: 500, RetryMax: retryMax, Logger: s.log, Clock: cfg.Clock}})
 	s.parts = cluster.Track(cfg.Ownership, func() {
@@ -226,11 +251,20 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 		LoadInterval: cfg.LoadInterval,
 		MaxHeld:      maxHeld,
 		Held:         func() int { return s.sched.Pending() + s.sched.Queued() },
+		OnFirstLoad:  func() { s.loaded.Store(true); s.maybeStarted() },
 		Parts:        s.parts,
 		Clock:        cfg.Clock,
 		Logger:       s.log,
 	})
 	return s
+}
+
+// maybeStarted closes started once the largest key was read and the
+// first window loaded.
+func (s *runner) maybeStarted() {
+	if s.keyRead.Load() && s.loaded.Load() {
+		s.startedOnce.Do(func() { close(s.started) })
+	}
 }
 
 // schedule hands rows to the wheel, each at its deadline rounded up to
@@ -256,6 +290,8 @@ func (s *runner) run(ctx context.Context) {
 	if boot.Run(ctx, func(ctx context.Context) (err error) { last, err = s.table.MaxKey(ctx); return err }) != nil {
 		return
 	}
+	s.keyRead.Store(true)
+	s.maybeStarted()
 	var wg sync.WaitGroup
 	for _, f := range []func(context.Context){
 		func(ctx context.Context) { _ = s.sched.Run(ctx, s.deliver) },

@@ -68,7 +68,6 @@ func TestSourceClosedWebhook(t *testing.T) {
 			go func() { defer close(done); hooks.Run(ctx) }()
 			t.Cleanup(func() { cancel(); <-done })
 			run(t, db, shop.Source("shop_orders"), &observer{})
-			time.Sleep(300 * time.Millisecond)
 			id := shop.Order(t, "u", 300*time.Millisecond, "A", 1)
 
 			testenv.Eventually(t, 10*time.Second, "the source.closed delivery", func() bool {
