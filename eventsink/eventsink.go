@@ -601,10 +601,12 @@ func Redact(raw string) string {
 		return "…"
 	}
 	if u.User != nil {
-		if _, hasPass := u.User.Password(); hasPass {
-			u.User = url.User(u.User.Username())
-		} else if u.Scheme == "nats" || u.Scheme == "tls" {
+		_, hasPass := u.User.Password()
+		switch {
+		case u.Scheme == "nats" || u.Scheme == "tls" || u.User.Username() == "":
 			u.User = nil // a bare user in a NATS URL is a token
+		case hasPass:
+			u.User = url.User(u.User.Username())
 		}
 	}
 	if u.RawQuery != "" {
