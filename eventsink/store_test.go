@@ -116,11 +116,38 @@ func writeOrders(t *testing.T, db hourglass.Database, n int) []int64 {
 	return ids
 }
 
+// fireTimers arms n timers due at once and fires them; it returns their
+// ids by key.
+func fireTimers(t *testing.T, db hourglass.Database, prefix string, n int) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	ids := map[string]int64{}
+	var all []int64
+	for i := range n {
+		key := prefix + strconv.Itoa(i)
+		tm, _, err := db.ArmTimer(ctx, hourglass.ArmTimerParams{Key: key, Payload: []byte(`{"n":` + strconv.Itoa(i) + `}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[key] = tm.ID
+		all = append(all, tm.ID)
+	}
+	fired, err := db.FireTimers(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fired) != n {
+		t.Fatalf("fired %d of %d timers", len(fired), n)
+	}
+	return ids
+}
+
 // TestStores runs a Publisher on each store's event log: every event of
-// every order is published once, in order per order, with the body
-// webhooks get (OrderEvents renders it); the cursors are saved; PruneEvents
-// keeps what the sink has not published, and a cursor nobody touched
-// within the retention holds nothing.
+// every order, and every timer.fired (keyed by the timer's key), is
+// published once, in order per order, with the body webhooks get
+// (OrderEvents renders it); the cursors are saved; PruneTimers and
+// PruneEvents keep what the sink has not published, and a cursor nobody
+// touched within the retention holds nothing.
 func TestStores(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -130,6 +157,7 @@ func TestStores(t *testing.T) {
 				t.Fatalf("%T is not a hourglass.EventLog", db)
 			}
 			ids := writeOrders(t, db, 300)
+			timers := fireTimers(t, db, "coupon:", 20)
 			sink := &memSink{}
 			p, err := eventsink.New(eventsink.Config{Name: "mem://test", Sink: sink, Log: log, Poll: 10 * time.Millisecond, Batch: 50, SaveInterval: 10 * time.Millisecond, Settle: time.Second})
 			if err != nil {
@@ -140,6 +168,14 @@ func TestStores(t *testing.T) {
 			go func() { defer close(done); _ = p.Run(ctx) }()
 			want := map[int64][]hourglass.EventRecord{}
 			total := 0
+			keyOf := map[int64]string{}
+			for _, id := range ids {
+				keyOf[id] = strconv.FormatInt(id, 10)
+			}
+			for key, id := range timers {
+				ids = append(ids, id)
+				keyOf[id] = key // a timer's messages are keyed by its key
+			}
 			for _, id := range ids {
 				evs, err := db.OrderEvents(context.Background(), id)
 				if err != nil {
@@ -154,7 +190,7 @@ func TestStores(t *testing.T) {
 				got[m.Key] = append(got[m.Key], m)
 			}
 			for id, evs := range want {
-				ms := got[strconv.FormatInt(id, 10)]
+				ms := got[keyOf[id]]
 				if len(ms) != len(evs) {
 					t.Errorf("order %d: %d messages, want %d", id, len(ms), len(evs))
 					continue
@@ -190,6 +226,9 @@ func TestStores(t *testing.T) {
 			// The sink goes down: new events wait, and pruning keeps them.
 			sink.setFailing(true)
 			more := writeOrders(t, db, 30)
+			for _, id := range fireTimers(t, db, "seat:", 5) {
+				more = append(more, id)
+			}
 			testenv.Eventually(t, 10*time.Second, "the lag grows", func() bool { return p.Lag() > 0 })
 			// A sink removed long ago holds nothing: its cursor was
 			// touched before the retention (an hour).
@@ -197,6 +236,16 @@ func TestStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			pruned := 0
+			for {
+				timers, events, err := db.PruneTimers(context.Background(), time.Now().Add(-time.Hour), 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pruned += events
+				if timers+events == 0 {
+					break
+				}
+			}
 			for {
 				n, err := db.PruneEvents(context.Background(), time.Now().Add(-time.Hour), 1000)
 				if err != nil {
