@@ -68,8 +68,9 @@ type Message struct {
 	// consumers drop duplicates by.
 	ID   string
 	Type hourglass.EventType
-	// Key is the order's id in decimal, or a timer's key (timer.fired): the
-	// key whose messages stay in order (Kafka's record key).
+	// Key is the order's id in decimal, a timer's key (timer.fired) or
+	// "<source>:<row key>" (source.closed): the key whose messages stay in
+	// order (Kafka's record key).
 	Key string
 	// Seq is the event's position in the log; Partition its hourglass
 	// partition (PartitionOf of the order or timer id).
@@ -573,9 +574,11 @@ func messageOf(e hourglass.EventRecord, part int) Message {
 }
 
 // keyOf returns an event's ordering key: a timer's key for timer.fired
-// (its body names it), else the order's (or row's) id in decimal.
+// and "<source>:<key>" for source.closed (their bodies name them), else
+// the order's id in decimal.
 func keyOf(e hourglass.EventRecord) string {
-	if e.Type == hourglass.EventTimerFired {
+	switch e.Type {
+	case hourglass.EventTimerFired:
 		var b struct {
 			Timer struct {
 				Key string `json:"key"`
@@ -583,6 +586,14 @@ func keyOf(e hourglass.EventRecord) string {
 		}
 		if json.Unmarshal(e.Body, &b) == nil && b.Timer.Key != "" {
 			return b.Timer.Key
+		}
+	case hourglass.EventSourceClosed:
+		var b struct {
+			Source string `json:"source"`
+			Key    *int64 `json:"key"`
+		}
+		if json.Unmarshal(e.Body, &b) == nil && b.Source != "" && b.Key != nil {
+			return b.Source + ":" + strconv.FormatInt(*b.Key, 10)
 		}
 	}
 	return strconv.FormatInt(e.OrderID, 10)
