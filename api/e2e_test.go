@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // illegalActions lists, for each status, the actions the state machine
@@ -142,7 +143,7 @@ func TestCloseOnTimeout(t *testing.T) {
 	s.wantStock(t, "after create", "gift-1", stock{1, 2, 0})
 
 	var closed api.OrderJSON
-	eventually(t, 10*time.Second, "order closed with closed_at set", func() bool {
+	testenv.Eventually(t, 10*time.Second, "order closed with closed_at set", func() bool {
 		closed = s.order(t, created.ID)
 		if closed.Status != "pending_payment" && closed.Status != "closed" {
 			t.Fatalf("unpaid order has status %q", closed.Status)
@@ -343,7 +344,7 @@ func TestListOrders(t *testing.T) {
 		t.Fatalf("cancel %d: %v", ids[2], err)
 	}
 	// An unpaid order reads as closed from its deadline on.
-	eventually(t, 10*time.Second, "short-lived order reads as closed", func() bool {
+	testenv.Eventually(t, 10*time.Second, "short-lived order reads as closed", func() bool {
 		return s.order(t, shortLived.ID).Status == "closed"
 	})
 

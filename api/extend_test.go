@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestExtendOrder: POST /v1/orders/{id}/extend on the store
@@ -70,14 +71,14 @@ func TestExtendOrder(t *testing.T) {
 
 	// The old deadline passes: the order stays pending (the engine's
 	// timer for it closes nothing); it closes at the new one.
-	eventually(t, 10*time.Second, "the old deadline passed", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the old deadline passed", func() bool {
 		return time.Now().After(oldDeadline.Add(300 * time.Millisecond))
 	})
 	if cur := s.order(t, o.ID); cur.Status != "pending_payment" {
 		t.Fatalf("300 ms after the old deadline the order is %s; want pending until %v", cur.Status, newDeadline)
 	}
 	var closed = s.order(t, o.ID)
-	eventually(t, 10*time.Second, "order closed", func() bool {
+	testenv.Eventually(t, 10*time.Second, "order closed", func() bool {
 		closed = s.order(t, o.ID)
 		return closed.ClosedAt != nil
 	})

@@ -28,6 +28,7 @@ import (
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/retention"
 	"github.com/hourglass/hourglass/store/sqlite"
@@ -444,7 +445,7 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "DELETE", path: "/v1/timers/t1", want: 200})
 	c.do(req{method: "DELETE", path: "/v1/timers/nope", want: 404})
 	c.do(req{method: "DELETE", path: "/v1/timers/bad%20key", invalid: true, want: 400})
-	waitFor(t, 10*time.Second, "timer t2 fired", func() bool {
+	testenv.Eventually(t, 10*time.Second, "timer t2 fired", func() bool {
 		var tm api.TimerJSON
 		r, err := http.NewRequest("GET", s.URL+"/v1/timers/t2", nil)
 		if err != nil {
@@ -463,11 +464,11 @@ func TestOpenAPI(t *testing.T) {
 
 	// Every event type reaches the receiver.
 	allTypes := []string{"order.created", "order.paid", "order.cancelled", "order.closed", "order.shipped", "order.completed", "order.extended", "timer.fired"}
-	waitFor(t, 15*time.Second, "a delivery of every event type", func() bool { return rc.has(allTypes) })
+	testenv.Eventually(t, 15*time.Second, "a delivery of every event type", func() bool { return rc.has(allTypes) })
 
 	// Dead letters, from the failing webhook.
 	var dl api.DeadLetterListJSON
-	waitFor(t, 10*time.Second, "dead letters", func() bool {
+	testenv.Eventually(t, 10*time.Second, "dead letters", func() bool {
 		dl = api.DeadLetterListJSON{}
 		json.Unmarshal(c.do(req{method: "GET", path: "/v1/deadletters?limit=10", want: 200}), &dl)
 		return len(dl.DeadLetters) >= 2
@@ -570,17 +571,5 @@ func TestOpenAPI(t *testing.T) {
 		if !rc.types[et] && et != string(hourglass.EventSourceClosed) {
 			t.Errorf("webhook %s is documented; no delivery of it came", et)
 		}
-	}
-}
-
-// waitFor polls cond every 20ms until it holds, failing after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestPayRacesClose pays hundreds of orders at their deadline, a few
@@ -86,7 +87,7 @@ func TestPayRacesClose(t *testing.T) {
 
 	// Wait for the closer to commit every unpaid order (closed_at set).
 	var final map[int64]api.OrderJSON
-	eventually(t, 15*time.Second, "every order paid or closed with closed_at", func() bool {
+	testenv.Eventually(t, 15*time.Second, "every order paid or closed with closed_at", func() bool {
 		final = map[int64]api.OrderJSON{}
 		for _, o := range s.allOrders(t, "", 1000) {
 			if o.Status == "pending_payment" || (o.Status == "closed" && o.ClosedAt == nil) {

@@ -426,19 +426,6 @@ func (s *testServer) allOrders(t *testing.T, status string, limit int) []api.Ord
 	}
 }
 
-// eventually calls done every 20ms until it returns true, failing the test
-// after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, done func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // syncBuffer is a bytes.Buffer safe for concurrent writes.
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // timerFields are the fields of a timer's JSON, all always present.
@@ -127,7 +128,7 @@ func (s *testServer) cancelTimer(t *testing.T, key string) api.TimerJSON {
 func (s *testServer) waitFired(t *testing.T, key string) api.TimerJSON {
 	t.Helper()
 	var tm api.TimerJSON
-	eventually(t, 10*time.Second, "timer "+key+" fired", func() bool {
+	testenv.Eventually(t, 10*time.Second, "timer "+key+" fired", func() bool {
 		tm = s.timer(t, key)
 		return tm.Status == "fired"
 	})
@@ -139,7 +140,7 @@ func (s *testServer) waitFired(t *testing.T, key string) api.TimerJSON {
 func nextMilli(t *testing.T, ts string) {
 	t.Helper()
 	after := apiTimeOf(t, ts).Add(time.Millisecond)
-	eventually(t, time.Second, "clock past "+ts, func() bool { return time.Now().After(after) })
+	testenv.Eventually(t, time.Second, "clock past "+ts, func() bool { return time.Now().After(after) })
 }
 
 // compact returns the compact form of a JSON text.

@@ -20,6 +20,7 @@ import (
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/webhook"
 )
@@ -91,7 +92,7 @@ func startWebhookServerWith(t *testing.T, allow string, change func(*webhook.Con
 		}
 	})
 	s := &testServer{URL: ts.URL, Client: api.NewClient(ts.URL, "", hc), HTTP: hc, logs: logs}
-	eventually(t, 10*time.Second, "ready", func() bool { return eng.Ready() })
+	testenv.Eventually(t, 10*time.Second, "ready", func() bool { return eng.Ready() })
 	return s
 }
 
@@ -425,7 +426,7 @@ func TestDeadLetterAPI(t *testing.T) {
 	o2 := s.createOrder(t, `{"user_id":"u2","items":[{"sku":"mug","quantity":1}]}`)
 
 	var list api.DeadLetterListJSON
-	eventually(t, 20*time.Second, "two dead letters", func() bool {
+	testenv.Eventually(t, 20*time.Second, "two dead letters", func() bool {
 		var err error
 		list, err = s.Client.DeadLetters(t.Context(), 0, 0)
 		return err == nil && len(list.DeadLetters) == 2

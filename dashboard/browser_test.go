@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // chromiumPath is Debian's chromium package (.ci/run installs it).
@@ -194,7 +195,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	want := s.orderMix(t) // 1 cancelled + 2 closed orders: 3 events to the broken receiver
 	wantTimers := s.timerMix(t)
 	var dead api.DeadLetterListJSON
-	eventually(t, 20*time.Second, "3 dead letters", func() bool {
+	testenv.Eventually(t, 20*time.Second, "3 dead letters", func() bool {
 		if _, err := s.Client.Do(t.Context(), http.MethodGet, "/v1/deadletters", nil, nil, &dead); err != nil {
 			t.Fatalf("list dead letters: %v", err)
 		}
@@ -204,7 +205,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	run(t, ctx, "open the dashboard", chromedp.Navigate(s.URL+"/?token="+s.Token))
 	// The page polls every 2s; wait until it shows everything that exists.
 	var shown map[string]int64
-	eventually(t, 20*time.Second, "the page shows the orders and 3 dead letters", func() bool {
+	testenv.Eventually(t, 20*time.Second, "the page shows the orders and 3 dead letters", func() bool {
 		shown = shownCounts(t, ctx)
 		return len(shownDeadLetters(t, ctx)) == 3 && shown["closed"] == want["closed"]
 	})
@@ -216,7 +217,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	// The timers card, beside the orders: counts as GET /v1/timers lists
 	// them, and the fire lateness over the 2 fires.
-	eventually(t, 10*time.Second, "the page shows the timers", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the page shows the timers", func() bool {
 		return shownTiles(t, ctx, "timers")["fired"] == wantTimers["fired"]
 	})
 	shownTimers := shownTiles(t, ctx, "timers")
@@ -230,7 +231,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	// The webhook delivery card: the 3 first attempts of the last minute,
 	// their lag, and no deferred fan-out (no burst), as GET /v1/dashboard.
-	eventually(t, 10*time.Second, "the page shows 3 first attempts", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the page shows 3 first attempts", func() bool {
 		return run(t, ctx, "read first attempts", chromedp.Evaluate[string](`document.getElementById('delivery-first-attempts').textContent`)) == "3"
 	})
 	snap := s.snapshot(t)
@@ -246,7 +247,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("page shows %q overdue orders, want 0", overdue)
 	}
 	// The nodes card: this server, owning every partition.
-	eventually(t, 10*time.Second, "the page shows this node owning every partition", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the page shows this node owning every partition", func() bool {
 		nodes := run(t, ctx, "read nodes", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#nodes tbody tr')].map(tr => tr.dataset.node + ' ' + tr.querySelector('td.parts').textContent)`))
 		return len(nodes) == 1 && nodes[0] == "dash-node 64: 0-63"
 	})
@@ -254,7 +255,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("address bar still has %q: the token should be dropped from it", search)
 	}
 	// The dead-letters alert fires (3 > 0) and the page says so, as the API does.
-	eventually(t, 10*time.Second, "the page shows the dead_letters alert firing", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the page shows the dead_letters alert firing", func() bool {
 		return run(t, ctx, "read alerts", chromedp.Evaluate[bool](`!!document.querySelector('#alerts li.firing[data-rule="dead_letters"]')`))
 	})
 	firing := run(t, ctx, "read firing alerts", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#alerts li.firing')].map(li => li.dataset.rule)`))
@@ -274,7 +275,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	rows := shownDeadLetters(t, ctx)
 	target := rows[0]
 	run(t, ctx, "click Retry", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadletters tbody tr[data-id="%s"] button.retry`, target))))
-	eventually(t, 10*time.Second, "the retried dead letter leaves the list", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the retried dead letter leaves the list", func() bool {
 		rows := shownDeadLetters(t, ctx)
 		return len(rows) == 2 && !slices.Contains(rows, target)
 	})
@@ -299,15 +300,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	formShown := func() bool {
 		return run(t, tab, "read token form", chromedp.Evaluate[bool](`!document.getElementById('token-form').hidden && document.getElementById('main').hidden`))
 	}
-	eventually(t, 10*time.Second, "token form shown", formShown)
+	testenv.Eventually(t, 10*time.Second, "token form shown", formShown)
 	run(t, tab, "type a wrong token", chromedp.SendKeys(chromedp.CSS("#token-input"), "wrong-token"))
 	run(t, tab, "click Connect", chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
-	eventually(t, 10*time.Second, "wrong token refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "wrong token refused", func() bool {
 		return formShown() && run(t, tab, "read token error", chromedp.Evaluate[string](`document.getElementById('token-error').textContent`)) == "The token was refused."
 	})
 	run(t, tab, "type the token", chromedp.SendKeys(chromedp.CSS("#token-input"), s.Token))
 	run(t, tab, "click Connect", chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
-	eventually(t, 10*time.Second, "the page shows the orders after the token", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the page shows the orders after the token", func() bool {
 		got := shownCounts(t, tab)
 		return !formShown() && got["pending_payment"] == want["pending_payment"] && got["paid"] == want["paid"]
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/webhook"
 )
@@ -106,7 +107,7 @@ func startServer(t *testing.T) *server {
 		}
 	})
 	s := &server{URL: ts.URL, Token: testToken, Client: api.NewClient(ts.URL, testToken, nil), Store: store, logs: logs}
-	eventually(t, 10*time.Second, "engine ready", eng.Ready)
+	testenv.Eventually(t, 10*time.Second, "engine ready", eng.Ready)
 	return s
 }
 
@@ -220,7 +221,7 @@ func (s *server) orderMix(t *testing.T) map[string]int64 {
 	do(create(time.Hour).ID, "cancel", nil)
 	want["cancelled"] = 1
 	want["closed"] = int64(len(closing))
-	eventually(t, 15*time.Second, "short orders closed", func() bool {
+	testenv.Eventually(t, 15*time.Second, "short orders closed", func() bool {
 		for _, id := range closing {
 			var o api.OrderJSON
 			if _, err := s.Client.Do(ctx, http.MethodGet, fmt.Sprintf("/v1/orders/%d", id), nil, nil, &o); err != nil || o.ClosedAt == nil {
@@ -250,7 +251,7 @@ func (s *server) timerMix(t *testing.T) map[string]int64 {
 	if _, err := s.Client.CancelTimer(ctx, "dropped"); err != nil {
 		t.Fatalf("cancel timer: %v", err)
 	}
-	eventually(t, 15*time.Second, "short timers fired", func() bool {
+	testenv.Eventually(t, 15*time.Second, "short timers fired", func() bool {
 		return s.countTimersByAPI(t, "fired") == 2
 	})
 	return map[string]int64{"scheduled": 1, "fired": 2, "cancelled": 1}
@@ -271,19 +272,6 @@ func (s *server) countTimersByAPI(t *testing.T, status string) int64 {
 			return n
 		}
 		after = *l.Next
-	}
-}
-
-// eventually calls done every 20ms until it returns true, failing the test
-// after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, done func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
