@@ -42,6 +42,7 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"GuardMatchesSeveral", sourceGuardSeveral},
 		{"StatementFails", sourceStatementFails},
 		{"TwoStoresCloseOnce", sourceTwoStores},
+		{"DeadlineMillis", sourceDeadlineMillis},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -328,5 +329,38 @@ func sourceTwoStores(t *testing.T, h SourceHarness) {
 	}
 	if avail, res := shop.Stock(t, "A"); avail != 1000 || res != 0 {
 		t.Errorf("stock %d/%d; want every reservation released once", avail, res)
+	}
+}
+
+// sourceDeadlineMillis: a deadline kept as BIGINT unix milliseconds
+// (deadline_unit: ms) is read, paged and closed by.
+func sourceDeadlineMillis(t *testing.T, h SourceHarness) {
+	db, _, shop := h.Open(t)
+	shop.Create(t, true)
+	nowMs := "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+	ddl := `CREATE TABLE ` + shop.T("coupons") + ` (id BIGINT AUTO_INCREMENT PRIMARY KEY, state VARCHAR(16) NOT NULL, expires_ms BIGINT NOT NULL, KEY (state, expires_ms))`
+	if shop.Postgres {
+		nowMs = "(extract(epoch FROM now()) * 1000)::bigint"
+		ddl = `CREATE TABLE ` + shop.T("coupons") + ` (id BIGSERIAL PRIMARY KEY, state TEXT NOT NULL, expires_ms BIGINT NOT NULL)`
+	}
+	shop.Exec(t, ddl)
+	if shop.Postgres {
+		shop.Exec(t, `CREATE INDEX coupons_state_expires ON `+shop.T("coupons")+` (state, expires_ms)`)
+	}
+	src := hourglass.Source{Name: "coupons", Table: shop.T("coupons"), Key: "id", Deadline: "expires_ms", DeadlineUnit: "ms",
+		Pending: "state = 'ACTIVE'", Close: []string{"UPDATE " + shop.T("coupons") + " SET state = 'EXPIRED' WHERE id = :key AND state = 'ACTIVE' AND expires_ms <= " + nowMs}}
+	tbl, w, err := db.OpenSource(t.Context(), src)
+	if err != nil || len(w) != 0 {
+		t.Fatalf("OpenSource: %v, warnings %q", err, w)
+	}
+	past, future := time.Now().Add(-time.Second).Truncate(time.Millisecond), time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	shop.Exec(t, "INSERT INTO "+shop.T("coupons")+" (state, expires_ms) VALUES ('ACTIVE', ?), ('ACTIVE', ?)", hourglass.UnixMilli(past), hourglass.UnixMilli(future))
+	rows, err := tbl.Due(t.Context(), hourglass.PendingDueParams{Until: time.Now().Add(2 * time.Hour), Limit: 10})
+	if err != nil || len(rows) != 2 || !rows[0].Deadline.Equal(past) || !rows[1].Deadline.Equal(future) {
+		t.Fatalf("Due = %v, %v; want the two deadlines %s and %s", rows, err, past, future)
+	}
+	res, err := tbl.Close(t.Context(), rows)
+	if err != nil || len(res) != 2 || res[0].Outcome != hourglass.SourceClosed || res[1].Outcome != hourglass.SourceNoop || !res[1].Pending || !res[1].Deadline.Equal(future) {
+		t.Fatalf("Close = %+v, %v; want the past one closed, the future one pending", res, err)
 	}
 }
