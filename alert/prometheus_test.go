@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/metrics"
@@ -51,7 +52,7 @@ func TestPrometheusRules(t *testing.T) {
 
 	// DeadLetterMax as --dead-letter-max's default.
 	ev, err := alert.New(alert.Config{Backlog: &fakeCounts{}, Activity: alert.NewRecorder(nil), DeadLetters: &fakeCounts{},
-		ClockSkew: fixedSkew(0), Thresholds: alert.Thresholds{DeadLetterMax: 100000}})
+		ClockSkew: fixedSkew(0), EventSinks: &sinkLag{}, Thresholds: alert.Thresholds{DeadLetterMax: 100000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +63,7 @@ func TestPrometheusRules(t *testing.T) {
 
 	m := metrics.New(func() int { return 0 })
 	m.AlertFiring(alert.RuleCloseBacklog, false) // a vector shows once it has a series
+	m.EventSinks(map[string]func() time.Duration{"kafka://k:9092/orders": func() time.Duration { return 0 }})
 	names, err := m.Names()
 	if err != nil {
 		t.Fatal(err)
