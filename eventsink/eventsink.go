@@ -321,7 +321,6 @@ func (p *Publisher) sleep(ctx context.Context, d time.Duration) error {
 // the next step before anything new is read.
 type pending struct {
 	msgs []Message
-	seq  int64 // the highest seq read when it was read
 }
 
 // step runs one poll: (re)load the state when ownership changed, keep
@@ -351,7 +350,11 @@ func (p *Publisher) step(ctx context.Context) (more bool, err error) {
 		}
 		p.acked(inHand.msgs)
 		p.hand = nil
+		p.oldest.Store(0)
 	}
+	// Were the gaps' read to fail, the new page is read again next time:
+	// it cannot be published before them.
+	readBefore, gapsBefore := p.read, slices.Clone(p.gaps)
 	var found []hourglass.EventRecord
 	full := false
 	if len(p.gaps) < p.cfg.MaxGaps {
@@ -378,6 +381,7 @@ func (p *Publisher) step(ctx context.Context) (more bool, err error) {
 	// before a later event of its order was read is found now.
 	filled, err := p.fillGaps(ctx, now)
 	if err != nil {
+		p.read, p.gaps = readBefore, gapsBefore
 		return false, err
 	}
 	found = append(found, filled...)
@@ -393,7 +397,7 @@ func (p *Publisher) step(ctx context.Context) (more bool, err error) {
 	if len(msgs) > 0 {
 		p.noteOldest(msgs)
 		if err := p.cfg.Sink.Publish(ctx, msgs); err != nil {
-			p.hand = &pending{msgs: msgs, seq: p.read}
+			p.hand = &pending{msgs: msgs}
 			return false, fmt.Errorf("publish %d events: %w", len(msgs), err)
 		}
 		p.acked(msgs)

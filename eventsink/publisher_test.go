@@ -117,3 +117,28 @@ func TestDatabaseDown(t *testing.T) {
 		t.Errorf("observer counted %d published, want 100", n)
 	}
 }
+
+// TestGapReadFails: when reading the gaps fails after a page of new events
+// was read, that page is not lost: it is read again, and published once
+// the gaps can be read.
+func TestGapReadFails(t *testing.T) {
+	t.Parallel()
+	log := sinktest.NewMemLog()
+	sink := &memSink{}
+	obs := &countingObserver{}
+	now := time.Now()
+	inFlight := log.Reserve() // a gap at seq 1
+	log.SetFailingRanges(true)
+	a := log.Append(2, hourglass.EventOrderCreated, now)
+	run(t, log, sink, 10*time.Second, obs)
+	testenv.Eventually(t, 5*time.Second, "failures counted", func() bool { return obs.failed.Load() >= 3 })
+	b := log.Append(3, hourglass.EventOrderCreated, now)
+	log.SetFailingRanges(false)
+	testenv.Eventually(t, 5*time.Second, "the events after the gap published", func() bool { return len(sink.messages()) == 2 })
+	c := log.Commit(inFlight, 1, hourglass.EventOrderCreated, now)
+	testenv.Eventually(t, 5*time.Second, "the gap's event published", func() bool { return len(sink.messages()) == 3 })
+	got := ids(sink.messages())
+	if got[0] != a.ID || got[1] != b.ID || got[2] != c.ID {
+		t.Errorf("published %v, want %s, %s, %s", got, a.ID, b.ID, c.ID)
+	}
+}

@@ -22,8 +22,9 @@ type MemLog struct {
 	events  map[int64]hourglass.EventRecord // visible
 	cursors map[string]map[int]int64
 	saves   int
-	// Fail, when set, makes Events fail (a database outage).
-	fail bool
+	// fail makes Events fail (a database outage); failRanges only the
+	// reads with an upper bound (a Publisher's reads of its gaps).
+	fail, failRanges bool
 }
 
 var _ hourglass.EventLog = (*MemLog)(nil)
@@ -67,11 +68,19 @@ func (l *MemLog) SetFailing(v bool) {
 	l.mu.Unlock()
 }
 
+// SetFailingRanges makes the reads with an upper bound (EventPage.Until)
+// fail (true) or work again.
+func (l *MemLog) SetFailingRanges(v bool) {
+	l.mu.Lock()
+	l.failRanges = v
+	l.mu.Unlock()
+}
+
 // Events implements hourglass.EventLog.
 func (l *MemLog) Events(_ context.Context, p hourglass.EventPage) ([]hourglass.EventRecord, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.fail {
+	if l.fail || (l.failRanges && p.Until > 0) {
 		return nil, hourglass.Errorf(hourglass.CodeUnavailable, "memlog: down")
 	}
 	until := p.Until
