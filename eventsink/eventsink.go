@@ -364,8 +364,14 @@ func (p *Publisher) step(ctx context.Context) (more bool, err error) {
 		}
 		full = len(page) == p.cfg.Batch
 		next := p.read + 1
-		for _, e := range page {
-			if e.Seq > next && len(p.gaps) < p.cfg.MaxGaps {
+		for i, e := range page {
+			if e.Seq > next {
+				if len(p.gaps) == p.cfg.MaxGaps {
+					// No room to remember this hole: stop before it,
+					// and read from there once gaps settle.
+					page, full = page[:i], false
+					break
+				}
 				p.gaps = append(p.gaps, gap{from: next, to: e.Seq - 1, seen: now})
 			}
 			next = e.Seq + 1

@@ -142,3 +142,34 @@ func TestGapReadFails(t *testing.T) {
 		t.Errorf("published %v, want %s, %s, %s", got, a.ID, b.ID, c.ID)
 	}
 }
+
+// TestMaxGaps: with room for one gap, a second hole is not read past until
+// the first settles; no event behind either is lost.
+func TestMaxGaps(t *testing.T) {
+	t.Parallel()
+	log := sinktest.NewMemLog()
+	sink := &memSink{}
+	now := time.Now()
+	first := log.Reserve()
+	a := log.Append(2, hourglass.EventOrderCreated, now)
+	second := log.Reserve()
+	b := log.Append(3, hourglass.EventOrderCreated, now)
+	p, err := eventsink.New(eventsink.Config{Name: "test", Sink: sink, Log: log, Poll: 5 * time.Millisecond, Settle: 200 * time.Millisecond, MaxGaps: 1,
+		SaveInterval: 5 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.Eventually(t, 5*time.Second, "the event between the holes published", func() bool { return len(sink.messages()) == 1 })
+	c := log.Commit(second, 4, hourglass.EventOrderCreated, now) // fills the second hole before it was read past
+	testenv.Eventually(t, 5*time.Second, "the rest published", func() bool { return len(sink.messages()) == 3 })
+	got := ids(sink.messages())
+	if got[0] != a.ID || got[1] != c.ID || got[2] != b.ID {
+		t.Errorf("published %v, want %s, %s, %s", got, a.ID, c.ID, b.ID)
+	}
+	testenv.Eventually(t, 5*time.Second, "the cursor past the settled first hole", func() bool { return log.MinCursor("test") == b.Seq })
+	_ = first
+}
