@@ -239,7 +239,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// Alerts are evaluated and notified by one node of a cluster.
 	// The shops' own tables (--sources), checked against the database.
-	if n.sources, err = openSources(ctx, cfg, db, self, m, clock, log); err != nil {
+	if n.sources, err = openSources(ctx, cfg, db, self, n.gate, m, clock, log); err != nil {
 		return nil, err
 	}
 	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() },

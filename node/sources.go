@@ -18,7 +18,7 @@ import (
 // checked against the database, a bad one refused with one line, and a
 // warning logged for each query a missing index would make read a whole
 // table. They close on the node's clock, partitioned like orders.
-func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *member, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*source.Runner, error) {
+func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *member, gate *checkGate, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*source.Runner, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, nil
 	}
@@ -26,16 +26,22 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 	if !ok {
 		return nil, fmt.Errorf("--sources needs PostgreSQL or MySQL (--database-url): the shop's tables live in hourglass's database, and SQLite cannot be shared with an order service")
 	}
-	// Sources with a before_close share a payment checker, signed with
+	// Sources with a before_close ask through the node's one payment
+	// checker (the gate's, when --before-close-url is set), signed with
 	// --before-close-secret.
 	var check source.Checker
 	for _, s := range cfg.Sources {
 		if s.BeforeClose == "" {
 			continue
 		}
-		checker, err := beforeclose.New(beforeclose.Config{Secret: cfg.BeforeClose.Secret, Timeout: cfg.BeforeClose.Timeout, Clock: clock, Observer: m, Logger: log})
-		if err != nil {
-			return nil, fmt.Errorf("--sources: before_close: %w", err)
+		var checker *beforeclose.Checker
+		if gate != nil {
+			checker = gate.checker
+		} else {
+			var err error
+			if checker, err = newChecker(cfg.BeforeClose, m, clock, log); err != nil {
+				return nil, fmt.Errorf("--sources: before_close: %w", err)
+			}
 		}
 		check = source.PaymentCheck{Checker: checker, Clock: clock, Logger: log}
 		break
