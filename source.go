@@ -147,26 +147,43 @@ func checkSQLText(q string) error {
 	if len(q) > MaxSourceSQL {
 		return fmt.Errorf("%d bytes; at most %d", len(q), MaxSourceSQL)
 	}
-	var quote byte
+	var quotes quoteState
 	for i := 0; i < len(q); i++ {
 		c := q[i]
+		if !quotes.outside(c) {
+			continue
+		}
 		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"' || c == '`':
-			quote = c
 		case c == ';':
 			return fmt.Errorf("one statement without \";\", please")
 		case c == '-' && i+1 < len(q) && q[i+1] == '-', c == '/' && i+1 < len(q) && q[i+1] == '*':
 			return fmt.Errorf("no comments, please (they could hide a :key or a quote)")
 		}
 	}
-	if quote != 0 {
-		return fmt.Errorf("an unterminated quote %c", quote)
+	if quotes.quote != 0 {
+		return fmt.Errorf("an unterminated quote %c", quotes.quote)
 	}
 	return nil
+}
+
+// quoteState follows SQL text byte by byte: inside '…', "…" or `…`, or
+// not.
+type quoteState struct{ quote byte }
+
+// outside reports whether c stands outside every quote (a quote mark
+// itself does not), and moves the state past it.
+func (s *quoteState) outside(c byte) bool {
+	switch {
+	case s.quote != 0:
+		if c == s.quote {
+			s.quote = 0
+		}
+		return false
+	case c == '\'' || c == '"' || c == '`':
+		s.quote = c
+		return false
+	}
+	return true
 }
 
 // BoundSQL is a statement with its :key placeholders rendered for a
@@ -182,21 +199,14 @@ type BoundSQL struct {
 func BindKey(q string, param func(n int) string) BoundSQL {
 	q = strings.TrimSpace(q)
 	var (
-		b     strings.Builder
-		out   BoundSQL
-		quote byte
+		b      strings.Builder
+		out    BoundSQL
+		quotes quoteState
 	)
 	for i := 0; i < len(q); i++ {
 		c := q[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"' || c == '`':
-			quote = c
-		case c == ':' && strings.HasPrefix(q[i:], ":key") && (i == 0 || q[i-1] != ':') &&
-			(i+4 == len(q) || !isIdentByte(q[i+4])):
+		if quotes.outside(c) && c == ':' && strings.HasPrefix(q[i:], ":key") && (i == 0 || q[i-1] != ':') &&
+			(i+4 == len(q) || !isIdentByte(q[i+4])) {
 			out.Params = append(out.Params, 0)
 			b.WriteString(param(len(out.Params)))
 			i += 3

@@ -125,10 +125,10 @@ func (s Shop) TryOrder(t testing.TB, user string, in time.Duration, sku string, 
 	if err != nil {
 		return 0, fmt.Errorf("insert order: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO `+s.T("order_items")+` (order_id, sku, qty) VALUES (?, ?, ?)`), id, sku, qty); err != nil {
+	if _, err := tx.ExecContext(ctx, s.Bind(`INSERT INTO `+s.T("order_items")+` (order_id, sku, qty) VALUES (?, ?, ?)`), id, sku, qty); err != nil {
 		return 0, fmt.Errorf("insert item: %w", err)
 	}
-	n, err := exec(ctx, tx, s.bind(`UPDATE `+s.T("stock")+` SET available = available - ?, reserved = reserved + ? WHERE sku = ? AND available >= ?`), qty, qty, sku, qty)
+	n, err := exec(ctx, tx, s.Bind(`UPDATE `+s.T("stock")+` SET available = available - ?, reserved = reserved + ? WHERE sku = ? AND available >= ?`), qty, qty, sku, qty)
 	if err != nil || n != 1 {
 		return 0, fmt.Errorf("reserve stock: %d rows, %v", n, err)
 	}
@@ -146,7 +146,7 @@ func (s Shop) Pay(t testing.TB, id int64) (bool, error) {
 		return false, err
 	}
 	defer tx.Rollback()
-	n, err := exec(ctx, tx, s.bind(`UPDATE `+s.T("orders")+` SET status = 'PAID' WHERE id = ? AND status = 'UNPAID' AND expire_at > `+s.Now()), id)
+	n, err := exec(ctx, tx, s.Bind(`UPDATE `+s.T("orders")+` SET status = 'PAID' WHERE id = ? AND status = 'UNPAID' AND expire_at > `+s.Now()), id)
 	if err != nil || n == 0 {
 		return false, err
 	}
@@ -165,7 +165,7 @@ func (s Shop) Pay(t testing.TB, id int64) (bool, error) {
 func (s Shop) Status(t testing.TB, id int64) string {
 	t.Helper()
 	var st string
-	if err := s.DB.QueryRowContext(t.Context(), s.bind(`SELECT status FROM `+s.T("orders")+` WHERE id = ?`), id).Scan(&st); err != nil {
+	if err := s.DB.QueryRowContext(t.Context(), s.Bind(`SELECT status FROM `+s.T("orders")+` WHERE id = ?`), id).Scan(&st); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -174,7 +174,7 @@ func (s Shop) Status(t testing.TB, id int64) string {
 // Stock returns a SKU's available and reserved stock.
 func (s Shop) Stock(t testing.TB, sku string) (available, reserved int) {
 	t.Helper()
-	if err := s.DB.QueryRowContext(t.Context(), s.bind(`SELECT available, reserved FROM `+s.T("stock")+` WHERE sku = ?`), sku).Scan(&available, &reserved); err != nil {
+	if err := s.DB.QueryRowContext(t.Context(), s.Bind(`SELECT available, reserved FROM `+s.T("stock")+` WHERE sku = ?`), sku).Scan(&available, &reserved); err != nil {
 		t.Fatal(err)
 	}
 	return available, reserved
@@ -183,15 +183,16 @@ func (s Shop) Stock(t testing.TB, sku string) (available, reserved int) {
 // Exec runs one statement of the shop's (placeholders as ?).
 func (s Shop) Exec(t testing.TB, q string, args ...any) int64 {
 	t.Helper()
-	n, err := exec(t.Context(), s.DB, s.bind(q), args...)
+	n, err := exec(t.Context(), s.DB, s.Bind(q), args...)
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return n
 }
 
-// bind turns ? placeholders into PostgreSQL's $n.
-func (s Shop) bind(q string) string {
+// Bind turns a statement's ? placeholders into the shop's database's
+// (PostgreSQL's $n).
+func (s Shop) Bind(q string) string {
 	if !s.Postgres {
 		return q
 	}
@@ -218,6 +219,3 @@ func exec(ctx context.Context, db interface {
 	}
 	return res.RowsAffected()
 }
-
-// Rebind turns a statement's ? placeholders into the shop's database's.
-func (s Shop) Rebind(q string) string { return s.bind(q) }

@@ -30,10 +30,7 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 	// checker (the gate's, when --before-close-url is set), signed with
 	// --before-close-secret.
 	var check source.Checker
-	for _, s := range cfg.Sources {
-		if s.BeforeClose == "" {
-			continue
-		}
+	if source.AsksBeforeClose(cfg.Sources) {
 		var checker *beforeclose.Checker
 		if gate != nil {
 			checker = gate.checker
@@ -44,7 +41,6 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 			}
 		}
 		check = source.PaymentCheck{Checker: checker, Clock: clock, Logger: log}
-		break
 	}
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -167,7 +167,7 @@ func BenchmarkSourcesBesideOrders(b *testing.B) {
 		shop.Exec(b, "INSERT INTO "+shop.T("orders")+" (user_id, status, expire_at) SELECT 'u', 'UNPAID', TIMESTAMP '"+ts+"' FROM "+
 			"(SELECT a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d AS i FROM "+digit+" a, "+digit+" b, "+digit+" c, "+digit+" e, "+digit+" f) x WHERE i < ?", b.N)
 	}
-	rows, err := shop.DB.Query(shop.Rebind("SELECT id FROM "+shop.T("orders")+" WHERE id > ?"), firstKey)
+	rows, err := shop.DB.Query(shop.Bind("SELECT id FROM "+shop.T("orders")+" WHERE id > ?"), firstKey)
 	if err != nil {
 		b.Fatal(err)
 	}

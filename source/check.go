@@ -1,9 +1,11 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,7 +57,7 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 	now := p.Clock.Now()
 	if err != nil {
 		n, retryIn := p.Checker.Failed(key)
-		if src.BeforeCloseOnError == "close" && n >= cmpOr(src.BeforeCloseMaxFailures, maxFailuresDefault) {
+		if src.BeforeCloseOnError == "close" && n >= cmp.Or(src.BeforeCloseMaxFailures, maxFailuresDefault) {
 			p.Logger.Warn("source: payment check failed too often; closing as before_close_on_error: close says", "source", src.Name, "key", row.OrderID, "failures", n, "err", err)
 			p.Checker.Succeeded(key)
 			return true, time.Time{}
@@ -86,13 +88,6 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 // FailingSince is the checker's (the before_close_failures alert).
 func (p PaymentCheck) FailingSince() (time.Time, bool) { return p.Checker.FailingSince() }
 
-func cmpOr(a, b int) int {
-	if a > 0 {
-		return a
-	}
-	return b
-}
-
 // extensions remembers the rows a payment check extended (by key, until
 // when), so that neither the sweeper nor a reload closes them before:
 // the shop's row still holds the old deadline. Bounded; safe for
@@ -102,14 +97,13 @@ type extensions struct {
 	m  map[int64]time.Time
 }
 
-func (e *extensions) set(key int64, until time.Time) {
+func (e *extensions) set(key int64, until, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.m == nil {
 		e.m = map[int64]time.Time{}
 	}
 	if len(e.m) >= maxExtended {
-		now := time.Now()
 		for k, u := range e.m {
 			if u.Before(now) {
 				delete(e.m, k)
@@ -135,4 +129,9 @@ func (e *extensions) until(key int64, now time.Time) time.Time {
 		return time.Time{}
 	}
 	return u
+}
+
+// AsksBeforeClose reports whether some source has a before_close.
+func AsksBeforeClose(srcs []hourglass.Source) bool {
+	return slices.ContainsFunc(srcs, func(s hourglass.Source) bool { return s.BeforeClose != "" })
 }

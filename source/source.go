@@ -178,17 +178,7 @@ func (r *Runner) Misconfigured(now time.Time) []string {
 }
 
 // Checks reports whether some source asks a payment provider first.
-func (r *Runner) Checks() bool {
-	if r.cfg.Checker == nil {
-		return false
-	}
-	for _, s := range r.srcs {
-		if s.src.BeforeClose != "" {
-			return true
-		}
-	}
-	return false
-}
+func (r *Runner) Checks() bool { return r.cfg.Checker != nil && AsksBeforeClose(r.cfg.Sources) }
 
 // FailingSince returns when the sources' payment checks began failing
 // without a break (ok false: they answer, or none asks), for the
@@ -362,7 +352,7 @@ func (s *runner) check(ctx context.Context, rows, later []hourglass.Timer) (clos
 				closeNow = append(closeNow, r)
 			case !retryAt.IsZero():
 				if retryAt.After(r.Deadline) {
-					s.extended.set(r.OrderID, retryAt)
+					s.extended.set(r.OrderID, retryAt, s.clock.Now())
 				}
 				again = append(again, hourglass.Timer{OrderID: r.OrderID, Deadline: retryAt})
 			}

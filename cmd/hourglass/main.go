@@ -18,6 +18,7 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/node"
+	"github.com/hourglass/hourglass/source"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/migrate"
 )
@@ -161,7 +162,7 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
-	beforeClose, err := s.beforeCloseFlags.config(asksBeforeClose(sources))
+	beforeClose, err := s.beforeCloseFlags.config(source.AsksBeforeClose(sources))
 	if err != nil {
 		return node.Config{}, err
 	}

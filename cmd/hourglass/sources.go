@@ -20,13 +20,3 @@ func (f sourceFlags) sources() ([]hourglass.Source, error) {
 	}
 	return source.Load(f.Sources)
 }
-
-// asksBeforeClose reports whether a source has a before_close.
-func asksBeforeClose(srcs []hourglass.Source) bool {
-	for _, s := range srcs {
-		if s.BeforeClose != "" {
-			return true
-		}
-	}
-	return false
-}

@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/amqpdial"
 )
 
 // parseURL checks a broker URL and returns it with the address and user for
@@ -35,29 +36,7 @@ func address(uri amqp.URI) string { return net.JoinHostPort(uri.Host, strconv.It
 // together are bounded by the dial timeout. Errors are one line saying what
 // to fix.
 func (s *Scheduler) dial(ctx context.Context, role string) (*amqp.Connection, error) {
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName("hourglass " + s.cfg.Namespace + " " + role)
-	timeout := s.cfg.DialTimeout
-	cfg := amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Locale:     "en_US",
-		Properties: props,
-		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: timeout}
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// Heartbeats start after the handshake; until then only a
-			// deadline stops a broker that accepted but does not answer.
-			// The library clears it once the connection is open.
-			if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-				conn.Close()
-				return nil, err
-			}
-			return conn, nil
-		},
-	}
+	cfg := amqpdial.Config(ctx, "hourglass "+s.cfg.Namespace+" "+role, s.cfg.DialTimeout)
 	conn, err := amqp.DialConfig(s.cfg.URL, cfg)
 	if err != nil {
 		return nil, explainDial(err, s.uri)

@@ -23,6 +23,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hourglass/hourglass/eventsink"
+	"github.com/hourglass/hourglass/internal/amqpdial"
 )
 
 // TimeoutDefault bounds a dial and each publish.
@@ -128,23 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 func (s *Sink) connect(ctx context.Context) error {
 	s.drop()
 	addr := net.JoinHostPort(s.target.URI.Host, strconv.Itoa(s.target.URI.Port))
-	timeout := s.timeout
-	conn, err := amqp.DialConfig(s.url, amqp.Config{
-		Heartbeat: 10 * time.Second,
-		Locale:    "en_US",
-		Dial: func(network, a string) (net.Conn, error) {
-			d := net.Dialer{Timeout: timeout}
-			c, err := d.DialContext(ctx, network, a)
-			if err != nil {
-				return nil, err
-			}
-			if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
-				c.Close()
-				return nil, err
-			}
-			return c, nil
-		},
-	})
+	conn, err := amqp.DialConfig(s.url, amqpdial.Config(ctx, "hourglass event sink "+s.name, s.timeout))
 	if err != nil {
 		return fmt.Errorf("amqp sink %s: connect to %s: %w", s.name, addr, err)
 	}
