@@ -20,6 +20,9 @@ type Shop struct {
 	// database of hourglass's server.
 	Schema   string
 	Postgres bool
+	// Events, when set, is hourglass's events table as the shop's
+	// connection names it (for tests that count source.closed events).
+	Events string
 }
 
 // T is a table's qualified name.
