@@ -22,14 +22,20 @@ import (
 // shopDB connects, as a shop's service would (go-sql-driver/mysql, its
 // defaults: server-side prepared statements), to the database at shopURL,
 // in a session whose time_zone is not UTC: requested_at must be UTC all
-// the same. It is closed in t.Cleanup.
-func shopDB(t *testing.T, shopURL string) *sql.DB {
+// the same. Extra session variables (name, value pairs) are set too: a
+// shop reading through another Galera node than hourglass writes through
+// asks for causal reads (wsrep_sync_wait), or may read a row before that
+// node applied hourglass's close. It is closed in t.Cleanup.
+func shopDB(t *testing.T, shopURL string, vars ...string) *sql.DB {
 	t.Helper()
 	cfg, err := myurl.Parse(shopURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Params = map[string]string{"time_zone": "'+05:00'"}
+	for i := 0; i+1 < len(vars); i += 2 {
+		cfg.Params[vars[i]] = vars[i+1]
+	}
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +83,7 @@ func TestGaleraTimerRequestsConformance(t *testing.T) {
 			sa, sb := open(t, urls[0], nil, false), open(t, urls[1], nil, false)
 			table = requestTable(t, urls[0])
 			awaitTable(t, shops[2], table.Name)
-			return sa, sb, sa, shopDB(t, shops[2]), table
+			return sa, sb, sa, shopDB(t, shops[2], "wsrep_sync_wait", "1"), table
 		},
 	})
 }

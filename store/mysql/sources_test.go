@@ -39,7 +39,7 @@ func TestGaleraSourcesConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return open(t, urls[0], nil, false), open(t, urls[1], nil, false), hourglasstest.Shop{DB: shopDB(t, shops[2]), Schema: cfg.DBName}
+			return open(t, urls[0], nil, false), open(t, urls[1], nil, false), hourglasstest.Shop{DB: shopDB(t, shops[2], "wsrep_sync_wait", "1"), Schema: cfg.DBName}
 		},
 	})
 }
