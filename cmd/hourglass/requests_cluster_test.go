@@ -28,9 +28,7 @@ import (
 func TestClusterTimerRequests(t *testing.T) {
 	for _, kind := range []string{store.KindPostgres, store.KindMySQL} {
 		t.Run(kind, func(t *testing.T) {
-			if testing.Short() {
-				t.Skip("runs a cluster of the built binary; skipped with -short")
-			}
+			skipCluster(t)
 			const ttl = 2 * time.Second
 			var (
 				dbURL string

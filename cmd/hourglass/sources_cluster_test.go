@@ -76,9 +76,7 @@ func sourceShop(t *testing.T, kind string) (dbURL string, shop hourglasstest.Sho
 // The nodes' delay mechanism (the wheel, or Redis) times hourglass's own
 // orders; sources time their rows in memory either way.
 func TestSourcesKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the built binary; skipped with -short")
-	}
+	skipCluster(t)
 	type variant struct {
 		kind  string
 		n     int
