@@ -153,7 +153,32 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, rec.deliver) }()
-	rec.wait(t, len(timers), 15*time.Second)
+	if !rec.waitFor(len(timers), 15*time.Second) {
+		// Say which timers are missing and where the server holds them: a
+		// NATS 2.9 consumer's redelivery of nak'ed messages has been seen
+		// to stall under load (see the package doc).
+		cancel()
+		<-done
+		rec.mu.Lock()
+		var missing []string
+		for _, tm := range timers {
+			if rec.n[tm.OrderID] == 0 {
+				missing = append(missing, fmt.Sprintf("%d (partition %d, due %s)", tm.OrderID, hourglass.PartitionOf(tm.OrderID), tm.Deadline.Format("15:04:05.000")))
+			}
+		}
+		rec.mu.Unlock()
+		var held []string
+		for p := range hourglass.Partitions {
+			cons, err := js.Consumer(context.Background(), fmt.Sprintf("%s-timers-%d", ns, p), ns+"-closer")
+			if err != nil {
+				continue
+			}
+			if info, err := cons.Info(context.Background()); err == nil && info.NumAckPending+int(info.NumPending)+info.NumRedelivered > 0 {
+				held = append(held, fmt.Sprintf("partition %d: pending %d, ack pending %d, redelivered %d", p, info.NumPending, info.NumAckPending, info.NumRedelivered))
+			}
+		}
+		t.Fatalf("%d of %d timers not delivered within 15 s (now %s): %v; the consumers: %v", len(missing), len(timers), time.Now().Format("15:04:05.000"), missing, held)
+	}
 	time.Sleep(200 * time.Millisecond) // a duplicate would show by now
 	cancel()
 	if err := <-done; err != nil {
@@ -325,6 +350,21 @@ func (r *recorder) deliver(_ context.Context, due []hourglass.Timer) error {
 		r.n[tm.OrderID]++
 	}
 	return nil
+}
+
+// waitFor reports whether n timers were delivered within timeout.
+func (r *recorder) waitFor(n int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(testenv.Poll) {
+		r.mu.Lock()
+		got := len(r.first)
+		r.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 func (r *recorder) wait(t *testing.T, n int, timeout time.Duration) {
