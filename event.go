@@ -303,6 +303,19 @@ type DeadLetter struct {
 	FailedAt  time.Time
 }
 
+// MaxPendingBatch is the most ids DeliveryStore.PendingDeliveries reads at
+// once.
+const MaxPendingBatch = 256
+
+// CheckPendingBatch reports an invalid_argument error when ids is too long
+// for DeliveryStore.PendingDeliveries.
+func CheckPendingBatch(ids []int64) error {
+	if len(ids) > MaxPendingBatch {
+		return Errorf(CodeInvalidArgument, "%d delivery ids; at most %d at once", len(ids), MaxPendingBatch)
+	}
+	return nil
+}
+
 // DeliveryTimer is when a pending delivery is next due.
 type DeliveryTimer struct {
 	ID int64
@@ -432,6 +445,11 @@ type DeliveryStore interface {
 	// PendingDelivery returns a pending delivery. Errors: not_found (delivered,
 	// dead, or deleted with its webhook).
 	PendingDelivery(ctx context.Context, id int64) (PendingDelivery, error)
+	// PendingDeliveries returns those of ids (at most MaxPendingBatch) that
+	// are pending, in one read (one snapshot): what PendingDelivery would
+	// return for each, in no particular order; an id that is not pending is
+	// left out. Errors: invalid_argument (too many ids).
+	PendingDeliveries(ctx context.Context, ids []int64) ([]PendingDelivery, error)
 	// RecordAttempt records an attempt's outcome: delivered (the row is
 	// removed), retry at r.RetryAt, or dead; once resolved, it also returns
 	// the stream's next delivery. It changes nothing (Recorded false) when

@@ -3,6 +3,7 @@ package hourglasstest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -246,7 +247,49 @@ func (f storeFixture) pendingDeliveries(t *testing.T) []hourglass.PendingDeliver
 		}
 		out = append(out, d)
 	}
+	f.checkPendingDeliveries(t, out)
 	return out
+}
+
+// checkPendingDeliveries checks that PendingDeliveries reads what
+// PendingDelivery read (want), in batches of up to MaxPendingBatch ids with
+// an id that is no delivery mixed in, and refuses a batch too long.
+func (f storeFixture) checkPendingDeliveries(t *testing.T, want []hourglass.PendingDelivery) {
+	t.Helper()
+	byID := make(map[int64]hourglass.PendingDelivery, len(want))
+	for _, d := range want {
+		byID[d.ID] = d
+	}
+	seen := 0
+	for chunk := range slices.Chunk(want, hourglass.MaxPendingBatch-1) {
+		ids := []int64{-1} // no delivery has it: left out
+		for _, d := range chunk {
+			ids = append(ids, d.ID)
+		}
+		got, err := f.db.PendingDeliveries(f.ctx, ids)
+		if err != nil {
+			t.Fatalf("PendingDeliveries(%d ids): %v", len(ids), err)
+		}
+		if len(got) != len(chunk) {
+			t.Fatalf("PendingDeliveries(%d ids, one unknown) returned %d", len(ids), len(got))
+		}
+		for _, d := range got {
+			w, ok := byID[d.ID]
+			if !ok || !reflect.DeepEqual(d, w) {
+				t.Fatalf("PendingDeliveries returned %+v; PendingDelivery(%d) returned %+v", d, d.ID, w)
+			}
+			seen++
+		}
+	}
+	if seen != len(want) {
+		t.Fatalf("PendingDeliveries returned %d deliveries; want %d", seen, len(want))
+	}
+	if got, err := f.db.PendingDeliveries(f.ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("PendingDeliveries(none) = %v, %v", got, err)
+	}
+	if _, err := f.db.PendingDeliveries(f.ctx, make([]int64, hourglass.MaxPendingBatch+1)); hourglass.ErrorCode(err) != hourglass.CodeInvalidArgument {
+		t.Fatalf("PendingDeliveries of %d ids: %v; want invalid_argument", hourglass.MaxPendingBatch+1, err)
+	}
 }
 
 func (f storeFixture) deliveryCounts(t *testing.T) [2]int {

@@ -240,53 +240,81 @@ ORDER BY next_attempt_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID,
 	return out, s.fail("due deliveries", err)
 }
 
-// PendingDelivery implements hourglass.DeliveryStore. An order event's body
-// is rendered from the order's current row as of the event
-// (hourglass.Order.AsOf), as store/sqlite renders it; a timer event's is
-// the one stored when the timer fired. Errors: not_found, unavailable.
+// PendingDelivery implements hourglass.DeliveryStore (PendingDeliveries of
+// one). Errors: not_found, unavailable.
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
-	var (
-		out            hourglass.PendingDelivery
-		ord            orderRow
-		typ            string
-		body           *string
-		seq, createdAt int64
-		next           int64
-		blockedID      *int64
-		blockedAt      *int64
-	)
-	err := s.pool.QueryRow(ctx, `SELECT `+orderColumns+`, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
-	d.attempts, d.next_attempt_at, d.event_seq, b.id, b.next_attempt_at
+	out, err := s.PendingDeliveries(ctx, []int64{id})
+	if err != nil {
+		return hourglass.PendingDelivery{}, err
+	}
+	if len(out) == 0 {
+		return hourglass.PendingDelivery{}, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
+	}
+	return out[0], nil
+}
+
+// PendingDeliveries implements hourglass.DeliveryStore, in one query. An
+// order event's body is rendered from the order's current row as of the
+// event (hourglass.Order.AsOf), as store/sqlite renders it, once per event
+// in the batch; a timer event's is the one stored when the timer fired.
+// Errors: invalid_argument, unavailable.
+func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
+	if err := hourglass.CheckPendingBatch(ids); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+orderColumns+`, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
+	d.attempts, d.next_attempt_at, b.id, b.next_attempt_at
 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
 LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
 LEFT JOIN LATERAL (SELECT id, next_attempt_at FROM webhook_deliveries b
 	WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
 	ORDER BY b.event_seq LIMIT 1) b ON true
-WHERE d.id = $1 AND d.state = 'pending'`, id).Scan(ord.dest(&out.ID, &out.WebhookID, &out.OrderID, &out.URL, &out.Secret, &out.EventID, &typ, &createdAt, &body,
-		&out.Attempts, &next, &seq, &blockedID, &blockedAt)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
-	}
+WHERE d.id = ANY($1) AND d.state = 'pending'`, ids)
 	if err != nil {
-		return out, s.fail("get delivery", err)
+		return nil, s.fail("get deliveries", err)
 	}
-	out.EventType = hourglass.EventType(typ)
-	out.NextAttemptAt = hourglass.FromUnixMilli(next)
-	out.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
-	if body != nil {
-		out.Body = []byte(*body)
-	} else {
-		o, found, err := ord.order()
-		if err != nil {
-			return out, s.fail("get delivery", err)
+	defer rows.Close()
+	out := make([]hourglass.PendingDelivery, 0, len(ids))
+	bodies := map[string][]byte{} // by event id
+	for rows.Next() {
+		var (
+			d                    hourglass.PendingDelivery
+			ord                  orderRow
+			typ                  string
+			body                 *string
+			createdAt, next      int64
+			blockedID, blockedAt *int64
+		)
+		if err := rows.Scan(ord.dest(&d.ID, &d.WebhookID, &d.OrderID, &d.URL, &d.Secret, &d.EventID, &typ, &createdAt, &body,
+			&d.Attempts, &next, &blockedID, &blockedAt)...); err != nil {
+			return nil, s.fail("get deliveries", err)
 		}
-		if !found { // cannot happen: orders are never deleted
-			return out, fmt.Errorf("postgres: get delivery %d: order %d of event %s not found", id, out.OrderID, out.EventID)
+		d.EventType = hourglass.EventType(typ)
+		d.NextAttemptAt = hourglass.FromUnixMilli(next)
+		d.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
+		switch b, ok := bodies[d.EventID]; {
+		case ok:
+			d.Body = b
+		case body != nil:
+			d.Body = []byte(*body)
+		default:
+			o, found, err := ord.order()
+			if err != nil {
+				return nil, s.fail("get deliveries", err)
+			}
+			if !found { // cannot happen: orders are never deleted
+				return nil, fmt.Errorf("postgres: get delivery %d: order %d of event %s not found", d.ID, d.OrderID, d.EventID)
+			}
+			d.Body = renderEvent(d.EventID, d.EventType, createdAt, o)
 		}
-		out.Body = renderEvent(out.EventID, out.EventType, createdAt, o)
+		bodies[d.EventID] = d.Body
+		if blockedID != nil {
+			d.BlockedBy = hourglass.DeliveryTimer{ID: *blockedID, At: hourglass.FromUnixMilli(*blockedAt)}
+		}
+		out = append(out, d)
 	}
-	if blockedID != nil {
-		out.BlockedBy = hourglass.DeliveryTimer{ID: *blockedID, At: hourglass.FromUnixMilli(*blockedAt)}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("get deliveries", err)
 	}
 	return out, nil
 }

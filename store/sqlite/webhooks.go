@@ -7,6 +7,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
 )
 
 var (
@@ -310,55 +311,104 @@ ORDER BY next_attempt_at, id LIMIT ?4`)
 
 // PendingDelivery implements hourglass.DeliveryStore.
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
-	var out hourglass.PendingDelivery
+	out, err := s.PendingDeliveries(ctx, []int64{id})
+	if err != nil {
+		return hourglass.PendingDelivery{}, err
+	}
+	if len(out) == 0 {
+		return hourglass.PendingDelivery{}, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
+	}
+	return out[0], nil
+}
+
+// PendingDeliveries implements hourglass.DeliveryStore: one read
+// transaction for the whole batch. A connection's page cache is emptied
+// whenever another commit changed the file since its last read, which
+// during a burst is before every read: one transaction pays that once per
+// batch instead of once per delivery. An order's body is rendered once for
+// all its deliveries in the batch (one per webhook).
+func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
+	if err := hourglass.CheckPendingBatch(ids); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	out := make([]hourglass.PendingDelivery, 0, len(ids))
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts,
-	d.next_attempt_at, d.event_seq, e.body
-FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
-WHERE d.id = ?1 AND d.state = 'pending'`)
-		stmt.BindInt64(1, id)
-		var (
-			seq, createdAt int64
-			stored         []byte // the event's own body (a timer's), or nil
-		)
-		found, err := step(stmt, func(st *sqlite.Stmt) {
-			out = hourglass.PendingDelivery{
-				ID:            st.ColumnInt64(0),
-				WebhookID:     st.ColumnInt64(1),
-				URL:           st.ColumnText(2),
-				Secret:        st.ColumnText(3),
-				EventID:       st.ColumnText(4),
-				EventType:     hourglass.EventType(st.ColumnText(5)),
-				OrderID:       st.ColumnInt64(6),
-				Attempts:      st.ColumnInt(8),
-				NextAttemptAt: hourglass.FromUnixMilli(st.ColumnInt64(9)),
+		if err := sqlitex.ExecuteTransient(conn, "BEGIN", nil); err != nil {
+			return fmt.Errorf("sqlite: get deliveries: begin: %w", err)
+		}
+		defer sqlitex.ExecuteTransient(conn, "ROLLBACK", nil) // read only: nothing to keep
+		bodies := map[string][]byte{}                         // by event id
+		for _, id := range ids {
+			d, found, err := pendingDelivery(conn, id, bodies)
+			if err != nil {
+				return err
 			}
-			createdAt, seq, stored = st.ColumnInt64(7), st.ColumnInt64(10), columnBytes(st, 11)
-			out.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
-		})
-		if err != nil {
-			return fmt.Errorf("sqlite: get delivery %d: %w", id, err)
-		}
-		if !found {
-			return hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
-		}
-		out.Body, err = eventBody(stored, out.EventID, out.EventType, createdAt, func() (hourglass.Order, error) { return getOrder(conn, out.OrderID) })
-		if err != nil {
-			return fmt.Errorf("sqlite: delivery %d: %w", id, err)
-		}
-		stmt = conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_stream
-WHERE webhook_id = ?1 AND order_id = ?2 AND event_seq < ?3 AND state = 'pending' ORDER BY event_seq LIMIT 1`)
-		stmt.BindInt64(1, out.WebhookID)
-		stmt.BindInt64(2, out.OrderID)
-		stmt.BindInt64(3, seq)
-		if _, err := step(stmt, func(st *sqlite.Stmt) {
-			out.BlockedBy = hourglass.DeliveryTimer{ID: st.ColumnInt64(0), At: hourglass.FromUnixMilli(st.ColumnInt64(1))}
-		}); err != nil {
-			return fmt.Errorf("sqlite: delivery %d: look for an earlier one: %w", id, err)
+			if found {
+				out = append(out, d)
+			}
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// pendingDelivery reads one pending delivery on conn; bodies holds the
+// event bodies rendered so far in the same read, by event id.
+func pendingDelivery(conn *sqlite.Conn, id int64, bodies map[string][]byte) (hourglass.PendingDelivery, bool, error) {
+	var out hourglass.PendingDelivery
+	stmt := conn.Prep(`SELECT d.id, d.webhook_id, w.url, w.secret, e.id, e.type, d.order_id, e.created_at, d.attempts,
+	d.next_attempt_at, d.event_seq, e.body
+FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
+WHERE d.id = ?1 AND d.state = 'pending'`)
+	stmt.BindInt64(1, id)
+	var (
+		seq, createdAt int64
+		stored         []byte // the event's own body (a timer's), or nil
+	)
+	found, err := step(stmt, func(st *sqlite.Stmt) {
+		out = hourglass.PendingDelivery{
+			ID:            st.ColumnInt64(0),
+			WebhookID:     st.ColumnInt64(1),
+			URL:           st.ColumnText(2),
+			Secret:        st.ColumnText(3),
+			EventID:       st.ColumnText(4),
+			EventType:     hourglass.EventType(st.ColumnText(5)),
+			OrderID:       st.ColumnInt64(6),
+			Attempts:      st.ColumnInt(8),
+			NextAttemptAt: hourglass.FromUnixMilli(st.ColumnInt64(9)),
+		}
+		createdAt, seq, stored = st.ColumnInt64(7), st.ColumnInt64(10), columnBytes(st, 11)
+		out.EventCreatedAt = hourglass.FromUnixMilli(createdAt)
+	})
+	if err != nil {
+		return out, false, fmt.Errorf("sqlite: get delivery %d: %w", id, err)
+	}
+	if !found {
+		return out, false, nil
+	}
+	if b, ok := bodies[out.EventID]; ok {
+		out.Body = b
+	} else {
+		out.Body, err = eventBody(stored, out.EventID, out.EventType, createdAt, func() (hourglass.Order, error) { return getOrder(conn, out.OrderID) })
+		if err != nil {
+			return out, false, fmt.Errorf("sqlite: delivery %d: %w", id, err)
+		}
+		bodies[out.EventID] = out.Body
+	}
+	stmt = conn.Prep(`SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_stream
+WHERE webhook_id = ?1 AND order_id = ?2 AND event_seq < ?3 AND state = 'pending' ORDER BY event_seq LIMIT 1`)
+	stmt.BindInt64(1, out.WebhookID)
+	stmt.BindInt64(2, out.OrderID)
+	stmt.BindInt64(3, seq)
+	if _, err := step(stmt, func(st *sqlite.Stmt) {
+		out.BlockedBy = hourglass.DeliveryTimer{ID: st.ColumnInt64(0), At: hourglass.FromUnixMilli(st.ColumnInt64(1))}
+	}); err != nil {
+		return out, false, fmt.Errorf("sqlite: delivery %d: look for an earlier one: %w", id, err)
+	}
+	return out, true, nil
 }
 
 // NextDelivery implements hourglass.DeliveryStore.
