@@ -147,6 +147,12 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		svc      *webhook.Service
 		firstMu  sync.Mutex
 		first    = map[closedArrival]time.Time{}
+		// burstSet is the burst's orders, once seeded; burstFirst and
+		// burstLatest count their first arrivals as they come, so the
+		// wait below reads two numbers, not the map, under firstMu.
+		burstSet    atomic.Pointer[map[int64]bool]
+		burstFirst  int
+		burstLatest time.Time
 	)
 	if w.Webhooks > 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -168,6 +174,10 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 				firstMu.Lock()
 				if _, ok := first[k]; !ok {
 					first[k] = now
+					if set := burstSet.Load(); set != nil && (*set)[k.order] {
+						burstFirst++
+						burstLatest = now
+					}
 				}
 				firstMu.Unlock()
 			}
@@ -268,11 +278,13 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 	if !time.Now().Before(due) {
 		return res, fmt.Errorf("seeding %d orders ended %s after their deadline (%.0f creates/s)", w.Orders, time.Since(due), res.CreateRate)
 	}
-	obs.mu.Lock()
-	obs.burst = make(map[int64]bool, len(ids))
+	set := make(map[int64]bool, len(ids))
 	for _, id := range ids {
-		obs.burst[id] = true
+		set[id] = true
 	}
+	burstSet.Store(&set) // read only from here on
+	obs.mu.Lock()
+	obs.burst = set
 	obs.mu.Unlock()
 
 	// The trickle: TrickleRate orders a second with a 1 s timeout, from 2 s
@@ -423,15 +435,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		res.FirstAttempts = -1
 		for time.Since(lastClose) < time.Minute {
 			firstMu.Lock()
-			n, latest := 0, time.Time{}
-			for k, at := range first {
-				if obs.burst[k.order] {
-					n++
-					if at.After(latest) {
-						latest = at
-					}
-				}
-			}
+			n, latest := burstFirst, burstLatest
 			firstMu.Unlock()
 			if n >= w.Webhooks*(w.Orders-res.PaidAtBoundary) {
 				res.FirstAttempts = latest.Sub(lastClose)

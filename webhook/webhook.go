@@ -20,7 +20,8 @@
 // Each attempt re-reads its delivery, so a timer that is stale (the
 // delivery was delivered, rescheduled, killed or its webhook deleted) does
 // nothing, and an attempt's outcome is recorded with a compare-and-set on
-// the attempt count.
+// the attempt count. The reads the workers ask for while one is in flight
+// are made together (see reader), and the stores group-commit the records.
 package webhook
 
 import (
@@ -240,9 +241,18 @@ type Service struct {
 	// Window (package window), at most MaxHeld of them.
 	sched  *timerloop.Scheduler
 	loader *window.Loader
+	// reads coalesces the attempts' reads of their rows (see reader).
+	reads *reader
 
 	mu   sync.Mutex
 	busy map[int64]bool // being attempted: never attempted twice at once
+	// timed holds, for each delivery handed to sched (in the wheel, or
+	// fired and waiting for a worker), the earliest time it was handed
+	// over for, until a worker takes it. An offer no earlier is dropped:
+	// the scan offers again every row due in its ScanLag, and in a backlog
+	// those rows wait for a worker; timed a second time, each would be
+	// read a second time, after its first attempt resolved it.
+	timed map[int64]int64
 	// again holds, for a busy delivery, a time schedule was asked for while
 	// it was busy: its attempt may have read the database just before the
 	// change that asked (a blocking delivery resolved, a dead letter retried).
@@ -251,6 +261,10 @@ type Service struct {
 	// unrecorded holds, per delivery, the attempts made that the store
 	// refused to record (see attempt); at most MaxHeld entries.
 	unrecorded map[int64]*unrecorded
+	// records holds a token per record waiting for its commit, and
+	// recording counts them (see deliverOne).
+	records   chan struct{}
+	recording sync.WaitGroup
 
 	// parts follows the partitions owned and those gained whose pending
 	// deliveries the loader must load.
@@ -311,7 +325,10 @@ func New(store Store, cfg Config) (*Service, error) {
 		// A redirect is a failure: following it could leave the allow-list.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+	s.reads = newReader(store, cfg.Workers)
 	s.busy = map[int64]bool{}
+	s.timed = map[int64]int64{}
+	s.records = make(chan struct{}, recordsPerWorker*cfg.Workers)
 	s.again = map[int64]int64{}
 	s.unrecorded = map[int64]*unrecorded{}
 	// One attempt per dispatch: each is an HTTP call of up to Timeout.
@@ -324,7 +341,7 @@ func New(store Store, cfg Config) (*Service, error) {
 	s.loader = window.New(window.Config{
 		Name:         "webhook",
 		Sources:      []window.Source{s.dueDeliveries},
-		Sink:         s.sched.Schedule,
+		Sink:         s.time,
 		Window:       cfg.Window,
 		LoadInterval: cfg.LoadInterval,
 		PageSize:     LoadPageSizeDefault,
@@ -440,6 +457,23 @@ func deliveryTimers(ds []hourglass.DeliveryTimer) []hourglass.Timer {
 	return ts
 }
 
+// time hands timers to sched, but not those it holds already for the same
+// time or earlier (see Service.timed). It is the loader's sink.
+func (s *Service) time(ctx context.Context, timers []hourglass.Timer) error {
+	s.mu.Lock()
+	keep := timers[:0:0]
+	for _, t := range timers {
+		at := hourglass.UnixMilli(t.Deadline)
+		if prev, ok := s.timed[t.OrderID]; ok && prev <= at {
+			continue
+		}
+		s.timed[t.OrderID] = at
+		keep = append(keep, t)
+	}
+	s.mu.Unlock()
+	return s.sched.Schedule(ctx, keep)
+}
+
 // schedule times an attempt of a delivery at t.At, unless it is being
 // attempted (its attempt reschedules it from what the database says). With
 // force it is timed whatever the window; without, the loader takes it if
@@ -460,7 +494,7 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
 	s.mu.Unlock()
 	timers := []hourglass.Timer{{OrderID: t.ID, Deadline: t.At}}
 	if force {
-		s.sched.Schedule(context.Background(), timers) // in memory: cannot fail
+		s.time(context.Background(), timers) // in memory: cannot fail
 		return
 	}
 	s.loader.Offer(context.Background(), timers) // the sink is in memory: cannot fail
@@ -474,7 +508,9 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.loader.Run(ctx) })
 	wg.Go(func() { s.scanLoop(ctx) })
+	wg.Go(func() { s.reads.run(ctx) })
 	s.sched.Run(ctx, s.deliver) // in memory: returns nil once ctx ends and its workers stopped
+	s.recording.Wait()
 	wg.Wait()
 	return nil
 }
@@ -490,6 +526,9 @@ func (s *Service) deliver(ctx context.Context, due []hourglass.Timer) error {
 }
 
 func (s *Service) deliverOne(ctx context.Context, id int64) {
+	s.mu.Lock()
+	delete(s.timed, id)
+	s.mu.Unlock()
 	s.yield(ctx)
 	s.mu.Lock()
 	if s.busy[id] {
@@ -498,7 +537,33 @@ func (s *Service) deliverOne(ctx context.Context, id int64) {
 	}
 	s.busy[id] = true
 	s.mu.Unlock()
-	next, force := s.attempt(ctx, id)
+	next, force, rec := s.attempt(ctx, id)
+	if rec == nil {
+		s.finish(ctx, id, next, force)
+		return
+	}
+	// Sent: the record waits for a commit, which the worker need not
+	// wait for. The delivery stays busy until it is recorded; at most
+	// recordsPerWorker×Workers records wait at once.
+	select {
+	case s.records <- struct{}{}:
+		s.recording.Go(func() {
+			next, force := rec()
+			<-s.records
+			s.finish(ctx, id, next, force)
+		})
+	case <-ctx.Done():
+		next, force := rec() // shutting down: it returns at once
+		s.finish(ctx, id, next, force)
+	}
+}
+
+// recordsPerWorker bounds the records waiting for a commit, per worker.
+const recordsPerWorker = 4
+
+// finish ends delivery id's attempt: it is no longer busy, and it is timed
+// again at next, if any (see attempt).
+func (s *Service) finish(ctx context.Context, id int64, next hourglass.DeliveryTimer, force bool) {
 	s.mu.Lock()
 	delete(s.busy, id)
 	if at, ok := s.again[id]; ok {
@@ -531,7 +596,8 @@ func (s *Service) yield(ctx context.Context) {
 // attempt makes one delivery attempt of id and records its outcome. It
 // returns when to look at id again, if ever (ID 0: never; the database
 // brings it back if needed), and whether to schedule that even beyond the
-// horizon.
+// horizon; or, once it sent the event, rec, which records the outcome and
+// returns those.
 //
 // An attempt whose record fails still counts against the retry schedule:
 // the store may refuse it for good (bytes it cannot hold, a constraint), and
@@ -540,35 +606,36 @@ func (s *Service) yield(ctx context.Context) {
 // the schedule says, and the schedule's last attempt makes a dead letter.
 // When even that record fails, the dead letter (or a success) is recorded
 // again, with a minimal error, backing off, and never sent again.
-func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.DeliveryTimer, force bool) {
-	d, err := s.store.PendingDelivery(ctx, id)
+func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.DeliveryTimer, force bool, rec func() (hourglass.DeliveryTimer, bool)) {
+	d, err := s.reads.get(ctx, id)
 	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
 		s.forget(id)
-		return hourglass.DeliveryTimer{}, false // delivered, dead or deleted: a stale timer
+		return hourglass.DeliveryTimer{}, false, nil // delivered, dead or deleted: a stale timer
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return hourglass.DeliveryTimer{}, false // shutting down: the next start loads it
+			return hourglass.DeliveryTimer{}, false, nil // shutting down: the next start loads it
 		}
 		s.log.Error("webhook: reading a delivery failed; retrying", "delivery", id, "retry_in", s.cfg.StoreRetry, "err", err)
-		return hourglass.DeliveryTimer{ID: id, At: s.clock.Now().Add(s.cfg.StoreRetry)}, true
+		return hourglass.DeliveryTimer{ID: id, At: s.clock.Now().Add(s.cfg.StoreRetry)}, true, nil
 	}
 	if !s.parts.Has(d.OrderID) {
 		s.forget(id)
-		return hourglass.DeliveryTimer{}, false // its partition moved to another node, which loaded it
+		return hourglass.DeliveryTimer{}, false, nil // its partition moved to another node, which loaded it
 	}
 	now := s.clock.Now()
 	if d.NextAttemptAt.After(now) {
-		return hourglass.DeliveryTimer{ID: id, At: d.NextAttemptAt}, false // a stale timer: it is due later
+		return hourglass.DeliveryTimer{ID: id, At: d.NextAttemptAt}, false, nil // a stale timer: it is due later
 	}
 	u := s.lookUp(id, d.Attempts)
 	if u.at.After(now) {
 		// The row says due, but an attempt it does not count says later.
-		return hourglass.DeliveryTimer{ID: id, At: u.at}, true
+		return hourglass.DeliveryTimer{ID: id, At: u.at}, true, nil
 	}
 	if u.outcome != "" {
 		// Sent already, resolved, but not recorded: record it, do not send.
-		return s.record(ctx, d, u.made-1, u.outcome == OutcomeDelivered, u.reason, u.fails)
+		next, force := s.record(ctx, d, u.made-1, u.outcome == OutcomeDelivered, u.reason, u.fails)
+		return next, force, nil
 	}
 	if d.BlockedBy.ID != 0 {
 		// An earlier event of this order is still on its way to this
@@ -578,7 +645,7 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 		if d.BlockedBy.At.After(at) {
 			at = d.BlockedBy.At
 		}
-		return hourglass.DeliveryTimer{ID: id, At: at.Add(s.cfg.Timeout + time.Second)}, true
+		return hourglass.DeliveryTimer{ID: id, At: at.Add(s.cfg.Timeout + time.Second)}, true, nil
 	}
 
 	made := max(d.Attempts, u.made) // attempts before this one, recorded or not
@@ -589,9 +656,9 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	}
 	ok, reason := s.send(ctx, d, made+1)
 	if ctx.Err() != nil {
-		return hourglass.DeliveryTimer{}, false // cancelled by shutdown: not an attempt
+		return hourglass.DeliveryTimer{}, false, nil // cancelled by shutdown: not an attempt
 	}
-	return s.record(ctx, d, made, ok, reason, -1)
+	return hourglass.DeliveryTimer{}, false, func() (hourglass.DeliveryTimer, bool) { return s.record(ctx, d, made, ok, reason, -1) }
 }
 
 // record records the outcome of d's attempt number made+1 (made attempts
