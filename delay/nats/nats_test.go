@@ -88,7 +88,13 @@ func TestFarTimersComeBack(t *testing.T) {
 	url := serverURL(t)
 	ns := hourglasstest.Namespace(t)
 	s := open(t, url, ns, nats.Config{HoldWindow: 2 * time.Second, NakLead: time.Second, ScheduleLead: 500 * time.Millisecond})
-	exerciseFarTimers(t, url, ns, s, s.MsgSchedules())
+	if !exerciseFarTimers(t, url, ns, s, s.MsgSchedules(), true) {
+		// The server stranded a redelivered message (see exerciseFarTimers):
+		// once more, in a namespace of its own, where it must not.
+		ns := ns + "-again"
+		s := open(t, url, ns, nats.Config{HoldWindow: 2 * time.Second, NakLead: time.Second, ScheduleLead: 500 * time.Millisecond})
+		exerciseFarTimers(t, url, ns, s, s.MsgSchedules(), false)
+	}
 }
 
 // TestMsgSchedulesFollowServerVersion: message schedules are used exactly
@@ -113,7 +119,14 @@ func TestMsgSchedulesFollowServerVersion(t *testing.T) {
 // where they wait (as message schedules outside the consumer, or in the
 // consumer to be handed back with a delay), then runs s and checks each
 // fires on time, once, and never early.
-func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, scheduled bool) {
+//
+// The NATS 2.9 server here has been seen, about once in 30 runs, to hand a
+// message it redelivered after its nak delay to a pull request the client
+// had finished: the consumer counts it ack pending and redelivers it only
+// after AckWait (30 s; hourglass's sweeper would close its order first).
+// With mayStrand, a run whose only missing timers are such messages
+// reports false (logged) instead of failing, for the caller to run again.
+func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, scheduled, mayStrand bool) bool {
 	t.Helper()
 	start := time.Now().Add(3 * time.Second)
 	var timers []hourglass.Timer
@@ -168,6 +181,7 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 		}
 		rec.mu.Unlock()
 		var held []string
+		stranded := 0
 		for p := range hourglass.Partitions {
 			cons, err := js.Consumer(context.Background(), fmt.Sprintf("%s-timers-%d", ns, p), ns+"-closer")
 			if err != nil {
@@ -175,7 +189,14 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 			}
 			if info, err := cons.Info(context.Background()); err == nil && info.NumAckPending+int(info.NumPending)+info.NumRedelivered > 0 {
 				held = append(held, fmt.Sprintf("partition %d: pending %d, ack pending %d, redelivered %d", p, info.NumPending, info.NumAckPending, info.NumRedelivered))
+				if info.NumPending == 0 && info.NumRedelivered > 0 {
+					stranded += info.NumAckPending
+				}
 			}
+		}
+		if mayStrand && stranded == len(missing) {
+			t.Logf("the server stranded %d redelivered messages (ack pending, never received): %v; %v", stranded, missing, held)
+			return false
 		}
 		t.Fatalf("%d of %d timers not delivered within 15 s (now %s): %v; the consumers: %v", len(missing), len(timers), time.Now().Format("15:04:05.000"), missing, held)
 	}
@@ -185,6 +206,7 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 		t.Fatalf("Run: %v", err)
 	}
 	rec.check(t, timers, time.Second)
+	return true
 }
 
 // TestMalformedMessageIsDropped: a message on the due subject that is not a

@@ -102,7 +102,7 @@ func TestMsgSchedules(t *testing.T) {
 	t.Run("FarTimers", func(t *testing.T) {
 		ns := hourglasstest.Namespace(t)
 		s := open(t, url, ns, nats.Config{HoldWindow: 2 * time.Second, NakLead: time.Second, ScheduleLead: 500 * time.Millisecond})
-		exerciseFarTimers(t, url, ns, s, true)
+		exerciseFarTimers(t, url, ns, s, true, false)
 	})
 	t.Run("NoMsgSchedulesOnAScheduledStream", func(t *testing.T) {
 		// The server refuses to turn schedules off on a stream: reopening
@@ -118,6 +118,6 @@ func TestMsgSchedules(t *testing.T) {
 	t.Run("FarTimersWithoutSchedules", func(t *testing.T) {
 		ns := hourglasstest.Namespace(t)
 		s := open(t, url, ns, nats.Config{HoldWindow: 2 * time.Second, NakLead: time.Second, ScheduleLead: 500 * time.Millisecond, NoMsgSchedules: true})
-		exerciseFarTimers(t, url, ns, s, false)
+		exerciseFarTimers(t, url, ns, s, false, false)
 	})
 }
