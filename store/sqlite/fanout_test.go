@@ -3,11 +3,13 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/internal/testenv"
@@ -126,54 +128,74 @@ func TestDeferredFanOutAfterRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	// No periodic look: only Open's, which comes before the row.
-	s, err := Open(Config{Dir: dir, fanOutCheck: time.Hour})
+	s, err := Open(Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	webhooks(t, s, 2)
 	first := seedBurst(t, s, "HOT", 10, time.Now().Add(-time.Second))
-	// What a deferring close batch commits: its events and the row.
-	if err := s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
-		ins := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
-		var seqs []int64
-		for i := range 10 {
-			ins.BindText(1, hourglass.NewEventID())
-			ins.BindText(2, string(hourglass.EventFor(hourglass.StateClosed)))
-			ins.BindInt64(3, first+int64(i))
-			ins.BindInt64(4, hourglass.UnixMilli(now))
-			if _, err := step(ins, nil); err != nil {
-				return err
-			}
-			seqs = append(seqs, conn.LastInsertRowID())
-		}
-		row := conn.Prep(`INSERT INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
-		row.BindInt64(1, seqs[0])
-		row.BindInt64(2, seqs[len(seqs)-1])
-		row.BindText(3, string(hourglass.EventFor(hourglass.StateClosed)))
-		_, err := step(row, nil)
-		return err
-	}); err != nil {
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// What a deferring close batch commits, its events and the note,
+	// written while no store has the file open: as after a crash right
+	// after the close's commit (a store's own fan-out loop could look at
+	// any moment, so the note is not written through one).
+	conn, err := sqlite.OpenConn(filepath.Join(dir, FileNameDefault), sqlite.OpenReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlitex.ExecuteTransient(conn, "BEGIN IMMEDIATE", nil); err != nil {
+		t.Fatal(err)
+	}
+	ins := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
+	var seqs []int64
+	for i := range 10 {
+		ins.BindText(1, hourglass.NewEventID())
+		ins.BindText(2, string(hourglass.EventFor(hourglass.StateClosed)))
+		ins.BindInt64(3, first+int64(i))
+		ins.BindInt64(4, hourglass.UnixMilli(time.Now()))
+		if _, err := step(ins, nil); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, conn.LastInsertRowID())
+	}
+	row := conn.Prep(`INSERT INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
+	row.BindInt64(1, seqs[0])
+	row.BindInt64(2, seqs[len(seqs)-1])
+	row.BindText(3, string(hourglass.EventFor(hourglass.StateClosed)))
+	if _, err := step(row, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlitex.ExecuteTransient(conn, "COMMIT", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Open again, its fan-out held until the checks below are made.
+	release := make(chan struct{})
+	s, err = Open(Config{Dir: dir, beforeFanOut: func() { <-release }})
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held := true
+	defer func() {
+		if held {
+			close(release)
+		}
+	}()
 	// Pruning keeps events whose fan-out is still to come, however old.
 	if n, err := s.PruneEvents(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 0 {
 		t.Fatalf("PruneEvents = %d, %v; want 0 pruned", n, err)
 	}
-	// Nothing woke the fan-out (the store's look at Open came before the
-	// row): the row is still there, no delivery exists (seedBurst writes
-	// no events), as after a crash right after the close's commit.
-	before, _, err := s.DeliveryCounts(ctx)
-	if err != nil || before != 0 {
+	// No delivery exists yet (seedBurst writes no events).
+	if before, _, err := s.DeliveryCounts(ctx); err != nil || before != 0 {
 		t.Fatalf("DeliveryCounts = %d, %v; want 0 before the fan-out", before, err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	held = false
+	close(release)
 	waitDeliveries(t, s, 20) // 10 events x 2 webhooks
 }
