@@ -82,8 +82,23 @@ func (q pgQuerier) ExecAll(ctx context.Context, stmts []sourcesql.Stmt) ([]int64
 	return counts, -1, nil
 }
 
+// sourceLockTimeout bounds how long a close waits for a row lock of the
+// shop's tables. A close locks the rows of many orders (a batch), the
+// shop's own transactions lock theirs in their own order, and PostgreSQL
+// looks for a deadlock only after deadlock_timeout (1 s by default, and
+// only a superuser may lower it): a close in a deadlock with the shop's
+// create or pay path would wait that long before either gives way. Giving
+// up after this long instead breaks the cycle at once; the close is
+// retried (Aborts: lock_not_available), the shop's transaction goes on.
+const sourceLockTimeout = "100ms"
+
 func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
-	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
+	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+sourceLockTimeout+"'"); err != nil {
+			return err
+		}
+		return fn(pgQuerier{tx})
+	})
 }
 
 func (d sourceDialect) Columns(ctx context.Context, schema, table string) (map[string]string, error) {
@@ -211,5 +226,6 @@ func (d sourceDialect) Committed(deliveries int) {
 
 func (sourceDialect) Aborts(err error) bool {
 	c := pgCode(err)
-	return c == "40001" || c == "40P01" || unavailable(err) || c == "25P02"
+	// 55P03 lock_not_available: sourceLockTimeout passed.
+	return c == "40001" || c == "40P01" || c == "55P03" || unavailable(err) || c == "25P02"
 }

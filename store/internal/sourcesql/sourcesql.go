@@ -495,6 +495,13 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.Timer) (res []hour
 				failed.Outcome, failed.Err = hourglass.SourceFailed, fmt.Errorf("close[%d]: %s", 1+at%(len(t.stmts)-1), oneLine(err))
 				return errRowFailed
 			}
+			// The event names the deadline the row had when it closed, which
+			// is the one timed unless the shop moved it meanwhile (an
+			// extension that committed after a close's attempt gave way to
+			// it, the close retried once the new deadline had passed).
+			if err := t.readDeadlines(ctx, tx, res, closing); err != nil {
+				return err
+			}
 			now, err := t.d.NowMs(ctx, tx)
 			if err != nil {
 				return fmt.Errorf("read now: %w", err)
@@ -522,6 +529,29 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.Timer) (res []hour
 			return res, deliveries, err
 		}
 	}
+}
+
+// readDeadlines sets the Deadline of res[j], for each j of closing, to its
+// row's deadline as the transaction sees it.
+func (t *Table) readDeadlines(ctx context.Context, tx Querier, res []hourglass.SourceResult, closing []int) error {
+	ps := make([]string, len(closing))
+	args := make([]any, len(closing))
+	at := make(map[int64]int, len(closing))
+	for i, j := range closing {
+		ps[i], args[i] = t.d.Param(i+1), res[j].Key
+		at[res[j].Key] = j
+	}
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (%s)", t.key, t.deadline, t.table, t.key, strings.Join(ps, ", "))
+	rows, err := t.scan(tx.Query(ctx, q, args...))
+	if err != nil {
+		return fmt.Errorf("read the closed rows' deadlines: %w", err)
+	}
+	for _, r := range rows {
+		if j, ok := at[r.OrderID]; ok {
+			res[j].Deadline = r.Deadline
+		}
+	}
+	return nil
 }
 
 // stmt is close statement i bound to key.
