@@ -316,6 +316,25 @@ func CheckPendingBatch(ids []int64) error {
 	return nil
 }
 
+// PendingNotFound is the not_found error of a delivery that is not
+// pending (delivered, dead, or deleted with its webhook).
+func PendingNotFound(id int64) error {
+	return Errorf(CodeNotFound, "pending delivery %d not found", id)
+}
+
+// OnePending is DeliveryStore.PendingDelivery written as a batch of one of
+// read, the store's PendingDeliveries.
+func OnePending(ctx context.Context, read func(context.Context, []int64) ([]PendingDelivery, error), id int64) (PendingDelivery, error) {
+	out, err := read(ctx, []int64{id})
+	if err != nil {
+		return PendingDelivery{}, err
+	}
+	if len(out) == 0 {
+		return PendingDelivery{}, PendingNotFound(id)
+	}
+	return out[0], nil
+}
+
 // DeliveryTimer is when a pending delivery is next due.
 type DeliveryTimer struct {
 	ID int64

@@ -43,6 +43,7 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"StatementFails", sourceStatementFails},
 		{"TwoStoresCloseOnce", sourceTwoStores},
 		{"DeadlineMillis", sourceDeadlineMillis},
+		{"EventNamesTheRowsDeadline", sourceEventDeadline},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -362,5 +363,40 @@ func sourceDeadlineMillis(t *testing.T, h SourceHarness) {
 	res, err := tbl.Close(t.Context(), rows)
 	if err != nil || len(res) != 2 || res[0].Outcome != hourglass.SourceClosed || res[1].Outcome != hourglass.SourceNoop || !res[1].Pending || !res[1].Deadline.Equal(future) {
 		t.Fatalf("Close = %+v, %v; want the past one closed, the future one pending", res, err)
+	}
+}
+
+// sourceEventDeadline: a row timed for one deadline whose row says another
+// when it closes (the shop moved it, and the close came once that one had
+// passed too) closes with the row's deadline in its result and event.
+func sourceEventDeadline(t *testing.T, h SourceHarness) {
+	db, _, shop := h.Open(t)
+	shop.Create(t, true)
+	shop.PutStock(t, "A", 10)
+	ctx := t.Context()
+	tbl, _, err := db.OpenSource(ctx, shop.Source("shop_orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := shop.Order(t, "u", -time.Second, "A", 1)
+	rows, err := tbl.Due(ctx, hourglass.PendingDueParams{Until: time.Now().Add(time.Hour), Limit: 10})
+	if err != nil || len(rows) != 1 || rows[0].OrderID != id {
+		t.Fatalf("Due = %v, %v; want row %d", rows, err, id)
+	}
+	row := rows[0].Deadline
+	timed := row.Add(-10 * time.Minute) // what hourglass timed before the shop moved it
+	res, err := tbl.Close(ctx, []hourglass.Timer{{OrderID: id, Deadline: timed}})
+	if err != nil || len(res) != 1 || res[0].Outcome != hourglass.SourceClosed || !res[0].Deadline.Equal(row) {
+		t.Fatalf("Close = %+v, %v; want closed with the row's deadline %s", res, err, row)
+	}
+	evs, err := db.OrderEvents(ctx, hourglass.SourceEventOrderID("shop_orders", id))
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("events %+v, %v", evs, err)
+	}
+	var body struct {
+		Deadline string `json:"deadline"`
+	}
+	if err := json.Unmarshal(evs[0].Body, &body); err != nil || body.Deadline != row.UTC().Format(hourglass.TimeFormat) {
+		t.Errorf("event deadline %q (%v); want the row's %s, not the one timed (%s)", body.Deadline, err, row.UTC().Format(hourglass.TimeFormat), timed.UTC().Format(hourglass.TimeFormat))
 	}
 }

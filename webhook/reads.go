@@ -90,7 +90,7 @@ func (r *reader) run(ctx context.Context) {
 				d, ok := found[q.id]
 				rep.d = d
 				if !ok {
-					rep.err = hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", q.id)
+					rep.err = hourglass.PendingNotFound(q.id)
 				}
 			}
 			q.reply <- rep

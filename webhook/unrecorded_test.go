@@ -286,3 +286,47 @@ func TestUnrecordedAttemptsCount(t *testing.T) {
 		})
 	}
 }
+
+// unreadableStore is a store whose PendingDeliveries fails while fail
+// says so, without reading.
+type unreadableStore struct {
+	webhook.Store
+	fail  func() bool
+	reads atomic.Int64
+}
+
+func (s *unreadableStore) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
+	s.reads.Add(1)
+	if s.fail() {
+		return nil, errors.New("unreadableStore: the database is down")
+	}
+	return s.Store.PendingDeliveries(ctx, ids)
+}
+
+// TestReadFailuresRetried: while the store cannot read deliveries (the
+// batched reads the workers share), nothing is sent and nothing is lost:
+// once it reads again, each event is delivered, once.
+func TestReadFailuresRetried(t *testing.T) {
+	t.Parallel()
+	var down atomic.Bool
+	down.Store(true)
+	us := &unreadableStore{fail: down.Load}
+	f := &fixture{ctx: context.Background(), dir: t.TempDir(), wrap: func(s webhook.Store) webhook.Store { us.Store = s; return us }}
+	f = setupOn(t, f, openStore(t, "sqlite"), webhook.Config{StoreRetry: 5 * time.Millisecond})
+	rc := newReceiver(t)
+	f.subscribe(t, rc, hourglass.EventOrderCreated)
+	var evs []string
+	for range 3 {
+		evs = append(evs, f.eventIDs(t, f.order(t).ID)[0])
+	}
+	testenv.Eventually(t, 10*time.Second, "reads failing a while", func() bool { return us.reads.Load() >= 10 })
+	if got := rc.all(); len(got) != 0 {
+		t.Fatalf("%d requests sent while no delivery could be read", len(got))
+	}
+	down.Store(false)
+	rc.waitFor("every event", func() bool { return len(rc.delivered()) == len(evs) })
+	waitCounts(t, f, 0, 0)
+	if got := rc.delivered(); len(got) != len(evs) || len(rc.all()) != len(evs) {
+		t.Errorf("delivered %v in %d requests; want each of %v once", got, len(rc.all()), evs)
+	}
+}

@@ -25,10 +25,10 @@ type clusterSetup struct {
 	cluster *nodes.Cluster
 }
 
-// ClusterTests is the -run pattern of the tests that run several processes
+// clusterTests is the -run pattern of the tests that run several processes
 // of the built binary with time bounds; .ci/run runs them in a step of
 // their own, without the race detector.
-const ClusterTests = "^(TestCluster|TestSourcesKill)"
+const clusterTests = "^(TestCluster|TestSourcesKill)"
 
 // skipCluster skips a test that runs several processes of the built binary
 // under -short, and under the race detector: the nodes are built without
@@ -36,14 +36,14 @@ const ClusterTests = "^(TestCluster|TestSourcesKill)"
 // --lease-ttl + 1 s, webhooks within --lease-ttl + 2 s) measure the nodes
 // on a machine shared with the other packages' race-instrumented tests,
 // two packages at a time on two cores, which is not what they promise.
-// .ci/run runs them alone, after go test -race ./... (see ClusterTests).
+// .ci/run runs them alone, after go test -race ./... (see clusterTests).
 func skipCluster(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a cluster of the built binary; skipped with -short")
 	}
 	if raceEnabled {
-		t.Skip("runs a cluster of the built binary with time bounds: run without -race, as .ci/run does (go test -run '" + ClusterTests + "' ./cmd/hourglass/)")
+		t.Skip("runs a cluster of the built binary with time bounds: run without -race, as .ci/run does (go test -run '" + clusterTests + "' ./cmd/hourglass/)")
 	}
 }
 

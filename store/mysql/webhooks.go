@@ -271,14 +271,7 @@ ORDER BY next_attempt_at, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.
 // PendingDelivery implements hourglass.DeliveryStore (PendingDeliveries of
 // one).
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
-	out, err := s.PendingDeliveries(ctx, []int64{id})
-	if err != nil {
-		return hourglass.PendingDelivery{}, err
-	}
-	if len(out) == 0 {
-		return hourglass.PendingDelivery{}, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
-	}
-	return out[0], nil
+	return hourglass.OnePending(ctx, s.PendingDeliveries, id)
 }
 
 // PendingDeliveries implements hourglass.DeliveryStore, in one query. The

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"zombiezen.com/go/sqlite"
-	"zombiezen.com/go/sqlite/sqlitex"
 )
 
 // Read-only statistics for alerts and the dashboard. Each is one query on a
@@ -26,13 +25,9 @@ import (
 // result.
 func (s *Store) OrderCounts(ctx context.Context, now time.Time) (map[hourglass.State]int64, error) {
 	out := make(map[hourglass.State]int64, len(hourglass.States()))
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		// One read transaction: every count sees the same snapshot, so
-		// they add up to the number of orders.
-		if err := sqlitex.ExecuteTransient(conn, "BEGIN", nil); err != nil {
-			return fmt.Errorf("sqlite: count orders: begin: %w", err)
-		}
-		defer sqlitex.ExecuteTransient(conn, "ROLLBACK", nil) // read only: nothing to keep
+	// One read transaction: every count sees the same snapshot, so they
+	// add up to the number of orders.
+	err := s.readTx(ctx, func(conn *sqlite.Conn) error {
 		count := conn.Prep(`SELECT count(*) FROM orders INDEXED BY orders_status_deadline WHERE status = ?1`)
 		for _, st := range hourglass.States() {
 			count.BindText(1, string(st))

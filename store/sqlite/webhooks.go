@@ -7,7 +7,6 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"zombiezen.com/go/sqlite"
-	"zombiezen.com/go/sqlite/sqlitex"
 )
 
 var (
@@ -311,33 +310,20 @@ ORDER BY next_attempt_at, id LIMIT ?4`)
 
 // PendingDelivery implements hourglass.DeliveryStore.
 func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
-	out, err := s.PendingDeliveries(ctx, []int64{id})
-	if err != nil {
-		return hourglass.PendingDelivery{}, err
-	}
-	if len(out) == 0 {
-		return hourglass.PendingDelivery{}, hourglass.Errorf(hourglass.CodeNotFound, "pending delivery %d not found", id)
-	}
-	return out[0], nil
+	return hourglass.OnePending(ctx, s.PendingDeliveries, id)
 }
 
 // PendingDeliveries implements hourglass.DeliveryStore: one read
-// transaction for the whole batch. A connection's page cache is emptied
-// whenever another commit changed the file since its last read, which
-// during a burst is before every read: one transaction pays that once per
-// batch instead of once per delivery. An order's body is rendered once for
+// transaction (readTx) for the whole batch, so a burst's commits empty the
+// page cache once per batch, not once per delivery. An order's body is rendered once for
 // all its deliveries in the batch (one per webhook).
 func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
 	if err := hourglass.CheckPendingBatch(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
 	out := make([]hourglass.PendingDelivery, 0, len(ids))
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		if err := sqlitex.ExecuteTransient(conn, "BEGIN", nil); err != nil {
-			return fmt.Errorf("sqlite: get deliveries: begin: %w", err)
-		}
-		defer sqlitex.ExecuteTransient(conn, "ROLLBACK", nil) // read only: nothing to keep
-		bodies := map[string][]byte{}                         // by event id
+	err := s.readTx(ctx, func(conn *sqlite.Conn) error {
+		bodies := map[string][]byte{} // by event id
 		for _, id := range ids {
 			d, found, err := pendingDelivery(conn, id, bodies)
 			if err != nil {
