@@ -280,7 +280,11 @@ func TestUnrecordedAttemptsCount(t *testing.T) {
 			if dl.LastError != "HTTP 503: down (attempt 3; 2 before it could not be recorded)" {
 				t.Errorf("dead letter error %q", dl.LastError)
 			}
-			if got := f.obs.get(); got[webhook.OutcomeUnrecorded] != len(retry)+1 || got[webhook.OutcomeDead] != 1 || got[webhook.OutcomeRetry] != 0 {
+			// The observer is told just after the commit the dead letter's
+			// read saw (the record waits for it off the worker).
+			if got, ok := f.obs.await(5*time.Second, func(got map[string]int) bool {
+				return got[webhook.OutcomeUnrecorded] == len(retry)+1 && got[webhook.OutcomeDead] == 1 && got[webhook.OutcomeRetry] == 0
+			}); !ok {
 				t.Errorf("outcomes %v", got)
 			}
 		})

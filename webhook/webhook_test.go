@@ -431,7 +431,8 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	if n, err := f.svc.DeadLetterCount(f.ctx); n != 1 || err != nil {
 		t.Errorf("DeadLetterCount = %d, %v", n, err)
 	}
-	if got := f.obs.get(); got["retry"] != 3 || got["dead"] != 1 {
+	// The observer is told just after the commit the dead letter's read saw.
+	if got, ok := f.obs.await(5*time.Second, func(got map[string]int) bool { return got["retry"] == 3 && got["dead"] == 1 }); !ok {
 		t.Errorf("outcomes %v", got)
 	}
 
