@@ -124,7 +124,7 @@ type ClusterStore interface {
 	// until ctx ends (then it returns nil). It is at most once: after it
 	// may have missed some (a lost connection), it calls fn(nil), meaning
 	// "reload". fn is called from one goroutine and must not block long.
-	WatchCreated(ctx context.Context, fn func([]Timer)) error
+	WatchCreated(ctx context.Context, fn func([]DueItem)) error
 }
 
 // Mask returns the set as a 64-bit mask, bit p for partition p (-1, every

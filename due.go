@@ -9,7 +9,7 @@ type DueUpdate struct {
 	// Due are items now due at their Deadline: an order created pending, a
 	// timer armed or re-armed (an item announced again with another time
 	// is due at the later announcement's).
-	Due []Timer
+	Due []DueItem
 	// Gone are ids no longer due: an order paid or cancelled, a timer
 	// cancelled. Dropping their timers is an optimisation: a stale timer
 	// closes nothing.

@@ -97,10 +97,13 @@ func ValidatePaymentID(id string) error {
 	return CheckText("payment_id", id)
 }
 
-// Timer is a pending order's deadline, as the engine schedules it.
-type Timer struct {
-	OrderID  int64
-	Deadline time.Time
+// DueItem is one thing that falls due: an id and the time it is due. It is
+// what the engine schedules and every delay mechanism carries: a pending
+// order at its deadline, a client's timer (ID at or above TimerIDBase) at
+// its fire time, or a shop's row (ID from SourceIDBase) at its deadline.
+type DueItem struct {
+	ID int64
+	At time.Time
 }
 
 // ClosedOrder reports one close committed by Store.CloseOrders.

@@ -7,7 +7,7 @@ import "context"
 // the scheduler then acknowledges them. On error the scheduler must deliver
 // them again later: delivery is at-least-once, and the close being an
 // idempotent compare-and-set makes the effect exactly once.
-type Deliver func(ctx context.Context, due []Timer) error
+type Deliver func(ctx context.Context, due []DueItem) error
 
 // Feed says how timers reach a Scheduler.
 type Feed int
@@ -43,7 +43,7 @@ type Scheduler interface {
 	// the mechanism allows (a broker's publisher confirm, for example).
 	// Scheduling an order twice is allowed: both may fire, and the second
 	// close is a no-op.
-	Schedule(ctx context.Context, timers []Timer) error
+	Schedule(ctx context.Context, timers []DueItem) error
 	// Run delivers due timers to deliver until ctx ends, then returns nil.
 	// It returns an error when it cannot go on (the broker is gone); the
 	// caller retries Run with backoff.
@@ -64,9 +64,9 @@ type Canceler interface {
 type Outbox interface {
 	// OutboxBatch returns up to limit unsent timers, oldest order first,
 	// of the orders in parts (nil: all; see Parts).
-	OutboxBatch(ctx context.Context, limit int, parts Parts) ([]Timer, error)
+	OutboxBatch(ctx context.Context, limit int, parts Parts) ([]DueItem, error)
 	// OutboxDone removes timers that were published: each entry whose
 	// deadline is still the one published (a client timer re-armed since
 	// keeps its new entry, to be published in turn).
-	OutboxDone(ctx context.Context, published []Timer) error
+	OutboxDone(ctx context.Context, published []DueItem) error
 }

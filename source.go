@@ -286,30 +286,30 @@ type SourceStore interface {
 }
 
 // SourceTable reads and closes the rows of one source. Rows are
-// hourglass.Timer values: OrderID is the row's key, Deadline its deadline
+// DueItem values: ID is the row's key, At its deadline
 // (rounded up to the millisecond). Methods are safe for concurrent use.
 type SourceTable interface {
 	// Due pages the pending rows due at or before p.Until in (deadline,
 	// key) order after the cursor, of the partitions p.Parts (by
 	// PartitionOf(key)), through the deadline's index.
-	Due(ctx context.Context, p PendingDueParams) ([]Timer, error)
+	Due(ctx context.Context, p PendingDueParams) ([]DueItem, error)
 	// Tail returns up to limit pending rows with key > after, by key,
 	// through the key's index.
-	Tail(ctx context.Context, after int64, limit int) ([]Timer, error)
+	Tail(ctx context.Context, after int64, limit int) ([]DueItem, error)
 	// Holes returns up to limit pending rows whose keys lie in one of
 	// ranges (each [lo, hi], inclusive), by key: rows whose keys were drawn
 	// before a larger key the tail saw, committed since.
-	Holes(ctx context.Context, ranges [][2]int64, limit int) ([]Timer, error)
+	Holes(ctx context.Context, ranges [][2]int64, limit int) ([]DueItem, error)
 	// MaxKey returns the largest key in the table (0 when empty).
 	MaxKey(ctx context.Context) (int64, error)
 	// Pending returns the rows of keys that are pending, with their
 	// deadlines now.
-	Pending(ctx context.Context, keys []int64) ([]Timer, error)
+	Pending(ctx context.Context, keys []int64) ([]DueItem, error)
 	// Close closes each row in one transaction, in key
 	// order, and writes the closed rows' source.closed events and webhook
 	// deliveries in it. A database error that ends the transaction (a
 	// deadlock, a lost connection) is returned, and nothing committed.
-	Close(ctx context.Context, rows []Timer) ([]SourceResult, error)
+	Close(ctx context.Context, rows []DueItem) ([]SourceResult, error)
 }
 
 // SourceIDBase is the first id of a source row's events where an order's

@@ -83,7 +83,7 @@ type Store interface {
 	// p.Until, ordered by (deadline, id) and strictly after the cursor
 	// (p.After, p.AfterID); pass the last returned timer as the next cursor
 	// to page.
-	PendingDue(ctx context.Context, p PendingDueParams) ([]Timer, error)
+	PendingDue(ctx context.Context, p PendingDueParams) ([]DueItem, error)
 
 	// Policy returns the timeout policy as stored now, whichever store value
 	// or process put it.

@@ -17,7 +17,7 @@ import (
 // A timer has an internal id besides its key. Timer ids start at
 // TimerIDBase, far above any order id, so an id alone says which of the two
 // it is: timers and orders share the columns and messages that carry "the
-// id of what is due" (Timer.OrderID, the timer outbox, the created-orders
+// id of what is due" (DueItem.ID, the timer outbox, the created-orders
 // feed between nodes, a delay mechanism's messages, events' and webhook
 // deliveries' order_id, and the partition of an id, PartitionOf) without a
 // second copy of any of them.
@@ -38,7 +38,7 @@ const (
 	MaxTimerDelay = 365 * 24 * time.Hour
 )
 
-// TimerStatus is the state of a NamedTimer.
+// TimerStatus is the state of a Timer.
 type TimerStatus string
 
 // Timer statuses. PUT moves a timer of any status to scheduled (a re-arm);
@@ -59,9 +59,9 @@ func (s TimerStatus) Valid() bool {
 // (MarshalTimerEvent).
 const EventTimerFired EventType = "timer.fired"
 
-// NamedTimer is a client's timer as stored. Zero times and WebhookID 0 mean
+// Timer is a client's timer as stored. Zero times and WebhookID 0 mean
 // unset.
-type NamedTimer struct {
+type Timer struct {
 	// ID is internal (TimerIDBase or above): the API names timers by Key.
 	ID     int64
 	Key    string
@@ -182,16 +182,16 @@ type TimerStore interface {
 	// the hash it was armed with, nothing changes and it is returned as it
 	// is. Errors: invalid_argument (p.Validate; a WebhookID that names no
 	// webhook, message naming it).
-	ArmTimer(ctx context.Context, p ArmTimerParams) (t NamedTimer, created bool, err error)
+	ArmTimer(ctx context.Context, p ArmTimerParams) (t Timer, created bool, err error)
 	// Timer returns a timer by key. Errors: not_found.
-	Timer(ctx context.Context, key string) (NamedTimer, error)
+	Timer(ctx context.Context, key string) (Timer, error)
 	// Timers returns up to f.Limit timers with key > f.After (and status
 	// f.Status, if set), by key.
-	Timers(ctx context.Context, f TimerFilter) ([]NamedTimer, error)
+	Timers(ctx context.Context, f TimerFilter) ([]Timer, error)
 	// CancelTimer moves a scheduled timer to cancelled and returns it; a
 	// cancelled one is returned unchanged (idempotent). Errors: not_found,
 	// timer_fired.
-	CancelTimer(ctx context.Context, key string) (NamedTimer, error)
+	CancelTimer(ctx context.Context, key string) (Timer, error)
 	// FireTimers fires, in one transaction, each listed timer that is still
 	// scheduled with fire_at <= now: status fired, fired_at now, and one
 	// timer.fired event (body MarshalTimerEvent of the fired timer) with its
@@ -201,10 +201,10 @@ type TimerStore interface {
 	// it is idempotent: any other listed id is skipped and not reported.
 	FireTimers(ctx context.Context, ids []int64) ([]FiredTimer, error)
 	// TimersDue returns up to p.Limit scheduled timers with fire_at <=
-	// p.Until, as Timer{OrderID: id, Deadline: fire_at}, ordered by
+	// p.Until, as DueItem{ID: id, At: fire_at}, ordered by
 	// (fire_at, id), strictly after the cursor, in p.Parts (see
 	// Store.PendingDue).
-	TimersDue(ctx context.Context, p PendingDueParams) ([]Timer, error)
+	TimersDue(ctx context.Context, p PendingDueParams) ([]DueItem, error)
 	// TimerCounts returns how many timers are in each status (every status
 	// present in the map).
 	TimerCounts(ctx context.Context) (map[TimerStatus]int64, error)
@@ -222,7 +222,7 @@ type timerJSON struct {
 	UpdatedAt string          `json:"updated_at"`
 }
 
-func newTimerJSON(t NamedTimer) timerJSON {
+func newTimerJSON(t Timer) timerJSON {
 	j := timerJSON{
 		Key:       t.Key,
 		Status:    string(t.Status),
@@ -246,7 +246,7 @@ func newTimerJSON(t NamedTimer) timerJSON {
 // {"key","status","fire_at","fired_at","payload","webhook_id","created_at",
 // "updated_at"}, unset ones null. t.Payload must be valid JSON (stores keep
 // only what ArmTimerParams.Validate accepted); otherwise it returns nil.
-func MarshalTimer(t NamedTimer) []byte { return marshalRaw(newTimerJSON(t)) }
+func MarshalTimer(t Timer) []byte { return marshalRaw(newTimerJSON(t)) }
 
 // marshalRaw is json.Marshal without HTML escaping (a payload's <, > and &
 // stay as given), or nil when v cannot be encoded.
@@ -272,6 +272,6 @@ type timerEventJSON struct {
 // timer as MarshalTimer writes it, created_at its fired_at. Stores write it
 // at the fire and keep it with the event (a re-arm later changes the timer,
 // not the event). It returns nil when t.Payload is not valid JSON.
-func MarshalTimerEvent(id string, t NamedTimer) []byte {
+func MarshalTimerEvent(id string, t Timer) []byte {
 	return marshalRaw(timerEventJSON{ID: id, Type: EventTimerFired, CreatedAt: formatTime(t.FiredAt), Timer: newTimerJSON(t)})
 }

@@ -43,7 +43,7 @@ func TestArmTimerParamsValidate(t *testing.T) {
 func TestMarshalTimerEvent(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 24, 10, 0, 0, 5e6, time.UTC)
-	tm := NamedTimer{ID: TimerIDBase, Key: "coupon:1", Status: TimerFired, FireAt: at, FiredAt: at.Add(2 * time.Millisecond),
+	tm := Timer{ID: TimerIDBase, Key: "coupon:1", Status: TimerFired, FireAt: at, FiredAt: at.Add(2 * time.Millisecond),
 		Payload: json.RawMessage(`{"coupon": "X1"}`), CreatedAt: at.Add(-time.Minute), UpdatedAt: at.Add(2 * time.Millisecond)}
 	got := string(MarshalTimerEvent("evt_1", tm))
 	want := `{"id":"evt_1","type":"timer.fired","created_at":"2026-11-24T10:00:00.007Z","timer":{"key":"coupon:1","status":"fired",` +
@@ -62,7 +62,7 @@ func TestMarshalTimerEvent(t *testing.T) {
 // rewritten as \u003c and so on.
 func TestMarshalTimerKeepsPayloadCharacters(t *testing.T) {
 	t.Parallel()
-	tm := NamedTimer{Key: "k", Status: TimerScheduled, Payload: json.RawMessage(`{"html":"<b>a & b</b>"}`)}
+	tm := Timer{Key: "k", Status: TimerScheduled, Payload: json.RawMessage(`{"html":"<b>a & b</b>"}`)}
 	if got := string(MarshalTimer(tm)); !strings.Contains(got, `"payload":{"html":"<b>a & b</b>"}`) {
 		t.Fatalf("payload rewritten: %s", got)
 	}

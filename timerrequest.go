@@ -118,7 +118,7 @@ type TimerRequestsApplied struct {
 	Lags []time.Duration
 	// Armed are the timers the transaction armed, as due items, and
 	// Cancelled the ids of those it cancelled: what the engine must hear.
-	Armed     []Timer
+	Armed     []DueItem
 	Cancelled []int64
 	// Full reports that the transaction took as many requests as it was
 	// allowed: more may be waiting.

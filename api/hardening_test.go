@@ -85,10 +85,10 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 // notReadyScheduler is a Scheduler during start-up: recovery has not run.
 type notReadyScheduler struct{}
 
-func (notReadyScheduler) Schedule(hourglass.Timer) {}
-func (notReadyScheduler) Cancel(int64)             {}
-func (notReadyScheduler) Ready() bool              { return false }
-func (notReadyScheduler) Healthy() error           { return nil }
+func (notReadyScheduler) Schedule(hourglass.DueItem) {}
+func (notReadyScheduler) Cancel(int64)               {}
+func (notReadyScheduler) Ready() bool                { return false }
+func (notReadyScheduler) Healthy() error             { return nil }
 
 // TestReadyzDuringStartUpIsNotAnError: /readyz answers 503 until recovery
 // has run, which is expected: it must not log an ERROR per probe.

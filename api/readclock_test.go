@@ -20,10 +20,10 @@ import (
 // pending in the database, and only the read derives their close.
 type nopScheduler struct{}
 
-func (nopScheduler) Schedule(hourglass.Timer) {}
-func (nopScheduler) Cancel(int64)             {}
-func (nopScheduler) Ready() bool              { return true }
-func (nopScheduler) Healthy() error           { return nil }
+func (nopScheduler) Schedule(hourglass.DueItem) {}
+func (nopScheduler) Cancel(int64)               {}
+func (nopScheduler) Ready() bool                { return true }
+func (nopScheduler) Healthy() error             { return nil }
 
 // TestReadAfterDeadlineShowsClosed: on every store, wired as cmd/hourglass
 // wires it (a shared store's API clock is the node's clock corrected by the

@@ -60,7 +60,7 @@ type TimerListJSON struct {
 
 // timerJSON renders t as hourglass.MarshalTimer does for timer.fired
 // events: one encoder, so the API's object and the event's cannot drift.
-func timerJSON(t hourglass.NamedTimer) json.RawMessage { return hourglass.MarshalTimer(t) }
+func timerJSON(t hourglass.Timer) json.RawMessage { return hourglass.MarshalTimer(t) }
 
 type armTimerRequest struct {
 	FireAt    *string         `json:"fire_at"`
@@ -263,12 +263,12 @@ func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
 	// at most one batch past MaxPageBytes.
 	page := newPage(r, "timers")
 	next, err := fillPage(page, f.Limit, timerBatch, f.After,
-		func(after string, n int) ([]hourglass.NamedTimer, error) {
+		func(after string, n int) ([]hourglass.Timer, error) {
 			f.After, f.Limit = after, n
 			return s.cfg.Timers.Timers(r.Context(), f)
 		},
-		func(t hourglass.NamedTimer) any { return timerJSON(t) },
-		func(t hourglass.NamedTimer) string { return t.Key })
+		func(t hourglass.Timer) any { return timerJSON(t) },
+		func(t hourglass.Timer) string { return t.Key })
 	if err != nil {
 		return 0, nil, err
 	}

@@ -120,9 +120,9 @@ func bytesPerTimer(ctx context.Context, sys System, store hourglass.Store, n int
 	}
 	defer sched.Close()
 	base := time.Now().Add(time.Hour)
-	batch := make([]hourglass.Timer, 0, 10000)
+	batch := make([]hourglass.DueItem, 0, 10000)
 	for i := range n {
-		batch = append(batch, hourglass.Timer{OrderID: int64(i + 1), Deadline: base.Add(time.Duration(i%600000) * time.Millisecond)})
+		batch = append(batch, hourglass.DueItem{ID: int64(i + 1), At: base.Add(time.Duration(i%600000) * time.Millisecond)})
 		if len(batch) == cap(batch) || i == n-1 {
 			if err := sched.Schedule(ctx, batch); err != nil {
 				return 0, err

@@ -30,10 +30,10 @@ const (
 // in-process store and engine, or a running server over HTTP.
 type TimerTarget interface {
 	// ArmTimer arms the new timer key to fire delay after the server's now.
-	ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.NamedTimer, error)
+	ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.Timer, error)
 	// Timers returns up to limit timers with keys greater than after
 	// (bytewise), in key order.
-	Timers(ctx context.Context, after string, limit int) ([]hourglass.NamedTimer, error)
+	Timers(ctx context.Context, after string, limit int) ([]hourglass.Timer, error)
 }
 
 // TimerResult is every figure measured for one system under the timers
@@ -89,7 +89,7 @@ func DriveTimers(ctx context.Context, name string, target TimerTarget, w Workloa
 	total := int(float64(w.Rate) * w.Duration.Seconds())
 	var (
 		mu       sync.Mutex
-		armed    []hourglass.NamedTimer
+		armed    []hourglass.Timer
 		armLat   []time.Duration
 		errs     atomic.Int64
 		firstErr atomic.Value
@@ -168,9 +168,9 @@ func DriveTimers(ctx context.Context, name string, target TimerTarget, w Workloa
 }
 
 // runTimers reads back every timer whose key starts with prefix, by key.
-func runTimers(ctx context.Context, target TimerTarget, prefix string) (map[string]hourglass.NamedTimer, error) {
+func runTimers(ctx context.Context, target TimerTarget, prefix string) (map[string]hourglass.Timer, error) {
 	const page = api.MaxTimerLimit
-	out := map[string]hourglass.NamedTimer{}
+	out := map[string]hourglass.Timer{}
 	after := prefix
 	for {
 		ts, err := target.Timers(ctx, after, page)
@@ -195,7 +195,7 @@ func runTimers(ctx context.Context, target TimerTarget, prefix string) (map[stri
 const maxViolations = 20
 
 // check fills in res's outcome from the timers armed and those read back.
-func (res *TimerResult) check(armed []hourglass.NamedTimer, final map[string]hourglass.NamedTimer, grace time.Duration, fires func(id int64) int) {
+func (res *TimerResult) check(armed []hourglass.Timer, final map[string]hourglass.Timer, grace time.Duration, fires func(id int64) int) {
 	var first, last time.Time
 	violations := 0
 	violation := func(format string, args ...any) {
@@ -308,36 +308,36 @@ func RunTimersInProcess(ctx context.Context, sys System, databaseURL string, w W
 
 // ArmTimer implements TimerTarget as PUT /v1/timers/{key} does, from the
 // same request body.
-func (t *storeTarget) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.NamedTimer, error) {
+func (t *storeTarget) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.Timer, error) {
 	p, err := api.DecodeArmTimer(key, []byte(`{"delay_ms":`+strconv.FormatInt(delay.Milliseconds(), 10)+`}`))
 	if err != nil {
-		return hourglass.NamedTimer{}, err
+		return hourglass.Timer{}, err
 	}
 	nt, _, err := t.timers.ArmTimer(ctx, p)
 	return nt, err
 }
 
 // Timers implements TimerTarget.
-func (t *storeTarget) Timers(ctx context.Context, after string, limit int) ([]hourglass.NamedTimer, error) {
+func (t *storeTarget) Timers(ctx context.Context, after string, limit int) ([]hourglass.Timer, error) {
 	return t.timers.Timers(ctx, hourglass.TimerFilter{After: after, Limit: limit})
 }
 
 // ArmTimer implements TimerTarget: PUT /v1/timers/{key} with delay_ms.
-func (t *HTTPTarget) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.NamedTimer, error) {
+func (t *HTTPTarget) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.Timer, error) {
 	j, _, err := t.client.ArmTimer(ctx, key, api.ArmTimerRequest{DelayMs: api.Delay(delay)})
 	if err != nil {
-		return hourglass.NamedTimer{}, err
+		return hourglass.Timer{}, err
 	}
 	return timerFromJSON(j)
 }
 
 // Timers implements TimerTarget: one page of GET /v1/timers.
-func (t *HTTPTarget) Timers(ctx context.Context, after string, limit int) ([]hourglass.NamedTimer, error) {
+func (t *HTTPTarget) Timers(ctx context.Context, after string, limit int) ([]hourglass.Timer, error) {
 	l, err := t.client.ListTimers(ctx, "", limit, after)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]hourglass.NamedTimer, 0, len(l.Timers))
+	out := make([]hourglass.Timer, 0, len(l.Timers))
 	for _, j := range l.Timers {
 		nt, err := timerFromJSON(j)
 		if err != nil {
@@ -348,8 +348,8 @@ func (t *HTTPTarget) Timers(ctx context.Context, after string, limit int) ([]hou
 	return out, nil
 }
 
-func timerFromJSON(j api.TimerJSON) (hourglass.NamedTimer, error) {
-	t := hourglass.NamedTimer{Key: j.Key, Status: hourglass.TimerStatus(j.Status), Payload: j.Payload}
+func timerFromJSON(j api.TimerJSON) (hourglass.Timer, error) {
+	t := hourglass.Timer{Key: j.Key, Status: hourglass.TimerStatus(j.Status), Payload: j.Payload}
 	var err error
 	if t.FireAt, err = time.Parse(api.TimeFormat, j.FireAt); err != nil {
 		return t, fmt.Errorf("timer %s: fire_at: %w", j.Key, err)
@@ -364,17 +364,17 @@ func timerFromJSON(j api.TimerJSON) (hourglass.NamedTimer, error) {
 
 // ArmTimer implements TimerTarget on the next target, which must be a
 // TimerTarget too.
-func (r *RoundRobin) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.NamedTimer, error) {
+func (r *RoundRobin) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.Timer, error) {
 	next := r.pick()
 	tt, ok := next.(TimerTarget)
 	if !ok {
-		return hourglass.NamedTimer{}, fmt.Errorf("bench: target %T does not arm timers", next)
+		return hourglass.Timer{}, fmt.Errorf("bench: target %T does not arm timers", next)
 	}
 	return tt.ArmTimer(ctx, key, delay)
 }
 
 // Timers implements TimerTarget on the next target.
-func (r *RoundRobin) Timers(ctx context.Context, after string, limit int) ([]hourglass.NamedTimer, error) {
+func (r *RoundRobin) Timers(ctx context.Context, after string, limit int) ([]hourglass.Timer, error) {
 	next := r.pick()
 	tt, ok := next.(TimerTarget)
 	if !ok {

@@ -20,29 +20,29 @@ type fakeTimers struct {
 	late func(n int) time.Duration
 
 	mu     sync.Mutex
-	timers map[string]hourglass.NamedTimer
+	timers map[string]hourglass.Timer
 	order  map[string]int
 }
 
 func newFakeTimers(late func(n int) time.Duration) *fakeTimers {
-	f := &fakeTimers{late: late, timers: map[string]hourglass.NamedTimer{}, order: map[string]int{}}
+	f := &fakeTimers{late: late, timers: map[string]hourglass.Timer{}, order: map[string]int{}}
 	for _, k := range []string{"bench-", "bench-0-000000001", "bench-zzz", "other"} {
-		f.timers[k] = hourglass.NamedTimer{Key: k, Status: hourglass.TimerScheduled}
+		f.timers[k] = hourglass.Timer{Key: k, Status: hourglass.TimerScheduled}
 	}
 	return f
 }
 
-func (f *fakeTimers) ArmTimer(_ context.Context, key string, delay time.Duration) (hourglass.NamedTimer, error) {
+func (f *fakeTimers) ArmTimer(_ context.Context, key string, delay time.Duration) (hourglass.Timer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := len(f.order)
-	t := hourglass.NamedTimer{ID: hourglass.TimerIDBase + int64(n), Key: key, Status: hourglass.TimerScheduled,
+	t := hourglass.Timer{ID: hourglass.TimerIDBase + int64(n), Key: key, Status: hourglass.TimerScheduled,
 		FireAt: time.Now().Add(delay).Truncate(time.Millisecond)}
 	f.timers[key], f.order[key] = t, n
 	return t, nil
 }
 
-func (f *fakeTimers) Timers(_ context.Context, after string, limit int) ([]hourglass.NamedTimer, error) {
+func (f *fakeTimers) Timers(_ context.Context, after string, limit int) ([]hourglass.Timer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var keys []string
@@ -52,7 +52,7 @@ func (f *fakeTimers) Timers(_ context.Context, after string, limit int) ([]hourg
 		}
 	}
 	slices.Sort(keys)
-	var out []hourglass.NamedTimer
+	var out []hourglass.Timer
 	for _, k := range keys[:min(limit, len(keys))] {
 		t := f.timers[k]
 		if n, ok := f.order[k]; ok && t.Status == hourglass.TimerScheduled {

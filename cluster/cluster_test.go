@@ -298,7 +298,7 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				n.eng.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+				n.eng.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 				orders = append(orders, o)
 				time.Sleep(3 * time.Millisecond)
 			}

@@ -193,7 +193,7 @@ func TestHungConnection(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				b.eng.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+				b.eng.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 				ids = append(ids, o.ID)
 			}
 			time.Sleep(1500 * time.Millisecond) // some close and are delivered by both

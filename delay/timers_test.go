@@ -100,13 +100,13 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 	// nothing. Fire times from 2 s out, one every 5 ms; orders due among
 	// them.
 	start := time.Now()
-	arm := func(key string, at time.Time, hash byte) hourglass.NamedTimer {
+	arm := func(key string, at time.Time, hash byte) hourglass.Timer {
 		t.Helper()
 		tm, _, err := db.ArmTimer(ctx, hourglass.ArmTimerParams{Key: key, FireAt: at, RequestHash: []byte{hash}})
 		if err != nil {
 			t.Fatalf("arm %s: %v", key, err)
 		}
-		eng.Schedule(hourglass.Timer{OrderID: tm.ID, Deadline: tm.FireAt})
+		eng.Schedule(hourglass.DueItem{ID: tm.ID, At: tm.FireAt})
 		return tm
 	}
 	keys := make([]string, mechTimers)
@@ -136,7 +136,7 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eng.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+		eng.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 		orders = append(orders, o.ID)
 	}
 	if armed := time.Since(start); armed > 2*time.Second {

@@ -66,7 +66,7 @@ func closeLatenessScenario(b *testing.B, rate int, d time.Duration) []time.Durat
 			go func() {
 				defer wg.Done()
 				o := f.create(b, time.Second)
-				e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+				e.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 			}()
 		}
 	}

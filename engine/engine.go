@@ -139,7 +139,7 @@ func (c Config) Validate() error {
 // Cancel).
 type Store interface {
 	CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error)
-	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
 }
 
 // TimerStore is the optional part of a Store that keeps clients' timers
@@ -149,7 +149,7 @@ type Store interface {
 // id is, and a due timer is fired instead of closed.
 type TimerStore interface {
 	FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error)
-	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
 }
 
 // Gate holds due orders back from the close path until a check lets them
@@ -431,8 +431,8 @@ func (e *Engine) Closing() bool {
 // Schedule tells the engine a pending order was committed, for a store that
 // is not a hourglass.DueFeed (a test's). Call it after the commit.
 // Idempotent.
-func (e *Engine) Schedule(t hourglass.Timer) {
-	e.due([]hourglass.Timer{t})
+func (e *Engine) Schedule(t hourglass.DueItem) {
+	e.due([]hourglass.DueItem{t})
 }
 
 // follow takes an announcement of the store's due feed: items due go to
@@ -455,10 +455,10 @@ func (e *Engine) follow(u hourglass.DueUpdate) {
 // (FeedWindow; beyond it, the loader brings them later), or wake the relay
 // (FeedOutbox). The owner of another partition learns of its items from
 // its own feed.
-func (e *Engine) due(ts []hourglass.Timer) {
-	var mine []hourglass.Timer
+func (e *Engine) due(ts []hourglass.DueItem) {
+	var mine []hourglass.DueItem
 	for _, t := range ts {
-		if e.parts.Has(t.OrderID) {
+		if e.parts.Has(t.ID) {
 			mine = append(mine, t)
 		}
 	}
@@ -586,19 +586,19 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 // deliver is the hourglass.Deliver the scheduler calls with due timers: one
 // store call closes the orders among them, one fires the clients' timers;
 // each is an idempotent compare-and-set.
-func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
+func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	var orders, timers []int64
 	for _, t := range due {
 		// A timer of a partition this node lost is the new owner's now
 		// (it loaded it, or a Partitioned broker hands it over): dropped,
 		// not closed twice.
-		if !e.parts.Has(t.OrderID) {
+		if !e.parts.Has(t.ID) {
 			continue
 		}
-		if hourglass.IsTimerID(t.OrderID) {
-			timers = append(timers, t.OrderID)
+		if hourglass.IsTimerID(t.ID) {
+			timers = append(timers, t.ID)
 		} else {
-			orders = append(orders, t.OrderID)
+			orders = append(orders, t.ID)
 		}
 	}
 	if len(orders) == 0 && len(timers) == 0 {
@@ -612,9 +612,9 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.Timer) error {
 	if err != nil {
 		return err
 	}
-	front := hourglass.UnixMilli(due[0].Deadline)
+	front := hourglass.UnixMilli(due[0].At)
 	for _, t := range due[1:] {
-		front = min(front, hourglass.UnixMilli(t.Deadline))
+		front = min(front, hourglass.UnixMilli(t.At))
 	}
 	e.lastFront.Store(front)
 	e.lastDelivery.Store(hourglass.UnixMilli(e.clock.Now()))
@@ -786,7 +786,7 @@ func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
 	if !ok {
 		return nil
 	}
-	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){e.store.PendingDue}
+	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error){e.store.PendingDue}
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
 	}
@@ -808,7 +808,7 @@ func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
 				break
 			}
 			last := page[len(page)-1]
-			p.After, p.AfterID = last.Deadline, last.OrderID
+			p.After, p.AfterID = last.At, last.ID
 		}
 	}
 	if n > 0 {
@@ -879,7 +879,7 @@ func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
 func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.Parts) (int, error) {
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
-	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){e.store.PendingDue}
+	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error){e.store.PendingDue}
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
 	}
@@ -895,15 +895,15 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 			found += len(page)
 			var orders, timers []int64
 			for _, t := range page {
-				if hourglass.IsTimerID(t.OrderID) {
-					timers = append(timers, t.OrderID)
+				if hourglass.IsTimerID(t.ID) {
+					timers = append(timers, t.ID)
 				} else {
-					orders = append(orders, t.OrderID)
+					orders = append(orders, t.ID)
 				}
 			}
 			if len(page) > 0 {
 				last := page[len(page)-1]
-				p.After, p.AfterID = last.Deadline, last.OrderID
+				p.After, p.AfterID = last.At, last.ID
 			}
 			gateTookNone := false
 			if e.cfg.Gate != nil && len(orders) > 0 {

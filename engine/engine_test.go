@@ -148,8 +148,8 @@ func TestWindowHoldsOnlyNearDeadlines(t *testing.T) {
 		t.Fatalf("after the second load: %d timers, want 3 (5m joined)", got)
 	}
 	// Schedule accepts what is inside the horizon and leaves the rest to the loader.
-	e.Schedule(hourglass.Timer{OrderID: 100, Deadline: clock.Now().Add(time.Minute)})
-	e.Schedule(hourglass.Timer{OrderID: 101, Deadline: clock.Now().Add(time.Hour)})
+	e.Schedule(hourglass.DueItem{ID: 100, At: clock.Now().Add(time.Minute)})
+	e.Schedule(hourglass.DueItem{ID: 101, At: clock.Now().Add(time.Hour)})
 	if got := e.Pending(); got != 4 {
 		t.Fatalf("after Schedule: %d timers, want 4", got)
 	}
@@ -235,10 +235,10 @@ type burstStore struct {
 	gated   atomic.Int32 // close calls waiting at the gate
 }
 
-func (s *burstStore) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *burstStore) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	page, err := s.Store.PendingDue(ctx, p)
 	if p.Until.After(s.clock.Now()) {
-		page = slices.DeleteFunc(page, func(t hourglass.Timer) bool { return t.OrderID == s.lost })
+		page = slices.DeleteFunc(page, func(t hourglass.DueItem) bool { return t.ID == s.lost })
 	}
 	return page, err
 }
@@ -369,7 +369,7 @@ func TestClosesOnTimeWithRealClock(t *testing.T) {
 	orders := append([]hourglass.Order(nil), preloaded...)
 	for i := range 300 {
 		o := f.create(t, time.Duration(1000+i*7)*time.Millisecond) // some beyond the window: the loader brings them
-		e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+		e.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 		orders = append(orders, o)
 	}
 	f.rec.await(t, 20*time.Second, "every order closed", func(closed, _, _ int) bool { return closed == len(orders) })
@@ -420,7 +420,7 @@ func TestFailedCloseIsRetried(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	<-e.firstPage // the horizon is up: Schedule takes the order
 	o := f.create(t, time.Second)
-	e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	e.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 	f.rec.await(t, 10*time.Second, "the order closed after failing closes", func(closed, _, _ int) bool { return closed == 1 })
 	if _, _, failures := f.rec.counts(); failures != 3 {
 		t.Fatalf("failures counted %d, want 3", failures)
@@ -465,7 +465,7 @@ func TestDegradedSchedulerSweepsOnTime(t *testing.T) {
 	go func() { done <- e.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	o := f.create(t, time.Second)
-	e.Schedule(hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+	e.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 	f.rec.await(t, 10*time.Second, "the order closed while the scheduler was down", func(closed, _, _ int) bool { return closed == 1 })
 	if _, swept, _ := f.rec.counts(); swept != 1 {
 		t.Fatalf("closed by the scheduler, which is down")
@@ -496,14 +496,14 @@ func TestSweeperDefersToDeliveringBroker(t *testing.T) {
 	e := f.engine(t, Config{Scheduler: brokenScheduler{timerloop.NewWheel(timerloop.Config{Clock: clock})}})
 	burst := clock.Now()
 	clock.Advance(3 * time.Second) // the broker delivers the burst 3 s late
-	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {
+	if err := e.deliver(f.ctx, []hourglass.DueItem{{ID: 1 << 40, At: burst}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := e.sweepUntil(e.cfg.SweepGrace), burst.Add(-time.Millisecond); !got.Equal(want) {
 		t.Errorf("while the broker delivers the burst: sweep until %v, want %v (just before the burst)", got, want)
 	}
 	clock.Advance(BrokerBacklogMax - 3*time.Second + time.Second) // still delivering, but the burst is 6 s late now
-	if err := e.deliver(f.ctx, []hourglass.Timer{{OrderID: 1 << 40, Deadline: burst}}); err != nil {
+	if err := e.deliver(f.ctx, []hourglass.DueItem{{ID: 1 << 40, At: burst}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := e.sweepUntil(e.cfg.SweepGrace), clock.Now().Add(-BrokerBacklogMax); !got.Equal(want) {

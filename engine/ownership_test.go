@@ -32,7 +32,7 @@ func TestOwnedPartitionsOnly(t *testing.T) {
 	if got := e.Pending(); got != 3 {
 		t.Fatalf("the first load holds %d timers, want the 3 of the owned partitions", got)
 	}
-	e.Schedule(hourglass.Timer{OrderID: orders[3].ID, Deadline: orders[3].Deadline})
+	e.Schedule(hourglass.DueItem{ID: orders[3].ID, At: orders[3].Deadline})
 	if got := e.Pending(); got != 3 {
 		t.Fatalf("Schedule of an order of another partition: %d timers held, want 3", got)
 	}
@@ -50,9 +50,9 @@ func TestOwnedPartitionsOnly(t *testing.T) {
 
 	// Losing the first partition: its timer is dropped at delivery.
 	own.Move(nil, []int{part(0)})
-	var due []hourglass.Timer
+	var due []hourglass.DueItem
 	for _, o := range orders[:5] {
-		due = append(due, hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+		due = append(due, hourglass.DueItem{ID: o.ID, At: o.Deadline})
 	}
 	if err := e.deliver(f.ctx, due); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ type partitionedScheduler struct {
 func (s *partitionedScheduler) Info() hourglass.SchedulerInfo {
 	return hourglass.SchedulerInfo{Name: "partitioned", Feed: hourglass.FeedWindow}
 }
-func (s *partitionedScheduler) Schedule(context.Context, []hourglass.Timer) error { return nil }
+func (s *partitionedScheduler) Schedule(context.Context, []hourglass.DueItem) error { return nil }
 func (s *partitionedScheduler) Run(ctx context.Context, _ hourglass.Deliver) error {
 	<-ctx.Done()
 	return nil
@@ -184,11 +184,11 @@ func TestGainedPartitionsSweptAtOnce(t *testing.T) {
 // a minute (hourglass.Reclaiming), and records what it is given.
 type reclaimingScheduler struct {
 	outboxScheduler
-	scheduled chan []hourglass.Timer
+	scheduled chan []hourglass.DueItem
 }
 
 func (s *reclaimingScheduler) ReclaimHorizon() time.Duration { return time.Minute }
-func (s *reclaimingScheduler) Schedule(_ context.Context, ts []hourglass.Timer) error {
+func (s *reclaimingScheduler) Schedule(_ context.Context, ts []hourglass.DueItem) error {
 	s.scheduled <- ts
 	return nil
 }
@@ -210,7 +210,7 @@ func TestGainedPartitionsScheduledAgain(t *testing.T) {
 	for hourglass.PartitionOf(elsewhere.ID) == hourglass.PartitionOf(soon.ID) {
 		elsewhere = f.create(t, 30*time.Second)
 	}
-	s := &reclaimingScheduler{scheduled: make(chan []hourglass.Timer, 100)}
+	s := &reclaimingScheduler{scheduled: make(chan []hourglass.DueItem, 100)}
 	own := hourglasstest.NewOwnership((hourglass.PartitionOf(soon.ID) + 1) % hourglass.Partitions)
 	e := f.engine(t, Config{Scheduler: s, Ownership: own, SweepInterval: time.Hour})
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -226,7 +226,7 @@ func TestGainedPartitionsScheduledAgain(t *testing.T) {
 	own.Move([]int{hourglass.PartitionOf(soon.ID)}, nil)
 	select {
 	case got := <-s.scheduled:
-		if len(got) != 1 || got[0].OrderID != soon.ID || !got[0].Deadline.Equal(soon.Deadline) {
+		if len(got) != 1 || got[0].ID != soon.ID || !got[0].At.Equal(soon.Deadline) {
 			t.Fatalf("scheduled again %v; want only order %d (due in 30 s, within the horizon)", got, soon.ID)
 		}
 	case <-time.After(10 * time.Second):

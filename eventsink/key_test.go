@@ -20,7 +20,7 @@ func TestKeyOf(t *testing.T) {
 	}{
 		{hourglass.EventRecord{Type: hourglass.EventOrderClosed, OrderID: 17}, "17"},
 		{hourglass.EventRecord{Type: hourglass.EventTimerFired, OrderID: timerID,
-			Body: hourglass.MarshalTimerEvent("evt_1", hourglass.NamedTimer{ID: timerID, Key: "coupon:42", Status: hourglass.TimerFired, FireAt: at, FiredAt: at})}, "coupon:42"},
+			Body: hourglass.MarshalTimerEvent("evt_1", hourglass.Timer{ID: timerID, Key: "coupon:42", Status: hourglass.TimerFired, FireAt: at, FiredAt: at})}, "coupon:42"},
 		{hourglass.EventRecord{Type: hourglass.EventSourceClosed, OrderID: srcID,
 			Body: hourglass.MarshalSourceEvent("evt_2", "shop_orders", 42, at, at)}, "shop_orders:42"},
 		{hourglass.EventRecord{Type: hourglass.EventTimerFired, OrderID: timerID, Body: []byte(`not json`)}, "4611686018427387911"},

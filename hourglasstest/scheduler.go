@@ -65,16 +65,16 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		stop := runScheduler(t, s, rec.deliver)
 		defer stop()
 		base := time.Now().Add(400 * time.Millisecond)
-		keep := hourglass.Timer{OrderID: 1, Deadline: base.Add(200 * time.Millisecond).Truncate(time.Millisecond)}
-		drop := hourglass.Timer{OrderID: 2, Deadline: base.Truncate(time.Millisecond)}
-		schedule(t, s, []hourglass.Timer{keep, drop}, 10)
-		if err := c.Cancel(context.Background(), []int64{drop.OrderID}); err != nil {
+		keep := hourglass.DueItem{ID: 1, At: base.Add(200 * time.Millisecond).Truncate(time.Millisecond)}
+		drop := hourglass.DueItem{ID: 2, At: base.Truncate(time.Millisecond)}
+		schedule(t, s, []hourglass.DueItem{keep, drop}, 10)
+		if err := c.Cancel(context.Background(), []int64{drop.ID}); err != nil {
 			t.Fatalf("Cancel: %v", err)
 		}
-		rec.waitAll(t, []hourglass.Timer{keep}, 1, 5*time.Second+h.MaxLateness)
+		rec.waitAll(t, []hourglass.DueItem{keep}, 1, 5*time.Second+h.MaxLateness)
 		time.Sleep(300 * time.Millisecond) // a cancelled timer that still fires would show by now
 		stop()
-		if n := rec.count(drop.OrderID); n != 0 {
+		if n := rec.count(drop.ID); n != 0 {
 			t.Fatalf("cancelled timer fired %d times", n)
 		}
 	})
@@ -95,7 +95,7 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		s := h.New(t, Namespace(t))
 		rec := newRecorder()
 		var failed atomic.Bool
-		stop := runScheduler(t, s, func(ctx context.Context, due []hourglass.Timer) error {
+		stop := runScheduler(t, s, func(ctx context.Context, due []hourglass.DueItem) error {
 			if failed.CompareAndSwap(false, true) {
 				return fmt.Errorf("the database is down (simulated)")
 			}
@@ -123,7 +123,7 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- first.Run(ctx, func(ctx context.Context, due []hourglass.Timer) error {
+			done <- first.Run(ctx, func(ctx context.Context, due []hourglass.DueItem) error {
 				once.Do(func() { close(got) })
 				<-ctx.Done()
 				return ctx.Err()
@@ -164,9 +164,9 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		rec := newRecorder()
 		var effects sync.Map
 		var doubled atomic.Int64
-		deliver := func(ctx context.Context, due []hourglass.Timer) error {
+		deliver := func(ctx context.Context, due []hourglass.DueItem) error {
 			for _, tm := range due {
-				if _, loaded := effects.LoadOrStore(tm.OrderID, true); loaded {
+				if _, loaded := effects.LoadOrStore(tm.ID, true); loaded {
 					doubled.Add(1)
 				}
 			}
@@ -240,16 +240,16 @@ func exerciseOwners(t *testing.T, h SchedulerHarness) {
 	var mu sync.Mutex
 	var misdelivered []string
 	deliverAs := func(i int) hourglass.Deliver {
-		return func(ctx context.Context, due []hourglass.Timer) error {
+		return func(ctx context.Context, due []hourglass.DueItem) error {
 			owned := *owners[i].owned.Load()
-			var mine []hourglass.Timer
+			var mine []hourglass.DueItem
 			for _, tm := range due {
-				if owned.Has(tm.OrderID) {
+				if owned.Has(tm.ID) {
 					mine = append(mine, tm)
 					continue
 				}
 				mu.Lock()
-				misdelivered = append(misdelivered, fmt.Sprintf("order %d (partition %d) delivered to %s, which does not own it", tm.OrderID, hourglass.PartitionOf(tm.OrderID), owners[i].name))
+				misdelivered = append(misdelivered, fmt.Sprintf("order %d (partition %d) delivered to %s, which does not own it", tm.ID, hourglass.PartitionOf(tm.ID), owners[i].name))
 				mu.Unlock()
 			}
 			return rec.deliver(ctx, mine)
@@ -307,15 +307,15 @@ func Namespace(t *testing.T) string {
 
 // makeTimers returns n timers with ids from firstID, the first due at start
 // and each next one step later, at millisecond precision.
-func makeTimers(firstID int64, n int, start time.Time, step time.Duration) []hourglass.Timer {
-	out := make([]hourglass.Timer, n)
+func makeTimers(firstID int64, n int, start time.Time, step time.Duration) []hourglass.DueItem {
+	out := make([]hourglass.DueItem, n)
 	for i := range out {
-		out[i] = hourglass.Timer{OrderID: firstID + int64(i), Deadline: start.Add(time.Duration(i) * step).Truncate(time.Millisecond)}
+		out[i] = hourglass.DueItem{ID: firstID + int64(i), At: start.Add(time.Duration(i) * step).Truncate(time.Millisecond)}
 	}
 	return out
 }
 
-func schedule(t *testing.T, s hourglass.Scheduler, timers []hourglass.Timer, batch int) {
+func schedule(t *testing.T, s hourglass.Scheduler, timers []hourglass.DueItem, batch int) {
 	t.Helper()
 	for i := 0; i < len(timers); i += batch {
 		if err := s.Schedule(context.Background(), timers[i:min(i+batch, len(timers))]); err != nil {
@@ -360,19 +360,19 @@ func newRecorder() *recorder {
 	return &recorder{first: map[int64]time.Time{}, n: map[int64]int{}, dead: map[int64]time.Time{}}
 }
 
-func (r *recorder) deliver(_ context.Context, due []hourglass.Timer) error {
+func (r *recorder) deliver(_ context.Context, due []hourglass.DueItem) error {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tm := range due {
-		if now.Before(tm.Deadline) {
-			r.early = append(r.early, fmt.Sprintf("order %d delivered %s before its deadline", tm.OrderID, tm.Deadline.Sub(now)))
+		if now.Before(tm.At) {
+			r.early = append(r.early, fmt.Sprintf("order %d delivered %s before its deadline", tm.ID, tm.At.Sub(now)))
 		}
-		if _, ok := r.first[tm.OrderID]; !ok {
-			r.first[tm.OrderID] = now
-			r.dead[tm.OrderID] = tm.Deadline
+		if _, ok := r.first[tm.ID]; !ok {
+			r.first[tm.ID] = now
+			r.dead[tm.ID] = tm.At
 		}
-		r.n[tm.OrderID]++
+		r.n[tm.ID]++
 	}
 	return nil
 }
@@ -384,13 +384,13 @@ func (r *recorder) count(id int64) int {
 }
 
 // waitAll waits until every timer was delivered at least min times.
-func (r *recorder) waitAll(t *testing.T, timers []hourglass.Timer, atLeast int, timeout time.Duration) {
+func (r *recorder) waitAll(t *testing.T, timers []hourglass.DueItem, atLeast int, timeout time.Duration) {
 	t.Helper()
 	testenv.Eventually(t, timeout, fmt.Sprintf("each of %d timers delivered %d times", len(timers), atLeast), func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, tm := range timers {
-			if r.n[tm.OrderID] < atLeast {
+			if r.n[tm.ID] < atLeast {
 				return false
 			}
 		}
@@ -400,7 +400,7 @@ func (r *recorder) waitAll(t *testing.T, timers []hourglass.Timer, atLeast int, 
 
 // check asserts no early delivery, the delivered deadlines, lateness within
 // maxLate (0: unchecked) and, if once, no duplicates; it logs percentiles.
-func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Duration, once bool) {
+func (r *recorder) check(t *testing.T, timers []hourglass.DueItem, maxLate time.Duration, once bool) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -410,15 +410,15 @@ func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Du
 	var late []time.Duration
 	dups := 0
 	for _, tm := range timers {
-		if got := r.dead[tm.OrderID]; !got.Equal(tm.Deadline) {
-			t.Errorf("order %d delivered with deadline %v, scheduled %v", tm.OrderID, got, tm.Deadline)
+		if got := r.dead[tm.ID]; !got.Equal(tm.At) {
+			t.Errorf("order %d delivered with deadline %v, scheduled %v", tm.ID, got, tm.At)
 		}
-		l := r.first[tm.OrderID].Sub(tm.Deadline)
+		l := r.first[tm.ID].Sub(tm.At)
 		late = append(late, l)
 		if maxLate > 0 && l > maxLate {
-			t.Errorf("order %d delivered %s late (limit %s)", tm.OrderID, l, maxLate)
+			t.Errorf("order %d delivered %s late (limit %s)", tm.ID, l, maxLate)
 		}
-		dups += r.n[tm.OrderID] - 1
+		dups += r.n[tm.ID] - 1
 	}
 	if once && dups > 0 {
 		t.Errorf("%d duplicate deliveries in a run without failures", dups)

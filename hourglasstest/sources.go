@@ -133,28 +133,28 @@ func sourceReads(t *testing.T, h SourceHarness) {
 		if len(page) == 0 {
 			break
 		}
-		got = append(got, page[0].OrderID)
-		p.After, p.AfterID = page[0].Deadline, page[0].OrderID
+		got = append(got, page[0].ID)
+		p.After, p.AfterID = page[0].At, page[0].ID
 	}
 	if !slices.Equal(got, ids[:3]) {
 		t.Errorf("Due paged %v; want %v", got, ids[:3])
 	}
 	page, err := tbl.Due(ctx, hourglass.PendingDueParams{Until: now.Add(10 * time.Hour), Limit: 10, Parts: hourglass.Parts{hourglass.PartitionOf(ids[1])}})
-	if err != nil || len(page) != 1 || page[0].OrderID != ids[1] {
+	if err != nil || len(page) != 1 || page[0].ID != ids[1] {
 		t.Errorf("Due of ids[1]'s partition = %v, %v", page, err)
 	}
 	if page, err := tbl.Due(ctx, hourglass.PendingDueParams{Until: now.Add(10 * time.Hour), Limit: 10, Parts: hourglass.Parts{}}); err != nil || len(page) != 0 {
 		t.Errorf("Due of no partition = %v, %v", page, err)
 	}
 	tail, err := tbl.Tail(ctx, ids[1], 10)
-	if err != nil || len(tail) != 2 || tail[0].OrderID != ids[2] || tail[1].OrderID != ids[3] {
+	if err != nil || len(tail) != 2 || tail[0].ID != ids[2] || tail[1].ID != ids[3] {
 		t.Errorf("Tail after %d = %v, %v; want %v", ids[1], tail, err, ids[2:4])
 	}
-	if d := tail[0].Deadline.Sub(now); d < 110*time.Minute || d > 130*time.Minute {
+	if d := tail[0].At.Sub(now); d < 110*time.Minute || d > 130*time.Minute {
 		t.Errorf("Tail's deadline is %s from now; want about 2h (UTC read as UTC)", d)
 	}
 	pend, err := tbl.Pending(ctx, []int64{ids[0], ids[4], 1 << 40})
-	if err != nil || len(pend) != 1 || pend[0].OrderID != ids[0] {
+	if err != nil || len(pend) != 1 || pend[0].ID != ids[0] {
 		t.Errorf("Pending = %v, %v; want only %d", pend, err, ids[0])
 	}
 }
@@ -177,7 +177,7 @@ func sourceClose(t *testing.T, h SourceHarness) {
 	if a, r := shop.Stock(t, "A"); a != 5 || r != 5 {
 		t.Fatalf("stock after the orders = %d/%d", a, r)
 	}
-	rows := []hourglass.Timer{{OrderID: later, Deadline: time.Now()}, {OrderID: due, Deadline: time.Now().Add(-time.Second)}}
+	rows := []hourglass.DueItem{{ID: later, At: time.Now()}, {ID: due, At: time.Now().Add(-time.Second)}}
 	res, err := tbl.Close(ctx, rows)
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func sourceGuardSeveral(t *testing.T, h SourceHarness) {
 	}
 	a := shop.Order(t, "u", -time.Second, "A", 1)
 	b := shop.Order(t, "u", -time.Second, "A", 1)
-	res, err := tbl.Close(t.Context(), []hourglass.Timer{{OrderID: a}})
+	res, err := tbl.Close(t.Context(), []hourglass.DueItem{{ID: a}})
 	if err != nil || len(res) != 1 || res[0].Outcome != hourglass.SourceGuardError || res[0].Affected != 2 {
 		t.Fatalf("Close = %+v, %v; want a guard error of 2 rows", res, err)
 	}
@@ -264,7 +264,7 @@ func sourceStatementFails(t *testing.T, h SourceHarness) {
 	good := shop.Order(t, "u", -time.Second, "B", 2)
 	// The shop moved A's reservation by hand: releasing 2 would make it negative.
 	shop.Exec(t, "UPDATE "+shop.T("stock")+" SET reserved = 1 WHERE sku = 'A'")
-	res, err := tbl.Close(t.Context(), []hourglass.Timer{{OrderID: bad}, {OrderID: good}})
+	res, err := tbl.Close(t.Context(), []hourglass.DueItem{{ID: bad}, {ID: good}})
 	if err != nil || len(res) != 2 {
 		t.Fatalf("Close = %+v, %v", res, err)
 	}
@@ -288,9 +288,9 @@ func sourceTwoStores(t *testing.T, h SourceHarness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []hourglass.Timer
+	var rows []hourglass.DueItem
 	for range 50 {
-		rows = append(rows, hourglass.Timer{OrderID: shop.Order(t, "u", -time.Second, "A", 1)})
+		rows = append(rows, hourglass.DueItem{ID: shop.Order(t, "u", -time.Second, "A", 1)})
 	}
 	var (
 		wg     sync.WaitGroup
@@ -321,11 +321,11 @@ func sourceTwoStores(t *testing.T, h SourceHarness) {
 	}
 	wg.Wait()
 	for _, r := range rows {
-		if closed[r.OrderID] != 1 {
-			t.Errorf("row %d closed %d times", r.OrderID, closed[r.OrderID])
+		if closed[r.ID] != 1 {
+			t.Errorf("row %d closed %d times", r.ID, closed[r.ID])
 		}
-		if evs, _ := a.OrderEvents(t.Context(), hourglass.SourceEventOrderID("shop_orders", r.OrderID)); len(evs) != 1 {
-			t.Errorf("row %d has %d events", r.OrderID, len(evs))
+		if evs, _ := a.OrderEvents(t.Context(), hourglass.SourceEventOrderID("shop_orders", r.ID)); len(evs) != 1 {
+			t.Errorf("row %d has %d events", r.ID, len(evs))
 		}
 	}
 	if avail, res := shop.Stock(t, "A"); avail != 1000 || res != 0 {
@@ -357,7 +357,7 @@ func sourceDeadlineMillis(t *testing.T, h SourceHarness) {
 	past, future := time.Now().Add(-time.Second).Truncate(time.Millisecond), time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	shop.Exec(t, "INSERT INTO "+shop.T("coupons")+" (state, expires_ms) VALUES ('ACTIVE', ?), ('ACTIVE', ?)", hourglass.UnixMilli(past), hourglass.UnixMilli(future))
 	rows, err := tbl.Due(t.Context(), hourglass.PendingDueParams{Until: time.Now().Add(2 * time.Hour), Limit: 10})
-	if err != nil || len(rows) != 2 || !rows[0].Deadline.Equal(past) || !rows[1].Deadline.Equal(future) {
+	if err != nil || len(rows) != 2 || !rows[0].At.Equal(past) || !rows[1].At.Equal(future) {
 		t.Fatalf("Due = %v, %v; want the two deadlines %s and %s", rows, err, past, future)
 	}
 	res, err := tbl.Close(t.Context(), rows)
@@ -380,12 +380,12 @@ func sourceEventDeadline(t *testing.T, h SourceHarness) {
 	}
 	id := shop.Order(t, "u", -time.Second, "A", 1)
 	rows, err := tbl.Due(ctx, hourglass.PendingDueParams{Until: time.Now().Add(time.Hour), Limit: 10})
-	if err != nil || len(rows) != 1 || rows[0].OrderID != id {
+	if err != nil || len(rows) != 1 || rows[0].ID != id {
 		t.Fatalf("Due = %v, %v; want row %d", rows, err, id)
 	}
-	row := rows[0].Deadline
+	row := rows[0].At
 	timed := row.Add(-10 * time.Minute) // what hourglass timed before the shop moved it
-	res, err := tbl.Close(ctx, []hourglass.Timer{{OrderID: id, Deadline: timed}})
+	res, err := tbl.Close(ctx, []hourglass.DueItem{{ID: id, At: timed}})
 	if err != nil || len(res) != 1 || res[0].Outcome != hourglass.SourceClosed || !res[0].Deadline.Equal(row) {
 		t.Fatalf("Close = %+v, %v; want closed with the row's deadline %s", res, err, row)
 	}

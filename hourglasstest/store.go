@@ -352,6 +352,6 @@ func eventTypes(evs []hourglass.EventRecord) []hourglass.EventType {
 }
 
 // sameTimers reports whether two lists hold the same timers in the same order.
-func sameTimers(a, b []hourglass.Timer) bool {
-	return slices.EqualFunc(a, b, func(x, y hourglass.Timer) bool { return x.OrderID == y.OrderID && x.Deadline.Equal(y.Deadline) })
+func sameTimers(a, b []hourglass.DueItem) bool {
+	return slices.EqualFunc(a, b, func(x, y hourglass.DueItem) bool { return x.ID == y.ID && x.At.Equal(y.At) })
 }

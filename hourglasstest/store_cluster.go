@@ -287,10 +287,10 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 		fb.product(t, "W", "x", 1000)
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		seen := make(chan hourglass.Timer, 1000)
+		seen := make(chan hourglass.DueItem, 1000)
 		done := make(chan error, 1)
 		go func() {
-			done <- a.WatchCreated(wctx, func(ts []hourglass.Timer) {
+			done <- a.WatchCreated(wctx, func(ts []hourglass.DueItem) {
 				for _, t := range ts {
 					seen <- t
 				}
@@ -320,11 +320,11 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 		for len(want) > 0 {
 			select {
 			case got := <-seen:
-				if d, ok := want[got.OrderID]; ok {
-					if !got.Deadline.Equal(d) {
-						t.Fatalf("order %d reported with deadline %s, created with %s", got.OrderID, got.Deadline, d)
+				if d, ok := want[got.ID]; ok {
+					if !got.At.Equal(d) {
+						t.Fatalf("order %d reported with deadline %s, created with %s", got.ID, got.At, d)
 					}
-					delete(want, got.OrderID)
+					delete(want, got.ID)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatalf("%d of 50 orders created through the other store value not reported within 10s", len(want))

@@ -61,7 +61,7 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 		o := f.create(t, 10*time.Second, item("A", 2))
 		var (
 			mu   sync.Mutex
-			seen []hourglass.Timer
+			seen []hourglass.DueItem
 		)
 		if feed, ok := f.db.(hourglass.DueFeed); ok {
 			ctx, cancel := context.WithCancel(f.ctx)
@@ -103,7 +103,7 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 			t.Fatalf("CloseOrders at the old deadline closed %+v", closed)
 		}
 		due, err := f.db.PendingDue(f.ctx, hourglass.PendingDueParams{Until: farFuture, Limit: 10})
-		if err != nil || !slices.Equal(due, []hourglass.Timer{{OrderID: o.ID, Deadline: Epoch.Add(40 * time.Second)}}) {
+		if err != nil || !slices.Equal(due, []hourglass.DueItem{{ID: o.ID, At: Epoch.Add(40 * time.Second)}}) {
 			t.Fatalf("PendingDue = %+v, %v; want the new deadline", due, err)
 		}
 		f.clock.Set(Epoch.Add(40 * time.Second))
@@ -114,8 +114,8 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 		if _, ok := f.db.(hourglass.DueFeed); ok {
 			mu.Lock()
 			defer mu.Unlock()
-			if !slices.Contains(seen, hourglass.Timer{OrderID: o.ID, Deadline: Epoch.Add(40 * time.Second)}) ||
-				!slices.Contains(seen, hourglass.Timer{OrderID: o.ID, Deadline: Epoch.Add(30 * time.Second)}) {
+			if !slices.Contains(seen, hourglass.DueItem{ID: o.ID, At: Epoch.Add(40 * time.Second)}) ||
+				!slices.Contains(seen, hourglass.DueItem{ID: o.ID, At: Epoch.Add(30 * time.Second)}) {
 				t.Fatalf("due feed announced %+v; want both new deadlines", seen)
 			}
 		}
@@ -193,7 +193,7 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 		}
 		extend(t, f, hourglass.ExtendOrderParams{ID: o.ID, Deadline: Epoch.Add(time.Minute)})
 		batch, err = ob.OutboxBatch(f.ctx, 10, nil)
-		if err != nil || !slices.Equal(batch, []hourglass.Timer{{OrderID: o.ID, Deadline: Epoch.Add(time.Minute)}}) {
+		if err != nil || !slices.Equal(batch, []hourglass.DueItem{{ID: o.ID, At: Epoch.Add(time.Minute)}}) {
 			t.Fatalf("outbox after the extension = %+v, %v; want the new deadline", batch, err)
 		}
 	})
@@ -214,10 +214,10 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 		fb.product(t, "W", "x", 1000)
 		wctx, cancel := context.WithCancel(fb.ctx)
 		defer cancel()
-		seen := make(chan hourglass.Timer, 1000)
+		seen := make(chan hourglass.DueItem, 1000)
 		done := make(chan error, 1)
 		go func() {
-			done <- a.WatchCreated(wctx, func(ts []hourglass.Timer) {
+			done <- a.WatchCreated(wctx, func(ts []hourglass.DueItem) {
 				for _, t := range ts {
 					seen <- t
 				}
@@ -230,7 +230,7 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 			o = fb.create(t, time.Hour, item("W", 1))
 			select {
 			case got := <-seen:
-				started = got.OrderID == o.ID
+				started = got.ID == o.ID
 			case <-time.After(200 * time.Millisecond):
 			case <-giveUp:
 				t.Fatal("WatchCreated reported no order created through the other store value within 10s")
@@ -243,7 +243,7 @@ func exerciseExtend(t *testing.T, h StoreHarness) {
 		for {
 			select {
 			case ts := <-seen:
-				if ts.OrderID == o.ID && ts.Deadline.Equal(got.Deadline) {
+				if ts.ID == o.ID && ts.At.Equal(got.Deadline) {
 					cancel()
 					<-done
 					return

@@ -531,7 +531,7 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 		f := setup(t)
 		f.product(t, "A", "x", 1000)
 		until := Epoch.Add(4 * time.Second) // excludes the 5 s ones
-		var want []hourglass.Timer
+		var want []hourglass.DueItem
 		for i := range 30 {
 			// Deadlines repeat every 5 orders, so paging must break ties by id.
 			o := f.create(t, time.Duration(1+i%5)*time.Second, item("A", 1))
@@ -544,17 +544,17 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 				continue
 			}
 			if !o.Deadline.After(until) {
-				want = append(want, hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+				want = append(want, hourglass.DueItem{ID: o.ID, At: o.Deadline})
 			}
 		}
-		slices.SortFunc(want, func(a, b hourglass.Timer) int {
-			if timerBefore(a.Deadline, a.OrderID, b.Deadline, b.OrderID) {
+		slices.SortFunc(want, func(a, b hourglass.DueItem) int {
+			if timerBefore(a.At, a.ID, b.At, b.ID) {
 				return -1
 			}
 			return 1
 		})
 		for _, limit := range []int{1, 4, 5, 100} {
-			var got []hourglass.Timer
+			var got []hourglass.DueItem
 			p := hourglass.PendingDueParams{Until: until, Limit: limit} // the zero cursor starts at the beginning
 			for n := 0; ; n++ {
 				if n > maxPages {
@@ -571,7 +571,7 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 				if len(page) < limit {
 					break
 				}
-				p.After, p.AfterID = page[len(page)-1].Deadline, page[len(page)-1].OrderID
+				p.After, p.AfterID = page[len(page)-1].At, page[len(page)-1].ID
 			}
 			if !sameTimers(got, want) {
 				t.Errorf("limit %d: paged\n%v\nwant\n%v", limit, got, want)
@@ -579,7 +579,7 @@ func exerciseOrders(t *testing.T, h StoreHarness) {
 		}
 		// A closed order is no longer pending.
 		f.clock.Set(until)
-		f.closeOrders(t, want[0].OrderID)
+		f.closeOrders(t, want[0].ID)
 		page, err := f.db.PendingDue(f.ctx, hourglass.PendingDueParams{Until: until, Limit: 1})
 		if err != nil || !sameTimers(page, want[1:2]) {
 			t.Fatalf("after closing the first: %v, %v; want %v", page, err, want[1])

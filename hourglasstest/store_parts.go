@@ -86,10 +86,10 @@ func exercisePartitions(t *testing.T, h StoreHarness) {
 }
 
 // timerIDs returns the order ids of timers, ascending.
-func timerIDs(ts []hourglass.Timer) []int64 {
+func timerIDs(ts []hourglass.DueItem) []int64 {
 	ids := make([]int64, len(ts))
 	for i, t := range ts {
-		ids[i] = t.OrderID
+		ids[i] = t.ID
 	}
 	slices.Sort(ids)
 	return ids

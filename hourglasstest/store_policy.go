@@ -113,11 +113,11 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		t.Parallel()
 		f := setupStoreWith(t, h, StoreOptions{Outbox: true})
 		f.product(t, "A", "x", 10)
-		var want []hourglass.Timer
+		var want []hourglass.DueItem
 		for i := range 5 {
 			// Later orders with earlier deadlines: the batch is by order, not deadline.
 			o := f.create(t, time.Duration(10-i)*time.Second, item("A", 1))
-			want = append(want, hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+			want = append(want, hourglass.DueItem{ID: o.ID, At: o.Deadline})
 			f.clock.Advance(time.Millisecond)
 		}
 		// Refused and repeated creates write no timer.
@@ -128,7 +128,7 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, hourglass.Timer{OrderID: o.ID, Deadline: o.Deadline})
+		want = append(want, hourglass.DueItem{ID: o.ID, At: o.Deadline})
 		if _, created, err := f.db.CreateOrder(f.ctx, params); err != nil || created {
 			t.Fatalf("repeat: created=%v, %v", created, err)
 		}
@@ -141,15 +141,15 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 			t.Fatalf("OutboxBatch(2) = %v, %v; want the oldest two %v", batch, err, want[:2])
 		}
 		// Paying, cancelling or closing does not remove a timer: only OutboxDone does.
-		f.pay(t, want[0].OrderID, "p")
-		if err := f.db.OutboxDone(f.ctx, []hourglass.Timer{want[1], want[3], {OrderID: 999999, Deadline: want[0].Deadline}}); err != nil {
+		f.pay(t, want[0].ID, "p")
+		if err := f.db.OutboxDone(f.ctx, []hourglass.DueItem{want[1], want[3], {ID: 999999, At: want[0].At}}); err != nil {
 			t.Fatal(err)
 		}
-		rest := []hourglass.Timer{want[0], want[2], want[4], want[5]}
+		rest := []hourglass.DueItem{want[0], want[2], want[4], want[5]}
 		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || !sameTimers(batch, rest) {
 			t.Fatalf("OutboxBatch after done = %v, %v; want %v", batch, err, rest)
 		}
-		if err := f.db.OutboxDone(f.ctx, []hourglass.Timer{want[1]}); err != nil { // again: a no-op
+		if err := f.db.OutboxDone(f.ctx, []hourglass.DueItem{want[1]}); err != nil { // again: a no-op
 			t.Fatal(err)
 		}
 		if err := f.db.OutboxDone(f.ctx, nil); err != nil {
@@ -157,8 +157,8 @@ func exerciseOutbox(t *testing.T, h StoreHarness) {
 		}
 		// An entry whose deadline is not the one published stays.
 		stale := rest[0]
-		stale.Deadline = stale.Deadline.Add(time.Millisecond)
-		if err := f.db.OutboxDone(f.ctx, []hourglass.Timer{stale}); err != nil {
+		stale.At = stale.At.Add(time.Millisecond)
+		if err := f.db.OutboxDone(f.ctx, []hourglass.DueItem{stale}); err != nil {
 			t.Fatal(err)
 		}
 		if batch, err := f.db.OutboxBatch(f.ctx, 100, nil); err != nil || !sameTimers(batch, rest) {

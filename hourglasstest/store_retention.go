@@ -62,7 +62,7 @@ func exerciseRetention(t *testing.T, h StoreHarness) {
 	t.Run("Timers", func(t *testing.T) {
 		t.Parallel()
 		f := withTimers(t, setup(t))
-		arm := func(key string, delay time.Duration) hourglass.NamedTimer {
+		arm := func(key string, delay time.Duration) hourglass.Timer {
 			t.Helper()
 			tm, _ := f.arm(t, hourglass.ArmTimerParams{Key: key, Delay: delay, Payload: []byte(`{"k":"` + key + `"}`), RequestHash: []byte(key)})
 			return tm

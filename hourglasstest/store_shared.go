@@ -60,7 +60,7 @@ func exerciseShared(t *testing.T, h StoreHarness) {
 			t.Fatalf("a reads stock %v", got)
 		}
 		b.clock.Set(o.Deadline)
-		if tm, err := a.db.PendingDue(a.ctx, hourglass.PendingDueParams{Until: o.Deadline, Limit: 10}); err != nil || len(tm) != 1 || tm[0].OrderID != o.ID {
+		if tm, err := a.db.PendingDue(a.ctx, hourglass.PendingDueParams{Until: o.Deadline, Limit: 10}); err != nil || len(tm) != 1 || tm[0].ID != o.ID {
 			t.Fatalf("a's PendingDue = %v, %v", tm, err)
 		}
 		if closed := a.closeOrders(t, o.ID); len(closed) != 1 {

@@ -41,7 +41,7 @@ func withTimers(t *testing.T, f storeFixture) timerFixture {
 }
 
 // arm arms a timer and returns it and whether it was created.
-func (f timerFixture) arm(t *testing.T, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool) {
+func (f timerFixture) arm(t *testing.T, p hourglass.ArmTimerParams) (hourglass.Timer, bool) {
 	t.Helper()
 	tm, created, err := f.ts.ArmTimer(f.ctx, p)
 	if err != nil {
@@ -53,7 +53,7 @@ func (f timerFixture) arm(t *testing.T, p hourglass.ArmTimerParams) (hourglass.N
 	return tm, created
 }
 
-func (f timerFixture) timer(t *testing.T, key string) hourglass.NamedTimer {
+func (f timerFixture) timer(t *testing.T, key string) hourglass.Timer {
 	t.Helper()
 	tm, err := f.ts.Timer(f.ctx, key)
 	if err != nil {
@@ -62,7 +62,7 @@ func (f timerFixture) timer(t *testing.T, key string) hourglass.NamedTimer {
 	return tm
 }
 
-func (f timerFixture) timers(t *testing.T, filter hourglass.TimerFilter) []hourglass.NamedTimer {
+func (f timerFixture) timers(t *testing.T, filter hourglass.TimerFilter) []hourglass.Timer {
 	t.Helper()
 	ts, err := f.ts.Timers(f.ctx, filter)
 	if err != nil {
@@ -71,7 +71,7 @@ func (f timerFixture) timers(t *testing.T, filter hourglass.TimerFilter) []hourg
 	return ts
 }
 
-func (f timerFixture) cancel(t *testing.T, key string) hourglass.NamedTimer {
+func (f timerFixture) cancel(t *testing.T, key string) hourglass.Timer {
 	t.Helper()
 	tm, err := f.ts.CancelTimer(f.ctx, key)
 	if err != nil {
@@ -90,7 +90,7 @@ func (f timerFixture) fire(t *testing.T, ids ...int64) []hourglass.FiredTimer {
 }
 
 // timersDue returns every timer due at or before until, in one page.
-func (f timerFixture) timersDue(t *testing.T, until time.Time) []hourglass.Timer {
+func (f timerFixture) timersDue(t *testing.T, until time.Time) []hourglass.DueItem {
 	t.Helper()
 	ts, err := f.ts.TimersDue(f.ctx, hourglass.PendingDueParams{Until: until, Limit: 10000})
 	if err != nil {
@@ -112,10 +112,10 @@ func timerCountsOf(scheduled, fired, cancelled int64) map[hourglass.TimerStatus]
 	return map[hourglass.TimerStatus]int64{hourglass.TimerScheduled: scheduled, hourglass.TimerFired: fired, hourglass.TimerCancelled: cancelled}
 }
 
-// sameNamedTimer reports whether two timers have the same id and fields,
+// sameTimer reports whether two timers have the same id and fields,
 // times to the millisecond and payloads compared as compact JSON (as
 // hourglass.MarshalTimer writes them).
-func sameNamedTimer(a, b hourglass.NamedTimer) bool {
+func sameTimer(a, b hourglass.Timer) bool {
 	ja, jb := hourglass.MarshalTimer(a), hourglass.MarshalTimer(b)
 	return a.ID == b.ID && a.Status == b.Status && ja != nil && string(ja) == string(jb)
 }
@@ -134,7 +134,7 @@ func compactJSON(t *testing.T, raw json.RawMessage) string {
 	return b.String()
 }
 
-func timerKeys(ts []hourglass.NamedTimer) []string {
+func timerKeys(ts []hourglass.Timer) []string {
 	var out []string
 	for _, tm := range ts {
 		out = append(out, tm.Key)

@@ -39,9 +39,9 @@ func exerciseTimersArm(t *testing.T, setup func(*testing.T) timerFixture) {
 			if err != nil || !created {
 				t.Fatalf("%s: ArmTimer = %v (created=%v), want created", tt.name, err, created)
 			}
-			want := hourglass.NamedTimer{ID: got.ID, Key: tt.p.Key, Status: hourglass.TimerScheduled, FireAt: tt.fireAt,
+			want := hourglass.Timer{ID: got.ID, Key: tt.p.Key, Status: hourglass.TimerScheduled, FireAt: tt.fireAt,
 				Payload: tt.p.Payload, CreatedAt: now, UpdatedAt: now}
-			if !hourglass.IsTimerID(got.ID) || seen[got.ID] || !sameNamedTimer(got, want) {
+			if !hourglass.IsTimerID(got.ID) || seen[got.ID] || !sameTimer(got, want) {
 				t.Fatalf("%s: armed %+v; want %+v with a new id >= TimerIDBase", tt.name, got, want)
 			}
 			seen[got.ID] = true
@@ -50,7 +50,7 @@ func exerciseTimersArm(t *testing.T, setup func(*testing.T) timerFixture) {
 				t.Fatalf("%s: payload %q, armed with %q", tt.name, got.Payload, tt.p.Payload)
 			}
 			stored := f.timer(t, tt.p.Key)
-			if !sameNamedTimer(stored, got) || (stored.Payload == nil) != (got.Payload == nil) {
+			if !sameTimer(stored, got) || (stored.Payload == nil) != (got.Payload == nil) {
 				t.Fatalf("%s: Timer = %+v, ArmTimer returned %+v", tt.name, stored, got)
 			}
 		}
@@ -123,10 +123,10 @@ func exerciseTimersArm(t *testing.T, setup func(*testing.T) timerFixture) {
 		// even the fire time its delay would give now.
 		f.clock.Advance(time.Second)
 		again, created := f.arm(t, p)
-		if created || !sameNamedTimer(again, first) {
+		if created || !sameTimer(again, first) {
 			t.Fatalf("repeat with the same hash = %+v (created=%v); want %+v unchanged", again, created, first)
 		}
-		if got := f.timer(t, "k"); !sameNamedTimer(got, first) {
+		if got := f.timer(t, "k"); !sameTimer(got, first) {
 			t.Fatalf("Timer after the repeat = %+v, want %+v", got, first)
 		}
 		// Another hash: the new values, updated now, created kept.
@@ -135,20 +135,20 @@ func exerciseTimersArm(t *testing.T, setup func(*testing.T) timerFixture) {
 		got, created := f.arm(t, p2)
 		want := first
 		want.FireAt, want.Payload, want.WebhookID, want.UpdatedAt = Epoch.Add(time.Hour), p2.Payload, w.ID, f.clock.Now()
-		if created || !sameNamedTimer(got, want) {
+		if created || !sameTimer(got, want) {
 			t.Fatalf("re-arm with another hash = %+v (created=%v); want %+v", got, created, want)
 		}
-		if stored := f.timer(t, "k"); !sameNamedTimer(stored, want) {
+		if stored := f.timer(t, "k"); !sameTimer(stored, want) {
 			t.Fatalf("Timer after the re-arm = %+v, want %+v", stored, want)
 		}
 		// And back to no payload and no webhook.
 		f.clock.Advance(time.Second)
 		got, created = f.arm(t, hourglass.ArmTimerParams{Key: "k", Delay: time.Second, RequestHash: []byte("h3")})
 		want.FireAt, want.Payload, want.WebhookID, want.UpdatedAt = f.clock.Now().Add(time.Second), nil, 0, f.clock.Now()
-		if created || !sameNamedTimer(got, want) || got.Payload != nil {
+		if created || !sameTimer(got, want) || got.Payload != nil {
 			t.Fatalf("re-arm without payload or webhook = %+v (created=%v); want %+v", got, created, want)
 		}
-		if stored := f.timer(t, "k"); !sameNamedTimer(stored, want) || stored.Payload != nil {
+		if stored := f.timer(t, "k"); !sameTimer(stored, want) || stored.Payload != nil {
 			t.Fatalf("Timer after the last re-arm = %+v, want %+v", stored, want)
 		}
 		if all := f.timers(t, hourglass.TimerFilter{Limit: 10}); len(all) != 1 {
@@ -171,10 +171,10 @@ func exerciseTimersArm(t *testing.T, setup func(*testing.T) timerFixture) {
 		got, created := f.arm(t, p)
 		want := tm
 		want.FireAt, want.UpdatedAt = f.clock.Now().Add(time.Second), f.clock.Now()
-		if created || !sameNamedTimer(got, want) {
+		if created || !sameTimer(got, want) {
 			t.Fatalf("re-arm of a fired timer = %+v (created=%v); want %+v (scheduled, fired_at cleared)", got, created, want)
 		}
-		if stored := f.timer(t, "fired"); !sameNamedTimer(stored, want) {
+		if stored := f.timer(t, "fired"); !sameTimer(stored, want) {
 			t.Fatalf("Timer after the re-arm = %+v, want %+v", stored, want)
 		}
 		f.clock.Advance(time.Second)
@@ -197,7 +197,7 @@ func exerciseTimersArm(t *testing.T, setup func(*testing.T) timerFixture) {
 		got, created = f.arm(t, hourglass.ArmTimerParams{Key: "cancelled", Delay: time.Minute, RequestHash: []byte("h")})
 		want = c
 		want.FireAt, want.UpdatedAt = f.clock.Now().Add(time.Minute), f.clock.Now()
-		if created || !sameNamedTimer(got, want) {
+		if created || !sameTimer(got, want) {
 			t.Fatalf("re-arm of a cancelled timer = %+v (created=%v); want %+v", got, created, want)
 		}
 		if got := f.timerCounts(t); !maps.Equal(got, timerCountsOf(1, 1, 0)) {

@@ -18,7 +18,7 @@ func exerciseTimersDue(t *testing.T, setup func(*testing.T) timerFixture) {
 		f := setup(t)
 		f.product(t, "A", "x", 100)
 		until := Epoch.Add(4 * time.Second) // excludes the 5 s ones
-		var want []hourglass.Timer
+		var want []hourglass.DueItem
 		for i := range 30 {
 			key := fmt.Sprintf("t%02d", i)
 			switch i % 7 {
@@ -36,21 +36,21 @@ func exerciseTimersDue(t *testing.T, setup func(*testing.T) timerFixture) {
 			// Fire times repeat every 5 timers, so paging must break ties by id.
 			tm, _ := f.arm(t, hourglass.ArmTimerParams{Key: key, Delay: time.Duration(1+i%5) * time.Second, RequestHash: []byte("h")})
 			if !tm.FireAt.After(until) {
-				want = append(want, hourglass.Timer{OrderID: tm.ID, Deadline: tm.FireAt})
+				want = append(want, hourglass.DueItem{ID: tm.ID, At: tm.FireAt})
 			}
 		}
 		var orders []int64
 		for range 3 {
 			orders = append(orders, f.create(t, time.Second, item("A", 1)).ID)
 		}
-		slices.SortFunc(want, func(a, b hourglass.Timer) int {
-			if timerBefore(a.Deadline, a.OrderID, b.Deadline, b.OrderID) {
+		slices.SortFunc(want, func(a, b hourglass.DueItem) int {
+			if timerBefore(a.At, a.ID, b.At, b.ID) {
 				return -1
 			}
 			return 1
 		})
 		for _, limit := range []int{1, 4, 5, 100} {
-			var got []hourglass.Timer
+			var got []hourglass.DueItem
 			p := hourglass.PendingDueParams{Until: until, Limit: limit}
 			for n := 0; ; n++ {
 				if n > maxPages {
@@ -67,14 +67,14 @@ func exerciseTimersDue(t *testing.T, setup func(*testing.T) timerFixture) {
 				if len(page) < limit {
 					break
 				}
-				p.After, p.AfterID = page[len(page)-1].Deadline, page[len(page)-1].OrderID
+				p.After, p.AfterID = page[len(page)-1].At, page[len(page)-1].ID
 			}
 			if !sameTimers(got, want) {
 				t.Errorf("limit %d: paged\n%v\nwant\n%v", limit, got, want)
 			}
 		}
 		// A cursor inside a group of equal times continues by id.
-		page, err := f.ts.TimersDue(f.ctx, hourglass.PendingDueParams{After: want[2].Deadline, AfterID: want[2].OrderID, Until: until, Limit: 2})
+		page, err := f.ts.TimersDue(f.ctx, hourglass.PendingDueParams{After: want[2].At, AfterID: want[2].ID, Until: until, Limit: 2})
 		if err != nil || !sameTimers(page, want[3:5]) {
 			t.Fatalf("after %v: %v, %v; want %v", want[2], page, err, want[3:5])
 		}
@@ -85,7 +85,7 @@ func exerciseTimersDue(t *testing.T, setup func(*testing.T) timerFixture) {
 		}
 		// A fired timer is no longer due.
 		f.clock.Set(until)
-		f.fire(t, want[0].OrderID)
+		f.fire(t, want[0].ID)
 		if page, err := f.ts.TimersDue(f.ctx, hourglass.PendingDueParams{Until: until, Limit: 1}); err != nil || !sameTimers(page, want[1:2]) {
 			t.Fatalf("after firing the first: %v, %v; want %v", page, err, want[1])
 		}
@@ -97,7 +97,7 @@ func exerciseTimersDue(t *testing.T, setup func(*testing.T) timerFixture) {
 	t.Run("TimersDueParts", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		var timers []hourglass.NamedTimer
+		var timers []hourglass.Timer
 		for i := range 2*hourglass.Partitions + 3 { // every partition, some twice
 			tm, _ := f.arm(t, hourglass.ArmTimerParams{Key: fmt.Sprint("p", i), Delay: time.Second, RequestHash: []byte("h")})
 			timers = append(timers, tm)

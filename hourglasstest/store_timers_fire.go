@@ -48,7 +48,7 @@ func exerciseTimersFire(t *testing.T, setup func(*testing.T) timerFixture) {
 		}
 		want := a
 		want.Status, want.FiredAt, want.UpdatedAt = hourglass.TimerFired, firedAt, firedAt
-		if got := f.timer(t, "a"); !sameNamedTimer(got, want) {
+		if got := f.timer(t, "a"); !sameTimer(got, want) {
 			t.Fatalf("fired timer %+v, want %+v", got, want)
 		}
 		// A duplicate id in one call fires its timer once.
@@ -79,7 +79,7 @@ func exerciseTimersFire(t *testing.T, setup func(*testing.T) timerFixture) {
 		if fired := f.fire(t, a.ID); len(fired) != 0 {
 			t.Fatalf("a fire at the old time after a re-arm fired %+v", fired)
 		}
-		if got := f.timer(t, "a"); !sameNamedTimer(got, later) {
+		if got := f.timer(t, "a"); !sameTimer(got, later) {
 			t.Fatalf("Timer = %+v, want the re-armed %+v", got, later)
 		}
 		if evs := f.events(t, a.ID); len(evs) != 0 {

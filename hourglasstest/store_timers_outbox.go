@@ -22,20 +22,20 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 		o := f.create(t, time.Minute, item("A", 1))
 		// outbox returns the timers' entries by id, checking that each id
 		// has one and that the order's is still there.
-		outbox := func(t *testing.T) []hourglass.Timer {
+		outbox := func(t *testing.T) []hourglass.DueItem {
 			t.Helper()
 			batch, err := f.db.OutboxBatch(f.ctx, 1000, nil)
 			if err != nil {
 				t.Fatalf("OutboxBatch: %v", err)
 			}
-			var out []hourglass.Timer
+			var out []hourglass.DueItem
 			seen, order := map[int64]bool{}, false
 			for _, tm := range batch {
-				if seen[tm.OrderID] {
-					t.Fatalf("OutboxBatch = %v: id %d twice", batch, tm.OrderID)
+				if seen[tm.ID] {
+					t.Fatalf("OutboxBatch = %v: id %d twice", batch, tm.ID)
 				}
-				seen[tm.OrderID] = true
-				if tm.OrderID == o.ID {
+				seen[tm.ID] = true
+				if tm.ID == o.ID {
 					order = true
 				} else {
 					out = append(out, tm)
@@ -44,10 +44,10 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 			if !order {
 				t.Fatalf("OutboxBatch = %v: the order's entry %d is gone", batch, o.ID)
 			}
-			slices.SortFunc(out, func(a, b hourglass.Timer) int { return cmp.Compare(a.OrderID, b.OrderID) })
+			slices.SortFunc(out, func(a, b hourglass.DueItem) int { return cmp.Compare(a.ID, b.ID) })
 			return out
 		}
-		done := func(t *testing.T, published ...hourglass.Timer) {
+		done := func(t *testing.T, published ...hourglass.DueItem) {
 			t.Helper()
 			if err := f.db.OutboxDone(f.ctx, published); err != nil {
 				t.Fatalf("OutboxDone(%v): %v", published, err)
@@ -55,22 +55,22 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 		}
 		a, _ := f.arm(t, hourglass.ArmTimerParams{Key: "a", Delay: time.Minute, RequestHash: []byte("h1")})
 		b, _ := f.arm(t, hourglass.ArmTimerParams{Key: "b", Delay: time.Hour, RequestHash: []byte("h1")})
-		entry := func(tm hourglass.NamedTimer) hourglass.Timer {
-			return hourglass.Timer{OrderID: tm.ID, Deadline: tm.FireAt}
+		entry := func(tm hourglass.Timer) hourglass.DueItem {
+			return hourglass.DueItem{ID: tm.ID, At: tm.FireAt}
 		}
-		if got, want := outbox(t), []hourglass.Timer{entry(a), entry(b)}; !sameTimers(got, want) {
+		if got, want := outbox(t), []hourglass.DueItem{entry(a), entry(b)}; !sameTimers(got, want) {
 			t.Fatalf("outbox after arming = %v, want %v", got, want)
 		}
 		// A re-arm to another time leaves one entry, with the new time.
 		f.clock.Advance(time.Second)
 		a2, _ := f.arm(t, hourglass.ArmTimerParams{Key: "a", Delay: 2 * time.Minute, RequestHash: []byte("h2")})
-		if got, want := outbox(t), []hourglass.Timer{entry(a2), entry(b)}; !sameTimers(got, want) {
+		if got, want := outbox(t), []hourglass.DueItem{entry(a2), entry(b)}; !sameTimers(got, want) {
 			t.Fatalf("outbox after a re-arm = %v, want %v", got, want)
 		}
 		// The relay published a's first time before the re-arm: marking
 		// that done leaves the new time to be published.
 		done(t, entry(a), entry(b))
-		if got, want := outbox(t), []hourglass.Timer{entry(a2)}; !sameTimers(got, want) {
+		if got, want := outbox(t), []hourglass.DueItem{entry(a2)}; !sameTimers(got, want) {
 			t.Fatalf("outbox after OutboxDone of the old time = %v, want the re-arm's %v", got, want)
 		}
 		done(t, entry(a2))
@@ -84,7 +84,7 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 		}
 		f.clock.Advance(time.Second)
 		a3, _ := f.arm(t, hourglass.ArmTimerParams{Key: "a", Delay: 3 * time.Minute, RequestHash: []byte("h3")})
-		if got, want := outbox(t), []hourglass.Timer{entry(a3)}; !sameTimers(got, want) {
+		if got, want := outbox(t), []hourglass.DueItem{entry(a3)}; !sameTimers(got, want) {
 			t.Fatalf("outbox after a re-arm = %v, want %v", got, want)
 		}
 		done(t, entry(a3))
@@ -95,7 +95,7 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 		done(t, entry(a3), entry(b))
 		a4, _ := f.arm(t, hourglass.ArmTimerParams{Key: "a", Delay: time.Minute, RequestHash: []byte("h4")})
 		b2, _ := f.arm(t, hourglass.ArmTimerParams{Key: "b", Delay: time.Minute, RequestHash: []byte("h1")})
-		if got, want := outbox(t), []hourglass.Timer{entry(a4), entry(b2)}; !sameTimers(got, want) {
+		if got, want := outbox(t), []hourglass.DueItem{entry(a4), entry(b2)}; !sameTimers(got, want) {
 			t.Fatalf("outbox after re-arming a fired and a cancelled timer = %v, want %v", got, want)
 		}
 	})
@@ -124,10 +124,10 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 		fb := withTimers(t, storeFixture{ctx: ctx, db: dbB})
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		seen := make(chan hourglass.Timer, 1000)
+		seen := make(chan hourglass.DueItem, 1000)
 		done := make(chan error, 1)
 		go func() {
-			done <- a.WatchCreated(wctx, func(ts []hourglass.Timer) {
+			done <- a.WatchCreated(wctx, func(ts []hourglass.DueItem) {
 				for _, t := range ts {
 					seen <- t
 				}
@@ -155,11 +155,11 @@ func exerciseTimersOutbox(t *testing.T, h StoreHarness) {
 			for len(want) > 0 {
 				select {
 				case got := <-seen:
-					if d, ok := want[got.OrderID]; ok {
-						if got.Deadline.Equal(d) {
-							delete(want, got.OrderID)
+					if d, ok := want[got.ID]; ok {
+						if got.At.Equal(d) {
+							delete(want, got.ID)
 						} else if strict {
-							t.Fatalf("timer %d reported with %s, armed to fire at %s", got.OrderID, got.Deadline, d)
+							t.Fatalf("timer %d reported with %s, armed to fire at %s", got.ID, got.At, d)
 						}
 					}
 				case <-time.After(10 * time.Second):

@@ -23,14 +23,14 @@ func exerciseTimersRead(t *testing.T, setup func(*testing.T) timerFixture) {
 		got := f.cancel(t, "s")
 		want := s
 		want.Status, want.UpdatedAt = hourglass.TimerCancelled, f.clock.Now()
-		if !sameNamedTimer(got, want) {
+		if !sameTimer(got, want) {
 			t.Fatalf("CancelTimer = %+v, want %+v", got, want)
 		}
 		f.clock.Advance(time.Second)
-		if again := f.cancel(t, "s"); !sameNamedTimer(again, want) {
+		if again := f.cancel(t, "s"); !sameTimer(again, want) {
 			t.Fatalf("CancelTimer again = %+v, want %+v unchanged", again, want)
 		}
-		if stored := f.timer(t, "s"); !sameNamedTimer(stored, want) {
+		if stored := f.timer(t, "s"); !sameTimer(stored, want) {
 			t.Fatalf("Timer after cancels = %+v, want %+v", stored, want)
 		}
 		fired, _ := f.arm(t, hourglass.ArmTimerParams{Key: "f", Delay: time.Second, RequestHash: []byte("h")})
@@ -42,7 +42,7 @@ func exerciseTimersRead(t *testing.T, setup func(*testing.T) timerFixture) {
 			t.Fatalf("CancelTimer(fired) = %v, want ErrTimerFired", err)
 		}
 		wantCode(t, err, hourglass.CodeTimerFired)
-		if after := f.timer(t, "f"); !sameNamedTimer(after, before) || after.Status != hourglass.TimerFired {
+		if after := f.timer(t, "f"); !sameTimer(after, before) || after.Status != hourglass.TimerFired {
 			t.Fatalf("a refused cancel changed the timer: %+v, was %+v", after, before)
 		}
 		_, err = f.ts.CancelTimer(f.ctx, "nope")
@@ -67,7 +67,7 @@ func exerciseTimersRead(t *testing.T, setup func(*testing.T) timerFixture) {
 		wantCode(t, err, hourglass.CodeNotFound)
 		// Bytewise: digits, upper case, '_', lower case; '-' and '.' before ':'.
 		keys := []string{"b", "a", "B", "a.2", "a-1", "_z", "0", "a:1", "ab", "Z9"}
-		byKey := map[string]hourglass.NamedTimer{}
+		byKey := map[string]hourglass.Timer{}
 		for _, k := range keys {
 			byKey[k], _ = f.arm(t, hourglass.ArmTimerParams{Key: k, Delay: time.Second, RequestHash: []byte(k)})
 		}
@@ -90,7 +90,7 @@ func exerciseTimersRead(t *testing.T, setup func(*testing.T) timerFixture) {
 			t.Fatalf("Timers = %v, want by key bytewise %v", got, sorted)
 		}
 		for _, tm := range all {
-			if stored := f.timer(t, tm.Key); !sameNamedTimer(tm, stored) || tm.Status != status[tm.Key] {
+			if stored := f.timer(t, tm.Key); !sameTimer(tm, stored) || tm.Status != status[tm.Key] {
 				t.Errorf("listed %+v, Timer says %+v, want status %s", tm, stored, status[tm.Key])
 			}
 		}

@@ -39,7 +39,7 @@ func exerciseTimersShared(t *testing.T, h StoreHarness) {
 				var (
 					created atomic.Int64
 					mu      sync.Mutex
-					got     []hourglass.NamedTimer
+					got     []hourglass.Timer
 					wg      sync.WaitGroup
 				)
 				for g := range goroutines {
@@ -69,7 +69,7 @@ func exerciseTimersShared(t *testing.T, h StoreHarness) {
 					t.Fatalf("same hash %v: %d of %d concurrent arms of one key created it, want exactly 1", sameHash, created.Load(), goroutines)
 				}
 				for _, tm := range got {
-					if tm.ID != got[0].ID || tm.Status != hourglass.TimerScheduled || sameHash && !sameNamedTimer(tm, got[0]) {
+					if tm.ID != got[0].ID || tm.Status != hourglass.TimerScheduled || sameHash && !sameTimer(tm, got[0]) {
 						t.Fatalf("same hash %v: arms returned %+v and %+v", sameHash, got[0], tm)
 					}
 				}
@@ -89,11 +89,11 @@ func exerciseTimersShared(t *testing.T, h StoreHarness) {
 			t.Parallel()
 			a, b := setup(t)
 			tm, _ := b.arm(t, hourglass.ArmTimerParams{Key: "x", Delay: time.Second, RequestHash: []byte("h")})
-			if got := a.timer(t, "x"); !sameNamedTimer(got, tm) {
+			if got := a.timer(t, "x"); !sameTimer(got, tm) {
 				t.Fatalf("a reads %+v, b armed %+v", got, tm)
 			}
 			a.clock.Advance(time.Second)
-			if due := a.timersDue(t, a.clock.Now()); len(due) != 1 || due[0].OrderID != tm.ID {
+			if due := a.timersDue(t, a.clock.Now()); len(due) != 1 || due[0].ID != tm.ID {
 				t.Fatalf("a's TimersDue = %v", due)
 			}
 			if fired := a.fire(t, tm.ID); len(fired) != 1 {

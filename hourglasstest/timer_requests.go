@@ -123,7 +123,7 @@ func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 			feedMu.Lock()
 			defer feedMu.Unlock()
 			for _, d := range u.Due {
-				announced[d.OrderID] = d.Deadline
+				announced[d.ID] = d.At
 			}
 		})
 		defer func() { stop(); wait() }()
@@ -150,7 +150,7 @@ func requestCommittedArm(t *testing.T, h TimerRequestHarness) {
 	if tm.Status != hourglass.TimerScheduled || tm.FireAt.Before(lo) || tm.FireAt.After(hi) || string(tm.Payload) != payload {
 		t.Errorf("timer = %+v; want scheduled, fire_at a minute after the request (%s..%s), the payload", tm, lo, hi)
 	}
-	if res.Armed[0].OrderID != tm.ID || !res.Armed[0].Deadline.Equal(tm.FireAt) {
+	if res.Armed[0].ID != tm.ID || !res.Armed[0].At.Equal(tm.FireAt) {
 		t.Errorf("armed %+v; want the timer's id %d and fire_at %s", res.Armed[0], tm.ID, tm.FireAt)
 	}
 	if _, ok := a.(hourglass.DueFeed); ok {

@@ -20,7 +20,7 @@ import (
 // announcer records what the store's due feed announces.
 type announcer struct {
 	mu        sync.Mutex
-	scheduled []hourglass.Timer
+	scheduled []hourglass.DueItem
 	cancelled []int64
 	changed   chan struct{}
 }
@@ -115,7 +115,7 @@ func TestAppliesCommittedRequests(t *testing.T) {
 	ann.mu.Lock()
 	got := ann.scheduled
 	ann.mu.Unlock()
-	if len(got) != 1 || got[0].OrderID != tm.ID || !got[0].Deadline.Equal(tm.FireAt) {
+	if len(got) != 1 || got[0].ID != tm.ID || !got[0].At.Equal(tm.FireAt) {
 		t.Fatalf("announced %v; want timer %d at %s", got, tm.ID, tm.FireAt)
 	}
 	obs.mu.Lock()

@@ -90,19 +90,19 @@ func LimitTimers(ts hourglass.TimerStore, cfg TimerLimitConfig) (*TimerLimit, er
 // ArmTimer implements hourglass.TimerStore: the store's ArmTimer, unless
 // the timers are at Max and p.Key names no timer yet. Errors: those of the
 // store's ArmTimer, and limit_exceeded.
-func (l *TimerLimit) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool, error) {
+func (l *TimerLimit) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.Timer, bool, error) {
 	if l.counted(ctx) >= l.cfg.Max {
 		if err := p.Validate(); err != nil {
-			return hourglass.NamedTimer{}, false, err
+			return hourglass.Timer{}, false, err
 		}
 		_, err := l.Timer(ctx, p.Key)
 		if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
 			l.obs.TimerRefused()
-			return hourglass.NamedTimer{}, false, hourglass.Errorf(hourglass.CodeLimitExceeded,
+			return hourglass.Timer{}, false, hourglass.Errorf(hourglass.CodeLimitExceeded,
 				"timers: %d timers exist, the most allowed (--timer-max); re-arm or delete existing ones, or wait for fired and cancelled ones to be pruned (--timer-retention)", l.cfg.Max)
 		}
 		if err != nil {
-			return hourglass.NamedTimer{}, false, err
+			return hourglass.Timer{}, false, err
 		}
 	}
 	t, created, err := l.TimerStore.ArmTimer(ctx, p)

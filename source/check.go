@@ -50,15 +50,15 @@ type checkRequest struct {
 //   - a failure is retried with backoff (100 ms doubling, 5 s apart); the
 //     row stays pending, or, with before_close_on_error: close, is closed
 //     after before_close_max_failures failures in a row.
-func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourglass.Timer) (bool, time.Time) {
-	body, _ := json.Marshal(checkRequest{Source: src.Name, Key: row.OrderID, Deadline: row.Deadline.UTC().Format(hourglass.TimeFormat)}) // cannot fail
-	key := "source:" + src.Name + ":" + strconv.FormatInt(row.OrderID, 10)
+func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (bool, time.Time) {
+	body, _ := json.Marshal(checkRequest{Source: src.Name, Key: row.ID, Deadline: row.At.UTC().Format(hourglass.TimeFormat)}) // cannot fail
+	key := "source:" + src.Name + ":" + strconv.FormatInt(row.ID, 10)
 	a, err := p.Checker.Ask(ctx, src.BeforeClose, body)
 	now := p.Clock.Now()
 	if err != nil {
 		n, retryIn := p.Checker.Failed(key)
 		if src.BeforeCloseOnError == "close" && n >= cmp.Or(src.BeforeCloseMaxFailures, maxFailuresDefault) {
-			p.Logger.Warn("source: payment check failed too often; closing as before_close_on_error: close says", "source", src.Name, "key", row.OrderID, "failures", n, "err", err)
+			p.Logger.Warn("source: payment check failed too often; closing as before_close_on_error: close says", "source", src.Name, "key", row.ID, "failures", n, "err", err)
 			p.Checker.Succeeded(key)
 			return true, time.Time{}
 		}
@@ -66,7 +66,7 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 		if n == 1 || n%10 == 0 {
 			level = slog.LevelWarn
 		}
-		p.Logger.Log(ctx, level, "source: payment check failed; the row stays pending and is checked again", "source", src.Name, "key", row.OrderID, "failures", n, "retry_in", retryIn, "err", err)
+		p.Logger.Log(ctx, level, "source: payment check failed; the row stays pending and is checked again", "source", src.Name, "key", row.ID, "failures", n, "retry_in", retryIn, "err", err)
 		return false, now.Add(retryIn)
 	}
 	p.Checker.Succeeded(key)
@@ -74,9 +74,9 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 	case beforeclose.ActionClose:
 		return true, time.Time{}
 	case beforeclose.ActionExtend:
-		limit := row.Deadline.Add(7 * 24 * time.Hour)
+		limit := row.At.Add(7 * 24 * time.Hour)
 		if a.Deadline.After(limit) {
-			p.Logger.Warn("source: payment check extended past 7 days; capped", "source", src.Name, "key", row.OrderID, "deadline", a.Deadline)
+			p.Logger.Warn("source: payment check extended past 7 days; capped", "source", src.Name, "key", row.ID, "deadline", a.Deadline)
 			return false, limit
 		}
 		return false, a.Deadline

@@ -70,7 +70,7 @@ type Observer interface {
 type Checker interface {
 	// Check asks whether the row may be closed now: close (true), or not
 	// yet (false) with when to look at it again.
-	Check(ctx context.Context, src hourglass.Source, row hourglass.Timer) (closeNow bool, retryAt time.Time)
+	Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (closeNow bool, retryAt time.Time)
 }
 
 // Config configures a Runner. Zero values mean the defaults.
@@ -259,11 +259,11 @@ func (s *runner) maybeStarted() {
 
 // schedule hands rows to the wheel, each at its deadline rounded up to
 // the millisecond (a deadline of finer precision is never closed early).
-func (s *runner) schedule(ctx context.Context, rows []hourglass.Timer) error {
+func (s *runner) schedule(ctx context.Context, rows []hourglass.DueItem) error {
 	for i, r := range rows {
-		ms := hourglass.UnixMilli(r.Deadline)
-		if r.Deadline.After(hourglass.FromUnixMilli(ms)) {
-			rows[i].Deadline = hourglass.FromUnixMilli(ms + 1)
+		ms := hourglass.UnixMilli(r.At)
+		if r.At.After(hourglass.FromUnixMilli(ms)) {
+			rows[i].At = hourglass.FromUnixMilli(ms + 1)
 		}
 	}
 	return s.sched.Schedule(ctx, rows)
@@ -298,17 +298,17 @@ func (s *runner) run(ctx context.Context) {
 
 // deliver closes the rows the wheel fired: those of partitions this node
 // still owns, each after the payment check if the source has one.
-func (s *runner) deliver(ctx context.Context, due []hourglass.Timer) error {
+func (s *runner) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	defer s.load.Released() // the loader pages in more once half has drained
 	now := s.clock.Now()
-	rows := make([]hourglass.Timer, 0, len(due))
-	var later []hourglass.Timer
+	rows := make([]hourglass.DueItem, 0, len(due))
+	var later []hourglass.DueItem
 	for _, r := range due {
-		if !s.parts.Has(r.OrderID) {
+		if !s.parts.Has(r.ID) {
 			continue // its partition moved: its new owner loads it
 		}
-		if u := s.extended.until(r.OrderID, now); !u.IsZero() {
-			later = append(later, hourglass.Timer{OrderID: r.OrderID, Deadline: u})
+		if u := s.extended.until(r.ID, now); !u.IsZero() {
+			later = append(later, hourglass.DueItem{ID: r.ID, At: u})
 			continue
 		}
 		rows = append(rows, r)
@@ -332,7 +332,7 @@ func (s *runner) deliver(ctx context.Context, due []hourglass.Timer) error {
 
 // check asks the payment provider about each row, checkConcurrency at a
 // time, and returns those to close now and those to look at again later.
-func (s *runner) check(ctx context.Context, rows, later []hourglass.Timer) (closeNow, again []hourglass.Timer) {
+func (s *runner) check(ctx context.Context, rows, later []hourglass.DueItem) (closeNow, again []hourglass.DueItem) {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -351,10 +351,10 @@ func (s *runner) check(ctx context.Context, rows, later []hourglass.Timer) (clos
 			case ok:
 				closeNow = append(closeNow, r)
 			case !retryAt.IsZero():
-				if retryAt.After(r.Deadline) {
-					s.extended.set(r.OrderID, retryAt, s.clock.Now())
+				if retryAt.After(r.At) {
+					s.extended.set(r.ID, retryAt, s.clock.Now())
 				}
-				again = append(again, hourglass.Timer{OrderID: r.OrderID, Deadline: retryAt})
+				again = append(again, hourglass.DueItem{ID: r.ID, At: retryAt})
 			}
 		}()
 	}
@@ -365,7 +365,7 @@ func (s *runner) check(ctx context.Context, rows, later []hourglass.Timer) (clos
 // handle counts each outcome and arms again the rows that stay pending.
 func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 	now := s.clock.Now()
-	var again []hourglass.Timer
+	var again []hourglass.DueItem
 	for _, r := range res {
 		switch r.Outcome {
 		case hourglass.SourceClosed:
@@ -377,7 +377,7 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 			if r.Pending {
 				// Extended by the shop, or not yet due by the database's
 				// clock: look again at its deadline, or soon.
-				again = append(again, hourglass.Timer{OrderID: r.Key, Deadline: later(r.Deadline, now)})
+				again = append(again, hourglass.DueItem{ID: r.Key, At: later(r.Deadline, now)})
 			}
 		case hourglass.SourceGuardError:
 			s.cfg.Observer.SourceGuardError(s.src.Name)
@@ -389,7 +389,7 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 			s.cfg.Observer.SourceFailed(s.src.Name)
 			s.stats.closeErrors.Add(1)
 			s.log.Warn("source: a close statement failed; rolled back, will retry", "key", r.Key, "err", r.Err)
-			again = append(again, hourglass.Timer{OrderID: r.Key, Deadline: later(r.Deadline, now)})
+			again = append(again, hourglass.DueItem{ID: r.Key, At: later(r.Deadline, now)})
 		}
 	}
 	if len(again) > 0 {
@@ -430,10 +430,10 @@ func (s *runner) tail(ctx context.Context, last int64) {
 				break
 			}
 			for _, r := range rows {
-				if r.OrderID > last+1 {
-					holes.add(last+1, r.OrderID-1, now)
+				if r.ID > last+1 {
+					holes.add(last+1, r.ID-1, now)
 				}
-				last = r.OrderID
+				last = r.ID
 			}
 			if err := s.offer(ctx, rows); err != nil || len(rows) < pageSize {
 				break
@@ -449,17 +449,17 @@ func (s *runner) tail(ctx context.Context, last int64) {
 			continue
 		}
 		for _, r := range rows {
-			holes.fill(r.OrderID)
+			holes.fill(r.ID)
 		}
 		_ = s.offer(ctx, rows)
 	}
 }
 
 // offer hands the rows of this node's partitions to the loader.
-func (s *runner) offer(ctx context.Context, rows []hourglass.Timer) error {
-	mine := make([]hourglass.Timer, 0, len(rows))
+func (s *runner) offer(ctx context.Context, rows []hourglass.DueItem) error {
+	mine := make([]hourglass.DueItem, 0, len(rows))
 	for _, r := range rows {
-		if s.parts.Has(r.OrderID) {
+		if s.parts.Has(r.ID) {
 			mine = append(mine, r)
 		}
 	}
@@ -558,7 +558,7 @@ func (s *runner) sweep(ctx context.Context) {
 			}
 			lost := rows[:0:0]
 			for _, r := range rows {
-				if s.extended.until(r.OrderID, now).IsZero() {
+				if s.extended.until(r.ID, now).IsZero() {
 					lost = append(lost, r)
 				}
 			}
@@ -572,7 +572,7 @@ func (s *runner) sweep(ctx context.Context) {
 				break
 			}
 			last := rows[len(rows)-1]
-			p.After, p.AfterID = last.Deadline, last.OrderID
+			p.After, p.AfterID = last.At, last.ID
 		}
 	}
 }

@@ -441,7 +441,7 @@ func (s *Service) held() int {
 
 // dueDeliveries is the loader's window.Source: pending deliveries as
 // timers keyed by delivery id.
-func (s *Service) dueDeliveries(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Service) dueDeliveries(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	page, err := s.store.DueDeliveries(ctx, hourglass.DueDeliveriesParams{After: p.After, AfterID: p.AfterID, Until: p.Until, Limit: p.Limit, Parts: p.Parts})
 	if err != nil {
 		return nil, err
@@ -449,25 +449,25 @@ func (s *Service) dueDeliveries(ctx context.Context, p hourglass.PendingDueParam
 	return deliveryTimers(page), nil
 }
 
-func deliveryTimers(ds []hourglass.DeliveryTimer) []hourglass.Timer {
-	ts := make([]hourglass.Timer, len(ds))
+func deliveryTimers(ds []hourglass.DeliveryTimer) []hourglass.DueItem {
+	ts := make([]hourglass.DueItem, len(ds))
 	for i, d := range ds {
-		ts[i] = hourglass.Timer{OrderID: d.ID, Deadline: d.At}
+		ts[i] = hourglass.DueItem{ID: d.ID, At: d.At}
 	}
 	return ts
 }
 
 // time hands timers to sched, but not those it holds already for the same
 // time or earlier (see Service.timed). It is the loader's sink.
-func (s *Service) time(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Service) time(ctx context.Context, timers []hourglass.DueItem) error {
 	s.mu.Lock()
 	keep := timers[:0:0]
 	for _, t := range timers {
-		at := hourglass.UnixMilli(t.Deadline)
-		if prev, ok := s.timed[t.OrderID]; ok && prev <= at {
+		at := hourglass.UnixMilli(t.At)
+		if prev, ok := s.timed[t.ID]; ok && prev <= at {
 			continue
 		}
-		s.timed[t.OrderID] = at
+		s.timed[t.ID] = at
 		keep = append(keep, t)
 	}
 	s.mu.Unlock()
@@ -492,7 +492,7 @@ func (s *Service) schedule(t hourglass.DeliveryTimer, force bool) {
 		return
 	}
 	s.mu.Unlock()
-	timers := []hourglass.Timer{{OrderID: t.ID, Deadline: t.At}}
+	timers := []hourglass.DueItem{{ID: t.ID, At: t.At}}
 	if force {
 		s.time(context.Background(), timers) // in memory: cannot fail
 		return
@@ -518,9 +518,9 @@ func (s *Service) Run(ctx context.Context) error {
 // deliver is the timing loop's hourglass.Deliver: it attempts each due
 // delivery (the dispatcher hands over one at a time) and reschedules it as
 // its outcome says. Attempts record their own failures, so it never fails.
-func (s *Service) deliver(ctx context.Context, due []hourglass.Timer) error {
+func (s *Service) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	for _, t := range due {
-		s.deliverOne(ctx, t.OrderID)
+		s.deliverOne(ctx, t.ID)
 	}
 	return nil
 }

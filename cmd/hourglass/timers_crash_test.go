@@ -134,8 +134,8 @@ func TestTimersSurviveKill(t *testing.T) {
 	check := all
 	if raceEnabled && storetest.Kind() == store.KindSQLite {
 		byFired := slices.Clone(all)
-		slices.SortFunc(byFired, func(a, b hourglass.NamedTimer) int { return a.FiredAt.Compare(b.FiredAt) })
-		k, _ := slices.BinarySearchFunc(byFired, killedAt, func(tm hourglass.NamedTimer, at time.Time) int { return tm.FiredAt.Compare(at) })
+		slices.SortFunc(byFired, func(a, b hourglass.Timer) int { return a.FiredAt.Compare(b.FiredAt) })
+		k, _ := slices.BinarySearchFunc(byFired, killedAt, func(tm hourglass.Timer, at time.Time) int { return tm.FiredAt.Compare(at) })
 		check = slices.Clone(byFired[max(k-150, 0):k])
 		rest := slices.Concat(byFired[:max(k-150, 0)], byFired[k:])
 		rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
@@ -235,9 +235,9 @@ func TestTimersSurviveKill(t *testing.T) {
 func timerKey(i int64) string { return fmt.Sprintf("crash-%05d", i) }
 
 // allTimers pages through every timer of db.
-func allTimers(t *testing.T, db hourglass.Database) []hourglass.NamedTimer {
+func allTimers(t *testing.T, db hourglass.Database) []hourglass.Timer {
 	t.Helper()
-	var out []hourglass.NamedTimer
+	var out []hourglass.Timer
 	after := ""
 	for {
 		page, err := db.Timers(t.Context(), hourglass.TimerFilter{After: after, Limit: 1000})
@@ -253,7 +253,7 @@ func allTimers(t *testing.T, db hourglass.Database) []hourglass.NamedTimer {
 }
 
 // timerEvents reads the events of every timer, 8 at a time.
-func timerEvents(t *testing.T, db hourglass.Database, timers []hourglass.NamedTimer) map[int64][]hourglass.EventRecord {
+func timerEvents(t *testing.T, db hourglass.Database, timers []hourglass.Timer) map[int64][]hourglass.EventRecord {
 	t.Helper()
 	out := make(map[int64][]hourglass.EventRecord, len(timers))
 	var mu sync.Mutex

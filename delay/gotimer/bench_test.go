@@ -70,13 +70,13 @@ func measureBytes(n int) float64 {
 	var before, after runtime.MemStats
 	rng := rand.New(rand.NewPCG(42, 42))
 	now := time.Now()
-	batch := make([]hourglass.Timer, 0, 10_000)
+	batch := make([]hourglass.DueItem, 0, 10_000)
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	s := gotimer.New(gotimer.Config{})
 	for i := range n {
 		d := time.Minute + time.Duration(rng.Int64N(10*60*1000))*time.Millisecond
-		batch = append(batch, hourglass.Timer{OrderID: 1_000_000_000 + int64(i), Deadline: now.Add(d).Truncate(time.Millisecond)})
+		batch = append(batch, hourglass.DueItem{ID: 1_000_000_000 + int64(i), At: now.Add(d).Truncate(time.Millisecond)})
 		if len(batch) == cap(batch) || i == n-1 {
 			s.Schedule(context.Background(), batch)
 			batch = batch[:0]

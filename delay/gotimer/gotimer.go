@@ -97,7 +97,7 @@ func (s *Scheduler) Info() hourglass.SchedulerInfo {
 // (idempotent for the same deadline). A timer that fires before Run has
 // started waits in the dispatcher until Run delivers it. It fails only with
 // ErrClosed, after Close.
-func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.DueItem) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,10 +105,10 @@ func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.Timer) error 
 		return ErrClosed
 	}
 	for _, t := range timers {
-		if old, ok := s.timers[t.OrderID]; ok {
+		if old, ok := s.timers[t.ID]; ok {
 			old.timer.Stop()
 		}
-		s.timers[t.OrderID] = s.arm(t.OrderID, t.Deadline, t.Deadline.Sub(now))
+		s.timers[t.ID] = s.arm(t.ID, t.At, t.At.Sub(now))
 	}
 	return nil
 }
@@ -139,7 +139,7 @@ func (s *Scheduler) fire(id int64, p *pending) {
 	}
 	delete(s.timers, id)
 	s.mu.Unlock()
-	s.disp.Push([]hourglass.Timer{{OrderID: id, Deadline: p.deadline}})
+	s.disp.Push([]hourglass.DueItem{{ID: id, At: p.deadline}})
 }
 
 // Cancel implements hourglass.Canceler: it stops the orders' runtime timers.

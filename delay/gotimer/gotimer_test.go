@@ -30,13 +30,13 @@ func TestConformance(t *testing.T) {
 // deliveries collects delivered timers and signals each delivery.
 type deliveries struct {
 	mu  sync.Mutex
-	got []hourglass.Timer
+	got []hourglass.DueItem
 	ch  chan struct{}
 }
 
 func newDeliveries() *deliveries { return &deliveries{ch: make(chan struct{}, 1000)} }
 
-func (d *deliveries) deliver(_ context.Context, due []hourglass.Timer) error {
+func (d *deliveries) deliver(_ context.Context, due []hourglass.DueItem) error {
 	d.mu.Lock()
 	d.got = append(d.got, due...)
 	d.mu.Unlock()
@@ -44,14 +44,14 @@ func (d *deliveries) deliver(_ context.Context, due []hourglass.Timer) error {
 	return nil
 }
 
-func (d *deliveries) timers() []hourglass.Timer {
+func (d *deliveries) timers() []hourglass.DueItem {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]hourglass.Timer(nil), d.got...)
+	return append([]hourglass.DueItem(nil), d.got...)
 }
 
 // waitFor waits until n timers were delivered.
-func (d *deliveries) waitFor(t *testing.T, n int) []hourglass.Timer {
+func (d *deliveries) waitFor(t *testing.T, n int) []hourglass.DueItem {
 	t.Helper()
 	limit := time.After(5 * time.Second)
 	for {
@@ -92,8 +92,8 @@ func TestNoDeliveryBeforeRun(t *testing.T) {
 	s := gotimer.New(gotimer.Config{Clock: clock})
 	defer s.Close()
 	d := newDeliveries()
-	tm := hourglass.Timer{OrderID: 7, Deadline: clock.Now().Add(10 * time.Millisecond)}
-	if err := s.Schedule(context.Background(), []hourglass.Timer{tm}); err != nil {
+	tm := hourglass.DueItem{ID: 7, At: clock.Now().Add(10 * time.Millisecond)}
+	if err := s.Schedule(context.Background(), []hourglass.DueItem{tm}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(100 * time.Millisecond) // the timer fires (in Advance, on the fake clock)
@@ -179,7 +179,7 @@ func TestScheduleAndCancel(t *testing.T) {
 					}
 					continue
 				}
-				if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: st.id, Deadline: base.Add(st.deadline)}}); err != nil {
+				if err := s.Schedule(ctx, []hourglass.DueItem{{ID: st.id, At: base.Add(st.deadline)}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -201,9 +201,9 @@ func TestScheduleAndCancel(t *testing.T) {
 				t.Fatalf("delivered %v, want %d timers", got, len(tt.want))
 			}
 			for _, tm := range got {
-				want, ok := tt.want[tm.OrderID]
-				if !ok || !tm.Deadline.Equal(base.Add(want)) {
-					t.Errorf("delivered order %d due %s, want %v", tm.OrderID, tm.Deadline.Sub(base), want)
+				want, ok := tt.want[tm.ID]
+				if !ok || !tm.At.Equal(base.Add(want)) {
+					t.Errorf("delivered order %d due %s, want %v", tm.ID, tm.At.Sub(base), want)
 				}
 			}
 			if n := s.Pending(); n != 0 {
@@ -220,7 +220,7 @@ func TestCloseStopsTimers(t *testing.T) {
 	s := gotimer.New(gotimer.Config{})
 	d := newDeliveries()
 	stop := run(t, s, d.deliver)
-	timers := []hourglass.Timer{{OrderID: 1, Deadline: time.Now().Add(50 * time.Millisecond)}}
+	timers := []hourglass.DueItem{{ID: 1, At: time.Now().Add(50 * time.Millisecond)}}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
 	}

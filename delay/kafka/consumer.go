@@ -381,9 +381,9 @@ func (c *consumer) deliverDue(ctx context.Context, now time.Time) (int, error) {
 	if len(due) == 0 {
 		return 0, nil
 	}
-	timers := make([]hourglass.Timer, len(due))
+	timers := make([]hourglass.DueItem, len(due))
 	for i, d := range due {
-		timers[i] = hourglass.Timer{OrderID: d.it.timer.OrderID, Deadline: hourglass.FromUnixMilli(d.it.timer.Deadline)}
+		timers[i] = hourglass.DueItem{ID: d.it.timer.OrderID, At: hourglass.FromUnixMilli(d.it.timer.Deadline)}
 	}
 	if err := c.deliver(ctx, timers); err != nil {
 		for _, d := range due {

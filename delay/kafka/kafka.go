@@ -436,14 +436,14 @@ func (s *Scheduler) Info() hourglass.SchedulerInfo {
 // Config.Timeout) if any was not; some of the timers may have been written
 // then, and writing them again only makes duplicates. Safe for concurrent
 // use.
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	if len(timers) == 0 {
 		return nil
 	}
 	now := s.clock.Now()
 	vs := make([]timerValue, len(timers))
 	for i, t := range timers {
-		vs[i] = timerValue{OrderID: t.OrderID, Deadline: hourglass.UnixMilli(t.Deadline)}
+		vs[i] = timerValue{OrderID: t.ID, Deadline: hourglass.UnixMilli(t.At)}
 	}
 	if err := s.produce(ctx, s.records(vs, now)); err != nil {
 		return fmt.Errorf("kafka: publish %d timers: %w", len(timers), err)

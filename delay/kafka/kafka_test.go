@@ -120,9 +120,9 @@ func TestForwardsThroughTiers(t *testing.T) {
 	ns := hourglasstest.Namespace(t)
 	s := open(t, url, ns, &cleaner{})
 	start := time.Now()
-	var timers []hourglass.Timer
+	var timers []hourglass.DueItem
 	for i, d := range []time.Duration{1500 * time.Millisecond, 2300 * time.Millisecond, 3100 * time.Millisecond, 11 * time.Second, 12700 * time.Millisecond} {
-		timers = append(timers, hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(d).Truncate(time.Millisecond)})
+		timers = append(timers, hourglass.DueItem{ID: int64(i + 1), At: start.Add(d).Truncate(time.Millisecond)})
 	}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
@@ -132,16 +132,16 @@ func TestForwardsThroughTiers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(ctx, func(_ context.Context, due []hourglass.Timer) error {
+		done <- s.Run(ctx, func(_ context.Context, due []hourglass.DueItem) error {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
 			for _, tm := range due {
-				if now.Before(tm.Deadline) {
-					t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+				if now.Before(tm.At) {
+					t.Errorf("order %d delivered %s early", tm.ID, tm.At.Sub(now))
 				}
-				if _, ok := got[tm.OrderID]; !ok {
-					got[tm.OrderID] = now
+				if _, ok := got[tm.ID]; !ok {
+					got[tm.ID] = now
 				}
 			}
 			return nil
@@ -157,10 +157,10 @@ func TestForwardsThroughTiers(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	for _, tm := range timers {
-		late := got[tm.OrderID].Sub(tm.Deadline)
-		t.Logf("order %d (delay %s): %s late", tm.OrderID, tm.Deadline.Sub(start).Round(time.Millisecond), late)
+		late := got[tm.ID].Sub(tm.At)
+		t.Logf("order %d (delay %s): %s late", tm.ID, tm.At.Sub(start).Round(time.Millisecond), late)
 		if late > 500*time.Millisecond {
-			t.Errorf("order %d delivered %s late", tm.OrderID, late)
+			t.Errorf("order %d delivered %s late", tm.ID, late)
 		}
 	}
 	// The coarse topics carried them: 1s and 10s were written to.
@@ -217,7 +217,7 @@ func TestRunFailsWhenBrokerGoes(t *testing.T) {
 	s := open(t, url, hourglasstest.Namespace(t), &cleaner{})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(context.Background(), func(context.Context, []hourglass.Timer) error { return nil })
+		done <- s.Run(context.Background(), func(context.Context, []hourglass.DueItem) error { return nil })
 	}()
 	time.Sleep(500 * time.Millisecond)
 	c.Close()
@@ -232,7 +232,7 @@ func TestRunFailsWhenBrokerGoes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: time.Now().Add(time.Minute)}}); err == nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: time.Now().Add(time.Minute)}}); err == nil {
 		t.Fatal("Schedule succeeded with no broker")
 	}
 }
@@ -276,15 +276,15 @@ func TestDrainsTheLegacyFinestTier(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error {
+		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.DueItem) error {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
 			for _, tm := range due {
-				if now.Before(tm.Deadline) {
-					t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+				if now.Before(tm.At) {
+					t.Errorf("order %d delivered %s early", tm.ID, tm.At.Sub(now))
 				}
-				got[tm.OrderID] = now
+				got[tm.ID] = now
 			}
 			return nil
 		})
@@ -334,10 +334,10 @@ func TestPackedBurstWithAFailedDelivery(t *testing.T) {
 	url := brokerURL(t)
 	s := open(t, url, hourglasstest.Namespace(t), &cleaner{})
 	start := time.Now()
-	timers := make([]hourglass.Timer, 1000)
+	timers := make([]hourglass.DueItem, 1000)
 	for i := range timers {
 		// Spread over 1.5..2.5 s: through the 1s tier, then the finest.
-		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(1500*time.Millisecond + time.Duration(i)*time.Millisecond).Truncate(time.Millisecond)}
+		timers[i] = hourglass.DueItem{ID: int64(i + 1), At: start.Add(1500*time.Millisecond + time.Duration(i)*time.Millisecond).Truncate(time.Millisecond)}
 	}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
@@ -350,7 +350,7 @@ func TestPackedBurstWithAFailedDelivery(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(ctx, func(_ context.Context, due []hourglass.Timer) error {
+		done <- s.Run(ctx, func(_ context.Context, due []hourglass.DueItem) error {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
@@ -358,10 +358,10 @@ func TestPackedBurstWithAFailedDelivery(t *testing.T) {
 				return errors.New("store down")
 			}
 			for _, tm := range due {
-				if now.Before(tm.Deadline) {
-					t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+				if now.Before(tm.At) {
+					t.Errorf("order %d delivered %s early", tm.ID, tm.At.Sub(now))
 				}
-				got[tm.OrderID] = true
+				got[tm.ID] = true
 			}
 			return nil
 		})

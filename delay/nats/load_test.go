@@ -34,14 +34,14 @@ func measureSteadyFarTimers(t *testing.T, url string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, rec.deliver) }()
-	var timers []hourglass.Timer
+	var timers []hourglass.DueItem
 	tick := time.NewTicker(100 * time.Millisecond)
 	for i := range seconds * 10 {
 		<-tick.C
-		batch := make([]hourglass.Timer, rate/10)
+		batch := make([]hourglass.DueItem, rate/10)
 		for j := range batch {
 			id := int64(i*len(batch) + j + 1)
-			batch[j] = hourglass.Timer{OrderID: id, Deadline: time.Now().Add(15*time.Second + time.Duration(id%5000)*time.Millisecond).Truncate(time.Millisecond)}
+			batch[j] = hourglass.DueItem{ID: id, At: time.Now().Add(15*time.Second + time.Duration(id%5000)*time.Millisecond).Truncate(time.Millisecond)}
 		}
 		if err := s.Schedule(context.Background(), batch); err != nil {
 			t.Fatal(err)
@@ -58,7 +58,7 @@ func measureSteadyFarTimers(t *testing.T, url string) {
 	rec.mu.Lock()
 	var late []time.Duration
 	for _, tm := range timers {
-		late = append(late, rec.first[tm.OrderID].Sub(tm.Deadline))
+		late = append(late, rec.first[tm.ID].Sub(tm.At))
 	}
 	rec.mu.Unlock()
 	slices.Sort(late)

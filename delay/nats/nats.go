@@ -494,7 +494,7 @@ const publishChunk = 1000
 // as stored. On error some may be stored: publishing them again is safe
 // (deduplicated within the Duplicates window, a no-op close after it). Safe
 // for concurrent use.
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	now := s.clock.Now()
 	schedules := s.schedules.Load()
 	for start := 0; start < len(timers); start += publishChunk {
@@ -504,7 +504,7 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 			msg, opts := s.timerMsg(t, now, schedules, "")
 			f, err := s.js.PublishMsgAsync(msg, opts...)
 			if err != nil {
-				return fmt.Errorf("nats: publish timer of order %d: %w", t.OrderID, err)
+				return fmt.Errorf("nats: publish timer of order %d: %w", t.ID, err)
 			}
 			futures = append(futures, f)
 		}
@@ -512,7 +512,7 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
-				return fmt.Errorf("nats: publish timer of order %d to stream %s: %w", chunk[i].OrderID, s.names.partStream(hourglass.PartitionOf(chunk[i].OrderID)), err)
+				return fmt.Errorf("nats: publish timer of order %d to stream %s: %w", chunk[i].ID, s.names.partStream(hourglass.PartitionOf(chunk[i].ID)), err)
 			case <-ctx.Done():
 				return fmt.Errorf("nats: wait for publish acknowledgements: %w", ctx.Err())
 			}
@@ -524,19 +524,19 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 // timerMsg builds the message for t: a message schedule when schedules is
 // set and t is due later than ScheduleLead plus a second, else a message on
 // its partition's due subject. idSuffix is added to the Nats-Msg-Id.
-func (s *Scheduler) timerMsg(t hourglass.Timer, now time.Time, schedules bool, idSuffix string) (*natsgo.Msg, []jetstream.PublishOpt) {
-	p := hourglass.PartitionOf(t.OrderID)
+func (s *Scheduler) timerMsg(t hourglass.DueItem, now time.Time, schedules bool, idSuffix string) (*natsgo.Msg, []jetstream.PublishOpt) {
+	p := hourglass.PartitionOf(t.ID)
 	due := s.names.partDue(p)
 	msg := natsgo.NewMsg(due)
 	msg.Data = encodeTimer(t)
 	opts := []jetstream.PublishOpt{
 		// The id and the deadline: a client timer re-armed to another time
 		// is a new message, not a duplicate of the first.
-		jetstream.WithMsgID(strconv.FormatInt(t.OrderID, 10) + "@" + strconv.FormatInt(hourglass.UnixMilli(t.Deadline), 10) + idSuffix),
+		jetstream.WithMsgID(strconv.FormatInt(t.ID, 10) + "@" + strconv.FormatInt(hourglass.UnixMilli(t.At), 10) + idSuffix),
 		jetstream.WithExpectStream(s.names.partStream(p)),
 	}
-	if at, ok := scheduleAt(now, t.Deadline, s.cfg.ScheduleLead); schedules && ok {
-		msg.Subject = s.names.partSchedSubject(p, t.OrderID)
+	if at, ok := scheduleAt(now, t.At, s.cfg.ScheduleLead); schedules && ok {
+		msg.Subject = s.names.partSchedSubject(p, t.ID)
 		opts = append(opts, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(due))
 	}
 	return msg, opts

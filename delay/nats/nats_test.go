@@ -129,9 +129,9 @@ func TestMsgSchedulesFollowServerVersion(t *testing.T) {
 func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, scheduled, mayStrand bool) bool {
 	t.Helper()
 	start := time.Now().Add(3 * time.Second)
-	var timers []hourglass.Timer
+	var timers []hourglass.DueItem
 	for i := range 200 {
-		timers = append(timers, hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(time.Duration(i) * 10 * time.Millisecond).Truncate(time.Millisecond)})
+		timers = append(timers, hourglass.DueItem{ID: int64(i + 1), At: start.Add(time.Duration(i) * 10 * time.Millisecond).Truncate(time.Millisecond)})
 	}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatalf("Schedule: %v", err)
@@ -175,8 +175,8 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 		rec.mu.Lock()
 		var missing []string
 		for _, tm := range timers {
-			if rec.n[tm.OrderID] == 0 {
-				missing = append(missing, fmt.Sprintf("%d (partition %d, due %s)", tm.OrderID, hourglass.PartitionOf(tm.OrderID), tm.Deadline.Format("15:04:05.000")))
+			if rec.n[tm.ID] == 0 {
+				missing = append(missing, fmt.Sprintf("%d (partition %d, due %s)", tm.ID, hourglass.PartitionOf(tm.ID), tm.At.Format("15:04:05.000")))
 			}
 		}
 		rec.mu.Unlock()
@@ -225,7 +225,7 @@ func TestMalformedMessageIsDropped(t *testing.T) {
 	if _, err := js.Publish(context.Background(), ns+".part.7.due", []byte("not a timer")); err != nil {
 		t.Fatalf("publish garbage: %v", err)
 	}
-	timers := []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)}}
+	timers := []hourglass.DueItem{{ID: 7, At: time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)}}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
 	}
@@ -268,9 +268,9 @@ func TestUnpartitionedTimersMoved(t *testing.T) {
 	}
 	s := open(t, url, ns, nats.Config{})
 	s.Own(hourglass.Parts{hourglass.PartitionOf(7)})
-	tm := hourglass.Timer{OrderID: 7, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
-	body := fmt.Sprintf(`{"order_id":7,"deadline_ms":%d}`, hourglass.UnixMilli(tm.Deadline))
-	if _, err := js.Publish(context.Background(), ns+".timers.due", []byte(body), jetstream.WithMsgID(fmt.Sprintf("7@%d", hourglass.UnixMilli(tm.Deadline)))); err != nil {
+	tm := hourglass.DueItem{ID: 7, At: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	body := fmt.Sprintf(`{"order_id":7,"deadline_ms":%d}`, hourglass.UnixMilli(tm.At))
+	if _, err := js.Publish(context.Background(), ns+".timers.due", []byte(body), jetstream.WithMsgID(fmt.Sprintf("7@%d", hourglass.UnixMilli(tm.At)))); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
@@ -283,7 +283,7 @@ func TestUnpartitionedTimersMoved(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	rec.check(t, []hourglass.Timer{tm}, time.Second)
+	rec.check(t, []hourglass.DueItem{tm}, time.Second)
 	for _, st := range []string{ns + "-timers", ns + "-timers-7"} {
 		info, err := js.Stream(context.Background(), st)
 		if err != nil {
@@ -302,9 +302,9 @@ func TestScheduleDeduplicates(t *testing.T) {
 	url := serverURL(t)
 	ns := hourglasstest.Namespace(t)
 	s := open(t, url, ns, nats.Config{})
-	tm := hourglass.Timer{OrderID: 42, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	tm := hourglass.DueItem{ID: 42, At: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
 	for range 3 {
-		if err := s.Schedule(context.Background(), []hourglass.Timer{tm}); err != nil {
+		if err := s.Schedule(context.Background(), []hourglass.DueItem{tm}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -318,7 +318,7 @@ func TestScheduleDeduplicates(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	rec.check(t, []hourglass.Timer{tm}, time.Second)
+	rec.check(t, []hourglass.DueItem{tm}, time.Second)
 }
 
 // TestOpenErrors: start-up failures are one line saying what to fix.
@@ -358,18 +358,18 @@ func newRecorder() *recorder {
 	return &recorder{first: map[int64]time.Time{}, n: map[int64]int{}}
 }
 
-func (r *recorder) deliver(_ context.Context, due []hourglass.Timer) error {
+func (r *recorder) deliver(_ context.Context, due []hourglass.DueItem) error {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tm := range due {
-		if now.Before(tm.Deadline) {
-			r.early = append(r.early, tm.Deadline.Sub(now).String())
+		if now.Before(tm.At) {
+			r.early = append(r.early, tm.At.Sub(now).String())
 		}
-		if _, ok := r.first[tm.OrderID]; !ok {
-			r.first[tm.OrderID] = now
+		if _, ok := r.first[tm.ID]; !ok {
+			r.first[tm.ID] = now
 		}
-		r.n[tm.OrderID]++
+		r.n[tm.ID]++
 	}
 	return nil
 }
@@ -398,7 +398,7 @@ func (r *recorder) wait(t *testing.T, n int, timeout time.Duration) {
 	})
 }
 
-func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Duration) {
+func (r *recorder) check(t *testing.T, timers []hourglass.DueItem, maxLate time.Duration) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -407,10 +407,10 @@ func (r *recorder) check(t *testing.T, timers []hourglass.Timer, maxLate time.Du
 	}
 	var worst time.Duration
 	for _, tm := range timers {
-		if r.n[tm.OrderID] != 1 {
-			t.Errorf("order %d delivered %d times, want 1", tm.OrderID, r.n[tm.OrderID])
+		if r.n[tm.ID] != 1 {
+			t.Errorf("order %d delivered %d times, want 1", tm.ID, r.n[tm.ID])
 		}
-		worst = max(worst, r.first[tm.OrderID].Sub(tm.Deadline))
+		worst = max(worst, r.first[tm.ID].Sub(tm.At))
 	}
 	if worst > maxLate {
 		t.Errorf("latest delivery %s after its deadline (limit %s)", worst, maxLate)

@@ -139,7 +139,7 @@ type run struct {
 // heldMsg is a fetched message this process is responsible for.
 type heldMsg struct {
 	msg     jetstream.Msg
-	timer   hourglass.Timer
+	timer   hourglass.DueItem
 	touched time.Time // received, or last reported in progress
 }
 
@@ -147,7 +147,7 @@ type heldMsg struct {
 type heldHeap []*heldMsg
 
 func (h heldHeap) Len() int           { return len(h) }
-func (h heldHeap) Less(i, j int) bool { return h[i].timer.Deadline.Before(h[j].timer.Deadline) }
+func (h heldHeap) Less(i, j int) bool { return h[i].timer.At.Before(h[j].timer.At) }
 func (h heldHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *heldHeap) Push(x any)        { *h = append(*h, x.(*heldMsg)) }
 func (h *heldHeap) Pop() any {
@@ -240,17 +240,17 @@ func (r *run) reown() {
 	defer r.mu.Unlock()
 	kept := r.held[:0]
 	for _, h := range r.held {
-		if s.owns(h.timer.OrderID) {
+		if s.owns(h.timer.ID) {
 			kept = append(kept, h)
 			continue
 		}
-		r.naks = append(r.naks, nak{msg: h.msg, until: h.timer.Deadline.Add(-s.cfg.NakLead)})
+		r.naks = append(r.naks, nak{msg: h.msg, until: h.timer.At.Add(-s.cfg.NakLead)})
 	}
 	clear(r.held[len(kept):])
 	r.held = kept
 	heap.Init(&r.held)
 	r.due = slices.DeleteFunc(r.due, func(h *heldMsg) bool {
-		if s.owns(h.timer.OrderID) {
+		if s.owns(h.timer.ID) {
 			return false
 		}
 		r.naks = append(r.naks, nak{msg: h.msg, until: now})
@@ -288,12 +288,12 @@ func (r *run) forward(m jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PublishTimeout)
 	defer cancel()
 	if _, err := s.js.PublishMsg(ctx, msg, opts...); err != nil {
-		s.log.Warn("nats: could not move a timer of the unpartitioned subject to its partition; retrying", "order", t.OrderID, "err", err)
+		s.log.Warn("nats: could not move a timer of the unpartitioned subject to its partition; retrying", "order", t.ID, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
 	if err := m.Ack(); err != nil {
-		s.log.Debug("nats: ack of a moved timer failed; it is moved again (a duplicate)", "order", t.OrderID, "err", err)
+		s.log.Debug("nats: ack of a moved timer failed; it is moved again (a duplicate)", "order", t.ID, "err", err)
 	}
 }
 
@@ -378,10 +378,10 @@ func (r *run) accept(m jetstream.Msg) {
 	}
 	now := s.clock.Now()
 	h := &heldMsg{msg: m, timer: t, touched: now}
-	act, wait := classify(now, t.Deadline, s.cfg.HoldWindow, s.cfg.NakLead)
+	act, wait := classify(now, t.At, s.cfg.HoldWindow, s.cfg.NakLead)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !s.owns(t.OrderID) {
+	if !s.owns(t.ID) {
 		r.naks = append(r.naks, nak{msg: m, until: now})
 		return
 	}
@@ -390,7 +390,7 @@ func (r *run) accept(m jetstream.Msg) {
 		r.pushLocked(h)
 	case holdLocal:
 		heap.Push(&r.held, h)
-		if t.Deadline.Before(r.wakeAt) {
+		if t.At.Before(r.wakeAt) {
 			select {
 			case r.wake <- struct{}{}:
 			default:
@@ -413,13 +413,13 @@ func (r *run) hold(ctx context.Context) {
 		wait := time.Hour
 		r.mu.Lock()
 		moved := false
-		for len(r.held) > 0 && !r.held[0].timer.Deadline.After(now) {
+		for len(r.held) > 0 && !r.held[0].timer.At.After(now) {
 			r.due = append(r.due, heap.Pop(&r.held).(*heldMsg))
 			moved = true
 		}
 		r.wakeAt = now.Add(wait)
 		if len(r.held) > 0 {
-			r.wakeAt = r.held[0].timer.Deadline
+			r.wakeAt = r.held[0].timer.At
 			wait = r.wakeAt.Sub(now)
 		}
 		r.mu.Unlock()
@@ -488,7 +488,7 @@ func (r *run) pop() (batch []*heldMsg, ok bool) {
 // with a growing delay on failure.
 func (r *run) work(ctx context.Context) {
 	s := r.s
-	timers := make([]hourglass.Timer, 0, s.cfg.DeliverBatch)
+	timers := make([]hourglass.DueItem, 0, s.cfg.DeliverBatch)
 	for {
 		batch, ok := r.pop()
 		if !ok {
@@ -542,7 +542,7 @@ func (r *run) dropLost(batch *[]*heldMsg) bool {
 	var lost []nak
 	now := s.clock.Now()
 	*batch = slices.DeleteFunc(*batch, func(h *heldMsg) bool {
-		if s.owns(h.timer.OrderID) {
+		if s.owns(h.timer.ID) {
 			return false
 		}
 		lost = append(lost, nak{msg: h.msg, until: now})
@@ -600,7 +600,7 @@ func (r *run) send(ctx context.Context) {
 func (r *run) sendAcks(acks []*heldMsg) {
 	for _, h := range acks {
 		if err := h.msg.Ack(); err != nil {
-			r.s.log.Debug("nats: ack failed; the timer will be redelivered into a no-op close", "order", h.timer.OrderID, "err", err)
+			r.s.log.Debug("nats: ack failed; the timer will be redelivered into a no-op close", "order", h.timer.ID, "err", err)
 		}
 	}
 }
@@ -633,7 +633,7 @@ func (r *run) release() {
 	r.mu.Lock()
 	acks, naks := r.acks, r.naks
 	for _, h := range r.held {
-		naks = append(naks, nak{msg: h.msg, until: h.timer.Deadline.Add(-s.cfg.NakLead)})
+		naks = append(naks, nak{msg: h.msg, until: h.timer.At.Add(-s.cfg.NakLead)})
 	}
 	for _, h := range r.due {
 		naks = append(naks, nak{msg: h.msg, until: now})

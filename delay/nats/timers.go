@@ -76,20 +76,20 @@ type timerBody struct {
 	DeadlineMs int64 `json:"deadline_ms"`
 }
 
-func encodeTimer(t hourglass.Timer) []byte {
-	b, _ := json.Marshal(timerBody{OrderID: t.OrderID, DeadlineMs: hourglass.UnixMilli(t.Deadline)})
+func encodeTimer(t hourglass.DueItem) []byte {
+	b, _ := json.Marshal(timerBody{OrderID: t.ID, DeadlineMs: hourglass.UnixMilli(t.At)})
 	return b
 }
 
-func decodeTimer(b []byte) (hourglass.Timer, error) {
+func decodeTimer(b []byte) (hourglass.DueItem, error) {
 	var body timerBody
 	if err := json.Unmarshal(b, &body); err != nil {
-		return hourglass.Timer{}, fmt.Errorf("decode timer %q: %w", b, err)
+		return hourglass.DueItem{}, fmt.Errorf("decode timer %q: %w", b, err)
 	}
 	if body.OrderID <= 0 || body.DeadlineMs <= 0 {
-		return hourglass.Timer{}, fmt.Errorf("decode timer %q: order id and deadline must be positive", b)
+		return hourglass.DueItem{}, fmt.Errorf("decode timer %q: order id and deadline must be positive", b)
 	}
-	return hourglass.Timer{OrderID: body.OrderID, Deadline: hourglass.FromUnixMilli(body.DeadlineMs)}, nil
+	return hourglass.DueItem{ID: body.OrderID, At: hourglass.FromUnixMilli(body.DeadlineMs)}, nil
 }
 
 // action is what Run does with a fetched message.

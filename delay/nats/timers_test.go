@@ -113,9 +113,9 @@ func TestNamesFor(t *testing.T) {
 
 func TestTimerEncoding(t *testing.T) {
 	t.Parallel()
-	want := hourglass.Timer{OrderID: 123, Deadline: hourglass.FromUnixMilli(1_700_000_000_123)}
+	want := hourglass.DueItem{ID: 123, At: hourglass.FromUnixMilli(1_700_000_000_123)}
 	got, err := decodeTimer(encodeTimer(want))
-	if err != nil || got.OrderID != want.OrderID || !got.Deadline.Equal(want.Deadline) {
+	if err != nil || got.ID != want.ID || !got.At.Equal(want.At) {
 		t.Fatalf("round trip = %+v, %v; want %+v", got, err, want)
 	}
 	for _, bad := range []string{"", "not json", `{"order_id":0,"deadline_ms":5}`, `{"order_id":5}`} {

@@ -136,20 +136,20 @@ func newPublisher(conn *amqp.Connection, topo topology, clock hourglass.Clock) (
 // tier's TTL plus the margin left, so the message's tier suits all. After
 // an error some may have been published: a retry duplicates them, which is
 // allowed.
-func (p *publisher) publish(ctx context.Context, timers []hourglass.Timer) error {
+func (p *publisher) publish(ctx context.Context, timers []hourglass.DueItem) error {
 	for start := 0; start < len(timers); start += publishChunk {
 		chunk := timers[start:min(start+publishChunk, len(timers))]
 		now := p.clock.Now()
 		var (
 			routes []route
-			groups = map[route][]hourglass.Timer{}
+			groups = map[route][]hourglass.DueItem{}
 		)
 		for _, t := range chunk {
-			r := p.topo.route(t.Deadline.Sub(now))
+			r := p.topo.route(t.At.Sub(now))
 			if r.toDue() {
 				// The last stretch is waited out by the owner of the
 				// timer's partition, so it waits in the partition's queue.
-				r = p.topo.partRoute(hourglass.PartitionOf(t.OrderID))
+				r = p.topo.partRoute(hourglass.PartitionOf(t.ID))
 			}
 			if _, ok := groups[r]; !ok {
 				routes = append(routes, r)
@@ -169,7 +169,7 @@ func (p *publisher) publish(ctx context.Context, timers []hourglass.Timer) error
 				pack := g[i:min(i+packMax, len(g))]
 				dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, r.exchange, r.key, r.mandatory, false, encode(pack, r, now))
 				if err != nil {
-					return fmt.Errorf("publish %d timers (order %d first): %w", len(pack), pack[0].OrderID, err)
+					return fmt.Errorf("publish %d timers (order %d first): %w", len(pack), pack[0].ID, err)
 				}
 				confirms = append(confirms, dc)
 			}

@@ -61,7 +61,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 // pending is a delivery the consumer has not acknowledged yet.
 type pending struct {
 	msg   *arrival
-	timer hourglass.Timer
+	timer hourglass.DueItem
 }
 
 // arrival is one message from the due queue, carrying one timer or several
@@ -180,7 +180,7 @@ func (c *consumer) reown() error {
 	}
 	kept := c.held[:0]
 	for _, p := range c.held {
-		if c.s.owns(p.timer.OrderID) {
+		if c.s.owns(p.timer.ID) {
 			kept = append(kept, p)
 		} else {
 			c.retier = append(c.retier, p)
@@ -190,7 +190,7 @@ func (c *consumer) reown() error {
 	c.held = kept
 	heap.Init(&c.held)
 	c.ready = slices.DeleteFunc(c.ready, func(p pending) bool {
-		if c.s.owns(p.timer.OrderID) {
+		if c.s.owns(p.timer.ID) {
 			return false
 		}
 		c.retier = append(c.retier, p)
@@ -242,7 +242,7 @@ func (c *consumer) run(ctx context.Context) (err error) {
 	defer timer.Stop()
 	for {
 		now := c.clock.Now()
-		for len(c.held) > 0 && !c.held[0].timer.Deadline.After(now) {
+		for len(c.held) > 0 && !c.held[0].timer.At.After(now) {
 			c.ready = append(c.ready, heap.Pop(&c.held).(pending))
 		}
 		if !delivering && len(c.ready) > 0 && !now.Before(retryAt) {
@@ -263,7 +263,7 @@ func (c *consumer) run(ctx context.Context) (err error) {
 		}
 		wake := time.Hour
 		if len(c.held) > 0 {
-			wake = c.held[0].timer.Deadline.Sub(now)
+			wake = c.held[0].timer.At.Sub(now)
 		}
 		if !delivering && len(c.ready) > 0 {
 			wake = min(wake, retryAt.Sub(now))
@@ -337,9 +337,9 @@ func (c *consumer) arrive(d amqp.Delivery, now time.Time) {
 	msg := &arrival{tag: d.DeliveryTag, left: len(ts)}
 	for _, t := range ts {
 		p := pending{msg: msg, timer: t}
-		remaining := t.Deadline.Sub(now)
+		remaining := t.At.Sub(now)
 		switch {
-		case !c.s.owns(t.OrderID):
+		case !c.s.owns(t.ID):
 			c.retier = append(c.retier, p)
 		case remaining <= 0:
 			c.ready = append(c.ready, p)
@@ -446,8 +446,8 @@ func (c *consumer) take(q *[]pending, n int) []pending {
 	return batch
 }
 
-func timersOf(batch []pending) []hourglass.Timer {
-	out := make([]hourglass.Timer, len(batch))
+func timersOf(batch []pending) []hourglass.DueItem {
+	out := make([]hourglass.DueItem, len(batch))
 	for i, p := range batch {
 		out[i] = p.timer
 	}
@@ -458,7 +458,7 @@ func timersOf(batch []pending) []hourglass.Timer {
 type heldHeap []pending
 
 func (h heldHeap) Len() int           { return len(h) }
-func (h heldHeap) Less(i, j int) bool { return h[i].timer.Deadline.Before(h[j].timer.Deadline) }
+func (h heldHeap) Less(i, j int) bool { return h[i].timer.At.Before(h[j].timer.At) }
 func (h heldHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *heldHeap) Push(x any)        { *h = append(*h, x.(pending)) }
 func (h *heldHeap) Pop() any {

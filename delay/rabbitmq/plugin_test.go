@@ -51,9 +51,9 @@ func TestDelayedExchangeBurstHeldInMemory(t *testing.T) {
 	requirePlugin(t, brokerURL(t))
 	s := setup(t, Config{Mode: ModeDelayedExchange})
 	deadline := time.Now().Add(6 * time.Second).Truncate(time.Millisecond)
-	timers := make([]hourglass.Timer, 10000)
+	timers := make([]hourglass.DueItem, 10000)
 	for i := range timers {
-		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: deadline}
+		timers[i] = hourglass.DueItem{ID: int64(i + 1), At: deadline}
 	}
 	for i := 0; i < len(timers); i += 1000 {
 		if err := s.Schedule(context.Background(), timers[i:i+1000]); err != nil {
@@ -140,9 +140,9 @@ func TestDelayedExchangeTimersSurviveBrokerRestart(t *testing.T) {
 	}
 	s := setup(t, Config{URL: url, Mode: ModeDelayedExchange})
 	deadline := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
-	timers := make([]hourglass.Timer, 200)
+	timers := make([]hourglass.DueItem, 200)
 	for i := range timers {
-		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: deadline}
+		timers[i] = hourglass.DueItem{ID: int64(i + 1), At: deadline}
 	}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
@@ -155,8 +155,8 @@ func TestDelayedExchangeTimersSurviveBrokerRestart(t *testing.T) {
 	if len(got) != len(timers) {
 		var missing []string
 		for _, tm := range timers {
-			if _, ok := got[tm.OrderID]; !ok {
-				missing = append(missing, fmt.Sprint(tm.OrderID))
+			if _, ok := got[tm.ID]; !ok {
+				missing = append(missing, fmt.Sprint(tm.ID))
 			}
 		}
 		t.Fatalf("%d of %d timers delivered after the broker restart; missing %s", len(got), len(timers), strings.Join(missing, ","))

@@ -465,7 +465,7 @@ var ErrClosed = errors.New("rabbitmq: scheduler closed")
 // soon as the broker is back, and fails fast (connection refused) while it
 // is away. Some timers of a failed call may have been published: retrying
 // duplicates them, which the close absorbs. Calls are serialised.
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	if len(timers) == 0 {
 		return nil
 	}

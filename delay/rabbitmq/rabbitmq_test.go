@@ -164,8 +164,8 @@ func TestRoute(t *testing.T) {
 
 func TestEncodeDecode(t *testing.T) {
 	t.Parallel()
-	tm := hourglass.Timer{OrderID: 42, Deadline: hourglass.FromUnixMilli(1_700_000_000_123)}
-	msg := encode([]hourglass.Timer{tm}, route{delay: 5}, time.Now())
+	tm := hourglass.DueItem{ID: 42, At: hourglass.FromUnixMilli(1_700_000_000_123)}
+	msg := encode([]hourglass.DueItem{tm}, route{delay: 5}, time.Now())
 	if msg.DeliveryMode != amqp.Persistent || msg.Expiration != "" || msg.Headers["x-delay"] != int64(5) {
 		t.Fatalf("publishing %+v", msg)
 	}
@@ -174,12 +174,12 @@ func TestEncodeDecode(t *testing.T) {
 		t.Fatalf("one timer's body = %s", msg.Body)
 	}
 	got, err := decode(msg.Body)
-	if err != nil || len(got) != 1 || got[0].OrderID != tm.OrderID || !got[0].Deadline.Equal(tm.Deadline) {
+	if err != nil || len(got) != 1 || got[0].ID != tm.ID || !got[0].At.Equal(tm.At) {
 		t.Fatalf("decode = %+v, %v; want %+v", got, err, tm)
 	}
-	var pack []hourglass.Timer
+	var pack []hourglass.DueItem
 	for i := range packMax {
-		pack = append(pack, hourglass.Timer{OrderID: int64(i + 1), Deadline: hourglass.FromUnixMilli(1_700_000_000_000 + int64(i))})
+		pack = append(pack, hourglass.DueItem{ID: int64(i + 1), At: hourglass.FromUnixMilli(1_700_000_000_000 + int64(i))})
 	}
 	msg = encode(pack, route{}, time.Now())
 	if len(msg.Body) > 16<<10 {
@@ -306,25 +306,25 @@ func TestMultipleHops(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{Mode: ModeTiers})
 	now := time.Now()
-	timers := []hourglass.Timer{
-		{OrderID: 1, Deadline: now.Add(2500 * time.Millisecond).Truncate(time.Millisecond)}, // 1s → hold
-		{OrderID: 2, Deadline: now.Add(4500 * time.Millisecond).Truncate(time.Millisecond)}, // 2s → 1s → hold
-		{OrderID: 3, Deadline: now.Add(5500 * time.Millisecond).Truncate(time.Millisecond)}, // 4s → hold
+	timers := []hourglass.DueItem{
+		{ID: 1, At: now.Add(2500 * time.Millisecond).Truncate(time.Millisecond)}, // 1s → hold
+		{ID: 2, At: now.Add(4500 * time.Millisecond).Truncate(time.Millisecond)}, // 2s → 1s → hold
+		{ID: 3, At: now.Add(5500 * time.Millisecond).Truncate(time.Millisecond)}, // 4s → hold
 	}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
 	}
 	got := collect(t, s, len(timers), 15*time.Second)
 	for _, tm := range timers {
-		at, ok := got[tm.OrderID]
+		at, ok := got[tm.ID]
 		if !ok {
-			t.Fatalf("order %d not delivered", tm.OrderID)
+			t.Fatalf("order %d not delivered", tm.ID)
 		}
-		late := at.Sub(tm.Deadline)
+		late := at.Sub(tm.At)
 		if late < 0 || late > 500*time.Millisecond {
-			t.Errorf("order %d delivered %s after its deadline", tm.OrderID, late)
+			t.Errorf("order %d delivered %s after its deadline", tm.ID, late)
 		}
-		t.Logf("order %d: %s late", tm.OrderID, late)
+		t.Logf("order %d: %s late", tm.ID, late)
 	}
 }
 
@@ -338,9 +338,9 @@ func TestBurstThroughATier(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{Mode: ModeTiers})
 	deadline := time.Now().Add(6 * time.Second).Truncate(time.Millisecond)
-	timers := make([]hourglass.Timer, 10000)
+	timers := make([]hourglass.DueItem, 10000)
 	for i := range timers {
-		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: deadline}
+		timers[i] = hourglass.DueItem{ID: int64(i + 1), At: deadline}
 	}
 	for i := 0; i < len(timers); i += 1000 {
 		if err := s.Schedule(context.Background(), timers[i:i+1000]); err != nil {
@@ -371,7 +371,7 @@ func TestBurstThroughATier(t *testing.T) {
 func TestScheduleFailsOnDeletedQueueThenRecovers(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{Mode: ModeTiers})
-	tm := []hourglass.Timer{{OrderID: 1, Deadline: time.Now().Add(6 * time.Second).Truncate(time.Millisecond)}}
+	tm := []hourglass.DueItem{{ID: 1, At: time.Now().Add(6 * time.Second).Truncate(time.Millisecond)}}
 	if err := s.Schedule(context.Background(), tm); err != nil { // declares the 4 s tier
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestRunFailsWhenItsQueueIsDeleted(t *testing.T) {
 	s := setup(t, Config{Mode: ModeTiers})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(context.Background(), func(context.Context, []hourglass.Timer) error { return nil })
+		done <- s.Run(context.Background(), func(context.Context, []hourglass.DueItem) error { return nil })
 	}()
 	time.Sleep(300 * time.Millisecond) // let it start consuming
 	conn, ch := adminChannel(t)
@@ -433,7 +433,7 @@ func TestConnectionLoss(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, deliver) }()
 	at := func(d time.Duration) time.Time { return time.Now().Add(d).Truncate(time.Millisecond) }
-	timers := []hourglass.Timer{{OrderID: 1, Deadline: at(300 * time.Millisecond)}, {OrderID: 2, Deadline: at(3 * time.Second)}}
+	timers := []hourglass.DueItem{{ID: 1, At: at(300 * time.Millisecond)}, {ID: 2, At: at(3 * time.Second)}}
 	if err := s.Schedule(ctx, timers); err != nil {
 		t.Fatal(err)
 	}
@@ -459,15 +459,15 @@ func TestConnectionLoss(t *testing.T) {
 	}
 
 	p.Restore()
-	timers = append(timers, hourglass.Timer{OrderID: 3, Deadline: at(1500 * time.Millisecond)})
+	timers = append(timers, hourglass.DueItem{ID: 3, At: at(1500 * time.Millisecond)})
 	if err := s.Schedule(ctx, timers[2:]); err != nil {
 		t.Fatalf("Schedule after the broker came back: %v", err)
 	}
 	go func() { done <- s.Run(ctx, deliver) }()
 	testenv.Eventually(t, 10*time.Second, "3 orders delivered", func() bool { return len(got()) >= 3 })
 	for _, tm := range timers {
-		if at := got()[tm.OrderID]; at.Before(tm.Deadline) {
-			t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(at))
+		if at := got()[tm.ID]; at.Before(tm.At) {
+			t.Errorf("order %d delivered %s early", tm.ID, tm.At.Sub(at))
 		}
 	}
 	cancel()
@@ -481,13 +481,13 @@ func TestConnectionLoss(t *testing.T) {
 func recorder() (hourglass.Deliver, func() map[int64]time.Time) {
 	var mu sync.Mutex
 	seen := map[int64]time.Time{}
-	deliver := func(_ context.Context, due []hourglass.Timer) error {
+	deliver := func(_ context.Context, due []hourglass.DueItem) error {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		for _, tm := range due {
-			if _, ok := seen[tm.OrderID]; !ok {
-				seen[tm.OrderID] = now
+			if _, ok := seen[tm.ID]; !ok {
+				seen[tm.ID] = now
 			}
 		}
 		return nil
@@ -554,18 +554,18 @@ func TestPackedMessageHandedBackWhole(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{Mode: ModeTiers, DeliverBatch: 10})
 	start := time.Now().Truncate(time.Millisecond)
-	timers := make([]hourglass.Timer, 100)
+	timers := make([]hourglass.DueItem, 100)
 	for i := range timers {
-		timers[i] = hourglass.Timer{OrderID: int64(i + 1), Deadline: start.Add(600*time.Millisecond + time.Duration(i)*10*time.Millisecond)}
+		timers[i] = hourglass.DueItem{ID: int64(i + 1), At: start.Add(600*time.Millisecond + time.Duration(i)*10*time.Millisecond)}
 	}
 	if err := s.Schedule(context.Background(), timers); err != nil {
 		t.Fatal(err)
 	}
 	conn, ch := adminChannel(t)
 	defer conn.Close()
-	legacy := hourglass.Timer{OrderID: 1000, Deadline: start.Add(200 * time.Millisecond)}
+	legacy := hourglass.DueItem{ID: 1000, At: start.Add(200 * time.Millisecond)}
 	if err := ch.PublishWithContext(context.Background(), "", s.topo.due, true, false, amqp.Publishing{DeliveryMode: amqp.Persistent,
-		Body: []byte(`{"order_id":1000,"deadline_ms":` + strconv.FormatInt(hourglass.UnixMilli(legacy.Deadline), 10) + `}`)}); err != nil {
+		Body: []byte(`{"order_id":1000,"deadline_ms":` + strconv.FormatInt(hourglass.UnixMilli(legacy.At), 10) + `}`)}); err != nil {
 		t.Fatal(err)
 	}
 	timers = append(timers, legacy)
@@ -576,10 +576,10 @@ func TestPackedMessageHandedBackWhole(t *testing.T) {
 		mu    sync.Mutex
 		times = map[int64]int{}
 	)
-	deliver := func(ctx context.Context, due []hourglass.Timer) error {
+	deliver := func(ctx context.Context, due []hourglass.DueItem) error {
 		for _, tm := range due {
-			if now := time.Now(); now.Before(tm.Deadline) {
-				t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+			if now := time.Now(); now.Before(tm.At) {
+				t.Errorf("order %d delivered %s early", tm.ID, tm.At.Sub(now))
 			}
 		}
 		// The first call is the legacy message's (due 400 ms before the
@@ -589,7 +589,7 @@ func TestPackedMessageHandedBackWhole(t *testing.T) {
 		}
 		mu.Lock()
 		for _, tm := range due {
-			times[tm.OrderID]++
+			times[tm.ID]++
 		}
 		mu.Unlock()
 		return record(ctx, due)
@@ -607,8 +607,8 @@ func TestPackedMessageHandedBackWhole(t *testing.T) {
 	}
 	seen := got()
 	for _, tm := range timers {
-		if _, ok := seen[tm.OrderID]; !ok {
-			t.Errorf("order %d never delivered (%d of %d were)", tm.OrderID, len(seen), len(timers))
+		if _, ok := seen[tm.ID]; !ok {
+			t.Errorf("order %d never delivered (%d of %d were)", tm.ID, len(seen), len(timers))
 		}
 	}
 	if calls.Load() < 3 {

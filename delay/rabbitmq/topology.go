@@ -290,7 +290,7 @@ const packMax = 256
 // encode returns the publishing of ts (1..packMax timers routed alike); it
 // is persistent and has no per-message TTL (which would wait behind the
 // queue's head).
-func encode(ts []hourglass.Timer, r route, now time.Time) amqp.Publishing {
+func encode(ts []hourglass.DueItem, r route, now time.Time) amqp.Publishing {
 	var (
 		m       message
 		headers amqp.Table
@@ -298,16 +298,16 @@ func encode(ts []hourglass.Timer, r route, now time.Time) amqp.Publishing {
 	)
 	if len(ts) == 1 {
 		t := ts[0]
-		m = message{OrderID: t.OrderID, DeadlineMs: hourglass.UnixMilli(t.Deadline)}
-		headers = amqp.Table{"x-order-id": t.OrderID, "x-deadline-ms": m.DeadlineMs}
-		id = strconv.FormatInt(t.OrderID, 10)
+		m = message{OrderID: t.ID, DeadlineMs: hourglass.UnixMilli(t.At)}
+		headers = amqp.Table{"x-order-id": t.ID, "x-deadline-ms": m.DeadlineMs}
+		id = strconv.FormatInt(t.ID, 10)
 	} else {
 		m.Timers = make([]packedTimer, len(ts))
 		for i, t := range ts {
-			m.Timers[i] = packedTimer{OrderID: t.OrderID, DeadlineMs: hourglass.UnixMilli(t.Deadline)}
+			m.Timers[i] = packedTimer{OrderID: t.ID, DeadlineMs: hourglass.UnixMilli(t.At)}
 		}
 		headers = amqp.Table{"x-timers": int64(len(ts))}
-		id = fmt.Sprintf("%d+%d", ts[0].OrderID, len(ts)-1)
+		id = fmt.Sprintf("%d+%d", ts[0].ID, len(ts)-1)
 	}
 	body, _ := json.Marshal(m) // cannot fail: integers
 	if r.delay > 0 {
@@ -325,7 +325,7 @@ func encode(ts []hourglass.Timer, r route, now time.Time) amqp.Publishing {
 }
 
 // decode returns the timers in a message body, one or packed.
-func decode(body []byte) ([]hourglass.Timer, error) {
+func decode(body []byte) ([]hourglass.DueItem, error) {
 	var m message
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("not a timer: %w", err)
@@ -334,17 +334,17 @@ func decode(body []byte) ([]hourglass.Timer, error) {
 		if m.OrderID <= 0 || m.DeadlineMs <= 0 {
 			return nil, fmt.Errorf("not a timer: order_id %d, deadline_ms %d", m.OrderID, m.DeadlineMs)
 		}
-		return []hourglass.Timer{{OrderID: m.OrderID, Deadline: hourglass.FromUnixMilli(m.DeadlineMs)}}, nil
+		return []hourglass.DueItem{{ID: m.OrderID, At: hourglass.FromUnixMilli(m.DeadlineMs)}}, nil
 	}
 	if m.OrderID != 0 || m.DeadlineMs != 0 || len(m.Timers) == 0 || len(m.Timers) > packMax {
 		return nil, fmt.Errorf("not a timer: a packed message of %d timers (1..%d) with order_id %d", len(m.Timers), packMax, m.OrderID)
 	}
-	out := make([]hourglass.Timer, len(m.Timers))
+	out := make([]hourglass.DueItem, len(m.Timers))
 	for i, t := range m.Timers {
 		if t.OrderID <= 0 || t.DeadlineMs <= 0 {
 			return nil, fmt.Errorf("not a timer: timers[%d]: order_id %d, deadline_ms %d", i, t.OrderID, t.DeadlineMs)
 		}
-		out[i] = hourglass.Timer{OrderID: t.OrderID, Deadline: hourglass.FromUnixMilli(t.DeadlineMs)}
+		out[i] = hourglass.DueItem{ID: t.OrderID, At: hourglass.FromUnixMilli(t.DeadlineMs)}
 	}
 	return out, nil
 }

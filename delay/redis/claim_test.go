@@ -34,7 +34,7 @@ func setupClaim(t *testing.T, cfg Config) (*Scheduler, *hourglasstest.Clock) {
 func ids(batch []claimed) []int64 {
 	var out []int64
 	for _, c := range batch {
-		out = append(out, c.timer.OrderID)
+		out = append(out, c.timer.ID)
 	}
 	slices.Sort(out)
 	return out
@@ -63,9 +63,9 @@ func TestClaim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, _ := setupClaim(t, Config{VisibilityTimeout: 3 * time.Second, Batch: tc.batch})
-			var timers []hourglass.Timer
+			var timers []hourglass.DueItem
 			for id, d := range tc.deadlines {
-				timers = append(timers, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(base + d)})
+				timers = append(timers, hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(base + d)})
 			}
 			if err := s.Schedule(context.Background(), timers); err != nil {
 				t.Fatal(err)
@@ -78,8 +78,8 @@ func TestClaim(t *testing.T) {
 				t.Fatalf("claimed %v, want %v", got, tc.want)
 			}
 			for _, c := range batch {
-				if want := base + tc.deadlines[c.timer.OrderID]; hourglass.UnixMilli(c.timer.Deadline) != want {
-					t.Errorf("order %d claimed with deadline %d, want %d", c.timer.OrderID, hourglass.UnixMilli(c.timer.Deadline), want)
+				if want := base + tc.deadlines[c.timer.ID]; hourglass.UnixMilli(c.timer.At) != want {
+					t.Errorf("order %d claimed with deadline %d, want %d", c.timer.ID, hourglass.UnixMilli(c.timer.At), want)
 				}
 			}
 			wantNext := tc.wantNext
@@ -101,9 +101,9 @@ func TestLeaseExpiryRequeues(t *testing.T) {
 	s, _ := setupClaim(t, Config{VisibilityTimeout: 3 * time.Second})
 	ctx := context.Background()
 	base := hourglass.UnixMilli(hourglasstest.Epoch)
-	timers := []hourglass.Timer{
-		{OrderID: 1, Deadline: hourglass.FromUnixMilli(base)},
-		{OrderID: 2, Deadline: hourglass.FromUnixMilli(base + 1)},
+	timers := []hourglass.DueItem{
+		{ID: 1, At: hourglass.FromUnixMilli(base)},
+		{ID: 2, At: hourglass.FromUnixMilli(base + 1)},
 	}
 	if err := s.Schedule(ctx, timers); err != nil {
 		t.Fatal(err)
@@ -141,13 +141,13 @@ func TestRequeueKeepsNewerTimer(t *testing.T) {
 	s, _ := setupClaim(t, Config{VisibilityTimeout: time.Second})
 	ctx := context.Background()
 	base := hourglass.UnixMilli(hourglasstest.Epoch)
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: hourglass.FromUnixMilli(base)}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: hourglass.FromUnixMilli(base)}}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _, err := s.claim(ctx, base); err != nil || len(b) != 1 {
 		t.Fatalf("claim: %v %v", b, err)
 	}
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: hourglass.FromUnixMilli(base + 5000)}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: hourglass.FromUnixMilli(base + 5000)}}); err != nil {
 		t.Fatal(err)
 	}
 	if b, next, err := s.claim(ctx, base+1000); err != nil || len(b) != 0 || next != base+5000 {
@@ -160,7 +160,7 @@ func TestCancelRemovesTimer(t *testing.T) {
 	s, _ := setupClaim(t, Config{})
 	ctx := context.Background()
 	base := hourglass.UnixMilli(hourglasstest.Epoch)
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: hourglass.FromUnixMilli(base)}, {OrderID: 2, Deadline: hourglass.FromUnixMilli(base)}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: hourglass.FromUnixMilli(base)}, {ID: 2, At: hourglass.FromUnixMilli(base)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Cancel(ctx, []int64{2, 3}); err != nil {
@@ -227,7 +227,7 @@ func TestParseMember(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got.OrderID != tc.id || hourglass.UnixMilli(got.Deadline) != tc.ms {
+		if err != nil || got.ID != tc.id || hourglass.UnixMilli(got.At) != tc.ms {
 			t.Errorf("parseMember(%q) = %v, %v; want %d:%d", tc.in, got, err, tc.id, tc.ms)
 		}
 	}
@@ -241,9 +241,9 @@ func TestClaimOwnedPartitionsOnly(t *testing.T) {
 	s, _ := setupClaim(t, Config{})
 	ctx := context.Background()
 	base := hourglass.UnixMilli(hourglasstest.Epoch)
-	var timers []hourglass.Timer
+	var timers []hourglass.DueItem
 	for id := int64(1); id <= 2*hourglass.Partitions; id++ {
-		timers = append(timers, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(base)})
+		timers = append(timers, hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(base)})
 	}
 	if err := s.Schedule(ctx, timers); err != nil {
 		t.Fatal(err)

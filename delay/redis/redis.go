@@ -451,19 +451,19 @@ func (s *Scheduler) owns(id int64) bool {
 // its persistence allows). Scheduling an order again replaces its deadline.
 // It returns an error, and any part of the batch may have been stored, when
 // Redis cannot be reached; retrying is safe (idempotent).
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	if len(timers) == 0 {
 		return nil
 	}
 	earliest := int64(1<<63 - 1)
 	var byPart [hourglass.Partitions][]goredis.Z
 	for _, t := range timers {
-		d := hourglass.UnixMilli(t.Deadline)
-		if s.owns(t.OrderID) {
+		d := hourglass.UnixMilli(t.At)
+		if s.owns(t.ID) {
 			earliest = min(earliest, d)
 		}
-		p := hourglass.PartitionOf(t.OrderID)
-		byPart[p] = append(byPart[p], goredis.Z{Score: float64(d), Member: t.OrderID})
+		p := hourglass.PartitionOf(t.ID)
+		byPart[p] = append(byPart[p], goredis.Z{Score: float64(d), Member: t.ID})
 	}
 	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		for p, members := range byPart {
@@ -607,7 +607,7 @@ func (s *Scheduler) poll(ctx context.Context, batches chan<- []claimed) error {
 // claimed is a timer held in inflight (<ns>:inflight:<p>) under the
 // member "id:deadlineMs".
 type claimed struct {
-	timer    hourglass.Timer
+	timer    hourglass.DueItem
 	member   string
 	inflight string
 }
@@ -704,7 +704,7 @@ func (s *Scheduler) migrate(ctx context.Context, now int64) error {
 	for _, z := range inflight {
 		m, _ := z.Member.(string)
 		if t, err := parseMember(m); err == nil {
-			add(2, m, t.OrderID, hourglass.UnixMilli(t.Deadline))
+			add(2, m, t.ID, hourglass.UnixMilli(t.At))
 		}
 	}
 	if len(args) == 0 {
@@ -739,7 +739,7 @@ func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-ch
 		// new owner's next claim.
 		var lost []claimed
 		batch = slices.DeleteFunc(batch, func(c claimed) bool {
-			if s.owns(c.timer.OrderID) {
+			if s.owns(c.timer.ID) {
 				return false
 			}
 			lost = append(lost, c)
@@ -751,7 +751,7 @@ func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-ch
 		if len(batch) == 0 {
 			continue
 		}
-		timers := make([]hourglass.Timer, len(batch))
+		timers := make([]hourglass.DueItem, len(batch))
 		for i, c := range batch {
 			timers[i] = c.timer
 		}
@@ -854,20 +854,20 @@ func (s *Scheduler) Close() error {
 }
 
 // parseMember parses an in-flight member "id:deadlineMs".
-func parseMember(m string) (hourglass.Timer, error) {
+func parseMember(m string) (hourglass.DueItem, error) {
 	i := strings.LastIndexByte(m, ':')
 	if i < 0 {
-		return hourglass.Timer{}, fmt.Errorf("member %q is not id:deadline", m)
+		return hourglass.DueItem{}, fmt.Errorf("member %q is not id:deadline", m)
 	}
 	id, err := strconv.ParseInt(m[:i], 10, 64)
 	if err != nil {
-		return hourglass.Timer{}, fmt.Errorf("member %q: order id: %w", m, err)
+		return hourglass.DueItem{}, fmt.Errorf("member %q: order id: %w", m, err)
 	}
 	d, err := parseScore(m[i+1:])
 	if err != nil || d < 0 {
-		return hourglass.Timer{}, fmt.Errorf("member %q: deadline is not a non-negative unix ms", m)
+		return hourglass.DueItem{}, fmt.Errorf("member %q: deadline is not a non-negative unix ms", m)
 	}
-	return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)}, nil
+	return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(d)}, nil
 }
 
 // parseScore parses a sorted-set score as Redis formats it ("1700000000123",

@@ -104,11 +104,11 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	s := open(t, redis.Config{URL: "redis://" + p.Addr() + "/0", Namespace: ns, MaxWait: 50 * time.Millisecond}, c)
 	var mu sync.Mutex
 	got := map[int64]int{}
-	deliver := func(_ context.Context, due []hourglass.Timer) error {
+	deliver := func(_ context.Context, due []hourglass.DueItem) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, tm := range due {
-			got[tm.OrderID]++
+			got[tm.ID]++
 		}
 		return nil
 	}
@@ -125,11 +125,11 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return within 10 s of Redis going away")
 	}
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: time.Now()}}); err == nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: time.Now()}}); err == nil {
 		t.Fatal("Schedule succeeded with Redis away")
 	}
 	p.Restore()
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(50 * time.Millisecond)}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 7, At: time.Now().Add(50 * time.Millisecond)}}); err != nil {
 		t.Fatalf("Schedule after Redis came back: %v", err)
 	}
 	go func() { done <- s.Run(ctx, deliver) }()

@@ -35,13 +35,13 @@ func TestLatenessUnderLoad(t *testing.T) {
 
 	var mu sync.Mutex
 	late := map[int64]time.Duration{}
-	go s.Run(ctx, func(_ context.Context, due []hourglass.Timer) error {
+	go s.Run(ctx, func(_ context.Context, due []hourglass.DueItem) error {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		for _, tm := range due {
-			if _, ok := late[tm.OrderID]; !ok {
-				late[tm.OrderID] = now.Sub(tm.Deadline)
+			if _, ok := late[tm.ID]; !ok {
+				late[tm.ID] = now.Sub(tm.At)
 			}
 		}
 		return nil
@@ -54,11 +54,11 @@ func TestLatenessUnderLoad(t *testing.T) {
 	var id int64
 	var measured []int64
 	for time.Since(start) < 2*ttl {
-		batch := make([]hourglass.Timer, perTick)
+		batch := make([]hourglass.DueItem, perTick)
 		steady := time.Since(start) >= ttl
 		for i := range batch {
 			id++
-			batch[i] = hourglass.Timer{OrderID: id, Deadline: time.Now().Add(ttl).Truncate(time.Millisecond)}
+			batch[i] = hourglass.DueItem{ID: id, At: time.Now().Add(ttl).Truncate(time.Millisecond)}
 			if steady {
 				measured = append(measured, id)
 			}

@@ -25,7 +25,7 @@ func TestParseKey(t *testing.T) {
 		{"ns:order:", false, 0, 0},
 	} {
 		got, ok := parseKey("ns:order:", tc.key)
-		if ok != tc.ok || (ok && (got.OrderID != tc.id || hourglass.UnixMilli(got.Deadline) != tc.ms)) {
+		if ok != tc.ok || (ok && (got.ID != tc.id || hourglass.UnixMilli(got.At) != tc.ms)) {
 			t.Errorf("parseKey(%q) = %v, %v; want %d:%d, %v", tc.key, got, ok, tc.id, tc.ms, tc.ok)
 		}
 	}

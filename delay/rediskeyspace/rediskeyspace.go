@@ -256,13 +256,13 @@ func (s *Scheduler) Info() hourglass.SchedulerInfo {
 // once Redis has them. Scheduling an order again adds a second key; both
 // fire. It returns an error, with any part of the batch possibly stored,
 // when Redis cannot be reached; retrying is safe.
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	now := hourglass.UnixMilli(s.clock.Now())
-	var due, later []hourglass.Timer
+	var due, later []hourglass.DueItem
 	for _, t := range timers {
 		// A due timer of a partition another node owns expires at once
 		// in Redis, for its owner to hear.
-		if hourglass.UnixMilli(t.Deadline) <= now && s.owns(t.OrderID) {
+		if hourglass.UnixMilli(t.At) <= now && s.owns(t.ID) {
 			due = append(due, t)
 		} else {
 			later = append(later, t)
@@ -272,12 +272,12 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			index := make([]goredis.Z, len(chunk))
 			for i, t := range chunk {
-				d := hourglass.UnixMilli(t.Deadline)
+				d := hourglass.UnixMilli(t.At)
 				// A TTL relative to now: the key expires no earlier than
 				// the deadline whatever Redis's clock says (Redis expires a
 				// key once its clock is past the expiry, never at it).
-				p.Set(ctx, s.key(t.OrderID, d), d, time.Duration(max(d-now, 1))*time.Millisecond)
-				index[i] = goredis.Z{Score: float64(d), Member: t.OrderID}
+				p.Set(ctx, s.key(t.ID, d), d, time.Duration(max(d-now, 1))*time.Millisecond)
+				index[i] = goredis.Z{Score: float64(d), Member: t.ID}
 			}
 			p.ZAdd(ctx, s.index, index...)
 			return nil
@@ -296,24 +296,24 @@ func (s *Scheduler) key(orderID, deadlineMs int64) string {
 
 // parseKey returns the timer of an expired key named by key, and false for
 // a key that is not one of this namespace's timers.
-func parseKey(prefix, key string) (hourglass.Timer, bool) {
+func parseKey(prefix, key string) (hourglass.DueItem, bool) {
 	rest, ok := strings.CutPrefix(key, prefix)
 	if !ok {
-		return hourglass.Timer{}, false
+		return hourglass.DueItem{}, false
 	}
 	idText, deadlineText, ok := strings.Cut(rest, ":")
 	if !ok {
-		return hourglass.Timer{}, false
+		return hourglass.DueItem{}, false
 	}
 	id, err := strconv.ParseInt(idText, 10, 64)
 	if err != nil {
-		return hourglass.Timer{}, false
+		return hourglass.DueItem{}, false
 	}
 	d, err := strconv.ParseInt(deadlineText, 10, 64)
 	if err != nil || d < 0 {
-		return hourglass.Timer{}, false
+		return hourglass.DueItem{}, false
 	}
-	return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)}, true
+	return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(d)}, true
 }
 
 // Cancel implements hourglass.Canceler: it deletes the orders' keys (the
@@ -428,7 +428,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 			continue
 		}
 		if m, ok := msg.(*goredis.Message); ok {
-			if t, ok := parseKey(s.prefix, m.Payload); ok && s.owns(t.OrderID) {
+			if t, ok := parseKey(s.prefix, m.Payload); ok && s.owns(t.ID) {
 				s.fire(t)
 			}
 		}
@@ -438,10 +438,10 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 // fire hands an expired timer to the dispatcher, or holds it until its
 // deadline if the event came early (Redis's clock ahead of this one): the
 // close path must never see a timer before its deadline.
-func (s *Scheduler) fire(t hourglass.Timer) {
-	wait := t.Deadline.Sub(s.clock.Now())
+func (s *Scheduler) fire(t hourglass.DueItem) {
+	wait := t.At.Sub(s.clock.Now())
 	if wait <= 0 {
-		s.disp.Push([]hourglass.Timer{t})
+		s.disp.Push([]hourglass.DueItem{t})
 		return
 	}
 	s.mu.Lock()
@@ -451,7 +451,7 @@ func (s *Scheduler) fire(t hourglass.Timer) {
 		s.mu.Lock()
 		delete(s.holding, tm)
 		s.mu.Unlock()
-		s.disp.Push([]hourglass.Timer{t})
+		s.disp.Push([]hourglass.DueItem{t})
 	})
 	s.holding[tm] = struct{}{}
 }

@@ -118,24 +118,24 @@ func TestRunTurnsEventsBackOn(t *testing.T) {
 	if err := c.ConfigSet(ctx, "notify-keyspace-events", "").Err(); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan hourglass.Timer, 1)
+	got := make(chan hourglass.DueItem, 1)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error {
+		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.DueItem) error {
 			for _, tm := range due {
 				got <- tm
 			}
 			return nil
 		})
 	}()
-	want := hourglass.Timer{OrderID: 9, Deadline: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
-	if err := s.Schedule(ctx, []hourglass.Timer{want}); err != nil {
+	want := hourglass.DueItem{ID: 9, At: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	if err := s.Schedule(ctx, []hourglass.DueItem{want}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case tm := <-got:
-		if tm.OrderID != want.OrderID || !tm.Deadline.Equal(want.Deadline) {
+		if tm.ID != want.ID || !tm.At.Equal(want.At) {
 			t.Fatalf("delivered %v, want %v", tm, want)
 		}
 	case <-time.After(5 * time.Second):
@@ -158,9 +158,9 @@ func TestEarlyEventIsHeld(t *testing.T) {
 	got := make(chan time.Time, 1)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error { got <- time.Now(); return nil })
+	go s.Run(runCtx, func(_ context.Context, due []hourglass.DueItem) error { got <- time.Now(); return nil })
 	deadline := clock.Now().Add(100 * time.Millisecond).Truncate(time.Millisecond)
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: deadline}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: deadline}}); err != nil {
 		t.Fatal(err)
 	}
 	// Redis expires the key ~100 ms from now; by the fake clock the
@@ -187,7 +187,7 @@ func TestCancelDeletesKey(t *testing.T) {
 	ns := hourglasstest.Namespace(t)
 	s := open(t, rediskeyspace.Config{URL: raw, Namespace: ns}, c)
 	d := time.Now().Add(time.Minute).Truncate(time.Millisecond)
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 1, Deadline: d}, {OrderID: 2, Deadline: d}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: d}, {ID: 2, At: d}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Cancel(ctx, []int64{2, 3}); err != nil {
@@ -213,9 +213,9 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan int64, 10)
-	deliver := func(_ context.Context, due []hourglass.Timer) error {
+	deliver := func(_ context.Context, due []hourglass.DueItem) error {
 		for _, tm := range due {
-			got <- tm.OrderID
+			got <- tm.ID
 		}
 		return nil
 	}
@@ -239,7 +239,7 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	p.Restore()
 	go func() { done <- s.Run(ctx, deliver) }()
 	time.Sleep(200 * time.Millisecond)
-	if err := s.Schedule(ctx, []hourglass.Timer{{OrderID: 7, Deadline: time.Now().Add(100 * time.Millisecond)}}); err != nil {
+	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 7, At: time.Now().Add(100 * time.Millisecond)}}); err != nil {
 		t.Fatal(err)
 	}
 	select {

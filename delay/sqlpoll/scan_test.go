@@ -29,7 +29,7 @@ type read struct {
 	limit                 int
 }
 
-func (m *memStore) PendingDue(_ context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (m *memStore) PendingDue(_ context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	after, afterID, until, limit := p.After, p.AfterID, p.Until, p.Limit
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -38,17 +38,17 @@ func (m *memStore) PendingDue(_ context.Context, p hourglass.PendingDueParams) (
 	if len(m.reads) == m.failAt {
 		return nil, errors.New("disk I/O error (simulated)")
 	}
-	var out []hourglass.Timer
+	var out []hourglass.DueItem
 	for id, d := range m.pending {
 		if d <= r.until && (d > r.after || (d == r.after && id > r.afterID)) {
-			out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(d)})
+			out = append(out, hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(d)})
 		}
 	}
-	slices.SortFunc(out, func(a, b hourglass.Timer) int {
-		if c := a.Deadline.Compare(b.Deadline); c != 0 {
+	slices.SortFunc(out, func(a, b hourglass.DueItem) int {
+		if c := a.At.Compare(b.At); c != 0 {
 			return c
 		}
-		return int(a.OrderID - b.OrderID)
+		return int(a.ID - b.ID)
 	})
 	return out[:min(limit, len(out))], nil
 }
@@ -153,12 +153,12 @@ func TestScan(t *testing.T) {
 			}
 			s := &Scheduler{store: m, clock: hourglasstest.NewClock(hourglass.FromUnixMilli(now)), log: discard(), batch: tt.batch}
 			var got [][]int64
-			err := s.scan(context.Background(), func(_ context.Context, due []hourglass.Timer) error {
+			err := s.scan(context.Background(), func(_ context.Context, due []hourglass.DueItem) error {
 				ids := make([]int64, len(due))
 				for i, tm := range due {
-					ids[i] = tm.OrderID
-					if hourglass.UnixMilli(tm.Deadline) > now {
-						t.Errorf("order %d due at %d delivered at %d", tm.OrderID, hourglass.UnixMilli(tm.Deadline), now)
+					ids[i] = tm.ID
+					if hourglass.UnixMilli(tm.At) > now {
+						t.Errorf("order %d due at %d delivered at %d", tm.ID, hourglass.UnixMilli(tm.At), now)
 					}
 				}
 				got = append(got, ids)
@@ -199,12 +199,12 @@ func TestRunRetriesAndFails(t *testing.T) {
 	var attempts int
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.Run(ctx, func(_ context.Context, due []hourglass.Timer) error {
+	err := s.Run(ctx, func(_ context.Context, due []hourglass.DueItem) error {
 		attempts++
 		if attempts == 1 {
 			return errors.New("close failed (simulated)")
 		}
-		m.closeOrders([]int64{due[0].OrderID})
+		m.closeOrders([]int64{due[0].ID})
 		m.mu.Lock()
 		m.failAt = len(m.reads) + 2 // the read of the scan after next fails
 		m.mu.Unlock()
@@ -219,7 +219,7 @@ func TestRunRetriesAndFails(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
 	m.failAt = 0
-	if err := s.Run(ctx, func(context.Context, []hourglass.Timer) error { return nil }); err != nil {
+	if err := s.Run(ctx, func(context.Context, []hourglass.DueItem) error { return nil }); err != nil {
 		t.Errorf("Run with an ended ctx = %v, want nil", err)
 	}
 }

@@ -67,14 +67,14 @@ type Store interface {
 	// PendingDue returns up to limit pending orders with deadline <= until,
 	// ordered by (deadline, id) and strictly after the cursor (after,
 	// afterID).
-	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+	PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
 }
 
 // TimerStore is an optional interface of a Store that keeps clients'
 // timers (hourglass.TimerStore): each scan delivers the scheduled timers
 // due as well, after the orders.
 type TimerStore interface {
-	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
 }
 
 // Config configures a Scheduler; zero values mean the defaults.
@@ -156,7 +156,7 @@ func (s *Scheduler) Info() hourglass.SchedulerInfo {
 // Schedule implements hourglass.Scheduler. The database is the schedule: an
 // order is scheduled by committing it, so Schedule does nothing and returns
 // nil (the engine does not call it for a FeedNone mechanism).
-func (s *Scheduler) Schedule(context.Context, []hourglass.Timer) error { return nil }
+func (s *Scheduler) Schedule(context.Context, []hourglass.DueItem) error { return nil }
 
 // Run implements hourglass.Scheduler: it scans at once, then again each
 // PollInterval (±10%) after a scan starts, until ctx ends, and then returns
@@ -196,7 +196,7 @@ func jitter(d time.Duration) time.Duration {
 // the scan early.
 func (s *Scheduler) scan(ctx context.Context, deliver hourglass.Deliver) error {
 	until := s.clock.Now()
-	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error){s.store.PendingDue}
+	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error){s.store.PendingDue}
 	if ts, ok := s.store.(TimerStore); ok {
 		sources = append(sources, ts.TimersDue)
 	}
@@ -210,7 +210,7 @@ func (s *Scheduler) scan(ctx context.Context, deliver hourglass.Deliver) error {
 
 // scanSource delivers one source's due items; done is false when a failed
 // delivery ended it early.
-func (s *Scheduler) scanSource(ctx context.Context, due func(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error), until time.Time, deliver hourglass.Deliver) (done bool, err error) {
+func (s *Scheduler) scanSource(ctx context.Context, due func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error), until time.Time, deliver hourglass.Deliver) (done bool, err error) {
 	after, afterID := time.UnixMilli(0), int64(0)
 	for {
 		var parts hourglass.Parts
@@ -235,7 +235,7 @@ func (s *Scheduler) scanSource(ctx context.Context, due func(context.Context, ho
 			return true, nil
 		}
 		last := page[len(page)-1]
-		after, afterID = last.Deadline, last.OrderID
+		after, afterID = last.At, last.ID
 	}
 }
 

@@ -134,7 +134,7 @@ type suiteScheduler struct {
 }
 
 // Schedule creates one pending order per timer, due at the timer's deadline.
-func (s *suiteScheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *suiteScheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	db := s.db
 	db.writes.Lock()
 	defer db.writes.Unlock()
@@ -148,12 +148,12 @@ func (s *suiteScheduler) Schedule(ctx context.Context, timers []hourglass.Timer)
 	for _, tm := range timers {
 		wg.Go(func() {
 			o, _, err := db.store.CreateOrder(ctx, hourglass.CreateOrderParams{
-				UserID:  fmt.Sprint("suite-", tm.OrderID),
+				UserID:  fmt.Sprint("suite-", tm.ID),
 				Items:   []hourglass.Item{{SKU: "suite", Quantity: 1}},
-				Timeout: tm.Deadline.Sub(db.epoch),
+				Timeout: tm.At.Sub(db.epoch),
 			})
-			if err == nil && !o.Deadline.Equal(tm.Deadline) {
-				err = fmt.Errorf("order %d due %v, timer %d due %v", o.ID, o.Deadline, tm.OrderID, tm.Deadline)
+			if err == nil && !o.Deadline.Equal(tm.At) {
+				err = fmt.Errorf("order %d due %v, timer %d due %v", o.ID, o.Deadline, tm.ID, tm.At)
 			}
 			if err != nil {
 				mu.Lock()
@@ -162,7 +162,7 @@ func (s *suiteScheduler) Schedule(ctx context.Context, timers []hourglass.Timer)
 				return
 			}
 			db.mu.Lock()
-			db.suiteID[o.ID] = tm.OrderID
+			db.suiteID[o.ID] = tm.ID
 			db.mu.Unlock()
 		})
 	}
@@ -172,18 +172,18 @@ func (s *suiteScheduler) Schedule(ctx context.Context, timers []hourglass.Timer)
 
 func (s *suiteScheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 	db := s.db
-	return s.Scheduler.Run(ctx, func(ctx context.Context, due []hourglass.Timer) error {
-		suite := make([]hourglass.Timer, len(due))
+	return s.Scheduler.Run(ctx, func(ctx context.Context, due []hourglass.DueItem) error {
+		suite := make([]hourglass.DueItem, len(due))
 		ids := make([]int64, len(due))
 		db.mu.Lock()
 		for i, tm := range due {
-			id, ok := db.suiteID[tm.OrderID]
+			id, ok := db.suiteID[tm.ID]
 			if !ok {
 				db.mu.Unlock()
-				return fmt.Errorf("delivered order %d that the suite did not schedule", tm.OrderID)
+				return fmt.Errorf("delivered order %d that the suite did not schedule", tm.ID)
 			}
-			suite[i] = hourglass.Timer{OrderID: id, Deadline: tm.Deadline}
-			ids[i] = tm.OrderID
+			suite[i] = hourglass.DueItem{ID: id, At: tm.At}
+			ids[i] = tm.ID
 		}
 		db.mu.Unlock()
 		if err := deliver(ctx, suite); err != nil {
@@ -261,13 +261,13 @@ func TestConcurrentPollersCloseOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		pollers.Go(func() {
-			err := s.Run(ctx, func(ctx context.Context, due []hourglass.Timer) error {
+			err := s.Run(ctx, func(ctx context.Context, due []hourglass.DueItem) error {
 				now := time.Now()
 				ids := make([]int64, len(due))
 				for i, tm := range due {
-					ids[i] = tm.OrderID
-					if now.Before(tm.Deadline) {
-						t.Errorf("order %d delivered %s early", tm.OrderID, tm.Deadline.Sub(now))
+					ids[i] = tm.ID
+					if now.Before(tm.At) {
+						t.Errorf("order %d delivered %s early", tm.ID, tm.At.Sub(now))
 					}
 				}
 				closed, err := store.CloseOrders(ctx, ids)
@@ -351,7 +351,7 @@ func TestConfigValidate(t *testing.T) {
 // failingStore is a database that cannot be read.
 type failingStore struct{}
 
-func (failingStore) PendingDue(context.Context, hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (failingStore) PendingDue(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	return nil, errors.New("database is locked (simulated)")
 }
 
@@ -406,11 +406,11 @@ func TestScansOnlyOwnedPartitions(t *testing.T) {
 	got := map[int64]bool{}
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.Timer) error {
+		done <- s.Run(runCtx, func(_ context.Context, due []hourglass.DueItem) error {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, t := range due {
-				got[t.OrderID] = true
+				got[t.ID] = true
 			}
 			return nil
 		})

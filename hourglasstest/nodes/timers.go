@@ -195,10 +195,10 @@ func (l *Load) arm(ctx context.Context, a *ArmedTimer, next timerNext, rearmLead
 
 // settleTimers reads every timer until none is scheduled past its fire_at,
 // or timeout passes, and returns them all, by key.
-func settleTimers(ctx context.Context, db hourglass.Database, timeout time.Duration) ([]hourglass.NamedTimer, error) {
+func settleTimers(ctx context.Context, db hourglass.Database, timeout time.Duration) ([]hourglass.Timer, error) {
 	giveUp := time.Now().Add(timeout)
 	for {
-		var all []hourglass.NamedTimer
+		var all []hourglass.Timer
 		after := ""
 		for {
 			page, err := db.Timers(ctx, hourglass.TimerFilter{After: after, Limit: 1000})
@@ -212,7 +212,7 @@ func settleTimers(ctx context.Context, db hourglass.Database, timeout time.Durat
 			after = page[len(page)-1].Key
 		}
 		now := time.Now()
-		open := slices.ContainsFunc(all, func(t hourglass.NamedTimer) bool {
+		open := slices.ContainsFunc(all, func(t hourglass.Timer) bool {
 			return t.Status == hourglass.TimerScheduled && !t.FireAt.After(now)
 		})
 		if !open || now.After(giveUp) {
@@ -228,10 +228,10 @@ func settleTimers(ctx context.Context, db hourglass.Database, timeout time.Durat
 
 // judgeTimers checks the timers in the database against the load's arms,
 // re-arms and cancels, and each one's events, into v.
-func judgeTimers(armed []*ArmedTimer, timers []hourglass.NamedTimer, events map[int64][]hourglass.EventRecord, lateBound time.Duration, v *Verdict) {
+func judgeTimers(armed []*ArmedTimer, timers []hourglass.Timer, events map[int64][]hourglass.EventRecord, lateBound time.Duration, v *Verdict) {
 	now := time.Now()
 	v.Timers, v.TimerStatuses = len(timers), map[string]int{}
-	byKey := make(map[string]hourglass.NamedTimer, len(timers))
+	byKey := make(map[string]hourglass.Timer, len(timers))
 	for _, tm := range timers {
 		byKey[tm.Key] = tm
 		v.TimerStatuses[string(tm.Status)]++

@@ -17,15 +17,15 @@ func TestJudgeTimers(t *testing.T) {
 	const id = hourglass.TimerIDBase + 5
 	acked := []Attempt{{Node: "a", Status: 200}}
 	other := []Attempt{{Node: "b", Status: 200}}
-	fired := func(fireAt, firedAt time.Time) *hourglass.NamedTimer {
-		return &hourglass.NamedTimer{ID: id, Key: "k", Status: hourglass.TimerFired, FireAt: fireAt, FiredAt: firedAt}
+	fired := func(fireAt, firedAt time.Time) *hourglass.Timer {
+		return &hourglass.Timer{ID: id, Key: "k", Status: hourglass.TimerFired, FireAt: fireAt, FiredAt: firedAt}
 	}
-	cancelled := &hourglass.NamedTimer{ID: id, Key: "k", Status: hourglass.TimerCancelled, FireAt: at}
+	cancelled := &hourglass.Timer{ID: id, Key: "k", Status: hourglass.TimerCancelled, FireAt: at}
 	tests := []struct {
 		name   string
 		armed  ArmedTimer
-		stored *hourglass.NamedTimer // nil: not in the database
-		events int                   // its timer.fired events
+		stored *hourglass.Timer // nil: not in the database
+		events int              // its timer.fired events
 		want   []string
 	}{
 		{"fired once", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked}, fired(at, at.Add(time.Second)), 1, nil},
@@ -35,7 +35,7 @@ func TestJudgeTimers(t *testing.T) {
 		{"lost", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked}, nil, 0, []string{ProblemTimerLost}},
 		{"unknown arm, absent", ArmedTimer{FireAt: at, Outcome: Unknown}, nil, 0, nil},
 		{"still scheduled", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked},
-			&hourglass.NamedTimer{ID: id, Key: "k", Status: hourglass.TimerScheduled, FireAt: at}, 0, []string{ProblemTimerLost}},
+			&hourglass.Timer{ID: id, Key: "k", Status: hourglass.TimerScheduled, FireAt: at}, 0, []string{ProblemTimerLost}},
 		{"re-armed, fired at the new time", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked,
 			Rearm: &TimerChange{FireAt: later, AnsweredAt: at.Add(-time.Second), Outcome: Acknowledged, Attempts: other}}, fired(later, later), 1, nil},
 		{"re-armed, fired at the old time", ArmedTimer{FireAt: at, Outcome: Acknowledged, Attempts: acked,
@@ -67,7 +67,7 @@ func TestJudgeTimers(t *testing.T) {
 			t.Parallel()
 			a := tt.armed
 			a.Key = "k"
-			var stored []hourglass.NamedTimer
+			var stored []hourglass.Timer
 			events := map[int64][]hourglass.EventRecord{}
 			if tt.stored != nil {
 				stored = append(stored, *tt.stored)

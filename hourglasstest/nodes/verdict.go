@@ -250,7 +250,7 @@ func Judge(ctx context.Context, cfg JudgeConfig) (*Verdict, error) {
 		return nil, err
 	}
 
-	var timers []hourglass.NamedTimer
+	var timers []hourglass.Timer
 	if len(cfg.Ledger.Timers) > 0 {
 		if timers, err = settleTimers(ctx, db, cfg.SettleTimeout); err != nil {
 			return nil, err

@@ -218,7 +218,7 @@ func processAt(deadline time.Time) time.Time {
 // Enqueuers at a time, and returns once Redis has stored them all, or the
 // first error. A timer whose order already has a task waiting (the same
 // TaskID) is not enqueued again. Idempotent.
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	workers := min(s.cfg.Enqueuers, len(timers))
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -237,15 +237,15 @@ func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) erro
 	return errors.Join(errs...)
 }
 
-func (s *Scheduler) enqueue(ctx context.Context, t hourglass.Timer) error {
-	id := strconv.FormatInt(t.OrderID, 10)
-	task := asynq.NewTask(TaskType, []byte(id+":"+strconv.FormatInt(hourglass.UnixMilli(t.Deadline), 10)))
-	_, err := s.client.EnqueueContext(ctx, task, asynq.Queue(s.cfg.Queue), asynq.TaskID(id), asynq.ProcessAt(processAt(t.Deadline)))
+func (s *Scheduler) enqueue(ctx context.Context, t hourglass.DueItem) error {
+	id := strconv.FormatInt(t.ID, 10)
+	task := asynq.NewTask(TaskType, []byte(id+":"+strconv.FormatInt(hourglass.UnixMilli(t.At), 10)))
+	_, err := s.client.EnqueueContext(ctx, task, asynq.Queue(s.cfg.Queue), asynq.TaskID(id), asynq.ProcessAt(processAt(t.At)))
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return nil // the order's task is already waiting
 	}
 	if err != nil {
-		return fmt.Errorf("asynqpeer: enqueue order %d: %w", t.OrderID, err)
+		return fmt.Errorf("asynqpeer: enqueue order %d: %w", t.ID, err)
 	}
 	return nil
 }
@@ -289,7 +289,7 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 		if err != nil {
 			return fmt.Errorf("asynqpeer: %w: %w", err, asynq.SkipRetry)
 		}
-		return deliver(ctx, []hourglass.Timer{t})
+		return deliver(ctx, []hourglass.DueItem{t})
 	})
 	if err := srv.Start(handler); err != nil {
 		return fmt.Errorf("asynqpeer: start server on queue %s: %w", s.cfg.Queue, err)
@@ -300,14 +300,14 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 }
 
 // decode parses a task payload, "orderID:deadlineUnixMs".
-func decode(payload []byte) (hourglass.Timer, error) {
+func decode(payload []byte) (hourglass.DueItem, error) {
 	idText, msText, ok := strings.Cut(string(payload), ":")
 	id, err1 := strconv.ParseInt(idText, 10, 64)
 	ms, err2 := strconv.ParseInt(msText, 10, 64)
 	if !ok || err1 != nil || err2 != nil {
-		return hourglass.Timer{}, fmt.Errorf("bad task payload %q (want orderID:deadlineMs)", payload)
+		return hourglass.DueItem{}, fmt.Errorf("bad task payload %q (want orderID:deadlineMs)", payload)
 	}
-	return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(ms)}, nil
+	return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(ms)}, nil
 }
 
 // Close implements hourglass.Scheduler: it deletes the queue if DropOnClose

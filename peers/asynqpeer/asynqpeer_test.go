@@ -87,20 +87,20 @@ func TestDecode(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		payload string
-		want    hourglass.Timer
+		want    hourglass.DueItem
 		ok      bool
 	}{
-		{"42:1767323045123", hourglass.Timer{OrderID: 42, Deadline: hourglass.FromUnixMilli(1767323045123)}, true},
-		{"42", hourglass.Timer{}, false},
-		{"x:1", hourglass.Timer{}, false},
-		{"1:y", hourglass.Timer{}, false},
+		{"42:1767323045123", hourglass.DueItem{ID: 42, At: hourglass.FromUnixMilli(1767323045123)}, true},
+		{"42", hourglass.DueItem{}, false},
+		{"x:1", hourglass.DueItem{}, false},
+		{"1:y", hourglass.DueItem{}, false},
 	} {
 		got, err := decode([]byte(tc.payload))
 		if (err == nil) != tc.ok {
 			t.Errorf("decode(%q) error = %v, want ok=%v", tc.payload, err, tc.ok)
 			continue
 		}
-		if tc.ok && (got.OrderID != tc.want.OrderID || !got.Deadline.Equal(tc.want.Deadline)) {
+		if tc.ok && (got.ID != tc.want.ID || !got.At.Equal(tc.want.At)) {
 			t.Errorf("decode(%q) = %+v, want %+v", tc.payload, got, tc.want)
 		}
 	}

@@ -254,15 +254,15 @@ func (deadlineArgs) Kind() string { return JobKind }
 // Schedule implements hourglass.Scheduler: it inserts one job per timer, all
 // in one InsertMany, and returns once PostgreSQL has committed them.
 // Scheduling an order twice inserts two jobs; the second close is a no-op.
-func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
 	if len(timers) == 0 {
 		return nil
 	}
 	params := make([]river.InsertManyParams, len(timers))
 	for i, t := range timers {
 		params[i] = river.InsertManyParams{
-			Args:       deadlineArgs{OrderID: t.OrderID, DeadlineMs: hourglass.UnixMilli(t.Deadline)},
-			InsertOpts: &river.InsertOpts{ScheduledAt: t.Deadline},
+			Args:       deadlineArgs{OrderID: t.ID, DeadlineMs: hourglass.UnixMilli(t.At)},
+			InsertOpts: &river.InsertOpts{ScheduledAt: t.At},
 		}
 	}
 	if _, err := s.insert.InsertMany(ctx, params); err != nil {
@@ -279,7 +279,7 @@ type worker struct {
 
 // Work implements river.Worker.
 func (w *worker) Work(ctx context.Context, job *river.Job[deadlineArgs]) error {
-	return w.deliver(ctx, []hourglass.Timer{{OrderID: job.Args.OrderID, Deadline: hourglass.FromUnixMilli(job.Args.DeadlineMs)}})
+	return w.deliver(ctx, []hourglass.DueItem{{ID: job.Args.OrderID, At: hourglass.FromUnixMilli(job.Args.DeadlineMs)}})
 }
 
 // Run implements hourglass.Scheduler: it runs a River client working the

@@ -102,7 +102,7 @@ type opResult struct {
 	extended bool  // opExtend: the deadline moved (not a repeat)
 	replay   int64 // an idempotent replay: the answer is the stored order with this id
 	closed   []hourglass.ClosedOrder
-	timer    hourglass.NamedTimer    // opArm, opCancel
+	timer    hourglass.Timer         // opArm, opCancel
 	fired    []hourglass.FiredTimer  // opFire
 	record   hourglass.AttemptRecord // opAttempt
 	err      error
@@ -553,20 +553,20 @@ func (b *batch) write(ctx context.Context) (fanned int, deferred bool, err error
 	}
 	// The deadlines the batch schedules: its created orders', then its
 	// armed timers'.
-	due := make([]hourglass.Timer, 0, len(b.news))
+	due := make([]hourglass.DueItem, 0, len(b.news))
 	for _, n := range b.news {
-		due = append(due, hourglass.Timer{OrderID: n.o.ID, Deadline: n.o.Deadline})
+		due = append(due, hourglass.DueItem{ID: n.o.ID, At: n.o.Deadline})
 	}
 	due = append(due, b.timers.announced()...)
 	for _, lo := range b.extended {
 		if lo.o.Status == hourglass.StatePendingPayment { // not paid or closed later in the batch
-			due = append(due, hourglass.Timer{OrderID: lo.o.ID, Deadline: lo.o.Deadline})
+			due = append(due, hourglass.DueItem{ID: lo.o.ID, At: lo.o.Deadline})
 		}
 	}
 	if b.s.cfg.Outbox && len(due) > 0 {
 		args := make([]any, 0, 2*len(due))
 		for _, t := range due {
-			args = append(args, t.OrderID, hourglass.UnixMilli(t.Deadline))
+			args = append(args, t.ID, hourglass.UnixMilli(t.At))
 		}
 		// A re-armed timer may still have its row: it moves.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(due), `(?, ?)`)+`
@@ -848,13 +848,13 @@ func (o *op) Due(u *hourglass.DueUpdate) {
 	switch o.kind {
 	case opCreate:
 		if r.created && r.replay == 0 {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: r.order.ID, Deadline: r.order.Deadline})
+			u.Due = append(u.Due, hourglass.DueItem{ID: r.order.ID, At: r.order.Deadline})
 		}
 	case opPay:
 		u.Gone = append(u.Gone, o.id)
 	case opExtend:
 		if r.extended {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: r.order.ID, Deadline: r.order.Deadline})
+			u.Due = append(u.Due, hourglass.DueItem{ID: r.order.ID, At: r.order.Deadline})
 		}
 	case opTransition:
 		if o.action == hourglass.ActionCancel {
@@ -862,7 +862,7 @@ func (o *op) Due(u *hourglass.DueUpdate) {
 		}
 	case opArm:
 		if r.timer.Status == hourglass.TimerScheduled {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: r.timer.ID, Deadline: r.timer.FireAt})
+			u.Due = append(u.Due, hourglass.DueItem{ID: r.timer.ID, At: r.timer.FireAt})
 		}
 	case opCancel:
 		u.Gone = append(u.Gone, r.timer.ID)

@@ -290,18 +290,18 @@ func (s *Store) LeaveCluster(ctx context.Context, nodeID string) error {
 // late as possible before the commit makes it visible. With
 // Config.AnnounceWithin, timers due later than that after now are left out;
 // with none left, it writes nothing.
-func (s *Store) writeFeed(ctx context.Context, tx *sql.Tx, now time.Time, timers []hourglass.Timer) error {
+func (s *Store) writeFeed(ctx context.Context, tx *sql.Tx, now time.Time, timers []hourglass.DueItem) error {
 	body := make([]byte, 0, 32*len(timers))
 	for _, t := range timers {
-		if within := s.cfg.AnnounceWithin; within > 0 && t.Deadline.Sub(now) > within {
+		if within := s.cfg.AnnounceWithin; within > 0 && t.At.Sub(now) > within {
 			continue // beyond every node's window: its owner's loader brings it
 		}
 		if len(body) > 0 {
 			body = append(body, ',')
 		}
-		body = strconv.AppendInt(body, t.OrderID, 10)
+		body = strconv.AppendInt(body, t.ID, 10)
 		body = append(body, ':')
-		body = strconv.AppendInt(body, hourglass.UnixMilli(t.Deadline), 10)
+		body = strconv.AppendInt(body, hourglass.UnixMilli(t.At), 10)
 	}
 	if len(body) == 0 {
 		return nil
@@ -313,7 +313,7 @@ func (s *Store) writeFeed(ctx context.Context, tx *sql.Tx, now time.Time, timers
 }
 
 // parseFeed reads a feed row's body, "<id>:<deadline ms>,…".
-func parseFeed(body string, into []hourglass.Timer) ([]hourglass.Timer, error) {
+func parseFeed(body string, into []hourglass.DueItem) ([]hourglass.DueItem, error) {
 	if body == "" {
 		return into, nil
 	}
@@ -330,7 +330,7 @@ func parseFeed(body string, into []hourglass.Timer) ([]hourglass.Timer, error) {
 		if err != nil {
 			return into, fmt.Errorf("feed item %q: %w", item, err)
 		}
-		into = append(into, hourglass.Timer{OrderID: i, Deadline: hourglass.FromUnixMilli(d)})
+		into = append(into, hourglass.DueItem{ID: i, At: hourglass.FromUnixMilli(d)})
 	}
 	return into, nil
 }
@@ -342,7 +342,7 @@ func parseFeed(body string, into []hourglass.Timer) ([]hourglass.Timer, error) {
 // Store value wrote. While it runs it also deletes feed rows older than
 // FeedRetention. It returns nil when ctx ends, and no error otherwise:
 // failures are logged and retried at the next poll.
-func (s *Store) WatchCreated(ctx context.Context, fn func([]hourglass.Timer)) error {
+func (s *Store) WatchCreated(ctx context.Context, fn func([]hourglass.DueItem)) error {
 	return s.watchFeed(ctx, watchConfig{}, fn)
 }
 
@@ -384,7 +384,7 @@ func (c *feedCursor) advance(horizon time.Time) {
 	c.order = c.order[i:]
 }
 
-func (s *Store) watchFeed(ctx context.Context, cfg watchConfig, fn func([]hourglass.Timer)) error {
+func (s *Store) watchFeed(ctx context.Context, cfg watchConfig, fn func([]hourglass.DueItem)) error {
 	cfg.poll = cmp.Or(cfg.poll, WatchPollInterval)
 	cfg.lag = cmp.Or(cfg.lag, WatchLag)
 	cfg.retention = cmp.Or(cfg.retention, FeedRetention)
@@ -416,7 +416,7 @@ func (s *Store) watchFeed(ctx context.Context, cfg watchConfig, fn func([]hourgl
 				fn(nil) // what committed before the start: the caller loads it
 			}
 		} else {
-			var timers []hourglass.Timer
+			var timers []hourglass.DueItem
 			if timers, err = s.feedPoll(ctx, cur, cfg.lag, clock.Now()); err == nil {
 				if failed {
 					// The rows of this poll are marked seen: the reload
@@ -482,7 +482,7 @@ func (s *Store) feedStart(ctx context.Context, lag time.Duration, now time.Time)
 // has not seen, marks them seen and returns their timers, by seq. A row
 // above every seq seen comes with its body; one below (it committed
 // late) is read again by seq.
-func (s *Store) feedPoll(ctx context.Context, c *feedCursor, lag time.Duration, now time.Time) ([]hourglass.Timer, error) {
+func (s *Store) feedPoll(ctx context.Context, c *feedCursor, lag time.Duration, now time.Time) ([]hourglass.DueItem, error) {
 	type feedRow struct {
 		seq  int64
 		body sql.NullString
@@ -540,7 +540,7 @@ func (s *Store) feedPoll(ctx context.Context, c *feedCursor, lag time.Duration, 
 			}
 		}
 	}
-	var timers []hourglass.Timer
+	var timers []hourglass.DueItem
 	for _, r := range fresh {
 		c.mark(r.seq, now)
 		if timers, err = parseFeed(r.body.String, timers); err != nil {

@@ -18,7 +18,7 @@ import (
 // watchSetup opens a store on a fresh database and starts its watch with
 // cfg; it returns the store, an admin pool on the same database, and the
 // watch's reports (a nil slice for fn(nil)).
-func watchSetup(t *testing.T, cfg watchConfig) (*Store, *sql.DB, <-chan []hourglass.Timer) {
+func watchSetup(t *testing.T, cfg watchConfig) (*Store, *sql.DB, <-chan []hourglass.DueItem) {
 	t.Helper()
 	url := mytest.NewDatabase(t)
 	s, err := Open(context.Background(), Config{URL: url})
@@ -28,9 +28,9 @@ func watchSetup(t *testing.T, cfg watchConfig) (*Store, *sql.DB, <-chan []hourgl
 	t.Cleanup(func() { s.Close() })
 	admin := mytest.Admin(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
-	reports := make(chan []hourglass.Timer, 100)
+	reports := make(chan []hourglass.DueItem, 100)
 	done := make(chan error, 1)
-	go func() { done <- s.watchFeed(ctx, cfg, func(ts []hourglass.Timer) { reports <- ts }) }()
+	go func() { done <- s.watchFeed(ctx, cfg, func(ts []hourglass.DueItem) { reports <- ts }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -43,7 +43,7 @@ func watchSetup(t *testing.T, cfg watchConfig) (*Store, *sql.DB, <-chan []hourgl
 	return s, admin, reports
 }
 
-func next(t *testing.T, reports <-chan []hourglass.Timer) []hourglass.Timer {
+func next(t *testing.T, reports <-chan []hourglass.DueItem) []hourglass.DueItem {
 	t.Helper()
 	select {
 	case ts := <-reports:
@@ -55,7 +55,7 @@ func next(t *testing.T, reports <-chan []hourglass.Timer) []hourglass.Timer {
 }
 
 // quiet fails if anything is reported within d.
-func quiet(t *testing.T, reports <-chan []hourglass.Timer, d time.Duration) {
+func quiet(t *testing.T, reports <-chan []hourglass.DueItem, d time.Duration) {
 	t.Helper()
 	select {
 	case ts := <-reports:
@@ -99,21 +99,21 @@ func TestWatchLateCommitReportedOnce(t *testing.T) {
 		t.Fatalf("seqs %d, %d: want the first insert's lower", lowSeq, highSeq)
 	}
 	got := next(t, reports)
-	if len(got) != 2 || got[0].OrderID != 102 || !got[0].Deadline.Equal(hourglass.FromUnixMilli(2000)) || got[1].OrderID != 103 {
+	if len(got) != 2 || got[0].ID != 102 || !got[0].At.Equal(hourglass.FromUnixMilli(2000)) || got[1].ID != 103 {
 		t.Fatalf("reported %v, want orders 102 and 103 with their deadlines", got)
 	}
 	time.Sleep(lag / 4) // polls read the higher row again meanwhile
 	if err := late.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(t, reports); len(got) != 1 || got[0].OrderID != 101 || !got[0].Deadline.Equal(hourglass.FromUnixMilli(1000)) {
+	if got := next(t, reports); len(got) != 1 || got[0].ID != 101 || !got[0].At.Equal(hourglass.FromUnixMilli(1000)) {
 		t.Fatalf("reported %v, want the late commit's order 101", got)
 	}
 	// Past the lag the cursor moves beyond both; nothing comes again, and
 	// later rows still do.
 	quiet(t, reports, lag+500*time.Millisecond)
 	feedRow(t, admin, 0, "104:4000")
-	if got := next(t, reports); len(got) != 1 || got[0].OrderID != 104 {
+	if got := next(t, reports); len(got) != 1 || got[0].ID != 104 {
 		t.Fatalf("reported %v, want order 104", got)
 	}
 	quiet(t, reports, 300*time.Millisecond)
@@ -142,7 +142,7 @@ func TestWatchSkipsOwnCreates(t *testing.T) {
 	}
 	create(s)
 	o := create(other)
-	if got := next(t, reports); len(got) != 1 || got[0].OrderID != o.ID || !got[0].Deadline.Equal(o.Deadline) {
+	if got := next(t, reports); len(got) != 1 || got[0].ID != o.ID || !got[0].At.Equal(o.Deadline) {
 		t.Fatalf("reported %v, want only the other store value's order %d, deadline %s", got, o.ID, o.Deadline)
 	}
 	quiet(t, reports, 300*time.Millisecond)
@@ -179,7 +179,7 @@ func TestWatchAnnouncesWithin(t *testing.T) {
 		t.Fatalf("feed rows after an order due in an hour = %d, %v; want %d (none written)", rows, err, rowsBefore)
 	}
 	soon := create(30 * time.Second)
-	if got := next(t, reports); len(got) != 1 || got[0].OrderID != soon.ID {
+	if got := next(t, reports); len(got) != 1 || got[0].ID != soon.ID {
 		t.Fatalf("reported %v, want only order %d (due within the minute)", got, soon.ID)
 	}
 	quiet(t, reports, 300*time.Millisecond)
@@ -203,7 +203,7 @@ func TestWatchReloadsAfterFailedRead(t *testing.T) {
 		t.Fatalf("after a failed read reported %v, want nil (reload)", got)
 	}
 	feedRow(t, admin, 0, "7:7000")
-	if got := next(t, reports); len(got) != 1 || got[0].OrderID != 7 {
+	if got := next(t, reports); len(got) != 1 || got[0].ID != 7 {
 		t.Fatalf("reported %v, want order 7", got)
 	}
 }
@@ -245,7 +245,7 @@ SELECT 'other', `+dbNowMs+` - 120000, '1:1' FROM cluster_leases, (SELECT 1 UNION
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.watchFeed(wctx, watchConfig{pruneEvery: 50 * time.Millisecond}, func([]hourglass.Timer) {})
+		done <- s.watchFeed(wctx, watchConfig{pruneEvery: 50 * time.Millisecond}, func([]hourglass.DueItem) {})
 	}()
 	defer func() { cancel(); <-done }()
 	testenv.Eventually(t, 10*time.Second, "the feed pruned to one row", func() bool { return count() <= 1 })

@@ -223,7 +223,7 @@ func TestTimerOpsShareABatch(t *testing.T) {
 	if r := res[8]; r.err != nil || r.created || r.timer.ID != old.ID || r.timer.Status != hourglass.TimerScheduled || !r.timer.FiredAt.IsZero() {
 		t.Fatalf("re-arm of old after its fire: %+v", r)
 	}
-	for key, want := range map[string]hourglass.NamedTimer{"k": res[2].timer, "c": res[5].timer, "old": res[8].timer} {
+	for key, want := range map[string]hourglass.Timer{"k": res[2].timer, "c": res[5].timer, "old": res[8].timer} {
 		got, err := s.Timer(ctx, key)
 		if err != nil || got.ID != want.ID || got.Status != want.Status || !got.FireAt.Equal(want.FireAt) || !bytes.Equal(got.Payload, want.Payload) {
 			t.Errorf("stored %s: %+v, %v; want %+v", key, got, err, want)
@@ -239,9 +239,9 @@ func TestTimerOpsShareABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []hourglass.Timer{{OrderID: old.ID, Deadline: now.Add(time.Hour)}, {OrderID: k.ID, Deadline: now.Add(2 * time.Minute)}}
-	slices.SortFunc(want, func(a, b hourglass.Timer) int { return cmp.Compare(a.OrderID, b.OrderID) })
-	if !slices.EqualFunc(out, want, func(a, b hourglass.Timer) bool { return a.OrderID == b.OrderID && a.Deadline.Equal(b.Deadline) }) {
+	want := []hourglass.DueItem{{ID: old.ID, At: now.Add(time.Hour)}, {ID: k.ID, At: now.Add(2 * time.Minute)}}
+	slices.SortFunc(want, func(a, b hourglass.DueItem) int { return cmp.Compare(a.ID, b.ID) })
+	if !slices.EqualFunc(out, want, func(a, b hourglass.DueItem) bool { return a.ID == b.ID && a.At.Equal(b.At) }) {
 		t.Errorf("outbox %v, want %v (c is cancelled)", out, want)
 	}
 }

@@ -626,10 +626,10 @@ func collect[T any](ctx context.Context, q querier, query string, args []any, sc
 }
 
 // scanTimerRow scans (id, time in unix ms) into a hourglass.Timer.
-func scanTimerRow(rows *sql.Rows) (hourglass.Timer, error) {
+func scanTimerRow(rows *sql.Rows) (hourglass.DueItem, error) {
 	var id, at int64
 	err := rows.Scan(&id, &at)
-	return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(at)}, err
+	return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(at)}, err
 }
 
 // inTx runs fn in a transaction on the pool, again after a lost race

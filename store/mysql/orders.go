@@ -168,7 +168,7 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 // PendingDue implements hourglass.Store: one range of the (status,
 // deadline) index, whose entries end with the primary key, so the order is
 // (deadline, id) without a sort.
-func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	after := hourglass.UnixMilli(p.After)
 	out, err := collect(ctx, s.db, `SELECT id, deadline FROM orders FORCE INDEX (orders_status_deadline)
 WHERE status = 'pending_payment' AND deadline >= ? AND (deadline > ? OR id > ?) AND deadline <= ? AND ((? >> (id % 64)) & 1) = 1

@@ -382,7 +382,7 @@ func (p *requestPlan) outcome() (done []int64, rejected []*plannedRequest) {
 // keys first appear: armed (as a due item) or cancelled (its id); the
 // engine must hear only that. A key whose requests changed nothing (a
 // cancel of a timer that does not exist) is in neither.
-func (p *requestPlan) final(b *batch) (armed []hourglass.Timer, cancelled []int64) {
+func (p *requestPlan) final(b *batch) (armed []hourglass.DueItem, cancelled []int64) {
 	seen := map[*lockedTimer]bool{}
 	var timers []*lockedTimer
 	for _, pr := range p.all {
@@ -397,7 +397,7 @@ func (p *requestPlan) final(b *batch) (armed []hourglass.Timer, cancelled []int6
 	for _, lt := range timers {
 		switch lt.t.Status {
 		case hourglass.TimerScheduled:
-			armed = append(armed, hourglass.Timer{OrderID: lt.t.ID, Deadline: lt.t.FireAt})
+			armed = append(armed, hourglass.DueItem{ID: lt.t.ID, At: lt.t.FireAt})
 		case hourglass.TimerCancelled:
 			cancelled = append(cancelled, lt.t.ID)
 		}

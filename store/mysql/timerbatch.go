@@ -44,8 +44,8 @@ import (
 // lockedTimer is a timer row the batch locked, or one it creates, changed
 // in memory.
 type lockedTimer struct {
-	t    hourglass.NamedTimer // ID 0 until a created timer is inserted
-	hash []byte               // request_hash
+	t    hourglass.Timer // ID 0 until a created timer is inserted
+	hash []byte          // request_hash
 	// exists: the row was there when locked; otherwise the batch inserts it.
 	exists bool
 	// armed: armed by the batch, so written whole, and announced (outbox,
@@ -126,7 +126,7 @@ func (bt *batchTimers) arm(p hourglass.ArmTimerParams, nowMs int64) (*lockedTime
 	now := hourglass.FromUnixMilli(nowMs)
 	created := lt == nil
 	if created {
-		lt = &lockedTimer{t: hourglass.NamedTimer{Key: p.Key, CreatedAt: now}}
+		lt = &lockedTimer{t: hourglass.Timer{Key: p.Key, CreatedAt: now}}
 		bt.byKey[p.Key] = lt
 	}
 	if !lt.armed {
@@ -285,11 +285,11 @@ ON DUPLICATE KEY UPDATE status = VALUES(status), fire_at = VALUES(fire_at), fire
 
 // announced returns the timers armed by the batch that are still
 // scheduled, for the outbox and order_feed, once write gave them ids.
-func (bt *batchTimers) announced() []hourglass.Timer {
-	var out []hourglass.Timer
+func (bt *batchTimers) announced() []hourglass.DueItem {
+	var out []hourglass.DueItem
 	for _, lt := range bt.armed {
 		if lt.t.Status == hourglass.TimerScheduled {
-			out = append(out, hourglass.Timer{OrderID: lt.t.ID, Deadline: lt.t.FireAt})
+			out = append(out, hourglass.DueItem{ID: lt.t.ID, At: lt.t.FireAt})
 		}
 	}
 	return out

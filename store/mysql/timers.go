@@ -33,9 +33,9 @@ var _ hourglass.TimerStore = (*Store)(nil)
 const timerColumns = `id, timer_key, status, fire_at, fired_at, payload, webhook_id, created_at, updated_at`
 
 // scanTimer reads timerColumns, followed by extra destinations.
-func scanTimer(sc scanner, extra ...any) (hourglass.NamedTimer, error) {
+func scanTimer(sc scanner, extra ...any) (hourglass.Timer, error) {
 	var (
-		t                  hourglass.NamedTimer
+		t                  hourglass.Timer
 		key                []byte
 		status             string
 		fireAt             int64
@@ -75,28 +75,28 @@ func timerNotFound(key string) error {
 // Config.AnnounceWithin's rule) in the same transaction. Errors:
 // invalid_argument (p.Validate, a WebhookID naming no webhook, a
 // RequestHash over 255 bytes), unavailable.
-func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool, error) {
+func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.Timer, bool, error) {
 	if err := p.Validate(); err != nil {
-		return hourglass.NamedTimer{}, false, err
+		return hourglass.Timer{}, false, err
 	}
 	if len(p.RequestHash) > 255 {
-		return hourglass.NamedTimer{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "request hash: at most 255 bytes, got %d", len(p.RequestHash))
+		return hourglass.Timer{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "request hash: at most 255 bytes, got %d", len(p.RequestHash))
 	}
 	r := s.submit(ctx, &op{kind: opArm, arm: p})
 	if r.err != nil {
-		return hourglass.NamedTimer{}, false, r.err
+		return hourglass.Timer{}, false, r.err
 	}
 	return r.timer, r.created, nil
 }
 
 // Timer implements hourglass.TimerStore. Errors: not_found, unavailable.
-func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
 	t, err := scanTimer(s.db.QueryRowContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE timer_key = ?`, []byte(key)))
 	if errors.Is(err, sql.ErrNoRows) {
-		return hourglass.NamedTimer{}, timerNotFound(key)
+		return hourglass.Timer{}, timerNotFound(key)
 	}
 	if err != nil {
-		return hourglass.NamedTimer{}, fail(fmt.Sprintf("get timer %q", key), err)
+		return hourglass.Timer{}, fail(fmt.Sprintf("get timer %q", key), err)
 	}
 	return t, nil
 }
@@ -104,7 +104,7 @@ func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, er
 // Timers implements hourglass.TimerStore: a range of the key's unique
 // index, or of (status, key) when f.Status is set. Errors: invalid_argument
 // (a Limit under 1, an unknown Status), unavailable.
-func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.NamedTimer, error) {
+func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
 	if f.Limit < 1 {
 		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
 	}
@@ -118,17 +118,17 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 		args = []any{string(f.Status), []byte(f.After)}
 	}
 	out, err := collect(ctx, s.db, `SELECT `+timerColumns+` FROM timers WHERE `+where+` ORDER BY timer_key LIMIT ?`, append(args, f.Limit),
-		func(rows *sql.Rows) (hourglass.NamedTimer, error) { return scanTimer(rows) })
+		func(rows *sql.Rows) (hourglass.Timer, error) { return scanTimer(rows) })
 	return out, fail("list timers", err)
 }
 
 // CancelTimer implements hourglass.TimerStore. It is group-committed
 // (timerbatch.go): the row is locked, then a scheduled timer is moved to
 // cancelled. Errors: not_found, timer_fired, unavailable.
-func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.Timer, error) {
 	r := s.submit(ctx, &op{kind: opCancel, key: key})
 	if r.err != nil {
-		return hourglass.NamedTimer{}, r.err
+		return hourglass.Timer{}, r.err
 	}
 	return r.timer, nil
 }
@@ -155,7 +155,7 @@ func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredT
 // TimersDue implements hourglass.TimerStore as PendingDue does for orders:
 // one range of the (status, fire_at, id) index, in that order, without a
 // sort. Errors: unavailable.
-func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	after := hourglass.UnixMilli(p.After)
 	out, err := collect(ctx, s.db, `SELECT id, fire_at FROM timers FORCE INDEX (timers_status_fire_at)
 WHERE status = 'scheduled' AND fire_at >= ? AND (fire_at > ? OR id > ?) AND fire_at <= ? AND ((? >> (id % 64)) & 1) = 1

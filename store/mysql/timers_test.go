@@ -28,7 +28,7 @@ func timerSetup(t *testing.T) (*mysql.Store, *hourglasstest.Clock, string) {
 	return open(t, url, clock, true), clock, url
 }
 
-func arm(t *testing.T, s *mysql.Store, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool) {
+func arm(t *testing.T, s *mysql.Store, p hourglass.ArmTimerParams) (hourglass.Timer, bool) {
 	t.Helper()
 	tm, created, err := s.ArmTimer(context.Background(), p)
 	if err != nil {
@@ -64,11 +64,11 @@ func TestTimerFeed(t *testing.T) {
 	}
 	t.Cleanup(func() { a.Close() })
 	b := open(t, url, nil, false)
-	reports := make(chan []hourglass.Timer, 100)
+	reports := make(chan []hourglass.DueItem, 100)
 	done := make(chan error, 1)
-	go func() { done <- b.WatchCreated(ctx, func(ts []hourglass.Timer) { reports <- ts }) }()
+	go func() { done <- b.WatchCreated(ctx, func(ts []hourglass.DueItem) { reports <- ts }) }()
 	t.Cleanup(func() { cancel(); <-done })
-	next := func() []hourglass.Timer {
+	next := func() []hourglass.DueItem {
 		t.Helper()
 		select {
 		case ts := <-reports:
@@ -83,11 +83,11 @@ func TestTimerFeed(t *testing.T) {
 	}
 	far, _ := arm(t, a, hourglass.ArmTimerParams{Key: "far", Delay: 2 * time.Hour})
 	near, _ := arm(t, a, hourglass.ArmTimerParams{Key: "near", Delay: time.Minute})
-	if got := next(); len(got) != 1 || got[0].OrderID != near.ID || !got[0].Deadline.Equal(near.FireAt) {
+	if got := next(); len(got) != 1 || got[0].ID != near.ID || !got[0].At.Equal(near.FireAt) {
 		t.Fatalf("reported %v, want only %d at %v (%d is beyond AnnounceWithin)", got, near.ID, near.FireAt, far.ID)
 	}
 	again, _ := arm(t, a, hourglass.ArmTimerParams{Key: "far", Delay: time.Second, RequestHash: []byte("x")})
-	if got := next(); len(got) != 1 || got[0].OrderID != far.ID || !got[0].Deadline.Equal(again.FireAt) {
+	if got := next(); len(got) != 1 || got[0].ID != far.ID || !got[0].At.Equal(again.FireAt) {
 		t.Fatalf("reported %v, want the re-armed %d at %v", got, far.ID, again.FireAt)
 	}
 	// An arming that changes nothing announces nothing.

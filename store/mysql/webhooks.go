@@ -263,7 +263,7 @@ WHERE state = 'pending' AND next_attempt_at >= ? AND (next_attempt_at > ? OR id 
 ORDER BY next_attempt_at, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit},
 		func(rows *sql.Rows) (hourglass.DeliveryTimer, error) {
 			t, err := scanTimerRow(rows)
-			return hourglass.DeliveryTimer{ID: t.OrderID, At: t.Deadline}, err
+			return hourglass.DeliveryTimer{ID: t.ID, At: t.At}, err
 		})
 	return out, fail("due deliveries", err)
 }

@@ -306,12 +306,12 @@ func createdPayloads(origin string, ids, deadlines []int64) []string {
 }
 
 // parseCreated returns the origin and timers of a payload of createdPayloads.
-func parseCreated(payload string) (string, []hourglass.Timer, error) {
+func parseCreated(payload string) (string, []hourglass.DueItem, error) {
 	origin, list, ok := strings.Cut(payload, "|")
 	if !ok {
 		return "", nil, errors.New("no origin")
 	}
-	out := make([]hourglass.Timer, 0, strings.Count(list, ",")+1)
+	out := make([]hourglass.DueItem, 0, strings.Count(list, ",")+1)
 	for entry := range strings.SplitSeq(list, ",") {
 		idText, deadlineText, ok := strings.Cut(entry, ":")
 		if !ok {
@@ -325,7 +325,7 @@ func parseCreated(payload string) (string, []hourglass.Timer, error) {
 		if err != nil {
 			return origin, nil, fmt.Errorf("entry %q: %w", entry, err)
 		}
-		out = append(out, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)})
+		out = append(out, hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(deadline)})
 	}
 	return origin, out, nil
 }
@@ -339,12 +339,12 @@ const watchBufferMax = 100_000
 // its fn.
 type createdWatch struct {
 	mu     sync.Mutex
-	timers []hourglass.Timer
+	timers []hourglass.DueItem
 	reload bool
 	wake   chan struct{} // a token when timers or reload are pending
 }
 
-func (w *createdWatch) push(ts []hourglass.Timer, reload bool) {
+func (w *createdWatch) push(ts []hourglass.DueItem, reload bool) {
 	w.mu.Lock()
 	switch {
 	case reload || len(w.timers)+len(ts) > watchBufferMax:
@@ -361,7 +361,7 @@ func (w *createdWatch) push(ts []hourglass.Timer, reload bool) {
 	}
 }
 
-func (w *createdWatch) take() (reload bool, ts []hourglass.Timer) {
+func (w *createdWatch) take() (reload bool, ts []hourglass.DueItem) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	reload, ts = w.reload, w.timers
@@ -392,7 +392,7 @@ func (ws *watchers) remove(w *createdWatch) {
 }
 
 // push hands timers, or a reload, to every watch; it never blocks on one.
-func (ws *watchers) push(ts []hourglass.Timer, reload bool) {
+func (ws *watchers) push(ts []hourglass.DueItem, reload bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.set {
@@ -433,7 +433,7 @@ func (s *Store) onCreated(payload string) {
 // concurrently; several watches may run on one store value, each is told
 // everything. It returns nil when ctx ends, or an unavailable error when
 // the store is closed.
-func (s *Store) WatchCreated(ctx context.Context, fn func([]hourglass.Timer)) error {
+func (s *Store) WatchCreated(ctx context.Context, fn func([]hourglass.DueItem)) error {
 	w := &createdWatch{wake: make(chan struct{}, 1)}
 	s.watches.add(w)
 	defer s.watches.remove(w)

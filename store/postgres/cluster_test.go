@@ -50,7 +50,7 @@ func TestCreatedPayloads(t *testing.T) {
 			if len(ps) != tc.payloads {
 				t.Fatalf("%d ids in %d payloads, want %d", tc.n, len(ps), tc.payloads)
 			}
-			var got []hourglass.Timer
+			var got []hourglass.DueItem
 			for i, p := range ps {
 				if len(p) > createdPayloadMax {
 					t.Fatalf("payload %d is %d bytes, over %d", i, len(p), createdPayloadMax)
@@ -68,7 +68,7 @@ func TestCreatedPayloads(t *testing.T) {
 				t.Fatalf("%d timers parsed back, want %d", len(got), tc.n)
 			}
 			for i, tm := range got {
-				if tm.OrderID != ids[i] || hourglass.UnixMilli(tm.Deadline) != deadlines[i] {
+				if tm.ID != ids[i] || hourglass.UnixMilli(tm.At) != deadlines[i] {
 					t.Fatalf("timer %d = %+v, want id %d deadline %d", i, tm, ids[i], deadlines[i])
 				}
 			}
@@ -103,12 +103,12 @@ func setupShared(t *testing.T) (url string, a, b *Store) {
 
 // watch runs a.WatchCreated until the test ends; each call of fn arrives on
 // the channel (nil for a reload).
-func watch(t *testing.T, s *Store) <-chan []hourglass.Timer {
+func watch(t *testing.T, s *Store) <-chan []hourglass.DueItem {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	calls := make(chan []hourglass.Timer, 10000)
+	calls := make(chan []hourglass.DueItem, 10000)
 	done := make(chan error, 1)
-	go func() { done <- s.WatchCreated(ctx, func(ts []hourglass.Timer) { calls <- ts }) }()
+	go func() { done <- s.WatchCreated(ctx, func(ts []hourglass.DueItem) { calls <- ts }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -189,14 +189,14 @@ func TestWatchCreatedBigBatch(t *testing.T) {
 		select {
 		case ts := <-calls:
 			for _, tm := range ts {
-				d, ok := want[tm.OrderID]
+				d, ok := want[tm.ID]
 				if !ok {
-					t.Fatalf("order %d reported twice or never created", tm.OrderID)
+					t.Fatalf("order %d reported twice or never created", tm.ID)
 				}
-				if !d.Equal(tm.Deadline) {
-					t.Fatalf("order %d reported with deadline %s, created with %s", tm.OrderID, tm.Deadline, d)
+				if !d.Equal(tm.At) {
+					t.Fatalf("order %d reported with deadline %s, created with %s", tm.ID, tm.At, d)
 				}
-				delete(want, tm.OrderID)
+				delete(want, tm.ID)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d of %d orders not reported to the other store value's watch", len(want), n)
@@ -237,10 +237,10 @@ WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&killed); er
 	for {
 		select {
 		case ts := <-calls:
-			if i := slices.IndexFunc(ts, func(tm hourglass.Timer) bool { return tm.OrderID == mine.ID }); i >= 0 {
+			if i := slices.IndexFunc(ts, func(tm hourglass.DueItem) bool { return tm.ID == mine.ID }); i >= 0 {
 				t.Fatalf("the watch reported order %d, created through its own store value", mine.ID)
 			}
-			if slices.ContainsFunc(ts, func(tm hourglass.Timer) bool { return tm.OrderID == theirs.ID }) {
+			if slices.ContainsFunc(ts, func(tm hourglass.DueItem) bool { return tm.ID == theirs.ID }) {
 				return
 			}
 		case <-time.After(10 * time.Second):
@@ -425,7 +425,7 @@ func TestWatchCreatedAnnouncesWithin(t *testing.T) {
 	soon := create(30 * time.Second)
 	select {
 	case ts := <-calls:
-		if len(ts) != 1 || ts[0].OrderID != soon.ID {
+		if len(ts) != 1 || ts[0].ID != soon.ID {
 			t.Fatalf("announced %v, want only order %d (due within the minute)", ts, soon.ID)
 		}
 	case <-time.After(10 * time.Second):

@@ -176,17 +176,17 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 
 // PendingDue implements hourglass.Store: one range of the (status,
 // deadline, id) index.
-func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, deadline FROM orders
 WHERE status = 'pending_payment' AND (deadline, id) > ($1, $2) AND deadline <= $3 AND (($5::bigint >> (id % 64)::int) & 1) = 1
 ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit, p.Parts.Mask())
 	if err != nil {
 		return nil, s.fail("pending due", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DueItem, error) {
 		var id, deadline int64
 		err := row.Scan(&id, &deadline)
-		return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)}, err
+		return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(deadline)}, err
 	})
 	return out, s.fail("pending due", err)
 }

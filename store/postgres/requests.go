@@ -257,7 +257,7 @@ func (p *requestPlan) settle(pr *plannedRequest) {
 	case hourglass.CodeNotFound, hourglass.CodeTimerFired:
 		if pr.arm == nil {
 			pr.op.err = nil
-			pr.op.timer = hourglass.NamedTimer{}
+			pr.op.timer = hourglass.Timer{}
 			return
 		}
 	}
@@ -284,9 +284,9 @@ func (p *requestPlan) outcome() (done, rejected []int64, reasons []string) {
 // it wrote once, as the last request that changed its timer left it
 // (armed, as a due item; cancelled, as an id). The engine must hear only
 // each key's end state.
-func (p *requestPlan) endStates() (armed []hourglass.Timer, cancelled []int64) {
+func (p *requestPlan) endStates() (armed []hourglass.DueItem, cancelled []int64) {
 	var keys []string
-	timers, arm := map[string]hourglass.NamedTimer{}, map[string]bool{}
+	timers, arm := map[string]hourglass.Timer{}, map[string]bool{}
 	for _, pr := range p.all {
 		if pr.held || pr.reason != "" || pr.op == nil || pr.op.timer.ID == 0 {
 			continue
@@ -299,7 +299,7 @@ func (p *requestPlan) endStates() (armed []hourglass.Timer, cancelled []int64) {
 	}
 	for _, k := range keys {
 		if t := timers[k]; arm[k] {
-			armed = append(armed, hourglass.Timer{OrderID: t.ID, Deadline: t.FireAt})
+			armed = append(armed, hourglass.DueItem{ID: t.ID, At: t.FireAt})
 		} else {
 			cancelled = append(cancelled, t.ID)
 		}

@@ -51,7 +51,7 @@ func TestSourceCloseGivesWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := shop.Order(t, "u", -time.Second, "A", 1)
-	rows := []hourglass.Timer{{OrderID: id, Deadline: time.Now().Add(-time.Second)}}
+	rows := []hourglass.DueItem{{ID: id, At: time.Now().Add(-time.Second)}}
 
 	hold, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -89,28 +89,28 @@ WHERE status = 'pending_payment' AND deadline > $1 AND deadline <= $3 GROUP BY 1
 
 // OutboxBatch implements hourglass.Outbox: up to limit unsent timers, oldest
 // order first.
-func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.Timer, error) {
+func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.DueItem, error) {
 	rows, err := s.pool.Query(ctx, `SELECT order_id, deadline FROM timer_outbox
 WHERE (($2::bigint >> (order_id % 64)::int) & 1) = 1 ORDER BY order_id LIMIT $1`, max(limit, 0), parts.Mask())
 	if err != nil {
 		return nil, s.fail("read outbox", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DueItem, error) {
 		var id, deadline int64
 		err := row.Scan(&id, &deadline)
-		return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)}, err
+		return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(deadline)}, err
 	})
 	return out, s.fail("read outbox", err)
 }
 
 // OutboxDone implements hourglass.Outbox. Idempotent.
-func (s *Store) OutboxDone(ctx context.Context, published []hourglass.Timer) error {
+func (s *Store) OutboxDone(ctx context.Context, published []hourglass.DueItem) error {
 	if len(published) == 0 {
 		return nil
 	}
 	ids, deadlines := make([]int64, len(published)), make([]int64, len(published))
 	for i, t := range published {
-		ids[i], deadlines[i] = t.OrderID, hourglass.UnixMilli(t.Deadline)
+		ids[i], deadlines[i] = t.ID, hourglass.UnixMilli(t.At)
 	}
 	err := s.retry(func() error {
 		_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox o USING unnest($1::bigint[], $2::bigint[]) AS p(id, deadline)

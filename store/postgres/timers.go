@@ -34,14 +34,14 @@ var _ hourglass.TimerStore = (*Store)(nil)
 const timerColumns = `t.id, t.key, t.status, t.fire_at, t.fired_at, t.payload, t.webhook_id, t.created_at, t.updated_at`
 
 // scanTimer scans timerColumns followed by extra destinations.
-func scanTimer(row pgx.Row, extra ...any) (hourglass.NamedTimer, error) {
+func scanTimer(row pgx.Row, extra ...any) (hourglass.Timer, error) {
 	t, _, err := scanOptTimer(row, extra...)
 	return t, err
 }
 
 // scanOptTimer is scanTimer for columns that may all be NULL (an outer
 // join that found no timer): found is false then.
-func scanOptTimer(row pgx.Row, extra ...any) (t hourglass.NamedTimer, found bool, err error) {
+func scanOptTimer(row pgx.Row, extra ...any) (t hourglass.Timer, found bool, err error) {
 	var (
 		id, fireAt, createdAt, updated *int64
 		key, status, payload           *string
@@ -195,13 +195,13 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
 // arm's now), both in its transaction. A repeat of the arm that left a
 // timer scheduled (same RequestHash) changes nothing: idempotent. Errors:
 // invalid_argument, unavailable.
-func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool, error) {
+func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.Timer, bool, error) {
 	if err := p.Validate(); err != nil {
-		return hourglass.NamedTimer{}, false, err
+		return hourglass.Timer{}, false, err
 	}
 	o := &op{kind: opArmTimer, arm: newArmArgs(p)}
 	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
-		return hourglass.NamedTimer{}, false, err
+		return hourglass.Timer{}, false, err
 	}
 	return o.timer, o.created, nil
 }
@@ -209,10 +209,10 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 // CancelTimer implements hourglass.TimerStore, group-committed: the
 // timer's row is locked, then a scheduled one moves to cancelled.
 // Idempotent. Errors: not_found, timer_fired, unavailable.
-func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.Timer, error) {
 	o := &op{kind: opCancelTimer, key: key}
 	if err := s.w.Submit(ctx, writer.Normal, o); err != nil {
-		return hourglass.NamedTimer{}, err
+		return hourglass.Timer{}, err
 	}
 	return o.timer, nil
 }
@@ -252,7 +252,7 @@ type timerWrites struct {
 	armed   []*op
 	armedAt map[string]int
 	// fired are the timers the batch fired, for their events.
-	fired []hourglass.NamedTimer
+	fired []hourglass.Timer
 }
 
 // queue queues the timer writes on b; their callbacks answer the ops.
@@ -281,7 +281,7 @@ func (tw *timerWrites) queueArms(b *pgx.Batch, now any, outbox bool) {
 	}
 	tw.armedAt = make(map[string]int)
 	// latest is each key's timer as an earlier round of the batch wrote it.
-	latest := make(map[string]hourglass.NamedTimer)
+	latest := make(map[string]hourglass.Timer)
 	for _, round := range rounds {
 		n := len(round)
 		keys, fireAts, delays := make([]string, n), make([]*int64, n), make([]int64, n)
@@ -352,7 +352,7 @@ func (tw *timerWrites) queueCancels(b *pgx.Batch, now any) {
 	for i, o := range tw.cancels {
 		keys[i] = o.key
 	}
-	var locked map[string]hourglass.NamedTimer
+	var locked map[string]hourglass.Timer
 	b.Queue(cancelLockSQL, keys).Query(func(rows pgx.Rows) error {
 		var err error
 		locked, err = timersByKey(rows)
@@ -391,12 +391,12 @@ func (tw *timerWrites) queueFires(b *pgx.Batch, now any) {
 	}
 	b.Queue(fireLockSQL, ids)
 	b.Queue(fireSQL, now, ids).Query(func(rows pgx.Rows) error {
-		fired, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.NamedTimer, error) { return scanTimer(row) })
+		fired, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) { return scanTimer(row) })
 		if err != nil {
 			return err
 		}
 		tw.fired = fired
-		byID := make(map[int64]hourglass.NamedTimer, len(fired))
+		byID := make(map[int64]hourglass.Timer, len(fired))
 		for _, t := range fired {
 			byID[t.ID] = t
 		}
@@ -446,9 +446,9 @@ func (tw *timerWrites) events() (*timerEvents, error) {
 }
 
 // timersByKey reads rows of timerColumns into a map by key.
-func timersByKey(rows pgx.Rows) (map[string]hourglass.NamedTimer, error) {
+func timersByKey(rows pgx.Rows) (map[string]hourglass.Timer, error) {
 	defer rows.Close()
-	out := make(map[string]hourglass.NamedTimer)
+	out := make(map[string]hourglass.Timer)
 	for rows.Next() {
 		t, err := scanTimer(rows)
 		if err != nil {
@@ -460,7 +460,7 @@ func timersByKey(rows pgx.Rows) (map[string]hourglass.NamedTimer, error) {
 }
 
 // Timer implements hourglass.TimerStore. Errors: not_found, unavailable.
-func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
+func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
 	t, err := scanTimer(s.pool.QueryRow(ctx, timerByKeySQL, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, timerNotFound(key)
@@ -475,7 +475,7 @@ func timerNotFound(key string) error {
 // Timers implements hourglass.TimerStore: one range of the key's unique
 // index, bytewise ("C"). Errors: invalid_argument (a status that is not
 // one, a limit under 1), unavailable.
-func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.NamedTimer, error) {
+func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", f.Status)
 	}
@@ -486,7 +486,7 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 	if err != nil {
 		return nil, s.fail("list timers", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.NamedTimer, error) { return scanTimer(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) { return scanTimer(row) })
 	return out, s.fail("list timers", err)
 }
 
@@ -502,17 +502,17 @@ func listTimersSQL(status hourglass.TimerStatus) string {
 
 // TimersDue implements hourglass.TimerStore: one range of the (status,
 // fire_at, id) index, as PendingDue reads orders'.
-func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, fire_at FROM timers
 WHERE status = 'scheduled' AND (fire_at, id) > ($1, $2) AND fire_at <= $3 AND (($5::bigint >> (id % 64)::int) & 1) = 1
 ORDER BY fire_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit, p.Parts.Mask())
 	if err != nil {
 		return nil, s.fail("timers due", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DueItem, error) {
 		var id, fireAt int64
 		err := row.Scan(&id, &fireAt)
-		return hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(fireAt)}, err
+		return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(fireAt)}, err
 	})
 	return out, s.fail("timers due", err)
 }

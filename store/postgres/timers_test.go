@@ -14,7 +14,7 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-func arm(t *testing.T, s *Store, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool) {
+func arm(t *testing.T, s *Store, p hourglass.ArmTimerParams) (hourglass.Timer, bool) {
 	t.Helper()
 	tm, created, err := s.ArmTimer(context.Background(), p)
 	if err != nil {
@@ -36,7 +36,7 @@ func TestArmTimerAnnounced(t *testing.T) {
 	}
 	defer b.Close()
 	calls := watch(t, a)
-	next := func(what string) []hourglass.Timer {
+	next := func(what string) []hourglass.DueItem {
 		t.Helper()
 		select {
 		case ts := <-calls:
@@ -51,7 +51,7 @@ func TestArmTimerAnnounced(t *testing.T) {
 	if !created || !hourglass.IsTimerID(soon.ID) {
 		t.Fatalf("arm = %+v, created %v; want a new timer with an id from TimerIDBase", soon, created)
 	}
-	if ts := next("the timer due within the minute"); len(ts) != 1 || ts[0].OrderID != soon.ID || !ts[0].Deadline.Equal(soon.FireAt) {
+	if ts := next("the timer due within the minute"); len(ts) != 1 || ts[0].ID != soon.ID || !ts[0].At.Equal(soon.FireAt) {
 		t.Fatalf("announced %v, want only timer %d at %v", ts, soon.ID, soon.FireAt)
 	}
 	if again, created := arm(t, b, hourglass.ArmTimerParams{Key: "soon", Delay: 30 * time.Second, RequestHash: []byte("1")}); created || !again.UpdatedAt.Equal(soon.UpdatedAt) {
@@ -59,7 +59,7 @@ func TestArmTimerAnnounced(t *testing.T) {
 	}
 	// The late timer re-armed to fire soon is announced now.
 	late, _ := arm(t, b, hourglass.ArmTimerParams{Key: "late", Delay: time.Second, RequestHash: []byte("2")})
-	if ts := next("the re-armed timer"); len(ts) != 1 || ts[0].OrderID != late.ID || !ts[0].Deadline.Equal(late.FireAt) {
+	if ts := next("the re-armed timer"); len(ts) != 1 || ts[0].ID != late.ID || !ts[0].At.Equal(late.FireAt) {
 		t.Fatalf("announced %v, want only timer %d at %v", ts, late.ID, late.FireAt)
 	}
 	select {
@@ -154,7 +154,7 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 		want := map[int64]time.Time{a3.timer.ID: a3.timer.FireAt, b2.timer.ID: b2.timer.FireAt, c.timer.ID: c.timer.FireAt}
 		got := map[int64]time.Time{}
 		for _, tm := range ts {
-			got[tm.OrderID] = tm.Deadline
+			got[tm.ID] = tm.At
 		}
 		if len(ts) != len(want) || len(got) != len(want) {
 			t.Fatalf("announced %v, want %v", ts, want)

@@ -95,7 +95,7 @@ type op struct {
 	created  bool // create, arm timer
 	extended bool // extend: the deadline moved (not a repeat)
 	closed   []hourglass.ClosedOrder
-	timer    hourglass.NamedTimer // arm timer, cancel timer
+	timer    hourglass.Timer // arm timer, cancel timer
 	fired    []hourglass.FiredTimer
 	record   hourglass.AttemptRecord
 	err      error
@@ -103,7 +103,7 @@ type op struct {
 
 func (o *op) reset() {
 	o.order, o.created, o.extended, o.closed, o.err = hourglass.Order{}, false, false, nil, nil
-	o.timer, o.fired, o.record = hourglass.NamedTimer{}, nil, hourglass.AttemptRecord{}
+	o.timer, o.fired, o.record = hourglass.Timer{}, nil, hourglass.AttemptRecord{}
 }
 
 func (o *op) Fail(err error) { o.reset(); o.err = err }
@@ -818,13 +818,13 @@ func (o *op) Due(u *hourglass.DueUpdate) {
 	switch o.kind {
 	case opCreate:
 		if o.created {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: o.order.ID, Deadline: o.order.Deadline})
+			u.Due = append(u.Due, hourglass.DueItem{ID: o.order.ID, At: o.order.Deadline})
 		}
 	case opPay:
 		u.Gone = append(u.Gone, o.id)
 	case opExtend:
 		if o.extended {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: o.order.ID, Deadline: o.order.Deadline})
+			u.Due = append(u.Due, hourglass.DueItem{ID: o.order.ID, At: o.order.Deadline})
 		}
 	case opTransition:
 		if o.action == hourglass.ActionCancel {
@@ -832,7 +832,7 @@ func (o *op) Due(u *hourglass.DueUpdate) {
 		}
 	case opArmTimer:
 		if o.timer.Status == hourglass.TimerScheduled {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: o.timer.ID, Deadline: o.timer.FireAt})
+			u.Due = append(u.Due, hourglass.DueItem{ID: o.timer.ID, At: o.timer.FireAt})
 		}
 	case opCancelTimer:
 		u.Gone = append(u.Gone, o.timer.ID)

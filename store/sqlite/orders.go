@@ -31,7 +31,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	)
 	due := func(u *hourglass.DueUpdate) {
 		if created {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: out.ID, Deadline: out.Deadline})
+			u.Due = append(u.Due, hourglass.DueItem{ID: out.ID, At: out.Deadline})
 		}
 	}
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
@@ -315,7 +315,7 @@ func (s *Store) ExtendOrder(ctx context.Context, p hourglass.ExtendOrderParams) 
 	)
 	due := func(u *hourglass.DueUpdate) {
 		if extended {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: out.ID, Deadline: out.Deadline})
+			u.Due = append(u.Due, hourglass.DueItem{ID: out.ID, At: out.Deadline})
 		}
 	}
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
@@ -632,7 +632,7 @@ func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
 }
 
 // PendingDue implements hourglass.Store.
-func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	return s.due(ctx, "pending due", `SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
 WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
 ORDER BY deadline, id LIMIT ?4`, p)
@@ -641,8 +641,8 @@ ORDER BY deadline, id LIMIT ?4`, p)
 // due runs a page query of PendingDue's shape (TimersDue's too): ?1 and ?2
 // the cursor, ?3 the end, ?4 the limit, ?5 the partition mask; it returns
 // (id, time) rows.
-func (s *Store) due(ctx context.Context, what, query string, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
-	var out []hourglass.Timer
+func (s *Store) due(ctx context.Context, what, query string, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
+	var out []hourglass.DueItem
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(query)
 		defer stmt.Reset()
@@ -659,7 +659,7 @@ func (s *Store) due(ctx context.Context, what, query string, p hourglass.Pending
 			if !row {
 				return nil
 			}
-			out = append(out, hourglass.Timer{OrderID: stmt.ColumnInt64(0), Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
+			out = append(out, hourglass.DueItem{ID: stmt.ColumnInt64(0), At: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
 		}
 	})
 	return out, err

@@ -12,8 +12,8 @@ import (
 var _ hourglass.Outbox = (*Store)(nil)
 
 // OutboxBatch implements hourglass.Outbox.
-func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.Timer, error) {
-	var out []hourglass.Timer
+func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Parts) ([]hourglass.DueItem, error) {
+	var out []hourglass.DueItem
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		stmt := conn.Prep(`SELECT order_id, deadline FROM timer_outbox WHERE ((?2 >> (order_id % 64)) & 1) = 1 ORDER BY order_id LIMIT ?1`)
 		defer stmt.Reset()
@@ -27,22 +27,22 @@ func (s *Store) OutboxBatch(ctx context.Context, limit int, parts hourglass.Part
 			if !row {
 				return nil
 			}
-			out = append(out, hourglass.Timer{OrderID: stmt.ColumnInt64(0), Deadline: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
+			out = append(out, hourglass.DueItem{ID: stmt.ColumnInt64(0), At: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
 		}
 	})
 	return out, err
 }
 
 // OutboxDone implements hourglass.Outbox.
-func (s *Store) OutboxDone(ctx context.Context, published []hourglass.Timer) error {
+func (s *Store) OutboxDone(ctx context.Context, published []hourglass.DueItem) error {
 	if len(published) == 0 {
 		return nil
 	}
 	return s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
 		stmt := conn.Prep(`DELETE FROM timer_outbox WHERE order_id = ?1 AND deadline = ?2`)
 		for _, t := range published {
-			stmt.BindInt64(1, t.OrderID)
-			stmt.BindInt64(2, hourglass.UnixMilli(t.Deadline))
+			stmt.BindInt64(1, t.ID)
+			stmt.BindInt64(2, hourglass.UnixMilli(t.At))
 			if _, err := step(stmt, nil); err != nil {
 				return fmt.Errorf("sqlite: outbox done: %w", err)
 			}

@@ -154,7 +154,7 @@ func (s *Store) applyRequestsIn(conn *sqlite.Conn, now time.Time, limit int, res
 	}
 	stmt.Reset()
 	res.Full = len(reqs) == limit
-	final := map[string]hourglass.NamedTimer{} // each key's end state
+	final := map[string]hourglass.Timer{} // each key's end state
 	var keys []string
 	armedLast := map[string]bool{}
 	reject := conn.Prep(`INSERT OR FAIL INTO timer_request_errors (seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason)
@@ -162,7 +162,7 @@ SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested
 ON CONFLICT (seq) DO NOTHING`)
 	for _, r := range reqs {
 		var (
-			t      hourglass.NamedTimer
+			t      hourglass.Timer
 			reason = r.badTime
 			armed  bool
 			err    error
@@ -181,7 +181,7 @@ ON CONFLICT (seq) DO NOTHING`)
 					t, err = cancelIn(conn, now, key)
 					switch hourglass.ErrorCode(err) {
 					case hourglass.CodeNotFound, hourglass.CodeTimerFired:
-						t, err = hourglass.NamedTimer{}, nil // nothing to cancel: applied
+						t, err = hourglass.Timer{}, nil // nothing to cancel: applied
 					}
 				}
 			default:
@@ -222,7 +222,7 @@ ON CONFLICT (seq) DO NOTHING`)
 	}
 	for _, k := range keys {
 		if t := final[k]; armedLast[k] {
-			res.Armed = append(res.Armed, hourglass.Timer{OrderID: t.ID, Deadline: t.FireAt})
+			res.Armed = append(res.Armed, hourglass.DueItem{ID: t.ID, At: t.FireAt})
 		} else {
 			res.Cancelled = append(res.Cancelled, t.ID)
 		}

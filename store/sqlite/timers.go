@@ -16,8 +16,8 @@ var _ hourglass.TimerStore = (*Store)(nil)
 
 const timerColumns = `id, key, status, fire_at, fired_at, payload, webhook_id, created_at, updated_at`
 
-func scanTimer(st *sqlite.Stmt) hourglass.NamedTimer {
-	t := hourglass.NamedTimer{
+func scanTimer(st *sqlite.Stmt) hourglass.Timer {
+	t := hourglass.Timer{
 		ID:        st.ColumnInt64(0),
 		Key:       st.ColumnText(1),
 		Status:    hourglass.TimerStatus(st.ColumnText(2)),
@@ -68,17 +68,17 @@ func bindTimerValues(stmt *sqlite.Stmt, p hourglass.ArmTimerParams, fireMs, nowM
 // SQLite open one for each statement, and the journal's 64 KiB chunk, too
 // large for the allocator ballast (ballast.go), cost an mmap and a munmap
 // per statement: most of an arm's CPU.
-func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.NamedTimer, bool, error) {
+func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.Timer, bool, error) {
 	if err := p.Validate(); err != nil {
-		return hourglass.NamedTimer{}, false, err
+		return hourglass.Timer{}, false, err
 	}
 	var (
-		out     hourglass.NamedTimer
+		out     hourglass.Timer
 		created bool
 	)
 	due := func(u *hourglass.DueUpdate) {
 		if out.Status == hourglass.TimerScheduled {
-			u.Due = append(u.Due, hourglass.Timer{OrderID: out.ID, Deadline: out.FireAt})
+			u.Due = append(u.Due, hourglass.DueItem{ID: out.ID, At: out.FireAt})
 		}
 	}
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
@@ -87,14 +87,14 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 		return err
 	})
 	if err != nil {
-		return hourglass.NamedTimer{}, false, err
+		return hourglass.Timer{}, false, err
 	}
 	return out, created, nil
 }
 
 // Timer implements hourglass.TimerStore. Errors: not_found.
-func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
-	var out hourglass.NamedTimer
+func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
+	var out hourglass.Timer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		t, err := getTimer(conn, key)
 		out = t
@@ -103,10 +103,10 @@ func (s *Store) Timer(ctx context.Context, key string) (hourglass.NamedTimer, er
 	return out, err
 }
 
-func getTimer(conn *sqlite.Conn, key string) (hourglass.NamedTimer, error) {
+func getTimer(conn *sqlite.Conn, key string) (hourglass.Timer, error) {
 	stmt := conn.Prep(`SELECT ` + timerColumns + ` FROM timers WHERE key = ?1`)
 	stmt.BindText(1, key)
-	var t hourglass.NamedTimer
+	var t hourglass.Timer
 	found, err := step(stmt, func(st *sqlite.Stmt) { t = scanTimer(st) })
 	if err != nil {
 		return t, fmt.Errorf("sqlite: get timer %q: %w", key, err)
@@ -119,12 +119,12 @@ func getTimer(conn *sqlite.Conn, key string) (hourglass.NamedTimer, error) {
 
 // Timers implements hourglass.TimerStore, in the keys' bytewise order
 // (SQLite's BINARY collation). A Limit that is not positive means 50.
-func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.NamedTimer, error) {
+func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	var out []hourglass.NamedTimer
+	var out []hourglass.Timer
 	err := s.read(ctx, func(conn *sqlite.Conn) error {
 		// With a status, its range of timers_status_key (migration 0006).
 		query := `SELECT ` + timerColumns + ` FROM timers WHERE key > ?1 AND ?2 = '' ORDER BY key LIMIT ?3`
@@ -153,7 +153,7 @@ func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglas
 // armIn runs ArmTimer's statements for p (valid) in the writer's
 // transaction at now: ArmTimer's op, and each arm of a batch of timer
 // requests (requests.go).
-func (s *Store) armIn(conn *sqlite.Conn, now time.Time, p hourglass.ArmTimerParams) (out hourglass.NamedTimer, created bool, err error) {
+func (s *Store) armIn(conn *sqlite.Conn, now time.Time, p hourglass.ArmTimerParams) (out hourglass.Timer, created bool, err error) {
 	nowMs := hourglass.UnixMilli(now)
 	fireMs := nowMs + p.Delay.Milliseconds()
 	if !p.FireAt.IsZero() {
@@ -212,8 +212,8 @@ ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
 // CancelTimer implements hourglass.TimerStore: one conditional update on
 // the writer (OR FAIL, as ArmTimer's); a cancelled timer is returned as it
 // is (idempotent). Errors: not_found, timer_fired.
-func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTimer, error) {
-	var out hourglass.NamedTimer
+func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.Timer, error) {
+	var out hourglass.Timer
 	gone := func(u *hourglass.DueUpdate) { u.Gone = append(u.Gone, out.ID) }
 	err := s.writeDue(ctx, gone, func(conn *sqlite.Conn, now time.Time) error {
 		var err error
@@ -225,8 +225,8 @@ func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.NamedTim
 
 // cancelIn runs CancelTimer's statements in the writer's transaction at
 // now: CancelTimer's op, and each cancel of a batch of timer requests.
-func cancelIn(conn *sqlite.Conn, now time.Time, key string) (hourglass.NamedTimer, error) {
-	var out hourglass.NamedTimer
+func cancelIn(conn *sqlite.Conn, now time.Time, key string) (hourglass.Timer, error) {
+	var out hourglass.Timer
 	stmt := conn.Prep(`UPDATE OR FAIL timers SET status = 'cancelled', updated_at = ?2 WHERE key = ?1 AND status = 'scheduled' RETURNING ` + timerColumns)
 	stmt.BindText(1, key)
 	stmt.BindInt64(2, hourglass.UnixMilli(now))
@@ -282,7 +282,7 @@ FROM json_each(?1) AS j CROSS JOIN timers AS t ON t.id = j.value WHERE t.status 
 		defer stmt.Reset()
 		stmt.BindText(1, string(list))
 		stmt.BindInt64(2, nowMs)
-		var due []hourglass.NamedTimer
+		var due []hourglass.Timer
 		for {
 			row, err := stmt.Step()
 			if err != nil {
@@ -313,7 +313,7 @@ FROM json_each(?1) AS j CROSS JOIN timers AS t ON t.id = j.value WHERE t.status 
 		}
 		// The events of timers without a webhook of their own first, so
 		// their seqs are one range for the fan-out.
-		slices.SortStableFunc(timers, func(a, b hourglass.NamedTimer) int { return cmp.Compare(min(a.WebhookID, 1), min(b.WebhookID, 1)) })
+		slices.SortStableFunc(timers, func(a, b hourglass.Timer) int { return cmp.Compare(min(a.WebhookID, 1), min(b.WebhookID, 1)) })
 		seqs := make([]int64, len(timers))
 		for i, t := range timers {
 			seq, err := writeTimerEvent(conn, nowMs, t)
@@ -327,7 +327,7 @@ FROM json_each(?1) AS j CROSS JOIN timers AS t ON t.id = j.value WHERE t.status 
 			return nil
 		}
 		// timers[:plain] have no webhook of their own.
-		plain := slices.IndexFunc(timers, func(t hourglass.NamedTimer) bool { return t.WebhookID != 0 })
+		plain := slices.IndexFunc(timers, func(t hourglass.Timer) bool { return t.WebhookID != 0 })
 		if plain < 0 {
 			plain = len(timers)
 		}
@@ -363,7 +363,7 @@ SELECT id, ?1, ?2, 'pending', 0, ?3 FROM webhooks WHERE id = ?4`)
 
 // writeTimerEvent writes the timer.fired event of t, which has just fired,
 // with its body, and returns its seq.
-func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.NamedTimer) (int64, error) {
+func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.Timer) (int64, error) {
 	id := hourglass.NewEventID()
 	body := hourglass.MarshalTimerEvent(id, t)
 	if body == nil {
@@ -383,7 +383,7 @@ func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.NamedTimer) (in
 
 // TimersDue implements hourglass.TimerStore, along the (status, fire_at,
 // id) index as PendingDue goes along the orders'.
-func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	return s.due(ctx, "timers due", `SELECT id, fire_at FROM timers INDEXED BY timers_status_fire_at
 WHERE status = 'scheduled' AND (fire_at > ?1 OR (fire_at = ?1 AND id > ?2)) AND fire_at <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
 ORDER BY fire_at, id LIMIT ?4`, p)

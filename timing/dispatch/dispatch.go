@@ -42,7 +42,7 @@ type Dispatcher struct {
 	clock  hourglass.TimerClock
 	log    *slog.Logger
 	mu     sync.Mutex
-	queue  []hourglass.Timer
+	queue  []hourglass.DueItem
 	closed bool
 	// inflight holds the earliest deadline of each batch being delivered,
 	// by worker, so Oldest counts what has left the queue but not yet
@@ -67,7 +67,7 @@ func New(cfg Config) *Dispatcher {
 }
 
 // Push queues fired timers. It never blocks.
-func (d *Dispatcher) Push(timers []hourglass.Timer) {
+func (d *Dispatcher) Push(timers []hourglass.DueItem) {
 	if len(timers) == 0 {
 		return
 	}
@@ -102,7 +102,7 @@ func (d *Dispatcher) Oldest() (deadline, progress int64, ok bool) {
 	progress = d.progress
 	deadline = math.MaxInt64
 	for _, t := range d.queue {
-		deadline = min(deadline, hourglass.UnixMilli(t.Deadline))
+		deadline = min(deadline, hourglass.UnixMilli(t.At))
 	}
 	for _, dl := range d.inflight {
 		deadline = min(deadline, dl)
@@ -190,7 +190,7 @@ func (d *Dispatcher) work(ctx context.Context, worker int, deliver hourglass.Del
 // pop blocks until timers are queued and returns up to Batch of them,
 // recording their earliest deadline as the worker's in-flight one; ok is
 // false once Run's context has ended.
-func (d *Dispatcher) pop(worker int) (batch []hourglass.Timer, ok bool) {
+func (d *Dispatcher) pop(worker int) (batch []hourglass.DueItem, ok bool) {
 	for {
 		d.mu.Lock()
 		if d.closed {
@@ -199,10 +199,10 @@ func (d *Dispatcher) pop(worker int) (batch []hourglass.Timer, ok bool) {
 			return nil, false
 		}
 		if n := min(d.cfg.Batch, len(d.queue)); n > 0 {
-			batch = append([]hourglass.Timer(nil), d.queue[:n]...)
+			batch = append([]hourglass.DueItem(nil), d.queue[:n]...)
 			earliest := int64(math.MaxInt64)
 			for _, t := range batch {
-				earliest = min(earliest, hourglass.UnixMilli(t.Deadline))
+				earliest = min(earliest, hourglass.UnixMilli(t.At))
 			}
 			d.inflight[worker] = earliest
 			if n == len(d.queue) {

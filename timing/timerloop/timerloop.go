@@ -106,15 +106,15 @@ func (s *Scheduler) Info() hourglass.SchedulerInfo {
 // Schedule implements hourglass.Scheduler; it never fails. Scheduling an
 // order already held replaces its deadline (an order's deadline never
 // changes, so this only drops a duplicate): it is idempotent.
-func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.Timer) error {
+func (s *Scheduler) Schedule(_ context.Context, timers []hourglass.DueItem) error {
 	if len(timers) == 0 {
 		return nil
 	}
 	earliest := int64(math.MaxInt64)
 	s.mu.Lock()
 	for _, t := range timers {
-		d := hourglass.UnixMilli(t.Deadline)
-		s.timers.Add(t.OrderID, d)
+		d := hourglass.UnixMilli(t.At)
+		s.timers.Add(t.ID, d)
 		earliest = min(earliest, d)
 	}
 	wake := earliest < s.sleepUntil
@@ -195,14 +195,14 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 	defer wg.Wait()
 	timer := s.clock.NewTimer(time.Hour)
 	defer timer.Stop()
-	var fired []hourglass.Timer
+	var fired []hourglass.DueItem
 	for {
 		now := s.clock.Now()
 		nowMs := hourglass.UnixMilli(now)
 		fired = fired[:0]
 		s.mu.Lock()
 		s.timers.PopDue(nowMs, func(id, deadline int64) {
-			fired = append(fired, hourglass.Timer{OrderID: id, Deadline: hourglass.FromUnixMilli(deadline)})
+			fired = append(fired, hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(deadline)})
 			s.handing = min(s.handing, deadline)
 		})
 		next, ok := s.timers.Next()
@@ -216,8 +216,8 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 		// database's index pages on every batch (ids close together also
 		// share table pages, so each batch touches few of them).
 		if len(fired) > 1 {
-			slices.SortFunc(fired, func(a, b hourglass.Timer) int {
-				return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.OrderID, b.OrderID))
+			slices.SortFunc(fired, func(a, b hourglass.DueItem) int {
+				return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID))
 			})
 		}
 		s.disp.Push(fired)

@@ -43,13 +43,13 @@ const (
 // Source pages pending items from the database: up to p.Limit items due at
 // or before p.Until, in (due time, id) order, strictly after the cursor
 // (p.After, p.AfterID), of the partitions p.Parts (nil: all), as
-// hourglass.Timer{OrderID: the item's id, Deadline: when it is due}.
+// hourglass.DueItem{ID: the item's id, At: when it is due}.
 // Store.PendingDue and TimerStore.TimersDue are Sources.
-type Source func(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error)
+type Source func(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
 
 // Sink takes loaded or offered items: the scheduler's Schedule. It must be
 // idempotent (an item may be handed over twice).
-type Sink func(ctx context.Context, items []hourglass.Timer) error
+type Sink func(ctx context.Context, items []hourglass.DueItem) error
 
 // Parts follows the partitions this node owns, for a loader that loads
 // only theirs (cluster.Tracker is one). Its methods must be safe for
@@ -151,7 +151,7 @@ func (l *Loader) Horizon() int64 {
 // it takes only the earliest that fit and lowers the horizon to before the
 // first it left, so a later load brings those, and returns false. Items
 // already held may be offered again.
-func (l *Loader) Offer(ctx context.Context, items []hourglass.Timer) (bool, error) {
+func (l *Loader) Offer(ctx context.Context, items []hourglass.DueItem) (bool, error) {
 	l.mu.Lock()
 	horizon := l.horizon
 	l.mu.Unlock()
@@ -160,10 +160,10 @@ func (l *Loader) Offer(ctx context.Context, items []hourglass.Timer) (bool, erro
 	// it queries after raising, so it sees an item not taken here.
 	in := items
 	for i, t := range items {
-		if hourglass.UnixMilli(t.Deadline) > horizon { // copy only when some are left out
+		if hourglass.UnixMilli(t.At) > horizon { // copy only when some are left out
 			in = slices.Clone(items[:i])
 			for _, t := range items[i+1:] {
-				if hourglass.UnixMilli(t.Deadline) <= horizon {
+				if hourglass.UnixMilli(t.At) <= horizon {
 					in = append(in, t)
 				}
 			}
@@ -180,7 +180,7 @@ func (l *Loader) Offer(ctx context.Context, items []hourglass.Timer) (bool, erro
 		if len(in) == len(items) {
 			in = slices.Clone(in) // hand wants due order; the caller's slice stays as it is
 		}
-		slices.SortFunc(in, func(a, b hourglass.Timer) int { return a.Deadline.Compare(b.Deadline) })
+		slices.SortFunc(in, func(a, b hourglass.DueItem) int { return a.At.Compare(b.At) })
 	}
 	return l.hand(ctx, in)
 }
@@ -359,11 +359,11 @@ func (l *Loader) pages(ctx context.Context, src Source, p hourglass.PendingDuePa
 			return p.Until, nil
 		}
 		last := page[len(page)-1]
-		p.After, p.AfterID = last.Deadline, last.OrderID
+		p.After, p.AfterID = last.At, last.ID
 		if report != nil {
 			// Every item due before the last one's millisecond is with
 			// the sink now.
-			report(hourglass.UnixMilli(last.Deadline) - 1)
+			report(hourglass.UnixMilli(last.At) - 1)
 		}
 	}
 }
@@ -382,7 +382,7 @@ func (l *Loader) stopAt(at time.Time) {
 // it took all of it: with MaxHeld, it takes as much as there is room for at
 // the moment of the hand-over and lowers the horizon to before the first
 // item left.
-func (l *Loader) hand(ctx context.Context, page []hourglass.Timer) (bool, error) {
+func (l *Loader) hand(ctx context.Context, page []hourglass.DueItem) (bool, error) {
 	if l.cfg.MaxHeld <= 0 {
 		return true, l.cfg.Sink(ctx, page)
 	}
@@ -390,7 +390,7 @@ func (l *Loader) hand(ctx context.Context, page []hourglass.Timer) (bool, error)
 	defer l.mu.Unlock()
 	all := true
 	if room := max(l.cfg.MaxHeld-l.cfg.Held(), 0); room < len(page) {
-		l.horizon = min(l.horizon, hourglass.UnixMilli(page[room].Deadline)-1)
+		l.horizon = min(l.horizon, hourglass.UnixMilli(page[room].At)-1)
 		l.truncated = true
 		page, all = page[:room], false
 	}

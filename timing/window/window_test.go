@@ -21,20 +21,20 @@ import (
 // (by (due, id), strictly after the cursor, in the partitions asked for).
 type table struct {
 	mu    sync.Mutex
-	items []hourglass.Timer
+	items []hourglass.DueItem
 	fail  error // returned by the next query, then cleared
 	calls int
 }
 
-func (tb *table) add(id int64, due time.Time) hourglass.Timer {
+func (tb *table) add(id int64, due time.Time) hourglass.DueItem {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	t := hourglass.Timer{OrderID: id, Deadline: due}
+	t := hourglass.DueItem{ID: id, At: due}
 	tb.items = append(tb.items, t)
 	return t
 }
 
-func (tb *table) due(_ context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (tb *table) due(_ context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	tb.calls++
@@ -46,13 +46,13 @@ func (tb *table) due(_ context.Context, p hourglass.PendingDueParams) ([]hourgla
 		return nil, errors.New("limit must be positive")
 	}
 	sorted := slices.Clone(tb.items)
-	slices.SortFunc(sorted, func(a, b hourglass.Timer) int {
-		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.OrderID, b.OrderID))
+	slices.SortFunc(sorted, func(a, b hourglass.DueItem) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID))
 	})
-	var page []hourglass.Timer
+	var page []hourglass.DueItem
 	for _, t := range sorted {
-		after := t.Deadline.After(p.After) || t.Deadline.Equal(p.After) && t.OrderID > p.AfterID
-		if !after || t.Deadline.After(p.Until) || !p.Parts.Has(t.OrderID) {
+		after := t.At.After(p.After) || t.At.Equal(p.After) && t.ID > p.AfterID
+		if !after || t.At.After(p.Until) || !p.Parts.Has(t.ID) {
 			continue
 		}
 		if page = append(page, t); len(page) == p.Limit {
@@ -71,11 +71,11 @@ type held struct {
 
 func newHeld() *held { return &held{m: map[int64]time.Time{}, changed: make(chan struct{})} }
 
-func (h *held) schedule(_ context.Context, ts []hourglass.Timer) error {
+func (h *held) schedule(_ context.Context, ts []hourglass.DueItem) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, t := range ts {
-		h.m[t.OrderID] = t.Deadline
+		h.m[t.ID] = t.At
 	}
 	close(h.changed)
 	h.changed = make(chan struct{})
@@ -123,16 +123,16 @@ func (h *held) deliver(tb *table) {
 	defer h.mu.Unlock()
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	tb.items = slices.DeleteFunc(tb.items, func(t hourglass.Timer) bool { _, ok := h.m[t.OrderID]; return ok })
+	tb.items = slices.DeleteFunc(tb.items, func(t hourglass.DueItem) bool { _, ok := h.m[t.ID]; return ok })
 	clear(h.m)
 }
 
 // random returns one of tb's items.
-func (tb *table) random() hourglass.Timer {
+func (tb *table) random() hourglass.DueItem {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	if len(tb.items) == 0 {
-		return hourglass.Timer{}
+		return hourglass.DueItem{}
 	}
 	return tb.items[rand.IntN(len(tb.items))]
 }
@@ -154,7 +154,7 @@ func TestLoadFollowsTheWindow(t *testing.T) {
 	var progress []int64
 	l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: h.schedule, Window: 3 * time.Minute, PageSize: 1, Clock: clock,
 		OnPage: func(to int64) { progress = append(progress, to) }})
-	if ok, _ := l.Offer(context.Background(), []hourglass.Timer{{OrderID: 99, Deadline: at(0)}}); ok && h.has(99) {
+	if ok, _ := l.Offer(context.Background(), []hourglass.DueItem{{ID: 99, At: at(0)}}); ok && h.has(99) {
 		t.Fatal("an item was accepted before the first load")
 	}
 	if err := l.Load(context.Background()); err != nil {
@@ -189,7 +189,7 @@ func TestOffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	soon, late := tb.add(1, at(30*time.Second)), tb.add(2, at(2*time.Minute))
-	if ok, err := l.Offer(context.Background(), []hourglass.Timer{soon, late}); !ok || err != nil {
+	if ok, err := l.Offer(context.Background(), []hourglass.DueItem{soon, late}); !ok || err != nil {
 		t.Fatalf("Offer = %v, %v", ok, err)
 	}
 	if !h.has(1) || h.has(2) {
@@ -293,8 +293,8 @@ func TestMaxHeld(t *testing.T) {
 		}
 		h.mu.Unlock()
 		// Offers race the loads: they must respect the bound too.
-		if it := tb.random(); it.OrderID != 0 {
-			l.Offer(ctx, []hourglass.Timer{it})
+		if it := tb.random(); it.ID != 0 {
+			l.Offer(ctx, []hourglass.DueItem{it})
 		}
 		if h.len() == maxHeld {
 			h.deliver(tb)
@@ -350,7 +350,7 @@ func TestNothingFallsBetweenLoadsAndOffers(t *testing.T) {
 	wg.Go(func() {
 		for i := range n {
 			it := tb.add(int64(i+1), clock.Now().Add(time.Duration(rand.IntN(200))*time.Millisecond))
-			l.Offer(context.Background(), []hourglass.Timer{it})
+			l.Offer(context.Background(), []hourglass.DueItem{it})
 		}
 	})
 	wg.Go(func() {
@@ -364,8 +364,8 @@ func TestNothingFallsBetweenLoadsAndOffers(t *testing.T) {
 	wg.Wait()
 	horizon := l.Horizon()
 	for _, it := range tb.items {
-		if hourglass.UnixMilli(it.Deadline) <= horizon && !h.has(it.OrderID) {
-			t.Fatalf("item %d due %s, within the horizon, was never handed over", it.OrderID, it.Deadline)
+		if hourglass.UnixMilli(it.At) <= horizon && !h.has(it.ID) {
+			t.Fatalf("item %d due %s, within the horizon, was never handed over", it.ID, it.At)
 		}
 	}
 }
@@ -378,13 +378,13 @@ func TestOfferSinkFailure(t *testing.T) {
 	clock := hourglasstest.NewClock(epoch)
 	tb := &table{}
 	broken := errors.New("scheduler gone")
-	var got []hourglass.Timer
-	sink := func(_ context.Context, ts []hourglass.Timer) error { got = ts; return broken }
+	var got []hourglass.DueItem
+	sink := func(_ context.Context, ts []hourglass.DueItem) error { got = ts; return broken }
 	for _, maxHeld := range []int{0, 10} {
 		l := window.New(window.Config{Sources: []window.Source{tb.due}, Sink: sink, Window: time.Minute, Clock: clock,
 			MaxHeld: maxHeld, Held: func() int { return 0 }})
 		l.Load(context.Background()) // empty: sinks nothing
-		items := []hourglass.Timer{{OrderID: 2, Deadline: at(30 * time.Second)}, {OrderID: 3, Deadline: at(time.Hour)}, {OrderID: 1, Deadline: at(time.Second)}}
+		items := []hourglass.DueItem{{ID: 2, At: at(30 * time.Second)}, {ID: 3, At: at(time.Hour)}, {ID: 1, At: at(time.Second)}}
 		before := slices.Clone(items)
 		if _, err := l.Offer(context.Background(), items); !errors.Is(err, broken) {
 			t.Fatalf("MaxHeld %d: Offer = %v, want the sink's error", maxHeld, err)
@@ -392,7 +392,7 @@ func TestOfferSinkFailure(t *testing.T) {
 		if !slices.Equal(items, before) {
 			t.Fatalf("MaxHeld %d: Offer changed the caller's slice to %v", maxHeld, items)
 		}
-		if len(got) != 2 || slices.ContainsFunc(got, func(t hourglass.Timer) bool { return t.OrderID == 3 }) {
+		if len(got) != 2 || slices.ContainsFunc(got, func(t hourglass.DueItem) bool { return t.ID == 3 }) {
 			t.Fatalf("MaxHeld %d: sink got %v, want the two items within the horizon", maxHeld, got)
 		}
 	}

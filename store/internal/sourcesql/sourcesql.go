@@ -268,37 +268,37 @@ func (t *Table) arg(at time.Time) any {
 }
 
 // scan reads (key, deadline) rows.
-func (t *Table) scan(rows Rows, err error) ([]hourglass.Timer, error) {
+func (t *Table) scan(rows Rows, err error) ([]hourglass.DueItem, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []hourglass.Timer
+	var out []hourglass.DueItem
 	for rows.Next() {
-		var tm hourglass.Timer
+		var tm hourglass.DueItem
 		if t.ms {
 			var ms int64
-			if err := rows.Scan(&tm.OrderID, &ms); err != nil {
+			if err := rows.Scan(&tm.ID, &ms); err != nil {
 				return nil, err
 			}
-			tm.Deadline = hourglass.FromUnixMilli(ms)
+			tm.At = hourglass.FromUnixMilli(ms)
 		} else {
 			var v any
-			if err := rows.Scan(&tm.OrderID, &v); err != nil {
+			if err := rows.Scan(&tm.ID, &v); err != nil {
 				return nil, err
 			}
-			if tm.Deadline, err = asTime(v); err != nil {
-				return nil, fmt.Errorf("row %d: %s: %w", tm.OrderID, t.src.Deadline, err)
+			if tm.At, err = asTime(v); err != nil {
+				return nil, fmt.Errorf("row %d: %s: %w", tm.ID, t.src.Deadline, err)
 			}
 		}
-		tm.Deadline = tm.Deadline.UTC()
+		tm.At = tm.At.UTC()
 		out = append(out, tm)
 	}
 	return out, rows.Err()
 }
 
 // Due implements hourglass.SourceTable.
-func (t *Table) Due(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.Timer, error) {
+func (t *Table) Due(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
 	if p.Parts != nil && len(p.Parts) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -315,7 +315,7 @@ func (t *Table) Due(ctx context.Context, p hourglass.PendingDueParams) ([]hourgl
 }
 
 // Tail implements hourglass.SourceTable.
-func (t *Table) Tail(ctx context.Context, after int64, limit int) ([]hourglass.Timer, error) {
+func (t *Table) Tail(ctx context.Context, after int64, limit int) ([]hourglass.DueItem, error) {
 	rows, err := t.scan(t.d.DB().Query(ctx, t.tailSQL(max(limit, 1), t.d.Param), after))
 	if err != nil {
 		return nil, fmt.Errorf("source %s: tail new rows: %w", t.src.Name, err)
@@ -324,7 +324,7 @@ func (t *Table) Tail(ctx context.Context, after int64, limit int) ([]hourglass.T
 }
 
 // Holes implements hourglass.SourceTable.
-func (t *Table) Holes(ctx context.Context, ranges [][2]int64, limit int) ([]hourglass.Timer, error) {
+func (t *Table) Holes(ctx context.Context, ranges [][2]int64, limit int) ([]hourglass.DueItem, error) {
 	if len(ranges) == 0 {
 		return nil, nil
 	}
@@ -360,7 +360,7 @@ func (t *Table) MaxKey(ctx context.Context) (int64, error) {
 }
 
 // Pending implements hourglass.SourceTable.
-func (t *Table) Pending(ctx context.Context, keys []int64) ([]hourglass.Timer, error) {
+func (t *Table) Pending(ctx context.Context, keys []int64) ([]hourglass.DueItem, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -378,10 +378,10 @@ func (t *Table) Pending(ctx context.Context, keys []int64) ([]hourglass.Timer, e
 }
 
 // Close implements hourglass.SourceTable.
-func (t *Table) Close(ctx context.Context, rows []hourglass.Timer) ([]hourglass.SourceResult, error) {
+func (t *Table) Close(ctx context.Context, rows []hourglass.DueItem) ([]hourglass.SourceResult, error) {
 	rows = slices.Clone(rows)
-	slices.SortFunc(rows, func(a, b hourglass.Timer) int { return cmp.Compare(a.OrderID, b.OrderID) })
-	rows = slices.CompactFunc(rows, func(a, b hourglass.Timer) bool { return a.OrderID == b.OrderID })
+	slices.SortFunc(rows, func(a, b hourglass.DueItem) int { return cmp.Compare(a.ID, b.ID) })
+	rows = slices.CompactFunc(rows, func(a, b hourglass.DueItem) bool { return a.ID == b.ID })
 	var (
 		res        []hourglass.SourceResult
 		deliveries int
@@ -413,7 +413,7 @@ func (t *Table) Close(ctx context.Context, rows []hourglass.Timer) ([]hourglass.
 		}
 		at := make(map[int64]time.Time, len(pending))
 		for _, p := range pending {
-			at[p.OrderID] = p.Deadline
+			at[p.ID] = p.At
 		}
 		for i := range res {
 			if d, ok := at[res[i].Key]; ok && res[i].Outcome == hourglass.SourceNoop {
@@ -435,7 +435,7 @@ var errRowFailed = errors.New("a row failed")
 // no change behind: the transaction is rolled back and run again without
 // it (no savepoints: more than 64 subtransactions in one transaction slow
 // every session of a PostgreSQL server, and such rows are rare).
-func (t *Table) closeTx(ctx context.Context, rows []hourglass.Timer) (res []hourglass.SourceResult, deliveries int, err error) {
+func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []hourglass.SourceResult, deliveries int, err error) {
 	excluded := map[int64]hourglass.SourceResult{}
 	pipe := true
 	for {
@@ -445,12 +445,12 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.Timer) (res []hour
 			var todo []int // indexes in res of the rows to close
 			guards := make([]Stmt, 0, len(rows))
 			for _, r := range rows {
-				out := hourglass.SourceResult{Key: r.OrderID, Deadline: r.Deadline}
-				if x, ok := excluded[r.OrderID]; ok {
+				out := hourglass.SourceResult{Key: r.ID, Deadline: r.At}
+				if x, ok := excluded[r.ID]; ok {
 					out = x
 				} else {
 					todo = append(todo, len(res))
-					guards = append(guards, t.stmt(0, r.OrderID))
+					guards = append(guards, t.stmt(0, r.ID))
 				}
 				res = append(res, out)
 			}
@@ -547,8 +547,8 @@ func (t *Table) readDeadlines(ctx context.Context, tx Querier, res []hourglass.S
 		return fmt.Errorf("read the closed rows' deadlines: %w", err)
 	}
 	for _, r := range rows {
-		if j, ok := at[r.OrderID]; ok {
-			res[j].Deadline = r.Deadline
+		if j, ok := at[r.ID]; ok {
+			res[j].Deadline = r.At
 		}
 	}
 	return nil

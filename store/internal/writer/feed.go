@@ -62,7 +62,7 @@ func (w *Writer[T]) announce(writes []T) {
 // committed. remote runs until ctx ends, restarted with capped backoff
 // after a failure, which is logged and told to fn as Reload (as is remote's
 // own nil, "reload").
-func (w *Writer[T]) WatchDue(ctx context.Context, remote func(context.Context, func([]hourglass.Timer)) error, fn func(hourglass.DueUpdate)) (wait func()) {
+func (w *Writer[T]) WatchDue(ctx context.Context, remote func(context.Context, func([]hourglass.DueItem)) error, fn func(hourglass.DueUpdate)) (wait func()) {
 	sub := &fn
 	w.feed.mu.Lock()
 	if w.feed.subs == nil {
@@ -92,7 +92,7 @@ func (w *Writer[T]) WatchDue(ctx context.Context, remote func(context.Context, f
 }
 
 // watchRemote runs remote until ctx ends, again after a failure.
-func (w *Writer[T]) watchRemote(ctx context.Context, remote func(context.Context, func([]hourglass.Timer)) error, fn func(hourglass.DueUpdate)) {
+func (w *Writer[T]) watchRemote(ctx context.Context, remote func(context.Context, func([]hourglass.DueItem)) error, fn func(hourglass.DueUpdate)) {
 	log := w.cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -106,7 +106,7 @@ func (w *Writer[T]) watchRemote(ctx context.Context, remote func(context.Context
 		},
 	}
 	_ = sup.Run(ctx, func(ctx context.Context) error {
-		err := remote(ctx, func(ts []hourglass.Timer) {
+		err := remote(ctx, func(ts []hourglass.DueItem) {
 			if ts == nil {
 				fn(hourglass.DueUpdate{Reload: true})
 				return

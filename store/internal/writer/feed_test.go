@@ -17,7 +17,7 @@ type dueWrite struct {
 }
 
 func (w *dueWrite) Due(u *hourglass.DueUpdate) {
-	u.Due = append(u.Due, hourglass.Timer{OrderID: w.id})
+	u.Due = append(u.Due, hourglass.DueItem{ID: w.id})
 }
 
 // dueFake runs dueWrites as fake runs writes.
@@ -48,7 +48,7 @@ func TestWatchDue(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, d := range u.Due {
-			got = append(got, d.OrderID)
+			got = append(got, d.ID)
 		}
 	})
 	seen := func() []int64 {
