@@ -1,7 +1,8 @@
 // Package testenv is what hourglass's tests need from their environment: a
 // real service to talk to (ServiceURL), a proxy that can cut a client off it
 // (Proxy), and one way to wait for a condition that comes true in real time
-// (Eventually).
+// (Eventually), or for an instant of the wall clock that a test against real
+// processes is paced by (Until, Phase).
 //
 // It imports only the standard library, so any package's tests (and the
 // test-support packages under store/) may use it without importing the
@@ -9,6 +10,7 @@
 package testenv
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"os"
@@ -54,13 +56,55 @@ const Poll = 5 * time.Millisecond
 // reads an injected clock is driven with hourglasstest.Clock instead.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	EventuallyEvery(t, within, Poll, what, cond)
+}
+
+// EventuallyEvery is Eventually evaluating cond every every instead of every
+// Poll: for a condition that costs a query of a database or of another
+// process's API, where polling every 5 ms would load what the test measures.
+func EventuallyEvery(t testing.TB, within, every time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	tick := time.NewTicker(Poll)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s", what, within)
 		}
 		<-tick.C
+	}
+}
+
+// Until waits until the wall clock reaches at, or ctx ends, and reports
+// whether at was reached. It paces a test's load against real processes
+// (the i-th request at start + i×interval) and its scenario's steps (the
+// kill at start + 3 s): those processes run on the wall clock, which no fake
+// clock reaches. A time already past returns at once.
+func Until(ctx context.Context, at time.Time) bool {
+	d := time.Until(at)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Phase lets a scenario against real processes run for d (load flowing
+// while a node is down, deadlines passing while nothing serves them),
+// logging what it waits for so a failure's log shows the scenario's
+// timeline. It fails the test if the test's context ends first. Use it only
+// where the wait is the scenario itself; a wait for something to happen is
+// Eventually.
+func Phase(t testing.TB, d time.Duration, what string) {
+	t.Helper()
+	t.Logf("phase: %s (%s)", what, d)
+	if !Until(t.Context(), time.Now().Add(d)) {
+		t.Fatalf("phase %q: the test ended first", what)
 	}
 }

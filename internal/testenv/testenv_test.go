@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -80,5 +81,51 @@ func TestServiceURLNotAURL(t *testing.T) {
 	<-done
 	if !strings.Contains(f.msg, "is not a URL with a host") {
 		t.Fatalf("failure %q", f.msg)
+	}
+}
+
+func TestUntil(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	if !Until(t.Context(), start.Add(20*time.Millisecond)) {
+		t.Fatal("Until returned false with a live context")
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Fatalf("returned after %s, before its instant", took)
+	}
+	if !Until(t.Context(), start.Add(-time.Hour)) {
+		t.Fatal("a past instant returned false")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if Until(ctx, time.Now().Add(time.Hour)) {
+		t.Fatal("an ended context returned true")
+	}
+}
+
+func TestEventuallyEvery(t *testing.T) {
+	t.Parallel()
+	f := &fatalTB{}
+	var calls atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		EventuallyEvery(f, 75*time.Millisecond, 20*time.Millisecond, "slow", func() bool { calls.Add(1); return false })
+	}()
+	<-done
+	if want := "slow: not within 75ms"; f.msg != want {
+		t.Fatalf("failure %q, want %q", f.msg, want)
+	}
+	if n := calls.Load(); n < 3 || n > 6 {
+		t.Fatalf("cond called %d times in 75ms every 20ms, want 3 to 6", n)
+	}
+}
+
+func TestPhase(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	Phase(t, 10*time.Millisecond, "a short phase")
+	if took := time.Since(start); took < 10*time.Millisecond {
+		t.Fatalf("returned after %s, before its 10ms", took)
 	}
 }
