@@ -72,6 +72,8 @@ func TestHeldInMemoryIsBounded(t *testing.T) {
 	f := setup(t, webhook.Config{})
 	g := newGatedReceiver(t)
 	f.backlog(t, g, n)
+	cs := &scanCountingStore{}
+	f.wrap = func(s webhook.Store) webhook.Store { cs.Store = s; return cs }
 	f.start(t, webhook.Config{MaxHeld: maxHeld, Workers: 8, LoadInterval: 50 * time.Millisecond, Window: time.Second})
 
 	peak := 0
@@ -80,11 +82,12 @@ func TestHeldInMemoryIsBounded(t *testing.T) {
 			peak = p
 		}
 	}
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) { // several load intervals with nothing draining
+	// Several load intervals (and polls, 50 ms each) with nothing draining:
+	// twenty reads of due deliveries, about 500 ms.
+	testenv.Eventually(t, 30*time.Second, "twenty reads of due deliveries", func() bool {
 		sample()
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cs.scans.Load() >= 20
+	})
 	if peak > maxHeld {
 		t.Fatalf("%d deliveries held with MaxHeld %d", peak, maxHeld)
 	}

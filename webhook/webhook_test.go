@@ -674,13 +674,17 @@ func TestConfigValidate(t *testing.T) {
 func TestOwnedPartitionsOnly(t *testing.T) {
 	t.Parallel()
 	own := hourglasstest.NewOwnership()
-	f := setup(t, webhook.Config{Ownership: own})
+	cs := &scanCountingStore{}
+	f := &fixture{ctx: context.Background(), dir: t.TempDir(), wrap: func(s webhook.Store) webhook.Store { cs.Store = s; return cs }}
+	f = setupOn(t, f, openStore(t, "sqlite"), webhook.Config{Ownership: own})
 	rc := newReceiver(t)
 	f.subscribe(t, rc, hourglass.EventOrderCreated)
 	mine, other := f.order(t), f.order(t)
 	own.Move([]int{hourglass.PartitionOf(mine.ID)}, nil)
 	rc.waitFor("the created event of the owned partition's order", func() bool { return len(rc.all()) > 0 })
-	time.Sleep(300 * time.Millisecond) // several polls: the other order's event must not follow
+	// Several polls (PollInterval 50 ms): the other order's event must not follow.
+	scans := cs.scans.Load()
+	testenv.Eventually(t, 10*time.Second, "six more reads of due deliveries", func() bool { return cs.scans.Load() >= scans+6 })
 	if got, want := rc.delivered(), f.eventIDs(t, mine.ID); !slices.Equal(got, want) {
 		t.Fatalf("delivered %v, want only the owned order's events %v", got, want)
 	}
@@ -693,15 +697,30 @@ func TestOwnedPartitionsOnly(t *testing.T) {
 func TestYield(t *testing.T) {
 	t.Parallel()
 	var yielding atomic.Bool
+	var asked atomic.Int64
 	yielding.Store(true)
-	f := setup(t, webhook.Config{Yield: yielding.Load})
+	f := setup(t, webhook.Config{Yield: func() bool { asked.Add(1); return yielding.Load() }})
 	rc := newReceiver(t)
 	f.subscribe(t, rc, hourglass.EventOrderCreated)
 	ev := f.eventIDs(t, f.order(t).ID)[0]
-	time.Sleep(webhook.YieldMax / 4) // an attempt would be out by now; well under the bound
+	// The attempt is at the gate, asked again and again (every 5 ms, well
+	// under the bound of YieldMax): without the gate it would be out by now.
+	testenv.Eventually(t, 10*time.Second, "the attempt waiting on Yield", func() bool { return asked.Load() >= 10 })
 	if got := rc.of(ev); len(got) != 0 {
 		t.Fatalf("%d attempts while yielding, want none", len(got))
 	}
 	yielding.Store(false)
 	rc.waitFor("the delivery after yielding", func() bool { return len(rc.of(ev)) == 1 })
+}
+
+// scanCountingStore counts the service's reads of due deliveries (its
+// polls and window loads), so a test can wait for several to have passed.
+type scanCountingStore struct {
+	webhook.Store
+	scans atomic.Int64
+}
+
+func (s *scanCountingStore) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
+	s.scans.Add(1)
+	return s.Store.DueDeliveries(ctx, p)
 }
