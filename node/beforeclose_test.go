@@ -19,6 +19,7 @@ import (
 	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/webhook"
@@ -125,20 +126,22 @@ func createFor(t *testing.T, n *Node, user string) hourglass.Order {
 // on the database's clock).
 func await(t *testing.T, n *Node, id int64, what string, ok func(hourglass.Order) bool) hourglass.Order {
 	t.Helper()
-	giveUp := time.Now().Add(10 * time.Second)
-	for {
-		o, err := n.Store.Order(context.Background(), id)
-		if err != nil {
+	var o hourglass.Order
+	waited := false
+	defer func() {
+		if !waited { // Eventually failed the test: say what the order is
+			t.Logf("order %d is %+v", id, o)
+		}
+	}()
+	testenv.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, fmt.Sprintf("order %d: %s", id, what), func() bool {
+		var err error
+		if o, err = n.Store.Order(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if ok(o) {
-			return o
-		}
-		if time.Now().After(giveUp) {
-			t.Fatalf("order %d: %s: not within 10 s; it is %+v", id, what, o)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok(o)
+	})
+	waited = true
+	return o
 }
 
 func eventTypes(t *testing.T, n *Node, id int64) []hourglass.EventType {

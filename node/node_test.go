@@ -2,12 +2,15 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/store"
 )
@@ -42,20 +45,22 @@ func TestNodeClosesOnTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var status hourglass.State
+	waited := false
+	defer func() {
+		if !waited { // Eventually failed the test: say what the order is
+			t.Logf("order %d is %s", o.ID, status)
+		}
+	}()
+	testenv.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, fmt.Sprintf("order %d closed by the engine after its 1 s deadline", o.ID), func() bool {
 		got, err := n.Store.Order(ctx, o.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status == "closed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("order %d is %s 10 s after its 1 s deadline; want closed by the engine", o.ID, got.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		status = got.Status
+		return got.Status == "closed"
+	})
+	waited = true
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -160,16 +161,13 @@ func BenchmarkArmTimers(b *testing.B) {
 			return -1, nil
 		})
 		// Applied: every request gone.
-		for {
+		testenv.EventuallyEvery(b, 10*time.Minute, 5*time.Millisecond, "every request applied (its row gone)", func() bool {
 			var left int
 			if err := shop.QueryRow("SELECT count(*) FROM " + table.Name).Scan(&left); err != nil {
 				b.Fatal(err)
 			}
-			if left == 0 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return left == 0
+		})
 		elapsed := time.Since(start)
 		b.StopTimer()
 		var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -94,7 +96,14 @@ func BenchmarkSourcesBesideOrders(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	testenv.EventuallyEvery(b, 30*time.Second, 20*time.Millisecond, "the node's /readyz answering 200", func() bool {
+		resp, err := http.Get("http://" + n.Addr().String() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 
 	var (
 		mu            sync.Mutex
@@ -116,7 +125,7 @@ func BenchmarkSourcesBesideOrders(b *testing.B) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range b.N {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * 10 * time.Second / time.Duration(b.N))))
+		testenv.Until(ctx, start.Add(time.Duration(i)*10*time.Second/time.Duration(b.N)))
 		in := time.Second + time.Duration(rand.IntN(1000))*time.Millisecond
 		wg.Add(2)
 		go func() { defer wg.Done(); createOwn(in) }()
@@ -194,26 +203,29 @@ func waitClosed(b *testing.B, n *node.Node, shop hourglasstest.Shop, events stri
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
 	for _, id := range own {
-		for {
+		testenv.EventuallyEvery(b, time.Until(deadline), 20*time.Millisecond, fmt.Sprintf("order %d closed", id), func() bool {
 			o, err := n.Store.Order(ctx, id)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if o.Status == hourglass.StateClosed {
-				ownC = append(ownC, closing{o.Deadline, o.ClosedAt})
-				break
+			if o.Status != hourglass.StateClosed {
+				return false
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("order %d not closed", id)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			ownC = append(ownC, closing{o.Deadline, o.ClosedAt})
+			return true
+		})
 	}
 	want := map[int64]bool{}
 	for _, k := range shopKeys {
 		want[hourglass.SourceEventOrderID("shop_orders", k)] = true
 	}
-	for len(shopC) < len(shopKeys) && time.Now().Before(deadline) {
+	waited := false
+	defer func() {
+		if !waited { // EventuallyEvery failed the benchmark: say how far it got
+			b.Logf("%d of %d shop rows closed", len(shopC), len(shopKeys))
+		}
+	}()
+	testenv.EventuallyEvery(b, time.Until(deadline), 100*time.Millisecond, fmt.Sprintf("all %d shop rows closed", len(shopKeys)), func() bool {
 		shopC = shopC[:0]
 		rows, err := shop.DB.Query("SELECT order_id, body FROM " + events + " WHERE type = 'source.closed'")
 		if err != nil {
@@ -236,11 +248,9 @@ func waitClosed(b *testing.B, n *node.Node, shop hourglasstest.Shop, events stri
 			shopC = append(shopC, closing{e.Deadline, e.ClosedAt})
 		}
 		rows.Close()
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(shopC) < len(shopKeys) {
-		b.Fatalf("%d of %d shop rows closed", len(shopC), len(shopKeys))
-	}
+		return len(shopC) >= len(shopKeys)
+	})
+	waited = true
 	return ownC, shopC
 }
 
