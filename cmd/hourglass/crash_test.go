@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/storetest"
 )
 
@@ -123,7 +124,7 @@ func TestCrashRecovery(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(2 * time.Second)
+	testenv.Phase(t, 2*time.Second, "the load runs against the first process before its SIGKILL")
 	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatalf("kill: %v", err)
 	}
@@ -152,26 +153,24 @@ func TestCrashRecovery(t *testing.T) {
 
 	// Let some deadlines pass while the server is down, then restart it.
 	// Deadlines reach killedAt+3s, so some also fall after the restart.
-	time.Sleep(time.Second)
+	testenv.Phase(t, time.Second, "the server stays down while deadlines pass")
 	second := startHourglass(t, "restart", bin, dataDir, "--database-url", dbURL)
 	readyAt := second.readyAt
 	client = api.NewClient(second.url, "", hc)
 
 	// Every create was processed before the kill, so every deadline is at
-	// most killedAt + 3s. Wait past that, then until the closer is done.
-	time.Sleep(time.Until(killedAt.Add(3 * time.Second)))
+	// most killedAt + 3s: wait until the closer is done, at most 10s past
+	// that. No order is listed pending before the last deadline has
+	// passed, so the whole list is read only once none is.
 	var orders []api.OrderJSON
-	settleBy := time.Now().Add(10 * time.Second)
-	for {
-		orders = listAll(t, client)
-		if settled(orders) {
-			break
-		}
-		if time.Now().After(settleBy) {
-			t.Fatalf("orders still pending (or closed without closed_at) 10s after the last deadline")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyEvery(t, max(time.Until(killedAt.Add(3*time.Second)), 0)+10*time.Second, 50*time.Millisecond,
+		"orders still pending (or closed without closed_at) 10s after the last deadline", func() bool {
+			if l, err := client.ListOrders(t.Context(), "pending_payment", 1, 0); err != nil || len(l.Orders) > 0 {
+				return false
+			}
+			orders = listAll(t, client)
+			return settled(orders)
+		})
 
 	byUser := map[string]api.OrderJSON{}
 	for _, o := range orders {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/storetest"
@@ -117,7 +118,9 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 	for range writers {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < requests; i = next.Add(1) - 1 {
-				time.Sleep(time.Until(start.Add(6 * time.Second * time.Duration(i) / time.Duration(requests))))
+				if !testenv.Until(ctx, start.Add(6*time.Second*time.Duration(i)/time.Duration(requests))) {
+					return
+				}
 				fireAt := start.Add(2*time.Second + 8*time.Second*time.Duration(i)/time.Duration(requests))
 				err := func() error {
 					tx, err := shop.BeginTx(context.Background(), nil)
@@ -139,13 +142,13 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(time.Until(start.Add(3 * time.Second)))
+	testenv.Phase(t, max(time.Until(start.Add(3*time.Second)), 0), "the shop writes while hourglass runs, before its SIGKILL")
 	if err := first.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
 	<-first.exited
-	time.Sleep(time.Second)
+	testenv.Phase(t, time.Second, "hourglass stays down while the shop writes and fire times pass")
 	second := startHourglass(t, "restart", bin, dataDir, args...)
 	readyAt := second.readyAt
 	wg.Wait()
@@ -154,13 +157,15 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 	}
 	t.Logf("the shop committed %d requests in %s; hourglass killed at %s, ready again at %s", requests, time.Since(start).Round(time.Millisecond),
 		killedAt.Sub(start).Round(time.Millisecond), readyAt.Sub(start).Round(time.Millisecond))
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	// A request still left 30 s after the shop's last commit is a timer
+	// not fired 20 s past its fire_at and the restart, which the checks
+	// below fail anyway: fail here, then.
+	testenv.EventuallyEvery(t, 30*time.Second, 50*time.Millisecond, "every request applied (timer_requests empty) after the shop's last commit", func() bool {
 		var n int
-		if err := shop.QueryRow("SELECT count(*) FROM " + table.Name).Scan(&n); err == nil && n == 0 {
-			t.Logf("every request applied %s after the shop's last commit", time.Since(start.Add(6*time.Second)).Round(time.Millisecond))
-			break
-		}
-	}
+		err := shop.QueryRow("SELECT count(*) FROM " + table.Name).Scan(&n)
+		return err == nil && n == 0
+	})
+	t.Logf("every request applied %s after the shop's last commit", time.Since(start.Add(6*time.Second)).Round(time.Millisecond))
 	if !rcv.waitDistinct(int(requests), start.Add(40*time.Second)) {
 		t.Errorf("the receiver got %d distinct timer.fired events of %d, 30 s after the last fire time", rcv.distinct(), requests)
 	}

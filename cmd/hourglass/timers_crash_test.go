@@ -18,6 +18,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/webhook"
@@ -94,7 +95,7 @@ func TestTimersSurviveKill(t *testing.T) {
 		t.Fatalf("%d of %d arms failed; the first: %v", n, timers, firstErr.Load())
 	}
 	// A quick arming: let the first second of fire times pass.
-	time.Sleep(time.Until(armStart.Add(lead + time.Second)))
+	testenv.Phase(t, max(time.Until(armStart.Add(lead+time.Second)), 0), "the first second of fire times passes before the SIGKILL")
 	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestTimersSurviveKill(t *testing.T) {
 
 	// Down for a second: fire times pass meanwhile; the rest fall after
 	// the restart.
-	time.Sleep(time.Second)
+	testenv.Phase(t, time.Second, "the server stays down while fire times pass")
 	second := startHourglass(t, "restart", bin, dataDir, args...)
 	readyAt := second.readyAt
 	if !rcv.waitDistinct(timers, armStart.Add(lead+max(2*armed, spread)+30*time.Second)) {
