@@ -163,7 +163,7 @@ func TestShopOrders(t *testing.T) {
 			for i := range n {
 				// 200 a second, each due 1-2 s after it is created.
 				at := start.Add(time.Duration(i) * 10 * time.Second / time.Duration(n))
-				time.Sleep(time.Until(at))
+				testenv.Until(t.Context(), at)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -180,13 +180,13 @@ func TestShopOrders(t *testing.T) {
 					mu.Unlock()
 					switch r := rand.IntN(100); {
 					case r < 20: // paid well before the deadline
-						time.Sleep(in / 2)
+						testenv.Until(t.Context(), time.Now().Add(in/2))
 					case r < 25: // 5 ms before it
-						time.Sleep(time.Until(o.deadline.Add(-5 * time.Millisecond)))
+						testenv.Until(t.Context(), o.deadline.Add(-5*time.Millisecond))
 					case r < 30: // 5 ms after it: refused by the shop's own update
-						time.Sleep(time.Until(o.deadline.Add(5 * time.Millisecond)))
+						testenv.Until(t.Context(), o.deadline.Add(5*time.Millisecond))
 					case r < 35: // extended by the shop: closed 1 s later
-						time.Sleep(in / 2)
+						testenv.Until(t.Context(), time.Now().Add(in/2))
 						if shop.Exec(t, "UPDATE "+shop.T("orders")+" SET expire_at = expire_at + "+interval(shop, time.Second)+" WHERE id = ? AND status = 'UNPAID'", id) == 1 {
 							o.extended = true
 						}
