@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // containerfile is the final stage of the repo's Containerfile: what a
@@ -189,13 +191,7 @@ func TestContainerImage(t *testing.T) {
 		}
 		return err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for healthcheck() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the image's health check did not pass within 30s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.EventuallyEvery(t, 30*time.Second, 200*time.Millisecond, "the image's health check passes", func() bool { return healthcheck() == nil })
 	resp, err := http.Get("http://" + addr + "/v1/policies")
 	if err != nil {
 		t.Fatal(err)

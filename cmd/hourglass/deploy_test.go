@@ -17,6 +17,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"go.yaml.in/yaml/v2"
 )
 
@@ -208,8 +209,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	var exported string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.EventuallyEvery(t, 20*time.Second, 200*time.Millisecond, fmt.Sprintf("order %d closed (hourglass_orders_closed_total on /metrics)", o.ID), func() bool {
 		resp, err := http.Get(p.url + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -217,14 +217,8 @@ func TestGrafanaDashboard(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		exported = string(b)
-		if strings.Contains(exported, "hourglass_orders_closed_total{") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("order %d not closed within 20s", o.ID)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return strings.Contains(exported, "hourglass_orders_closed_total{")
+	})
 	names := map[string]bool{}
 	for _, line := range strings.Split(exported, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {

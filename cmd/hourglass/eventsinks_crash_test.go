@@ -114,7 +114,7 @@ func TestEventSinksSurviveKill(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(3 * time.Second)
+	testenv.Phase(t, 3*time.Second, "16 clients create, pay, cancel and arm timers before the SIGKILL")
 	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
@@ -133,10 +133,12 @@ func TestEventSinksSurviveKill(t *testing.T) {
 		l, err := client.ListOrders(t.Context(), "pending_payment", 1, 0)
 		return err == nil && len(l.Orders) == 0
 	})
-	time.Sleep(3 * time.Second) // the last timers fire
+	testenv.EventuallyEvery(t, 60*time.Second, 50*time.Millisecond, "every timer fired", func() bool {
+		l, err := client.ListTimers(t.Context(), string(hourglass.TimerScheduled), 1, "")
+		return err == nil && len(l.Timers) == 0
+	})
 	var last string
-	testenv.Eventually(t, 120*time.Second, "every sink caught up", func() bool {
-		time.Sleep(time.Second)
+	testenv.EventuallyEvery(t, 120*time.Second, time.Second, "every sink caught up", func() bool {
 		m := sinkMetrics(t, second.url)
 		caught := m == last && strings.Contains(m, "hourglass_event_sink_lag_seconds{")
 		for _, line := range strings.Split(m, "\n") {
@@ -144,7 +146,7 @@ func TestEventSinksSurviveKill(t *testing.T) {
 				caught = false
 			}
 		}
-		last = m // the published counts unchanged for a second, and no lag
+		last = m // the published counts unchanged for a second (a tick), and no lag
 		return caught
 	})
 	t.Logf("sinks after the restart:\n%s", last)
