@@ -21,6 +21,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/store/storetest"
 	zsqlite "zombiezen.com/go/sqlite"
@@ -108,7 +109,9 @@ func BenchmarkRestartPending(b *testing.B) {
 	for range b.N {
 		p := startHourglass(b, "restart", bin, dataDir)
 		ready := p.readyAt.Sub(p.startedAt)
-		time.Sleep(2 * time.Second) // let the loader finish and the heap settle
+		// The process's memory 2 s after ready is the measure: the loader
+		// finishes and the heap settles meanwhile, with no signal for either.
+		testenv.Phase(b, 2*time.Second, "the first window loads and the heap settles")
 		rss, hwm := procMemory(b, p.cmd.Process.Pid)
 		b.ReportMetric(float64(ready.Milliseconds()), "ready-ms")
 		b.ReportMetric(float64(rss)/(1<<20), "rss-MB")
@@ -222,12 +225,9 @@ func BenchmarkRestartOverdue(b *testing.B) {
 	for range b.N {
 		p := startHourglass(b, "overdue", bin, dataDir)
 		ready := p.readyAt.Sub(p.startedAt)
-		for scrapeCounterSum(b, p.url, "hourglass_orders_closed_total") < float64(n) {
-			if time.Since(p.startedAt) > 10*time.Minute {
-				b.Fatalf("not all %d overdue orders closed 10 minutes after start", n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.EventuallyEvery(b, time.Until(p.startedAt.Add(10*time.Minute)), 50*time.Millisecond, fmt.Sprintf("all %d overdue orders closed 10 minutes after start", n), func() bool {
+			return scrapeCounterSum(b, p.url, "hourglass_orders_closed_total") >= float64(n)
+		})
 		drained := time.Since(p.startedAt)
 		rss, hwm := procMemory(b, p.cmd.Process.Pid)
 		b.ReportMetric(float64(ready.Milliseconds()), "ready-ms")
@@ -303,16 +303,20 @@ func BenchmarkCloseBurst(b *testing.B) {
 		if !seeded.Before(due) {
 			b.Fatalf("seeding %d orders ended %s after their deadline; the store created fewer than 3,000/s", n, seeded.Sub(due))
 		}
-		for {
-			closed := scrapeCounterSum(b, p.url, "hourglass_orders_closed_total")
-			if closed >= float64(n) {
-				break
-			}
-			if time.Since(due) > 5*time.Minute {
-				b.Fatalf("only %.0f of %d orders closed 5 minutes after their deadline", closed, n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var closed float64
+		func() {
+			// The wait's failure does not say how many closed: log it as
+			// the benchmark ends.
+			defer func() {
+				if b.Failed() {
+					b.Logf("only %.0f of %d orders closed", closed, n)
+				}
+			}()
+			testenv.EventuallyEvery(b, time.Until(due.Add(5*time.Minute)), 50*time.Millisecond, fmt.Sprintf("all %d orders closed 5 minutes after their deadline", n), func() bool {
+				closed = scrapeCounterSum(b, p.url, "hourglass_orders_closed_total")
+				return closed >= float64(n)
+			})
+		}()
 		orders := listAll(b, client)
 		late := make([]time.Duration, 0, len(orders))
 		for _, o := range orders {
@@ -413,13 +417,7 @@ func BenchmarkPendingTimersWindow(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- eng.Run(ctx) }()
-		deadline := time.Now().Add(30 * time.Second)
-		for !eng.Recovered() { // the first window load is done
-			if time.Now().After(deadline) {
-				b.Fatalf("the first window load did not finish within 30 s")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Eventually(b, 30*time.Second, "the first window load finished (the engine recovered)", eng.Recovered)
 		held := eng.Pending()
 		runtime.GC()
 		runtime.ReadMemStats(&after)
