@@ -12,6 +12,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/rediskeyspace"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestLatenessUnderLoad measures the mechanism's weakness at a steady
@@ -35,25 +36,39 @@ func TestLatenessUnderLoad(t *testing.T) {
 
 	var mu sync.Mutex
 	late := map[int64]time.Duration{}
+	arrived := make(chan struct{}, 1) // a delivery came since the last look
+	probes := make(chan int64, 1)
 	go s.Run(ctx, func(_ context.Context, due []hourglass.DueItem) error {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		for _, tm := range due {
+			if tm.ID >= probeID {
+				select {
+				case probes <- tm.ID:
+				default:
+				}
+				continue
+			}
 			if _, ok := late[tm.ID]; !ok {
 				late[tm.ID] = now.Sub(tm.At)
 			}
 		}
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 		return nil
 	})
-	time.Sleep(200 * time.Millisecond) // subscribed
+	awaitSubscribed(t, s, probes)
 
 	const tick = 100 * time.Millisecond
 	perTick := rate / 10
 	start := time.Now()
 	var id int64
 	var measured []int64
-	for time.Since(start) < 2*ttl {
+	for k := 0; time.Since(start) < 2*ttl; k++ {
+		testenv.Until(ctx, start.Add(time.Duration(k)*tick))
 		batch := make([]hourglass.DueItem, perTick)
 		steady := time.Since(start) >= ttl
 		for i := range batch {
@@ -66,11 +81,11 @@ func TestLatenessUnderLoad(t *testing.T) {
 		if err := s.Schedule(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(tick)
 	}
-	limit := time.Now().Add(ttl + time.Minute)
+	limit := time.NewTimer(ttl + time.Minute)
+	defer limit.Stop()
 	var lat []time.Duration
-	for {
+	for waiting := true; waiting; {
 		mu.Lock()
 		lat = lat[:0]
 		for _, id := range measured {
@@ -79,10 +94,14 @@ func TestLatenessUnderLoad(t *testing.T) {
 			}
 		}
 		mu.Unlock()
-		if len(lat) == len(measured) || time.Now().After(limit) {
+		if len(lat) == len(measured) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-arrived:
+		case <-limit.C:
+			waiting = false // report what came by the last look
+		}
 	}
 	slices.Sort(lat)
 	var sum time.Duration

@@ -166,10 +166,7 @@ func TestEarlyEventIsHeld(t *testing.T) {
 	// Redis expires the key ~100 ms from now; by the fake clock the
 	// deadline is then still ~100 ms away... unless we move the clock.
 	start := time.Now()
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		clock.Set(deadline.Add(-50 * time.Millisecond)) // still before the deadline when the event lands
-	}()
+	clock.Set(deadline.Add(-50 * time.Millisecond)) // still before the deadline when the event lands
 	select {
 	case at := <-got:
 		if held := at.Sub(start); held < 140*time.Millisecond {
@@ -221,7 +218,7 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, deliver) }()
-	time.Sleep(200 * time.Millisecond) // subscribed
+	awaitSubscribed(t, s, got)
 	p.Cut()
 	select {
 	case err := <-done:
@@ -238,22 +235,64 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	}
 	p.Restore()
 	go func() { done <- s.Run(ctx, deliver) }()
-	time.Sleep(200 * time.Millisecond)
+	awaitSubscribed(t, s, got)
 	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 7, At: time.Now().Add(100 * time.Millisecond)}}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case id := <-got:
-		if id != 7 {
-			t.Fatalf("delivered %d, want 7", id)
+	giveUp := time.After(5 * time.Second)
+	for delivered := false; !delivered; {
+		select {
+		case id := <-got:
+			switch {
+			case id >= probeID: // a probe of awaitSubscribed's that came out late
+			case id != 7:
+				t.Fatalf("delivered %d, want 7", id)
+			default:
+				delivered = true
+			}
+		case <-giveUp:
+			t.Fatal("timer not delivered after Redis came back")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("timer not delivered after Redis came back")
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after ctx end: %v", err)
 	}
+}
+
+// probeID is the least id of awaitSubscribed's probe timers, above any
+// a test schedules.
+const probeID = 1 << 40
+
+// awaitSubscribed waits (up to 10 s) until s's Run hears expiries: it
+// schedules a probe timer due in 10 ms every 100 ms (an expiry before the
+// subscription is lost) until one of its probes comes out of got. Its
+// probes' ids grow with the wall clock (probeID + µs), so a probe of an
+// earlier call that comes out late is told apart and passed over.
+func awaitSubscribed(t *testing.T, s *rediskeyspace.Scheduler, got <-chan int64) {
+	t.Helper()
+	first := probeID + time.Now().UnixMicro()
+	testenv.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "Run subscribed (a probe timer delivered)", func() bool {
+		for {
+			var id int64
+			select {
+			case id = <-got:
+			default: // none yet: another probe
+				probe := probeID + time.Now().UnixMicro()
+				if err := s.Schedule(context.Background(), []hourglass.DueItem{{ID: probe, At: time.Now().Add(10 * time.Millisecond)}}); err != nil {
+					t.Fatal(err)
+				}
+				return false
+			}
+			switch {
+			case id >= first:
+				return true
+			case id < probeID:
+				t.Fatalf("delivered %d while waiting for a probe", id)
+			}
+			// An earlier call's probe: look again.
+		}
+	})
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
