@@ -15,6 +15,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
 
@@ -75,9 +76,7 @@ func Run(t *testing.T, cfg Config) {
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(runCtx) }()
 	defer func() { cancel(); <-done }()
-	for !eng.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the engine ready (recovery run)", eng.Ready)
 
 	var (
 		mu       sync.Mutex
@@ -91,6 +90,7 @@ func Run(t *testing.T, cfg Config) {
 	)
 	start := time.Now()
 	for i := range cfg.Orders {
+		testenv.Until(ctx, start.Add(time.Duration(i)*5*time.Millisecond)) // 200 orders/s
 		if i == outageAt {
 			outage.Do(func() {
 				wg.Add(1)
@@ -125,7 +125,6 @@ func Run(t *testing.T, cfg Config) {
 			orders = append(orders, o)
 			mu.Unlock()
 		}()
-		time.Sleep(5 * time.Millisecond) // ~200 orders/s
 	}
 	wg.Wait()
 	var last time.Time
@@ -134,8 +133,14 @@ func Run(t *testing.T, cfg Config) {
 			last = o.Deadline
 		}
 	}
-	limit := last.Add(30 * time.Second)
-	for {
+	open := 0
+	waited := false
+	defer func() {
+		if !waited { // EventuallyEvery failed the test: say how many
+			t.Logf("%d orders still pending 30 s after the last deadline", open)
+		}
+	}()
+	testenv.EventuallyEvery(t, time.Until(last.Add(30*time.Second)), 50*time.Millisecond, "every order closed or paid 30 s after the last deadline", func() bool {
 		pending, err := store.ListOrders(ctx, hourglass.OrderFilter{Status: hourglass.StatePendingPayment, Limit: 1, Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
@@ -144,20 +149,15 @@ func Run(t *testing.T, cfg Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		open := 0
+		open = 0
 		for _, o := range stored {
 			if o.Status == hourglass.StatePendingPayment {
 				open++ // past the deadline but not yet closed by anyone
 			}
 		}
-		if len(pending) == 0 && open == 0 {
-			break
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d orders still pending 30 s after the last deadline", open)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(pending) == 0 && open == 0
+	})
+	waited = true
 	stored, err := store.ListOrders(ctx, hourglass.OrderFilter{Limit: 1_000_000, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)

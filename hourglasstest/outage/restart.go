@@ -9,6 +9,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
 
@@ -121,17 +122,17 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 		}
 		created = append(created, o)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	testenv.Phase(t, 1500*time.Millisecond, "the first process closes what falls due")
 	stopped := time.Now()
 	first.stop()
-	time.Sleep(300 * time.Millisecond) // the downtime
+	testenv.Phase(t, 300*time.Millisecond, "the downtime: deadlines pass with no process")
 	second := start(t, dir, open(), log)
 	restarted := time.Now()
 	if n := second.eng.Pending(); n == 0 {
 		t.Errorf("the new scheduler holds no timers after the first load")
 	}
 	last := created[len(created)-1].Deadline
-	time.Sleep(time.Until(last.Add(maxLate)))
+	testenv.Phase(t, time.Until(last.Add(maxLate)), "the second process closes the rest: past the last deadline and the allowed lateness")
 	second.stop()
 
 	store, err := sqlite.Open(sqlite.Config{Dir: dir})
