@@ -10,6 +10,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/nats"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestSteadyFarTimers measures the case that stalls a naive NakWithDelay
@@ -50,7 +51,7 @@ func measureSteadyFarTimers(t *testing.T, url string) {
 	}
 	tick.Stop()
 	rec.wait(t, len(timers), 40*time.Second)
-	time.Sleep(500 * time.Millisecond)
+	testenv.Phase(t, 500*time.Millisecond, "Run goes on: a duplicate would show")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

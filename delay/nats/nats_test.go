@@ -200,7 +200,7 @@ func exerciseFarTimers(t *testing.T, url, ns string, s *nats.Scheduler, schedule
 		}
 		t.Fatalf("%d of %d timers not delivered within 15 s (now %s): %v; the consumers: %v", len(missing), len(timers), time.Now().Format("15:04:05.000"), missing, held)
 	}
-	time.Sleep(200 * time.Millisecond) // a duplicate would show by now
+	testenv.Phase(t, 200*time.Millisecond, "Run goes on: a duplicate would show")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -278,7 +278,7 @@ func TestUnpartitionedTimersMoved(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, rec.deliver) }()
 	rec.wait(t, 1, 5*time.Second)
-	time.Sleep(300 * time.Millisecond) // a duplicate would show by now
+	testenv.Phase(t, 300*time.Millisecond, "Run goes on: a duplicate would show")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -313,7 +313,7 @@ func TestScheduleDeduplicates(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, rec.deliver) }()
 	rec.wait(t, 1, 5*time.Second)
-	time.Sleep(500 * time.Millisecond)
+	testenv.Phase(t, 500*time.Millisecond, "Run goes on: a second copy would fire")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -374,16 +374,24 @@ func (r *recorder) deliver(_ context.Context, due []hourglass.DueItem) error {
 	return nil
 }
 
-// waitFor reports whether n timers were delivered within timeout.
+// waitFor reports whether n timers were delivered within timeout, looking
+// every testenv.Poll. It does not fail the test: its caller says what is
+// missing.
 func (r *recorder) waitFor(n int, timeout time.Duration) bool {
-	for deadline := time.Now().Add(timeout); ; time.Sleep(testenv.Poll) {
+	giveUp := time.NewTimer(timeout)
+	defer giveUp.Stop()
+	poll := time.NewTicker(testenv.Poll)
+	defer poll.Stop()
+	for {
 		r.mu.Lock()
 		got := len(r.first)
 		r.mu.Unlock()
 		if got >= n {
 			return true
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-poll.C:
+		case <-giveUp.C:
 			return false
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/delay/nats"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // The local NATS server as the Debian package runs it here.
@@ -38,7 +39,8 @@ func TestOutage(t *testing.T) {
 			if out, err := stop.CombinedOutput(); err != nil {
 				t.Errorf("stop nats-server: %v: %s", err, out)
 			}
-			time.Sleep(outageDown)
+			// Outage runs off the test's goroutine: no testenv.Phase.
+			testenv.Until(t.Context(), time.Now().Add(outageDown))
 			startNATS(t, url)
 		},
 	})
@@ -52,17 +54,21 @@ func startNATS(t *testing.T, url string) {
 		t.Errorf("start nats-server: %v: %s", err, out)
 		return
 	}
-	limit := time.Now().Add(30 * time.Second)
+	giveUp := time.NewTimer(30 * time.Second)
+	defer giveUp.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		err := jetStreamAnswers(url)
 		if err == nil {
 			return
 		}
-		if time.Now().After(limit) {
+		select {
+		case <-poll.C:
+		case <-giveUp.C:
 			t.Errorf("nats-server did not come back at %s: %v", url, err)
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
