@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/kafka"
@@ -216,10 +217,24 @@ func TestRunFailsWhenBrokerGoes(t *testing.T) {
 	url := "kafka://" + strings.Join(c.ListenAddrs(), ",")
 	s := open(t, url, hourglasstest.Namespace(t), &cleaner{})
 	done := make(chan error, 1)
+	// Run is running once it fetches (a control function that observes,
+	// not handles, stays for every fetch).
+	var fetched sync.Once
+	fetching := make(chan struct{})
+	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fetched.Do(func() { close(fetching) })
+		return nil, nil, false
+	})
 	go func() {
 		done <- s.Run(context.Background(), func(context.Context, []hourglass.DueItem) error { return nil })
 	}()
-	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-fetching:
+	case err := <-done:
+		t.Fatalf("Run returned before it fetched: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not fetch within 30 s")
+	}
 	c.Close()
 	select {
 	case err := <-done:
@@ -289,7 +304,21 @@ func TestDrainsTheLegacyFinestTier(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The drain forwards with nothing owned: it commits every legacy
+	// record (50 over the topic's partitions) before anything is owned.
+	testenv.EventuallyEvery(t, 20*time.Second, 20*time.Millisecond, "the legacy topic drained (its group's offsets committed to the end)", func() bool {
+		offs, err := adm.FetchOffsets(ctx, ns+".delay.due.group")
+		if err != nil {
+			return false
+		}
+		var committed int64
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == ns+".delay.due" && o.Err == nil && o.At > 0 {
+				committed += o.At
+			}
+		})
+		return committed == int64(len(want))
+	})
 	s.Own(nil) // now every partition
 	testenv.Eventually(t, 20*time.Second, "every timer delivered", func() bool {
 		mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestOutage runs the whole close path through a broker outage. No Kafka
@@ -29,11 +30,15 @@ func TestOutage(t *testing.T) {
 	)
 	start := func() {
 		var err error
-		for range 50 { // the port may linger for a moment after the close
+		// The port may linger for a moment after the close: 50 tries, one
+		// every 100 ms. start runs off the test's goroutine too (Outage).
+		retry := time.NewTicker(100 * time.Millisecond)
+		defer retry.Stop()
+		for range 50 {
 			if cluster, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.DataDir(dir)); err == nil {
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			<-retry.C
 		}
 		t.Fatalf("start kfake on port %d: %v", port, err)
 	}
@@ -48,7 +53,9 @@ func TestOutage(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			cluster.Close()
-			time.Sleep(3 * time.Second)
+			// The broker stays down 3 s. Outage runs off the test's
+			// goroutine: no testenv.Phase.
+			testenv.Until(t.Context(), time.Now().Add(3*time.Second))
 			start()
 			conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
 			if err != nil {
