@@ -158,7 +158,7 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 	})
 
 	settled := time.Since(start)
-	time.Sleep(500 * time.Millisecond)
+	testenv.Phase(t, 500*time.Millisecond, "the node goes on: a second fire would show")
 
 	var late time.Duration
 	for _, k := range keys {

@@ -45,7 +45,7 @@ func TestOutage(t *testing.T) {
 				defer mu.Unlock()
 				if wait := time.Until(back.Add(settleAfterRestart)); wait > 0 {
 					t.Logf("waiting %s for the restarted broker to settle before deleting the queues", wait.Round(time.Millisecond))
-					time.Sleep(wait)
+					time.Sleep(wait) // in a Cleanup: t.Context has ended, so no testenv.Phase
 				}
 			})
 			return s
@@ -54,7 +54,8 @@ func TestOutage(t *testing.T) {
 			began := time.Now()
 			rabbitmqctl(t, "stop_app")
 			t.Logf("stop_app took %s", time.Since(began).Round(time.Millisecond))
-			time.Sleep(2 * time.Second)
+			// Down 2 s. Outage runs off the test's goroutine: no testenv.Phase.
+			testenv.Until(t.Context(), time.Now().Add(2*time.Second))
 			rabbitmqctl(t, "start_app")
 			waitForAMQP(t, url, 60*time.Second)
 			mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // requirePlugin skips the test unless the broker at url has the
@@ -148,7 +149,7 @@ func TestDelayedExchangeTimersSurviveBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rabbitmqctl(t, "stop_app")
-	time.Sleep(time.Until(deadline) + 3*time.Second) // all fall due while it is down
+	testenv.Phase(t, time.Until(deadline)+3*time.Second, "the broker down while every timer falls due")
 	rabbitmqctl(t, "start_app")
 	waitForAMQP(t, url, 60*time.Second)
 	got := collect(t, s, len(timers), 60*time.Second)

@@ -398,9 +398,15 @@ func TestRunFailsWhenItsQueueIsDeleted(t *testing.T) {
 	go func() {
 		done <- s.Run(context.Background(), func(context.Context, []hourglass.DueItem) error { return nil })
 	}()
-	time.Sleep(300 * time.Millisecond) // let it start consuming
 	conn, ch := adminChannel(t)
 	defer conn.Close()
+	testenv.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, "Run consuming its due queue", func() bool {
+		q, err := ch.QueueDeclarePassive(s.topo.due, true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("inspect the due queue: %v", err)
+		}
+		return q.Consumers > 0
+	})
 	if _, err := ch.QueueDelete(s.topo.due, false, false, false); err != nil {
 		t.Fatal(err)
 	}
@@ -511,15 +517,30 @@ func collect(t *testing.T, s *Scheduler, n int, timeout time.Duration) map[int64
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, deliver) }()
-	limit := time.Now().Add(timeout)
-	for len(got()) < n && time.Now().Before(limit) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(timeout, func() bool { return len(got()) >= n })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
 	return got()
+}
+
+// waitUntil waits until cond holds, looking every 10 ms, at most timeout,
+// and reports whether it held. It does not fail the test: its caller says
+// what is missing.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	giveUp := time.NewTimer(timeout)
+	defer giveUp.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for !cond() {
+		select {
+		case <-poll.C:
+		case <-giveUp.C:
+			return cond()
+		}
+	}
+	return true
 }
 
 func adminChannel(t *testing.T) (*amqp.Connection, *amqp.Channel) {
@@ -597,10 +618,8 @@ func TestPackedMessageHandedBackWhole(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, deliver) }()
-	for limit := time.Now().Add(30 * time.Second); len(got()) < len(timers) && time.Now().Before(limit); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // an ack of a handed-back message would end Run now
+	waitUntil(30*time.Second, func() bool { return len(got()) >= len(timers) })
+	testenv.Phase(t, 200*time.Millisecond, "Run goes on: an ack of a handed-back message would end it")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
