@@ -12,6 +12,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 	"github.com/hourglass/hourglass/timing/timerloop"
 )
@@ -288,9 +289,9 @@ func TestBurstClosedByClosePath(t *testing.T) {
 			// into the close path, where the gate holds it (the timing
 			// loop hands a burst to the dispatcher in one push, so one
 			// close call at the gate means all of it is there).
-			for !e.Ready() || e.loading.Load() || e.Pending() > 0 || bs.gated.Load() == 0 {
-				time.Sleep(time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, "the first load done and the burst held at the close path's gate", func() bool {
+				return e.Ready() && !e.loading.Load() && e.Pending() == 0 && bs.gated.Load() > 0
+			})
 			if oldest, _, ok := e.sched.(Backlogger).Backlog(); !ok || !oldest.Equal(due) {
 				t.Fatalf("Backlog() = %v, %v; want the burst's deadline %v", oldest, ok, due)
 			}

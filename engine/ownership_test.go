@@ -9,6 +9,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestOwnedPartitionsOnly: an engine with an Ownership loads and accepts
@@ -158,23 +159,26 @@ func TestGainedPartitionsSweptAtOnce(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	for !e.recovered.Load() { // the start-up recovery sweep is done: it sweeps every partition owned
-		time.Sleep(time.Millisecond)
-	}
+	// The start-up recovery sweep is done: it sweeps every partition owned.
+	testenv.Eventually(t, 10*time.Second, "the start-up recovery sweep done", e.recovered.Load)
 	clock.Advance(2 * time.Minute) // both overdue; the sweeper's interval is an hour away
 	own.Move([]int{hourglass.PartitionOf(a.ID)}, nil)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	var status hourglass.State
+	closed := false
+	defer func() {
+		if !closed { // Eventually failed the test: say what the order is
+			t.Logf("the overdue order of the partition gained is %s", status)
+		}
+	}()
+	testenv.Eventually(t, 10*time.Second, "the overdue order of the partition gained closed at once", func() bool {
 		got, err := f.store.Order(f.ctx, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status == hourglass.StateClosed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the overdue order of the partition gained is %s 10 s after the gain; want closed at once", got.Status)
-		}
-	}
+		status = got.Status
+		return got.Status == hourglass.StateClosed
+	})
+	closed = true
 	if got, err := f.store.Order(f.ctx, b.ID); err != nil || got.Status != hourglass.StatePendingPayment {
 		t.Fatalf("the order of a partition not gained = %s, %v; want it left pending", got.Status, err)
 	}
@@ -220,9 +224,7 @@ func TestGainedPartitionsScheduledAgain(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	for !e.recovered.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the start-up recovery sweep done", e.recovered.Load)
 	own.Move([]int{hourglass.PartitionOf(soon.ID)}, nil)
 	select {
 	case got := <-s.scheduled:
