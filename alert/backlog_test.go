@@ -14,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/metrics"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
@@ -68,7 +69,7 @@ func TestBacklogFiresAndResolves(t *testing.T) {
 	// Every order overdue before the first evaluation: creating them may
 	// take longer than their timeout on a loaded machine, and a first
 	// evaluation between two deadlines would see part of the backlog.
-	time.Sleep(time.Until(last.Deadline) + 10*time.Millisecond)
+	testenv.Phase(t, time.Until(last.Deadline)+10*time.Millisecond, "every order's deadline passes with no closer running")
 	runCtx, stop := context.WithCancel(ctx)
 	evDone := make(chan error, 1)
 	go func() { evDone <- ev.Run(runCtx) }()
