@@ -294,7 +294,9 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			var orders []hourglass.Order
+			start := time.Now()
 			for i := range 300 {
+				testenv.Until(ctx, start.Add(time.Duration(i)*3*time.Millisecond)) // spread over about a second
 				n := nodes[i%3]
 				o, _, err := n.db.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: []hourglass.Item{{SKU: "S", Quantity: 1}}, Timeout: time.Second + time.Duration(i%20)*100*time.Millisecond})
 				if err != nil {
@@ -302,7 +304,6 @@ func TestNodesWithSkewedClocks(t *testing.T) {
 				}
 				n.eng.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 				orders = append(orders, o)
-				time.Sleep(3 * time.Millisecond)
 			}
 			deadline := time.Now().Add(20 * time.Second)
 			for i, o := range orders {

@@ -196,7 +196,7 @@ func TestHungConnection(t *testing.T) {
 				b.eng.Schedule(hourglass.DueItem{ID: o.ID, At: o.Deadline})
 				ids = append(ids, o.ID)
 			}
-			time.Sleep(1500 * time.Millisecond) // some close and are delivered by both
+			testenv.Phase(t, 1500*time.Millisecond, "some close and are delivered by both nodes")
 
 			held := time.Now()
 			proxy.Hold()

@@ -78,7 +78,9 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	s := startServer(t)
 	want := s.orderMix(t)
 	wantTimers := s.timerMix(t)
-	time.Sleep(dashboard.CacheForDefault) // a snapshot taken now is not a cached one
+	// Nothing asked for a snapshot before, so this one is taken now, not
+	// cached (checked below: its now is not before the mix was done).
+	mixed := time.Now().Truncate(time.Millisecond)
 	status, _, raw := s.call(t, "GET", "/v1/dashboard", true)
 	if status != 200 {
 		t.Fatalf("GET /v1/dashboard: %d %s", status, raw)
@@ -90,6 +92,9 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	}
 	var snap dashboard.Snapshot
 	mustJSON(t, raw, &snap)
+	if now, err := time.Parse(time.RFC3339Nano, snap.Now); err != nil || now.Before(mixed) {
+		t.Fatalf("snapshot now %q (%v): want a snapshot taken after the mix (%s), not a cached one", snap.Now, err, mixed.UTC().Format(time.RFC3339Nano))
+	}
 	if snap.TimerRequests == nil || snap.TimerRequests.Applied != 0 || snap.TimerRequests.RejectedKept != 0 || snap.TimerRequests.WindowSeconds != 60 {
 		t.Errorf("timer_requests %+v; want none applied or rejected over a 60 s window", snap.TimerRequests)
 	}
