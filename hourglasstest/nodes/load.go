@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // Defaults of LoadConfig.
@@ -335,7 +336,7 @@ func (l *Load) create(ctx context.Context, c *Create, release func()) {
 	req := api.CreateOrderRequest{UserID: c.UserID, Items: c.Items, TimeoutMs: c.TimeoutMs}
 	var attempts []Attempt
 	var order api.OrderJSON
-	outcome := l.send(&attempts, "", func(cl *api.Client) error {
+	outcome := l.send(ctx, &attempts, "", func(cl *api.Client) error {
 		o, _, err := cl.CreateOrder(context.Background(), req, c.UserID)
 		order = o
 		return err
@@ -364,7 +365,7 @@ func (l *Load) create(ctx context.Context, c *Create, release func()) {
 	case <-time.After(c.Pay.Delay):
 	}
 	var payAttempts []Attempt
-	payOutcome := l.send(&payAttempts, "", func(cl *api.Client) error {
+	payOutcome := l.send(ctx, &payAttempts, "", func(cl *api.Client) error {
 		_, err := cl.Pay(context.Background(), order.ID, c.Pay.PaymentID)
 		return err
 	})
@@ -375,14 +376,17 @@ func (l *Load) create(ctx context.Context, c *Create, release func()) {
 
 // send makes a request through the next live nodes, other than the node
 // avoid while another is live, until one answers or the retries run out,
-// records each attempt, and returns the outcome.
-func (l *Load) send(attempts *[]Attempt, avoid string, do func(*api.Client) error) Outcome {
+// records each attempt, and returns the outcome. ctx is the load's: a
+// request already sent is not cut short when it ends, only the wait before
+// a retry when no node was live.
+func (l *Load) send(ctx context.Context, attempts *[]Attempt, avoid string, do func(*api.Client) error) Outcome {
 	unanswered := false
 	for try := 0; try <= l.cfg.Retries; try++ {
 		live := l.cluster.Live()
 		if len(live) == 0 {
 			*attempts = append(*attempts, Attempt{Err: "no live node"})
-			time.Sleep(l.cfg.RequestTimeout)
+			// As long as a request to a dead node waits for its answer.
+			testenv.Until(ctx, time.Now().Add(l.cfg.RequestTimeout))
 			continue
 		}
 		n := pick(live, l.next.Add(1), avoid)

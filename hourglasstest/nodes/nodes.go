@@ -11,8 +11,9 @@
 // the store package, nothing of the engine or the cluster package, so it
 // checks the contract (issue 9), not an implementation. The integration
 // tests in cmd/hourglass and the chaos soak command (cmd/hourglass-chaos)
-// both drive it; it does not import package testing, so it returns errors
-// rather than failing a test.
+// both drive it; it takes no testing.T, so it returns errors rather than
+// failing a test (its waits on the wall clock are testenv.Until's, which
+// end with the caller's context).
 package nodes
 
 import (

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // The chaos actions of a soak.
@@ -309,7 +311,9 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			return nil, err
 		}
 	}
-	time.Sleep(ttl)
+	if !testenv.Until(ctx, time.Now().Add(ttl)) {
+		return nil, ctx.Err()
+	}
 	ledger := load.Stop()
 	for _, n := range c.Live() {
 		if m, err := n.Metrics(ctx); err == nil {

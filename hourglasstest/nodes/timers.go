@@ -147,7 +147,7 @@ func (l *Load) lead(rng *rand.Rand) time.Duration {
 func (l *Load) arm(ctx context.Context, a *ArmedTimer, next timerNext, rearmLead time.Duration, release func()) {
 	req := api.ArmTimerRequest{FireAt: a.FireAt.UTC().Format(time.RFC3339Nano)}
 	var attempts []Attempt
-	outcome := l.send(&attempts, "", func(cl *api.Client) error {
+	outcome := l.send(ctx, &attempts, "", func(cl *api.Client) error {
 		_, _, err := cl.ArmTimer(context.Background(), a.Key, req)
 		return err
 	})
@@ -187,7 +187,7 @@ func (l *Load) arm(ctx context.Context, a *ArmedTimer, next timerNext, rearmLead
 		}
 	}
 	var changeAttempts []Attempt
-	changeOutcome := l.send(&changeAttempts, a.ArmedBy(), do)
+	changeOutcome := l.send(ctx, &changeAttempts, a.ArmedBy(), do)
 	l.mu.Lock()
 	change.Attempts, change.Outcome, change.AnsweredAt = changeAttempts, changeOutcome, time.Now()
 	l.mu.Unlock()
