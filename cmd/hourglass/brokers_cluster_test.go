@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 )
 
@@ -86,15 +87,15 @@ func brokerRun(t *testing.T, m string, n int, kill bool, args ...string) time.Du
 	defer load.Stop()
 	bound := 2 * time.Second
 	if kill {
-		time.Sleep(5 * time.Second)
+		testenv.Phase(t, 5*time.Second, "the load runs before the SIGKILL")
 		if err := s.cluster.Node(n - 1).Kill(); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("SIGKILLed node %s", s.cluster.Node(n-1).ID())
-		time.Sleep(5 * time.Second)
+		testenv.Phase(t, 5*time.Second, "the load runs on the nodes left while the killed node's deadlines pass")
 		bound = ttl + time.Second
 	} else {
-		time.Sleep(10 * time.Second)
+		testenv.Phase(t, 10*time.Second, "the load runs")
 	}
 	ledger := load.Stop()
 	verdict := judge(t, s.dbURL, ledger, bound)

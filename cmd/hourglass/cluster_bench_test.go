@@ -19,6 +19,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -189,8 +190,18 @@ func lastID(b *testing.B, dbURL string) int64 {
 // returns the last closed_at minus the first deadline, and how many closed.
 func waitBurstClosed(b *testing.B, dbURL string, first int64, timeout time.Duration) (time.Duration, int) {
 	db := openStore(b, dbURL)
-	giveUp := time.Now().Add(timeout)
-	for {
+	var (
+		drain      time.Duration
+		open, read int
+	)
+	// The wait's failure does not say how many are open: log it as the
+	// benchmark ends.
+	defer func() {
+		if b.Failed() {
+			b.Logf("%d of the burst's %d orders still open", open, read)
+		}
+	}()
+	testenv.EventuallyEvery(b, timeout, 500*time.Millisecond, "every order of the burst closed", func() bool {
 		var orders []hourglass.Order
 		after := first
 		for {
@@ -205,7 +216,7 @@ func waitBurstClosed(b *testing.B, dbURL string, first int64, timeout time.Durat
 			after = page[len(page)-1].ID
 		}
 		var firstDeadline, lastClose time.Time
-		open := 0
+		open, read = 0, len(orders)
 		for _, o := range orders {
 			if o.Status != hourglass.StateClosed || o.ClosedAt.IsZero() {
 				open++
@@ -218,14 +229,10 @@ func waitBurstClosed(b *testing.B, dbURL string, first int64, timeout time.Durat
 				lastClose = o.ClosedAt
 			}
 		}
-		if open == 0 && len(orders) > 0 {
-			return lastClose.Sub(firstDeadline), len(orders)
-		}
-		if time.Now().After(giveUp) {
-			b.Fatalf("%d of the burst's %d orders still open", open, len(orders))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		drain = lastClose.Sub(firstDeadline)
+		return open == 0 && len(orders) > 0
+	})
+	return drain, read
 }
 
 // nodesCPU returns each node's CPU seconds so far.

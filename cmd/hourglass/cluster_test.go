@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -148,7 +149,7 @@ func testKill(t *testing.T, s clusterSetup, ttl time.Duration) {
 		t.Fatal(err)
 	}
 	defer load.Stop()
-	time.Sleep(3 * time.Second)
+	testenv.Phase(t, 3*time.Second, "the load runs on three nodes before the SIGKILL")
 
 	// The retries so far, by reason, on every node: on Galera the
 	// certification conflicts (error 1213 at COMMIT) between nodes.
@@ -178,12 +179,12 @@ func testKill(t *testing.T, s clusterSetup, ttl time.Duration) {
 	}
 	// Deadlines reach 3 s past the kill: let them pass while the node is
 	// down, then bring it back under load.
-	time.Sleep(time.Until(killedAt.Add(ttl + 2*time.Second)))
+	testenv.Phase(t, max(time.Until(killedAt.Add(ttl+2*time.Second)), 0), "the killed node stays down while deadlines pass")
 	if err := victim.Restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	restartedAt := victim.ReadyAt()
-	time.Sleep(3 * time.Second)
+	testenv.Phase(t, 3*time.Second, "the load runs on the restarted node and the others")
 	ledger := load.Stop()
 
 	verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
@@ -249,7 +250,7 @@ func TestClusterTerm(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer load.Stop()
-			time.Sleep(3 * time.Second)
+			testenv.Phase(t, 3*time.Second, "the load runs on three nodes before the SIGTERM")
 
 			victim := c.Node(2)
 			v, _, err := c.View(ctx)
@@ -272,7 +273,7 @@ func TestClusterTerm(t *testing.T) {
 			if err := <-termErr; err != nil {
 				t.Error(err)
 			}
-			time.Sleep(4 * time.Second)
+			testenv.Phase(t, 4*time.Second, "the load runs on the two nodes left while the terminated node's deadlines pass")
 			ledger := load.Stop()
 
 			verdict := judge(t, s.dbURL, ledger, time.Second)

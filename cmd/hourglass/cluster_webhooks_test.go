@@ -20,6 +20,7 @@ import (
 	"github.com/hourglass/hourglass/delay/redis"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 )
 
@@ -76,13 +77,14 @@ func TestClusterWebhooksGalera(t *testing.T) {
 
 // clusterReceiver records the first arrival of each event id.
 type clusterReceiver struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	first map[string]time.Time
+	srv     *httptest.Server
+	mu      sync.Mutex
+	first   map[string]time.Time
+	arrived chan struct{} // signalled, without blocking, after each first arrival
 }
 
 func newClusterReceiver(t *testing.T) *clusterReceiver {
-	rc := &clusterReceiver{first: map[string]time.Time{}}
+	rc := &clusterReceiver{first: map[string]time.Time{}, arrived: make(chan struct{}, 1)}
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := time.Now()
 		raw, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -92,10 +94,17 @@ func newClusterReceiver(t *testing.T) *clusterReceiver {
 			return
 		}
 		rc.mu.Lock()
-		if _, ok := rc.first[ev.ID]; !ok {
+		_, seen := rc.first[ev.ID]
+		if !seen {
 			rc.first[ev.ID] = at
 		}
 		rc.mu.Unlock()
+		if !seen {
+			select {
+			case rc.arrived <- struct{}{}:
+			default:
+			}
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(rc.srv.Close)
@@ -113,6 +122,34 @@ func (rc *clusterReceiver) arrival(id string) (time.Time, bool) {
 	return at, ok
 }
 
+// missing returns how many of ids have not arrived.
+func (rc *clusterReceiver) missing(ids []string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if _, ok := rc.first[id]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// waitArrived waits until every one of ids has arrived, woken by each
+// arrival, or until deadline; it reports whether every one has.
+func (rc *clusterReceiver) waitArrived(ids []string, deadline time.Time) bool {
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	for rc.missing(ids) > 0 {
+		select {
+		case <-rc.arrived: // an arrival after the count is still buffered here
+		case <-timeout.C:
+			return rc.missing(ids) == 0
+		}
+	}
+	return true
+}
+
 func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl, bound time.Duration) {
 	ctx := t.Context()
 	c := s.cluster
@@ -125,7 +162,7 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 		t.Fatal(err)
 	}
 	defer load.Stop()
-	time.Sleep(3 * time.Second)
+	testenv.Phase(t, 3*time.Second, "the load runs on three nodes")
 
 	churn := func(what string, victim *nodes.Node, stop func() error) {
 		v, _, err := c.View(ctx)
@@ -144,13 +181,13 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 		t.Logf("%s of %s: its %d partitions taken over after %s", what, id, len(parts), took.Round(time.Millisecond))
 	}
 	churn("SIGKILL", c.Node(1), c.Node(1).Kill)
-	time.Sleep(time.Second)
+	testenv.Phase(t, time.Second, "the killed node stays down under load")
 	if err := c.Node(1).Restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	testenv.Phase(t, 2*time.Second, "the load runs on three nodes again")
 	churn("SIGTERM", c.Node(2), c.Node(2).Term)
-	time.Sleep(3 * time.Second)
+	testenv.Phase(t, 3*time.Second, "the load runs on the two nodes left")
 	ledger := load.Stop()
 	verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
 
@@ -173,17 +210,11 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 	}
 	// The last events were committed before judge returned; give their
 	// deliveries the bound, then some, before calling them missing.
-	for deadline := time.Now().Add(bound + 10*time.Second); ; time.Sleep(100 * time.Millisecond) {
-		missing := 0
-		for _, w := range want {
-			if _, ok := rc.arrival(w.id); !ok {
-				missing++
-			}
-		}
-		if missing == 0 || time.Now().After(deadline) {
-			break
-		}
+	ids := make([]string, len(want))
+	for i, w := range want {
+		ids[i] = w.id
 	}
+	rc.waitArrived(ids, time.Now().Add(bound+10*time.Second))
 	var missing []string
 	var lags []time.Duration
 	late := 0

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -84,7 +85,9 @@ func TestClusterTimerRequests(t *testing.T) {
 			for range writers {
 				wg.Go(func() {
 					for i := next.Add(1) - 1; i < requests; i = next.Add(1) - 1 {
-						time.Sleep(time.Until(start.Add(6 * time.Second * time.Duration(i) / requests)))
+						if !testenv.Until(t.Context(), start.Add(6*time.Second*time.Duration(i)/requests)) {
+							return
+						}
 						key := fmt.Sprintf("k%05d", i)
 						fireAt := start.Add(2*time.Second + 6*time.Second*time.Duration(i)/requests)
 						commit(func(tx *sql.Tx) error {
@@ -96,7 +99,7 @@ func TestClusterTimerRequests(t *testing.T) {
 					}
 				})
 			}
-			time.Sleep(time.Until(start.Add(3 * time.Second)))
+			testenv.Phase(t, max(time.Until(start.Add(3*time.Second)), 0), "the shop writes while three nodes apply, before the SIGKILL")
 			victim := s.cluster.Node(2)
 			if err := victim.Kill(); err != nil {
 				t.Fatal(err)
@@ -114,18 +117,17 @@ func TestClusterTimerRequests(t *testing.T) {
 				}
 				return n
 			}
-			deadline := start.Add(8*time.Second + ttl + 20*time.Second)
-			for {
-				left := count("SELECT count(*) FROM " + qual + "timer_requests")
-				scheduled := count("SELECT count(*) FROM " + qual + "timers WHERE status = 'scheduled'")
-				if left == 0 && scheduled == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d requests not applied, %d timers not fired, 20 s after the last fire time", left, scheduled)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			var logged time.Time
+			testenv.EventuallyEvery(t, time.Until(start.Add(8*time.Second+ttl+20*time.Second)), 100*time.Millisecond,
+				"every request applied and every armed timer fired, 20 s after the last fire time", func() bool {
+					left := count("SELECT count(*) FROM " + qual + "timer_requests")
+					scheduled := count("SELECT count(*) FROM " + qual + "timers WHERE status = 'scheduled'")
+					if (left > 0 || scheduled > 0) && time.Since(logged) >= time.Second { // the last line is the count on a failure
+						logged = time.Now()
+						t.Logf("%d requests not applied, %d timers not fired yet", left, scheduled)
+					}
+					return left == 0 && scheduled == 0
+				})
 			cancelled := requests / 10
 			if n := count("SELECT count(*) FROM " + qual + "timers"); n != requests {
 				t.Errorf("%d timers; want %d, one per key", n, requests)

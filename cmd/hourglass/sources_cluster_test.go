@@ -19,6 +19,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -121,7 +122,9 @@ func TestSourcesKill(t *testing.T) {
 			killDone := make(chan struct{})
 			go func() {
 				defer close(killDone)
-				time.Sleep(time.Until(start.Add(3 * time.Second)))
+				if !testenv.Until(t.Context(), start.Add(3*time.Second)) {
+					return
+				}
 				killedAt = time.Now()
 				if err := victim.Kill(); err != nil {
 					t.Error(err)
@@ -131,7 +134,9 @@ func TestSourcesKill(t *testing.T) {
 				if n > 1 {
 					wait = ttl + 2*time.Second
 				}
-				time.Sleep(wait)
+				if !testenv.Until(t.Context(), time.Now().Add(wait)) { // down while its rows fall due
+					return
+				}
 				if err := victim.Restart(context.Background(), false); err != nil {
 					t.Error(err)
 					return
@@ -139,7 +144,9 @@ func TestSourcesKill(t *testing.T) {
 				restartedAt = victim.ReadyAt()
 			}()
 			for i := range total {
-				time.Sleep(time.Until(start.Add(time.Duration(i) * 8 * time.Second / total)))
+				if !testenv.Until(t.Context(), start.Add(time.Duration(i)*8*time.Second/total)) {
+					t.Fatal("the test ended during the shop's inserts")
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -155,7 +162,9 @@ func TestSourcesKill(t *testing.T) {
 					orders = append(orders, o)
 					mu.Unlock()
 					if rand.IntN(100) < 30 {
-						time.Sleep(in / 2)
+						if !testenv.Until(t.Context(), time.Now().Add(in/2)) {
+							return
+						}
 						ok, err := shop.Pay(t, id)
 						if err != nil {
 							t.Error(err)
@@ -166,13 +175,18 @@ func TestSourcesKill(t *testing.T) {
 			}
 			wg.Wait()
 			<-killDone
-			deadline := time.Now().Add(30 * time.Second)
-			for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			// A row left UNPAID fails the verdict below, paid or not:
+			// 30 s after the last insert, fail here.
+			var logged time.Time
+			testenv.EventuallyEvery(t, 30*time.Second, 100*time.Millisecond, "no shop order left UNPAID", func() bool {
 				var left int
-				if err := shop.DB.QueryRow("SELECT COUNT(*) FROM " + shop.T("orders") + " WHERE status = 'UNPAID'").Scan(&left); err == nil && left == 0 {
-					break
+				err := shop.DB.QueryRow("SELECT COUNT(*) FROM " + shop.T("orders") + " WHERE status = 'UNPAID'").Scan(&left)
+				if (err != nil || left > 0) && time.Since(logged) >= time.Second { // the last line is the count on a failure
+					logged = time.Now()
+					t.Logf("%d shop orders UNPAID yet (%v)", left, err)
 				}
-			}
+				return err == nil && left == 0
+			})
 
 			// The verdict, from the shop's tables and hourglass's events.
 			events := sourceEvents(t, shop, kind, dbURL)
