@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
@@ -99,17 +100,9 @@ func TestGaleraClockSkew(t *testing.T) {
 		}
 		return v
 	}
-	waitUntil := func(what string, within time.Duration, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(within); !ok(); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within %s: %s", within, what)
-			}
-		}
-	}
 	// Node 2's pool reconnects after the restart; its next heartbeat
 	// publishes the new offset.
-	waitUntil("node 2 answers 503 on /readyz naming the skew, and owns nothing", 30*time.Second, func() bool {
+	testenv.EventuallyEvery(t, 30*time.Second, 100*time.Millisecond, "node 2 answers 503 on /readyz naming the skew, and owns nothing", func() bool {
 		code, body := readyz(2)
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "clock skew") && owned(2) == 0
 	})
@@ -129,7 +122,7 @@ func TestGaleraClockSkew(t *testing.T) {
 		}
 	}
 	// The leader (node 0 or 1) evaluates every --alert-interval (5s).
-	waitUntil("db_clock_skew fires on the leader", 20*time.Second, func() bool {
+	testenv.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "db_clock_skew fires on the leader", func() bool {
 		for i := range 3 {
 			if metricLine(t, c.Node(i).URL(), `hourglass_alerts_firing{rule="db_clock_skew"}`) == "1" {
 				return true
@@ -167,22 +160,25 @@ func TestGaleraClockSkew(t *testing.T) {
 					t.Logf("order %d listed closed at %s, %s before its deadline %s", o.ID, now.Format(time.StampMilli), d.Sub(now).Round(time.Millisecond), o.Deadline)
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
+			testenv.Until(watchCtx, now.Add(50*time.Millisecond))
 		}
 		watched <- len(early)
 	}()
 	const orders = 200
 	var ids []int64
+	start := time.Now()
 	for i := range orders {
+		if !testenv.Until(ctx, start.Add(time.Duration(i)*5*time.Millisecond)) { // spread over a second at least
+			t.Fatal(ctx.Err())
+		}
 		o, _, err := clients[i%2].CreateOrder(ctx, api.CreateOrderRequest{UserID: fmt.Sprint("u", i),
 			Items: []api.ItemJSON{{SKU: "SKEW", Quantity: 1}}, TimeoutMs: 1000 + int64(i%20)*100}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, o.ID)
-		time.Sleep(5 * time.Millisecond)
 	}
-	waitUntil("every order closed", 30*time.Second, func() bool {
+	testenv.EventuallyEvery(t, 30*time.Second, 100*time.Millisecond, "every order closed", func() bool {
 		var n int
 		if err := dbs[0].QueryRowContext(ctx, `SELECT COUNT(*) FROM orders WHERE status = 'closed'`).Scan(&n); err != nil {
 			t.Fatal(err)
