@@ -193,7 +193,7 @@ func TestCancelReleasesStock(t *testing.T) {
 	// Past the deadline, neither the wheel nor the sweeper (grace 500ms,
 	// every 200ms) may touch a cancelled order or release its stock again.
 	// Nothing signals "the closer chose to do nothing", so wait it out.
-	time.Sleep(time.Until(apiTimeOf(t, created.Deadline).Add(time.Second)))
+	testenv.Phase(t, time.Until(apiTimeOf(t, created.Deadline).Add(time.Second)), "past the cancelled order's deadline, the sweeper's grace and its interval")
 	if got := s.order(t, created.ID); !reflect.DeepEqual(got, cancelled) {
 		t.Errorf("cancelled order after its deadline = %+v, want %+v", got, cancelled)
 	}

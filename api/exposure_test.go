@@ -14,6 +14,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestSlowBodiesDoNotHoldTheBudget: 64 connections that announce a 1 MiB
@@ -74,7 +75,9 @@ func TestSlowBodiesDoNotHoldTheBudget(t *testing.T) {
 	defer func() { close(stop); trickling.Wait() }()
 
 	// Pays from another client, for 3 s: each answers 200 within 1 s.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	paying := time.Now()
+	for i := 0; i < 30; i++ { // one every 100 ms
+		testenv.Until(t.Context(), paying.Add(time.Duration(i)*100*time.Millisecond))
 		start := time.Now()
 		status, _, raw := s.call(t, http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", o.ID), nil, []byte(`{"payment_id":"pay-1"}`))
 		took := time.Since(start)
@@ -116,14 +119,15 @@ func TestBodyAtTheRateIsRead(t *testing.T) {
 	// 128 KiB at once, then 1.5 s of nothing (the grace plus the second
 	// the first 64 KiB bought), then the rest at twice the rate.
 	conn.Write(body[:128<<10])
-	time.Sleep(1500 * time.Millisecond)
-	for rest := body[128<<10:]; len(rest) > 0; {
+	testenv.Phase(t, 1500*time.Millisecond, "the body pauses (the grace plus the second its first 64 KiB bought)")
+	resumed := time.Now()
+	for i, rest := 0, body[128<<10:]; len(rest) > 0; i++ {
+		testenv.Until(t.Context(), resumed.Add(time.Duration(i)*125*time.Millisecond)) // 16 KiB every 125 ms
 		n := min(len(rest), 16<<10)
 		if _, err := conn.Write(rest[:n]); err != nil {
 			t.Fatal(err)
 		}
 		rest = rest[n:]
-		time.Sleep(125 * time.Millisecond)
 	}
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // labelRecorder is an api.Observer that keeps every label pair it sees.
@@ -325,17 +326,17 @@ func TestDiskFullThroughTheAPI(t *testing.T) {
 		if err := os.Remove(filepath.Join(fs, "filler")); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			status, _, raw := s.call(t, http.MethodGet, "/readyz", nil, nil)
-			if status == http.StatusOK {
-				break
+		ready := false
+		defer func() {
+			if !ready { // EventuallyEvery failed the test: say what /readyz said
+				t.Logf("/readyz %d %s", status, raw)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz %d %s 10 s after space was freed", status, raw)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		}()
+		testenv.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "/readyz 200 after space was freed", func() bool {
+			status, _, raw = s.call(t, http.MethodGet, "/readyz", nil, nil)
+			return status == http.StatusOK
+		})
+		ready = true
 		if status, _, raw := s.call(t, http.MethodPost, "/v1/orders", nil, []byte(`{"user_id":"u","items":[{"sku":"A","quantity":1}],"timeout_ms":600000}`)); status != http.StatusCreated {
 			t.Errorf("create after space was freed: %d %s", status, raw)
 		}

@@ -141,13 +141,7 @@ func startFullServer(t *testing.T) *fullServer {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !eng.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("engine not ready after 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "engine ready", eng.Ready)
 	return &fullServer{URL: ts.URL, Server: srv, Store: store, Dir: dir, down: down}
 }
 

@@ -65,7 +65,7 @@ func TestPayRacesClose(t *testing.T) {
 			// Sleeping to a wall-clock instant is the point here: the pay
 			// must land on the deadline.
 			r.offset = time.Duration(rng.Int64N(10001)-5000) * time.Microsecond
-			time.Sleep(time.Until(deadline.Add(r.offset)))
+			testenv.Until(ctx, deadline.Add(r.offset))
 			r.sent = time.Now()
 			paid, err := s.Client.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
 			r.recv = time.Now()

@@ -11,6 +11,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -96,7 +97,7 @@ func TestReadAfterDeadlineShowsClosed(t *testing.T) {
 							t.Error(err)
 							return
 						}
-						time.Sleep(time.Until(deadline.Add(time.Millisecond)))
+						testenv.Until(ctx, deadline.Add(time.Millisecond))
 						// GET the order, and list from it (every other
 						// order the list goes first).
 						for j := range 2 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -382,7 +383,7 @@ func TestTimersEndToEnd(t *testing.T) {
 			// Every scenario has ended. Past the last time one must stay
 			// quiet until, every event has had a second or more to be
 			// delivered twice, late or to the wrong webhook.
-			time.Sleep(time.Until(quiet))
+			testenv.Phase(t, time.Until(quiet), "quiet: every event has a second or more to come twice, late or to the wrong webhook")
 			for _, check := range atQuiet {
 				check(t)
 			}
