@@ -38,11 +38,15 @@ func harness(t *testing.T) sinktest.Harness {
 			)
 			start := func() {
 				var err error
-				for range 50 { // the port may linger for a moment after a close
+				// The port may linger for a moment after a close: 50 tries,
+				// one every 100 ms.
+				retry := time.NewTicker(100 * time.Millisecond)
+				defer retry.Stop()
+				for range 50 {
 					if cluster, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.DataDir(dir)); err == nil {
 						return
 					}
-					time.Sleep(100 * time.Millisecond)
+					<-retry.C
 				}
 				t.Fatalf("start kfake on port %d: %v", port, err)
 			}

@@ -123,7 +123,7 @@ func Bench(t *testing.T, h Harness) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := w; i < total; i += writers {
-				time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / time.Duration(rate))))
+				testenv.Until(t.Context(), begin.Add(time.Duration(i)*time.Second/time.Duration(rate)))
 				if _, _, err := db.CreateOrder(context.Background(), hourglass.CreateOrderParams{UserID: "u" + strconv.Itoa(i), Items: []hourglass.Item{{SKU: "bench", Quantity: 1}}, Timeout: time.Hour}); err != nil {
 					t.Error(err)
 					return

@@ -274,11 +274,11 @@ func testOutage(t *testing.T, h Harness) {
 			w.write(2)
 		}
 	}()
-	time.Sleep(time.Second)
+	testenv.Phase(t, time.Second, "events flow to the broker")
 	outage := OutageDuration(t)
 	d.Cut(t)
 	cutAt := time.Now()
-	time.Sleep(outage)
+	testenv.Phase(t, outage, "the broker cut while events are written")
 	lag := p.Lag()
 	d.Restore(t)
 	back := time.Now()
@@ -286,7 +286,7 @@ func testOutage(t *testing.T, h Harness) {
 	if lag < outage/2 {
 		t.Errorf("lag after a %s outage: %s, want at least %s", outage, lag, outage/2)
 	}
-	time.Sleep(time.Second)
+	testenv.Phase(t, time.Second, "events flow again after the broker is back")
 	cancel()
 	<-writing
 	w.flush()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
@@ -126,7 +127,7 @@ func BenchmarkCloseOrders(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	time.Sleep(1100 * time.Millisecond) // every deadline passed (the database's clock)
+	testenv.Phase(b, 1100*time.Millisecond, "every deadline passes (the database's clock)")
 	b.ResetTimer()
 	for i := range b.N {
 		closed, err := s.CloseOrders(ctx, ids[i*perCall:(i+1)*perCall])

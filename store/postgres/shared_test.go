@@ -59,11 +59,11 @@ func TestDatabaseClockBoundary(t *testing.T) {
 	if closed, err := s.CloseOrders(ctx, []int64{early.ID, late.ID}); err != nil || len(closed) != 0 {
 		t.Fatalf("close before the deadline = %v, %v; want a no-op", closed, err)
 	}
-	time.Sleep(time.Until(early.Deadline.Add(-100 * time.Millisecond)))
+	testenv.Phase(t, time.Until(early.Deadline.Add(-100*time.Millisecond)), "until 100 ms before the early deadline")
 	if paid, err := s.PayOrder(ctx, early.ID, "p1"); err != nil || paid.Status != hourglass.StatePaid || !paid.PaidAt.Before(paid.Deadline) {
 		t.Fatalf("pay 100 ms before the deadline: %+v, %v", paid, err)
 	}
-	time.Sleep(time.Until(late.Deadline.Add(100 * time.Millisecond)))
+	testenv.Phase(t, time.Until(late.Deadline.Add(100*time.Millisecond)), "until 100 ms past the late deadline")
 	if _, err := s.PayOrder(ctx, late.ID, "p2"); hourglass.ErrorCode(err) != hourglass.CodeOrderNotPayable {
 		t.Fatalf("pay 100 ms after the deadline = %v, want order_not_payable", err)
 	}
@@ -224,7 +224,7 @@ func TestPayCloseRace(t *testing.T) {
 		}
 	}
 	first, _ := a.Order(ctx, ids[0])
-	time.Sleep(time.Until(first.Deadline.Add(-30 * time.Millisecond)))
+	testenv.Phase(t, time.Until(first.Deadline.Add(-30*time.Millisecond)), "until 30 ms before the first deadline")
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex

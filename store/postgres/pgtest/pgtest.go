@@ -45,13 +45,18 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("pgtest: connect to the test server: %v", err)
 	}
 	defer conn.Close(context.Background())
+	retry := time.NewTicker(100 * time.Millisecond)
+	defer retry.Stop()
 	for attempt := 0; ; attempt++ {
 		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 		// 55006: the template is in use by a concurrent CREATE DATABASE.
 		if err == nil || attempt == 10 || !strings.Contains(err.Error(), "55006") {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		select { // the next try in 100 ms, within the 30 s of ctx
+		case <-retry.C:
+		case <-ctx.Done():
+		}
 	}
 	if err != nil {
 		t.Fatalf("pgtest: create database %s: %v", name, err)
