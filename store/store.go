@@ -75,6 +75,11 @@ type Options struct {
 	// lease TTL: by when their partitions move). See mysql.Config and
 	// postgres.Config.
 	IdleTxTimeout time.Duration
+	// CommitGather, when positive, is how long a PostgreSQL or MySQL
+	// group-commit writer may wait for more API writes while clients write
+	// concurrently (postgres.Config.CommitGather; --commit-gather). Zero:
+	// no wait. SQLite ignores it.
+	CommitGather time.Duration
 	// Schema is PostgreSQL's schema for hourglass's tables
 	// (postgres.Config.Schema; --database-schema). Empty or "public" (the
 	// default): the URL's, the role's or the server's search_path. Other
@@ -165,11 +170,11 @@ func checkSchema(kind, schema string) error {
 }
 
 func postgresConfig(o Options) postgres.Config {
-	return postgres.Config{Schema: o.Schema, URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending}
+	return postgres.Config{Schema: o.Schema, URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending, CommitGather: o.CommitGather}
 }
 
 func mysqlConfig(o Options) mysql.Config {
-	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveFanoutPending: o.ObserveFanoutPending}
+	return mysql.Config{URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, ObserveRetry: o.ObserveRetry, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveFanoutPending: o.ObserveFanoutPending, CommitGather: o.CommitGather}
 }
 
 // Migrate applies the pending migrations of the database o.URL names and

@@ -37,7 +37,13 @@ import (
 //     the burst over the drain;
 //   - CPU seconds of each node (utime+stime from /proc over the creates and
 //     the burst) and of the database server's processes (every process
-//     named postgres or mariadbd, so run it on a quiet machine).
+//     named postgres or mariadbd, so run it on a quiet machine), and the
+//     same over the creates alone, with the group commits they took
+//     (commits: the nodes' hourglass_store_commit_writes_count), for the
+//     CPU per order (docs/benchmarks/several-nodes.md).
+//
+// HOURGLASS_BENCH_BURST=0 leaves the burst out; HOURGLASS_BENCH_ARGS adds
+// serve flags to every node (e.g. "--commit-gather 2ms").
 //
 // Run: go test -run '^$' -bench Cluster -benchtime 20000x -count 3 ./cmd/hourglass/
 // (scripts/bench-cluster).
@@ -46,11 +52,12 @@ func BenchmarkCluster(b *testing.B) {
 	burst := 20000
 	if v := os.Getenv("HOURGLASS_BENCH_BURST"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("HOURGLASS_BENCH_BURST: want a positive count, got %q", v)
+		if err != nil || n < 0 {
+			b.Fatalf("HOURGLASS_BENCH_BURST: want a count (0: no burst), got %q", v)
 		}
 		burst = n
 	}
+	args := strings.Fields(os.Getenv("HOURGLASS_BENCH_ARGS"))
 	bin := buildBinary(b, b.TempDir())
 	for _, n := range []int{1, 2, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
@@ -69,7 +76,7 @@ func BenchmarkCluster(b *testing.B) {
 				b.Fatalf("HOURGLASS_TEST_STORE=%s is not a shared store", kind)
 			}
 			ctx := b.Context()
-			c, err := nodes.Start(ctx, nodes.Config{Binary: bin, DatabaseURL: dbURL, LogDir: b.TempDir()}, n)
+			c, err := nodes.Start(ctx, nodes.Config{Binary: bin, DatabaseURL: dbURL, LogDir: b.TempDir(), Args: args}, n)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -90,7 +97,7 @@ func BenchmarkCluster(b *testing.B) {
 				}
 			}
 			serverName := map[string]string{store.KindPostgres: "postgres", store.KindMySQL: "mariadbd"}[kind]
-			nodeCPU0, dbCPU0 := nodesCPU(b, c), serverCPU(serverName)
+			nodeCPU0, dbCPU0, commits0 := nodesCPU(b, c), serverCPU(serverName), commits(b, urls)
 
 			b.ResetTimer()
 			start := time.Now()
@@ -98,6 +105,17 @@ func BenchmarkCluster(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "creates/s")
+			nodeCPUc, dbCPUc := nodesCPU(b, c), serverCPU(serverName)
+			var createsCPU float64
+			for i := range nodeCPUc {
+				createsCPU += nodeCPUc[i] - nodeCPU0[i]
+			}
+			b.ReportMetric(createsCPU, "creates-node-cpu-s")
+			b.ReportMetric(dbCPUc-dbCPU0, "creates-db-cpu-s")
+			b.ReportMetric(commits(b, urls)-commits0, "creates-commits")
+			if burst == 0 {
+				return
+			}
 
 			// The burst: every deadline at one instant, far enough ahead
 			// for the creates to finish at the rate just measured.
@@ -121,6 +139,37 @@ func BenchmarkCluster(b *testing.B) {
 			b.ReportMetric(dbCPU1-dbCPU0, "db-cpu-s")
 		})
 	}
+}
+
+// commits returns the group commits of the nodes so far (the sum of their
+// hourglass_store_commit_writes_count).
+func commits(b *testing.B, urls []string) float64 {
+	var total float64
+	for _, u := range urls {
+		resp, err := http.Get(u + "/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var found bool
+		for line := range strings.Lines(string(raw)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "hourglass_store_commit_writes_count "); ok {
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("%s/metrics: hourglass_store_commit_writes_count %q: %v", u, v, err)
+				}
+				total, found = total+n, true
+			}
+		}
+		if !found {
+			b.Fatalf("%s/metrics has no hourglass_store_commit_writes_count", u)
+		}
+	}
+	return total
 }
 
 // sendCreates creates count orders for the SKUs in turn, from 64 clients,

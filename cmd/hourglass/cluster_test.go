@@ -124,7 +124,10 @@ func TestClusterKill(t *testing.T) {
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
 			const ttl = 2 * time.Second
-			testKill(t, setupCluster(t, kind, 3, ttl), ttl)
+			// The nodes gather their commits (--commit-gather), as a
+			// cluster whose database is its limit runs: kills and
+			// takeovers hold the same bounds with it.
+			testKill(t, setupCluster(t, kind, 3, ttl, "--commit-gather", "2ms"), ttl)
 		})
 	}
 }
@@ -136,7 +139,7 @@ func TestClusterKill(t *testing.T) {
 // hourglass_db_retries_total, which the test reports.
 func TestClusterKillGalera(t *testing.T) {
 	const ttl = 2 * time.Second
-	testKill(t, setupGaleraCluster(t, 3, ttl), ttl)
+	testKill(t, setupGaleraCluster(t, 3, ttl, "--commit-gather", "2ms"), ttl)
 }
 
 // testKill runs the kill scenario of TestClusterKill on a balanced cluster

@@ -63,6 +63,7 @@ func TestStartupErrors(t *testing.T) {
 		{"database URL scheme", []string{"--database-url", "oracle://scott:tiger-secret@" + dead + "/db"}, "unknown scheme"},
 		{"sqlite URL relative", []string{"--database-url", "sqlite://data/x.db"}, "sqlite:///absolute/path/file.db"},
 		{"db max conns", []string{"--db-max-conns", "5000"}, "--db-max-conns"},
+		{"commit gather", []string{"--commit-gather", "1s"}, "--commit-gather must be 0..50ms, got 1s"},
 		{"postgres unreachable", []string{"--database-url", "postgres://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
 		{"postgres bad URL", []string{"--database-url", "postgres://hg:secret@%zz/db"}, "postgres"},
 		{"mysql unreachable", []string{"--database-url", "mysql://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},

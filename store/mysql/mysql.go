@@ -145,6 +145,12 @@ type Config struct {
 	// session's wait_timeout is set to it instead (and the pool drops idle
 	// connections before that), which ends any idle session.
 	IdleTxTimeout time.Duration
+	// CommitGather, when positive, lets the group-commit writer wait up
+	// to this long for more API writes while clients write concurrently
+	// (writer.Config.Gather): fewer, larger transactions, less CPU per
+	// write for the server and this process, at the cost of up to this
+	// much latency per write under load. Zero: no wait. Closes never wait.
+	CommitGather time.Duration
 	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()
@@ -249,7 +255,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		writers = 1 // leave connections to the reads
 	}
 	s.w = writer.New(writer.Config[*op]{
-		Name: "mysql", Log: s.log, Writers: writers, MaxBatch: cfg.MaxBatch, Retry: retryPolicy(),
+		Name: "mysql", Log: s.log, Writers: writers, MaxBatch: cfg.MaxBatch, Retry: retryPolicy(), Gather: cfg.CommitGather,
 		Clock: s.clock, Probe: s.probeWrite, ProbeInterval: time.Second,
 		Observe: cfg.Observe, ObserveRetry: cfg.ObserveRetry, BeforeTx: cfg.beforeTx,
 	}, dialect{s})

@@ -121,6 +121,12 @@ type Config struct {
 	// inside a transaction this long (a process paused mid-transaction),
 	// releasing its row locks for the other processes.
 	IdleTxTimeout time.Duration
+	// CommitGather, when positive, lets the group-commit writer wait up
+	// to this long for more API writes while clients write concurrently
+	// (writer.Config.Gather): fewer, larger transactions, less CPU per
+	// write for the server and this process, at the cost of up to this
+	// much latency per write under load. Zero: no wait. Closes never wait.
+	CommitGather time.Duration
 	// ObserveRetry, if set, is called each time a transaction or statement
 	// is run again after a deadlock ("deadlock", 40P01) or a serialization
 	// failure ("serialization", 40001). It must be safe for concurrent use.
@@ -251,7 +257,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	bg, stop := context.WithCancel(context.Background())
 	s.stop, s.closed = stop, bg.Done()
 	s.w = writer.New(writer.Config[*op]{
-		Name: "postgres", Log: s.log, Writers: writers, MaxBatch: s.cfg.MaxBatch, Retry: retryPolicy(),
+		Name: "postgres", Log: s.log, Writers: writers, MaxBatch: s.cfg.MaxBatch, Retry: retryPolicy(), Gather: s.cfg.CommitGather,
 		Scrub: func(msg string) string { return scrub(msg, s.cfg.URL) }, Probe: s.probeWrite, ProbeInterval: time.Second,
 		Observe: s.cfg.Observe, ObserveRetry: s.cfg.ObserveRetry, BeforeTx: s.cfg.beforeTx,
 	}, dialect{s})

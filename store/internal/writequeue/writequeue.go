@@ -6,7 +6,10 @@
 // last, so a backlog of them cannot make the API slow.
 package writequeue
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Queue holds items waiting for the writers. Its zero value is not ready:
 // use New. It is safe for concurrent use by many producers and consumers.
@@ -142,6 +145,21 @@ func (q *Queue[T]) Take(batch []T, max int) []T {
 			return batch
 		}
 		<-q.ready
+	}
+}
+
+// Wait blocks until an item is pushed or the queue is closed (true), or
+// either stop fires first (false). A push no Take has answered yet counts:
+// Wait may return true at once. It takes nothing; a writer gathering a
+// batch (writer.Config.Gather) waits with it for the next write.
+func (q *Queue[T]) Wait(stop1, stop2 <-chan time.Time) bool {
+	select {
+	case <-q.ready:
+		return true
+	case <-stop1:
+		return false
+	case <-stop2:
+		return false
 	}
 }
 

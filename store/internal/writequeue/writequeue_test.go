@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestUrgentFirstInOrderAndBounded(t *testing.T) {
@@ -131,5 +132,30 @@ func TestLowLast(t *testing.T) {
 	}
 	if got := q.Take(nil, 10); !slices.Equal(got, []int{-2}) {
 		t.Fatalf("after Close: %v, want the low item still queued", got)
+	}
+}
+
+// TestWait: Wait returns true for a push (or one no Take answered yet),
+// false when a stop fires first, and takes nothing.
+func TestWait(t *testing.T) {
+	q := New[int]()
+	never := make(chan time.Time)
+	stopped := make(chan time.Time, 1)
+	stopped <- time.Time{}
+	if q.Wait(never, stopped) {
+		t.Fatal("Wait with nothing pushed and a stop fired = true")
+	}
+	q.Push(1, false)
+	if !q.Wait(never, never) {
+		t.Fatal("Wait after a push = false")
+	}
+	if got := q.Len(); got != 1 {
+		t.Fatalf("Len() = %d after Wait, want 1 (it takes nothing)", got)
+	}
+	came := make(chan bool, 1)
+	go func() { came <- q.Wait(never, never) }()
+	q.Push(2, true)
+	if !<-came {
+		t.Fatal("Wait woken by a push = false")
 	}
 }

@@ -178,7 +178,20 @@ type Config[T Write] struct {
 	Weight       func(T) int
 	UrgentBudget int
 	Retry        RetryPolicy
-	// Clock measures the commits for Observe (nil: the system clock).
+	// Gather, when positive, lets a writer that just committed several
+	// writes at once (clients are writing concurrently) wait for more
+	// before it runs its next batch of API writes, as PostgreSQL's
+	// commit_delay does when commit_siblings transactions are active: it
+	// waits while writes keep coming, each within Gather/4 of the one
+	// before, for at most Gather in all, until the batch is full. A batch
+	// with an urgent write (a close, a fire) never waits, and an urgent
+	// write ends a wait. Fewer, larger transactions cost the database and
+	// the node less per write: a node among several, which gets a share of
+	// the clients, otherwise commits small batches (docs/benchmarks/
+	// several-nodes.md). 0: no wait.
+	Gather time.Duration
+	// Clock measures the commits for Observe and times Gather (nil: the
+	// system clock).
 	Clock hourglass.Clock
 	// Scrub, if set, removes secrets (a URL's password) from a driver's
 	// error before it is logged.
@@ -207,15 +220,24 @@ type Writer[T Write] struct {
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 
+	timers    hourglass.TimerClock // cfg.Clock's timers (Gather)
+	gathering func()               // tests: called when a gather begins to wait
+
 	mu      sync.Mutex
 	failing bool // the last batch failed with unavailable (for the log)
 }
 
+// gatherSiblings is the least size of a writer's previous batch for which
+// it gathers (Config.Gather): below it, writes come one at a time, and a
+// wait would only add to their latency.
+const gatherSiblings = 2
+
 // entry is a queued write.
 type entry[T Write] struct {
-	ctx  context.Context
-	w    T
-	done chan struct{}
+	ctx    context.Context
+	w      T
+	done   chan struct{}
+	urgent bool // queued in the Urgent lane
 }
 
 // New starts cfg.Writers writer goroutines running batches with d. Close
@@ -225,6 +247,7 @@ func New[T Write](cfg Config[T], d Dialect[T]) *Writer[T] {
 	if cfg.Clock == nil {
 		w.cfg.Clock = hourglass.SystemClock{}
 	}
+	w.timers = hourglass.WithTimers(w.cfg.Clock)
 	if cfg.Weight != nil {
 		w.queue = writequeue.NewBudgeted(func(e *entry[T]) int { return cfg.Weight(e.w) }, cfg.UrgentBudget)
 	} else {
@@ -276,7 +299,7 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 	}
 	es := make([]*entry[T], len(writes))
 	for i, wr := range writes {
-		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{})}
+		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{}), urgent: lane == Urgent}
 	}
 	var queued bool
 	switch lane {
@@ -339,13 +362,58 @@ func (w *Writer[T]) NotifyDeliveries() {
 func (w *Writer[T]) loop() {
 	defer w.wg.Done()
 	batch := make([]*entry[T], 0, w.cfg.MaxBatch)
+	last := 0 // the previous batch's size
 	for {
 		batch = w.queue.Take(batch[:0], w.cfg.MaxBatch)
 		if len(batch) == 0 {
 			return // closed and drained
 		}
+		if w.cfg.Gather > 0 && last >= gatherSiblings {
+			batch = w.gather(batch)
+		}
+		last = len(batch)
 		w.commit(batch)
 	}
+}
+
+// gather returns batch with the writes that came while it waited for them
+// (Config.Gather): while each came within Gather/4 of the one before, for
+// at most Gather, until the batch is full or holds an urgent write.
+func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
+	if anyUrgent(batch) {
+		return batch
+	}
+	if w.gathering != nil {
+		w.gathering()
+	}
+	end := w.timers.NewTimer(w.cfg.Gather)
+	defer end.Stop()
+	for len(batch) < w.cfg.MaxBatch {
+		gap := w.timers.NewTimer(w.cfg.Gather / 4)
+		came := w.queue.Wait(end.C(), gap.C())
+		gap.Stop()
+		if !came {
+			return batch
+		}
+		// Take returns at once: batch is not empty. It may find nothing new
+		// (the wake-up was of a write taken already): wait on.
+		n := len(batch)
+		batch = w.queue.Take(batch, w.cfg.MaxBatch-n)
+		if anyUrgent(batch[n:]) {
+			return batch // a close to run now
+		}
+	}
+	return batch
+}
+
+// anyUrgent reports whether entries hold an urgent write.
+func anyUrgent[T Write](entries []*entry[T]) bool {
+	for _, e := range entries {
+		if e.urgent {
+			return true
+		}
+	}
+	return false
 }
 
 // commit runs a batch and answers each of its writes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -169,5 +170,73 @@ func TestHealthAndDeliveries(t *testing.T) {
 	case <-w.DeliveriesCreated():
 	default:
 		t.Fatal("no wake-up after a commit that created deliveries")
+	}
+}
+
+// TestGather: after a batch of several writes, a writer holding one write
+// waits (Config.Gather) for the writes that keep coming, until its batch
+// is full; an urgent write ends the wait at once; after a batch of one, a
+// lone write does not wait. Gather is a minute, so a wait that should not
+// happen shows as a test far slower than its bound.
+func TestGather(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	w := New(Config[*write]{
+		Name: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBatch: 4, Gather: time.Minute,
+		Retry: RetryPolicy{Attempts: 1, Timeout: time.Minute}, ProbeInterval: time.Hour,
+	}, f)
+	t.Cleanup(w.Close)
+	gathering := make(chan struct{}, 1)
+	w.gathering = func() { gathering <- struct{}{} } // set before any write: the loop reads it after a Take
+	txs := func() []int { f.mu.Lock(); defer f.mu.Unlock(); return append([]int(nil), f.txs...) }
+	submit := func(lane Lane, n int) chan []error {
+		done := make(chan []error, 1)
+		ws := make([]*write, n)
+		for i := range ws {
+			ws[i] = &write{}
+		}
+		go func() { done <- w.SubmitAll(context.Background(), lane, ws) }()
+		return done
+	}
+	taken := func() { // the writer took the write and waits for more
+		t.Helper()
+		select {
+		case <-gathering:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer did not wait for more writes after a batch of several")
+		}
+	}
+
+	<-submit(Normal, 2) // a batch of two: clients write concurrently
+	first := submit(Normal, 1)
+	taken()
+	rest := []chan []error{submit(Normal, 1), submit(Normal, 1), submit(Normal, 1)}
+	for _, c := range append(rest, first) {
+		<-c
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4}) {
+		t.Fatalf("transactions %v, want [2 4]: the lone write waits for the three that came, until the batch is full", got)
+	}
+
+	normal := submit(Normal, 1) // the last batch held 4: it waits
+	taken()
+	start := time.Now()
+	<-submit(Urgent, 1)
+	<-normal
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("an urgent write committed %s after it came, want at once (Gather is a minute)", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4, 2}) {
+		t.Fatalf("transactions %v, want [2 4 2]: the urgent write ends the wait and joins the batch", got)
+	}
+
+	<-submit(Urgent, 1) // a batch of one
+	start = time.Now()
+	<-submit(Normal, 1)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("a lone write after a batch of one committed after %s, want at once", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4, 2, 1, 1}) {
+		t.Fatalf("transactions %v, want [2 4 2 1 1]", got)
 	}
 }
