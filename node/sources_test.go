@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -28,11 +27,7 @@ import (
 func TestNodeSources(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := pgtest.Open(t, url)
 	shop := hourglasstest.Shop{DB: db, Schema: "shop", Postgres: true}
 	shop.Create(t, true)
 	shop.PutStock(t, "A", 10)

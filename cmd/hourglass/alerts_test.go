@@ -189,7 +189,7 @@ func TestAlertWebhookFromBinary(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // metricLine returns the value of one series from GET /metrics.
-func metricLine(t *testing.T, url, series string) string {
+func metricLine(t testing.TB, url, series string) string {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
 	if err != nil {

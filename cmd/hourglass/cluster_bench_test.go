@@ -146,28 +146,12 @@ func BenchmarkCluster(b *testing.B) {
 func commits(b *testing.B, urls []string) float64 {
 	var total float64
 	for _, u := range urls {
-		resp, err := http.Get(u + "/metrics")
+		v := metricLine(b, u, "hourglass_store_commit_writes_count")
+		n, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("%s/metrics: hourglass_store_commit_writes_count %q: %v", u, v, err)
 		}
-		raw, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		var found bool
-		for line := range strings.Lines(string(raw)) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "hourglass_store_commit_writes_count "); ok {
-				n, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("%s/metrics: hourglass_store_commit_writes_count %q: %v", u, v, err)
-				}
-				total, found = total+n, true
-			}
-		}
-		if !found {
-			b.Fatalf("%s/metrics has no hourglass_store_commit_writes_count", u)
-		}
+		total += n
 	}
 	return total
 }

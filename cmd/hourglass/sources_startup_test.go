@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,11 +26,7 @@ func TestSourcesStartup(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 	url := pgtest.NewDatabase(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := pgtest.Open(t, url)
 	shop := hourglasstest.Shop{DB: db, Schema: "shop", Postgres: true}
 	shop.Create(t, false)
 	src := shop.Source("shop_orders")

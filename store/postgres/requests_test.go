@@ -24,11 +24,7 @@ import (
 func shopDatabase(t *testing.T) (string, *sql.DB) {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := pgtest.Open(t, url)
 	if _, err := db.ExecContext(t.Context(), `CREATE TABLE public.orders (id BIGINT PRIMARY KEY, status TEXT NOT NULL);
 CREATE TABLE public.products (sku TEXT PRIMARY KEY, available INT NOT NULL)`); err != nil {
 		t.Fatal(err)

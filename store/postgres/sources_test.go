@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +18,7 @@ func TestSourcesConformance(t *testing.T) {
 	hourglasstest.ExerciseSources(t, hourglasstest.SourceHarness{
 		Open: func(t *testing.T) (a, b hourglasstest.SourceDB, shop hourglasstest.Shop) {
 			url := pgtest.NewDatabase(t)
-			db, err := sql.Open("pgx", url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := pgtest.Open(t, url)
 			return openSchema(t, url, "hourglass"), openSchema(t, url, "hourglass"), hourglasstest.Shop{DB: db, Schema: "shop", Postgres: true}
 		},
 	})
@@ -36,11 +31,7 @@ func TestSourcesConformance(t *testing.T) {
 func TestSourceCloseGivesWay(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := pgtest.Open(t, url)
 	store := openSchema(t, url, "hourglass")
 	shop := hourglasstest.Shop{DB: db, Schema: "shop", Postgres: true}
 	shop.Create(t, true)

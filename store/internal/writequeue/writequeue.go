@@ -148,19 +148,25 @@ func (q *Queue[T]) Take(batch []T, max int) []T {
 	}
 }
 
-// Wait blocks until an item is pushed or the queue is closed (true), or
-// either stop fires first (false). A push no Take has answered yet counts:
-// Wait may return true at once. It takes nothing; a writer gathering a
-// batch (writer.Config.Gather) waits with it for the next write.
-func (q *Queue[T]) Wait(stop1, stop2 <-chan time.Time) bool {
+// Wait blocks until an item is pushed (true), or stop fires or the queue
+// is closed (false). A push no Take has answered yet counts: Wait may
+// return true at once. It takes nothing; a writer gathering a batch
+// (writer.Config.Gather) waits with it for the next write, and stops
+// gathering at a close.
+func (q *Queue[T]) Wait(stop <-chan time.Time) bool {
 	select {
 	case <-q.ready:
-		return true
-	case <-stop1:
-		return false
-	case <-stop2:
+	case <-stop:
 		return false
 	}
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		q.wake() // the other writers see the close too
+		return false
+	}
+	return true
 }
 
 // underBudget returns how many of the first n urgent items fit the budget

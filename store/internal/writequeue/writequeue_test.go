@@ -142,20 +142,25 @@ func TestWait(t *testing.T) {
 	never := make(chan time.Time)
 	stopped := make(chan time.Time, 1)
 	stopped <- time.Time{}
-	if q.Wait(never, stopped) {
+	if q.Wait(stopped) {
 		t.Fatal("Wait with nothing pushed and a stop fired = true")
 	}
 	q.Push(1, false)
-	if !q.Wait(never, never) {
+	if !q.Wait(never) {
 		t.Fatal("Wait after a push = false")
 	}
 	if got := q.Len(); got != 1 {
 		t.Fatalf("Len() = %d after Wait, want 1 (it takes nothing)", got)
 	}
 	came := make(chan bool, 1)
-	go func() { came <- q.Wait(never, never) }()
+	go func() { came <- q.Wait(never) }()
 	q.Push(2, true)
 	if !<-came {
 		t.Fatal("Wait woken by a push = false")
+	}
+	go func() { came <- q.Wait(never) }()
+	q.Close()
+	if <-came {
+		t.Fatal("Wait woken by Close = true")
 	}
 }

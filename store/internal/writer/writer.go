@@ -386,12 +386,15 @@ func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
 	if w.gathering != nil {
 		w.gathering()
 	}
-	end := w.timers.NewTimer(w.cfg.Gather)
-	defer end.Stop()
+	end := w.cfg.Clock.Now().Add(w.cfg.Gather)
 	for len(batch) < w.cfg.MaxBatch {
-		gap := w.timers.NewTimer(w.cfg.Gather / 4)
-		came := w.queue.Wait(end.C(), gap.C())
-		gap.Stop()
+		left := end.Sub(w.cfg.Clock.Now())
+		if left <= 0 {
+			return batch
+		}
+		wait := w.timers.NewTimer(min(w.cfg.Gather/4, left))
+		came := w.queue.Wait(wait.C())
+		wait.Stop()
 		if !came {
 			return batch
 		}

@@ -176,8 +176,9 @@ func TestHealthAndDeliveries(t *testing.T) {
 // TestGather: after a batch of several writes, a writer holding one write
 // waits (Config.Gather) for the writes that keep coming, until its batch
 // is full; an urgent write ends the wait at once; after a batch of one, a
-// lone write does not wait. Gather is a minute, so a wait that should not
-// happen shows as a test far slower than its bound.
+// lone write does not wait; Close ends a wait and commits what was taken.
+// Gather is a minute, so a wait that should not happen shows as a test far
+// slower than its bound.
 func TestGather(t *testing.T) {
 	t.Parallel()
 	f := &fake{}
@@ -238,5 +239,20 @@ func TestGather(t *testing.T) {
 	}
 	if got := txs(); !slices.Equal(got, []int{2, 4, 2, 1, 1}) {
 		t.Fatalf("transactions %v, want [2 4 2 1 1]", got)
+	}
+
+	<-submit(Normal, 2)
+	last := submit(Normal, 1) // waits for more
+	taken()
+	start = time.Now()
+	w.Close()
+	if errs := <-last; errs[0] != nil {
+		t.Fatalf("the gathering write failed at Close: %v", errs[0])
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Close took %s with a write gathering, want at once (Gather is a minute)", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4, 2, 1, 1, 2, 1}) {
+		t.Fatalf("transactions %v, want [2 4 2 1 1 2 1]: Close ends the wait and commits what was taken", got)
 	}
 }

@@ -5,6 +5,7 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"net/url"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // Open's database/sql driver
 )
 
 // Env names the variable holding the test server's URL; DefaultURL is used
@@ -106,4 +108,17 @@ func databaseName(test string) string {
 	var r [4]byte
 	rand.Read(r[:])
 	return "hg_" + slug + "_" + hex.EncodeToString(r[:])
+}
+
+// Open opens a database/sql pool on url with pgx's driver, as a shop's own
+// code connects (the tests' shop tables, its transactions); it is closed
+// in t.Cleanup.
+func Open(t testing.TB, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
