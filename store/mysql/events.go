@@ -87,7 +87,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 		return 0, nil
 	}
 	var n int64
-	err := s.retryStatement("prune events", func() error {
+	err := s.retryStatement(ctx, "prune events", func() error {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE created_at < ?
 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)
 AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE FIND_IN_SET(events.seq, p.seqs))
@@ -104,8 +104,8 @@ ORDER BY created_at LIMIT ?`, hourglass.UnixMilli(before), hourglass.UnixMilli(b
 
 // retryStatement runs one autocommit statement, again after a lost race
 // (retryPolicy).
-func (s *Store) retryStatement(op string, fn func() error) error {
-	err := s.retry(fn)
+func (s *Store) retryStatement(ctx context.Context, op string, fn func() error) error {
+	err := s.retry(ctx, fn)
 	var he *hourglass.Error
 	if errors.As(err, &he) {
 		return err

@@ -208,7 +208,7 @@ func (t *target) holdLease(owner string) func() error {
 		// ctx ended (else the others wait for its expiry).
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return retryPolicy().Do(func() error {
+		return retryPolicy().Do(ctx, func() error {
 			_, err := t.conn.ExecContext(ctx, `DELETE FROM `+lockTable+` WHERE id = 1 AND owner = ?`, owner)
 			return err
 		}, func(err error) writer.Class {

@@ -543,8 +543,8 @@ func (s *Store) classify(err error) writer.Class {
 
 // retry runs fn, again after a lost race, as retryPolicy allows (each
 // retry counted by Config.ObserveRetry); it returns fn's last error.
-func (s *Store) retry(fn func() error) error {
-	return retryPolicy().Do(fn, s.classify, s.cfg.ObserveRetry)
+func (s *Store) retry(ctx context.Context, fn func() error) error {
+	return retryPolicy().Do(ctx, fn, s.classify, s.cfg.ObserveRetry)
 }
 
 // fail wraps err of operation op: connection loss (and a closed pool)
@@ -643,7 +643,7 @@ func scanTimerRow(rows *sql.Rows) (hourglass.DueItem, error) {
 // unavailable; the commit's outcome is then unknown and the caller must
 // not assume either.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	return fail(op, s.retry(func() error { return s.tryTx(ctx, fn) }))
+	return fail(op, s.retry(ctx, func() error { return s.tryTx(ctx, fn) }))
 }
 
 func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {

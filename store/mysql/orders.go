@@ -40,7 +40,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
 	o, err := scanOrder(s.db.QueryRowContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+		return o, plan.OrderNotFound(id)
 	}
 	return o, fail(fmt.Sprintf("get order %d", id), err)
 }

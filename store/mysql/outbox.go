@@ -25,7 +25,7 @@ func (s *Store) OutboxDone(ctx context.Context, published []hourglass.DueItem) e
 		for _, t := range chunk {
 			args = append(args, t.ID, hourglass.UnixMilli(t.At))
 		}
-		if err := s.retryStatement("outbox done", func() error {
+		if err := s.retryStatement(ctx, "outbox done", func() error {
 			_, err := s.db.ExecContext(ctx, `DELETE FROM timer_outbox WHERE (order_id, deadline) IN (`+rowsOf(len(chunk), `(?, ?)`)+`)`, args...)
 			return err
 		}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // PutProduct implements hourglass.Store: an upsert of name, category and
@@ -34,7 +35,7 @@ ON DUPLICATE KEY UPDATE name = ?, category = ?, available = ?`, p.SKU, p.Name, p
 func (s *Store) Product(ctx context.Context, sku string) (hourglass.Product, error) {
 	p, err := scanProduct(s.db.QueryRowContext(ctx, `SELECT sku, name, category, available, reserved, sold FROM products WHERE sku = ?`, sku))
 	if errors.Is(err, sql.ErrNoRows) {
-		return p, hourglass.Errorf(hourglass.CodeNotFound, "product %q not found", sku)
+		return p, plan.ProductNotFound(sku)
 	}
 	return p, fail(fmt.Sprintf("get product %q", sku), err)
 }

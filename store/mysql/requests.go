@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // Timer requests (hourglass.TimerRequestStore): rows a shop's transactions
@@ -70,17 +70,10 @@ var (
 	heldKeysSQL = `SELECT DISTINCT timer_key FROM timer_requests WHERE seq < ? AND seq NOT IN (%s) AND timer_key IN (%s)`
 )
 
-// requestRow is a timer_requests row, read: badTime names a DATETIME column
-// that holds no time (a zero date), which rejects the request.
-type requestRow struct {
-	hourglass.TimerRequest
-	badTime string
-}
-
 // scanRequest reads requestColumns, followed by extra destinations.
-func scanRequest(sc scanner, extra ...any) (requestRow, error) {
+func scanRequest(sc scanner, extra ...any) (plan.RequestRow, error) {
 	var (
-		r              requestRow
+		r              plan.RequestRow
 		action         sql.NullString
 		fireSet        bool
 		fireUs, reqUs  sql.NullInt64
@@ -97,17 +90,21 @@ func scanRequest(sc scanner, extra ...any) (requestRow, error) {
 		if fireUs.Valid {
 			at = time.UnixMicro(fireUs.Int64).UTC()
 		} else {
-			r.badTime = "fire_at"
+			r.Unreadable = badTime("fire_at")
 		}
 		r.FireAt = &at
 	}
 	if reqUs.Valid {
 		r.RequestedAt = time.UnixMicro(reqUs.Int64).UTC()
 	} else {
-		r.badTime = "requested_at"
+		r.Unreadable = badTime("requested_at")
 	}
 	return r, nil
 }
+
+// badTime is the reason a request whose DATETIME column holds no time is
+// rejected with.
+func badTime(column string) string { return column + ": not a valid time (a zero date)" }
 
 // TimerRequestsWritten implements hourglass.TimerRequestStore: nil, since
 // MySQL cannot say when requests were committed; the applier polls.
@@ -130,7 +127,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	var res hourglass.TimerRequestsApplied
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		var err error
 		res, err = s.applyRequests(ctx, limit)
 		return err
@@ -156,21 +153,21 @@ func (s *Store) applyRequests(ctx context.Context, limit int) (hourglass.TimerRe
 		}
 	}()
 	// 1. The oldest requests no one holds.
-	reqs, err := collect(ctx, tx, lockRequestsSQL, []any{limit}, func(rows *sql.Rows) (requestRow, error) { return scanRequest(rows) })
+	reqs, err := collect(ctx, tx, lockRequestsSQL, []any{limit}, func(rows *sql.Rows) (plan.RequestRow, error) { return scanRequest(rows) })
 	if err != nil {
 		return res, fmt.Errorf("lock timer requests: %w", err)
 	}
 	if len(reqs) == 0 {
 		return res, nil
 	}
-	res.Full = len(reqs) == limit
+	full := len(reqs) == limit
 	// 2. The keys to hold back.
 	held, err := heldKeys(ctx, tx, reqs)
 	if err != nil {
 		return res, fmt.Errorf("read held timer requests: %w", err)
 	}
 	// 3. Decided on now (the server's clock, or the test's), then run as a
-	// batch of ArmTimer's and CancelTimer's ops.
+	// batch of ArmTimer's and CancelTimer's ops, in seq order.
 	nowMs, err := s.now(ctx, tx)
 	if err != nil {
 		return res, fmt.Errorf("read now: %w", err)
@@ -178,8 +175,23 @@ func (s *Store) applyRequests(ctx context.Context, limit int) (hourglass.TimerRe
 	clock := cmp.Or[hourglass.Clock](s.clock, hourglass.SystemClock{})
 	read := clock.Now()
 	now := hourglass.FromUnixMilli(nowMs)
-	plan := planRequests(reqs, held, now)
-	b := &batch{s: s, ops: plan.ops, results: make([]opResult, len(plan.ops)), timers: &batchTimers{}, tx: tx}
+	p := plan.PlanTimerRequests(reqs, held, now)
+	var (
+		ops []*op
+		ran []*plan.TimerRequest // the request of each op
+	)
+	for _, r := range p {
+		switch {
+		case !r.Runs():
+			continue
+		case r.Arm != nil:
+			ops = append(ops, &op{kind: opArm, arm: *r.Arm})
+		default:
+			ops = append(ops, &op{kind: opCancel, key: r.CancelKey})
+		}
+		ran = append(ran, r)
+	}
+	b := &batch{s: s, ops: ops, results: make([]opResult, len(ops)), timers: &batchTimers{}, tx: tx}
 	deferred := false
 	if len(b.ops) > 0 {
 		b.collect()
@@ -192,21 +204,26 @@ func (s *Store) applyRequests(ctx context.Context, limit int) (hourglass.TimerRe
 		if _, deferred, err = b.write(ctx); err != nil {
 			return res, err
 		}
+		b.answer()
 	}
-	plan.settle(b.results)
+	for i, r := range ran {
+		if err := r.Settle(b.results[i].timer, b.results[i].err); err != nil {
+			return res, err
+		}
+	}
 	// 4. The rejected ones, as the shop wrote them, with their reasons.
-	done, rejected := plan.outcome()
+	done, rejected := p.Outcome()
 	if len(rejected) > 0 {
 		args := make([]any, 0, 1+3*len(rejected))
 		args = append(args, now)
-		for _, pr := range rejected {
-			args = append(args, pr.req.Seq)
+		for _, r := range rejected {
+			args = append(args, r.Row.Seq)
 		}
-		for _, pr := range rejected {
-			args = append(args, pr.reason)
+		for _, r := range rejected {
+			args = append(args, r.Reason)
 		}
-		for _, pr := range rejected {
-			args = append(args, pr.req.Seq)
+		for _, r := range rejected {
+			args = append(args, r.Row.Seq)
 		}
 		n := len(rejected)
 		// A seq listed already (timer_requests' AUTO_INCREMENT set back) keeps
@@ -221,7 +238,7 @@ ON DUPLICATE KEY UPDATE timer_request_errors.seq = timer_request_errors.seq`, ar
 		}
 	}
 	if len(done) == 0 {
-		return res, nil // every key held back: nothing to write
+		return hourglass.TimerRequestsApplied{Full: full}, nil // every key held back: nothing to write
 	}
 	// 5. All of them gone, and commit.
 	if _, err := tx.ExecContext(ctx, `DELETE FROM timer_requests WHERE seq IN (`+placeholders(len(done))+`)`, anys(done)...); err != nil {
@@ -234,175 +251,35 @@ ON DUPLICATE KEY UPDATE timer_request_errors.seq = timer_request_errors.seq`, ar
 	if deferred {
 		s.fanOut.Wake()
 	}
-	elapsed := max(clock.Now().Sub(read), 0)
-	res.Applied, res.Rejected = len(done)-len(rejected), len(rejected)
-	res.Armed, res.Cancelled = plan.final(b)
+	// The lags count from the server's now, plus the time since it was read.
+	res = p.Result(now.Add(max(clock.Now().Sub(read), 0)))
+	res.Full = full
 	// This node's engine hears of them through the store's due feed (the
 	// others through the order_feed row b.write wrote).
 	s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
-	for _, pr := range plan.all {
-		if !pr.held {
-			res.Lags = append(res.Lags, max(now.Sub(pr.req.RequestedAt)+elapsed, 0))
-		}
-	}
 	return res, nil
 }
 
 // heldKeys returns the keys of reqs with an earlier request reqs does not
-// hold. Only valid keys are looked up: a request with any other is
-// rejected whatever came before it.
-func heldKeys(ctx context.Context, tx *sql.Tx, reqs []requestRow) (map[string]bool, error) {
-	seqs := make([]any, 0, len(reqs))
-	var keys []any
-	for _, r := range reqs {
-		seqs = append(seqs, r.Seq)
-		if r.Key != nil && hourglass.ValidateTimerKey(*r.Key) == nil {
-			keys = append(keys, *r.Key)
-		}
-	}
+// hold.
+func heldKeys(ctx context.Context, tx *sql.Tx, reqs []plan.RequestRow) (map[string]bool, error) {
 	held := map[string]bool{}
+	keys := plan.HeldKeysToRead(reqs)
 	if len(keys) == 0 {
 		return held, nil
 	}
-	args := append(append([]any{reqs[len(reqs)-1].Seq}, seqs...), keys...)
+	seqs := make([]any, len(reqs))
+	for i, r := range reqs {
+		seqs[i] = r.Seq
+	}
+	args := append(append([]any{reqs[len(reqs)-1].Seq}, seqs...), anys(keys)...)
 	err := eachRow(ctx, tx, fmt.Sprintf(heldKeysSQL, placeholders(len(seqs)), placeholders(len(keys))), args, func(rows *sql.Rows) error {
 		var k string
 		err := rows.Scan(&k)
-		held[k] = true // compared with the batch's keys exactly, below
+		held[k] = true // compared with the batch's keys exactly, in the plan
 		return err
 	})
 	return held, err
-}
-
-// plannedRequest is one request of a batch and what it became.
-type plannedRequest struct {
-	req    hourglass.TimerRequest
-	op     int    // its op's index in requestPlan.ops, else -1
-	reason string // rejected: why
-	held   bool   // left for a later batch
-}
-
-// requestPlan is a batch of requests, decided: held back, rejected, or an
-// op of the batch that applies them.
-type requestPlan struct {
-	all []*plannedRequest
-	ops []*op // ArmTimer's and CancelTimer's, in seq order
-}
-
-// planRequests decides each request of reqs (in seq order) at now: the
-// keys in held wait, a request that is not a valid arm or cancel is
-// rejected with its reason, the others become ops.
-func planRequests(reqs []requestRow, held map[string]bool, now time.Time) *requestPlan {
-	p := &requestPlan{}
-	for _, r := range reqs {
-		pr := &plannedRequest{req: r.TimerRequest, op: -1}
-		p.all = append(p.all, pr)
-		if r.Key != nil && held[*r.Key] {
-			pr.held = true
-			continue
-		}
-		if r.badTime != "" {
-			pr.reason = r.badTime + ": not a valid time (a zero date)"
-			continue
-		}
-		var o *op
-		switch r.Action {
-		case hourglass.TimerRequestArm:
-			a, err := r.ArmParams(now)
-			if err != nil {
-				pr.reason = reason(err)
-				continue
-			}
-			o = &op{kind: opArm, arm: a}
-		case hourglass.TimerRequestCancel:
-			key, err := r.CancelKey()
-			if err != nil {
-				pr.reason = reason(err)
-				continue
-			}
-			o = &op{kind: opCancel, key: key}
-		default:
-			pr.reason = fmt.Sprintf("action: must be %q or %q, got %q", hourglass.TimerRequestArm, hourglass.TimerRequestCancel, r.Action)
-			continue
-		}
-		pr.op = len(p.ops)
-		p.ops = append(p.ops, o)
-	}
-	return p
-}
-
-// reason is a rejection's text: the error's message, without a package's
-// prefix.
-func reason(err error) string {
-	var he *hourglass.Error
-	if errors.As(err, &he) {
-		return he.Message
-	}
-	return err.Error()
-}
-
-// settle records what the batch decided for each op: an arm refused (a
-// webhook that does not exist) is rejected; a cancel of a timer that fired
-// or does not exist changes nothing and counts as applied.
-func (p *requestPlan) settle(results []opResult) {
-	for _, pr := range p.all {
-		if pr.op < 0 {
-			continue
-		}
-		err := results[pr.op].err
-		if err == nil {
-			continue
-		}
-		switch hourglass.ErrorCode(err) {
-		case hourglass.CodeNotFound, hourglass.CodeTimerFired:
-			if p.ops[pr.op].kind == opCancel {
-				continue
-			}
-		}
-		pr.reason = reason(err)
-	}
-}
-
-// outcome returns the seqs done (applied or rejected), and the rejected
-// requests.
-func (p *requestPlan) outcome() (done []int64, rejected []*plannedRequest) {
-	for _, pr := range p.all {
-		if pr.held {
-			continue
-		}
-		done = append(done, pr.req.Seq)
-		if pr.reason != "" {
-			rejected = append(rejected, pr)
-		}
-	}
-	return done, rejected
-}
-
-// final returns, once b committed, each key's end state, in the order the
-// keys first appear: armed (as a due item) or cancelled (its id); the
-// engine must hear only that. A key whose requests changed nothing (a
-// cancel of a timer that does not exist) is in neither.
-func (p *requestPlan) final(b *batch) (armed []hourglass.DueItem, cancelled []int64) {
-	seen := map[*lockedTimer]bool{}
-	var timers []*lockedTimer
-	for _, pr := range p.all {
-		if pr.op < 0 || pr.reason != "" {
-			continue
-		}
-		if lt := b.timerOf[pr.op]; lt != nil && !seen[lt] {
-			seen[lt] = true
-			timers = append(timers, lt)
-		}
-	}
-	for _, lt := range timers {
-		switch lt.t.Status {
-		case hourglass.TimerScheduled:
-			armed = append(armed, hourglass.DueItem{ID: lt.t.ID, At: lt.t.FireAt})
-		case hourglass.TimerCancelled:
-			cancelled = append(cancelled, lt.t.ID)
-		}
-	}
-	return armed, cancelled
 }
 
 // RejectedTimerRequests implements hourglass.TimerRequestStore: a range of

@@ -18,7 +18,7 @@ var _ hourglass.RetentionStore = (*Store)(nil)
 // timeout) and returns the rows it affected.
 func (s *Store) exec(ctx context.Context, op, query string, args ...any) (int, error) {
 	var n int64
-	err := s.retryStatement(op, func() error {
+	err := s.retryStatement(ctx, op, func() error {
 		res, err := s.db.ExecContext(ctx, query, args...)
 		if err != nil {
 			return err
@@ -47,7 +47,7 @@ func (s *Store) PruneTimers(ctx context.Context, before time.Time, limit int) (t
 		return 0, 0, nil
 	}
 	var top int64
-	err = s.retryStatement("prune timers", func() error {
+	err = s.retryStatement(ctx, "prune timers", func() error {
 		return s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM timers`).Scan(&top)
 	})
 	if err != nil {
@@ -74,7 +74,7 @@ func (s *Store) TrimDeadLetters(ctx context.Context, keep, limit int) (int, erro
 		return 0, nil
 	}
 	var dead int
-	err := s.retryStatement("trim dead letters", func() error {
+	err := s.retryStatement(ctx, "trim dead letters", func() error {
 		return s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'dead'`).Scan(&dead)
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // The named timers' part of a group commit (batch.go): ArmTimer,
@@ -121,7 +122,7 @@ func (bt *batchTimers) arm(p hourglass.ArmTimerParams, nowMs int64) (*lockedTime
 		return lt, opResult{timer: lt.t} // a retry of the arming that scheduled it
 	}
 	if p.WebhookID != 0 && !bt.webhooks[p.WebhookID] {
-		return nil, opResult{err: hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", p.WebhookID)}
+		return nil, opResult{err: plan.UnknownWebhook(p.WebhookID)}
 	}
 	now := hourglass.FromUnixMilli(nowMs)
 	created := lt == nil
@@ -148,11 +149,11 @@ func (bt *batchTimers) arm(p hourglass.ArmTimerParams, nowMs int64) (*lockedTime
 func (bt *batchTimers) cancel(key string, now time.Time) (*lockedTimer, opResult) {
 	lt := bt.byKey[key]
 	if lt == nil {
-		return nil, opResult{err: timerNotFound(key)}
+		return nil, opResult{err: plan.TimerNotFound(key)}
 	}
 	switch lt.t.Status {
 	case hourglass.TimerFired:
-		return nil, opResult{err: hourglass.Errorf(hourglass.CodeTimerFired, "timer %q fired at %s; arm it again instead", key, lt.t.FiredAt.Format(hourglass.TimeFormat))}
+		return nil, opResult{err: plan.TimerFired(key, lt.t.FiredAt)}
 	case hourglass.TimerScheduled:
 		lt.t.Status, lt.t.UpdatedAt = hourglass.TimerCancelled, now
 		lt.dirty = true

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // Named timers (hourglass.TimerStore) in the timers table (migration 0005).
@@ -60,10 +61,6 @@ func scanTimer(sc scanner, extra ...any) (hourglass.Timer, error) {
 	return t, nil
 }
 
-func timerNotFound(key string) error {
-	return hourglass.Errorf(hourglass.CodeNotFound, "timer %q not found", key)
-}
-
 // ArmTimer implements hourglass.TimerStore. It is group-committed with the
 // order writes (timerbatch.go): the key's row is locked in the batch's
 // transaction, then inserted or re-armed. Two arms of a new key racing from
@@ -93,7 +90,7 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
 	t, err := scanTimer(s.db.QueryRowContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE timer_key = ?`, []byte(key)))
 	if errors.Is(err, sql.ErrNoRows) {
-		return hourglass.Timer{}, timerNotFound(key)
+		return hourglass.Timer{}, plan.TimerNotFound(key)
 	}
 	if err != nil {
 		return hourglass.Timer{}, fail(fmt.Sprintf("get timer %q", key), err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 var _ hourglass.OrderViewer = (*Store)(nil)
@@ -21,7 +22,7 @@ func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error
 	row := s.db.QueryRowContext(ctx, `SELECT `+orderColumns+`, `+nowExpr+` FROM orders WHERE id = ?`, s.nowArg(), id)
 	o, err := scanOrder(withNow{row, &nowMs})
 	if errors.Is(err, sql.ErrNoRows) {
-		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+		return o, plan.OrderNotFound(id)
 	}
 	if err != nil {
 		return o, fail(fmt.Sprintf("view order %d", id), err)

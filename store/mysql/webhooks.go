@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // maxLastError bounds the stored error text of a failed attempt (a BLOB).
@@ -81,14 +82,14 @@ func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error
 
 func getWebhook(ctx context.Context, q querier, id int64, lock bool) (hourglass.Webhook, error) {
 	if id <= 0 { // listWebhooks reads until 0 as "no upper bound"
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	ws, err := listWebhooks(ctx, q, id-1, id, 1, lock)
 	if err != nil {
 		return hourglass.Webhook{}, err
 	}
 	if len(ws) == 0 {
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	return ws[0], nil
 }
@@ -214,7 +215,7 @@ last_error = NULL, failed_at = NULL WHERE id = ? AND state = 'dead'`, nowMs, id)
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+			return plan.DeadLetterNotFound(id)
 		}
 		out = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(nowMs)}
 		return nil
@@ -229,7 +230,7 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadL
 		dl, err := scanDeadLetter(tx.QueryRowContext(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
 WHERE d.state = 'dead' AND d.id = ? FOR UPDATE`, id))
 		if errors.Is(err, sql.ErrNoRows) {
-			return hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+			return plan.DeadLetterNotFound(id)
 		}
 		if err != nil {
 			return err

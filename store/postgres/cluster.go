@@ -84,7 +84,7 @@ func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, err
 		offset = n.ClockOffset.Microseconds()
 	}
 	var now int64
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		return s.pool.QueryRow(ctx, heartbeatSQL, n.ID, n.Addr, started, offset).Scan(&now)
 	})
 	if err != nil {
@@ -97,7 +97,7 @@ func (s *Store) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, err
 // leases, the nodes and Now are one snapshot. Errors: unavailable.
 func (s *Store) ClusterState(ctx context.Context, ttl time.Duration) (hourglass.ClusterState, error) {
 	var out hourglass.ClusterState
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		out = hourglass.ClusterState{Leases: make([]hourglass.Lease, 0, hourglass.Partitions)}
 		rows, err := s.pool.Query(ctx, clusterStateSQL, ttl.Milliseconds())
 		if err != nil {
@@ -157,7 +157,7 @@ func (s *Store) AcquireLease(ctx context.Context, owner string, prev hourglass.L
 		got hourglass.Lease
 		ok  bool
 	)
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		var (
 			part         int
 			who          string
@@ -193,7 +193,7 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, leases []hourglas
 		parts[i], epochs[i] = int32(l.Part), l.Epoch
 	}
 	var out []hourglass.Lease
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		out = nil
 		rows, err := s.pool.Query(ctx, renewLeasesSQL, owner, ttl.Milliseconds(), parts, epochs)
 		if err != nil {
@@ -238,7 +238,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, owner string, parts []int) er
 	for i, p := range parts {
 		ps[i] = int32(p)
 	}
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		_, err := s.pool.Exec(ctx, releaseLeasesSQL, owner, ps)
 		return err
 	})
@@ -251,7 +251,7 @@ func (s *Store) LeaveCluster(ctx context.Context, nodeID string) error {
 	if nodeID == "" {
 		return nil
 	}
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		_, err := s.pool.Exec(ctx, leaveClusterSQL, nodeID)
 		return err
 	})

@@ -97,7 +97,7 @@ func (s *Store) SaveSinkCursors(ctx context.Context, cursors []hourglass.SinkCur
 	for i, c := range cursors {
 		sinks[i], parts[i], seqs[i] = c.Sink, int32(c.Part), c.Seq
 	}
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		_, err := s.pool.Exec(ctx, `INSERT INTO event_sink_cursors (sink, part, seq, touched_at)
 SELECT x.sink, x.part, x.seq, $4 FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(sink, part, seq)
 ON CONFLICT (sink, part) DO UPDATE SET seq = GREATEST(event_sink_cursors.seq, excluded.seq), touched_at = excluded.touched_at`,

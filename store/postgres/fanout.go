@@ -51,7 +51,7 @@ func (s *Store) newFanOut() *fanout.Loop {
 // fanOutOne fans out one deferred close batch; false when none was left.
 func (s *Store) fanOutOne(ctx context.Context) (bool, error) {
 	var found, created, notified int64
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		return s.pool.QueryRow(ctx, fanOutOneSQL, s.channel, s.nowArg()).Scan(&found, &created, &notified)
 	})
 	if err != nil {

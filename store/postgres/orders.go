@@ -86,7 +86,7 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
 	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = $1`, id))
 	if err == pgx.ErrNoRows {
-		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+		return o, plan.OrderNotFound(id)
 	}
 	return o, s.fail("get order", err)
 }

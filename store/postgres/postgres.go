@@ -610,13 +610,13 @@ func (s *Store) fail(op string, err error) error {
 // serialization failure or deadlock (retryPolicy). fn may run more than
 // once; it must not keep results of a failed attempt.
 func (s *Store) tx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	return s.fail(op, s.retry(func() error { return pgx.BeginFunc(ctx, s.pool, fn) }))
+	return s.fail(op, s.retry(ctx, func() error { return pgx.BeginFunc(ctx, s.pool, fn) }))
 }
 
 // retry runs one autocommit statement (fn), again after a deadlock or
 // serialization failure (retryPolicy); it returns fn's last error unmapped.
-func (s *Store) retry(fn func() error) error {
-	return retryPolicy().Do(fn, classify, s.cfg.ObserveRetry)
+func (s *Store) retry(ctx context.Context, fn func() error) error {
+	return retryPolicy().Do(ctx, fn, classify, s.cfg.ObserveRetry)
 }
 
 // WriteHealth returns nil while order writes commit, or, from a write that

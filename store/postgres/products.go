@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/jackc/pgx/v5"
 )
@@ -40,7 +41,7 @@ RETURNING `+productColumns, p.SKU, p.Name, p.Category, p.Available))
 func (s *Store) Product(ctx context.Context, sku string) (hourglass.Product, error) {
 	p, err := scanProduct(s.pool.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1`, sku))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return p, hourglass.Errorf(hourglass.CodeNotFound, "product %q not found", sku)
+		return p, plan.ProductNotFound(sku)
 	}
 	return p, s.fail("get product", err)
 }

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // Timer requests (hourglass.TimerRequestStore): rows a shop's transactions
@@ -71,8 +70,8 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	if err != nil {
 		return res, s.fail("apply timer requests", err)
 	}
-	reqs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.TimerRequest, error) {
-		var r hourglass.TimerRequest
+	reqs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (plan.RequestRow, error) {
+		var r plan.RequestRow
 		err := row.Scan(&r.Seq, &r.Key, &r.Action, &r.FireAt, &r.DelayMs, &r.Payload, &r.WebhookID, &r.RequestedAt)
 		return r, err
 	})
@@ -82,22 +81,27 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	if len(reqs) == 0 {
 		return res, nil
 	}
-	res.Full = len(reqs) == limit
+	full := len(reqs) == limit
 	held, err := s.heldKeys(ctx, tx, reqs)
 	if err != nil {
 		return res, s.fail("apply timer requests", err)
 	}
-	now := s.clockNow()
-	plan := planRequests(reqs, held, now)
+	p := plan.PlanTimerRequests(reqs, held, s.clockNow())
 	// The rounds: the i-th request of each key in round i.
 	var armed []*op // the arms that changed their timer, to announce
-	for _, round := range plan.rounds {
+	for round := range p.Rounds() {
 		tw := &timerWrites{}
-		for _, pr := range round {
-			if pr.arm != nil {
-				tw.arms = append(tw.arms, pr.op)
+		ops := map[*plan.TimerRequest]*op{}
+		for _, r := range p {
+			if !r.Runs() || r.Round != round {
+				continue
+			}
+			if r.Arm != nil {
+				ops[r] = &op{kind: opArmTimer, arm: newArmArgs(*r.Arm)}
+				tw.arms = append(tw.arms, ops[r])
 			} else {
-				tw.cancels = append(tw.cancels, pr.op)
+				ops[r] = &op{kind: opCancelTimer, key: r.CancelKey}
+				tw.cancels = append(tw.cancels, ops[r])
 			}
 		}
 		b := &pgx.Batch{}
@@ -105,8 +109,10 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 		}
-		for _, pr := range round {
-			plan.settle(pr)
+		for r, o := range ops {
+			if err := r.Settle(o.timer, o.err); err != nil {
+				return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
+			}
 		}
 		armed = append(armed, tw.armed...)
 	}
@@ -118,8 +124,12 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 			return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 		}
 	}
-	done, seqs, reasons := plan.outcome()
-	if len(reasons) > 0 {
+	done, rejected := p.Outcome()
+	if len(rejected) > 0 {
+		seqs, reasons := make([]int64, len(rejected)), make([]string, len(rejected))
+		for i, r := range rejected {
+			seqs[i], reasons[i] = r.Row.Seq, r.Reason
+		}
 		if _, err := tx.Exec(ctx, rejectRequestsSQL, seqs, s.nowArg(), reasons); err != nil {
 			return hourglass.TimerRequestsApplied{}, s.fail("reject timer requests", err)
 		}
@@ -130,15 +140,9 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	if err := tx.Commit(ctx); err != nil {
 		return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 	}
-	committed := s.clockNow()
-	res.Applied, res.Rejected = len(done)-len(reasons), len(reasons)
-	res.Armed, res.Cancelled = plan.endStates()
+	res = p.Result(s.clockNow())
+	res.Full = full
 	s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
-	for _, pr := range plan.all {
-		if !pr.held {
-			res.Lags = append(res.Lags, max(committed.Sub(pr.req.RequestedAt), 0))
-		}
-	}
 	return res, nil
 }
 
@@ -152,18 +156,15 @@ func (s *Store) clockNow() time.Time {
 
 // heldKeys returns the keys of reqs with an earlier request reqs does not
 // hold.
-func (s *Store) heldKeys(ctx context.Context, tx pgx.Tx, reqs []hourglass.TimerRequest) (map[string]bool, error) {
-	var keys []string
+func (s *Store) heldKeys(ctx context.Context, tx pgx.Tx, reqs []plan.RequestRow) (map[string]bool, error) {
+	held := map[string]bool{}
+	keys := plan.HeldKeysToRead(reqs)
+	if len(keys) == 0 {
+		return held, nil
+	}
 	seqs := make([]int64, len(reqs))
 	for i, r := range reqs {
 		seqs[i] = r.Seq
-		if r.Key != nil {
-			keys = append(keys, *r.Key)
-		}
-	}
-	held := map[string]bool{}
-	if len(keys) == 0 {
-		return held, nil
 	}
 	rows, err := tx.Query(ctx, heldKeysSQL, keys, seqs[len(seqs)-1], seqs)
 	if err != nil {
@@ -174,137 +175,6 @@ func (s *Store) heldKeys(ctx context.Context, tx pgx.Tx, reqs []hourglass.TimerR
 		held[k] = true
 	}
 	return held, err
-}
-
-// plannedRequest is one request of a batch and what it became.
-type plannedRequest struct {
-	req    hourglass.TimerRequest
-	arm    *hourglass.ArmTimerParams // nil: a cancel (or rejected)
-	op     *op
-	reason string // rejected: why
-	held   bool   // left for a later batch
-}
-
-// requestPlan is a batch of requests, decided: rejected now, held back, or
-// in a round of writes.
-type requestPlan struct {
-	all    []*plannedRequest
-	rounds [][]*plannedRequest
-}
-
-// planRequests decides each request of reqs (in seq order) at now: the
-// keys in held wait, a request that is not a valid arm or cancel is
-// rejected with its reason, the others go into rounds.
-func planRequests(reqs []hourglass.TimerRequest, held map[string]bool, now time.Time) *requestPlan {
-	p := &requestPlan{}
-	perKey := map[string]int{}
-	for _, r := range reqs {
-		pr := &plannedRequest{req: r}
-		p.all = append(p.all, pr)
-		if r.Key != nil && held[*r.Key] {
-			pr.held = true
-			continue
-		}
-		switch r.Action {
-		case hourglass.TimerRequestArm:
-			a, err := r.ArmParams(now)
-			if err != nil {
-				pr.reason = reason(err)
-				continue
-			}
-			pr.arm = &a
-			pr.op = &op{kind: opArmTimer, arm: newArmArgs(a)}
-		case hourglass.TimerRequestCancel:
-			key, err := r.CancelKey()
-			if err != nil {
-				pr.reason = reason(err)
-				continue
-			}
-			pr.op = &op{kind: opCancelTimer, key: key}
-		default:
-			pr.reason = fmt.Sprintf("action: must be %q or %q, got %q", hourglass.TimerRequestArm, hourglass.TimerRequestCancel, r.Action)
-			continue
-		}
-		i := perKey[*r.Key]
-		perKey[*r.Key] = i + 1
-		if i == len(p.rounds) {
-			p.rounds = append(p.rounds, nil)
-		}
-		p.rounds[i] = append(p.rounds[i], pr)
-	}
-	return p
-}
-
-// reason is a rejection's text: the error's message, without the store's
-// prefix.
-func reason(err error) string {
-	var he *hourglass.Error
-	if errors.As(err, &he) {
-		return he.Message
-	}
-	return err.Error()
-}
-
-// settle records what a write of a round answered: an arm refused (a
-// webhook that does not exist) is rejected; a cancel of a timer that fired
-// or does not exist changes nothing and counts as applied.
-func (p *requestPlan) settle(pr *plannedRequest) {
-	err := pr.op.err
-	if err == nil {
-		return
-	}
-	switch hourglass.ErrorCode(err) {
-	case hourglass.CodeNotFound, hourglass.CodeTimerFired:
-		if pr.arm == nil {
-			pr.op.err = nil
-			pr.op.timer = hourglass.Timer{}
-			return
-		}
-	}
-	pr.reason = reason(err)
-}
-
-// outcome returns the seqs done (applied or rejected) and, for the
-// rejected ones, their seqs and reasons.
-func (p *requestPlan) outcome() (done, rejected []int64, reasons []string) {
-	for _, pr := range p.all {
-		if pr.held {
-			continue
-		}
-		done = append(done, pr.req.Seq)
-		if pr.reason != "" {
-			rejected = append(rejected, pr.req.Seq)
-			reasons = append(reasons, pr.reason)
-		}
-	}
-	return done, rejected, reasons
-}
-
-// endStates returns what the batch left due and no longer due: each key
-// it wrote once, as the last request that changed its timer left it
-// (armed, as a due item; cancelled, as an id). The engine must hear only
-// each key's end state.
-func (p *requestPlan) endStates() (armed []hourglass.DueItem, cancelled []int64) {
-	var keys []string
-	timers, arm := map[string]hourglass.Timer{}, map[string]bool{}
-	for _, pr := range p.all {
-		if pr.held || pr.reason != "" || pr.op == nil || pr.op.timer.ID == 0 {
-			continue
-		}
-		t := pr.op.timer
-		if _, ok := timers[t.Key]; !ok {
-			keys = append(keys, t.Key)
-		}
-		timers[t.Key], arm[t.Key] = t, pr.arm != nil
-	}
-	for _, k := range keys {
-		if t := timers[k]; arm[k] {
-			armed = append(armed, hourglass.DueItem{ID: t.ID, At: t.FireAt})
-		} else {
-			cancelled = append(cancelled, t.ID)
-		}
-	}
-	return armed, cancelled
 }
 
 // wakeRequests fires TimerRequestsWritten without blocking.

@@ -43,7 +43,7 @@ DELETE FROM webhook_deliveries WHERE id IN (
 // or deadlock) and returns the rows it affected.
 func (s *Store) exec(ctx context.Context, op, sql string, args ...any) (int, error) {
 	var n int
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		ct, err := s.pool.Exec(ctx, sql, args...)
 		n = int(ct.RowsAffected())
 		return err

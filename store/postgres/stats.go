@@ -112,7 +112,7 @@ func (s *Store) OutboxDone(ctx context.Context, published []hourglass.DueItem) e
 	for i, t := range published {
 		ids[i], deadlines[i] = t.ID, hourglass.UnixMilli(t.At)
 	}
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		_, err := s.pool.Exec(ctx, `DELETE FROM timer_outbox o USING unnest($1::bigint[], $2::bigint[]) AS p(id, deadline)
 WHERE o.order_id = p.id AND o.deadline = p.deadline`, ids, deadlines)
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
 )
@@ -310,7 +311,7 @@ func (tw *timerWrites) queueArms(b *pgx.Batch, now any, outbox bool) {
 				case o == nil:
 					return fmt.Errorf("arm timers: key %q came back unasked", key)
 				case !ok:
-					o.err = hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", *o.arm.webhookID)
+					o.err = plan.UnknownWebhook(*o.arm.webhookID)
 				case !found:
 					unchanged = append(unchanged, o)
 				default:
@@ -371,11 +372,11 @@ func (tw *timerWrites) queueCancels(b *pgx.Batch, now any) {
 			cur, ok := locked[o.key]
 			switch {
 			case !ok:
-				o.err = timerNotFound(o.key)
+				o.err = plan.TimerNotFound(o.key)
 			case cur.Status == hourglass.TimerCancelled:
 				o.timer = cur
 			case cur.Status == hourglass.TimerFired:
-				o.err = hourglass.Errorf(hourglass.CodeTimerFired, "timer %q fired at %s; re-arm it instead", o.key, cur.FiredAt.Format(hourglass.TimeFormat))
+				o.err = plan.TimerFired(o.key, cur.FiredAt)
 			default:
 				return fmt.Errorf("cancel timer %q: locked %s but not cancelled", o.key, cur.Status)
 			}
@@ -463,13 +464,9 @@ func timersByKey(rows pgx.Rows) (map[string]hourglass.Timer, error) {
 func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
 	t, err := scanTimer(s.pool.QueryRow(ctx, timerByKeySQL, key))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return t, timerNotFound(key)
+		return t, plan.TimerNotFound(key)
 	}
 	return t, s.fail("get timer", err)
-}
-
-func timerNotFound(key string) error {
-	return hourglass.Errorf(hourglass.CodeNotFound, "timer %q not found", key)
 }
 
 // Timers implements hourglass.TimerStore: one range of the key's unique

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -22,7 +23,7 @@ func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error
 	var nowMs int64
 	o, err := scanOrder(s.pool.QueryRow(ctx, viewOrderSQL, id, s.nowArg()), &nowMs)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+		return o, plan.OrderNotFound(id)
 	}
 	if err != nil {
 		return o, s.fail("view order", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -76,14 +77,14 @@ func (s *Store) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hour
 // Webhook implements hourglass.WebhookStore.
 func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
 	if id <= 0 {
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	ws, err := listWebhooks(ctx, s.pool, id-1, id, 1)
 	if err != nil {
 		return hourglass.Webhook{}, s.fail("get webhook", err)
 	}
 	if len(ws) == 0 {
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	return ws[0], nil
 }
@@ -126,7 +127,7 @@ JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.position`, 
 // (the foreign keys cascade). Errors: not_found, unavailable.
 func (s *Store) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
 	if id <= 0 {
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	var out hourglass.Webhook
 	err := s.tx(ctx, "delete webhook", func(tx pgx.Tx) error {
@@ -135,14 +136,14 @@ func (s *Store) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook,
 			return err
 		}
 		if len(ws) == 0 {
-			return hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+			return plan.WebhookNotFound(id)
 		}
 		ct, err := tx.Exec(ctx, `DELETE FROM webhooks WHERE id = $1`, id)
 		if err != nil {
 			return err
 		}
 		if ct.RowsAffected() == 0 {
-			return hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+			return plan.WebhookNotFound(id)
 		}
 		out = ws[0]
 		return nil
@@ -178,13 +179,13 @@ WHERE d.state = 'dead' AND d.id > $1 ORDER BY d.id LIMIT $2`, after, max(limit, 
 // dead to pending, due at the database's now. Errors: not_found, unavailable.
 func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
 	var at int64
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		return s.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET state = 'pending', attempts = 0,
 next_attempt_at = COALESCE($2::bigint, `+dbNow+`), last_error = NULL, failed_at = NULL
 WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Scan(&at)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return hourglass.DeliveryTimer{}, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+		return hourglass.DeliveryTimer{}, plan.DeadLetterNotFound(id)
 	}
 	if err != nil {
 		return hourglass.DeliveryTimer{}, s.fail("retry dead letter", err)
@@ -196,7 +197,7 @@ WHERE id = $1 AND state = 'dead' RETURNING next_attempt_at`, id, s.nowArg()).Sca
 // unavailable.
 func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
 	var dl hourglass.DeadLetter
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		var err error
 		dl, err = scanDeadLetter(s.pool.QueryRow(ctx, `WITH d AS (
 	DELETE FROM webhook_deliveries WHERE id = $1 AND state = 'dead' RETURNING *
@@ -204,7 +205,7 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadL
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return dl, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+		return dl, plan.DeadLetterNotFound(id)
 	}
 	return dl, s.fail("delete dead letter", err)
 }
@@ -347,7 +348,7 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 		return 0, nil
 	}
 	var n int
-	err := s.retry(func() error {
+	err := s.retry(ctx, func() error {
 		ct, err := s.pool.Exec(ctx, `DELETE FROM events WHERE seq IN (
 	SELECT e.seq FROM events e WHERE e.created_at < $1
 	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)

@@ -145,7 +145,7 @@ func getOrder(conn *sqlite.Conn, id int64) (hourglass.Order, error) {
 		return o, scanErr
 	}
 	if !found {
-		return o, hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
+		return o, plan.OrderNotFound(id)
 	}
 	return o, nil
 }

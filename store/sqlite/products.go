@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -46,7 +47,7 @@ func (s *Store) Product(ctx context.Context, sku string) (hourglass.Product, err
 			return fmt.Errorf("sqlite: get product: %w", err)
 		}
 		if !found {
-			return hourglass.Errorf(hourglass.CodeNotFound, "product %q not found", sku)
+			return plan.ProductNotFound(sku)
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"zombiezen.com/go/sqlite"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // Timer requests (hourglass.TimerRequestStore) on SQLite: rows another
@@ -99,135 +100,81 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 		u.Due = append(u.Due, res.Armed...)
 		u.Gone = append(u.Gone, res.Cancelled...)
 	}
-	var (
-		committedAt time.Time
-		requested   []time.Time
-	)
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
-		res = hourglass.TimerRequestsApplied{} // set afresh: the op may run again alone
-		committedAt = now
 		var err error
-		requested, err = s.applyRequestsIn(conn, now, limit, &res)
+		res, err = s.applyRequestsIn(conn, now, limit) // set afresh: the op may run again alone
 		return err
 	})
 	if err != nil {
 		return hourglass.TimerRequestsApplied{}, err
 	}
-	for _, at := range requested {
-		res.Lags = append(res.Lags, max(committedAt.Sub(at), 0))
-	}
 	return res, nil
 }
 
 // applyRequestsIn applies up to limit requests in the writer's
-// transaction at now, and returns when each was requested.
-func (s *Store) applyRequestsIn(conn *sqlite.Conn, now time.Time, limit int, res *hourglass.TimerRequestsApplied) ([]time.Time, error) {
+// transaction at now: one writer, so no key is held back and each request
+// runs in seq order with ArmTimer's and CancelTimer's statements.
+func (s *Store) applyRequestsIn(conn *sqlite.Conn, now time.Time, limit int) (hourglass.TimerRequestsApplied, error) {
 	stmt := conn.Prep(`SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at FROM timer_requests ORDER BY seq LIMIT ?1`)
 	stmt.BindInt64(1, int64(limit))
-	type request struct {
-		hourglass.TimerRequest
-		badTime string // a column that does not hold a time, and what it holds
-	}
-	var (
-		reqs      []request
-		requested []time.Time
-	)
+	var reqs []plan.RequestRow
 	for {
 		row, err := stmt.Step()
 		if err != nil {
 			stmt.Reset()
-			return nil, fmt.Errorf("sqlite: read timer requests: %w", err)
+			return hourglass.TimerRequestsApplied{}, fmt.Errorf("sqlite: read timer requests: %w", err)
 		}
 		if !row {
 			break
 		}
-		var r request
-		var fireAt string
-		r.TimerRequest, fireAt = scanRequest(stmt)
+		r, fireAt := scanRequest(stmt)
+		req := plan.RequestRow{TimerRequest: r}
 		if fireAt != "" {
-			r.badTime = fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", fireAt)
+			req.Unreadable = fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", fireAt)
 		}
-		if r.RequestedAt.IsZero() {
-			r.RequestedAt = now
-		}
-		reqs = append(reqs, r)
+		reqs = append(reqs, req)
 	}
 	stmt.Reset()
-	res.Full = len(reqs) == limit
-	final := map[string]hourglass.Timer{} // each key's end state
-	var keys []string
-	armedLast := map[string]bool{}
+	p := plan.PlanTimerRequests(reqs, nil, now)
+	for _, r := range p {
+		var (
+			t   hourglass.Timer
+			err error
+		)
+		switch {
+		case !r.Runs():
+			continue
+		case r.Arm != nil:
+			t, _, err = s.armIn(conn, now, *r.Arm)
+		default:
+			t, err = cancelIn(conn, now, r.CancelKey)
+		}
+		if err := r.Settle(t, err); err != nil {
+			return hourglass.TimerRequestsApplied{}, err // the database's: the transaction rolls back
+		}
+	}
+	done, rejected := p.Outcome()
 	reject := conn.Prep(`INSERT OR FAIL INTO timer_request_errors (seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason)
 SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, ?2, ?3 FROM timer_requests WHERE seq = ?1
 ON CONFLICT (seq) DO NOTHING`)
-	for _, r := range reqs {
-		var (
-			t      hourglass.Timer
-			reason = r.badTime
-			armed  bool
-			err    error
-		)
-		if reason == "" {
-			switch r.Action {
-			case hourglass.TimerRequestArm:
-				var p hourglass.ArmTimerParams
-				if p, err = r.ArmParams(now); err == nil {
-					t, _, err = s.armIn(conn, now, p)
-					armed = true
-				}
-			case hourglass.TimerRequestCancel:
-				var key string
-				if key, err = r.CancelKey(); err == nil {
-					t, err = cancelIn(conn, now, key)
-					switch hourglass.ErrorCode(err) {
-					case hourglass.CodeNotFound, hourglass.CodeTimerFired:
-						t, err = hourglass.Timer{}, nil // nothing to cancel: applied
-					}
-				}
-			default:
-				err = hourglass.Errorf(hourglass.CodeInvalidArgument, "action: must be %q or %q, got %q", hourglass.TimerRequestArm, hourglass.TimerRequestCancel, r.Action)
-			}
-			if err != nil {
-				if hourglass.ErrorCode(err) != hourglass.CodeInvalidArgument {
-					return nil, err // the database's: the transaction rolls back
-				}
-				reason = hourglass.ErrorMessage(err)
-			}
+	for _, r := range rejected {
+		reject.BindInt64(1, r.Row.Seq)
+		reject.BindInt64(2, hourglass.UnixMilli(now))
+		reject.BindText(3, r.Reason)
+		if _, err := step(reject, nil); err != nil {
+			return hourglass.TimerRequestsApplied{}, fmt.Errorf("sqlite: reject timer request %d: %w", r.Row.Seq, err)
 		}
-		if reason != "" {
-			reject.BindInt64(1, r.Seq)
-			reject.BindInt64(2, hourglass.UnixMilli(now))
-			reject.BindText(3, reason)
-			if _, err := step(reject, nil); err != nil {
-				return nil, fmt.Errorf("sqlite: reject timer request %d: %w", r.Seq, err)
-			}
-			res.Rejected++
-		} else {
-			res.Applied++
-			if t.ID != 0 {
-				if _, ok := final[t.Key]; !ok {
-					keys = append(keys, t.Key)
-				}
-				final[t.Key], armedLast[t.Key] = t, armed
-			}
-		}
-		requested = append(requested, r.RequestedAt)
 	}
-	if len(reqs) > 0 {
+	if len(done) > 0 {
 		del := conn.Prep(`DELETE FROM timer_requests WHERE seq <= ?1`)
-		del.BindInt64(1, reqs[len(reqs)-1].Seq)
+		del.BindInt64(1, done[len(done)-1])
 		if _, err := step(del, nil); err != nil {
-			return nil, fmt.Errorf("sqlite: delete timer requests: %w", err)
+			return hourglass.TimerRequestsApplied{}, fmt.Errorf("sqlite: delete timer requests: %w", err)
 		}
 	}
-	for _, k := range keys {
-		if t := final[k]; armedLast[k] {
-			res.Armed = append(res.Armed, hourglass.DueItem{ID: t.ID, At: t.FireAt})
-		} else {
-			res.Cancelled = append(res.Cancelled, t.ID)
-		}
-	}
-	return requested, nil
+	res := p.Result(now)
+	res.Full = len(reqs) == limit
+	return res, nil
 }
 
 // RejectedTimerRequests implements hourglass.TimerRequestStore.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -112,7 +113,7 @@ func getTimer(conn *sqlite.Conn, key string) (hourglass.Timer, error) {
 		return t, fmt.Errorf("sqlite: get timer %q: %w", key, err)
 	}
 	if !found {
-		return t, hourglass.Errorf(hourglass.CodeNotFound, "timer %q not found", key)
+		return t, plan.TimerNotFound(key)
 	}
 	return t, nil
 }
@@ -167,7 +168,7 @@ func (s *Store) armIn(conn *sqlite.Conn, now time.Time, p hourglass.ArmTimerPara
 			return out, false, fmt.Errorf("sqlite: arm timer %q: look up webhook %d: %w", p.Key, p.WebhookID, err)
 		}
 		if !found {
-			return out, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", p.WebhookID)
+			return out, false, plan.UnknownWebhook(p.WebhookID)
 		}
 	}
 	var scanned bool
@@ -242,7 +243,7 @@ func cancelIn(conn *sqlite.Conn, now time.Time, key string) (hourglass.Timer, er
 		return out, err
 	}
 	if cur.Status == hourglass.TimerFired {
-		return out, hourglass.Errorf(hourglass.CodeTimerFired, "timer %q fired at %s; re-arm it instead", key, cur.FiredAt.Format(hourglass.TimeFormat))
+		return out, plan.TimerFired(key, cur.FiredAt)
 	}
 	return cur, nil // cancelled already
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -92,14 +93,14 @@ func getWebhook(conn *sqlite.Conn, id int64) (hourglass.Webhook, error) {
 	if id <= 0 {
 		// Ids start at 1; and listWebhooks reads until 0 as "no upper
 		// bound", which would return (or delete) the first webhook.
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	ws, err := listWebhooks(conn, id-1, id, 1)
 	if err != nil {
 		return hourglass.Webhook{}, err
 	}
 	if len(ws) == 0 {
-		return hourglass.Webhook{}, hourglass.Errorf(hourglass.CodeNotFound, "webhook %d not found", id)
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
 	}
 	return ws[0], nil
 }
@@ -214,7 +215,7 @@ WHERE d.state = 'dead' AND d.id = ?1`)
 		return dl, fmt.Errorf("sqlite: get dead letter %d: %w", id, err)
 	}
 	if !found {
-		return dl, hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+		return dl, plan.DeadLetterNotFound(id)
 	}
 	return dl, nil
 }
@@ -232,7 +233,7 @@ last_error = NULL, failed_at = NULL WHERE id = ?1 AND state = 'dead'`)
 			return fmt.Errorf("sqlite: retry dead letter %d: %w", id, err)
 		}
 		if conn.Changes() == 0 {
-			return hourglass.Errorf(hourglass.CodeNotFound, "dead letter %d not found", id)
+			return plan.DeadLetterNotFound(id)
 		}
 		out = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(nowMs)}
 		return nil

@@ -222,7 +222,7 @@ func (a *Admission) Create(p hourglass.CreateOrderParams) (Decision, error) {
 // err is the refusal: not_found, order_not_payable.
 func Pay(cur *hourglass.Order, id int64, paymentID string, now time.Time) (pay, repeat bool, err error) {
 	if cur == nil {
-		return false, false, notFound(id)
+		return false, false, OrderNotFound(id)
 	}
 	if cur.Payable(now) {
 		return true, false, nil
@@ -240,7 +240,7 @@ func Pay(cur *hourglass.Order, id int64, paymentID string, now time.Time) (pay, 
 // to the closer.
 func Transition(cur *hourglass.Order, id int64, a hourglass.Action, from hourglass.State, now time.Time) error {
 	if cur == nil {
-		return notFound(id)
+		return OrderNotFound(id)
 	}
 	if cur.Status != from || (from == hourglass.StatePendingPayment && !cur.Payable(now)) {
 		return hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot %s order %d: it is %s", a, id, cur.View(now).Status)
@@ -253,10 +253,6 @@ func Transition(cur *hourglass.Order, id int64, a hourglass.Action, from hourgla
 // already closed, unknown or not yet due order is left alone.
 func Closes(cur *hourglass.Order, now time.Time) bool {
 	return cur != nil && cur.Status == hourglass.StatePendingPayment && !cur.Payable(now)
-}
-
-func notFound(id int64) error {
-	return hourglass.Errorf(hourglass.CodeNotFound, "order %d not found", id)
 }
 
 // describe says why an order cannot be paid.
@@ -277,7 +273,7 @@ func describe(o hourglass.Order, now time.Time) string {
 // succeeded (the answer is cur); else err: not_found, order_not_payable.
 func PayDue(cur *hourglass.Order, id int64, paymentID string) (pay, repeat bool, err error) {
 	if cur == nil {
-		return false, false, notFound(id)
+		return false, false, OrderNotFound(id)
 	}
 	if cur.Status == hourglass.StatePendingPayment {
 		return true, false, nil
@@ -297,7 +293,7 @@ func PayDue(cur *hourglass.Order, id int64, paymentID string) (pay, repeat bool,
 // more than MaxOrderLifetime after creation, or not later than now).
 func Extend(cur *hourglass.Order, p hourglass.ExtendOrderParams, now time.Time) (extend, repeat bool, target time.Time, err error) {
 	if cur == nil {
-		return false, false, time.Time{}, notFound(p.ID)
+		return false, false, time.Time{}, OrderNotFound(p.ID)
 	}
 	if cur.Status != hourglass.StatePendingPayment || (!p.Overdue && !cur.Payable(now)) {
 		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot extend order %d: it is %s", p.ID, describe(*cur, now))

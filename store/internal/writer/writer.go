@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/timing"
 	"github.com/hourglass/hourglass/store/internal/bisect"
 	"github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
@@ -112,9 +113,12 @@ type RetryPolicy struct {
 }
 
 // Do runs fn, again while classify names its error a Retry (telling
-// observe, if set, the reason), at most p.Attempts times. It returns fn's
-// last error.
-func (p RetryPolicy) Do(fn func() error, classify func(error) Class, observe func(reason string)) error {
+// observe, if set, the reason), at most p.Attempts times, waiting
+// p.Backoff between attempts. The wait is in real time whatever clock the
+// store decides on: it spaces attempts that race other transactions on a
+// real database. Do returns fn's last error, at once if ctx ends during a
+// wait.
+func (p RetryPolicy) Do(ctx context.Context, fn func() error, classify func(error) Class, observe func(reason string)) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil || attempt >= p.Attempts {
@@ -128,7 +132,9 @@ func (p RetryPolicy) Do(fn func() error, classify func(error) Class, observe fun
 			observe(c.Reason)
 		}
 		if p.Backoff != nil {
-			time.Sleep(p.Backoff(attempt))
+			if timing.Sleep(ctx, hourglass.SystemClock{}, p.Backoff(attempt)) != nil {
+				return err
+			}
 		}
 	}
 }
@@ -472,7 +478,7 @@ func (w *Writer[T]) runRetrying(writes []T) (int, error) {
 	}
 	defer cancel()
 	var fanned int
-	err := w.cfg.Retry.Do(func() error {
+	err := w.cfg.Retry.Do(ctx, func() error {
 		if w.cfg.BeforeTx != nil {
 			w.cfg.BeforeTx(len(writes))
 		}
