@@ -38,11 +38,11 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/timing"
 	"github.com/hourglass/hourglass/store/internal/bisect"
 	"github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writequeue"
 	"github.com/hourglass/hourglass/store/writehealth"
+	"github.com/hourglass/hourglass/timing"
 )
 
 // Write is what the writer needs of a dialect's write (its *op): the write
