@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -27,6 +28,7 @@ type Announcer interface {
 type feed struct {
 	mu   sync.RWMutex
 	subs map[*func(hourglass.DueUpdate)]struct{}
+	any  atomic.Bool // len(subs) > 0, read without the lock
 }
 
 // Announce tells the store's due-feed subscribers u (nothing when u is
@@ -47,6 +49,9 @@ func (w *Writer[T]) Announce(u hourglass.DueUpdate) {
 
 // announce announces what the committed writes among writes changed.
 func (w *Writer[T]) announce(writes []T) {
+	if !w.feed.any.Load() {
+		return // nobody follows the feed: nothing to build
+	}
 	var u hourglass.DueUpdate
 	for _, wr := range writes {
 		if a, ok := any(wr).(Announcer); ok && wr.Err() == nil {
@@ -54,6 +59,18 @@ func (w *Writer[T]) announce(writes []T) {
 		}
 	}
 	w.Announce(u)
+}
+
+// announceOne is announce for one committed write.
+func (w *Writer[T]) announceOne(write T) {
+	if !w.feed.any.Load() {
+		return
+	}
+	if a, ok := any(write).(Announcer); ok {
+		var u hourglass.DueUpdate
+		a.Due(&u)
+		w.Announce(u)
+	}
 }
 
 // WatchDue implements hourglass.DueFeed for the store whose writer w is:
@@ -69,6 +86,7 @@ func (w *Writer[T]) WatchDue(ctx context.Context, remote func(context.Context, f
 		w.feed.subs = map[*func(hourglass.DueUpdate)]struct{}{}
 	}
 	w.feed.subs[sub] = struct{}{}
+	w.feed.any.Store(true)
 	w.feed.mu.Unlock()
 	var wg sync.WaitGroup
 	if remote != nil {
@@ -86,6 +104,7 @@ func (w *Writer[T]) WatchDue(ctx context.Context, remote func(context.Context, f
 		<-ctx.Done()
 		w.feed.mu.Lock()
 		delete(w.feed.subs, sub)
+		w.feed.any.Store(len(w.feed.subs) > 0)
 		w.feed.mu.Unlock()
 	}()
 	return wg.Wait

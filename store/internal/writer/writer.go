@@ -290,7 +290,27 @@ var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "stor
 // while it waits, unless ctx ended before its batch began: then it is
 // skipped and fails with ctx.Err().
 func (w *Writer[T]) Submit(ctx context.Context, lane Lane, write T) error {
-	return w.SubmitAll(ctx, lane, []T{write})[0]
+	// SubmitAll's path for one write, without its slices: most API calls
+	// submit one.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e := &entry[T]{ctx: ctx, w: write, done: make(chan struct{}), urgent: lane == Urgent}
+	var queued bool
+	if lane == Low {
+		queued = w.queue.PushLow(e)
+	} else {
+		queued = w.queue.Push(e, lane == Urgent)
+	}
+	if !queued {
+		return errClosed
+	}
+	<-e.done
+	err := write.Err()
+	if err == nil {
+		w.announceOne(write)
+	}
+	return err
 }
 
 // SubmitAll is Submit for writes queued together: a writer that takes any
