@@ -2,8 +2,9 @@
 // on rows a batch has locked, in pure Go: which creates the stock admits
 // (idempotent replays, repeats within the batch, unknown SKUs, stock, the
 // policy's timeout), and whether a payment, a cancel, a ship, a complete or
-// a close may happen to an order and, if not, the refusal the caller gets.
-// A dialect reads and locks the rows, asks the planner, and writes what it
+// a close may happen to an order and, if not, the refusal the caller gets;
+// and what each of a batch of timer requests becomes (requests.go). A
+// dialect reads and locks the rows, asks the planner, and writes what it
 // decided; so every store refuses with the same code and message, and the
 // decisions are table-tested and fuzzed without a database. It imports the
 // root package and the standard library only.
