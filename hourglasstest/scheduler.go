@@ -72,7 +72,9 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 			t.Fatalf("Cancel: %v", err)
 		}
 		rec.waitAll(t, []hourglass.DueItem{keep}, 1, 5*time.Second+h.MaxLateness)
-		time.Sleep(300 * time.Millisecond) // a cancelled timer that still fires would show by now
+		// No signal says a cancelled timer will not fire: give it the time
+		// one that still fired would have needed to show.
+		testenv.Phase(t, 300*time.Millisecond, "room for the cancelled timer to fire, if Cancel missed it")
 		stop()
 		if n := rec.count(drop.ID); n != 0 {
 			t.Fatalf("cancelled timer fired %d times", n)
@@ -283,7 +285,7 @@ func exerciseOwners(t *testing.T, h SchedulerHarness) {
 	second := makeTimers(1001, 400, time.Now().Add(1500*time.Millisecond), 2*time.Millisecond)
 	schedule(t, a, second[:200], 50)
 	schedule(t, b, second[200:], 50)
-	time.Sleep(200 * time.Millisecond) // let the consumers fetch what they will
+	testenv.Phase(t, 200*time.Millisecond, "the consumers fetch the second batch before the move")
 	setOwned(0, keep)
 	setOwned(1, append(slices.Clone(odd), move...))
 	rec.waitAll(t, second, 1, 5*time.Second+h.MaxLateness+h.Redelivery)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // exerciseCluster covers hourglass.ClusterStore: membership and partition
@@ -65,7 +66,7 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 		if !near(now1, time.Now(), 5*time.Second) {
 			t.Fatalf("Heartbeat returned the database's now %s; the test's clock says %s", now1, time.Now())
 		}
-		time.Sleep(20 * time.Millisecond)
+		testenv.Phase(t, 20*time.Millisecond, "the database's clock moves on before n2's first heartbeat")
 		if _, err := b.Heartbeat(ctx, hourglass.Node{ID: "n2", Addr: "127.0.0.1:2"}); err != nil {
 			t.Fatalf("Heartbeat(n2): %v", err)
 		}
@@ -78,7 +79,7 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 			t.Fatalf("n1 = %+v; want addr 127.0.0.1:1 and started at its first heartbeat %s", n1, now1)
 		}
 		// A later heartbeat renews last_seen and keeps started_at.
-		time.Sleep(30 * time.Millisecond)
+		testenv.Phase(t, 30*time.Millisecond, "the database's clock moves on before n1's second heartbeat")
 		now2, err := a.Heartbeat(ctx, hourglass.Node{ID: "n1", Addr: "127.0.0.1:1", StartedAt: n1.StartedAt})
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +89,7 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 			t.Fatalf("after a second heartbeat n1 = %+v; want started_at %s kept and last_seen %s", got, n1.StartedAt, now2)
 		}
 		// Nodes not seen within the TTL are left out.
-		time.Sleep(250 * time.Millisecond)
+		testenv.Phase(t, 250*time.Millisecond, "n1's last heartbeat ages past a 200ms TTL")
 		if _, err := b.Heartbeat(ctx, hourglass.Node{ID: "n2", Addr: "127.0.0.1:2"}); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +174,7 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 			t.Fatalf("AcquireLease(held, no steal) = %v, %v; want false", ok, err)
 		}
 		// Renewal extends it.
-		time.Sleep(20 * time.Millisecond)
+		testenv.Phase(t, 20*time.Millisecond, "the database's clock moves on before the renewal")
 		renewed, err := a.RenewLeases(ctx, "n1", []hourglass.Lease{l1}, ttl)
 		if err != nil || len(renewed) != 1 || renewed[0].Epoch != l1.Epoch || !renewed[0].Expires.After(l1.Expires) {
 			t.Fatalf("RenewLeases = %+v, %v; want %+v with a later expiry", renewed, err, l1)
@@ -229,7 +230,7 @@ func exerciseCluster(t *testing.T, h StoreHarness) {
 		if _, ok, _ := b.AcquireLease(ctx, "n2", l, false, ttl); ok {
 			t.Fatal("a lease was taken before it expired")
 		}
-		time.Sleep(ttl + 100*time.Millisecond)
+		testenv.Phase(t, ttl+100*time.Millisecond, "the lease's TTL passes on the database's clock")
 		// Expired: the owner cannot renew it, another node may take it.
 		if got, err := a.RenewLeases(ctx, "n1", []hourglass.Lease{l}, ttl); err != nil || len(got) != 0 {
 			t.Fatalf("RenewLeases(expired) = %+v, %v; want none", got, err)

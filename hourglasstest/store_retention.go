@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // exerciseRetention checks hourglass.RetentionStore and
@@ -200,7 +201,7 @@ func exerciseRetention(t *testing.T, h StoreHarness) {
 		}
 		// Cluster times are the database server's: a node ages in real time.
 		heartbeat("gone")
-		time.Sleep(400 * time.Millisecond)
+		testenv.Phase(t, 400*time.Millisecond, `the "gone" node ages past a 200ms TTL`)
 		seen := heartbeat("live")
 		if n, err := cs.PruneNodes(ctx, time.Hour, 100); err != nil || n != 0 {
 			t.Fatalf("PruneNodes(1h) = %d, %v; want 0", n, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // exerciseShared covers two store values on one database (two processes):
@@ -190,11 +191,17 @@ func exerciseShared(t *testing.T, h StoreHarness) {
 		paid := make([]bool, len(orders))
 		closed := map[int64]bool{}
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { // b pays each order, the later ones around their deadline
-			defer wg.Done()
-			time.Sleep(time.Until(orders[0].Deadline) - 50*time.Millisecond) // the database's clock may differ a little from ours
+		defer wg.Wait() // if the closes below fail the test, b is still paying
+		// b pays each order around its own deadline, the first 50 ms before
+		// it and each next 5 ms later than the one before (the 20 straddle
+		// it: 50 ms before to 45 ms after), whatever the creates' spacing.
+		// Deadlines are the database's clock, which may differ a little
+		// from ours.
+		wg.Go(func() {
 			for i, o := range orders {
+				if !testenv.Until(t.Context(), o.Deadline.Add(time.Duration(i)*5*time.Millisecond-50*time.Millisecond)) {
+					return
+				}
 				_, err := b.db.PayOrder(b.ctx, o.ID, "p")
 				switch {
 				case err == nil:
@@ -202,31 +209,23 @@ func exerciseShared(t *testing.T, h StoreHarness) {
 				case hourglass.ErrorCode(err) != hourglass.CodeOrderNotPayable:
 					t.Errorf("PayOrder: %v", err)
 				}
-				time.Sleep(5 * time.Millisecond)
 			}
-		}()
-		go func() { // a closes all until none is left pending
-			defer wg.Done()
-			stop := time.Now().Add(10 * time.Second)
-			for time.Now().Before(stop) {
-				cs, err := a.db.CloseOrders(a.ctx, ids(orders))
-				if err != nil {
-					t.Errorf("CloseOrders: %v", err)
-					return
-				}
-				for _, c := range cs {
-					if closed[c.OrderID] {
-						t.Errorf("order %d closed twice", c.OrderID)
-					}
-					closed[c.OrderID] = true
-				}
-				if n, err := a.db.CountPendingDue(a.ctx, farFuture, 0); err == nil && n == 0 {
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
+		})
+		// Meanwhile a closes them all until none is left pending.
+		testenv.EventuallyEvery(t, 10*time.Second, 10*time.Millisecond, "no order left pending", func() bool {
+			cs, err := a.db.CloseOrders(a.ctx, ids(orders))
+			if err != nil {
+				t.Fatalf("CloseOrders: %v", err)
 			}
-			t.Errorf("orders still pending 10 s after their deadline")
-		}()
+			for _, c := range cs {
+				if closed[c.OrderID] {
+					t.Errorf("order %d closed twice", c.OrderID)
+				}
+				closed[c.OrderID] = true
+			}
+			n, err := a.db.CountPendingDue(a.ctx, farFuture, 0)
+			return err == nil && n == 0
+		})
 		wg.Wait()
 		var nPaid int64
 		for i, o := range orders {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/txtimer"
 )
 
@@ -371,7 +372,7 @@ func requestTwoAppliers(t *testing.T, h TimerRequestHarness) {
 				}
 				totals[i] += r.Applied + r.Rejected
 				if r.Applied+r.Rejected == 0 {
-					time.Sleep(time.Millisecond)
+					testenv.Until(ctx, time.Now().Add(time.Millisecond)) // idle: look again in 1 ms, or stop
 				}
 			}
 		})
@@ -394,20 +395,18 @@ func requestTwoAppliers(t *testing.T, h TimerRequestHarness) {
 		})
 	}
 	// Let both run dry, then stop them.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		if err := shop.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table.Name).Scan(&n); err != nil {
+	left := -1
+	defer func() {
+		if left > 0 {
+			t.Logf("%d requests left", left)
+		}
+	}()
+	testenv.EventuallyEvery(t, 30*time.Second, 10*time.Millisecond, "the appliers ran dry (no request left)", func() bool {
+		if err := shop.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table.Name).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests left after 30 s", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return left == 0
+	})
 	stop()
 	wg.Wait()
 	if totals[0]+totals[1] != keys*rounds {

@@ -3,6 +3,8 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +22,15 @@ import (
 // watch's reports (a nil slice for fn(nil)).
 func watchSetup(t *testing.T, cfg watchConfig) (*Store, *sql.DB, <-chan []hourglass.DueItem) {
 	t.Helper()
+	return watchSetupLogging(t, cfg, nil)
+}
+
+// watchSetupLogging is watchSetup with the store logging to log (nil:
+// slog.Default()).
+func watchSetupLogging(t *testing.T, cfg watchConfig, log *slog.Logger) (*Store, *sql.DB, <-chan []hourglass.DueItem) {
+	t.Helper()
 	url := mytest.NewDatabase(t)
-	s, err := Open(context.Background(), Config{URL: url})
+	s, err := Open(context.Background(), Config{URL: url, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +111,7 @@ func TestWatchLateCommitReportedOnce(t *testing.T) {
 	if len(got) != 2 || got[0].ID != 102 || !got[0].At.Equal(hourglass.FromUnixMilli(2000)) || got[1].ID != 103 {
 		t.Fatalf("reported %v, want orders 102 and 103 with their deadlines", got)
 	}
-	time.Sleep(lag / 4) // polls read the higher row again meanwhile
+	testenv.Phase(t, lag/4, "the watch's polls read the higher row again before the late commit")
 	if err := late.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,11 +200,14 @@ func TestWatchAnnouncesWithin(t *testing.T) {
 func TestWatchReloadsAfterFailedRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, admin, reports := watchSetup(t, watchConfig{})
+	logs := &lockedBuffer{}
+	_, admin, reports := watchSetupLogging(t, watchConfig{}, slog.New(slog.NewTextHandler(logs, nil)))
 	if _, err := admin.ExecContext(ctx, `RENAME TABLE order_feed TO order_feed_away`); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, "the watch's read failing", func() bool {
+		return strings.Contains(logs.String(), "reading the feed failed")
+	})
 	if _, err := admin.ExecContext(ctx, `RENAME TABLE order_feed_away TO order_feed`); err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,8 @@ func TestGaleraLeaseLockExcludes(t *testing.T) {
 					t.Errorf("%d processes hold the migration lock at once", n)
 				}
 				taken.Add(1)
+				// Hold it a while: a second holder would show in holders
+				// meanwhile, and nothing signals one that never came.
 				time.Sleep(5 * time.Millisecond)
 				holders.Add(-1)
 				if err := unlock(); err != nil {

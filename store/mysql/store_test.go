@@ -36,10 +36,6 @@ func stockOf(t *testing.T, s hourglass.Store, sku string) [3]int64 {
 	return [3]int64{p.Available, p.Reserved, p.Sold}
 }
 
-// sleepUntil waits for the wall clock, which is the database server's here
-// (same host), to reach at.
-func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
-
 // TestDBClockBoundary: with no Config.Clock, the boundary is the database
 // server's clock: a pay 100 ms before the deadline succeeds, one 100 ms
 // after fails, and a close before the deadline does nothing.
@@ -63,7 +59,8 @@ func TestDBClockBoundary(t *testing.T) {
 	if a.Deadline.Sub(a.CreatedAt) != time.Second {
 		t.Fatalf("deadline %v, created %v", a.Deadline, a.CreatedAt)
 	}
-	sleepUntil(a.Deadline.Add(-100 * time.Millisecond))
+	// The wall clock is the database server's here (same host).
+	testenv.Phase(t, time.Until(a.Deadline.Add(-100*time.Millisecond)), "to 100 ms before the deadline")
 	if closed, err := s.CloseOrders(ctx, []int64{a.ID, b.ID}); err != nil || len(closed) != 0 {
 		t.Fatalf("close before the deadline = %v, %v; want a no-op", closed, err)
 	}
@@ -71,7 +68,7 @@ func TestDBClockBoundary(t *testing.T) {
 	if err != nil || paid.Status != hourglass.StatePaid || !paid.PaidAt.Before(a.Deadline) {
 		t.Fatalf("pay 100ms before the deadline: %+v, %v", paid, err)
 	}
-	sleepUntil(b.Deadline.Add(100 * time.Millisecond))
+	testenv.Phase(t, time.Until(b.Deadline.Add(100*time.Millisecond)), "to 100 ms after the deadline")
 	if _, err := s.PayOrder(ctx, b.ID, "p"); hourglass.ErrorCode(err) != hourglass.CodeOrderNotPayable {
 		t.Fatalf("pay 100ms after the deadline = %v, want order_not_payable", err)
 	}
@@ -227,7 +224,13 @@ func TestPayAndCloseRaceAtTheDeadline(t *testing.T) {
 			last = o.Deadline
 		}
 	}
-	sleepUntil(first.Add(-80 * time.Millisecond))
+	// The wall clock is the database server's here (same host). Each of 8
+	// payers pays its k-th order (ids[8k+g]) at start + k×step: the 15
+	// rounds spread evenly from 80 ms before the first deadline to 80 ms
+	// after the last, over the boundary.
+	start := first.Add(-80 * time.Millisecond)
+	step := (last.Sub(first) + 160*time.Millisecond) / (n/8 - 1)
+	testenv.Phase(t, time.Until(start), "to 80 ms before the first deadline")
 	payOK := make([]bool, n)
 	stop := last.Add(200 * time.Millisecond)
 	wg.Go(func() {
@@ -241,6 +244,9 @@ func TestPayAndCloseRaceAtTheDeadline(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := g; i < n; i += 8 {
+				if !testenv.Until(t.Context(), start.Add(time.Duration(i/8)*step)) {
+					return
+				}
 				_, err := payer.PayOrder(ctx, ids[i], "pay")
 				switch {
 				case err == nil:
@@ -249,7 +255,6 @@ func TestPayAndCloseRaceAtTheDeadline(t *testing.T) {
 				default:
 					t.Errorf("pay: %v", err)
 				}
-				time.Sleep(time.Millisecond) // spread the pays over the boundary
 			}
 		})
 	}
@@ -374,7 +379,7 @@ func TestCloseDrainsAndIsIdempotent(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(5 * time.Millisecond)
+	testenv.Phase(t, 5*time.Millisecond, "the creates reach the write queue before Close")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func TestWaitsWhileClosesQueued(t *testing.T) {
 	var q closes
 	q.queued.Store(1)
 	_, fanned := start(t, 2, &q)
-	time.Sleep(MaxWait / 4)
+	testenv.Phase(t, MaxWait/4, "a close stays queued: nothing may be fanned out")
 	if n := fanned.Load(); n != 0 {
 		t.Fatalf("%d notes fanned out with a close queued", n)
 	}
@@ -125,12 +125,15 @@ func TestQuietAfterLastClose(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the failed look", func() bool { return calls.Load() == 2 })
 	l.Wake()
 	var touched time.Time
-	for range 8 { // a close every 5 ms for 40 ms, while the look waits
+	pushes := hourglass.SystemClock{}.Now()
+	for i := range 8 { // a close every 5 ms for 40 ms, while the look waits
 		q.push()
 		touched = hourglass.SystemClock{}.Now()
-		time.Sleep(5 * time.Millisecond)
+		testenv.Until(t.Context(), pushes.Add(time.Duration(i+1)*5*time.Millisecond))
 	}
-	testenv.Eventually(t, 10*time.Second, "the note", func() bool { return notes.Load() == 0 })
+	// fannedAt, not notes: One stores it after taking the note, and a
+	// look between the two read 0 (a fan-out at the epoch).
+	testenv.Eventually(t, 10*time.Second, "the note", func() bool { return fannedAt.Load() != 0 })
 	if after := time.Duration(fannedAt.Load() - touched.UnixNano()); after < Quiet-time.Millisecond {
 		t.Fatalf("fanned out %s after a close was queued, within Quiet (%s)", after, Quiet)
 	}
@@ -144,10 +147,11 @@ func TestTrickleDelaysALookOnce(t *testing.T) {
 	var q closes
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		for ctx.Err() == nil {
+	go func() { // a close every 10 ms until the test ends
+		trickle := hourglass.SystemClock{}.Now()
+		for i := 1; ctx.Err() == nil; i++ {
 			q.push()
-			time.Sleep(10 * time.Millisecond)
+			testenv.Until(ctx, trickle.Add(time.Duration(i)*10*time.Millisecond))
 		}
 	}()
 	began := hourglass.SystemClock{}.Now()
