@@ -10,6 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/timing"
 )
 
 // Notification states.
@@ -107,7 +110,7 @@ func (w *notifier) deliver(ctx context.Context, n Notification) {
 		w.log.Error("alert: encode webhook notification", "rule", n.Rule, "err", err)
 		return
 	}
-	backoff := w.cfg.Backoff
+	backoff := timing.Backoff{Min: w.cfg.Backoff, Max: w.cfg.Backoff << min(w.cfg.Attempts, 20)} // doubling; Attempts bounds it
 	for attempt := 1; ; attempt++ {
 		err := w.post(ctx, body)
 		if err == nil {
@@ -121,15 +124,11 @@ func (w *notifier) deliver(ctx context.Context, n Notification) {
 			w.log.Error("alert: webhook notification failed; giving up", "rule", n.Rule, "state", n.State, "attempts", attempt, "err", err)
 			return
 		}
-		w.log.Warn("alert: webhook notification failed; retrying", "rule", n.Rule, "state", n.State, "attempt", attempt, "retry_in", backoff, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		wait := backoff.Next()
+		w.log.Warn("alert: webhook notification failed; retrying", "rule", n.Rule, "state", n.State, "attempt", attempt, "retry_in", wait, "err", err)
+		if timing.Sleep(ctx, hourglass.SystemClock{}, wait) != nil {
 			return
-		case <-t.C:
 		}
-		backoff *= 2
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/timing"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -423,12 +424,11 @@ func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreat
 // return with the listener in place.
 func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 	defer s.wg.Done()
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
+	backoff := timing.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	first := true
 	for {
 		err := s.listenOnce(ctx, func() {
-			backoff = minBackoff
+			backoff.Reset()
 			if first {
 				first = false
 				close(ready)
@@ -446,15 +446,11 @@ func (s *Store) listen(ctx context.Context, ready chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("postgres: the NOTIFY listener lost its connection; reconnecting", "err", scrubErr(err, s.cfg.URL), "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		wait := backoff.Next()
+		s.log.Warn("postgres: the NOTIFY listener lost its connection; reconnecting", "err", scrubErr(err, s.cfg.URL), "in", wait)
+		if timing.Sleep(ctx, hourglass.SystemClock{}, wait) != nil {
 			return
-		case <-t.C:
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
