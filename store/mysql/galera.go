@@ -75,7 +75,9 @@ const (
 // by another process too: harmless, every statement of a migration can run
 // twice, but not "once"). Unlock deletes the row.
 func (t *target) leaseLock(ctx context.Context, wait time.Duration) (func() error, error) {
-	if err := t.ensureLockTable(ctx); err != nil {
+	// Another process's DDL (its CREATE of the table, in total order on
+	// every node) can abort this one's look-up as a deadlock: run it again.
+	if err := retryPolicy().Do(ctx, func() error { return t.ensureLockTable(ctx) }, classifyLost, nil); err != nil {
 		return nil, err
 	}
 	owner := rand.Text()
@@ -211,11 +213,16 @@ func (t *target) holdLease(owner string) func() error {
 		return retryPolicy().Do(ctx, func() error {
 			_, err := t.conn.ExecContext(ctx, `DELETE FROM `+lockTable+` WHERE id = 1 AND owner = ?`, owner)
 			return err
-		}, func(err error) writer.Class {
-			if retryReason(err, false) != "" {
-				return writer.Class{Kind: writer.Retry}
-			}
-			return writer.Class{Kind: writer.OneWrite}
-		}, nil)
+		}, classifyLost, nil)
 	}
+}
+
+// classifyLost names a lost race (a deadlock, a lock wait timeout, a lost
+// certification: retryReason) a Retry of the migration lock's statements,
+// and anything else final.
+func classifyLost(err error) writer.Class {
+	if retryReason(err, false) != "" {
+		return writer.Class{Kind: writer.Retry}
+	}
+	return writer.Class{Kind: writer.OneWrite}
 }
