@@ -91,6 +91,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/timing"
 )
 
 // Defaults of Config.
@@ -725,7 +726,7 @@ func (s *Scheduler) migrate(ctx context.Context, now int64) error {
 
 // work delivers batches until stop is closed or ctx ends.
 func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-chan []claimed, deliver hourglass.Deliver) {
-	var backoff time.Duration
+	backoff := timing.Backoff{Min: 10 * time.Millisecond, Max: s.cfg.RetryMax}
 	for {
 		var batch []claimed
 		select {
@@ -757,7 +758,7 @@ func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-ch
 		}
 		err := deliver(ctx, timers)
 		if err == nil {
-			backoff = 0
+			backoff.Reset()
 			s.ack(ctx, batch)
 			continue
 		}
@@ -765,10 +766,10 @@ func (s *Scheduler) work(ctx context.Context, stop <-chan struct{}, batches <-ch
 			s.release(ctx, batch)
 			return
 		}
-		backoff = min(max(2*backoff, 10*time.Millisecond), s.cfg.RetryMax)
-		s.log.Error("redis: delivery failed; redelivering after backoff", "timers", len(batch), "retry_in", backoff, "err", err)
-		s.lease(ctx, batch, hourglass.UnixMilli(s.clock.Now().Add(backoff)))
-		t := time.NewTimer(backoff)
+		wait := backoff.Next()
+		s.log.Error("redis: delivery failed; redelivering after backoff", "timers", len(batch), "retry_in", wait, "err", err)
+		s.lease(ctx, batch, hourglass.UnixMilli(s.clock.Now().Add(wait)))
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-stop:
