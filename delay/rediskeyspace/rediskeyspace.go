@@ -115,6 +115,7 @@ type Scheduler struct {
 	cfg     Config
 	client  *goredis.Client
 	clock   hourglass.Clock
+	timers  hourglass.TimerClock // clock's timers: an early event's hold
 	log     *slog.Logger
 	disp    *dispatch.Dispatcher
 	prefix  string // <ns>:order:
@@ -127,7 +128,7 @@ type Scheduler struct {
 	owned atomic.Int64
 
 	mu      sync.Mutex
-	holding map[*time.Timer]struct{} // events that arrived before their deadline
+	holding map[hourglass.ClockTimer]struct{} // events that arrived before their deadline
 }
 
 var (
@@ -179,13 +180,14 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		cfg:     cfg,
 		client:  goredis.NewClient(opt),
 		clock:   cfg.Clock,
+		timers:  hourglass.WithTimers(cfg.Clock),
 		log:     cfg.Logger,
 		disp:    dispatch.New(cfg.Dispatch),
 		prefix:  cfg.Namespace + ":order:",
 		index:   cfg.Namespace + ":index",
 		channel: fmt.Sprintf("__keyevent@%d__:expired", opt.DB),
 		where:   fmt.Sprintf("%s db %d", opt.Addr, opt.DB),
-		holding: map[*time.Timer]struct{}{},
+		holding: map[hourglass.ClockTimer]struct{}{},
 	}
 	s.owned.Store(-1)
 	pingCtx, cancel := context.WithTimeout(ctx, PingTimeout)
@@ -436,8 +438,9 @@ func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
 }
 
 // fire hands an expired timer to the dispatcher, or holds it until its
-// deadline if the event came early (Redis's clock ahead of this one): the
-// close path must never see a timer before its deadline.
+// deadline if the event came early (Redis's clock ahead of this one), on
+// the clock's timer: the close path must never see a timer before its
+// deadline.
 func (s *Scheduler) fire(t hourglass.DueItem) {
 	wait := t.At.Sub(s.clock.Now())
 	if wait <= 0 {
@@ -446,8 +449,8 @@ func (s *Scheduler) fire(t hourglass.DueItem) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var tm *time.Timer
-	tm = time.AfterFunc(wait, func() {
+	var tm hourglass.ClockTimer
+	tm = s.timers.AfterFunc(wait, func() {
 		s.mu.Lock()
 		delete(s.holding, tm)
 		s.mu.Unlock()

@@ -148,32 +148,50 @@ func TestRunTurnsEventsBackOn(t *testing.T) {
 }
 
 // TestEarlyEventIsHeld: an event that arrives before the deadline by this
-// process's clock (Redis's clock ahead) is held until the deadline.
+// process's clock (Redis's clock ahead) is held on that clock until the
+// deadline, and delivered at it.
 func TestEarlyEventIsHeld(t *testing.T) {
 	t.Parallel()
 	raw, c := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	clock := hourglasstest.NewClock(time.Now().Add(-400 * time.Millisecond)) // this process is 400 ms behind
 	s := open(t, rediskeyspace.Config{URL: raw, Namespace: hourglasstest.Namespace(t), Clock: clock}, c)
-	got := make(chan time.Time, 1)
+	got := make(chan int64, 1)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go s.Run(runCtx, func(_ context.Context, due []hourglass.DueItem) error { got <- time.Now(); return nil })
+	go s.Run(runCtx, func(_ context.Context, due []hourglass.DueItem) error {
+		for _, d := range due {
+			got <- d.ID
+		}
+		return nil
+	})
+	sleepers := clock.Sleepers()
 	deadline := clock.Now().Add(100 * time.Millisecond).Truncate(time.Millisecond)
 	if err := s.Schedule(ctx, []hourglass.DueItem{{ID: 1, At: deadline}}); err != nil {
 		t.Fatal(err)
 	}
-	// Redis expires the key ~100 ms from now; by the fake clock the
-	// deadline is then still ~100 ms away... unless we move the clock.
-	start := time.Now()
-	clock.Set(deadline.Add(-50 * time.Millisecond)) // still before the deadline when the event lands
+	// Redis expires the key ~100 ms from now (its clock); by this process's
+	// clock the deadline is then still 50 ms away: the event is held.
+	clock.Set(deadline.Add(-50 * time.Millisecond))
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := clock.BlockUntil(wctx, sleepers+1); err != nil {
+		t.Fatalf("the early event was not held on the clock: %v", err)
+	}
+	clock.Advance(49 * time.Millisecond)
 	select {
-	case at := <-got:
-		if held := at.Sub(start); held < 140*time.Millisecond {
-			t.Fatalf("delivered %s after scheduling; the event should have been held ~50 ms past its ~100 ms expiry", held)
+	case id := <-got:
+		t.Fatalf("timer %d delivered 1 ms before its deadline by this process's clock", id)
+	default:
+	}
+	clock.Advance(time.Millisecond)
+	select {
+	case id := <-got:
+		if id != 1 {
+			t.Fatalf("delivered timer %d, want 1", id)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the held event was never delivered")
+		t.Fatal("the held event was not delivered at its deadline")
 	}
 }
 
