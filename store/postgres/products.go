@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"maps"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
@@ -57,11 +57,7 @@ func (s *Store) Policy(ctx context.Context) (hourglass.Policy, error) {
 	if err != nil {
 		return p, s.fail("get policy", err)
 	}
-	cats := make(map[string]time.Duration, len(p.Categories))
-	for c, d := range p.Categories {
-		cats[c] = d
-	}
-	p.Categories = cats
+	p.Categories = maps.Clone(p.Categories) // the caller's to change
 	return p, nil
 }
 

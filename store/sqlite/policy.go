@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -35,11 +36,7 @@ func (s *Store) Policy(ctx context.Context) (hourglass.Policy, error) {
 	}); err != nil {
 		return p, err
 	}
-	cats := make(map[string]time.Duration, len(p.Categories))
-	for c, d := range p.Categories {
-		cats[c] = d
-	}
-	p.Categories = cats
+	p.Categories = maps.Clone(p.Categories) // the caller's to change
 	return p, nil
 }
 
