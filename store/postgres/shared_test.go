@@ -115,6 +115,12 @@ func TestLostConnection(t *testing.T) {
 			}()
 			var pid int
 			testenv.Eventually(t, 10*time.Second, "the create waiting for the lock", func() bool {
+				// conn is inside tx, and a transaction reads one snapshot
+				// of pg_stat_activity: clear it, or a first look taken
+				// before the create waited is all this loop ever sees.
+				if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+					t.Fatal(err)
+				}
 				return conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&pid) == nil
 			})
 			if how == "proxy cut" {
