@@ -428,15 +428,25 @@ func (s *Service) DeliveryCounts(ctx context.Context) (pending, dead int, err er
 
 // Pending returns the number of deliveries held in memory (in the wheel or
 // waiting for a worker).
-func (s *Service) Pending() int { return s.sched.Pending() + s.sched.Queued() }
+func (s *Service) Pending() int {
+	// The queue first: a delivery the timing loop moves from the wheel to
+	// the queue between the two reads is counted once at most, never twice
+	// (CI once sampled MaxHeld + a batch in transit).
+	queued := s.sched.Queued()
+	return s.sched.Pending() + queued
+}
 
 // held returns the deliveries held in memory: in the wheel, waiting for a
 // worker, or being attempted.
 func (s *Service) held() int {
+	// The wheel, then the queue, then the workers, in the order a delivery
+	// moves: one moving on between the reads may be counted twice, never
+	// missed, so the loader that caps on this never loads past MaxHeld.
+	n := s.sched.Pending()
+	n += s.sched.Queued()
 	s.mu.Lock()
-	busy := len(s.busy)
-	s.mu.Unlock()
-	return s.Pending() + busy
+	defer s.mu.Unlock()
+	return n + len(s.busy)
 }
 
 // dueDeliveries is the loader's window.Source: pending deliveries as
