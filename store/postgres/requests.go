@@ -89,19 +89,19 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	p := plan.PlanTimerRequests(reqs, held, s.clockNow())
 	// The rounds: the i-th request of each key in round i.
 	var armed []*op // the arms that changed their timer, to announce
+	ops := make([]*op, len(p)) // each running request's, by its place in p
 	for round := range p.Rounds() {
 		tw := &timerWrites{}
-		ops := map[*plan.TimerRequest]*op{}
-		for _, r := range p {
+		for i, r := range p {
 			if !r.Runs() || r.Round != round {
 				continue
 			}
 			if r.Arm != nil {
-				ops[r] = &op{kind: opArmTimer, arm: newArmArgs(*r.Arm)}
-				tw.arms = append(tw.arms, ops[r])
+				ops[i] = &op{kind: opArmTimer, arm: newArmArgs(*r.Arm)}
+				tw.arms = append(tw.arms, ops[i])
 			} else {
-				ops[r] = &op{kind: opCancelTimer, key: r.CancelKey}
-				tw.cancels = append(tw.cancels, ops[r])
+				ops[i] = &op{kind: opCancelTimer, key: r.CancelKey}
+				tw.cancels = append(tw.cancels, ops[i])
 			}
 		}
 		b := &pgx.Batch{}
@@ -109,8 +109,11 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 		}
-		for r, o := range ops {
-			if err := r.Settle(o.timer, o.err); err != nil {
+		for i, r := range p {
+			if r.Round != round || ops[i] == nil {
+				continue
+			}
+			if err := r.Settle(ops[i].timer, ops[i].err); err != nil {
 				return hourglass.TimerRequestsApplied{}, s.fail("apply timer requests", err)
 			}
 		}

@@ -42,22 +42,7 @@ func NewBudgeted[T any](weight func(T) int, budget int) *Queue[T] {
 
 // Push queues item, ahead of every normal item when urgent. It returns false,
 // queueing nothing, once the queue is closed.
-func (q *Queue[T]) Push(item T, urgent bool) bool {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return false
-	}
-	if urgent {
-		q.urgent = append(q.urgent, item)
-		q.urgentPushes++
-	} else {
-		q.normal = append(q.normal, item)
-	}
-	q.mu.Unlock()
-	q.wake()
-	return true
-}
+func (q *Queue[T]) Push(item T, urgent bool) bool { return q.PushAll([]T{item}, urgent) }
 
 // PushAll queues items together, in order: a writer that takes any of them
 // takes as many of them as its batch has room for. It returns false,

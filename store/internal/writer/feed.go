@@ -48,7 +48,7 @@ func (w *Writer[T]) Announce(u hourglass.DueUpdate) {
 }
 
 // announce announces what the committed writes among writes changed.
-func (w *Writer[T]) announce(writes []T) {
+func (w *Writer[T]) announce(writes ...T) {
 	if !w.feed.any.Load() {
 		return // nobody follows the feed: nothing to build
 	}
@@ -59,18 +59,6 @@ func (w *Writer[T]) announce(writes []T) {
 		}
 	}
 	w.Announce(u)
-}
-
-// announceOne is announce for one committed write.
-func (w *Writer[T]) announceOne(write T) {
-	if !w.feed.any.Load() {
-		return
-	}
-	if a, ok := any(write).(Announcer); ok {
-		var u hourglass.DueUpdate
-		a.Due(&u)
-		w.Announce(u)
-	}
 }
 
 // WatchDue implements hourglass.DueFeed for the store whose writer w is:

@@ -296,21 +296,12 @@ func (w *Writer[T]) Submit(ctx context.Context, lane Lane, write T) error {
 		return err
 	}
 	e := &entry[T]{ctx: ctx, w: write, done: make(chan struct{}), urgent: lane == Urgent}
-	var queued bool
-	if lane == Low {
-		queued = w.queue.PushLow(e)
-	} else {
-		queued = w.queue.Push(e, lane == Urgent)
-	}
-	if !queued {
+	if !w.push([]*entry[T]{e}, lane) {
 		return errClosed
 	}
 	<-e.done
-	err := write.Err()
-	if err == nil {
-		w.announceOne(write)
-	}
-	return err
+	w.announce(write)
+	return write.Err()
 }
 
 // SubmitAll is Submit for writes queued together: a writer that takes any
@@ -327,17 +318,7 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 	for i, wr := range writes {
 		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{}), urgent: lane == Urgent}
 	}
-	var queued bool
-	switch lane {
-	case Low:
-		queued = true
-		for _, e := range es {
-			queued = queued && w.queue.PushLow(e)
-		}
-	default:
-		queued = w.queue.PushAll(es, lane == Urgent)
-	}
-	if !queued {
+	if !w.push(es, lane) {
 		for i := range errs {
 			errs[i] = errClosed
 		}
@@ -347,8 +328,22 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 		<-e.done
 		errs[i] = e.w.Err()
 	}
-	w.announce(writes)
+	w.announce(writes...)
 	return errs
+}
+
+// push queues es in lane, together (Urgent, Normal) or each behind the
+// others (Low). It returns false once the queue is closed.
+func (w *Writer[T]) push(es []*entry[T], lane Lane) bool {
+	if lane != Low {
+		return w.queue.PushAll(es, lane == Urgent)
+	}
+	for _, e := range es {
+		if !w.queue.PushLow(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // Commit runs writes as one batch on the caller's goroutine, as a writer
@@ -359,7 +354,7 @@ func (w *Writer[T]) Commit(ctx context.Context, writes []T) {
 		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{})}
 	}
 	w.commit(es)
-	w.announce(writes)
+	w.announce(writes...)
 }
 
 // Len returns how many writes wait. Urgent and UrgentPushes are the

@@ -256,3 +256,42 @@ func TestGather(t *testing.T) {
 		t.Fatalf("transactions %v, want [2 4 2 1 1 2 1]: Close ends the wait and commits what was taken", got)
 	}
 }
+
+// TestRetryPolicyDo: a lost race runs again after the backoff, with its
+// reason observed, up to Attempts; an error that is not a race is final;
+// a context that ends during the backoff returns the last error at once.
+func TestRetryPolicyDo(t *testing.T) {
+	t.Parallel()
+	classify := func(err error) Class {
+		if errors.Is(err, errRace) {
+			return Class{Kind: Retry, Reason: "deadlock"}
+		}
+		return Class{Kind: OneWrite}
+	}
+	var reasons []string
+	observe := func(r string) { reasons = append(reasons, r) }
+	calls := 0
+	p := RetryPolicy{Attempts: 3, Backoff: func(int) time.Duration { return time.Millisecond }}
+	err := p.Do(t.Context(), func() error { calls++; return errRace }, classify, observe)
+	if !errors.Is(err, errRace) || calls != 3 || !slices.Equal(reasons, []string{"deadlock", "deadlock"}) {
+		t.Fatalf("Do = %v after %d calls, reasons %v; want the race after 3 calls and 2 retries", err, calls, reasons)
+	}
+	calls = 0
+	if err := p.Do(t.Context(), func() error { calls++; return errBroken }, classify, nil); !errors.Is(err, errBroken) || calls != 1 {
+		t.Fatalf("Do of a final error = %v after %d calls; want it after 1", err, calls)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	slow := RetryPolicy{Attempts: 5, Backoff: func(int) time.Duration { return time.Hour }}
+	calls = 0
+	done := make(chan error, 1)
+	go func() { done <- slow.Do(ctx, func() error { calls++; return errRace }, classify, nil) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errRace) || calls != 1 {
+			t.Fatalf("Do with its context ended = %v after %d calls; want the race after 1", err, calls)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do waited out an hour's backoff after its context ended")
+	}
+}
