@@ -153,8 +153,10 @@ type Config struct {
 	// Webhook, when set, is the URL every firing and resolve is POSTed to.
 	Webhook  WebhookConfig
 	Observer Observer
-	Clock    hourglass.Clock
-	Logger   *slog.Logger
+	// Clock gives each evaluation its now and times Run's Interval (nil:
+	// the system clock; see hourglass.WithTimers).
+	Clock  hourglass.Clock
+	Logger *slog.Logger
 }
 
 // Validate reports a configuration error, naming the field and its range.
@@ -217,7 +219,7 @@ type rule struct {
 type Evaluator struct {
 	cfg      Config
 	rules    []rule
-	clock    hourglass.Clock
+	clock    hourglass.TimerClock
 	log      *slog.Logger
 	notifier *notifier // nil without a webhook
 
@@ -242,10 +244,7 @@ func New(cfg Config) (*Evaluator, error) {
 	t.CloseFailureRate = cmp.Or(t.CloseFailureRate, CloseFailureRateDefault)
 	t.StockReleaseFailures = cmp.Or(t.StockReleaseFailures, StockReleaseFailuresDefault)
 	t.DBClockSkew = cmp.Or(t.DBClockSkew, DBClockSkewDefault)
-	e := &Evaluator{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, status: map[string]Status{}}
-	if e.clock == nil {
-		e.clock = hourglass.SystemClock{}
-	}
+	e := &Evaluator{cfg: cfg, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, status: map[string]Status{}}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -406,14 +405,14 @@ func (e *Evaluator) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	t := time.NewTicker(e.cfg.Interval)
+	t := e.clock.NewTicker(e.cfg.Interval)
 	defer t.Stop()
 	for {
 		e.Evaluate(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/timing"
 )
 
 // Defaults of Config: the zero value of each field means these.
@@ -90,7 +91,9 @@ type Config struct {
 	Pause    time.Duration
 	// Leader, when set, says whether this node does the cluster's pruning;
 	// it is asked before every statement.
-	Leader   func() bool
+	Leader func() bool
+	// Clock gives each round its now and times the rounds and the pauses
+	// (nil: the system clock; see hourglass.WithTimers).
 	Clock    hourglass.Clock
 	Logger   *slog.Logger
 	Observer Observer
@@ -125,7 +128,7 @@ type Pruner struct {
 	nodes hourglass.ClusterStore // nil: not a cluster store
 	// requests: nil when the store has no timer requests.
 	requests hourglass.TimerRequestStore
-	clock    hourglass.Clock
+	clock    hourglass.TimerClock
 	log      *slog.Logger
 	obs      Observer
 }
@@ -142,12 +145,9 @@ func New(store Store, cfg Config) (*Pruner, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.Pause = cmp.Or(cfg.Pause, PauseDefault)
-	p := &Pruner{cfg: cfg, store: store, clock: cfg.Clock, log: cfg.Logger, obs: cfg.Observer}
+	p := &Pruner{cfg: cfg, store: store, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, obs: cfg.Observer}
 	p.nodes, _ = store.(hourglass.ClusterStore)
 	p.requests, _ = store.(hourglass.TimerRequestStore)
-	if p.clock == nil {
-		p.clock = hourglass.SystemClock{}
-	}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -157,16 +157,16 @@ func New(store Store, cfg Config) (*Pruner, error) {
 	return p, nil
 }
 
-// Run prunes every Interval until ctx ends, then returns nil. A database
-// error is logged and the kind is tried again at the next round.
+// Run prunes every Interval on the clock until ctx ends, then returns nil.
+// A database error is logged and the kind is tried again at the next round.
 func (p *Pruner) Run(ctx context.Context) error {
-	t := time.NewTicker(p.cfg.Interval)
+	t := p.clock.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 		p.Prune(ctx)
 	}
@@ -254,8 +254,8 @@ func (p *Pruner) drain(ctx context.Context, kind string, batch func(limit int) (
 	return total
 }
 
-// batches calls batch(Batch) while it returns Batch, pausing between
-// calls at least Pause and as long as the call took.
+// batches calls batch(Batch) while it returns Batch, pausing on the clock
+// between calls at least Pause and as long as the call took.
 func (p *Pruner) batches(ctx context.Context, what string, batch func(limit int) (int, error)) {
 	for ctx.Err() == nil && p.leading() {
 		start := p.clock.Now()
@@ -269,11 +269,8 @@ func (p *Pruner) batches(ctx context.Context, what string, batch func(limit int)
 		if n < p.cfg.Batch {
 			return
 		}
-		pause := max(p.cfg.Pause, p.clock.Now().Sub(start))
-		select {
-		case <-ctx.Done():
+		if timing.Sleep(ctx, p.clock, max(p.cfg.Pause, p.clock.Now().Sub(start))) != nil {
 			return
-		case <-time.After(pause):
 		}
 	}
 }

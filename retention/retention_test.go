@@ -46,6 +46,34 @@ func (c *counts) Pruned(kind string, n int) {
 
 func (c *counts) DeadLettersDropped(n int) { c.mu.Lock(); c.dropped += n; c.mu.Unlock() }
 
+// pruneAdvancing runs one round of p, moving clock on by pause each time
+// the round sleeps on it between batches, and returns the round's report.
+func pruneAdvancing(t *testing.T, ctx context.Context, p *retention.Pruner, clock *hourglasstest.Clock, pause time.Duration) retention.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	others := clock.Sleepers() // armed by the store, not by the round
+	done := make(chan retention.Report, 1)
+	go func() { done <- p.Prune(ctx) }()
+	for {
+		sleeping := make(chan error, 1)
+		bctx, stopBlock := context.WithCancel(ctx)
+		go func() { sleeping <- clock.BlockUntil(bctx, others+1) }()
+		select {
+		case r := <-done:
+			stopBlock()
+			<-sleeping
+			return r
+		case err := <-sleeping:
+			stopBlock()
+			if err != nil {
+				t.Fatalf("the round neither slept nor ended: %v", err)
+			}
+			clock.Advance(pause)
+		}
+	}
+}
+
 // TestPrune: one round prunes each kind past its retention, in batches
 // until none is left, and not before; a node that does not lead prunes
 // nothing.
@@ -83,7 +111,7 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("pruned at the boundary: %+v", r)
 	}
 	clock.Set(hourglasstest.Epoch.Add(retention.TimerRetentionDefault + time.Millisecond))
-	r := p.Prune(ctx)
+	r := pruneAdvancing(t, ctx, p, clock, time.Millisecond) // batches of 2: it pauses between them
 	// 5 order.created events (7 days), 5 keys (24 h), 4 timers: the newest stays.
 	if want := (retention.Report{IdempotencyKeys: 5, Timers: 4, Events: 5}); r != want {
 		t.Fatalf("Prune = %+v, want %+v", r, want)

@@ -193,13 +193,13 @@ func TestScan(t *testing.T) {
 // error; cancelling ctx makes Run return nil.
 func TestRunRetriesAndFails(t *testing.T) {
 	t.Parallel()
-	now := time.Now()
-	m := &memStore{pending: map[int64]int64{1: hourglass.UnixMilli(now) - 5}}
-	s := &Scheduler{store: m, clock: hourglass.SystemClock{}, log: discard(), interval: 10 * time.Millisecond, batch: 10}
+	clock := hourglasstest.NewClock(time.Now())
+	m := &memStore{pending: map[int64]int64{1: hourglass.UnixMilli(clock.Now()) - 5}}
+	s := &Scheduler{store: m, clock: clock, log: discard(), interval: 10 * time.Millisecond, batch: 10}
 	var attempts int
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.Run(ctx, func(_ context.Context, due []hourglass.DueItem) error {
+	err := runAdvancing(t, ctx, s, clock, func(_ context.Context, due []hourglass.DueItem) error {
 		attempts++
 		if attempts == 1 {
 			return errors.New("close failed (simulated)")
@@ -221,6 +221,31 @@ func TestRunRetriesAndFails(t *testing.T) {
 	m.failAt = 0
 	if err := s.Run(ctx, func(context.Context, []hourglass.DueItem) error { return nil }); err != nil {
 		t.Errorf("Run with an ended ctx = %v, want nil", err)
+	}
+}
+
+// runAdvancing runs s.Run until it returns, moving clock on by the longest
+// poll interval (PollInterval + 10%) each time Run waits for its next scan.
+func runAdvancing(t *testing.T, ctx context.Context, s *Scheduler, clock *hourglasstest.Clock, deliver hourglass.Deliver) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, deliver) }()
+	for {
+		waiting := make(chan error, 1)
+		bctx, stopBlock := context.WithCancel(ctx)
+		go func() { waiting <- clock.BlockUntil(bctx, 1) }()
+		select {
+		case err := <-done:
+			stopBlock()
+			<-waiting
+			return err
+		case err := <-waiting:
+			stopBlock()
+			if err != nil { // ctx ended: so does Run
+				return <-done
+			}
+			clock.Advance(s.interval + s.interval/10)
+		}
 	}
 }
 

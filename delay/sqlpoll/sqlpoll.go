@@ -81,7 +81,8 @@ type TimerStore interface {
 type Config struct {
 	// Store is the order database to scan. Required.
 	Store Store
-	// Clock gives "now" to each scan (default the system clock).
+	// Clock gives "now" to each scan and times the polls (default the
+	// system clock; see hourglass.WithTimers).
 	Clock  hourglass.Clock
 	Logger *slog.Logger
 	// PollInterval is the time between the starts of two scans, ±10%
@@ -114,7 +115,7 @@ func (c Config) Validate() error {
 // over one database are fine: see the package comment).
 type Scheduler struct {
 	store    Store
-	clock    hourglass.Clock
+	clock    hourglass.TimerClock
 	log      *slog.Logger
 	interval time.Duration
 	batch    int
@@ -132,14 +133,11 @@ func New(ctx context.Context, cfg Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{
 		store:    cfg.Store,
-		clock:    cfg.Clock,
+		clock:    hourglass.WithTimers(cfg.Clock),
 		log:      cmp.Or(cfg.Logger, slog.Default()),
 		interval: cmp.Or(cfg.PollInterval, PollIntervalDefault),
 		batch:    cmp.Or(cfg.Batch, BatchDefault),
 		parts:    cfg.Parts,
-	}
-	if s.clock == nil {
-		s.clock = hourglass.SystemClock{}
 	}
 	if _, err := s.store.PendingDue(ctx, hourglass.PendingDueParams{Until: s.clock.Now(), Limit: 1}); err != nil {
 		return nil, fmt.Errorf("sqlpoll: check the order database can be scanned: %w", err)
@@ -168,13 +166,13 @@ func (s *Scheduler) Schedule(context.Context, []hourglass.DueItem) error { retur
 // over one database) from scanning in lockstep, which would make them read
 // and deliver every due order twice.
 func (s *Scheduler) Run(ctx context.Context, deliver hourglass.Deliver) error {
-	timer := time.NewTimer(0)
+	timer := s.clock.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-timer.C:
+		case <-timer.C():
 		}
 		timer.Reset(jitter(s.interval)) // from the scan's start
 		if err := s.scan(ctx, deliver); err != nil {

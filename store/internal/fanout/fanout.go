@@ -73,13 +73,20 @@ type Loop struct {
 	// A failed count is not told (the look's own failure is logged).
 	Count   func(ctx context.Context) (int, error)
 	Counted func(n int)
+	// Clock times the checks, the wait for quiet and MaxWait (nil: the
+	// system clock; see hourglass.WithTimers). They are waits on this
+	// process's write queue, not on the database, so a test's fake clock
+	// may drive them.
+	Clock hourglass.Clock
 
-	wake chan struct{}
+	wake  chan struct{}
+	clock hourglass.TimerClock
 }
 
 // New returns a Loop with cfg's settings.
 func New(cfg Loop) *Loop {
 	cfg.wake = make(chan struct{}, 1)
+	cfg.clock = hourglass.WithTimers(cfg.Clock)
 	return &cfg
 }
 
@@ -104,14 +111,13 @@ func (l *Loop) Run(ctx context.Context) {
 	if check <= 0 {
 		check = CheckDefault
 	}
-	tick := time.NewTicker(check)
+	tick := l.clock.NewTicker(check)
 	defer tick.Stop()
-	clock := hourglass.SystemClock{}
 	for {
 		l.count(ctx)
-		giveUp := clock.Now().Add(MaxWait)
+		giveUp := l.clock.Now().Add(MaxWait)
 		for {
-			if !l.waitQuiet(ctx, max(giveUp.Sub(clock.Now()), 0)) {
+			if !l.waitQuiet(ctx, max(giveUp.Sub(l.clock.Now()), 0)) {
 				return
 			}
 			if l.Before != nil {
@@ -132,7 +138,7 @@ func (l *Loop) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.wake:
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }
@@ -155,14 +161,13 @@ func (l *Loop) waitQuiet(ctx context.Context, limit time.Duration) bool {
 	if limit <= 0 {
 		return ctx.Err() == nil
 	}
-	clock := hourglass.SystemClock{}
-	seen, since := l.Queue.UrgentPushes(), clock.Now()
+	seen, since := l.Queue.UrgentPushes(), l.clock.Now()
 	busy := func() bool {
 		if n := l.Queue.UrgentPushes(); n != seen || l.Queue.Urgent() > 0 {
-			seen, since = n, clock.Now()
+			seen, since = n, l.clock.Now()
 			return true
 		}
-		return clock.Now().Sub(since) < Quiet
+		return l.clock.Now().Sub(since) < Quiet
 	}
-	return wait.While(ctx, busy, poll, limit)
+	return wait.WhileOn(ctx, l.clock, busy, poll, limit)
 }
