@@ -88,7 +88,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	}
 	p := plan.PlanTimerRequests(reqs, held, s.clockNow())
 	// The rounds: the i-th request of each key in round i.
-	var armed []*op // the arms that changed their timer, to announce
+	var armed []*op            // the arms that changed their timer, to announce
 	ops := make([]*op, len(p)) // each running request's, by its place in p
 	for round := range p.Rounds() {
 		tw := &timerWrites{}

@@ -196,8 +196,17 @@ type Config[T Write] struct {
 	// the clients, otherwise commits small batches (docs/benchmarks/
 	// several-nodes.md). 0: no wait.
 	Gather time.Duration
-	// Clock measures the commits for Observe and times Gather (nil: the
-	// system clock).
+	// LowGather, when positive, is Gather for a batch of Low writes only
+	// (bookkeeping no request waits on: webhook attempt records, the
+	// fan-out): after a batch of several, such a batch waits for more the
+	// same way, up to LowGather, and any other write ends the wait. In a
+	// burst of webhook deliveries each attempt's record is a Low write:
+	// without a wait SQLite committed about 4 of them per transaction (a
+	// WAL append and an fsync each), and the writer was busy 80% of the
+	// time (docs/benchmarks/webhooks.md). 0: no wait.
+	LowGather time.Duration
+	// Clock measures the commits for Observe (nil: the system clock).
+	// Gather and LowGather wait in real time whatever it is.
 	Clock hourglass.Clock
 	// Scrub, if set, removes secrets (a URL's password) from a driver's
 	// error before it is logged.
@@ -226,8 +235,11 @@ type Writer[T Write] struct {
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 
-	timers    hourglass.TimerClock // cfg.Clock's timers (Gather)
-	gathering func()               // tests: called when a gather begins to wait
+	// timers times Gather and LowGather in real time, whatever cfg.Clock
+	// is: the wait paces writes to a real database (as RetryPolicy.Do's
+	// backoff), and a store opened on a fake clock must not hang on it.
+	timers    hourglass.TimerClock
+	gathering func() // tests: called when a gather begins to wait
 
 	mu      sync.Mutex
 	failing bool // the last batch failed with unavailable (for the log)
@@ -244,6 +256,7 @@ type entry[T Write] struct {
 	w      T
 	done   chan struct{}
 	urgent bool // queued in the Urgent lane
+	low    bool // queued in the Low lane
 }
 
 // New starts cfg.Writers writer goroutines running batches with d. Close
@@ -253,7 +266,7 @@ func New[T Write](cfg Config[T], d Dialect[T]) *Writer[T] {
 	if cfg.Clock == nil {
 		w.cfg.Clock = hourglass.SystemClock{}
 	}
-	w.timers = hourglass.WithTimers(w.cfg.Clock)
+	w.timers = hourglass.SystemClock{}
 	if cfg.Weight != nil {
 		w.queue = writequeue.NewBudgeted(func(e *entry[T]) int { return cfg.Weight(e.w) }, cfg.UrgentBudget)
 	} else {
@@ -295,7 +308,7 @@ func (w *Writer[T]) Submit(ctx context.Context, lane Lane, write T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e := &entry[T]{ctx: ctx, w: write, done: make(chan struct{}), urgent: lane == Urgent}
+	e := &entry[T]{ctx: ctx, w: write, done: make(chan struct{}), urgent: lane == Urgent, low: lane == Low}
 	if !w.push([]*entry[T]{e}, lane) {
 		return errClosed
 	}
@@ -316,7 +329,7 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 	}
 	es := make([]*entry[T], len(writes))
 	for i, wr := range writes {
-		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{}), urgent: lane == Urgent}
+		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{}), urgent: lane == Urgent, low: lane == Low}
 	}
 	if !w.push(es, lane) {
 		for i := range errs {
@@ -389,7 +402,7 @@ func (w *Writer[T]) loop() {
 		if len(batch) == 0 {
 			return // closed and drained
 		}
-		if w.cfg.Gather > 0 && last >= gatherSiblings {
+		if last >= gatherSiblings {
 			batch = w.gather(batch)
 		}
 		last = len(batch)
@@ -398,22 +411,28 @@ func (w *Writer[T]) loop() {
 }
 
 // gather returns batch with the writes that came while it waited for them
-// (Config.Gather): while each came within Gather/4 of the one before, for
-// at most Gather, until the batch is full or holds an urgent write.
+// (Config.Gather, or LowGather for a batch of Low writes only): while each
+// came within a quarter of that of the one before, for at most that, until
+// the batch is full or holds a write that ends the wait (an urgent one; in
+// a Low batch, any other).
 func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
-	if anyUrgent(batch) {
+	d, ends := w.cfg.Gather, anyUrgent[T]
+	if allLow(batch) && w.cfg.LowGather > 0 && (d <= 0 || w.cfg.LowGather < d) {
+		d, ends = w.cfg.LowGather, anyNotLow[T]
+	}
+	if d <= 0 || ends(batch) {
 		return batch
 	}
 	if w.gathering != nil {
 		w.gathering()
 	}
-	end := w.cfg.Clock.Now().Add(w.cfg.Gather)
+	end := w.timers.Now().Add(d)
 	for len(batch) < w.cfg.MaxBatch {
-		left := end.Sub(w.cfg.Clock.Now())
+		left := end.Sub(w.timers.Now())
 		if left <= 0 {
 			return batch
 		}
-		wait := w.timers.NewTimer(min(w.cfg.Gather/4, left))
+		wait := w.timers.NewTimer(min(d/4, left))
 		came := w.queue.Wait(wait.C())
 		wait.Stop()
 		if !came {
@@ -423,11 +442,24 @@ func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
 		// (the wake-up was of a write taken already): wait on.
 		n := len(batch)
 		batch = w.queue.Take(batch, w.cfg.MaxBatch-n)
-		if anyUrgent(batch[n:]) {
-			return batch // a close to run now
+		if ends(batch[n:]) {
+			return batch // a close to run now, or a write that does not wait for Low ones
 		}
 	}
 	return batch
+}
+
+// allLow reports whether every entry is a Low write.
+func allLow[T Write](entries []*entry[T]) bool { return !anyNotLow(entries) }
+
+// anyNotLow reports whether entries hold a write that is not Low.
+func anyNotLow[T Write](entries []*entry[T]) bool {
+	for _, e := range entries {
+		if !e.low {
+			return true
+		}
+	}
+	return false
 }
 
 // anyUrgent reports whether entries hold an urgent write.

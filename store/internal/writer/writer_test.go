@@ -257,6 +257,77 @@ func TestGather(t *testing.T) {
 	}
 }
 
+// TestLowGather: with LowGather alone, a batch of Low writes after a batch
+// of several waits for more Low writes, any other write ends the wait and
+// joins the batch, and API writes never wait.
+func TestLowGather(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	w := New(Config[*write]{
+		Name: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBatch: 4, LowGather: time.Minute,
+		Retry: RetryPolicy{Attempts: 1, Timeout: time.Minute}, ProbeInterval: time.Hour,
+	}, f)
+	t.Cleanup(w.Close)
+	gathering := make(chan struct{}, 1)
+	w.gathering = func() { gathering <- struct{}{} }
+	txs := func() []int { f.mu.Lock(); defer f.mu.Unlock(); return append([]int(nil), f.txs...) }
+	submit := func(lane Lane, n int) chan []error {
+		done := make(chan []error, 1)
+		ws := make([]*write, n)
+		for i := range ws {
+			ws[i] = &write{}
+		}
+		go func() { done <- w.SubmitAll(context.Background(), lane, ws) }()
+		return done
+	}
+	taken := func() {
+		t.Helper()
+		select {
+		case <-gathering:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer did not wait for more Low writes after a batch of several")
+		}
+	}
+
+	<-submit(Normal, 2) // a batch of two
+	first := submit(Low, 1)
+	taken()
+	rest := []chan []error{submit(Low, 1), submit(Low, 1), submit(Low, 1)}
+	for _, c := range append(rest, first) {
+		<-c
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4}) {
+		t.Fatalf("transactions %v, want [2 4]: the Low write waits for the three that came, until the batch is full", got)
+	}
+
+	low := submit(Low, 1)
+	taken()
+	start := time.Now()
+	<-submit(Normal, 1)
+	<-low
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("an API write committed %s after it came, want at once (LowGather is a minute)", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4, 2}) {
+		t.Fatalf("transactions %v, want [2 4 2]: the API write ends the wait and joins the batch", got)
+	}
+
+	<-submit(Normal, 2)
+	start = time.Now()
+	<-submit(Normal, 1)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("an API write after a batch of two committed after %s, want at once (no Gather)", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 4, 2, 2, 1}) {
+		t.Fatalf("transactions %v, want [2 4 2 2 1]: API writes do not wait for LowGather", got)
+	}
+	select {
+	case <-gathering:
+		t.Fatal("the writer waited before a batch of API writes")
+	default:
+	}
+}
+
 // TestRetryPolicyDo: a lost race runs again after the backoff, with its
 // reason observed, up to Attempts; an error that is not a race is final;
 // a context that ends during the backoff returns the last error at once.
