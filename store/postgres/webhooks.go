@@ -248,7 +248,15 @@ func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.Pendin
 	return hourglass.OnePending(ctx, s.PendingDeliveries, id)
 }
 
-// PendingDeliveries implements hourglass.DeliveryStore, in one query. An
+// PendingDeliveries implements hourglass.DeliveryStore, in one query: each
+// id is one primary-key look-up (a LATERAL subquery, OFFSET 0 so the
+// planner keeps it one), whatever the statistics say. With
+// "d.id = ANY($1) AND d.state = 'pending'" the planner, whose statistics
+// (or the plan it had cached) still counted a few hundred pending rows
+// after a burst's fan-out wrote 100,000, ANDed a bitmap of every pending
+// row with the ids': 40 ms a read of 8 deliveries instead of about 1 ms,
+// and a burst's deliveries ran at 300 a second (docs/benchmarks/
+// webhooks.md). An
 // order event's body is rendered from the order's current row as of the
 // event (hourglass.Order.AsOf), as store/sqlite renders it, once per event
 // in the batch; a timer event's is the one stored when the timer fired.
@@ -259,12 +267,14 @@ func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+orderColumns+`, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
 	d.attempts, d.next_attempt_at, b.id, b.next_attempt_at
-FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
+FROM unnest($1::bigint[]) AS want(id)
+CROSS JOIN LATERAL (SELECT * FROM webhook_deliveries x WHERE x.id = want.id OFFSET 0) d
+JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
 LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
 LEFT JOIN LATERAL (SELECT id, next_attempt_at FROM webhook_deliveries b
 	WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
 	ORDER BY b.event_seq LIMIT 1) b ON true
-WHERE d.id = ANY($1) AND d.state = 'pending'`, ids)
+WHERE d.state = 'pending'`, ids)
 	if err != nil {
 		return nil, s.fail("get deliveries", err)
 	}
