@@ -173,6 +173,47 @@ func TestHealthAndDeliveries(t *testing.T) {
 	}
 }
 
+// gatherRig is a writer over a fake with its gather observed: txs lists
+// the transactions' sizes, submit queues n writes in a lane, taken waits
+// until the writer begins to wait for more writes.
+type gatherRig struct {
+	w         *Writer[*write]
+	gathering chan struct{}
+	txs       func() []int
+	submit    func(lane Lane, n int) chan []error
+	taken     func()
+}
+
+// newGatherRig starts a writer with cfg (its name, log, retry and probe
+// filled in) over a fake.
+func newGatherRig(t *testing.T, cfg Config[*write]) *gatherRig {
+	f := &fake{}
+	cfg.Name, cfg.Log = "test", slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Retry, cfg.ProbeInterval = RetryPolicy{Attempts: 1, Timeout: time.Minute}, time.Hour
+	r := &gatherRig{w: New(cfg, f), gathering: make(chan struct{}, 1)}
+	t.Cleanup(r.w.Close)
+	r.w.gathering = func() { r.gathering <- struct{}{} } // set before any write: the loop reads it after a Take
+	r.txs = func() []int { f.mu.Lock(); defer f.mu.Unlock(); return append([]int(nil), f.txs...) }
+	r.submit = func(lane Lane, n int) chan []error {
+		done := make(chan []error, 1)
+		ws := make([]*write, n)
+		for i := range ws {
+			ws[i] = &write{}
+		}
+		go func() { done <- r.w.SubmitAll(context.Background(), lane, ws) }()
+		return done
+	}
+	r.taken = func() {
+		t.Helper()
+		select {
+		case <-r.gathering:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer did not wait for more writes after a batch of several")
+		}
+	}
+	return r
+}
+
 // TestGather: after a batch of several writes, a writer holding one write
 // waits (Config.Gather) for the writes that keep coming, until its batch
 // is full; an urgent write ends the wait at once; after a batch of one, a
@@ -181,32 +222,8 @@ func TestHealthAndDeliveries(t *testing.T) {
 // slower than its bound.
 func TestGather(t *testing.T) {
 	t.Parallel()
-	f := &fake{}
-	w := New(Config[*write]{
-		Name: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBatch: 4, Gather: time.Minute,
-		Retry: RetryPolicy{Attempts: 1, Timeout: time.Minute}, ProbeInterval: time.Hour,
-	}, f)
-	t.Cleanup(w.Close)
-	gathering := make(chan struct{}, 1)
-	w.gathering = func() { gathering <- struct{}{} } // set before any write: the loop reads it after a Take
-	txs := func() []int { f.mu.Lock(); defer f.mu.Unlock(); return append([]int(nil), f.txs...) }
-	submit := func(lane Lane, n int) chan []error {
-		done := make(chan []error, 1)
-		ws := make([]*write, n)
-		for i := range ws {
-			ws[i] = &write{}
-		}
-		go func() { done <- w.SubmitAll(context.Background(), lane, ws) }()
-		return done
-	}
-	taken := func() { // the writer took the write and waits for more
-		t.Helper()
-		select {
-		case <-gathering:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the writer did not wait for more writes after a batch of several")
-		}
-	}
+	r := newGatherRig(t, Config[*write]{MaxBatch: 4, Gather: time.Minute})
+	w, txs, submit, taken := r.w, r.txs, r.submit, r.taken
 
 	<-submit(Normal, 2) // a batch of two: clients write concurrently
 	first := submit(Normal, 1)
@@ -262,32 +279,8 @@ func TestGather(t *testing.T) {
 // joins the batch, and API writes never wait.
 func TestLowGather(t *testing.T) {
 	t.Parallel()
-	f := &fake{}
-	w := New(Config[*write]{
-		Name: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBatch: 4, LowGather: time.Minute,
-		Retry: RetryPolicy{Attempts: 1, Timeout: time.Minute}, ProbeInterval: time.Hour,
-	}, f)
-	t.Cleanup(w.Close)
-	gathering := make(chan struct{}, 1)
-	w.gathering = func() { gathering <- struct{}{} }
-	txs := func() []int { f.mu.Lock(); defer f.mu.Unlock(); return append([]int(nil), f.txs...) }
-	submit := func(lane Lane, n int) chan []error {
-		done := make(chan []error, 1)
-		ws := make([]*write, n)
-		for i := range ws {
-			ws[i] = &write{}
-		}
-		go func() { done <- w.SubmitAll(context.Background(), lane, ws) }()
-		return done
-	}
-	taken := func() {
-		t.Helper()
-		select {
-		case <-gathering:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the writer did not wait for more Low writes after a batch of several")
-		}
-	}
+	r := newGatherRig(t, Config[*write]{MaxBatch: 4, LowGather: time.Minute})
+	txs, submit, taken, gathering := r.txs, r.submit, r.taken, r.gathering
 
 	<-submit(Normal, 2) // a batch of two
 	first := submit(Low, 1)
