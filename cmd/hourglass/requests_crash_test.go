@@ -19,6 +19,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -72,8 +73,11 @@ func shopSide(t *testing.T, dbURL, dataDir string) (shop *sql.DB, table txtimer.
 // SIGKILLed and, a second later, restarted: the shop never waits for
 // hourglass. Every timer fires exactly once (one timer.fired event, one
 // distinct event at the receiver), never before its fire_at, and none
-// later than 5 s after max(fire_at, the restart's ready); no request is
-// left. HOURGLASS_TEST_STORE picks the store.
+// later than 5 s after max(fire_at, the takeover); no request is left. The
+// takeover is the restart's ready, and on a server store no earlier than
+// the killed process's leases expire (--lease-ttl after the kill): the
+// restart is a new node, which may take those partitions only then.
+// HOURGLASS_TEST_STORE picks the store.
 func TestTimerRequestsSurviveKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds, runs and kills the binary; skipped with -short")
@@ -151,12 +155,21 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 	testenv.Phase(t, time.Second, "hourglass stays down while the shop writes and fire times pass")
 	second := startHourglass(t, "restart", bin, dataDir, args...)
 	readyAt := second.readyAt
+	takeover := readyAt
+	if storetest.Kind() != store.KindSQLite {
+		// CI once saw the restart ready 1.2 s after the kill and the
+		// killed node's partitions taken 6.4 s after it, under load: timers
+		// 5.5 s past the restart's ready, 1.7 s past the takeover.
+		if expired := killedAt.Add(cluster.LeaseTTLDefault); expired.After(takeover) {
+			takeover = expired
+		}
+	}
 	wg.Wait()
 	if n := errs.Load(); n > 0 {
 		t.Fatalf("%d of %d shop transactions failed; the first: %v", n, requests, firstE)
 	}
-	t.Logf("the shop committed %d requests in %s; hourglass killed at %s, ready again at %s", requests, time.Since(start).Round(time.Millisecond),
-		killedAt.Sub(start).Round(time.Millisecond), readyAt.Sub(start).Round(time.Millisecond))
+	t.Logf("the shop committed %d requests in %s; hourglass killed at %s, ready again at %s, takeover at %s", requests, time.Since(start).Round(time.Millisecond),
+		killedAt.Sub(start).Round(time.Millisecond), readyAt.Sub(start).Round(time.Millisecond), takeover.Sub(start).Round(time.Millisecond))
 	// A request still left 30 s after the shop's last commit is a timer
 	// not fired 20 s past its fire_at and the restart, which the checks
 	// below fail anyway: fail here, then.
@@ -213,13 +226,13 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 			fail("timer %s fired %s early", tm.Key, tm.FireAt.Sub(tm.FiredAt))
 		}
 		due := tm.FireAt
-		if !tm.FiredAt.Before(killedAt) && tm.FireAt.Before(readyAt) {
-			due = readyAt // due, or fired in flight, while hourglass was down: from the restart
+		if !tm.FiredAt.Before(killedAt) && tm.FireAt.Before(takeover) {
+			due = takeover // due, or fired in flight, while hourglass was down: from the takeover
 		}
 		late := tm.FiredAt.Sub(due)
 		worst = max(worst, late)
 		if late > 5*time.Second {
-			fail("timer %s fired %s after max(fire_at, ready)", tm.Key, late)
+			fail("timer %s fired %s after max(fire_at, takeover)", tm.Key, late)
 		}
 		n := 0
 		for _, ev := range events[tm.ID] {
@@ -234,7 +247,7 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 			fail("timer %s: the receiver got %d distinct events, want 1", tm.Key, byKey[tm.Key])
 		}
 	}
-	t.Logf("%d timers fired once each, none early; worst lateness past max(fire_at, ready) %s", len(all), worst.Round(time.Millisecond))
+	t.Logf("%d timers fired once each, none early; worst lateness past max(fire_at, takeover) %s", len(all), worst.Round(time.Millisecond))
 }
 
 func requestKey(i int64) string { return fmt.Sprintf("req-%05d", i) }
