@@ -73,20 +73,14 @@ type Loop struct {
 	// A failed count is not told (the look's own failure is logged).
 	Count   func(ctx context.Context) (int, error)
 	Counted func(n int)
-	// Clock times the checks, the wait for quiet and MaxWait (nil: the
-	// system clock; see hourglass.WithTimers). They are waits on this
-	// process's write queue, not on the database, so a test's fake clock
-	// may drive them.
-	Clock hourglass.Clock
-
-	wake  chan struct{}
-	clock hourglass.TimerClock
+	wake    chan struct{}
+	clock   hourglass.TimerClock // the system clock's: times the checks, the wait for quiet and MaxWait
 }
 
 // New returns a Loop with cfg's settings.
 func New(cfg Loop) *Loop {
 	cfg.wake = make(chan struct{}, 1)
-	cfg.clock = hourglass.WithTimers(cfg.Clock)
+	cfg.clock = hourglass.SystemClock{}
 	return &cfg
 }
 

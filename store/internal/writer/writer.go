@@ -235,10 +235,6 @@ type Writer[T Write] struct {
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 
-	// timers times Gather and LowGather in real time, whatever cfg.Clock
-	// is: the wait paces writes to a real database (as RetryPolicy.Do's
-	// backoff), and a store opened on a fake clock must not hang on it.
-	timers    hourglass.TimerClock
 	gathering func() // tests: called when a gather begins to wait
 
 	mu      sync.Mutex
@@ -252,11 +248,10 @@ const gatherSiblings = 2
 
 // entry is a queued write.
 type entry[T Write] struct {
-	ctx    context.Context
-	w      T
-	done   chan struct{}
-	urgent bool // queued in the Urgent lane
-	low    bool // queued in the Low lane
+	ctx  context.Context
+	w    T
+	done chan struct{}
+	lane Lane // where it was queued
 }
 
 // New starts cfg.Writers writer goroutines running batches with d. Close
@@ -266,7 +261,6 @@ func New[T Write](cfg Config[T], d Dialect[T]) *Writer[T] {
 	if cfg.Clock == nil {
 		w.cfg.Clock = hourglass.SystemClock{}
 	}
-	w.timers = hourglass.SystemClock{}
 	if cfg.Weight != nil {
 		w.queue = writequeue.NewBudgeted(func(e *entry[T]) int { return cfg.Weight(e.w) }, cfg.UrgentBudget)
 	} else {
@@ -308,7 +302,7 @@ func (w *Writer[T]) Submit(ctx context.Context, lane Lane, write T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e := &entry[T]{ctx: ctx, w: write, done: make(chan struct{}), urgent: lane == Urgent, low: lane == Low}
+	e := &entry[T]{ctx: ctx, w: write, done: make(chan struct{}), lane: lane}
 	if !w.push([]*entry[T]{e}, lane) {
 		return errClosed
 	}
@@ -329,7 +323,7 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 	}
 	es := make([]*entry[T], len(writes))
 	for i, wr := range writes {
-		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{}), urgent: lane == Urgent, low: lane == Low}
+		es[i] = &entry[T]{ctx: ctx, w: wr, done: make(chan struct{}), lane: lane}
 	}
 	if !w.push(es, lane) {
 		for i := range errs {
@@ -417,7 +411,7 @@ func (w *Writer[T]) loop() {
 // a Low batch, any other).
 func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
 	d, ends := w.cfg.Gather, anyUrgent[T]
-	if allLow(batch) && w.cfg.LowGather > 0 && (d <= 0 || w.cfg.LowGather < d) {
+	if w.cfg.LowGather > 0 && (d <= 0 || w.cfg.LowGather < d) && allLow(batch) {
 		d, ends = w.cfg.LowGather, anyNotLow[T]
 	}
 	if d <= 0 || ends(batch) {
@@ -426,13 +420,17 @@ func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
 	if w.gathering != nil {
 		w.gathering()
 	}
-	end := w.timers.Now().Add(d)
+	// Real time, whatever cfg.Clock is: the wait paces writes to a real
+	// database (as RetryPolicy.Do's backoff), and a store opened on a fake
+	// clock must not hang on it.
+	clock := hourglass.SystemClock{}
+	end := clock.Now().Add(d)
 	for len(batch) < w.cfg.MaxBatch {
-		left := end.Sub(w.timers.Now())
+		left := end.Sub(clock.Now())
 		if left <= 0 {
 			return batch
 		}
-		wait := w.timers.NewTimer(min(d/4, left))
+		wait := clock.NewTimer(min(d/4, left))
 		came := w.queue.Wait(wait.C())
 		wait.Stop()
 		if !came {
@@ -455,7 +453,7 @@ func allLow[T Write](entries []*entry[T]) bool { return !anyNotLow(entries) }
 // anyNotLow reports whether entries hold a write that is not Low.
 func anyNotLow[T Write](entries []*entry[T]) bool {
 	for _, e := range entries {
-		if !e.low {
+		if e.lane != Low {
 			return true
 		}
 	}
@@ -465,7 +463,7 @@ func anyNotLow[T Write](entries []*entry[T]) bool {
 // anyUrgent reports whether entries hold an urgent write.
 func anyUrgent[T Write](entries []*entry[T]) bool {
 	for _, e := range entries {
-		if e.urgent {
+		if e.lane == Urgent {
 			return true
 		}
 	}
