@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/hourglass/hourglass"
 )
@@ -12,10 +14,41 @@ import (
 // DeliveryStore.PendingDeliveries, when it returns. A lone attempt waits
 // for nothing; a burst's attempts share a read (and, on SQLite, a read
 // transaction and a warm page cache) among up to MaxPendingBatch of them.
+//
+// In a backlog it also reads ahead: the read takes, besides the rows asked
+// for, those of the deliveries next in the dispatcher's queue (upcoming),
+// up to MaxPendingBatch in all, and keeps them (ahead) for their attempts.
+// An attempt takes a row read ahead only while it is young (aheadMaxAge,
+// counted from before its read began) and only once; a row read ahead is
+// dropped when an attempt of its delivery finishes (drop), including one
+// that finishes while the read is in flight, and when the API changes
+// deliveries (dropAll), so an attempt never sends on a row older than its
+// own delivery's last outcome. A row that waits for an earlier delivery
+// (BlockedBy) is not kept: it is read again when its turn comes.
 type reader struct {
 	store Store
+	clock hourglass.Clock
 	reqs  chan readReq
+	// upcoming appends the ids of up to n deliveries waiting for a
+	// worker, in the order they will be taken (nil: no read-ahead).
+	upcoming func(ids []int64, n int) []int64
+
+	mu      sync.Mutex
+	ahead   map[int64]aheadRow
+	reading bool           // a read is in flight
+	dropped map[int64]bool // attempts finished while it is
+	stale   bool           // the API changed deliveries while it is
 }
+
+type aheadRow struct {
+	d  hourglass.PendingDelivery
+	at time.Time // when its read began
+}
+
+// aheadMaxAge bounds how old a row read ahead may be when an attempt takes
+// it: in a backlog the next deliveries in the queue are taken within
+// milliseconds; a row older than this is read again.
+const aheadMaxAge = 500 * time.Millisecond
 
 type readReq struct {
 	id    int64
@@ -27,14 +60,18 @@ type readReply struct {
 	err error
 }
 
-func newReader(store Store, workers int) *reader {
-	return &reader{store: store, reqs: make(chan readReq, workers)}
+func newReader(store Store, clock hourglass.Clock, workers int, upcoming func([]int64, int) []int64) *reader {
+	return &reader{store: store, clock: clock, reqs: make(chan readReq, workers), upcoming: upcoming,
+		ahead: map[int64]aheadRow{}, dropped: map[int64]bool{}}
 }
 
 // get returns delivery id as PendingDelivery would: not_found when it is no
 // longer pending. It fails with ctx's error once ctx ends, or once the
 // loop (run) has stopped.
 func (r *reader) get(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
+	if d, ok := r.take(id); ok {
+		return d, nil
+	}
 	reply := make(chan readReply, 1)
 	select {
 	case r.reqs <- readReq{id: id, reply: reply}:
@@ -49,12 +86,44 @@ func (r *reader) get(ctx context.Context, id int64) (hourglass.PendingDelivery, 
 	}
 }
 
+// take removes id's row read ahead and returns it if it is young enough.
+func (r *reader) take(id int64) (hourglass.PendingDelivery, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.ahead[id]
+	if !ok {
+		return hourglass.PendingDelivery{}, false
+	}
+	delete(r.ahead, id)
+	return a.d, r.clock.Now().Sub(a.at) <= aheadMaxAge
+}
+
+// drop forgets id's row read ahead, and the one a read in flight brings:
+// an attempt of id finished, so the row may be older than its outcome.
+func (r *reader) drop(id int64) {
+	r.mu.Lock()
+	delete(r.ahead, id)
+	if r.reading {
+		r.dropped[id] = true
+	}
+	r.mu.Unlock()
+}
+
+// dropAll forgets every row read ahead, and those a read in flight brings.
+func (r *reader) dropAll() {
+	r.mu.Lock()
+	clear(r.ahead)
+	r.stale = r.reading
+	r.mu.Unlock()
+}
+
 // run answers reads until ctx ends: it takes the first read asked for,
-// then every other one already waiting (up to MaxPendingBatch), and reads
-// them all at once.
+// then every other one already waiting (up to MaxPendingBatch), adds the
+// deliveries next in the queue, and reads them all at once.
 func (r *reader) run(ctx context.Context) {
 	batch := make([]readReq, 0, hourglass.MaxPendingBatch)
 	ids := make([]int64, 0, hourglass.MaxPendingBatch)
+	var next []int64
 	for {
 		batch, ids = batch[:0], ids[:0]
 		select {
@@ -72,18 +141,33 @@ func (r *reader) run(ctx context.Context) {
 				break more
 			}
 		}
-		seen := make(map[int64]bool, len(batch))
+		asked := make(map[int64]bool, len(batch))
 		for _, q := range batch {
-			if !seen[q.id] {
-				seen[q.id] = true
+			if !asked[q.id] {
+				asked[q.id] = true
 				ids = append(ids, q.id)
 			}
 		}
+		if r.upcoming != nil {
+			next = r.upcoming(next[:0], hourglass.MaxPendingBatch-len(ids))
+		}
+		start := r.clock.Now()
+		r.mu.Lock()
+		for _, id := range next {
+			if _, held := r.ahead[id]; !held && !asked[id] && len(ids) < hourglass.MaxPendingBatch && len(r.ahead) < maxAhead {
+				asked[id] = false // read ahead, not asked for
+				ids = append(ids, id)
+			}
+		}
+		r.reading, r.stale = true, false
+		clear(r.dropped)
+		r.mu.Unlock()
 		ds, err := r.store.PendingDeliveries(ctx, ids)
 		found := make(map[int64]hourglass.PendingDelivery, len(ds))
 		for _, d := range ds {
 			found[d.ID] = d
 		}
+		r.keep(ds, asked, start)
 		for _, q := range batch {
 			rep := readReply{err: err}
 			if err == nil {
@@ -94,6 +178,35 @@ func (r *reader) run(ctx context.Context) {
 				}
 			}
 			q.reply <- rep
+		}
+	}
+}
+
+// maxAhead bounds the rows read ahead and not yet taken.
+const maxAhead = 2 * hourglass.MaxPendingBatch
+
+// keep holds the rows read ahead (asked false) that no finished attempt
+// or API change made stale while they were read, and ends the read.
+func (r *reader) keep(ds []hourglass.PendingDelivery, asked map[int64]bool, start time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stale {
+		for _, d := range ds {
+			if a, ok := asked[d.ID]; ok && !a && !r.dropped[d.ID] && d.BlockedBy.ID == 0 {
+				r.ahead[d.ID] = aheadRow{d: d, at: start}
+			}
+		}
+	}
+	r.reading = false
+	clear(r.dropped)
+	// Rows never taken (their delivery was taken by an attempt that read
+	// it itself, or the node stopped owning it) age out here.
+	if len(r.ahead) > maxAhead/2 {
+		now := r.clock.Now()
+		for id, a := range r.ahead {
+			if now.Sub(a.at) > aheadMaxAge {
+				delete(r.ahead, id)
+			}
 		}
 	}
 }

@@ -117,6 +117,18 @@ func (d *Dispatcher) Len() int {
 	return len(d.queue)
 }
 
+// Upcoming appends to ids those of the first n queued timers, in the order
+// the workers will take them (unless a failed batch is pushed back before
+// them), and returns it. It costs O(n).
+func (d *Dispatcher) Upcoming(ids []int64, n int) []int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range d.queue[:min(n, len(d.queue))] {
+		ids = append(ids, t.ID)
+	}
+	return ids
+}
+
 func (d *Dispatcher) signal() {
 	select {
 	case d.ready <- struct{}{}:

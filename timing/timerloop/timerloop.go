@@ -151,6 +151,10 @@ func (s *Scheduler) Pending() int {
 // Queued returns the number of fired timers waiting for a worker.
 func (s *Scheduler) Queued() int { return s.disp.Len() }
 
+// Upcoming appends to ids those of the first n fired timers waiting for a
+// worker, in the order the workers will take them, and returns it.
+func (s *Scheduler) Upcoming(ids []int64, n int) []int64 { return s.disp.Upcoming(ids, n) }
+
 // Backlog returns the earliest deadline among the due timers not yet
 // delivered (fired and waiting for or in delivery, or held and due: the
 // loop is about to fire them) and when the close path last made progress

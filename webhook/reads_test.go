@@ -1,0 +1,175 @@
+package webhook
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+)
+
+// rowStore serves PendingDeliveries from rows, records each read's ids,
+// and, when hold is set, blocks each read, once it has its rows, until
+// the test lets it return.
+type rowStore struct {
+	Store // nil: only PendingDeliveries is called
+	mu    sync.Mutex
+	rows  map[int64]hourglass.PendingDelivery
+	reads [][]int64
+	hold  chan struct{} // a read sends on it when it starts, then waits for it
+}
+
+func (s *rowStore) PendingDeliveries(_ context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
+	s.mu.Lock()
+	s.reads = append(s.reads, slices.Clone(ids))
+	var ds []hourglass.PendingDelivery
+	for _, id := range ids {
+		if d, ok := s.rows[id]; ok {
+			ds = append(ds, d)
+		}
+	}
+	s.mu.Unlock()
+	if s.hold != nil { // the rows as they were when the read began
+		s.hold <- struct{}{}
+		<-s.hold
+	}
+	return ds, nil
+}
+
+func (s *rowStore) set(d hourglass.PendingDelivery) {
+	s.mu.Lock()
+	s.rows[d.ID] = d
+	s.mu.Unlock()
+}
+
+func (s *rowStore) readLog() [][]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.reads)
+}
+
+// readerRig runs a reader over a rowStore holding deliveries 1-9 (8 waits
+// for 7), with a fake clock and a queue whose upcoming ids the test sets.
+type readerRig struct {
+	store *rowStore
+	clock *hourglasstest.Clock
+	r     *reader
+	mu    sync.Mutex
+	queue []int64
+}
+
+func newReaderRig(t *testing.T) *readerRig {
+	t.Helper()
+	g := &readerRig{store: &rowStore{rows: map[int64]hourglass.PendingDelivery{}}, clock: hourglasstest.NewClock(time.UnixMilli(1_000_000))}
+	for id := int64(1); id <= 9; id++ {
+		g.store.set(hourglass.PendingDelivery{ID: id, OrderID: id})
+	}
+	g.store.set(hourglass.PendingDelivery{ID: 8, OrderID: 7, BlockedBy: hourglass.DeliveryTimer{ID: 7}})
+	g.r = newReader(g.store, g.clock, 4, func(ids []int64, n int) []int64 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return append(ids, g.queue[:min(n, len(g.queue))]...)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.r.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return g
+}
+
+func (g *readerRig) upcoming(ids ...int64) {
+	g.mu.Lock()
+	g.queue = ids
+	g.mu.Unlock()
+}
+
+// get reads id and checks that it is found with the attempts wanted.
+func (g *readerRig) get(t *testing.T, id int64, attempts int) {
+	t.Helper()
+	d, err := g.r.get(t.Context(), id)
+	if err != nil || d.ID != id || d.Attempts != attempts {
+		t.Fatalf("get(%d) = id %d, %d attempts, %v; want id %d, %d attempts", id, d.ID, d.Attempts, err, id, attempts)
+	}
+}
+
+func (g *readerRig) wantReads(t *testing.T, want ...[]int64) {
+	t.Helper()
+	if got := g.store.readLog(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("reads %v, want %v", got, want)
+	}
+}
+
+// TestReadAhead: a read takes the deliveries next in the queue with the
+// one asked for, and their attempts take those rows without reading,
+// once each; a row that waits for an earlier delivery is not kept.
+func TestReadAhead(t *testing.T) {
+	g := newReaderRig(t)
+	g.upcoming(2, 3, 8)
+	g.get(t, 1, 0)
+	g.upcoming()
+	g.get(t, 2, 0)
+	g.get(t, 3, 0)
+	g.wantReads(t, []int64{1, 2, 3, 8})
+	g.get(t, 8, 0) // blocked when read ahead: read again at its turn
+	g.get(t, 2, 0) // a second attempt of 2 reads again
+	g.wantReads(t, []int64{1, 2, 3, 8}, []int64{8}, []int64{2})
+	if _, err := g.r.get(t.Context(), 42); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
+		t.Fatalf("get of a delivery that is not pending: %v, want not_found", err)
+	}
+}
+
+// TestReadAheadAges: a row read ahead longer than aheadMaxAge ago is read
+// again.
+func TestReadAheadAges(t *testing.T) {
+	g := newReaderRig(t)
+	g.upcoming(2)
+	g.get(t, 1, 0)
+	g.store.set(hourglass.PendingDelivery{ID: 2, OrderID: 2, Attempts: 1}) // another node's attempt
+	g.clock.Advance(aheadMaxAge + time.Millisecond)
+	g.upcoming()
+	g.get(t, 2, 1)
+	g.wantReads(t, []int64{1, 2}, []int64{2})
+}
+
+// TestReadAheadDropped: an attempt that finishes (drop), or an API change
+// (dropAll), before or while a row is read ahead makes its attempt read
+// again: it never sends on a row older than its delivery's last outcome.
+func TestReadAheadDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(r *reader)
+	}{
+		{"attempt finished", func(r *reader) { r.drop(2) }},
+		{"API change", func(r *reader) { r.dropAll() }},
+	} {
+		t.Run(tc.name+" before", func(t *testing.T) {
+			g := newReaderRig(t)
+			g.upcoming(2)
+			g.get(t, 1, 0)
+			g.store.set(hourglass.PendingDelivery{ID: 2, OrderID: 2, Attempts: 1})
+			tc.change(g.r)
+			g.upcoming()
+			g.get(t, 2, 1)
+		})
+		t.Run(tc.name+" while read", func(t *testing.T) {
+			g := newReaderRig(t)
+			g.store.hold = make(chan struct{})
+			g.upcoming(2)
+			got := make(chan error, 1)
+			go func() { _, err := g.r.get(context.Background(), 1); got <- err }()
+			<-g.store.hold // the read of 1 and 2 has begun
+			g.store.set(hourglass.PendingDelivery{ID: 2, OrderID: 2, Attempts: 1})
+			tc.change(g.r)
+			g.store.hold <- struct{}{} // it returns 2 as it was when it began
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			g.upcoming()
+			go func() { <-g.store.hold; g.store.hold <- struct{}{} }()
+			g.get(t, 2, 1)
+		})
+	}
+}
