@@ -9,6 +9,7 @@ package fanout
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -19,10 +20,13 @@ const (
 	// CheckDefault is how often a Loop looks for notes without a wake-up
 	// (another process's, or after a failed attempt).
 	CheckDefault = time.Second
-	// Quiet is how long the close path must have had no close queued before
-	// a note is fanned out: the closes of a burst arrive a few milliseconds
-	// apart, so the fan-out waits for the burst's end instead of slipping
-	// between its batches.
+	// Quiet is how long no write may have deferred (Wake) before a note is
+	// fanned out, with no close queued: the closes of a burst commit a few
+	// milliseconds apart, each deferring, so the fan-out waits for the
+	// burst's end instead of slipping between its batches. Closes that
+	// trickle in one at a time (steady state) do not defer and do not hold
+	// it: waiting for a quiet close path behind 50 closes a second held a
+	// burst's deliveries MaxWait every time.
 	Quiet = 50 * time.Millisecond
 	// MaxWait bounds how long one look waits for quiet, so a close path
 	// that is never quiet delays deliveries but cannot stop them. It is
@@ -47,10 +51,9 @@ const BurstCloses = 512
 func Burst(queued, closes int) bool { return closes > 0 && (queued > 0 || closes >= BurstCloses) }
 
 // Queue is what a Loop watches of the store's write queue
-// (writequeue.Queue): the closes waiting, and how many were ever queued.
+// (writequeue.Queue): the closes waiting.
 type Queue interface {
 	Urgent() int
-	UrgentPushes() uint64
 }
 
 // Loop fans out a store's deferred deliveries: make one with New, run Run
@@ -71,22 +74,26 @@ type Loop struct {
 	// Count, if set with Counted, counts the notes (the store's
 	// FanoutPending); Run tells Counted the count at the start of each look.
 	// A failed count is not told (the look's own failure is logged).
-	Count   func(ctx context.Context) (int, error)
-	Counted func(n int)
-	wake    chan struct{}
-	clock   hourglass.TimerClock // the system clock's: times the checks, the wait for quiet and MaxWait
+	Count    func(ctx context.Context) (int, error)
+	Counted  func(n int)
+	wake     chan struct{}
+	deferred *atomic.Int64        // unix ns: the last Wake
+	clock    hourglass.TimerClock // the system clock's: times the checks, the wait for quiet and MaxWait
 }
 
 // New returns a Loop with cfg's settings.
 func New(cfg Loop) *Loop {
 	cfg.wake = make(chan struct{}, 1)
+	cfg.deferred = new(atomic.Int64)
 	cfg.clock = hourglass.SystemClock{}
 	return &cfg
 }
 
-// Wake has Run look for notes now. Safe for concurrent use, before or
-// during Run.
+// Wake tells Run that a write deferred its deliveries (so a burst is on)
+// and has it look for notes, which it fans out once no write has deferred
+// for Quiet. Safe for concurrent use, before or during Run.
 func (l *Loop) Wake() {
+	l.deferred.Store(l.clock.Now().UnixNano())
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -96,8 +103,8 @@ func (l *Loop) Wake() {
 // Run fans out notes until ctx ends: at each wake-up and check, every note
 // there is, oldest first, once the close path is quiet. The wait for quiet
 // is bounded per look, not per note: MaxWait at most before the first note
-// of a look, and whatever is left of it before the others. So closes that
-// keep trickling in (steady state during or after a burst) delay a burst's
+// of a look, and whatever is left of it before the others. So bursts that
+// keep coming, or a close path that never empties, delay a burst's
 // deliveries by MaxWait at most, however many notes it left; waiting per
 // note, 40 notes behind a trickle of 50 closes/s waited 2 minutes.
 func (l *Loop) Run(ctx context.Context) {
@@ -147,21 +154,14 @@ func (l *Loop) count(ctx context.Context) {
 	}
 }
 
-// waitQuiet waits until no close is queued and none was for Quiet, at most
-// limit; false when ctx ends. Quiet is counted from this call at the
-// earliest: a close path idle for an hour still waits Quiet, which a
-// deferred fan-out can afford.
+// waitQuiet waits until no close is queued and no write deferred for Quiet,
+// at most limit; false when ctx ends.
 func (l *Loop) waitQuiet(ctx context.Context, limit time.Duration) bool {
 	if limit <= 0 {
 		return ctx.Err() == nil
 	}
-	seen, since := l.Queue.UrgentPushes(), l.clock.Now()
 	busy := func() bool {
-		if n := l.Queue.UrgentPushes(); n != seen || l.Queue.Urgent() > 0 {
-			seen, since = n, l.clock.Now()
-			return true
-		}
-		return l.clock.Now().Sub(since) < Quiet
+		return l.Queue.Urgent() > 0 || l.clock.Now().UnixNano()-l.deferred.Load() < int64(Quiet)
 	}
 	return wait.WhileOn(ctx, l.clock, busy, poll, limit)
 }

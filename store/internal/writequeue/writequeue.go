@@ -17,7 +17,6 @@ type Queue[T any] struct {
 	mu             sync.Mutex
 	urgent, normal []T
 	low            []T
-	urgentPushes   uint64 // urgent items ever pushed
 	closed         bool
 	ready          chan struct{} // holds a token while there is work or after Close
 	// weight and budget bound the urgent items of one batch (see
@@ -55,7 +54,6 @@ func (q *Queue[T]) PushAll(items []T, urgent bool) bool {
 	}
 	if urgent {
 		q.urgent = append(q.urgent, items...)
-		q.urgentPushes += uint64(len(items))
 	} else {
 		q.normal = append(q.normal, items...)
 	}
@@ -98,15 +96,6 @@ func (q *Queue[T]) Urgent() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.urgent)
-}
-
-// UrgentPushes returns how many urgent items were ever pushed: a caller that
-// sees it unchanged over a while knows no urgent item came meanwhile, even
-// one already taken.
-func (q *Queue[T]) UrgentPushes() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.urgentPushes
 }
 
 // Close refuses further pushes; the items already queued are still taken.

@@ -23,9 +23,6 @@ func TestUrgentFirstInOrderAndBounded(t *testing.T) {
 	if got := q.Urgent(); got != 0 {
 		t.Fatalf("Urgent() after the take = %d, want 0", got)
 	}
-	if got := q.UrgentPushes(); got != 2 {
-		t.Fatalf("UrgentPushes() = %d, want 2 (taken ones count)", got)
-	}
 	if got := q.Take(nil, 4); !slices.Equal(got, []int{3, 4, 5}) {
 		t.Fatalf("second batch %v", got)
 	}

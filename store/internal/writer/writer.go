@@ -364,11 +364,9 @@ func (w *Writer[T]) Commit(ctx context.Context, writes []T) {
 	w.announce(writes...)
 }
 
-// Len returns how many writes wait. Urgent and UrgentPushes are the
-// queue's (fanout.Queue).
-func (w *Writer[T]) Len() int             { return w.queue.Len() }
-func (w *Writer[T]) Urgent() int          { return w.queue.Urgent() }
-func (w *Writer[T]) UrgentPushes() uint64 { return w.queue.UrgentPushes() }
+// Len returns how many writes wait; Urgent, how many closes (fanout.Queue).
+func (w *Writer[T]) Len() int    { return w.queue.Len() }
+func (w *Writer[T]) Urgent() int { return w.queue.Urgent() }
 
 // Health returns nil while writes commit, or, from a write that failed with
 // unavailable until one commits again, an unavailable *hourglass.Error
