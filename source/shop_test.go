@@ -144,9 +144,11 @@ func TestShopOrders(t *testing.T) {
 			obs := &observer{}
 			run(t, db, shop.Source("shop_orders"), obs)
 
-			n := 2000
+			// 200 a second for 10 s; under -race or -short, the same rate
+			// for 2 s (the full size runs in .ci/run without -race).
+			n, span := 2000, 10*time.Second
 			if testing.Short() || raceEnabled {
-				n = 400
+				n, span = 400, 2*time.Second
 			}
 			type order struct {
 				id       int64
@@ -161,8 +163,8 @@ func TestShopOrders(t *testing.T) {
 			)
 			start := time.Now()
 			for i := range n {
-				// 200 a second, each due 1-2 s after it is created.
-				at := start.Add(time.Duration(i) * 10 * time.Second / time.Duration(n))
+				// Each due 1-2 s after it is created.
+				at := start.Add(time.Duration(i) * span / time.Duration(n))
 				testenv.Until(t.Context(), at)
 				wg.Add(1)
 				go func() {
