@@ -153,10 +153,14 @@ func (r *reader) run(ctx context.Context) {
 		}
 		start := r.clock.Now()
 		r.mu.Lock()
+		room := maxAhead - len(r.ahead)
 		for _, id := range next {
-			if _, held := r.ahead[id]; !held && !asked[id] && len(ids) < hourglass.MaxPendingBatch && len(r.ahead) < maxAhead {
+			_, held := r.ahead[id]
+			_, listed := asked[id] // asked for, or already read ahead (a second timer)
+			if !held && !listed && len(ids) < hourglass.MaxPendingBatch && room > 0 {
 				asked[id] = false // read ahead, not asked for
 				ids = append(ids, id)
+				room--
 			}
 		}
 		r.reading, r.stale = true, false

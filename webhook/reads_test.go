@@ -103,11 +103,12 @@ func (g *readerRig) wantReads(t *testing.T, want ...[]int64) {
 }
 
 // TestReadAhead: a read takes the deliveries next in the queue with the
-// one asked for, and their attempts take those rows without reading,
-// once each; a row that waits for an earlier delivery is not kept.
+// one asked for, each once, and their attempts take those rows without
+// reading, once each; a row that waits for an earlier delivery is not
+// kept.
 func TestReadAhead(t *testing.T) {
 	g := newReaderRig(t)
-	g.upcoming(2, 3, 8)
+	g.upcoming(1, 2, 3, 2, 8) // 1: its own timer again; 2: twice
 	g.get(t, 1, 0)
 	g.upcoming()
 	g.get(t, 2, 0)
