@@ -163,8 +163,7 @@ func (r *reader) run(ctx context.Context) {
 				room--
 			}
 		}
-		r.reading, r.stale = true, false
-		clear(r.dropped)
+		r.reading = true // keep ends it
 		r.mu.Unlock()
 		ds, err := r.store.PendingDeliveries(ctx, ids)
 		found := make(map[int64]hourglass.PendingDelivery, len(ds))
@@ -201,7 +200,7 @@ func (r *reader) keep(ds []hourglass.PendingDelivery, asked map[int64]bool, star
 			}
 		}
 	}
-	r.reading = false
+	r.reading, r.stale = false, false
 	clear(r.dropped)
 	// Rows never taken (their delivery was taken by an attempt that read
 	// it itself, or the node stopped owning it) age out here.

@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -20,11 +22,16 @@ type rowStore struct {
 	rows  map[int64]hourglass.PendingDelivery
 	reads [][]int64
 	hold  chan struct{} // a read sends on it when it starts, then waits for it
+	fail  bool          // reads fail (the database is down)
 }
 
 func (s *rowStore) PendingDeliveries(_ context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
 	s.mu.Lock()
 	s.reads = append(s.reads, slices.Clone(ids))
+	if s.fail {
+		s.mu.Unlock()
+		return nil, errors.New("rowStore: the database is down")
+	}
 	var ds []hourglass.PendingDelivery
 	for _, id := range ids {
 		if d, ok := s.rows[id]; ok {
@@ -172,5 +179,79 @@ func TestReadAheadDropped(t *testing.T) {
 			go func() { <-g.store.hold; g.store.hold <- struct{}{} }()
 			g.get(t, 2, 1)
 		})
+	}
+}
+
+// TestReadAheadFailedRead: a read that fails answers its askers with the
+// error and keeps nothing read ahead: the next attempts read again.
+func TestReadAheadFailedRead(t *testing.T) {
+	g := newReaderRig(t)
+	g.store.mu.Lock()
+	g.store.fail = true
+	g.store.mu.Unlock()
+	g.upcoming(2)
+	if _, err := g.r.get(t.Context(), 1); err == nil {
+		t.Fatal("get(1) while reads fail: no error")
+	}
+	g.store.mu.Lock()
+	g.store.fail = false
+	g.store.mu.Unlock()
+	g.upcoming()
+	g.get(t, 2, 0)
+	g.wantReads(t, []int64{1, 2}, []int64{2})
+}
+
+// apiStore is a rowStore whose webhook can be deleted and whose dead
+// letter can be retried.
+type apiStore struct{ *rowStore }
+
+func (apiStore) DeleteWebhook(_ context.Context, id int64) (hourglass.Webhook, error) {
+	return hourglass.Webhook{ID: id}, nil
+}
+
+func (apiStore) RetryDeadLetter(_ context.Context, id int64) (hourglass.DeliveryTimer, error) {
+	return hourglass.DeliveryTimer{ID: id, At: time.Now().Add(time.Hour)}, nil
+}
+
+// TestServiceDropsReadAhead: the service drops the rows read ahead where
+// they may have gone stale: a finished attempt its own delivery's, a
+// deleted webhook or a retried dead letter every one.
+func TestServiceDropsReadAhead(t *testing.T) {
+	s, err := New(apiStore{&rowStore{rows: map[int64]hourglass.PendingDelivery{}}}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := func() {
+		s.reads.mu.Lock()
+		for _, id := range []int64{7, 8} {
+			s.reads.ahead[id] = aheadRow{d: hourglass.PendingDelivery{ID: id}, at: time.Now()}
+		}
+		s.reads.mu.Unlock()
+	}
+	left := func() []int64 {
+		s.reads.mu.Lock()
+		defer s.reads.mu.Unlock()
+		ids := slices.Collect(maps.Keys(s.reads.ahead))
+		slices.Sort(ids)
+		return ids
+	}
+	fill()
+	s.finish(t.Context(), 7, hourglass.DeliveryTimer{}, false)
+	if got := left(); !slices.Equal(got, []int64{8}) {
+		t.Errorf("after delivery 7's attempt finished: read ahead %v, want [8]", got)
+	}
+	fill()
+	if _, err := s.DeleteWebhook(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); len(got) != 0 {
+		t.Errorf("after a webhook was deleted: read ahead %v, want none", got)
+	}
+	fill()
+	if err := s.RetryDeadLetter(t.Context(), 9); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); len(got) != 0 {
+		t.Errorf("after a dead letter was retried: read ahead %v, want none", got)
 	}
 }

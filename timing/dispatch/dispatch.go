@@ -118,8 +118,8 @@ func (d *Dispatcher) Len() int {
 }
 
 // Upcoming appends to ids those of the first n queued timers, in the order
-// the workers will take them (unless a failed batch is pushed back before
-// them), and returns it. It costs O(n).
+// the workers will take them (a failed batch is queued again behind them),
+// and returns it. It costs O(n).
 func (d *Dispatcher) Upcoming(ids []int64, n int) []int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()

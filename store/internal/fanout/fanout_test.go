@@ -18,6 +18,23 @@ type closes struct{ queued atomic.Int64 }
 
 func (c *closes) Urgent() int { return int(c.queued.Load()) }
 
+// run starts a Loop with cfg (a test name and a quiet log, Check an hour:
+// only Run's first look and Wake; a close queue that stays empty unless
+// cfg has one) and runs it until the test ends.
+func run(t *testing.T, cfg Loop) *Loop {
+	t.Helper()
+	cfg.Name, cfg.Log, cfg.Check = "test", slog.New(slog.NewTextHandler(io.Discard, nil)), time.Hour
+	if cfg.Queue == nil {
+		cfg.Queue = &closes{}
+	}
+	l := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
 // start runs a Loop with notes notes and the given close queue, until the
 // test ends; fanned counts the notes fanned out.
 func start(t *testing.T, notes int64, q *closes) (l *Loop, fanned *atomic.Int64) {
@@ -25,24 +42,14 @@ func start(t *testing.T, notes int64, q *closes) (l *Loop, fanned *atomic.Int64)
 	fanned = new(atomic.Int64)
 	var left atomic.Int64
 	left.Store(notes)
-	l = New(Loop{
-		Name:  "test",
-		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queue: q,
-		Check: time.Hour, // only Run's first look and Wake
-		One: func(context.Context) (bool, error) {
-			if left.Add(-1) < 0 {
-				left.Store(0)
-				return false, nil
-			}
-			fanned.Add(1)
-			return true, nil
-		},
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	l = run(t, Loop{Queue: q, One: func(context.Context) (bool, error) {
+		if left.Add(-1) < 0 {
+			left.Store(0)
+			return false, nil
+		}
+		fanned.Add(1)
+		return true, nil
+	}})
 	return l, fanned
 }
 
@@ -93,27 +100,17 @@ func TestQuietAfterLastDeferral(t *testing.T) {
 		calls    atomic.Int64
 		fannedAt atomic.Int64
 	)
-	l := New(Loop{
-		Name:  "test",
-		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queue: &q,
-		Check: time.Hour,
-		One: func(context.Context) (bool, error) {
-			if calls.Add(1) == 2 {
-				return false, errors.New("database down")
-			}
-			if notes.Load() == 0 {
-				return false, nil
-			}
-			notes.Add(-1)
-			fannedAt.Store(hourglass.SystemClock{}.Now().UnixNano())
-			return true, nil
-		},
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	l := run(t, Loop{Queue: &q, One: func(context.Context) (bool, error) {
+		if calls.Add(1) == 2 {
+			return false, errors.New("database down")
+		}
+		if notes.Load() == 0 {
+			return false, nil
+		}
+		notes.Add(-1)
+		fannedAt.Store(hourglass.SystemClock{}.Now().UnixNano())
+		return true, nil
+	}})
 	testenv.Eventually(t, 10*time.Second, "the first look", func() bool { return calls.Load() == 1 })
 
 	notes.Store(1)
@@ -175,24 +172,15 @@ func TestTrickleDoesNotHold(t *testing.T) {
 		}
 	}()
 	var notes, calls, fanned atomic.Int64
-	l := New(Loop{
-		Name:  "test",
-		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queue: &q,
-		Check: time.Hour,
-		One: func(context.Context) (bool, error) {
-			calls.Add(1)
-			if notes.Load() == 0 {
-				return false, nil
-			}
-			notes.Add(-1)
-			fanned.Add(1)
-			return true, nil
-		},
-	})
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	l := run(t, Loop{Queue: &q, One: func(context.Context) (bool, error) {
+		calls.Add(1)
+		if notes.Load() == 0 {
+			return false, nil
+		}
+		notes.Add(-1)
+		fanned.Add(1)
+		return true, nil
+	}})
 	testenv.Eventually(t, 10*time.Second, "the first look", func() bool { return calls.Load() == 1 })
 	notes.Store(20)
 	began := hourglass.SystemClock{}.Now()
@@ -230,11 +218,7 @@ func TestCountsAtEachLook(t *testing.T) {
 	var left atomic.Int64
 	left.Store(3)
 	counted := make(chan int, 10)
-	l := New(Loop{
-		Name:  "test",
-		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queue: &closes{},
-		Check: time.Hour, // only Run's first look and Wake
+	l := run(t, Loop{
 		One: func(context.Context) (bool, error) {
 			if left.Load() == 0 {
 				return false, nil
@@ -245,10 +229,6 @@ func TestCountsAtEachLook(t *testing.T) {
 		Count:   func(context.Context) (int, error) { return int(left.Load()), nil },
 		Counted: func(n int) { counted <- n },
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	next := func() int {
 		select {
 		case n := <-counted:
