@@ -48,6 +48,26 @@ func skipCluster(t *testing.T) {
 	}
 }
 
+// killTests is the -run pattern of the SIGKILL tests that check 10,000
+// timers, timer requests or events each; .ci/run runs them without the race
+// detector on every store.
+const killTests = "^(TestTimersSurviveKill|TestTimerRequestsSurviveKill|TestEventSinksSurviveKill)$"
+
+// skipKillUnderRace skips one of killTests under -short and under the race
+// detector. The process they kill is built without it: under -race only
+// the test's own reading back of every timer and event is slower (minutes
+// on SQLite), which checks nothing more. TestCrashRecovery and
+// TestWebhooksSurviveKill, a few seconds each, still run under -race.
+func skipKillUnderRace(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds, runs and kills the binary; skipped with -short")
+	}
+	if raceEnabled {
+		t.Skip("kills the built binary and reads back 10,000 timers or events: run without -race, as .ci/run does (go test -run '" + killTests + "' ./cmd/hourglass/)")
+	}
+}
+
 // setupCluster builds the binary and starts n nodes of it on a new
 // database of the store kind, with the lease TTL given, and waits until
 // every partition is owned and every node owns some. It skips under

@@ -54,9 +54,7 @@ type bus struct {
 // duplicates by id; the duplicates are counted. HOURGLASS_TEST_STORE picks
 // the store.
 func TestEventSinksSurviveKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds, runs and kills the binary; skipped with -short")
-	}
+	skipKillUnderRace(t)
 	buses := sinkBuses(t)
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)

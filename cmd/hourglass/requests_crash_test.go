@@ -79,20 +79,12 @@ func shopSide(t *testing.T, dbURL, dataDir string) (shop *sql.DB, table txtimer.
 // restart is a new node, which may take those partitions only then.
 // HOURGLASS_TEST_STORE picks the store.
 func TestTimerRequestsSurviveKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds, runs and kills the binary; skipped with -short")
-	}
+	skipKillUnderRace(t)
 	const (
-		secret  = "request-crash-secret-0123"
-		writers = 16
+		secret   = "request-crash-secret-0123"
+		writers  = 16
+		requests = int64(10000)
 	)
-	// 10,000 requests; 1,000 on SQLite under the race detector, where
-	// reading every timer's events back takes minutes (.ci/run runs the
-	// 10,000 on PostgreSQL and MariaDB without it).
-	requests := int64(10000)
-	if raceEnabled && storetest.Kind() == store.KindSQLite {
-		requests = 1000
-	}
 	rcv := newTimerReceiver(t, secret)
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
