@@ -275,11 +275,17 @@ RETURNING o.id, o.items, o.deadline, now.ms`
 	idemReadSQL = `SELECT ` + orderColumns + `, k.key, k.request_hash
 FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key IN (SELECT unnest($1::text[]))`
 	policyReadSQL = `SELECT value FROM settings WHERE name = 'policy'`
-	// The batch's product rows, locked in SKU order. A join on the array,
-	// not "sku = ANY($1)": the planner scans a small products table, and
-	// ANY then compares every row with every listed SKU.
-	productsLockSQL  = `SELECT p.sku, p.category, p.available FROM products p WHERE p.sku IN (SELECT unnest($1::text[])) ORDER BY p.sku FOR UPDATE OF p`
-	productsOnlyLock = `SELECT 1 FROM products p WHERE p.sku IN (SELECT unnest($1::text[])) ORDER BY p.sku FOR UPDATE OF p`
+	// The batch's product rows, locked in SKU order: $1 is sorted, and
+	// each SKU is one primary-key look-up (a LATERAL subquery with its own
+	// FOR UPDATE, run once per element in the array's order), whatever the
+	// statistics. "IN (SELECT unnest($1))" hash-joined a sequential scan of
+	// every product, in the custom and the generic plan alike: on 1,000
+	// products, 0.085 ms a batch against 0.02 ms, paid once per commit, so
+	// most where batches are small (several nodes). The UPDATE below keeps
+	// its join, whose plan may scan too: not measured apart.
+	productsLockSQL = `SELECT p.sku, p.category, p.available FROM unnest($1::text[]) AS k(sku)
+CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
+	productsOnlyLock = `SELECT 1 FROM unnest($1::text[]) AS k(sku) CROSS JOIN LATERAL (SELECT FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
 	nowSQL           = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
 	idsSQL           = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
 	// One UPDATE per batch, each SKU's row written once.

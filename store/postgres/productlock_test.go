@@ -1,0 +1,71 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
+)
+
+// TestProductLocksAreLookUps: a batch locks its products by primary-key
+// look-ups, one per SKU, in the custom plan and in the generic plan alike,
+// on a products table small enough (1,000 rows) for the planner to prefer
+// scanning it whole: the lock is paid once per commit, and several nodes
+// commit smaller batches more often.
+func TestProductLocksAreLookUps(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, q := range []string{
+		`INSERT INTO products (sku, name, category, available) SELECT 'sku-' || lpad(g::text, 5, '0'), 'n', 'c', 1000 FROM generate_series(1, 1000) g`,
+		`ANALYZE products`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	skus := make([]string, 20) // sorted, as the writer passes them
+	for i := range skus {
+		skus[i] = fmt.Sprintf("sku-%05d", 1+i*37)
+	}
+	arg := "'{" + strings.Join(skus, ",") + "}'"
+	for i, st := range []struct{ name, sql string }{{"productsLockSQL", productsLockSQL}, {"productsOnlyLock", productsOnlyLock}} {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE lock%d(text[]) AS %s", i, st.sql)); err != nil {
+			t.Fatalf("prepare %s: %v", st.name, err)
+		}
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := conn.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE lock%d(%s)", i, arg))
+			if err != nil {
+				t.Fatalf("EXPLAIN %s: %v", st.name, err)
+			}
+			var plan strings.Builder
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if p := plan.String(); !strings.Contains(p, "Index Scan using products_pkey") || strings.Contains(p, "Seq Scan") {
+				t.Errorf("%s, %s: want one look-up of products_pkey per SKU, not a scan of the table; plan:\n%s", st.name, mode, p)
+			}
+		}
+	}
+}
