@@ -1,6 +1,9 @@
 package hourglass
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Partitioned is implemented by schedulers whose timers several nodes share
 // (a broker): each node must deliver only the timers of the partitions it
@@ -30,8 +33,16 @@ type Partitioned interface {
 // timeout gives them to another (NATS: the consumer's ack wait).
 // ReclaimHorizon is how far ahead of now such held timers may be due. When
 // a node gains a partition, its engine schedules again the partition's
-// deadlines within that horizon, so that they fire on time from the new
-// owner; the copies the dead node held fire later, into no-op closes.
+// deadlines within that horizon through Reclaim, so that they fire on time
+// from the new owner; the copies the dead node held fire later, into no-op
+// closes.
+//
+// Reclaim schedules timers as Schedule does, but as new copies: a broker
+// that drops a publish it has seen (NATS's Nats-Msg-Id within the stream's
+// duplicate window) must not take them for the copies the dead node holds,
+// or they would wait out the broker's timeout after all. Each call's
+// copies are new, even of timers an earlier Reclaim sent.
 type Reclaiming interface {
 	ReclaimHorizon() time.Duration
+	Reclaim(ctx context.Context, timers []DueItem) error
 }

@@ -799,7 +799,7 @@ func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
 				return err
 			}
 			if len(page) > 0 {
-				if err := e.sched.Schedule(ctx, page); err != nil {
+				if err := r.Reclaim(ctx, page); err != nil {
 					return fmt.Errorf("engine: schedule again the deadlines of the partitions gained: %w", err)
 				}
 				n += len(page)

@@ -192,7 +192,7 @@ type reclaimingScheduler struct {
 }
 
 func (s *reclaimingScheduler) ReclaimHorizon() time.Duration { return time.Minute }
-func (s *reclaimingScheduler) Schedule(_ context.Context, ts []hourglass.DueItem) error {
+func (s *reclaimingScheduler) Reclaim(_ context.Context, ts []hourglass.DueItem) error {
 	s.scheduled <- ts
 	return nil
 }

@@ -495,13 +495,27 @@ const publishChunk = 1000
 // (deduplicated within the Duplicates window, a no-op close after it). Safe
 // for concurrent use.
 func (s *Scheduler) Schedule(ctx context.Context, timers []hourglass.DueItem) error {
+	return s.publish(ctx, timers, "")
+}
+
+// Reclaim implements hourglass.Reclaiming: Schedule, each message's
+// Nats-Msg-Id with "@r" and the time of the call added, so the duplicate
+// window does not drop it as the copy a dead node holds (published with the
+// same id and deadline moments before) until AckWait.
+func (s *Scheduler) Reclaim(ctx context.Context, timers []hourglass.DueItem) error {
+	return s.publish(ctx, timers, "@r"+strconv.FormatInt(s.clock.Now().UnixNano(), 10))
+}
+
+// publish publishes timers, each with idSuffix added to its Nats-Msg-Id
+// (timerMsg), and waits for every acknowledgement.
+func (s *Scheduler) publish(ctx context.Context, timers []hourglass.DueItem, idSuffix string) error {
 	now := s.clock.Now()
 	schedules := s.schedules.Load()
 	for start := 0; start < len(timers); start += publishChunk {
 		chunk := timers[start:min(start+publishChunk, len(timers))]
 		futures := make([]jetstream.PubAckFuture, 0, len(chunk))
 		for _, t := range chunk {
-			msg, opts := s.timerMsg(t, now, schedules, "")
+			msg, opts := s.timerMsg(t, now, schedules, idSuffix)
 			f, err := s.js.PublishMsgAsync(msg, opts...)
 			if err != nil {
 				return fmt.Errorf("nats: publish timer of order %d: %w", t.ID, err)

@@ -321,6 +321,44 @@ func TestScheduleDeduplicates(t *testing.T) {
 	rec.check(t, []hourglass.DueItem{tm}, time.Second)
 }
 
+// TestReclaimIsNotDeduplicated: a timer published by Schedule and then
+// reclaimed twice (a new owner of its partition schedules again what a
+// dead node may hold: hourglass.Reclaiming) is stored three times. Were the
+// copies deduplicated against the first publish, the dead node's copy
+// would only come back after AckWait.
+func TestReclaimIsNotDeduplicated(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, nats.Config{})
+	tm := hourglass.DueItem{ID: 42, At: time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)}
+	ctx := t.Context()
+	if err := s.Schedule(ctx, []hourglass.DueItem{tm}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := s.Reclaim(ctx, []hourglass.DueItem{tm}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := newRecorder()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx, rec.deliver) }()
+	testenv.Eventually(t, 5*time.Second, "three copies of the timer delivered", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.n[tm.ID] >= 3
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rec.early) > 0 {
+		t.Errorf("%d early deliveries, e.g. %s early", len(rec.early), rec.early[0])
+	}
+}
+
 // TestOpenErrors: start-up failures are one line saying what to fix.
 func TestOpenErrors(t *testing.T) {
 	t.Parallel()
