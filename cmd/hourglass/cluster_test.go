@@ -40,12 +40,7 @@ const clusterTests = "^(TestCluster|TestSourcesKill)"
 // .ci/run runs them alone, after go test -race ./... (see clusterTests).
 func skipCluster(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs a cluster of the built binary; skipped with -short")
-	}
-	if raceEnabled {
-		t.Skip("runs a cluster of the built binary with time bounds: run without -race, as .ci/run does (go test -run '" + clusterTests + "' ./cmd/hourglass/)")
-	}
+	skipBuiltBinary(t, "runs a cluster of the built binary", "with time bounds", clusterTests)
 }
 
 // killTests is the -run pattern of the SIGKILL tests that check 10,000
@@ -60,11 +55,19 @@ const killTests = "^(TestTimersSurviveKill|TestTimerRequestsSurviveKill|TestEven
 // TestWebhooksSurviveKill, a few seconds each, still run under -race.
 func skipKillUnderRace(t *testing.T) {
 	t.Helper()
+	skipBuiltBinary(t, "builds, runs and kills the binary", "and reads back 10,000 timers or events", killTests)
+}
+
+// skipBuiltBinary skips a test of the built binary (what it does) under
+// -short, and under the race detector (why not there), naming the -run
+// pattern that runs it without.
+func skipBuiltBinary(t *testing.T, what, why, pattern string) {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("builds, runs and kills the binary; skipped with -short")
+		t.Skip(what + "; skipped with -short")
 	}
 	if raceEnabled {
-		t.Skip("kills the built binary and reads back 10,000 timers or events: run without -race, as .ci/run does (go test -run '" + killTests + "' ./cmd/hourglass/)")
+		t.Skip(what + " " + why + ": run without -race, as .ci/run does (go test -run '" + pattern + "' ./cmd/hourglass/)")
 	}
 }
 
