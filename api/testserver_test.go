@@ -95,7 +95,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		sched.Close()
 		// Mechanisms that create broker objects per namespace remove them,
 		// so test runs leave nothing behind.
-		if d, ok := sched.(interface{ Destroy(context.Context) error }); ok {
+		if d, ok := sched.(delay.Destroyer); ok {
 			if err := d.Destroy(context.Background()); err != nil {
 				t.Logf("destroy %s namespace: %v", mechanism, err)
 			}

@@ -61,6 +61,14 @@ type Options struct {
 	NATSURL     string
 }
 
+// Destroyer is implemented by the mechanisms that keep objects of their own
+// per namespace on their broker (RabbitMQ's queues and exchanges, NATS's
+// streams): Destroy deletes them, with every timer in them, before or
+// after Close. For tests, and for retiring a namespace.
+type Destroyer interface {
+	Destroy(ctx context.Context) error
+}
+
 // Open connects the named mechanism and checks it can work (reachable,
 // permitted, its queues or streams declared): a mistake is an error here,
 // at start-up, not later.

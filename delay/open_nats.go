@@ -8,6 +8,8 @@ import (
 	"github.com/hourglass/hourglass/delay/nats"
 )
 
+var _ Destroyer = (*nats.Scheduler)(nil)
+
 // openNATS opens the NATS JetStream mechanism at o.NATSURL (default
 // NATSURLDefault) with its stream, consumer and subjects under o.Namespace.
 func openNATS(ctx context.Context, o Options) (hourglass.Scheduler, error) {

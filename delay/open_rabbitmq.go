@@ -7,6 +7,8 @@ import (
 	"github.com/hourglass/hourglass/delay/rabbitmq"
 )
 
+var _ Destroyer = (*rabbitmq.Scheduler)(nil)
+
 // openRabbitMQ connects the RabbitMQ mechanism at o.RabbitMQURL (default
 // RabbitMQURLDefault) under o.Namespace, using the delayed-message exchange
 // plugin if the broker has it and TTL tier queues otherwise.

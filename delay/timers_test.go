@@ -61,7 +61,7 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 	}
 	t.Cleanup(func() {
 		sched.Close()
-		if d, ok := sched.(interface{ Destroy(context.Context) error }); ok {
+		if d, ok := sched.(delay.Destroyer); ok {
 			if err := d.Destroy(context.Background()); err != nil {
 				t.Logf("destroy the %s namespace: %v", name, err)
 			}

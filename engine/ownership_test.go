@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,12 +191,36 @@ func TestGainedPartitionsSweptAtOnce(t *testing.T) {
 type reclaimingScheduler struct {
 	outboxScheduler
 	scheduled chan []hourglass.DueItem
+	fails     atomic.Int32 // this many Reclaims fail first (the broker is down)
+	failed    atomic.Int32
 }
 
 func (s *reclaimingScheduler) ReclaimHorizon() time.Duration { return time.Minute }
 func (s *reclaimingScheduler) Reclaim(_ context.Context, ts []hourglass.DueItem) error {
+	if s.fails.Add(-1) >= 0 {
+		s.failed.Add(1)
+		return errors.New("reclaimingScheduler: the broker is down")
+	}
 	s.scheduled <- ts
 	return nil
+}
+
+// gainAfterStart runs an engine on s that owns one partition other than
+// part until the test ends and, once its start-up recovery sweep is done,
+// gives it part.
+func gainAfterStart(t *testing.T, f fixture, s *reclaimingScheduler, part int) {
+	t.Helper()
+	own := hourglasstest.NewOwnership((part + 1) % hourglass.Partitions)
+	e := f.engine(t, Config{Scheduler: s, Ownership: own, SweepInterval: time.Hour})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	testenv.Eventually(t, 10*time.Second, "the start-up recovery sweep done", e.recovered.Load)
+	own.Move([]int{part}, nil)
 }
 
 // TestGainedPartitionsScheduledAgain: with a mechanism that may hold a dead
@@ -215,17 +241,7 @@ func TestGainedPartitionsScheduledAgain(t *testing.T) {
 		elsewhere = f.create(t, 30*time.Second)
 	}
 	s := &reclaimingScheduler{scheduled: make(chan []hourglass.DueItem, 100)}
-	own := hourglasstest.NewOwnership((hourglass.PartitionOf(soon.ID) + 1) % hourglass.Partitions)
-	e := f.engine(t, Config{Scheduler: s, Ownership: own, SweepInterval: time.Hour})
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	testenv.Eventually(t, 10*time.Second, "the start-up recovery sweep done", e.recovered.Load)
-	own.Move([]int{hourglass.PartitionOf(soon.ID)}, nil)
+	gainAfterStart(t, f, s, hourglass.PartitionOf(soon.ID))
 	select {
 	case got := <-s.scheduled:
 		if len(got) != 1 || got[0].ID != soon.ID || !got[0].At.Equal(soon.Deadline) {
@@ -234,4 +250,30 @@ func TestGainedPartitionsScheduledAgain(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing scheduled again 10 s after the gain")
 	}
+}
+
+// TestGainedPartitionsReclaimRetried: a Reclaim that fails (the broker is
+// down) is tried again at the sweep loop's next tick, until the deadlines
+// of the partition gained are scheduled again.
+func TestGainedPartitionsReclaimRetried(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	soon := f.create(t, 30*time.Second)
+	s := &reclaimingScheduler{scheduled: make(chan []hourglass.DueItem, 100)}
+	s.fails.Store(2)
+	gainAfterStart(t, f, s, hourglass.PartitionOf(soon.ID))
+	testenv.Eventually(t, 10*time.Second, "the first Reclaim failed", func() bool { return s.failed.Load() == 1 })
+	for range 100 { // each tick of the sweep loop (DegradedSweepInterval) tries again
+		clock.Advance(DegradedSweepInterval)
+		select {
+		case got := <-s.scheduled:
+			if s.failed.Load() != 2 || len(got) != 1 || got[0].ID != soon.ID {
+				t.Fatalf("scheduled again %v after %d failed Reclaims; want order %d after 2", got, s.failed.Load(), soon.ID)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("order %d not scheduled again after %d failed Reclaims and 100 ticks", soon.ID, s.failed.Load())
 }

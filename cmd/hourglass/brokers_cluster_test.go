@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/hourglasstest/nodes"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
@@ -78,6 +81,7 @@ func kafkaURL(t *testing.T) string {
 func brokerRun(t *testing.T, m string, n int, kill bool, args ...string) time.Duration {
 	const ttl = 2 * time.Second
 	ns := fmt.Sprintf("hgt-brokers-%s-%d-%d", m, n, time.Now().UnixNano()%1e9)
+	dropBrokerNamespace(t, m, ns, args...)
 	s := setupCluster(t, store.KindPostgres, n, ttl, append([]string{"--delay", m, "--delay-namespace", ns}, args...)...)
 	ctx := t.Context()
 	load, err := s.cluster.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: 2 * time.Second, TimeoutMax: 3 * time.Second, TimerRate: 60})
@@ -122,4 +126,40 @@ func brokerRun(t *testing.T, m string, n int, kill bool, args ...string) time.Du
 	t.Logf("--delay %s on %d nodes: orders p50 %s p99 %s max %s; timers p50 %s p99 %s max %s; swept %g orders, %g timers",
 		m, n, verdict.LatenessP50, verdict.LatenessP99, verdict.LatenessMax, verdict.TimerLatenessP50, verdict.TimerLatenessP99, verdict.TimerLatenessMax, swept, timersSwept)
 	return verdict.LatenessP99
+}
+
+// dropBrokerNamespace removes, once the test's nodes are gone (its cleanup
+// is registered before theirs), what the mechanism m keeps under the
+// namespace ns on its broker: Redis's keys, RabbitMQ's queues and
+// exchanges, NATS's streams (delay.Destroyer). Kafka's topics live on the
+// test's kfake (or the broker of HOURGLASS_TEST_KAFKA_URL, which keeps
+// them). args are the nodes' other flags (--kafka-url).
+func dropBrokerNamespace(t *testing.T, m, ns string, args ...string) {
+	t.Helper()
+	switch m {
+	case "redis", "rediskeyspace":
+		dropRedisNamespace(t, ns)
+		return
+	case "kafka":
+		return
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		sched, err := delay.Open(ctx, m, delay.Options{
+			Namespace:   ns,
+			RabbitMQURL: testenv.ServiceURL(t, "RabbitMQ", "HOURGLASS_TEST_RABBITMQ_URL", delay.RabbitMQURLDefault),
+			NATSURL:     testenv.ServiceURL(t, "NATS", "HOURGLASS_TEST_NATS_URL", delay.NATSURLDefault),
+			Logger:      slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Errorf("drop the %s namespace %s: %v", m, ns, err)
+			return
+		}
+		sched.Close()
+		if d, ok := sched.(delay.Destroyer); ok {
+			if err := d.Destroy(ctx); err != nil {
+				t.Errorf("drop the %s namespace %s: %v", m, ns, err)
+			}
+		}
+	})
 }

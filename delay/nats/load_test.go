@@ -32,9 +32,7 @@ func measureSteadyFarTimers(t *testing.T, url string) {
 	const rate, seconds = 400, 10
 	s := open(t, url, hourglasstest.Namespace(t), nats.Config{})
 	rec := newRecorder()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, rec.deliver) }()
+	stop := runWith(t, s, rec)
 	var timers []hourglass.DueItem
 	tick := time.NewTicker(100 * time.Millisecond)
 	for i := range seconds * 10 {
@@ -52,10 +50,7 @@ func measureSteadyFarTimers(t *testing.T, url string) {
 	tick.Stop()
 	rec.wait(t, len(timers), 40*time.Second)
 	testenv.Phase(t, 500*time.Millisecond, "Run goes on: a duplicate would show")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stop()
 	rec.mu.Lock()
 	var late []time.Duration
 	for _, tm := range timers {

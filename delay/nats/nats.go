@@ -556,6 +556,34 @@ func (s *Scheduler) timerMsg(t hourglass.DueItem, now time.Time, schedules bool,
 	return msg, opts
 }
 
+// Destroy deletes the namespace's streams (the 64 partitions' and the
+// unpartitioned one of earlier versions), with their consumers and every
+// timer in them: for tests and for retiring a namespace. It opens a
+// connection of its own, so it works before or after Close. Idempotent.
+// Other processes on the namespace lose their consumers (their Run returns
+// an error) and recreate the streams when they run again.
+func (s *Scheduler) Destroy(ctx context.Context) error {
+	nc, err := natsgo.Connect(s.cfg.URL, natsgo.Name("hourglass "+s.names.consumer+" destroy"), natsgo.Timeout(s.cfg.ConnectTimeout))
+	if err != nil {
+		return fmt.Errorf("nats: destroy: %w", connectError(s.url, err))
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("nats: destroy: %w", err)
+	}
+	streams := []string{s.names.stream}
+	for p := range hourglass.Partitions {
+		streams = append(streams, s.names.partStream(p))
+	}
+	for _, st := range streams {
+		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("nats: destroy: delete stream %s: %w", st, err)
+		}
+	}
+	return nil
+}
+
 // Close closes the connection after flushing what is buffered (at most
 // ConnectTimeout). Run must have returned. Idempotent.
 func (s *Scheduler) Close() error {

@@ -2,7 +2,6 @@ package nats_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -28,7 +27,7 @@ func serverURL(t *testing.T) string {
 }
 
 // open opens a scheduler in namespace ns and, in t.Cleanup, closes it and
-// deletes its stream (with the consumer and any timers left).
+// deletes its streams (with the consumers and any timers left).
 func open(t *testing.T, url, ns string, cfg nats.Config) *nats.Scheduler {
 	t.Helper()
 	cfg.URL, cfg.Namespace = url, ns
@@ -38,34 +37,11 @@ func open(t *testing.T, url, ns string, cfg nats.Config) *nats.Scheduler {
 	}
 	t.Cleanup(func() {
 		s.Close()
-		deleteStream(t, url, ns)
+		if err := s.Destroy(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 	})
 	return s
-}
-
-func deleteStream(t *testing.T, url, ns string) {
-	nc, err := natsgo.Connect(url, natsgo.Timeout(2*time.Second))
-	if err != nil {
-		t.Logf("cleanup: connect: %v", err)
-		return
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	streams := []string{ns + "-timers"}
-	for p := range hourglass.Partitions {
-		streams = append(streams, fmt.Sprintf("%s-timers-%d", ns, p))
-	}
-	for _, st := range streams {
-		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			t.Logf("cleanup: delete stream %s: %v", st, err)
-		}
-	}
 }
 
 func TestConformance(t *testing.T) {
@@ -230,14 +206,9 @@ func TestMalformedMessageIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, rec.deliver) }()
+	stop := runWith(t, s, rec)
 	rec.wait(t, 1, 5*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stop()
 	rec.check(t, timers, time.Second)
 	info, err := js.Stream(context.Background(), ns+"-timers-7")
 	if err != nil {
@@ -274,15 +245,10 @@ func TestUnpartitionedTimersMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, rec.deliver) }()
+	stop := runWith(t, s, rec)
 	rec.wait(t, 1, 5*time.Second)
 	testenv.Phase(t, 300*time.Millisecond, "Run goes on: a duplicate would show")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stop()
 	rec.check(t, []hourglass.DueItem{tm}, time.Second)
 	for _, st := range []string{ns + "-timers", ns + "-timers-7"} {
 		info, err := js.Stream(context.Background(), st)
@@ -309,15 +275,10 @@ func TestScheduleDeduplicates(t *testing.T) {
 		}
 	}
 	rec := newRecorder()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, rec.deliver) }()
+	stop := runWith(t, s, rec)
 	rec.wait(t, 1, 5*time.Second)
 	testenv.Phase(t, 500*time.Millisecond, "Run goes on: a second copy would fire")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stop()
 	rec.check(t, []hourglass.DueItem{tm}, time.Second)
 }
 
@@ -342,20 +303,46 @@ func TestReclaimIsNotDeduplicated(t *testing.T) {
 		}
 	}
 	rec := newRecorder()
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx, rec.deliver) }()
-	testenv.Eventually(t, 5*time.Second, "three copies of the timer delivered", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return rec.n[tm.ID] >= 3
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
+	stop := runWith(t, s, rec)
+	testenv.Eventually(t, 5*time.Second, "three copies of the timer delivered", func() bool { return rec.times(tm.ID) >= 3 })
+	stop()
+	rec.checkNotEarly(t)
+}
+
+// TestDestroy: Destroy deletes every stream of the namespace, timers and
+// all, after Close too, and again without error; a test run leaves nothing
+// on the server.
+func TestDestroy(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	ns := hourglasstest.Namespace(t)
+	s := open(t, url, ns, nats.Config{})
+	if err := s.Schedule(t.Context(), []hourglass.DueItem{{ID: 7, At: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
 	}
-	if len(rec.early) > 0 {
-		t.Errorf("%d early deliveries, e.g. %s early", len(rec.early), rec.early[0])
+	s.Close()
+	for range 2 {
+		if err := s.Destroy(t.Context()); err != nil {
+			t.Fatalf("Destroy: %v", err)
+		}
+	}
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for name := range js.StreamNames(t.Context()).Name() {
+		if strings.HasPrefix(name, ns+"-") {
+			left++
+		}
+	}
+	if left != 0 {
+		t.Errorf("%d streams of namespace %s left after Destroy, want 0", left, ns)
 	}
 }
 
@@ -382,6 +369,22 @@ func TestOpenErrors(t *testing.T) {
 				t.Fatalf("Open: %q leaks the password or spans lines", err)
 			}
 		})
+	}
+}
+
+// runWith runs s.Run with rec's deliver until the returned stop, which
+// fails the test if Run returned an error.
+func runWith(t *testing.T, s *nats.Scheduler, rec *recorder) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, rec.deliver) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
 	}
 }
 
@@ -444,13 +447,31 @@ func (r *recorder) wait(t *testing.T, n int, timeout time.Duration) {
 	})
 }
 
-func (r *recorder) check(t *testing.T, timers []hourglass.DueItem, maxLate time.Duration) {
+// times returns how many times the timer of order id was delivered.
+func (r *recorder) times(id int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[id]
+}
+
+// checkNotEarly fails the test if a timer was delivered before its
+// deadline.
+func (r *recorder) checkNotEarly(t *testing.T) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.early) > 0 {
 		t.Errorf("%d early deliveries, e.g. %s early", len(r.early), r.early[0])
 	}
+}
+
+// check fails the test if a timer was delivered early, other than once, or
+// more than maxLate after its deadline.
+func (r *recorder) check(t *testing.T, timers []hourglass.DueItem, maxLate time.Duration) {
+	t.Helper()
+	r.checkNotEarly(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var worst time.Duration
 	for _, tm := range timers {
 		if r.n[tm.ID] != 1 {

@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
 // TestStatusListsUseIndexes: GET /v1/orders?status= and GET
@@ -16,13 +14,7 @@ import (
 // choose (50,000 orders and timers, 1 in 1,000 of the status asked).
 func TestStatusListsUseIndexes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	for _, q := range []string{
+	s := openForPlans(t,
 		`INSERT INTO orders (user_id, status, items, created_at, deadline, closed_at, close_reason)
 SELECT 'u', CASE g % 1000 WHEN 0 THEN 'paid' WHEN 1 THEN 'pending_payment' WHEN 2 THEN 'closed' ELSE 'completed' END, '[]', g, g + 60000,
 	CASE WHEN g % 1000 = 2 THEN g + 60000 END, CASE WHEN g % 1000 = 2 THEN 'timeout' END
@@ -30,28 +22,7 @@ FROM generate_series(1, 50000) g`,
 		`INSERT INTO timers (key, status, fire_at, fired_at, request_hash, created_at, updated_at)
 SELECT 'k' || g, CASE WHEN g % 1000 = 0 THEN 'cancelled' ELSE 'fired' END, g, g, '\x00', g, g FROM generate_series(1, 50000) g`,
 		`ANALYZE orders`, `ANALYZE timers`,
-	} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	plan := func(sql string, args ...any) string {
-		t.Helper()
-		rows, err := s.pool.Query(ctx, "EXPLAIN "+sql, args...)
-		if err != nil {
-			t.Fatalf("EXPLAIN: %v", err)
-		}
-		defer rows.Close()
-		var b strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			b.WriteString(line + "\n")
-		}
-		return b.String()
-	}
+	)
 	for _, tc := range []struct {
 		name, sql, index, scanned string
 		args                      []any
@@ -61,7 +32,7 @@ SELECT 'k' || g, CASE WHEN g % 1000 = 0 THEN 'cancelled' ELSE 'fired' END, g, g,
 		{"orders closed", listOrdersSQL(hourglass.StateClosed), "orders_status_id", "orders_pkey", []any{0, 1, "closed", 50}},
 		{"timers cancelled", listTimersSQL(hourglass.TimerCancelled), "timers_status_key", "timers_key_key", []any{"", "cancelled", 50}},
 	} {
-		p := plan(tc.sql, tc.args...)
+		p := explain(t, s.pool, tc.sql, tc.args...)
 		if !strings.Contains(p, tc.index) || strings.Contains(p, "Seq Scan") || strings.Contains(p, tc.scanned) {
 			t.Errorf("%s: want a range of %s, not a scan of the table or of %s; plan:\n%s", tc.name, tc.index, tc.scanned, p)
 		}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
 // TestProductLocksAreLookUps: a batch locks its products by primary-key
@@ -16,19 +14,10 @@ import (
 func TestProductLocksAreLookUps(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	for _, q := range []string{
+	s := openForPlans(t,
 		`INSERT INTO products (sku, name, category, available) SELECT 'sku-' || lpad(g::text, 5, '0'), 'n', 'c', 1000 FROM generate_series(1, 1000) g`,
 		`ANALYZE products`,
-	} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -47,23 +36,8 @@ func TestProductLocksAreLookUps(t *testing.T) {
 			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := conn.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE lock%d(%s)", i, arg))
-			if err != nil {
-				t.Fatalf("EXPLAIN %s: %v", st.name, err)
-			}
-			var plan strings.Builder
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan.WriteString(line + "\n")
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if p := plan.String(); !strings.Contains(p, "Index Scan using products_pkey") || strings.Contains(p, "Seq Scan") {
+			p := explain(t, conn, fmt.Sprintf("EXECUTE lock%d(%s)", i, arg))
+			if !strings.Contains(p, "Index Scan using products_pkey") || strings.Contains(p, "Seq Scan") {
 				t.Errorf("%s, %s: want one look-up of products_pkey per SKU, not a scan of the table; plan:\n%s", st.name, mode, p)
 			}
 		}
