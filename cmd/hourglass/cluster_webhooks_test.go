@@ -33,11 +33,13 @@ import (
 // when fanned out, hundreds of them stayed pending with nobody working
 // them.)
 //
-// The postgres+redis case runs the same with a broker mechanism, whose
-// timers each node must take only for the partitions it owns: the pair of
-// several nodes and a broker is where timers were left to the sweeper.
-// Its namespace is the test's own, and its keys are deleted at the end (a
-// SIGKILL can leave an in-flight set behind).
+// The postgres+redis and postgres+nats cases run the same with a broker
+// mechanism, whose timers each node must take only for the partitions it
+// owns: the pair of several nodes and a broker is where timers were left
+// to the sweeper (and, on NATS, where the new owner's re-publish of a
+// killed node's timers was dropped as a duplicate). The namespace is the
+// test's own and is dropped at the end (a SIGKILL can leave an in-flight
+// set or held messages behind).
 func TestClusterWebhooks(t *testing.T) {
 	const ttl = 2 * time.Second
 	for _, kind := range sharedStores {
@@ -46,13 +48,15 @@ func TestClusterWebhooks(t *testing.T) {
 			testClusterWebhooks(t, setupCluster(t, kind, 3, ttl, rc.args()...), rc, ttl, ttl+2*time.Second)
 		})
 	}
-	t.Run("postgres+redis", func(t *testing.T) {
-		rc := newClusterReceiver(t)
-		ns := fmt.Sprintf("hgt-webhooks-%d", time.Now().UnixNano()%1e9)
-		dropRedisNamespace(t, ns)
-		args := append(rc.args(), "--delay", "redis", "--delay-namespace", ns)
-		testClusterWebhooks(t, setupCluster(t, store.KindPostgres, 3, ttl, args...), rc, ttl, ttl+2*time.Second)
-	})
+	for _, m := range []string{"redis", "nats"} {
+		t.Run("postgres+"+m, func(t *testing.T) {
+			rc := newClusterReceiver(t)
+			ns := fmt.Sprintf("hgt-webhooks-%s-%d", m, time.Now().UnixNano()%1e9)
+			dropBrokerNamespace(t, m, ns)
+			args := append(rc.args(), "--delay", m, "--delay-namespace", ns)
+			testClusterWebhooks(t, setupCluster(t, store.KindPostgres, 3, ttl, args...), rc, ttl, ttl+2*time.Second)
+		})
+	}
 }
 
 // TestClusterWebhooksGalera is TestClusterWebhooks on the 3-node Galera
