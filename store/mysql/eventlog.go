@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hourglass/hourglass"
 )
@@ -91,37 +90,4 @@ func (s *Store) Events(ctx context.Context, p hourglass.EventPage) ([]hourglass.
 		out[i].Body = renderEvent(e.ID, e.Type, hourglass.UnixMilli(e.CreatedAt), o)
 	}
 	return out, nil
-}
-
-// SinkCursors implements hourglass.EventLog.
-func (s *Store) SinkCursors(ctx context.Context, sink string) ([]hourglass.SinkCursor, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT part, seq FROM event_sink_cursors WHERE sink = ? ORDER BY part`, sink)
-	if err != nil {
-		return nil, fail("sink cursors", err)
-	}
-	defer rows.Close()
-	var out []hourglass.SinkCursor
-	for rows.Next() {
-		c := hourglass.SinkCursor{Sink: sink}
-		if err := rows.Scan(&c.Part, &c.Seq); err != nil {
-			return nil, fail("sink cursors", err)
-		}
-		out = append(out, c)
-	}
-	return out, fail("sink cursors", rows.Err())
-}
-
-// SaveSinkCursors implements hourglass.EventLog: one multi-row upsert.
-func (s *Store) SaveSinkCursors(ctx context.Context, cursors []hourglass.SinkCursor, now time.Time) error {
-	if len(cursors) == 0 {
-		return nil
-	}
-	args := make([]any, 0, 4*len(cursors))
-	for _, c := range cursors {
-		args = append(args, c.Sink, c.Part, c.Seq, hourglass.UnixMilli(now))
-	}
-	_, err := s.exec(ctx, "save sink cursors", `INSERT INTO event_sink_cursors (sink, part, seq, touched_at) VALUES (?, ?, ?, ?)`+
-		strings.Repeat(", (?, ?, ?, ?)", len(cursors)-1)+
-		` ON DUPLICATE KEY UPDATE seq = GREATEST(seq, VALUES(seq)), touched_at = VALUES(touched_at)`, args...)
-	return err
 }

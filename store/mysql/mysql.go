@@ -35,6 +35,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/unavailable"
@@ -203,6 +204,10 @@ func (v server) String() string {
 // concurrent use, and any number of Store values, in any number of
 // processes, may share one database.
 type Store struct {
+	// Store is the SQL written once for the paths that are not the group
+	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
+	*sqlq.Store
+
 	cfg    Config
 	clock  hourglass.Clock // nil: the database server's clock
 	log    *slog.Logger
@@ -250,6 +255,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv, origin: newOrigin()}
+	s.Store = sqlq.New(sqlDialect, sqlDB{s})
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
 		writers = 1 // leave connections to the reads

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/jackc/pgx/v5"
@@ -66,46 +65,4 @@ WHERE e.seq > $1 AND e.seq <= $2 ORDER BY e.seq LIMIT $3`, p.After, until, p.Lim
 		return nil, s.fail("events", err)
 	}
 	return out, nil
-}
-
-// SinkCursors implements hourglass.EventLog.
-func (s *Store) SinkCursors(ctx context.Context, sink string) ([]hourglass.SinkCursor, error) {
-	rows, err := s.pool.Query(ctx, `SELECT part, seq FROM event_sink_cursors WHERE sink = $1 ORDER BY part`, sink)
-	if err != nil {
-		return nil, s.fail("sink cursors", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.SinkCursor, error) {
-		c := hourglass.SinkCursor{Sink: sink}
-		err := row.Scan(&c.Part, &c.Seq)
-		return c, err
-	})
-	if err != nil {
-		return nil, s.fail("sink cursors", err)
-	}
-	return out, nil
-}
-
-// SaveSinkCursors implements hourglass.EventLog: one upsert of every
-// cursor.
-func (s *Store) SaveSinkCursors(ctx context.Context, cursors []hourglass.SinkCursor, now time.Time) error {
-	if len(cursors) == 0 {
-		return nil
-	}
-	sinks := make([]string, len(cursors))
-	parts := make([]int32, len(cursors))
-	seqs := make([]int64, len(cursors))
-	for i, c := range cursors {
-		sinks[i], parts[i], seqs[i] = c.Sink, int32(c.Part), c.Seq
-	}
-	err := s.retry(ctx, func() error {
-		_, err := s.pool.Exec(ctx, `INSERT INTO event_sink_cursors (sink, part, seq, touched_at)
-SELECT x.sink, x.part, x.seq, $4 FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(sink, part, seq)
-ON CONFLICT (sink, part) DO UPDATE SET seq = GREATEST(event_sink_cursors.seq, excluded.seq), touched_at = excluded.touched_at`,
-			sinks, parts, seqs, hourglass.UnixMilli(now))
-		return err
-	})
-	if err != nil {
-		return s.fail("save sink cursors", err)
-	}
-	return nil
 }

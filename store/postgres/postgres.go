@@ -31,6 +31,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	redactURL "github.com/hourglass/hourglass/store/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/stored"
@@ -199,6 +200,10 @@ func scrub(msg, raw string) string { return redactURL.Scrub(msg, raw) }
 // Store is the PostgreSQL implementation of hourglass.Database. It is safe
 // for concurrent use, by many goroutines and many processes on one database.
 type Store struct {
+	// Store is the SQL written once for the paths that are not the group
+	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
+	*sqlq.Store
+
 	cfg      Config
 	log      *slog.Logger
 	pool     *pgxpool.Pool
@@ -308,6 +313,7 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), requestsWritten: make(chan struct{}, 1)}
+	s.Store = sqlq.New(sqlDialect, sqlDB{s})
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/hourglass/hourglass"
 	"zombiezen.com/go/sqlite"
@@ -72,47 +71,4 @@ func (s *Store) Events(ctx context.Context, p hourglass.EventPage) ([]hourglass.
 		}
 	})
 	return out, err
-}
-
-// SinkCursors implements hourglass.EventLog.
-func (s *Store) SinkCursors(ctx context.Context, sink string) ([]hourglass.SinkCursor, error) {
-	var out []hourglass.SinkCursor
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT part, seq FROM event_sink_cursors WHERE sink = ?1 ORDER BY part`)
-		defer stmt.Reset()
-		stmt.BindText(1, sink)
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: sink cursors: %w", err)
-			}
-			if !row {
-				return nil
-			}
-			out = append(out, hourglass.SinkCursor{Sink: sink, Part: stmt.ColumnInt(0), Seq: stmt.ColumnInt64(1)})
-		}
-	})
-	return out, err
-}
-
-// SaveSinkCursors implements hourglass.EventLog: one upsert per cursor, in
-// one transaction of the writer's low lane.
-func (s *Store) SaveSinkCursors(ctx context.Context, cursors []hourglass.SinkCursor, now time.Time) error {
-	if len(cursors) == 0 {
-		return nil
-	}
-	return s.writeLow(ctx, func(conn *sqlite.Conn, _ time.Time) error {
-		for _, c := range cursors {
-			stmt := conn.Prep(`INSERT INTO event_sink_cursors (sink, part, seq, touched_at) VALUES (?1, ?2, ?3, ?4)
-ON CONFLICT (sink, part) DO UPDATE SET seq = max(seq, excluded.seq), touched_at = excluded.touched_at`)
-			stmt.BindText(1, c.Sink)
-			stmt.BindInt64(2, int64(c.Part))
-			stmt.BindInt64(3, c.Seq)
-			stmt.BindInt64(4, hourglass.UnixMilli(now))
-			if _, err := step(stmt, nil); err != nil {
-				return fmt.Errorf("sqlite: save sink cursors: %w", err)
-			}
-		}
-		return nil
-	})
 }

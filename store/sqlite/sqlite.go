@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
@@ -88,6 +89,10 @@ func (c Config) Validate() error {
 // Store is the SQLite implementation of hourglass.Store. It is safe for
 // concurrent use.
 type Store struct {
+	// Store is the SQL written once for the paths that are not the group
+	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
+	*sqlq.Store
+
 	cfg    Config
 	clock  hourglass.Clock
 	log    *slog.Logger
@@ -154,6 +159,7 @@ func Open(cfg Config) (*Store, error) {
 	cfg.ReadPoolSize = cmp.Or(cfg.ReadPoolSize, ReadPoolSizeDefault)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
+	s.Store = sqlq.New(sqlDialect, sqlDB{s})
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}

@@ -17,22 +17,14 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
-// Rows is a result set: pgx's and database/sql's, adapted.
-type Rows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close()
-}
+// Rows is a result set (sqlq's: pgx's and database/sql's, adapted).
+type Rows = sqlq.Rows
 
 // Querier runs statements on a pool or in a transaction.
-type Querier interface {
-	Query(ctx context.Context, q string, args ...any) (Rows, error)
-	// Exec returns the rows the statement changed.
-	Exec(ctx context.Context, q string, args ...any) (int64, error)
-}
+type Querier = sqlq.Querier
 
 // Stmt is a statement with its arguments.
 type Stmt struct {

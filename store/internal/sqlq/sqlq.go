@@ -1,0 +1,227 @@
+// Package sqlq is the stores' SQL for the paths that are not the group
+// commit, written once: the webhooks and dead letters, the event log's
+// cursors, the stats, the outbox and retention. Its statements use "?"
+// placeholders (numbered for PostgreSQL by Rebind) and portable SQL, and
+// run on a Querier each store adapts from its driver (pgx, database/sql,
+// zombiezen's SQLite), through a DB that says how the store reads, writes
+// (its transactions, retries and error mapping) and reads "now".
+//
+// It owns no connection and no schema; it imports only the domain. The hot
+// paths (the group commit's batches, the close) stay in each store, which
+// keeps its SQL round trips there.
+package sqlq
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// Rows is a result set: pgx's, database/sql's and SQLite's, adapted.
+type Rows interface {
+	Next() bool
+	// Scan copies the row's columns into dest: *int64, *int, *int32,
+	// *string, *[]byte (nil for NULL) or **string (nil for NULL).
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Querier runs statements on a pool, a connection or in a transaction.
+type Querier interface {
+	Query(ctx context.Context, q string, args ...any) (Rows, error)
+	// Exec returns the rows the statement changed.
+	Exec(ctx context.Context, q string, args ...any) (int64, error)
+}
+
+// Lane is how urgent a write is, for a store whose writes queue (SQLite):
+// Normal beside the API's writes, Low for bookkeeping nobody waits on.
+type Lane int
+
+const (
+	Normal Lane = iota
+	Low
+)
+
+// DB is one store's database as this package uses it.
+type DB interface {
+	// Read runs fn on a connection for reads; errors it returns are mapped
+	// as the store maps them (op names the operation).
+	Read(ctx context.Context, op string, fn func(q Querier) error) error
+	// Write runs fn in one transaction, again after a lost race as the
+	// store's retry policy allows; fn must be safe to run again. Errors are
+	// mapped; an *hourglass.Error fn returns is passed through unchanged.
+	Write(ctx context.Context, op string, lane Lane, fn func(q Querier) error) error
+	// NowArg is the argument bound to Dialect.Now.
+	NowArg() any
+}
+
+// Dialect is what differs in the SQL text.
+type Dialect struct {
+	// Numbered makes placeholders $1, $2, … (PostgreSQL).
+	Numbered bool
+	// Now is "now" in unix ms as an SQL expression with one placeholder,
+	// bound to DB.NowArg: the test clock's value, or NULL for the server's
+	// clock.
+	Now string
+	// Upsert is the clause that turns an INSERT into table into an upsert
+	// on the unique key keys, setting each column of cols to the inserted
+	// value; greatest names the columns that keep the larger of the two
+	// instead.
+	Upsert func(table, keys string, cols []string, greatest map[string]bool) string
+	// From is the FROM item of table read through its index (the hint
+	// that makes the planner use it), or the table alone.
+	From func(table, index string) string
+	// IntDiv is the integer division operator ("/" or "DIV").
+	IntDiv string
+	// InParts is the condition that the partition of the id column col
+	// (col % 64) is in the mask bound to its one placeholder.
+	InParts func(col string) string
+}
+
+// OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
+// of their larger-of-two function ("GREATEST", "max").
+func OnConflict(max string) func(string, string, []string, map[string]bool) string {
+	return func(table, keys string, cols []string, greatest map[string]bool) string {
+		var b strings.Builder
+		b.WriteString(" ON CONFLICT (" + keys + ") DO UPDATE SET ")
+		for i, c := range cols {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if greatest[c] {
+				b.WriteString(c + " = " + max + "(" + table + "." + c + ", excluded." + c + ")")
+			} else {
+				b.WriteString(c + " = excluded." + c)
+			}
+		}
+		return b.String()
+	}
+}
+
+// OnDuplicateKey is Dialect.Upsert for MySQL and MariaDB.
+func OnDuplicateKey(_, _ string, cols []string, greatest map[string]bool) string {
+	var b strings.Builder
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if greatest[c] {
+			b.WriteString(c + " = GREATEST(" + c + ", VALUES(" + c + "))")
+		} else {
+			b.WriteString(c + " = VALUES(" + c + ")")
+		}
+	}
+	return b.String()
+}
+
+// Rebind numbers the "?" placeholders of q ($1, $2, …), leaving quoted
+// strings and identifiers alone.
+func Rebind(q string) string {
+	if !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	var quote byte
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"' || c == '`':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// Placeholders returns "(?, ?, …), (…)…": rows groups of width marks.
+func Placeholders(rows, width int) string {
+	one := "(" + strings.Repeat("?, ", width-1) + "?)"
+	return one + strings.Repeat(", "+one, rows-1)
+}
+
+// Store is the SQL of one store's database.
+type Store struct {
+	d  Dialect
+	db DB
+}
+
+// New returns the SQL of db, written in d.
+func New(d Dialect, db DB) *Store { return &Store{d: d, db: db} }
+
+// q is a Querier that rebinds for the dialect.
+type q struct {
+	Querier
+	numbered bool
+}
+
+func (s *Store) wrap(x Querier) q { return q{x, s.d.Numbered} }
+
+func (x q) query(ctx context.Context, sql string, args ...any) (Rows, error) {
+	if x.numbered {
+		sql = Rebind(sql)
+	}
+	return x.Querier.Query(ctx, sql, args...)
+}
+
+func (x q) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	if x.numbered {
+		sql = Rebind(sql)
+	}
+	return x.Querier.Exec(ctx, sql, args...)
+}
+
+// row runs a query of at most one row into dest; found is false for none.
+func (x q) row(ctx context.Context, sql string, args []any, dest ...any) (found bool, err error) {
+	rows, err := x.query(ctx, sql, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return false, rows.Err()
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return false, err
+	}
+	return true, rows.Err()
+}
+
+// each runs a query and calls fn after scanning each row into dest.
+func (x q) each(ctx context.Context, sql string, args []any, dest []any, fn func() error) error {
+	rows, err := x.query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// read runs fn on a read connection.
+func (s *Store) read(ctx context.Context, op string, fn func(x q) error) error {
+	return s.db.Read(ctx, op, func(x Querier) error { return fn(s.wrap(x)) })
+}
+
+// write runs fn in one transaction.
+func (s *Store) write(ctx context.Context, op string, lane Lane, fn func(x q) error) error {
+	return s.db.Write(ctx, op, lane, func(x Querier) error { return fn(s.wrap(x)) })
+}

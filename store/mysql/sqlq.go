@@ -1,0 +1,39 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/hourglass/hourglass"
+
+	"github.com/hourglass/hourglass/store/internal/sqlq"
+)
+
+// sqlDialect is MySQL and MariaDB to package sqlq.
+var sqlDialect = sqlq.Dialect{
+	Now:     nowExpr,
+	Upsert:  sqlq.OnDuplicateKey,
+	From:    func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
+	IntDiv:  "DIV",
+	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+}
+
+// sqlDB is the store to package sqlq: reads on the pool, writes in a
+// transaction (inTx: retried, errors mapped by fail).
+type sqlDB struct{ s *Store }
+
+func (d sqlDB) Read(ctx context.Context, op string, fn func(q sqlq.Querier) error) error {
+	return fail(op, fn(sqlQuerier{d.s.db}))
+}
+
+func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq.Querier) error) error {
+	return d.s.inTx(ctx, op, func(tx *sql.Tx) error { return fn(sqlQuerier{tx}) })
+}
+
+func (d sqlDB) NowArg() any { return d.s.nowArg() }
+
+var (
+	_ hourglass.StatsStore = (*Store)(nil)
+	_ hourglass.Outbox     = (*Store)(nil)
+	_ hourglass.EventLog   = (*Store)(nil)
+)

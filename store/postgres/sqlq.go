@@ -1,0 +1,40 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/hourglass/hourglass"
+
+	"github.com/hourglass/hourglass/store/internal/sqlq"
+	"github.com/jackc/pgx/v5"
+)
+
+// sqlDialect is PostgreSQL to package sqlq.
+var sqlDialect = sqlq.Dialect{
+	Numbered: true,
+	Now:      `COALESCE(?::bigint, ` + dbNow + `)`,
+	Upsert:   sqlq.OnConflict("GREATEST"),
+	From:     func(table, _ string) string { return table },
+	IntDiv:   "/",
+	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+}
+
+// sqlDB is the store to package sqlq: reads on the pool, writes in a
+// transaction (tx: retried, errors mapped by fail).
+type sqlDB struct{ s *Store }
+
+func (d sqlDB) Read(ctx context.Context, op string, fn func(q sqlq.Querier) error) error {
+	return d.s.fail(op, fn(pgQuerier{d.s.pool}))
+}
+
+func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq.Querier) error) error {
+	return d.s.tx(ctx, op, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
+}
+
+func (d sqlDB) NowArg() any { return d.s.nowArg() }
+
+var (
+	_ hourglass.StatsStore = (*Store)(nil)
+	_ hourglass.Outbox     = (*Store)(nil)
+	_ hourglass.EventLog   = (*Store)(nil)
+)
