@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -26,56 +25,6 @@ func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current 
 // only by the consumer's polling of DueDeliveries, so that polling is what
 // bounds their latency.
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreated() }
-
-// OrderEvents implements hourglass.Database, for an order's id or a
-// timer's (whose timer.fired events keep their body). It scans the events
-// table (no index by order keeps every transition's insert cheap): for
-// tests and debugging. An order's events are rendered from its row read
-// after them, so that row is at or after each event's transition
-// (hourglass.Order.AsOf); an order that does not exist has none.
-func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, id, type, created_at, body FROM events WHERE order_id = ? ORDER BY seq`, orderID)
-	if err != nil {
-		return nil, fail(fmt.Sprintf("order %d events", orderID), err)
-	}
-	defer rows.Close()
-	var (
-		out    []hourglass.EventRecord
-		render bool // an event without a body: an order's
-	)
-	for rows.Next() {
-		var (
-			e       hourglass.EventRecord
-			typ     string
-			created int64
-		)
-		if err := rows.Scan(&e.Seq, &e.ID, &typ, &created, &e.Body); err != nil {
-			return nil, fail(fmt.Sprintf("order %d events", orderID), err)
-		}
-		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(created)
-		render = render || e.Body == nil
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fail(fmt.Sprintf("order %d events", orderID), err)
-	}
-	if !render {
-		return out, nil
-	}
-	o, err := s.Order(ctx, orderID)
-	if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		if out[i].Body == nil {
-			out[i].Body = renderEvent(out[i].ID, out[i].Type, hourglass.UnixMilli(out[i].CreatedAt), o)
-		}
-	}
-	return out, nil
-}
 
 // PruneEvents implements hourglass.DeliveryStore: one DELETE over the
 // events_created_at index. Events still referenced by a pending delivery or

@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/hourglass/hourglass"
@@ -36,15 +35,6 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	return r.order, r.created, nil
 }
 
-// Order implements hourglass.Store.
-func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
-	o, err := scanOrder(s.db.QueryRowContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return o, plan.OrderNotFound(id)
-	}
-	return o, fail(fmt.Sprintf("get order %d", id), err)
-}
-
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
@@ -75,38 +65,6 @@ func scanOrder(sc scanner) (hourglass.Order, error) {
 	}
 	o.Items = its
 	return o, nil
-}
-
-// ListOrders implements hourglass.Store. Status filtering follows
-// Order.View: a pending order past its deadline counts as closed.
-func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
-	nowMs := hourglass.UnixMilli(f.Now)
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	// A status reads its range of orders_status_id (migration 0007) in id
-	// order; closed is two such ranges merged: closed orders, and pending
-	// ones past their deadline (which the engine is about to close).
-	const byStatus = `SELECT ` + orderColumns + ` FROM orders FORCE INDEX (orders_status_id) WHERE `
-	var query string
-	var args []any
-	switch f.Status {
-	case "":
-		query, args = `SELECT `+orderColumns+` FROM orders WHERE id > ? ORDER BY id LIMIT ?`, []any{f.After, limit}
-	case hourglass.StatePendingPayment:
-		query = byStatus + `status = 'pending_payment' AND id > ? AND deadline > ? ORDER BY id LIMIT ?`
-		args = []any{f.After, nowMs, limit}
-	case hourglass.StateClosed:
-		query = `(` + byStatus + `status = 'closed' AND id > ? ORDER BY id LIMIT ?)
-UNION ALL (` + byStatus + `status = 'pending_payment' AND id > ? AND deadline <= ? ORDER BY id LIMIT ?)
-ORDER BY id LIMIT ?`
-		args = []any{f.After, limit, f.After, nowMs, limit, limit}
-	default:
-		query, args = byStatus+`status = ? AND id > ? ORDER BY id LIMIT ?`, []any{string(f.Status), f.After, limit}
-	}
-	out, err := collect(ctx, s.db, query, args, func(rows *sql.Rows) (hourglass.Order, error) { return scanOrder(rows) })
-	return out, fail("list orders", err)
 }
 
 // PayOrder implements hourglass.Store. Group-committed: the deadline check
@@ -163,15 +121,4 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	}
 	r := s.submit(ctx, &op{kind: opClose, ids: ids})
 	return r.closed, r.err
-}
-
-// PendingDue implements hourglass.Store: one range of the (status,
-// deadline) index, whose entries end with the primary key, so the order is
-// (deadline, id) without a sort.
-func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	after := hourglass.UnixMilli(p.After)
-	out, err := collect(ctx, s.db, `SELECT id, deadline FROM orders FORCE INDEX (orders_status_deadline)
-WHERE status = 'pending_payment' AND deadline >= ? AND (deadline > ? OR id > ?) AND deadline <= ? AND ((? >> (id % 64)) & 1) = 1
-ORDER BY deadline, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit}, scanTimerRow)
-	return out, fail("pending due", err)
 }

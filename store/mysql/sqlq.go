@@ -11,10 +11,13 @@ import (
 
 // sqlDialect is MySQL and MariaDB to package sqlq.
 var sqlDialect = sqlq.Dialect{
-	Now:     nowExpr,
-	Upsert:  sqlq.OnDuplicateKey,
-	From:    func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
-	IntDiv:  "DIV",
+	Now:    nowExpr,
+	Upsert: sqlq.OnDuplicateKey,
+	From:   func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
+	IntDiv: "DIV",
+	After: func(col, idCol string, at, id int64) (string, []any) {
+		return col + " >= ? AND (" + col + " > ? OR " + idCol + " > ?)", []any{at, at, id}
+	},
 	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 }
 
@@ -33,7 +36,8 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
 
 var (
-	_ hourglass.StatsStore = (*Store)(nil)
-	_ hourglass.Outbox     = (*Store)(nil)
-	_ hourglass.EventLog   = (*Store)(nil)
+	_ hourglass.StatsStore  = (*Store)(nil)
+	_ hourglass.Outbox      = (*Store)(nil)
+	_ hourglass.EventLog    = (*Store)(nil)
+	_ hourglass.OrderViewer = (*Store)(nil)
 )

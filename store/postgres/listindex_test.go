@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
 // TestStatusListsUseIndexes: GET /v1/orders?status= and GET
@@ -23,13 +24,20 @@ FROM generate_series(1, 50000) g`,
 SELECT 'k' || g, CASE WHEN g % 1000 = 0 THEN 'cancelled' ELSE 'fired' END, g, g, '\x00', g, g FROM generate_series(1, 50000) g`,
 		`ANALYZE orders`, `ANALYZE timers`,
 	)
+	orders := func(st hourglass.State) (string, []any) {
+		q, args := s.ListOrdersSQL(hourglass.OrderFilter{Status: st, Now: hourglass.FromUnixMilli(1), Limit: 50})
+		return sqlq.Rebind(q), args
+	}
+	paid, paidArgs := orders(hourglass.StatePaid)
+	pending, pendingArgs := orders(hourglass.StatePendingPayment)
+	closed, closedArgs := orders(hourglass.StateClosed)
 	for _, tc := range []struct {
 		name, sql, index, scanned string
 		args                      []any
 	}{
-		{"orders paid", listOrdersSQL(hourglass.StatePaid), "orders_status_id", "orders_pkey", []any{0, 1, "paid", 50}},
-		{"orders pending", listOrdersSQL(hourglass.StatePendingPayment), "orders_status_id", "orders_pkey", []any{0, 1, "pending_payment", 50}},
-		{"orders closed", listOrdersSQL(hourglass.StateClosed), "orders_status_id", "orders_pkey", []any{0, 1, "closed", 50}},
+		{"orders paid", paid, "orders_status_id", "orders_pkey", paidArgs},
+		{"orders pending", pending, "orders_status_id", "orders_pkey", pendingArgs},
+		{"orders closed", closed, "orders_status_id", "orders_pkey", closedArgs},
 		{"timers cancelled", listTimersSQL(hourglass.TimerCancelled), "timers_status_key", "timers_key_key", []any{"", "cancelled", 50}},
 	} {
 		p := explain(t, s.pool, tc.sql, tc.args...)

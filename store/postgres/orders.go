@@ -82,54 +82,6 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	return o.order, o.created, nil
 }
 
-// Order implements hourglass.Store.
-func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
-	o, err := scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = $1`, id))
-	if err == pgx.ErrNoRows {
-		return o, plan.OrderNotFound(id)
-	}
-	return o, s.fail("get order", err)
-}
-
-// ListOrders implements hourglass.Store. Status filtering follows
-// Order.View: a pending order past its deadline counts as closed.
-func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	rows, err := s.pool.Query(ctx, listOrdersSQL(f.Status), f.After, hourglass.UnixMilli(f.Now), string(f.Status), limit)
-	if err != nil {
-		return nil, s.fail("list orders", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanOrder(row) })
-	return out, s.fail("list orders", err)
-}
-
-// listOrdersSQL is ListOrders' statement for a status filter: $1 after,
-// $2 now (ms), $3 status, $4 limit. A status reads its range of
-// orders_status_id (migration 0005) in id order; closed is two such ranges
-// merged: closed orders, and pending ones past their deadline (which the
-// engine is about to close). Every variant names $1..$4 (binds), so all
-// four bind.
-func listOrdersSQL(status hourglass.State) string {
-	const binds = ` AND $2::bigint IS NOT NULL AND $3::text IS NOT NULL`
-	switch status {
-	case "":
-		return `SELECT ` + orderColumns + ` FROM orders o WHERE o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
-	case hourglass.StatePendingPayment:
-		return `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline > $2` + binds + ` ORDER BY o.id LIMIT $4`
-	case hourglass.StateClosed:
-		return `SELECT * FROM (
-	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'closed' AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4)
-	UNION ALL
-	(SELECT ` + orderColumns + ` FROM orders o WHERE o.status = 'pending_payment' AND o.id > $1 AND o.deadline <= $2 ORDER BY o.id LIMIT $4)
-) o ORDER BY o.id LIMIT $4`
-	default:
-		return `SELECT ` + orderColumns + ` FROM orders o WHERE o.status = $3 AND o.id > $1` + binds + ` ORDER BY o.id LIMIT $4`
-	}
-}
-
 // PayOrder implements hourglass.Store: a compare-and-set on status and
 // deadline (deadline > the database's now, read after the row lock), group
 // committed. Idempotent for the same payment id. Errors: invalid_argument,
@@ -172,23 +124,6 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 		return nil, err
 	}
 	return o.closed, nil
-}
-
-// PendingDue implements hourglass.Store: one range of the (status,
-// deadline, id) index.
-func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, deadline FROM orders
-WHERE status = 'pending_payment' AND (deadline, id) > ($1, $2) AND deadline <= $3 AND (($5::bigint >> (id % 64)::int) & 1) = 1
-ORDER BY deadline, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit, p.Parts.Mask())
-	if err != nil {
-		return nil, s.fail("pending due", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DueItem, error) {
-		var id, deadline int64
-		err := row.Scan(&id, &deadline)
-		return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(deadline)}, err
-	})
-	return out, s.fail("pending due", err)
 }
 
 // PayDueOrder implements hourglass.Store: PayOrder's compare-and-set

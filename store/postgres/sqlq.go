@@ -16,7 +16,10 @@ var sqlDialect = sqlq.Dialect{
 	Upsert:   sqlq.OnConflict("GREATEST"),
 	From:     func(table, _ string) string { return table },
 	IntDiv:   "/",
-	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+	After: func(col, idCol string, at, id int64) (string, []any) {
+		return "(" + col + ", " + idCol + ") > (?, ?)", []any{at, id}
+	},
+	InParts: func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a
@@ -34,7 +37,8 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
 
 var (
-	_ hourglass.StatsStore = (*Store)(nil)
-	_ hourglass.Outbox     = (*Store)(nil)
-	_ hourglass.EventLog   = (*Store)(nil)
+	_ hourglass.StatsStore  = (*Store)(nil)
+	_ hourglass.Outbox      = (*Store)(nil)
+	_ hourglass.EventLog    = (*Store)(nil)
+	_ hourglass.OrderViewer = (*Store)(nil)
 )

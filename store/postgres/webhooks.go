@@ -375,53 +375,6 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (i
 	return n, nil
 }
 
-// OrderEvents implements hourglass.Database: the events of an order, or
-// of a timer (a timer id), in the order they were written. It scans the
-// events table (no index by order keeps the insert on every transition
-// cheap): for tests and debugging. An order event's body is rendered from
-// the order read after its events (AsOf needs the order at or after each
-// event); a timer event's is the one stored.
-func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, id, type, created_at, body FROM events WHERE order_id = $1 ORDER BY seq`, orderID)
-	if err != nil {
-		return nil, s.fail("order events", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.EventRecord, error) {
-		var (
-			e    hourglass.EventRecord
-			typ  string
-			at   int64
-			body *string
-		)
-		err := row.Scan(&e.Seq, &e.ID, &typ, &at, &body)
-		e.Type, e.OrderID, e.CreatedAt = hourglass.EventType(typ), orderID, hourglass.FromUnixMilli(at)
-		if body != nil {
-			e.Body = []byte(*body)
-		}
-		return e, err
-	})
-	if err != nil {
-		return nil, s.fail("order events", err)
-	}
-	var (
-		o      hourglass.Order
-		loaded bool
-	)
-	for i := range out {
-		if out[i].Body != nil {
-			continue
-		}
-		if !loaded {
-			if o, err = s.Order(ctx, orderID); err != nil {
-				return nil, err
-			}
-			loaded = true
-		}
-		out[i].Body = renderEvent(out[i].ID, out[i].Type, hourglass.UnixMilli(out[i].CreatedAt), o)
-	}
-	return out, nil
-}
-
 // DeliveriesCreated implements hourglass.DeliveryStore. It fires after this
 // store value's commits that created deliveries and, through LISTEN/NOTIFY,
 // after any other store value's or process's on the same database and

@@ -138,56 +138,6 @@ func (s *Store) loadWebhookCount(ctx context.Context) {
 // DeliveriesCreated implements hourglass.DeliveryStore.
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreated() }
 
-// OrderEvents returns the events of an order, or of a timer (orderID a
-// timer's id), that have not been pruned, in the order they were written.
-// It scans every event (no index by order keeps the insert on every
-// transition cheap): for tests and debugging. Safe for concurrent use.
-func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
-	var out []hourglass.EventRecord
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		// An order's events are rendered from its row, read once; a
-		// timer's carry their body.
-		var (
-			o       hourglass.Order
-			loaded  bool
-			loadErr error
-		)
-		order := func() (hourglass.Order, error) {
-			if !loaded {
-				o, loadErr = getOrder(conn, orderID)
-				loaded = true
-			}
-			return o, loadErr
-		}
-		stmt := conn.Prep(`SELECT seq, id, type, created_at, body FROM events WHERE order_id = ?1 ORDER BY seq`)
-		defer stmt.Reset()
-		stmt.BindInt64(1, orderID)
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: order %d events: %w", orderID, err)
-			}
-			if !row {
-				return nil
-			}
-			e := hourglass.EventRecord{
-				Seq:       stmt.ColumnInt64(0),
-				ID:        stmt.ColumnText(1),
-				Type:      hourglass.EventType(stmt.ColumnText(2)),
-				OrderID:   orderID,
-				CreatedAt: hourglass.FromUnixMilli(stmt.ColumnInt64(3)),
-			}
-			body, err := eventBody(columnBytes(stmt, 4), e.ID, e.Type, stmt.ColumnInt64(3), order)
-			if err != nil {
-				return fmt.Errorf("sqlite: event %s: %w", e.ID, err)
-			}
-			e.Body = body
-			out = append(out, e)
-		}
-	})
-	return out, err
-}
-
 // PruneEvents implements hourglass.DeliveryStore. Events still referenced by
 // a pending delivery or a dead letter, or not published by an event sink
 // yet (sinkHoldSQL), are kept whatever their age. It is

@@ -119,17 +119,6 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	return out, created, nil
 }
 
-// Order implements hourglass.Store.
-func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
-	var out hourglass.Order
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		o, err := getOrder(conn, id)
-		out = o
-		return err
-	})
-	return out, err
-}
-
 func getOrder(conn *sqlite.Conn, id int64) (hourglass.Order, error) {
 	stmt := conn.Prep(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?1`)
 	stmt.BindInt64(1, id)
@@ -172,58 +161,6 @@ func scanOrder(st *sqlite.Stmt) (hourglass.Order, error) {
 	}
 	o.Items = items
 	return o, nil
-}
-
-// ListOrders implements hourglass.Store. Status filtering follows
-// Order.View: a pending order past its deadline counts as closed.
-func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
-	nowMs := hourglass.UnixMilli(f.Now)
-	// A status reads its range of orders_status_id (migration 0006) in id
-	// order; closed is two such ranges merged: closed orders, and pending
-	// ones past their deadline (which the engine is about to close).
-	const byStatus = `SELECT ` + orderColumns + ` FROM orders INDEXED BY orders_status_id WHERE `
-	var query string
-	switch f.Status {
-	case "":
-		query = `SELECT ` + orderColumns + ` FROM orders WHERE id > ?1 AND ?2 = ?2 AND ?3 = ?3 ORDER BY id LIMIT ?4`
-	case hourglass.StatePendingPayment:
-		query = byStatus + `status = 'pending_payment' AND id > ?1 AND deadline > ?2 AND ?3 = ?3 ORDER BY id LIMIT ?4`
-	case hourglass.StateClosed:
-		query = `SELECT * FROM (` + byStatus + `status = 'closed' AND id > ?1 AND ?3 = ?3 ORDER BY id LIMIT ?4)
-UNION ALL SELECT * FROM (` + byStatus + `status = 'pending_payment' AND id > ?1 AND deadline <= ?2 ORDER BY id LIMIT ?4)
-ORDER BY id LIMIT ?4`
-	default:
-		query = byStatus + `status = ?3 AND id > ?1 AND ?2 = ?2 ORDER BY id LIMIT ?4`
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	var out []hourglass.Order
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(query)
-		defer stmt.Reset()
-		// Every variant numbers its parameters ?1..?4, so all four bind.
-		stmt.BindInt64(1, f.After)
-		stmt.BindInt64(2, nowMs)
-		stmt.BindText(3, string(f.Status))
-		stmt.BindInt64(4, int64(limit))
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: list orders: %w", err)
-			}
-			if !row {
-				return nil
-			}
-			o, err := scanOrder(stmt)
-			if err != nil {
-				return err
-			}
-			out = append(out, o)
-		}
-	})
-	return out, err
 }
 
 // PayOrder implements hourglass.Store.
@@ -629,13 +566,6 @@ func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
 		}
 	}
 	return items, ok
-}
-
-// PendingDue implements hourglass.Store.
-func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	return s.due(ctx, "pending due", `SELECT id, deadline FROM orders INDEXED BY orders_status_deadline
-WHERE status = 'pending_payment' AND (deadline > ?1 OR (deadline = ?1 AND id > ?2)) AND deadline <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
-ORDER BY deadline, id LIMIT ?4`, p)
 }
 
 // due runs a page query of PendingDue's shape (TimersDue's too): ?1 and ?2

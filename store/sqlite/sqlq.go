@@ -13,10 +13,13 @@ import (
 
 // sqlDialect is SQLite to package sqlq.
 var sqlDialect = sqlq.Dialect{
-	Now:     `?`,
-	Upsert:  sqlq.OnConflict("max"),
-	From:    func(table, index string) string { return table + " INDEXED BY " + index },
-	IntDiv:  "/",
+	Now:    `?`,
+	Upsert: sqlq.OnConflict("max"),
+	From:   func(table, index string) string { return table + " INDEXED BY " + index },
+	IntDiv: "/",
+	After: func(col, idCol string, at, id int64) (string, []any) {
+		return "(" + col + " > ? OR (" + col + " = ? AND " + idCol + " > ?))", []any{at, at, id}
+	},
 	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 }
 
@@ -153,6 +156,13 @@ func (r *connRows) Scan(dest ...any) error {
 			*p = r.st.ColumnText(i)
 		case *[]byte:
 			*p = columnBytes(r.st, i)
+		case **int64:
+			if r.st.ColumnIsNull(i) {
+				*p = nil
+			} else {
+				v := r.st.ColumnInt64(i)
+				*p = &v
+			}
 		case **string:
 			if r.st.ColumnIsNull(i) {
 				*p = nil
@@ -178,7 +188,8 @@ func (r *connRows) Close() {
 }
 
 var (
-	_ hourglass.StatsStore = (*Store)(nil)
-	_ hourglass.Outbox     = (*Store)(nil)
-	_ hourglass.EventLog   = (*Store)(nil)
+	_ hourglass.StatsStore  = (*Store)(nil)
+	_ hourglass.Outbox      = (*Store)(nil)
+	_ hourglass.EventLog    = (*Store)(nil)
+	_ hourglass.OrderViewer = (*Store)(nil)
 )

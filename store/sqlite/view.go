@@ -7,7 +7,6 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-var _ hourglass.OrderViewer = (*Store)(nil)
 
 // ViewOrder implements hourglass.OrderViewer: the order as Order.View
 // shows it at the store's clock (the one its writer decides pays by), read

@@ -21,7 +21,7 @@ import (
 type Rows interface {
 	Next() bool
 	// Scan copies the row's columns into dest: *int64, *int, *int32,
-	// *string, *[]byte (nil for NULL) or **string (nil for NULL).
+	// *string, *[]byte (nil for NULL), **int64 or **string (nil for NULL).
 	Scan(dest ...any) error
 	Err() error
 	Close()
@@ -74,6 +74,10 @@ type Dialect struct {
 	From func(table, index string) string
 	// IntDiv is the integer division operator ("/" or "DIV").
 	IntDiv string
+	// After is the keyset condition "(col, idCol) > (at, id)" in the form
+	// the database's planner turns into one index range, with its
+	// arguments.
+	After func(col, idCol string, at, id int64) (string, []any)
 	// InParts is the condition that the partition of the id column col
 	// (col % 64) is in the mask bound to its one placeholder.
 	InParts func(col string) string

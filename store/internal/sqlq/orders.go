@@ -1,0 +1,324 @@
+package sqlq
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/stored"
+)
+
+// OrderColumns are an order's columns, in the order orderRow scans them.
+const OrderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
+
+// orderRow receives OrderColumns.
+type orderRow struct {
+	id, created, deadline int64
+	user, status, items   string
+	paid, closed          *int64
+	reason, paymentID     *string
+}
+
+// dest returns the destinations of OrderColumns followed by extra.
+func (r *orderRow) dest(extra ...any) []any {
+	return append([]any{&r.id, &r.user, &r.status, &r.items, &r.created, &r.deadline, &r.paid, &r.closed, &r.reason, &r.paymentID}, extra...)
+}
+
+// order returns the scanned order.
+func (r *orderRow) order() (hourglass.Order, error) {
+	o := hourglass.Order{
+		ID:        r.id,
+		UserID:    r.user,
+		Status:    hourglass.State(r.status),
+		CreatedAt: hourglass.FromUnixMilli(r.created),
+		Deadline:  hourglass.FromUnixMilli(r.deadline),
+	}
+	if r.paid != nil {
+		o.PaidAt = hourglass.FromUnixMilli(*r.paid)
+	}
+	if r.closed != nil {
+		o.ClosedAt = hourglass.FromUnixMilli(*r.closed)
+	}
+	if r.reason != nil {
+		o.CloseReason = *r.reason
+	}
+	if r.paymentID != nil {
+		o.PaymentID = *r.paymentID
+	}
+	its, err := stored.DecodeItems(r.items)
+	if err != nil {
+		return o, fmt.Errorf("order %d: %w", o.ID, err)
+	}
+	o.Items = its
+	return o, nil
+}
+
+// RenderEvent returns the JSON body of an order's event: current is the
+// order's row as it is now, seen as of the event (hourglass.Order.AsOf).
+func RenderEvent(id string, typ hourglass.EventType, createdAtMs int64, current hourglass.Order) []byte {
+	return hourglass.MarshalEvent(hourglass.Event{
+		ID:        id,
+		Type:      typ,
+		CreatedAt: hourglass.FromUnixMilli(createdAtMs),
+		Order:     current.AsOf(typ),
+	})
+}
+
+// order reads one order; not_found when there is none.
+func (x q) order(ctx context.Context, id int64, extra ...any) (hourglass.Order, error) {
+	var r orderRow
+	found, err := x.row(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id = ?`, []any{id}, r.dest(extra...)...)
+	if err != nil {
+		return hourglass.Order{}, err
+	}
+	if !found {
+		return hourglass.Order{}, plan.OrderNotFound(id)
+	}
+	return r.order()
+}
+
+// Order implements hourglass.Store.
+func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
+	var o hourglass.Order
+	err := s.read(ctx, "get order", func(x q) (err error) {
+		o, err = x.order(ctx, id)
+		return err
+	})
+	return o, err
+}
+
+// ViewOrder implements hourglass.OrderViewer: the order as Order.View shows
+// it at now as the writers read it (Dialect.Now: the server's clock, which
+// decides pays), read in the same statement as the row. Errors: not_found,
+// unavailable.
+func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error) {
+	var (
+		r     orderRow
+		nowMs int64
+		o     hourglass.Order
+	)
+	err := s.read(ctx, "view order", func(x q) error {
+		found, err := x.row(ctx, `SELECT `+OrderColumns+`, `+s.d.Now+` FROM orders WHERE id = ?`, []any{s.db.NowArg(), id}, r.dest(&nowMs)...)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return plan.OrderNotFound(id)
+		}
+		o, err = r.order()
+		return err
+	})
+	if err != nil {
+		return o, err
+	}
+	return o.View(hourglass.FromUnixMilli(nowMs)), nil
+}
+
+// Now implements hourglass.OrderViewer: now as the writers read it
+// (Dialect.Now). Errors: unavailable.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var ms int64
+	err := s.read(ctx, "read now", func(x q) error {
+		_, err := x.row(ctx, `SELECT `+s.d.Now, []any{s.db.NowArg()}, &ms)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return hourglass.FromUnixMilli(ms), nil
+}
+
+// ListOrders implements hourglass.Store. Status filtering follows
+// Order.View: a pending order past its deadline counts as closed.
+func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hourglass.Order, error) {
+	query, args := s.ListOrdersSQL(f)
+	var (
+		out []hourglass.Order
+		r   orderRow
+	)
+	err := s.read(ctx, "list orders", func(x q) error {
+		out = out[:0]
+		return x.each(ctx, query, args, r.dest(), func() error {
+			o, err := r.order()
+			out = append(out, o)
+			return err
+		})
+	})
+	return out, err
+}
+
+// ListOrdersSQL is ListOrders' statement and arguments (exported for the
+// stores' plan tests). A status reads its range of the orders_status_id
+// index in id order; closed is two such ranges merged: closed orders, and
+// pending ones past their deadline (which the engine is about to close).
+func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
+	nowMs := hourglass.UnixMilli(f.Now)
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	byStatus := `SELECT ` + OrderColumns + ` FROM ` + s.d.From("orders", "orders_status_id") + ` WHERE `
+	switch f.Status {
+	case "":
+		return `SELECT ` + OrderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`, []any{f.After, limit}
+	case hourglass.StatePendingPayment:
+		return byStatus + `status = 'pending_payment' AND id > ? AND deadline > ? ORDER BY id LIMIT ?`, []any{f.After, nowMs, limit}
+	case hourglass.StateClosed:
+		return `SELECT * FROM (SELECT * FROM (` + byStatus + `status = 'closed' AND id > ? ORDER BY id LIMIT ?) c
+UNION ALL SELECT * FROM (` + byStatus + `status = 'pending_payment' AND id > ? AND deadline <= ? ORDER BY id LIMIT ?) p) o
+ORDER BY id LIMIT ?`, []any{f.After, limit, f.After, nowMs, limit, limit}
+	default:
+		return byStatus + `status = ? AND id > ? ORDER BY id LIMIT ?`, []any{string(f.Status), f.After, limit}
+	}
+}
+
+// due reads a page of (id, time) rows of PendingDue's shape (TimersDue's
+// too): the rows of table due after (p.After, p.AfterID) up to p.Until, in
+// (col, id) order, of p.Parts, through index.
+func (s *Store) due(ctx context.Context, op, table, index, status, col string, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
+	after, afterArgs := s.d.After(col, "id", hourglass.UnixMilli(p.After), p.AfterID)
+	query := `SELECT id, ` + col + ` FROM ` + s.d.From(table, index) + ` WHERE status = '` + status + `' AND ` + after +
+		` AND ` + col + ` <= ? AND ` + s.d.InParts("id") + ` ORDER BY ` + col + `, id LIMIT ?`
+	args := append(afterArgs, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
+	var (
+		out    []hourglass.DueItem
+		id, at int64
+	)
+	err := s.read(ctx, op, func(x q) error {
+		out = out[:0]
+		return x.each(ctx, query, args, []any{&id, &at}, func() error {
+			out = append(out, hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(at)})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PendingDue implements hourglass.Store: one range of the (status,
+// deadline, id) index.
+func (s *Store) PendingDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
+	return s.due(ctx, "pending due", "orders", "orders_status_deadline", "pending_payment", "deadline", p)
+}
+
+// eventColumns are an event's columns, in scanEvent's order.
+const eventColumns = `seq, id, type, order_id, created_at, body`
+
+// eventRow receives eventColumns.
+type eventRow struct {
+	e       hourglass.EventRecord
+	typ     string
+	created int64
+}
+
+func (r *eventRow) dest() []any {
+	return []any{&r.e.Seq, &r.e.ID, &r.typ, &r.e.OrderID, &r.created, &r.e.Body}
+}
+
+func (r *eventRow) event() hourglass.EventRecord {
+	e := r.e
+	e.Type, e.CreatedAt = hourglass.EventType(r.typ), hourglass.FromUnixMilli(r.created)
+	return e
+}
+
+// render fills in the body of each order event of evs (a timer's or a
+// source's carries its own) from its order's row, read after the events
+// (one query for the page), so that row is at or after each event's
+// transition (hourglass.Order.AsOf). An event whose order does not exist
+// is dropped when drop is set (OrderEvents of an id that is not an
+// order's), an error otherwise (orders are never deleted).
+func (x q) render(ctx context.Context, evs []hourglass.EventRecord, drop bool) ([]hourglass.EventRecord, error) {
+	var ids []any
+	seen := map[int64]bool{}
+	for _, e := range evs {
+		if e.Body == nil && !seen[e.OrderID] {
+			seen[e.OrderID] = true
+			ids = append(ids, e.OrderID)
+		}
+	}
+	if len(ids) == 0 {
+		return evs, nil
+	}
+	orders := make(map[int64]hourglass.Order, len(ids))
+	var r orderRow
+	err := x.each(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids, r.dest(), func() error {
+		o, err := r.order()
+		orders[o.ID] = o
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := evs[:0]
+	for _, e := range evs {
+		if e.Body == nil {
+			o, ok := orders[e.OrderID]
+			if !ok && drop {
+				continue
+			}
+			if !ok {
+				return nil, fmt.Errorf("events: order %d of event %s not found", e.OrderID, e.ID)
+			}
+			e.Body = RenderEvent(e.ID, e.Type, hourglass.UnixMilli(e.CreatedAt), o)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Events implements hourglass.EventLog: one range of the primary key, then
+// the orders of the page's order events in one query.
+func (s *Store) Events(ctx context.Context, p hourglass.EventPage) ([]hourglass.EventRecord, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("events: limit must be positive, got %d", p.Limit)
+	}
+	until := p.Until
+	if until <= 0 {
+		until = 1<<63 - 1
+	}
+	var out []hourglass.EventRecord
+	err := s.read(ctx, "events", func(x q) error {
+		var r eventRow
+		out = out[:0]
+		err := x.each(ctx, `SELECT `+eventColumns+` FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`,
+			[]any{p.After, until, p.Limit}, r.dest(), func() error {
+				out = append(out, r.event())
+				r.e.Body = nil
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		out, err = x.render(ctx, out, false)
+		return err
+	})
+	return out, err
+}
+
+// OrderEvents implements hourglass.Database, for an order's id or a
+// timer's (whose timer.fired events keep their body). It scans the events
+// table (no index by order keeps every transition's insert cheap): for
+// tests and debugging. An order that does not exist has none.
+func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
+	var out []hourglass.EventRecord
+	err := s.read(ctx, "order events", func(x q) error {
+		var r eventRow
+		out = out[:0]
+		err := x.each(ctx, `SELECT `+eventColumns+` FROM events WHERE order_id = ? ORDER BY seq`, []any{orderID}, r.dest(), func() error {
+			out = append(out, r.event())
+			r.e.Body = nil
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		out, err = x.render(ctx, out, true)
+		return err
+	})
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, err
+}
