@@ -18,7 +18,9 @@ var sqlDialect = sqlq.Dialect{
 	After: func(col, idCol string, at, id int64) (string, []any) {
 		return col + " >= ? AND (" + col + " > ? OR " + idCol + " > ?)", []any{at, at, id}
 	},
-	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	TimerKey: "timer_key",
+	KeyArg:   func(key string) any { return []byte(key) },
+	InParts:  func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

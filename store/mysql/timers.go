@@ -3,12 +3,9 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
 // Named timers (hourglass.TimerStore) in the timers table (migration 0005).
@@ -86,39 +83,6 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 	return r.timer, r.created, nil
 }
 
-// Timer implements hourglass.TimerStore. Errors: not_found, unavailable.
-func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
-	t, err := scanTimer(s.db.QueryRowContext(ctx, `SELECT `+timerColumns+` FROM timers WHERE timer_key = ?`, []byte(key)))
-	if errors.Is(err, sql.ErrNoRows) {
-		return hourglass.Timer{}, plan.TimerNotFound(key)
-	}
-	if err != nil {
-		return hourglass.Timer{}, fail(fmt.Sprintf("get timer %q", key), err)
-	}
-	return t, nil
-}
-
-// Timers implements hourglass.TimerStore: a range of the key's unique
-// index, or of (status, key) when f.Status is set. Errors: invalid_argument
-// (a Limit under 1, an unknown Status), unavailable.
-func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
-	if f.Limit < 1 {
-		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
-	}
-	where, args := `timer_key > ?`, []any{[]byte(f.After)}
-	if f.Status != "" {
-		if !f.Status.Valid() {
-			return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", f.Status)
-		}
-		// Its range of timers_status_key (migration 0005).
-		where = `status = ? AND timer_key > ?`
-		args = []any{string(f.Status), []byte(f.After)}
-	}
-	out, err := collect(ctx, s.db, `SELECT `+timerColumns+` FROM timers WHERE `+where+` ORDER BY timer_key LIMIT ?`, append(args, f.Limit),
-		func(rows *sql.Rows) (hourglass.Timer, error) { return scanTimer(rows) })
-	return out, fail("list timers", err)
-}
-
 // CancelTimer implements hourglass.TimerStore. It is group-committed
 // (timerbatch.go): the row is locked, then a scheduled timer is moved to
 // cancelled. Errors: not_found, timer_fired, unavailable.
@@ -147,36 +111,6 @@ func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredT
 	slices.Sort(ids)
 	r := s.submit(ctx, &op{kind: opFire, ids: slices.Compact(ids)})
 	return r.fired, r.err
-}
-
-// TimersDue implements hourglass.TimerStore as PendingDue does for orders:
-// one range of the (status, fire_at, id) index, in that order, without a
-// sort. Errors: unavailable.
-func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	after := hourglass.UnixMilli(p.After)
-	out, err := collect(ctx, s.db, `SELECT id, fire_at FROM timers FORCE INDEX (timers_status_fire_at)
-WHERE status = 'scheduled' AND fire_at >= ? AND (fire_at > ? OR id > ?) AND fire_at <= ? AND ((? >> (id % 64)) & 1) = 1
-ORDER BY fire_at, id LIMIT ?`, []any{after, after, p.AfterID, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit}, scanTimerRow)
-	return out, fail("timers due", err)
-}
-
-// TimerCounts implements hourglass.TimerStore: one GROUP BY over the
-// (status, fire_at, id) index. Errors: unavailable.
-func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
-	out := map[hourglass.TimerStatus]int64{hourglass.TimerScheduled: 0, hourglass.TimerFired: 0, hourglass.TimerCancelled: 0}
-	err := eachRow(ctx, s.db, `SELECT status, COUNT(*) FROM timers FORCE INDEX (timers_status_fire_at) GROUP BY status`, nil, func(rows *sql.Rows) error {
-		var (
-			st string
-			n  int64
-		)
-		err := rows.Scan(&st, &n)
-		out[hourglass.TimerStatus(st)] = n
-		return err
-	})
-	if err != nil {
-		return nil, fail("count timers", err)
-	}
-	return out, nil
 }
 
 // nullBytes is NULL for nil, else b.

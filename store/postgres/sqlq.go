@@ -19,7 +19,8 @@ var sqlDialect = sqlq.Dialect{
 	After: func(col, idCol string, at, id int64) (string, []any) {
 		return "(" + col + ", " + idCol + ") > (?, ?)", []any{at, id}
 	},
-	InParts: func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+	TimerKey: "key",
+	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

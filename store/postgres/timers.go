@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/hourglass/hourglass"
@@ -100,8 +99,6 @@ func newArmArgs(p hourglass.ArmTimerParams) armArgs {
 }
 
 const (
-	// timerByKeySQL reads a timer.
-	timerByKeySQL = `SELECT ` + timerColumns + ` FROM timers t WHERE t.key = $1`
 	// armTimersSQL creates or re-arms timers of distinct keys, one atomic
 	// upsert whichever process races it: exactly one INSERT of a key wins,
 	// the others become its UPDATE. The rows are taken in key order, so two
@@ -458,76 +455,4 @@ func timersByKey(rows pgx.Rows) (map[string]hourglass.Timer, error) {
 		out[t.Key] = t
 	}
 	return out, rows.Err()
-}
-
-// Timer implements hourglass.TimerStore. Errors: not_found, unavailable.
-func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
-	t, err := scanTimer(s.pool.QueryRow(ctx, timerByKeySQL, key))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, plan.TimerNotFound(key)
-	}
-	return t, s.fail("get timer", err)
-}
-
-// Timers implements hourglass.TimerStore: one range of the key's unique
-// index, bytewise ("C"). Errors: invalid_argument (a status that is not
-// one, a limit under 1), unavailable.
-func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
-	if f.Status != "" && !f.Status.Valid() {
-		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", f.Status)
-	}
-	if f.Limit < 1 {
-		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
-	}
-	rows, err := s.pool.Query(ctx, listTimersSQL(f.Status), f.After, string(f.Status), f.Limit)
-	if err != nil {
-		return nil, s.fail("list timers", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Timer, error) { return scanTimer(row) })
-	return out, s.fail("list timers", err)
-}
-
-// listTimersSQL is Timers' statement: $1 after, $2 status (empty for any),
-// $3 limit. With a status, its range of timers_status_key (migration 0005).
-func listTimersSQL(status hourglass.TimerStatus) string {
-	where := `t.key > $1 AND $2 = ''`
-	if status != "" {
-		where = `t.status = $2 AND t.key > $1`
-	}
-	return `SELECT ` + timerColumns + ` FROM timers t WHERE ` + where + ` ORDER BY t.key LIMIT $3`
-}
-
-// TimersDue implements hourglass.TimerStore: one range of the (status,
-// fire_at, id) index, as PendingDue reads orders'.
-func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, fire_at FROM timers
-WHERE status = 'scheduled' AND (fire_at, id) > ($1, $2) AND fire_at <= $3 AND (($5::bigint >> (id % 64)::int) & 1) = 1
-ORDER BY fire_at, id LIMIT $4`, hourglass.UnixMilli(p.After), p.AfterID, hourglass.UnixMilli(p.Until), p.Limit, p.Parts.Mask())
-	if err != nil {
-		return nil, s.fail("timers due", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.DueItem, error) {
-		var id, fireAt int64
-		err := row.Scan(&id, &fireAt)
-		return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(fireAt)}, err
-	})
-	return out, s.fail("timers due", err)
-}
-
-// TimerCounts implements hourglass.TimerStore: one statement (one snapshot)
-// counting each status's range of the (status, fire_at, id) index.
-func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
-	var scheduled, fired, cancelled int64
-	err := s.pool.QueryRow(ctx, `SELECT
-	(SELECT count(*) FROM timers WHERE status = 'scheduled'),
-	(SELECT count(*) FROM timers WHERE status = 'fired'),
-	(SELECT count(*) FROM timers WHERE status = 'cancelled')`).Scan(&scheduled, &fired, &cancelled)
-	if err != nil {
-		return nil, s.fail("count timers", err)
-	}
-	return map[hourglass.TimerStatus]int64{
-		hourglass.TimerScheduled: scheduled,
-		hourglass.TimerFired:     fired,
-		hourglass.TimerCancelled: cancelled,
-	}, nil
 }

@@ -568,33 +568,6 @@ func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
 	return items, ok
 }
 
-// due runs a page query of PendingDue's shape (TimersDue's too): ?1 and ?2
-// the cursor, ?3 the end, ?4 the limit, ?5 the partition mask; it returns
-// (id, time) rows.
-func (s *Store) due(ctx context.Context, what, query string, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	var out []hourglass.DueItem
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(query)
-		defer stmt.Reset()
-		stmt.BindInt64(1, hourglass.UnixMilli(p.After))
-		stmt.BindInt64(2, p.AfterID)
-		stmt.BindInt64(3, hourglass.UnixMilli(p.Until))
-		stmt.BindInt64(4, int64(p.Limit))
-		stmt.BindInt64(5, p.Parts.Mask())
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: %s: %w", what, err)
-			}
-			if !row {
-				return nil
-			}
-			out = append(out, hourglass.DueItem{ID: stmt.ColumnInt64(0), At: hourglass.FromUnixMilli(stmt.ColumnInt64(1))})
-		}
-	})
-	return out, err
-}
-
 // jsonIDs returns ids as a JSON array, for a statement that reads them with
 // json_each: one bound parameter whatever the batch's size.
 func jsonIDs(ids []int64) []byte {

@@ -20,7 +20,8 @@ var sqlDialect = sqlq.Dialect{
 	After: func(col, idCol string, at, id int64) (string, []any) {
 		return "(" + col + " > ? OR (" + col + " = ? AND " + idCol + " > ?))", []any{at, at, id}
 	},
-	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	TimerKey: "key",
+	InParts:  func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,

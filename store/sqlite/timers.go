@@ -93,17 +93,6 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 	return out, created, nil
 }
 
-// Timer implements hourglass.TimerStore. Errors: not_found.
-func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
-	var out hourglass.Timer
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		t, err := getTimer(conn, key)
-		out = t
-		return err
-	})
-	return out, err
-}
-
 func getTimer(conn *sqlite.Conn, key string) (hourglass.Timer, error) {
 	stmt := conn.Prep(`SELECT ` + timerColumns + ` FROM timers WHERE key = ?1`)
 	stmt.BindText(1, key)
@@ -116,39 +105,6 @@ func getTimer(conn *sqlite.Conn, key string) (hourglass.Timer, error) {
 		return t, plan.TimerNotFound(key)
 	}
 	return t, nil
-}
-
-// Timers implements hourglass.TimerStore, in the keys' bytewise order
-// (SQLite's BINARY collation). A Limit that is not positive means 50.
-func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	var out []hourglass.Timer
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		// With a status, its range of timers_status_key (migration 0006).
-		query := `SELECT ` + timerColumns + ` FROM timers WHERE key > ?1 AND ?2 = '' ORDER BY key LIMIT ?3`
-		if f.Status != "" {
-			query = `SELECT ` + timerColumns + ` FROM timers INDEXED BY timers_status_key WHERE status = ?2 AND key > ?1 ORDER BY key LIMIT ?3`
-		}
-		stmt := conn.Prep(query)
-		defer stmt.Reset()
-		stmt.BindText(1, f.After)
-		stmt.BindText(2, string(f.Status))
-		stmt.BindInt64(3, int64(limit))
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: list timers: %w", err)
-			}
-			if !row {
-				return nil
-			}
-			out = append(out, scanTimer(stmt))
-		}
-	})
-	return out, err
 }
 
 // armIn runs ArmTimer's statements for p (valid) in the writer's
@@ -380,38 +336,6 @@ func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.Timer) (int64, 
 		return 0, fmt.Errorf("sqlite: write timer.fired event of %q: %w", t.Key, err)
 	}
 	return conn.LastInsertRowID(), nil
-}
-
-// TimersDue implements hourglass.TimerStore, along the (status, fire_at,
-// id) index as PendingDue goes along the orders'.
-func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
-	return s.due(ctx, "timers due", `SELECT id, fire_at FROM timers INDEXED BY timers_status_fire_at
-WHERE status = 'scheduled' AND (fire_at > ?1 OR (fire_at = ?1 AND id > ?2)) AND fire_at <= ?3 AND ((?5 >> (id % 64)) & 1) = 1
-ORDER BY fire_at, id LIMIT ?4`, p)
-}
-
-// TimerCounts implements hourglass.TimerStore: one count per status over
-// its range of the (status, fire_at, id) index, in one read transaction.
-func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
-	out := map[hourglass.TimerStatus]int64{hourglass.TimerScheduled: 0, hourglass.TimerFired: 0, hourglass.TimerCancelled: 0}
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT status, count(*) FROM timers INDEXED BY timers_status_fire_at GROUP BY status`)
-		defer stmt.Reset()
-		for {
-			row, err := stmt.Step()
-			if err != nil {
-				return fmt.Errorf("sqlite: count timers: %w", err)
-			}
-			if !row {
-				return nil
-			}
-			out[hourglass.TimerStatus(stmt.ColumnText(0))] = stmt.ColumnInt64(1)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // eventBody returns the JSON body of an event: the body stored with it

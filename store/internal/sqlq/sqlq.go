@@ -78,6 +78,11 @@ type Dialect struct {
 	// the database's planner turns into one index range, with its
 	// arguments.
 	After func(col, idCol string, at, id int64) (string, []any)
+	// TimerKey is the name of the timers' key column.
+	TimerKey string
+	// KeyArg, when set, is a timer's key as its column compares it (nil:
+	// the string).
+	KeyArg func(key string) any
 	// InParts is the condition that the partition of the id column col
 	// (col % 64) is in the mask bound to its one placeholder.
 	InParts func(col string) string

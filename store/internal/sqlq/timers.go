@@ -1,0 +1,146 @@
+package sqlq
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
+)
+
+// timerColumns are a timer's columns (key: its column's name), in the
+// order timerRow scans them.
+func (s *Store) timerColumns() string {
+	return `id, ` + s.d.TimerKey + `, status, fire_at, fired_at, payload, webhook_id, created_at, updated_at`
+}
+
+// keyArg is a timer's key as its column compares it.
+func (s *Store) keyArg(key string) any {
+	if s.d.KeyArg != nil {
+		return s.d.KeyArg(key)
+	}
+	return key
+}
+
+// timerRow receives timerColumns.
+type timerRow struct {
+	id, fireAt, created, updated int64
+	key, status                  string
+	firedAt, webhookID           *int64
+	payload                      []byte
+}
+
+func (r *timerRow) dest() []any {
+	r.payload = nil
+	return []any{&r.id, &r.key, &r.status, &r.fireAt, &r.firedAt, &r.payload, &r.webhookID, &r.created, &r.updated}
+}
+
+func (r *timerRow) timer() hourglass.Timer {
+	t := hourglass.Timer{
+		ID:        r.id,
+		Key:       r.key,
+		Status:    hourglass.TimerStatus(r.status),
+		FireAt:    hourglass.FromUnixMilli(r.fireAt),
+		CreatedAt: hourglass.FromUnixMilli(r.created),
+		UpdatedAt: hourglass.FromUnixMilli(r.updated),
+	}
+	if r.firedAt != nil {
+		t.FiredAt = hourglass.FromUnixMilli(*r.firedAt)
+	}
+	if r.payload != nil {
+		t.Payload = json.RawMessage(r.payload)
+	}
+	if r.webhookID != nil {
+		t.WebhookID = *r.webhookID
+	}
+	return t
+}
+
+// Timer implements hourglass.TimerStore. Errors: not_found, unavailable.
+func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) {
+	var (
+		r     timerRow
+		found bool
+	)
+	err := s.read(ctx, "get timer", func(x q) (err error) {
+		found, err = x.row(ctx, `SELECT `+s.timerColumns()+` FROM timers WHERE `+s.d.TimerKey+` = ?`, []any{s.keyArg(key)}, r.dest()...)
+		return err
+	})
+	if err != nil {
+		return hourglass.Timer{}, err
+	}
+	if !found {
+		return hourglass.Timer{}, plan.TimerNotFound(key)
+	}
+	return r.timer(), nil
+}
+
+// Timers implements hourglass.TimerStore: one range of the key's unique
+// index, in the keys' bytewise order, or of timers_status_key when
+// f.Status is set. Errors: invalid_argument (a status that is not one, a
+// limit under 1), unavailable.
+func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
+	query, args, err := s.TimersSQL(f)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out []hourglass.Timer
+		r   timerRow
+	)
+	err = s.read(ctx, "list timers", func(x q) error {
+		out = out[:0]
+		return x.each(ctx, query, args, r.dest(), func() error {
+			out = append(out, r.timer())
+			r.payload = nil
+			return nil
+		})
+	})
+	return out, err
+}
+
+// TimersSQL is Timers' statement and arguments (exported for the stores'
+// plan tests), or Timers' invalid_argument error.
+func (s *Store) TimersSQL(f hourglass.TimerFilter) (string, []any, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return "", nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", f.Status)
+	}
+	if f.Limit < 1 {
+		return "", nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
+	}
+	k := s.d.TimerKey
+	if f.Status == "" {
+		return `SELECT ` + s.timerColumns() + ` FROM timers WHERE ` + k + ` > ? ORDER BY ` + k + ` LIMIT ?`,
+			[]any{s.keyArg(f.After), f.Limit}, nil
+	}
+	return `SELECT ` + s.timerColumns() + ` FROM ` + s.d.From("timers", "timers_status_key") + ` WHERE status = ? AND ` + k + ` > ? ORDER BY ` + k + ` LIMIT ?`,
+		[]any{string(f.Status), s.keyArg(f.After), f.Limit}, nil
+}
+
+// TimersDue implements hourglass.TimerStore: one range of the (status,
+// fire_at, id) index, as PendingDue reads the orders'.
+func (s *Store) TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error) {
+	return s.due(ctx, "timers due", "timers", "timers_status_fire_at", "scheduled", "fire_at", p)
+}
+
+// TimerCounts implements hourglass.TimerStore: one statement (one
+// snapshot) counting each status's range of the (status, fire_at, id)
+// index.
+func (s *Store) TimerCounts(ctx context.Context) (map[hourglass.TimerStatus]int64, error) {
+	from := s.d.From("timers", "timers_status_fire_at")
+	var scheduled, fired, cancelled int64
+	err := s.read(ctx, "count timers", func(x q) error {
+		_, err := x.row(ctx, `SELECT (SELECT count(*) FROM `+from+` WHERE status = 'scheduled'),
+	(SELECT count(*) FROM `+from+` WHERE status = 'fired'),
+	(SELECT count(*) FROM `+from+` WHERE status = 'cancelled')`, nil, &scheduled, &fired, &cancelled)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return map[hourglass.TimerStatus]int64{
+		hourglass.TimerScheduled: scheduled,
+		hourglass.TimerFired:     fired,
+		hourglass.TimerCancelled: cancelled,
+	}, nil
+}
