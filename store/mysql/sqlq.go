@@ -16,6 +16,9 @@ var sqlDialect = sqlq.Dialect{
 	From:    func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
 	IntDiv:  "DIV",
 	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+
+	DeleteLimit: true,
+	FanoutLists: func(seq string) string { return `FIND_IN_SET(` + seq + `, p.seqs)` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a
@@ -36,4 +39,6 @@ var (
 	_ hourglass.StatsStore = (*Store)(nil)
 	_ hourglass.Outbox     = (*Store)(nil)
 	_ hourglass.EventLog   = (*Store)(nil)
+
+	_ hourglass.RetentionStore = (*Store)(nil)
 )

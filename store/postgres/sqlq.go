@@ -17,6 +17,8 @@ var sqlDialect = sqlq.Dialect{
 	From:     func(table, _ string) string { return table },
 	IntDiv:   "/",
 	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+
+	FanoutLists: func(seq string) string { return seq + ` = ANY (p.seqs)` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a
@@ -37,4 +39,6 @@ var (
 	_ hourglass.StatsStore = (*Store)(nil)
 	_ hourglass.Outbox     = (*Store)(nil)
 	_ hourglass.EventLog   = (*Store)(nil)
+
+	_ hourglass.RetentionStore = (*Store)(nil)
 )

@@ -18,6 +18,8 @@ var sqlDialect = sqlq.Dialect{
 	From:    func(table, index string) string { return table + " INDEXED BY " + index },
 	IntDiv:  "/",
 	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+
+	FanoutLists: func(seq string) string { return seq + ` BETWEEN p.first_seq AND p.last_seq` },
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,
@@ -181,4 +183,6 @@ var (
 	_ hourglass.StatsStore = (*Store)(nil)
 	_ hourglass.Outbox     = (*Store)(nil)
 	_ hourglass.EventLog   = (*Store)(nil)
+
+	_ hourglass.RetentionStore = (*Store)(nil)
 )

@@ -77,6 +77,17 @@ type Dialect struct {
 	// InParts is the condition that the partition of the id column col
 	// (col % 64) is in the mask bound to its one placeholder.
 	InParts func(col string) string
+
+	// Retention's (retention.go):
+
+	// DeleteLimit says DELETE takes ORDER BY and LIMIT itself (MySQL and
+	// MariaDB, which refuse a subquery reading the table a DELETE deletes
+	// from); elsewhere a bounded DELETE takes the keys a subquery selects.
+	DeleteLimit bool
+	// FanoutLists is the condition that the fanout_pending row p lists the
+	// event whose seq is the expression seq (the table's form differs: an
+	// array, a comma-separated list, a range).
+	FanoutLists func(seq string) string
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
