@@ -91,6 +91,8 @@ func bind(st *sqlite.Stmt, i int, a any) error {
 		} else {
 			st.BindBytes(i, v)
 		}
+	case time.Time: // as the store writes times: unix ms
+		st.BindInt64(i, hourglass.UnixMilli(v))
 	default:
 		return fmt.Errorf("bind parameter %d: unsupported type %T", i, a)
 	}
