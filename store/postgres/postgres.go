@@ -31,9 +31,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	redactURL "github.com/hourglass/hourglass/store/internal/redact"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writer"
