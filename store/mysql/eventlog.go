@@ -1,16 +1,7 @@
 package mysql
 
-import (
-	"github.com/hourglass/hourglass"
-)
+import "github.com/hourglass/hourglass/store/internal/sqlq"
 
-var _ hourglass.EventLog = (*Store)(nil)
-
-// sinkHoldSQL is the condition PruneEvents and PruneTimers add for an
-// event (of the single-table DELETE on events): no event sink's cursor of
-// its partition is below it, counting only cursors touched at or after its
-// one parameter (the prune's before), so a sink removed from the
-// configuration stops holding events one retention after its last publish.
-// 64 is hourglass.Partitions.
-const sinkHoldSQL = `NOT EXISTS (SELECT 1 FROM event_sink_cursors c
-	WHERE c.part = events.order_id % 64 AND c.seq < events.seq AND c.touched_at >= ?)`
+// sinkHoldSQL is the condition PruneEvents adds for an event (events) of
+// its DELETE (sqlq.SinkHold), its one parameter the prune's before.
+var sinkHoldSQL = sqlq.SinkHold("events", "?")

@@ -118,16 +118,3 @@ WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, append([]any{s
 	}
 	return found, err
 }
-
-// FanoutPending returns the number of rows of fanout_pending: close batches
-// of a burst whose webhook deliveries are not created yet (a row is one
-// batch, up to 512 orders). It counts the table, which the fan-out loop
-// keeps near empty outside a burst. Errors: unavailable. Safe for
-// concurrent use.
-func (s *Store) FanoutPending(ctx context.Context) (int, error) {
-	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM fanout_pending`).Scan(&n); err != nil {
-		return 0, fail("count deferred fan-outs", err)
-	}
-	return n, nil
-}

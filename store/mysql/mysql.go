@@ -35,8 +35,8 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writer"
@@ -207,6 +207,8 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
+	// Cluster is the cluster tables' SQL written once (PruneNodes).
+	sqlq.Cluster
 
 	cfg    Config
 	clock  hourglass.Clock // nil: the database server's clock
@@ -256,6 +258,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv, origin: newOrigin()}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
+	s.Cluster = s.Store.Cluster()
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
 		writers = 1 // leave connections to the reads

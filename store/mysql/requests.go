@@ -301,23 +301,4 @@ FROM timer_request_errors WHERE seq > ? ORDER BY seq LIMIT ?`, []any{after, limi
 	return out, fail("rejected timer requests", err)
 }
 
-// RejectedTimerRequestCount implements hourglass.TimerRequestStore.
-// Errors: unavailable.
-func (s *Store) RejectedTimerRequestCount(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM timer_request_errors`).Scan(&n)
-	return n, fail("count rejected timer requests", err)
-}
-
-// PruneRejectedTimerRequests implements hourglass.TimerRequestStore.
-// Errors: unavailable.
-func (s *Store) PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM timer_request_errors WHERE rejected_at < ? ORDER BY seq LIMIT ?`, before.UTC(), limit)
-	if err != nil {
-		return 0, fail("prune rejected timer requests", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), fail("prune rejected timer requests", err)
-}
-
 var _ hourglass.TimerRequestStore = (*Store)(nil)

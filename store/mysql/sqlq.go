@@ -5,7 +5,6 @@ import (
 	"database/sql"
 
 	"github.com/hourglass/hourglass"
-
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
@@ -18,9 +17,11 @@ var sqlDialect = sqlq.Dialect{
 	After: func(col, idCol string, at, id int64) (string, []any) {
 		return col + " >= ? AND (" + col + " > ? OR " + idCol + " > ?)", []any{at, at, id}
 	},
-	TimerKey: "timer_key",
-	KeyArg:   func(key string) any { return []byte(key) },
-	InParts:  func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	TimerKey:    "timer_key",
+	KeyArg:      func(key string) any { return []byte(key) },
+	InParts:     func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	DeleteLimit: true,
+	FanoutLists: func(seq string) string { return `FIND_IN_SET(` + seq + `, p.seqs)` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a
@@ -38,8 +39,9 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
 
 var (
-	_ hourglass.StatsStore  = (*Store)(nil)
-	_ hourglass.Outbox      = (*Store)(nil)
-	_ hourglass.EventLog    = (*Store)(nil)
-	_ hourglass.OrderViewer = (*Store)(nil)
+	_ hourglass.StatsStore     = (*Store)(nil)
+	_ hourglass.Outbox         = (*Store)(nil)
+	_ hourglass.EventLog       = (*Store)(nil)
+	_ hourglass.OrderViewer    = (*Store)(nil)
+	_ hourglass.RetentionStore = (*Store)(nil)
 )

@@ -62,16 +62,3 @@ func (s *Store) fanOutOne(ctx context.Context) (bool, error) {
 	}
 	return found > 0, nil
 }
-
-// FanoutPending returns the number of rows of fanout_pending: close batches
-// of a burst whose webhook deliveries are not created yet (a row is one
-// batch, up to 512 orders). It counts the table, which the fan-out loop
-// keeps near empty outside a burst. Errors: unavailable. Safe for
-// concurrent use.
-func (s *Store) FanoutPending(ctx context.Context) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM fanout_pending`).Scan(&n); err != nil {
-		return 0, s.fail("count deferred fan-outs", err)
-	}
-	return n, nil
-}

@@ -31,9 +31,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	redactURL "github.com/hourglass/hourglass/store/internal/redact"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
 	"github.com/hourglass/hourglass/store/internal/writer"
@@ -203,6 +203,8 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
+	// Cluster is the cluster tables' SQL written once (PruneNodes).
+	sqlq.Cluster
 
 	cfg      Config
 	log      *slog.Logger
@@ -314,6 +316,7 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), requestsWritten: make(chan struct{}, 1)}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
+	s.Cluster = s.Store.Cluster()
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -211,21 +211,4 @@ FROM timer_request_errors WHERE seq > $1 ORDER BY seq LIMIT $2`, after, limit)
 	return out, s.fail("rejected timer requests", err)
 }
 
-// RejectedTimerRequestCount implements hourglass.TimerRequestStore.
-func (s *Store) RejectedTimerRequestCount(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM timer_request_errors`).Scan(&n)
-	return n, s.fail("count rejected timer requests", err)
-}
-
-// PruneRejectedTimerRequests implements hourglass.TimerRequestStore.
-func (s *Store) PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM timer_request_errors WHERE seq IN (
-	SELECT seq FROM timer_request_errors WHERE rejected_at < $1 ORDER BY seq LIMIT $2)`, before, limit)
-	if err != nil {
-		return 0, s.fail("prune rejected timer requests", err)
-	}
-	return int(tag.RowsAffected()), nil
-}
-
 var _ hourglass.TimerRequestStore = (*Store)(nil)

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/hourglass/hourglass"
-
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/jackc/pgx/v5"
 )
@@ -21,6 +20,8 @@ var sqlDialect = sqlq.Dialect{
 	},
 	TimerKey: "key",
 	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+
+	FanoutLists: func(seq string) string { return seq + ` = ANY (p.seqs)` },
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a
@@ -38,8 +39,9 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
 
 var (
-	_ hourglass.StatsStore  = (*Store)(nil)
-	_ hourglass.Outbox      = (*Store)(nil)
-	_ hourglass.EventLog    = (*Store)(nil)
-	_ hourglass.OrderViewer = (*Store)(nil)
+	_ hourglass.StatsStore     = (*Store)(nil)
+	_ hourglass.Outbox         = (*Store)(nil)
+	_ hourglass.EventLog       = (*Store)(nil)
+	_ hourglass.OrderViewer    = (*Store)(nil)
+	_ hourglass.RetentionStore = (*Store)(nil)
 )

@@ -89,18 +89,3 @@ func (s *Store) fanOutOldest() (created int, err error) {
 	})
 	return created, err
 }
-
-// FanoutPending returns the number of rows of fanout_pending, on a reader:
-// close batches of a burst whose webhook deliveries are not created yet (a
-// row is one batch). Safe for concurrent use.
-func (s *Store) FanoutPending(ctx context.Context) (int, error) {
-	var n int
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		_, err := step(conn.Prep(`SELECT COUNT(*) FROM fanout_pending`), func(st *sqlite.Stmt) { n = st.ColumnInt(0) })
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: count deferred fan-outs: %w", err)
-	}
-	return n, nil
-}

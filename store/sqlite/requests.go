@@ -207,35 +207,4 @@ FROM timer_request_errors WHERE seq > ?1 ORDER BY seq LIMIT ?2`)
 	return out, nil
 }
 
-// RejectedTimerRequestCount implements hourglass.TimerRequestStore.
-func (s *Store) RejectedTimerRequestCount(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		_, err := step(conn.Prep(`SELECT count(*) FROM timer_request_errors`), func(st *sqlite.Stmt) { n = st.ColumnInt64(0) })
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: count rejected timer requests: %w", err)
-	}
-	return n, nil
-}
-
-// PruneRejectedTimerRequests implements hourglass.TimerRequestStore, on
-// the writer.
-func (s *Store) PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int
-	err := s.write(ctx, func(conn *sqlite.Conn, _ time.Time) error {
-		stmt := conn.Prep(`DELETE FROM timer_request_errors WHERE seq IN (
-	SELECT seq FROM timer_request_errors WHERE rejected_at < ?1 ORDER BY seq LIMIT ?2)`)
-		stmt.BindInt64(1, hourglass.UnixMilli(before))
-		stmt.BindInt64(2, int64(limit))
-		if _, err := step(stmt, nil); err != nil {
-			return fmt.Errorf("sqlite: prune rejected timer requests: %w", err)
-		}
-		n = conn.Changes()
-		return nil
-	})
-	return n, err
-}
-
 var _ hourglass.TimerRequestStore = (*Store)(nil)

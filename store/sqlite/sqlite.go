@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/fanout"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"zombiezen.com/go/sqlite"

@@ -20,8 +20,9 @@ var sqlDialect = sqlq.Dialect{
 	After: func(col, idCol string, at, id int64) (string, []any) {
 		return "(" + col + " > ? OR (" + col + " = ? AND " + idCol + " > ?))", []any{at, at, id}
 	},
-	TimerKey: "key",
-	InParts:  func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	TimerKey:    "key",
+	InParts:     func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	FanoutLists: func(seq string) string { return seq + ` BETWEEN p.first_seq AND p.last_seq` },
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,
@@ -93,6 +94,8 @@ func bind(st *sqlite.Stmt, i int, a any) error {
 		} else {
 			st.BindBytes(i, v)
 		}
+	case time.Time: // as the store writes times: unix ms
+		st.BindInt64(i, hourglass.UnixMilli(v))
 	default:
 		return fmt.Errorf("bind parameter %d: unsupported type %T", i, a)
 	}
@@ -189,8 +192,9 @@ func (r *connRows) Close() {
 }
 
 var (
-	_ hourglass.StatsStore  = (*Store)(nil)
-	_ hourglass.Outbox      = (*Store)(nil)
-	_ hourglass.EventLog    = (*Store)(nil)
-	_ hourglass.OrderViewer = (*Store)(nil)
+	_ hourglass.StatsStore     = (*Store)(nil)
+	_ hourglass.Outbox         = (*Store)(nil)
+	_ hourglass.EventLog       = (*Store)(nil)
+	_ hourglass.OrderViewer    = (*Store)(nil)
+	_ hourglass.RetentionStore = (*Store)(nil)
 )

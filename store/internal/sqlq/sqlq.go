@@ -1,14 +1,16 @@
 // Package sqlq is the stores' SQL for the paths that are not the group
 // commit, written once: the webhooks and dead letters, the event log's
-// cursors, the stats, the outbox and retention. Its statements use "?"
+// cursors, the stats, the outbox, retention, products and the policy, and
+// the rejected timer requests' count and prune. Its statements use "?"
 // placeholders (numbered for PostgreSQL by Rebind) and portable SQL, and
 // run on a Querier each store adapts from its driver (pgx, database/sql,
 // zombiezen's SQLite), through a DB that says how the store reads, writes
 // (its transactions, retries and error mapping) and reads "now".
 //
-// It owns no connection and no schema; it imports only the domain. The hot
-// paths (the group commit's batches, the close) stay in each store, which
-// keeps its SQL round trips there.
+// It owns no connection and no schema; it imports only the domain and two
+// of the stores' shared packages (plan's refusals, stored's text forms).
+// The hot paths (the group commit's batches, the close) stay in each store,
+// which keeps its SQL round trips there.
 package sqlq
 
 import (
@@ -86,6 +88,17 @@ type Dialect struct {
 	// InParts is the condition that the partition of the id column col
 	// (col % 64) is in the mask bound to its one placeholder.
 	InParts func(col string) string
+
+	// Retention's (retention.go):
+
+	// DeleteLimit says DELETE takes ORDER BY and LIMIT itself (MySQL and
+	// MariaDB, which refuse a subquery reading the table a DELETE deletes
+	// from); elsewhere a bounded DELETE takes the keys a subquery selects.
+	DeleteLimit bool
+	// FanoutLists is the condition that the fanout_pending row p lists the
+	// event whose seq is the expression seq (the table's form differs: an
+	// array, a comma-separated list, a range).
+	FanoutLists func(seq string) string
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
