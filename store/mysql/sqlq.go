@@ -16,6 +16,17 @@ var sqlDialect = sqlq.Dialect{
 	From:    func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
 	IntDiv:  "DIV",
 	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	// Not (a, b) > (?, ?): MySQL does not read a row comparison as a range.
+	After: func(a, b string, x, y int64) (string, []any) {
+		return a + " >= ? AND (" + a + " > ? OR " + b + " > ?)", []any{x, x, y}
+	},
+	Position: "position",
+	// The row CreateWebhook locks before it counts, and writes after: on
+	// Galera a row lock is this node's alone, and only a write makes two
+	// creates on two nodes conflict (at certification), so that one runs
+	// again and counts the other's webhook.
+	LockWebhooks:    `SELECT value FROM settings WHERE name = 'webhooks' FOR UPDATE`,
+	CountedWebhooks: `UPDATE settings SET value = CAST(? AS CHAR) WHERE name = 'webhooks'`,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

@@ -17,6 +17,15 @@ var sqlDialect = sqlq.Dialect{
 	From:     func(table, _ string) string { return table },
 	IntDiv:   "/",
 	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+	After: func(a, b string, x, y int64) (string, []any) {
+		return "(" + a + ", " + b + ") > (?, ?)", []any{x, y}
+	},
+	Returning: true,
+	Position:  "position",
+	Cascade:   true,
+	// The transaction advisory lock every CreateWebhook with a limit takes,
+	// on any process: class 0x68676b32 ("hgk2"), key 1.
+	LockWebhooks: `SELECT pg_advisory_xact_lock(1751608114, 1)`,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

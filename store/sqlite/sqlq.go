@@ -18,6 +18,11 @@ var sqlDialect = sqlq.Dialect{
 	From:    func(table, index string) string { return table + " INDEXED BY " + index },
 	IntDiv:  "/",
 	InParts: func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
+	After: func(a, b string, x, y int64) (string, []any) {
+		return "(" + a + " > ? OR (" + a + " = ? AND " + b + " > ?))", []any{x, x, y}
+	},
+	Returning: true,
+	Position:  "rowid",
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,

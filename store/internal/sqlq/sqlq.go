@@ -6,9 +6,11 @@
 // zombiezen's SQLite), through a DB that says how the store reads, writes
 // (its transactions, retries and error mapping) and reads "now".
 //
-// It owns no connection and no schema; it imports only the domain. The hot
-// paths (the group commit's batches, the close) stay in each store, which
-// keeps its SQL round trips there.
+// It owns no connection and no schema; it imports only the domain and the
+// planner's refusals (store/internal/plan). The hot paths (the group
+// commit's batches, the close) stay in each store, which keeps its SQL
+// round trips there; so do the reads whose statements differ per store for
+// speed (PendingDeliveries).
 package sqlq
 
 import (
@@ -77,6 +79,31 @@ type Dialect struct {
 	// InParts is the condition that the partition of the id column col
 	// (col % 64) is in the mask bound to its one placeholder.
 	InParts func(col string) string
+	// After is the keyset condition (a, b) > (x, y) on two columns that
+	// follow each other in an index, written so that the store's planner
+	// reads it as one range of that index, with its arguments in order.
+	After func(a, b string, x, y int64) (cond string, args []any)
+	// Returning says INSERT and UPDATE take a RETURNING clause; without
+	// it, the Querier of a write must be an Inserter (MySQL).
+	Returning bool
+	// Position is the column of webhook_subscriptions that keeps a
+	// webhook's event types in the order given: "position", which
+	// CreateWebhook fills, or SQLite's "rowid", which its one INSERT's rows
+	// take in order.
+	Position string
+	// Cascade says the foreign keys of webhook_subscriptions and
+	// webhook_deliveries delete a webhook's rows with it (PostgreSQL);
+	// otherwise DeleteWebhook deletes them first.
+	Cascade bool
+	// LockWebhooks, when not empty, is the statement CreateWebhook runs
+	// before it counts the webhooks for a limit, so that creates racing in
+	// any process count one after the other; it must return a row.
+	LockWebhooks string
+	// CountedWebhooks, when not empty, runs after that count with the
+	// count plus one bound: it writes what LockWebhooks locked, for a
+	// cluster whose row locks are one node's alone (Galera), where only
+	// conflicting writes make one of two racing creates run again.
+	CountedWebhooks string
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
