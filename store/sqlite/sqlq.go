@@ -23,6 +23,7 @@ var sqlDialect = sqlq.Dialect{
 	},
 	Returning: true,
 	Position:  "rowid",
+	// No LockWebhooks: the one writer runs the creates one after another.
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,

@@ -20,8 +20,9 @@ type Inserter interface {
 // CreateWebhook implements hourglass.WebhookStore. With limit > 0 the count
 // and the insert are one atomic step: Dialect.LockWebhooks serializes the
 // creates of every process (and node) before the count, in a statement of
-// its own, so the count's snapshot is taken after the lock is held. Not
-// idempotent. Errors: invalid_argument, limit_exceeded, unavailable.
+// its own, so the count's snapshot is taken after the lock is held (a
+// store with one writer needs none). Not idempotent. Errors:
+// invalid_argument, limit_exceeded, unavailable.
 func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error) {
 	if err := p.Validate(); err != nil {
 		return hourglass.Webhook{}, err
@@ -164,10 +165,10 @@ func (s *Store) getWebhook(ctx context.Context, x q, id int64) (hourglass.Webhoo
 // id, each with its event types in the order they were given.
 func (s *Store) listWebhooks(ctx context.Context, x q, after, until int64, limit int) ([]hourglass.Webhook, error) {
 	var (
-		out          []hourglass.Webhook
-		id, created  int64
-		url, secret  string
-		typ          string
+		out         []hourglass.Webhook
+		id, created int64
+		url, secret string
+		typ         string
 	)
 	err := x.each(ctx, `SELECT w.id, w.url, w.secret, w.created_at, s.type FROM
 (SELECT * FROM webhooks WHERE id > ? AND id <= ? ORDER BY id LIMIT ?) w
