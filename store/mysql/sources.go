@@ -136,6 +136,15 @@ func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64,
 	return res.RowsAffected()
 }
 
+// InsertID implements sqlq.Inserter: MySQL has no INSERT … RETURNING.
+func (q sqlQuerier) InsertID(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
 func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -14,6 +14,7 @@ var sqlDialect = sqlq.Dialect{
 	Upsert: sqlq.OnDuplicateKey,
 	From:   func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
 	IntDiv: "DIV",
+	// Not (a, b) > (?, ?): MySQL does not read a row comparison as a range.
 	After: func(col, idCol string, at, id int64) (string, []any) {
 		return col + " >= ? AND (" + col + " > ? OR " + idCol + " > ?)", []any{at, at, id}
 	},
@@ -22,6 +23,13 @@ var sqlDialect = sqlq.Dialect{
 	InParts:     func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 	DeleteLimit: true,
 	FanoutLists: func(seq string) string { return `FIND_IN_SET(` + seq + `, p.seqs)` },
+	Position:    "position",
+	// The row CreateWebhook locks before it counts, and writes after: on
+	// Galera a row lock is this node's alone, and only a write makes two
+	// creates on two nodes conflict (at certification), so that one runs
+	// again and counts the other's webhook.
+	LockWebhooks:    `SELECT value FROM settings WHERE name = 'webhooks' FOR UPDATE`,
+	CountedWebhooks: `UPDATE settings SET value = CAST(? AS CHAR) WHERE name = 'webhooks'`,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

@@ -22,6 +22,12 @@ var sqlDialect = sqlq.Dialect{
 	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
 
 	FanoutLists: func(seq string) string { return seq + ` = ANY (p.seqs)` },
+	Returning:   true,
+	Position:    "position",
+	Cascade:     true,
+	// The transaction advisory lock every CreateWebhook with a limit takes,
+	// on any process: class 0x68676b32 ("hgk2"), key 1.
+	LockWebhooks: `SELECT pg_advisory_xact_lock(1751608114, 1)`,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

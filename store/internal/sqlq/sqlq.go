@@ -10,7 +10,8 @@
 // It owns no connection and no schema; it imports only the domain and two
 // of the stores' shared packages (plan's refusals, stored's text forms).
 // The hot paths (the group commit's batches, the close) stay in each store,
-// which keeps its SQL round trips there.
+// which keeps its SQL round trips there; so do the reads whose statements
+// differ per store for speed (PendingDeliveries).
 package sqlq
 
 import (
@@ -99,6 +100,30 @@ type Dialect struct {
 	// event whose seq is the expression seq (the table's form differs: an
 	// array, a comma-separated list, a range).
 	FanoutLists func(seq string) string
+
+	// Webhooks' (webhooks.go):
+
+	// Returning says INSERT and UPDATE take a RETURNING clause; without
+	// it, the Querier of a write must be an Inserter (MySQL).
+	Returning bool
+	// Position is the column of webhook_subscriptions that keeps a
+	// webhook's event types in the order given: "position", which
+	// CreateWebhook fills, or SQLite's "rowid", which its one INSERT's rows
+	// take in order.
+	Position string
+	// Cascade says the foreign keys of webhook_subscriptions and
+	// webhook_deliveries delete a webhook's rows with it (PostgreSQL);
+	// otherwise DeleteWebhook deletes them first.
+	Cascade bool
+	// LockWebhooks, when not empty, is the statement CreateWebhook runs
+	// before it counts the webhooks for a limit, so that creates racing in
+	// any process count one after the other; it must return a row.
+	LockWebhooks string
+	// CountedWebhooks, when not empty, runs after that count with the
+	// count plus one bound: it writes what LockWebhooks locked, for a
+	// cluster whose row locks are one node's alone (Galera), where only
+	// conflicting writes make one of two racing creates run again.
+	CountedWebhooks string
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name

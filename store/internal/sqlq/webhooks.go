@@ -1,0 +1,372 @@
+package sqlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
+)
+
+// Inserter is a Querier that runs an INSERT and returns the id the database
+// generated for its row: the way to that id for a dialect without INSERT …
+// RETURNING (Dialect.Returning false: MySQL's LastInsertId).
+type Inserter interface {
+	InsertID(ctx context.Context, q string, args ...any) (int64, error)
+}
+
+// CreateWebhook implements hourglass.WebhookStore. With limit > 0 the count
+// and the insert are one atomic step: Dialect.LockWebhooks serializes the
+// creates of every process (and node) before the count, in a statement of
+// its own, so the count's snapshot is taken after the lock is held (a
+// store with one writer needs none). Not idempotent. Errors:
+// invalid_argument, limit_exceeded, unavailable.
+func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error) {
+	if err := p.Validate(); err != nil {
+		return hourglass.Webhook{}, err
+	}
+	var id, created int64
+	err := s.write(ctx, "create webhook", Normal, func(x q) error {
+		if limit > 0 {
+			if err := s.countWebhooks(ctx, x, limit); err != nil {
+				return err
+			}
+		}
+		var err error
+		if s.d.Returning {
+			_, err = x.row(ctx, `INSERT INTO webhooks (url, secret, created_at) VALUES (?, ?, `+s.d.Now+`) RETURNING id, created_at`,
+				[]any{p.URL, p.Secret, s.db.NowArg()}, &id, &created)
+		} else if created, err = s.now(ctx, x); err == nil {
+			id, err = x.insertID(ctx, `INSERT INTO webhooks (url, secret, created_at) VALUES (?, ?, ?)`, p.URL, p.Secret, created)
+		}
+		if err != nil {
+			return err
+		}
+		// One row per type, in the order given: in position, or (SQLite)
+		// in the rowids one statement's rows take in order.
+		cols, width := "webhook_id, type", 2
+		if s.d.Position == "position" {
+			cols, width = "webhook_id, type, position", 3
+		}
+		args := make([]any, 0, width*len(p.Events))
+		for i, t := range p.Events {
+			args = append(args, id, string(t))
+			if width == 3 {
+				args = append(args, i)
+			}
+		}
+		_, err = x.exec(ctx, `INSERT INTO webhook_subscriptions (`+cols+`) VALUES `+Placeholders(len(p.Events), width), args...)
+		return err
+	})
+	if err != nil {
+		return hourglass.Webhook{}, err
+	}
+	return hourglass.Webhook{
+		ID:        id,
+		URL:       p.URL,
+		Events:    append([]hourglass.EventType(nil), p.Events...),
+		Secret:    p.Secret,
+		CreatedAt: hourglass.FromUnixMilli(created),
+	}, nil
+}
+
+// countWebhooks refuses, with limit_exceeded, a create that would make more
+// than limit webhooks, under Dialect.LockWebhooks.
+func (s *Store) countWebhooks(ctx context.Context, x q, limit int) error {
+	if s.d.LockWebhooks != "" {
+		rows, err := x.query(ctx, s.d.LockWebhooks)
+		if err != nil {
+			return fmt.Errorf("lock the webhook count: %w", err)
+		}
+		locked := rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock the webhook count: %w", err)
+		}
+		if !locked {
+			return errors.New("lock the webhook count: no row")
+		}
+	}
+	var n int64
+	if _, err := x.row(ctx, `SELECT count(*) FROM webhooks`, nil, &n); err != nil {
+		return err
+	}
+	if n >= int64(limit) {
+		return hourglass.Errorf(hourglass.CodeLimitExceeded, "webhooks: %d exist, the most allowed (--webhook-max); delete one first", n)
+	}
+	if s.d.CountedWebhooks != "" {
+		if _, err := x.exec(ctx, s.d.CountedWebhooks, n+1); err != nil {
+			return fmt.Errorf("lock the webhook count: %w", err)
+		}
+	}
+	return nil
+}
+
+// now reads Dialect.Now in a statement of its own, in unix ms.
+func (s *Store) now(ctx context.Context, x q) (int64, error) {
+	var ms int64
+	_, err := x.row(ctx, `SELECT `+s.d.Now, []any{s.db.NowArg()}, &ms)
+	return ms, err
+}
+
+// insertID runs an INSERT on an Inserter and returns the id of its row.
+func (x q) insertID(ctx context.Context, sql string, args ...any) (int64, error) {
+	in, ok := x.Querier.(Inserter)
+	if !ok {
+		return 0, errors.New("the querier cannot return an inserted id (Dialect.Returning is false)")
+	}
+	if x.numbered {
+		sql = Rebind(sql)
+	}
+	return in.InsertID(ctx, sql, args...)
+}
+
+// Webhooks implements hourglass.WebhookStore: one statement.
+func (s *Store) Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error) {
+	var out []hourglass.Webhook
+	err := s.read(ctx, "list webhooks", func(x q) error {
+		var err error
+		out, err = s.listWebhooks(ctx, x, f.After, math.MaxInt64, f.Limit)
+		return err
+	})
+	return out, err
+}
+
+// Webhook implements hourglass.WebhookStore. Errors: not_found,
+// unavailable.
+func (s *Store) Webhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	var out hourglass.Webhook
+	err := s.read(ctx, "get webhook", func(x q) error {
+		var err error
+		out, err = s.getWebhook(ctx, x, id)
+		return err
+	})
+	return out, err
+}
+
+// getWebhook reads webhook id on x, or fails with not_found.
+func (s *Store) getWebhook(ctx context.Context, x q, id int64) (hourglass.Webhook, error) {
+	if id <= 0 { // ids start at 1, and id-1 must not underflow
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
+	}
+	ws, err := s.listWebhooks(ctx, x, id-1, id, 1)
+	if err != nil {
+		return hourglass.Webhook{}, err
+	}
+	if len(ws) == 0 {
+		return hourglass.Webhook{}, plan.WebhookNotFound(id)
+	}
+	return ws[0], nil
+}
+
+// listWebhooks returns up to limit webhooks with after < id <= until, by
+// id, each with its event types in the order they were given.
+func (s *Store) listWebhooks(ctx context.Context, x q, after, until int64, limit int) ([]hourglass.Webhook, error) {
+	var (
+		out         []hourglass.Webhook
+		id, created int64
+		url, secret string
+		typ         string
+	)
+	err := x.each(ctx, `SELECT w.id, w.url, w.secret, w.created_at, s.type FROM
+(SELECT * FROM webhooks WHERE id > ? AND id <= ? ORDER BY id LIMIT ?) w
+JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.`+s.d.Position, []any{after, until, max(limit, 0)},
+		[]any{&id, &url, &secret, &created, &typ}, func() error {
+			if len(out) == 0 || out[len(out)-1].ID != id {
+				out = append(out, hourglass.Webhook{ID: id, URL: url, Secret: secret, CreatedAt: hourglass.FromUnixMilli(created)})
+			}
+			w := &out[len(out)-1]
+			w.Events = append(w.Events, hourglass.EventType(typ))
+			return nil
+		})
+	return out, err
+}
+
+// DeleteWebhook implements hourglass.WebhookStore: the webhook, its
+// subscriptions, pending deliveries and dead letters go in one transaction.
+// Without Dialect.Cascade the subscriptions are deleted first: a batch
+// fanning out reads them with a shared lock (MySQL), so the delete waits
+// for it and then removes the deliveries it created. A webhook deleted by
+// a racing transaction after the read is not_found. Errors: not_found,
+// unavailable.
+func (s *Store) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error) {
+	var out hourglass.Webhook
+	err := s.write(ctx, "delete webhook", Normal, func(x q) error {
+		w, err := s.getWebhook(ctx, x, id)
+		if err != nil {
+			return err
+		}
+		if !s.d.Cascade {
+			for _, del := range []string{
+				`DELETE FROM webhook_subscriptions WHERE webhook_id = ?`,
+				`DELETE FROM webhook_deliveries WHERE webhook_id = ?`,
+			} {
+				if _, err := x.exec(ctx, del, id); err != nil {
+					return err
+				}
+			}
+		}
+		if n, err := x.exec(ctx, `DELETE FROM webhooks WHERE id = ?`, id); err != nil || n == 0 {
+			return errOr(err, plan.WebhookNotFound(id))
+		}
+		out = w
+		return nil
+	})
+	return out, err
+}
+
+// errOr returns err, or refusal when err is nil.
+func errOr(err, refusal error) error {
+	if err != nil {
+		return err
+	}
+	return refusal
+}
+
+// deadLetterColumns are a dead letter's columns, of webhook_deliveries d
+// joined to events e, in scanDeadLetter's order.
+const deadLetterColumns = `d.id, d.webhook_id, e.id, e.type, d.order_id, d.attempts, COALESCE(d.last_error, ''), COALESCE(d.failed_at, 0)`
+
+// deadLetterDest returns the scan destinations of deadLetterColumns and a
+// func that finishes dl from them once a row is scanned.
+func deadLetterDest(dl *hourglass.DeadLetter) ([]any, func()) {
+	var (
+		typ      string
+		failedAt int64
+	)
+	return []any{&dl.ID, &dl.WebhookID, &dl.EventID, &typ, &dl.OrderID, &dl.Attempts, &dl.LastError, &failedAt}, func() {
+		dl.EventType, dl.FailedAt = hourglass.EventType(typ), hourglass.FromUnixMilli(failedAt)
+	}
+}
+
+// DeadLetters implements hourglass.WebhookStore.
+func (s *Store) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
+	var (
+		out        []hourglass.DeadLetter
+		dl         hourglass.DeadLetter
+		dest, done = deadLetterDest(&dl)
+	)
+	err := s.read(ctx, "list dead letters", func(x q) error {
+		out = out[:0]
+		return x.each(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.state = 'dead' AND d.id > ? ORDER BY d.id LIMIT ?`, []any{after, max(limit, 0)}, dest, func() error {
+			done()
+			out = append(out, dl)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// RetryDeadLetter implements hourglass.WebhookStore: a compare-and-set from
+// dead to pending, due at the database's now (Dialect.Now). Errors:
+// not_found, unavailable.
+func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
+	const update = `UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = %s,
+last_error = NULL, failed_at = NULL WHERE id = ? AND state = 'dead'`
+	var at int64
+	err := s.write(ctx, "retry dead letter", Normal, func(x q) error {
+		var (
+			found bool
+			err   error
+		)
+		if s.d.Returning {
+			found, err = x.row(ctx, fmt.Sprintf(update, s.d.Now)+` RETURNING next_attempt_at`, []any{s.db.NowArg(), id}, &at)
+		} else if at, err = s.now(ctx, x); err == nil {
+			var n int64
+			n, err = x.exec(ctx, fmt.Sprintf(update, "?"), at, id)
+			found = n > 0
+		}
+		if err != nil || !found {
+			return errOr(err, plan.DeadLetterNotFound(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return hourglass.DeliveryTimer{}, err
+	}
+	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, nil
+}
+
+// DeleteDeadLetter implements hourglass.WebhookStore: the dead letter is
+// read, then deleted if it is still dead. Errors: not_found, unavailable.
+func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
+	var (
+		dl         hourglass.DeadLetter
+		dest, done = deadLetterDest(&dl)
+	)
+	err := s.write(ctx, "delete dead letter", Normal, func(x q) error {
+		found, err := x.row(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+WHERE d.state = 'dead' AND d.id = ?`, []any{id}, dest...)
+		if err != nil || !found {
+			return errOr(err, plan.DeadLetterNotFound(id))
+		}
+		if n, err := x.exec(ctx, `DELETE FROM webhook_deliveries WHERE id = ? AND state = 'dead'`, id); err != nil || n == 0 {
+			return errOr(err, plan.DeadLetterNotFound(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return hourglass.DeadLetter{}, err
+	}
+	done()
+	return dl, nil
+}
+
+// DeliveryCounts implements hourglass.WebhookStore: two counts over the
+// (state, next_attempt_at, id) index, in one statement (one snapshot).
+func (s *Store) DeliveryCounts(ctx context.Context) (pending, dead int, err error) {
+	err = s.read(ctx, "count deliveries", func(x q) error {
+		_, err := x.row(ctx, `SELECT
+	(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
+	(SELECT count(*) FROM webhook_deliveries WHERE state = 'dead')`, nil, &pending, &dead)
+		return err
+	})
+	return pending, dead, err
+}
+
+// DueDeliveries implements hourglass.DeliveryStore: one range of the
+// (state, next_attempt_at, id) index, its cursor written as the store's
+// planner reads a range (Dialect.After). Ids are handed out before commit,
+// so a delivery with a smaller id may commit later; it is still returned by
+// the next call whose cursor is before its due time.
+func (s *Store) DueDeliveries(ctx context.Context, p hourglass.DueDeliveriesParams) ([]hourglass.DeliveryTimer, error) {
+	after, args := s.d.After("next_attempt_at", "id", hourglass.UnixMilli(p.After), p.AfterID)
+	query := `SELECT id, next_attempt_at FROM ` + s.d.From("webhook_deliveries", "webhook_deliveries_due") + `
+WHERE state = 'pending' AND ` + after + ` AND next_attempt_at <= ? AND ` + s.d.InParts("order_id") + `
+ORDER BY next_attempt_at, id LIMIT ?`
+	args = append(args, hourglass.UnixMilli(p.Until), p.Parts.Mask(), p.Limit)
+	var (
+		out    []hourglass.DeliveryTimer
+		id, at int64
+	)
+	err := s.read(ctx, "due deliveries", func(x q) error {
+		out = out[:0]
+		return x.each(ctx, query, args, []any{&id, &at}, func() error {
+			out = append(out, hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// NextDelivery implements hourglass.DeliveryStore: the head of the
+// (webhook, order) stream, one seek of the webhook_deliveries_stream index.
+func (s *Store) NextDelivery(ctx context.Context, webhookID, orderID int64) (hourglass.DeliveryTimer, bool, error) {
+	var (
+		id, at int64
+		found  bool
+	)
+	err := s.read(ctx, "next delivery", func(x q) error {
+		var err error
+		found, err = x.row(ctx, `SELECT id, next_attempt_at FROM `+s.d.From("webhook_deliveries", "webhook_deliveries_stream")+`
+WHERE webhook_id = ? AND order_id = ? AND state = 'pending' ORDER BY event_seq LIMIT 1`, []any{webhookID, orderID}, &id, &at)
+		return err
+	})
+	if err != nil || !found {
+		return hourglass.DeliveryTimer{}, false, err
+	}
+	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true, nil
+}
