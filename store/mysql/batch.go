@@ -10,6 +10,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
@@ -414,7 +415,7 @@ func (b *batch) decide() error {
 				// survive a later extension (hourglass.Order.AsOf).
 				id := hourglass.NewEventID()
 				b.events = append(b.events, batchEvent{typ: hourglass.EventOrderExtended, newIdx: -1, orderID: lo.o.ID, id: id,
-					body: renderEvent(id, hourglass.EventOrderExtended, b.nowMs, lo.o)})
+					body: sqlq.RenderEvent(id, hourglass.EventOrderExtended, b.nowMs, lo.o)})
 				r.extended = true
 			}
 			if extend || repeat {

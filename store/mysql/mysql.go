@@ -481,8 +481,6 @@ type driverLogger struct{ log *slog.Logger }
 
 func (l driverLogger) Print(v ...any) { l.log.Warn("mysql: driver: " + fmt.Sprint(v...)) }
 
-// errClosed is returned by writes after Close.
-var errClosed = &hourglass.Error{Code: hourglass.CodeUnavailable, Message: "store is closed"}
 
 // isConnLost reports whether err means the connection (or the server) went
 // away, so the outcome of a statement in flight, a COMMIT included, is

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
 // maxLastError bounds the stored error text of a failed attempt (a BLOB).
@@ -74,7 +75,7 @@ WHERE d.id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) AND d.state = 'pending'`,
 		case o.ID == 0: // cannot happen: orders are never deleted
 			return nil, fmt.Errorf("mysql: delivery %d: order %d of event %s not found", d.ID, d.OrderID, d.EventID)
 		default:
-			d.Body = renderEvent(d.EventID, d.EventType, createdAt, o)
+			d.Body = sqlq.RenderEvent(d.EventID, d.EventType, createdAt, o)
 		}
 		bodies[d.EventID] = d.Body
 		if blockedID.Valid {

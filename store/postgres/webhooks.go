@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/timing"
 	"github.com/jackc/pgx/v5"
 )
@@ -78,7 +79,7 @@ WHERE d.state = 'pending'`, ids)
 			if !found { // cannot happen: orders are never deleted
 				return nil, fmt.Errorf("postgres: get delivery %d: order %d of event %s not found", d.ID, d.OrderID, d.EventID)
 			}
-			d.Body = renderEvent(d.EventID, d.EventType, createdAt, o)
+			d.Body = sqlq.RenderEvent(d.EventID, d.EventType, createdAt, o)
 		}
 		bodies[d.EventID] = d.Body
 		if blockedID != nil {
@@ -90,42 +91,6 @@ WHERE d.state = 'pending'`, ids)
 		return nil, s.fail("get deliveries", err)
 	}
 	return out, nil
-}
-
-// renderEvent returns the JSON body of an event: current is the order's row
-// as it is now, seen as of the event (hourglass.Order.AsOf).
-func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current hourglass.Order) []byte {
-	return hourglass.MarshalEvent(hourglass.Event{
-		ID:        id,
-		Type:      typ,
-		CreatedAt: hourglass.FromUnixMilli(createdAtMs),
-		Order:     current.AsOf(typ),
-	})
-}
-
-// PruneEvents implements hourglass.DeliveryStore. Events still referenced by
-// a pending delivery or a dead letter, whose deliveries are still to be
-// created (fanout_pending), or not published by an event sink yet
-// (sinkHoldSQL), are kept whatever their age.
-func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, nil
-	}
-	var n int
-	err := s.retry(ctx, func() error {
-		ct, err := s.pool.Exec(ctx, `DELETE FROM events WHERE seq IN (
-	SELECT e.seq FROM events e WHERE e.created_at < $1
-	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
-	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq = ANY (p.seqs))
-	AND `+sinkHoldSQL+`
-	ORDER BY e.created_at LIMIT $2)`, hourglass.UnixMilli(before), limit)
-		n = int(ct.RowsAffected())
-		return err
-	})
-	if err != nil {
-		return 0, s.fail("prune events", err)
-	}
-	return n, nil
 }
 
 // DeliveriesCreated implements hourglass.DeliveryStore. It fires after this

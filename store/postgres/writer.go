@@ -10,6 +10,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/jackc/pgx/v5"
@@ -196,7 +197,7 @@ func (st *batchState) event(orderID int64, status hourglass.State, atMs int64) {
 // hourglass.Order.AsOf).
 func (st *batchState) extendedEvent(o hourglass.Order, atMs int64) {
 	id := hourglass.NewEventID()
-	body := string(renderEvent(id, hourglass.EventOrderExtended, atMs, o))
+	body := string(sqlq.RenderEvent(id, hourglass.EventOrderExtended, atMs, o))
 	st.events.ids = append(st.events.ids, id)
 	st.events.types = append(st.events.types, string(hourglass.EventOrderExtended))
 	st.events.orders = append(st.events.orders, o.ID)

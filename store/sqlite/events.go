@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -33,7 +33,7 @@ func (s *Store) writeOrderEvent(conn *sqlite.Conn, nowMs int64, typ hourglass.Ev
 	stmt := conn.Prep(`INSERT INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
 	if withBody {
 		stmt = conn.Prep(`INSERT INTO events (id, type, order_id, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)`)
-		stmt.BindText(5, string(renderEvent(id, typ, nowMs, o)))
+		stmt.BindText(5, string(sqlq.RenderEvent(id, typ, nowMs, o)))
 	}
 	stmt.BindText(1, id)
 	stmt.BindText(2, string(typ))
@@ -64,17 +64,6 @@ SELECT webhook_id, ?1, ?2, 'pending', 0, ?3 FROM webhook_subscriptions WHERE typ
 		fanned += conn.Changes()
 	}
 	return fanned, nil
-}
-
-// renderEvent returns the JSON body of an event: current is the order's row
-// as it is now, seen as of the event (hourglass.Order.AsOf).
-func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, current hourglass.Order) []byte {
-	return hourglass.MarshalEvent(hourglass.Event{
-		ID:        id,
-		Type:      typ,
-		CreatedAt: hourglass.FromUnixMilli(createdAtMs),
-		Order:     current.AsOf(typ),
-	})
 }
 
 // webhookCounter counts webhooks so that writes skip the fan-out query when
@@ -137,30 +126,3 @@ func (s *Store) loadWebhookCount(ctx context.Context) {
 
 // DeliveriesCreated implements hourglass.DeliveryStore.
 func (s *Store) DeliveriesCreated() <-chan struct{} { return s.w.DeliveriesCreated() }
-
-// PruneEvents implements hourglass.DeliveryStore. Events still referenced by
-// a pending delivery or a dead letter, or not published by an event sink
-// yet (sinkHoldSQL), are kept whatever their age. It is
-// written in the low lane (see retention.go).
-func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, nil
-	}
-	var n int
-	err := s.writeLow(ctx, func(conn *sqlite.Conn, _ time.Time) error {
-		stmt := conn.Prep(`DELETE FROM events WHERE seq IN (
-	SELECT e.seq FROM events e WHERE e.created_at < ?1
-	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = e.seq)
-	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE e.seq BETWEEN p.first_seq AND p.last_seq)
-	AND ` + sinkHoldSQL + `
-	ORDER BY e.created_at LIMIT ?2)`)
-		stmt.BindInt64(1, hourglass.UnixMilli(before))
-		stmt.BindInt64(2, int64(limit))
-		if _, err := step(stmt, nil); err != nil {
-			return fmt.Errorf("sqlite: prune events: %w", err)
-		}
-		n = conn.Changes()
-		return nil
-	})
-	return n, err
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -349,7 +350,7 @@ func eventBody(stored []byte, id string, typ hourglass.EventType, createdAtMs in
 	if err != nil {
 		return nil, err
 	}
-	return renderEvent(id, typ, createdAtMs, o), nil
+	return sqlq.RenderEvent(id, typ, createdAtMs, o), nil
 }
 
 // columnBytes returns a copy of a column's bytes, nil when it is NULL.

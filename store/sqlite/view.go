@@ -7,7 +7,6 @@ import (
 	"github.com/hourglass/hourglass"
 )
 
-
 // ViewOrder implements hourglass.OrderViewer: the order as Order.View
 // shows it at the store's clock (the one its writer decides pays by), read
 // after the row. Errors: not_found, unavailable.

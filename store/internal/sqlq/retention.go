@@ -99,6 +99,22 @@ func (s *Store) PruneTimers(ctx context.Context, before time.Time, limit int) (t
 	return timers, events, err
 }
 
+// PruneEvents implements hourglass.DeliveryStore: one DELETE along
+// events_created_at. Events still referenced by a pending delivery or a
+// dead letter, whose deliveries are still to be created (fanout_pending),
+// or not published by an event sink yet (SinkHold), are kept whatever
+// their age.
+func (s *Store) PruneEvents(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	ms := hourglass.UnixMilli(before)
+	return s.prune(ctx, "prune events", s.deleteSome("events", "seq", "", `created_at < ?
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)
+	AND NOT EXISTS (SELECT 1 FROM fanout_pending p WHERE `+s.d.FanoutLists("events.seq")+`)
+	AND `+SinkHold("events", "?"), "created_at"), ms, ms, limit)
+}
+
 // TrimDeadLetters implements hourglass.RetentionStore: in one
 // transaction, a count of the dead letters, then one DELETE of the oldest
 // beyond keep along webhook_deliveries_due's 'dead' range.
