@@ -481,7 +481,6 @@ type driverLogger struct{ log *slog.Logger }
 
 func (l driverLogger) Print(v ...any) { l.log.Warn("mysql: driver: " + fmt.Sprint(v...)) }
 
-
 // isConnLost reports whether err means the connection (or the server) went
 // away, so the outcome of a statement in flight, a COMMIT included, is
 // unknown.
