@@ -234,7 +234,6 @@ type Store struct {
 	closeErr  error
 }
 
-var _ hourglass.Database = (*Store)(nil)
 
 // Open connects to cfg.URL, checks the server (MySQL 8.0+ or MariaDB 10.6+),
 // applies the pending migrations (once, under a lock every process takes),

@@ -238,7 +238,6 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ hourglass.Database = (*Store)(nil)
 
 // Open connects to cfg.URL, checks the server (version 13 or later, the
 // login, the permissions), applies pending migrations and starts the

@@ -44,10 +44,10 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
 
-var (
-	_ hourglass.StatsStore     = (*Store)(nil)
-	_ hourglass.Outbox         = (*Store)(nil)
-	_ hourglass.EventLog       = (*Store)(nil)
-	_ hourglass.OrderViewer    = (*Store)(nil)
-	_ hourglass.RetentionStore = (*Store)(nil)
-)
+// The store is a whole hourglass.Database, with the event log and the
+// order viewer.
+var _ interface {
+	hourglass.Database
+	hourglass.EventLog
+	hourglass.OrderViewer
+} = (*Store)(nil)

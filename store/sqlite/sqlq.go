@@ -194,10 +194,10 @@ func (r *connRows) Close() {
 	}
 }
 
-var (
-	_ hourglass.StatsStore     = (*Store)(nil)
-	_ hourglass.Outbox         = (*Store)(nil)
-	_ hourglass.EventLog       = (*Store)(nil)
-	_ hourglass.OrderViewer    = (*Store)(nil)
-	_ hourglass.RetentionStore = (*Store)(nil)
-)
+// The store is a whole hourglass.Database, with the event log and the
+// order viewer.
+var _ interface {
+	hourglass.Database
+	hourglass.EventLog
+	hourglass.OrderViewer
+} = (*Store)(nil)
