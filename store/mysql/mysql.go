@@ -234,7 +234,6 @@ type Store struct {
 	closeErr  error
 }
 
-
 // Open connects to cfg.URL, checks the server (MySQL 8.0+ or MariaDB 10.6+),
 // applies the pending migrations (once, under a lock every process takes),
 // checks that the user may write every table and starts the writers.

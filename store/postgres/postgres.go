@@ -238,7 +238,6 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-
 // Open connects to cfg.URL, checks the server (version 13 or later, the
 // login, the permissions), applies pending migrations and starts the
 // group-commit writers and the NOTIFY listener. Close must be called to stop
