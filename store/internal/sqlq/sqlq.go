@@ -1,7 +1,8 @@
 // Package sqlq is the stores' SQL for the paths that are not the group
-// commit, written once: the webhooks and dead letters, the event log's
-// cursors, the stats, the outbox, retention, products and the policy, and
-// the rejected timer requests' count and prune. Its statements use "?"
+// commit, written once: the reads of orders, timers and the event log
+// (with the sinks' cursors), the webhooks, dead letters and due
+// deliveries, the stats, the outbox, retention, products and the policy,
+// and the rejected timer requests' count and prune. Its statements use "?"
 // placeholders (numbered for PostgreSQL by Rebind) and portable SQL, and
 // run on a Querier each store adapts from its driver (pgx, database/sql,
 // zombiezen's SQLite), through a DB that says how the store reads, writes
