@@ -23,7 +23,6 @@ var sqlDialect = sqlq.Dialect{
 	InParts:     func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 	DeleteLimit: true,
 	FanoutLists: func(seq string) string { return `FIND_IN_SET(` + seq + `, p.seqs)` },
-	Position:    "position",
 	// The row CreateWebhook locks before it counts, and writes after: on
 	// Galera a row lock is this node's alone, and only a write makes two
 	// creates on two nodes conflict (at certification), so that one runs

@@ -23,7 +23,6 @@ var sqlDialect = sqlq.Dialect{
 
 	FanoutLists: func(seq string) string { return seq + ` = ANY (p.seqs)` },
 	Returning:   true,
-	Position:    "position",
 	Cascade:     true,
 	// The transaction advisory lock every CreateWebhook with a limit takes,
 	// on any process: class 0x68676b32 ("hgk2"), key 1.

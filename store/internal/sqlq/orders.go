@@ -122,7 +122,8 @@ func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var ms int64
 	err := s.read(ctx, "read now", func(x q) error {
-		_, err := x.row(ctx, `SELECT `+s.d.Now, []any{s.db.NowArg()}, &ms)
+		var err error
+		ms, err = s.now(ctx, x)
 		return err
 	})
 	if err != nil {
@@ -278,23 +279,7 @@ func (s *Store) Events(ctx context.Context, p hourglass.EventPage) ([]hourglass.
 	if until <= 0 {
 		until = 1<<63 - 1
 	}
-	var out []hourglass.EventRecord
-	err := s.read(ctx, "events", func(x q) error {
-		var r eventRow
-		out = out[:0]
-		err := x.each(ctx, `SELECT `+eventColumns+` FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`,
-			[]any{p.After, until, p.Limit}, r.dest(), func() error {
-				out = append(out, r.event())
-				r.e.Body = nil
-				return nil
-			})
-		if err != nil {
-			return err
-		}
-		out, err = x.render(ctx, out, false)
-		return err
-	})
-	return out, err
+	return s.events(ctx, "events", `WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`, []any{p.After, until, p.Limit}, false)
 }
 
 // OrderEvents implements hourglass.Database, for an order's id or a
@@ -302,11 +287,21 @@ func (s *Store) Events(ctx context.Context, p hourglass.EventPage) ([]hourglass.
 // table (no index by order keeps every transition's insert cheap): for
 // tests and debugging. An order that does not exist has none.
 func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.EventRecord, error) {
+	out, err := s.events(ctx, "order events", `WHERE order_id = ? ORDER BY seq`, []any{orderID}, true)
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, err
+}
+
+// events reads the events the clause selects, their orders' bodies
+// rendered (drop: skip an order event whose order is gone).
+func (s *Store) events(ctx context.Context, op, clause string, args []any, drop bool) ([]hourglass.EventRecord, error) {
 	var out []hourglass.EventRecord
-	err := s.read(ctx, "order events", func(x q) error {
+	err := s.read(ctx, op, func(x q) error {
 		var r eventRow
 		out = out[:0]
-		err := x.each(ctx, `SELECT `+eventColumns+` FROM events WHERE order_id = ? ORDER BY seq`, []any{orderID}, r.dest(), func() error {
+		err := x.each(ctx, `SELECT `+eventColumns+` FROM events `+clause, args, r.dest(), func() error {
 			out = append(out, r.event())
 			r.e.Body = nil
 			return nil
@@ -314,11 +309,8 @@ func (s *Store) OrderEvents(ctx context.Context, orderID int64) ([]hourglass.Eve
 		if err != nil {
 			return err
 		}
-		out, err = x.render(ctx, out, true)
+		out, err = x.render(ctx, out, drop)
 		return err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, err
 }

@@ -107,11 +107,6 @@ type Dialect struct {
 	// Returning says INSERT and UPDATE take a RETURNING clause; without
 	// it, the Querier of a write must be an Inserter (MySQL).
 	Returning bool
-	// Position is the column of webhook_subscriptions that keeps a
-	// webhook's event types in the order given: "position", which
-	// CreateWebhook fills, or SQLite's "rowid", which its one INSERT's rows
-	// take in order.
-	Position string
 	// Cascade says the foreign keys of webhook_subscriptions and
 	// webhook_deliveries delete a webhook's rows with it (PostgreSQL);
 	// otherwise DeleteWebhook deletes them first.

@@ -1,6 +1,10 @@
 package sqlq
 
-import "testing"
+import (
+	"context"
+	"strings"
+	"testing"
+)
 
 func TestRebind(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -34,5 +38,17 @@ func TestUpsert(t *testing.T) {
 	if got, want := OnDuplicateKey("c", "sink, part", cols, greatest),
 		" ON DUPLICATE KEY UPDATE seq = GREATEST(seq, VALUES(seq)), touched_at = VALUES(touched_at)"; got != want {
 		t.Errorf("OnDuplicateKey:\n got %q\nwant %q", got, want)
+	}
+}
+
+// plainQuerier is a Querier that cannot return an inserted id.
+type plainQuerier struct{ Querier }
+
+// TestInsertIDNeedsAnInserter: a dialect without RETURNING whose store
+// adapts no Inserter gets an error saying so, not a zero id.
+func TestInsertIDNeedsAnInserter(t *testing.T) {
+	_, err := q{Querier: plainQuerier{}}.insertID(context.Background(), `INSERT INTO t (a) VALUES (?)`, 1)
+	if err == nil || !strings.Contains(err.Error(), "cannot return an inserted id") {
+		t.Fatalf("insertID on a plain querier: %v", err)
 	}
 }

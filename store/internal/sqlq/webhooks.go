@@ -44,20 +44,12 @@ func (s *Store) CreateWebhook(ctx context.Context, p hourglass.WebhookParams, li
 		if err != nil {
 			return err
 		}
-		// One row per type, in the order given: in position, or (SQLite)
-		// in the rowids one statement's rows take in order.
-		cols, width := "webhook_id, type", 2
-		if s.d.Position == "position" {
-			cols, width = "webhook_id, type, position", 3
-		}
-		args := make([]any, 0, width*len(p.Events))
+		// One row per type, in the order given.
+		args := make([]any, 0, 3*len(p.Events))
 		for i, t := range p.Events {
-			args = append(args, id, string(t))
-			if width == 3 {
-				args = append(args, i)
-			}
+			args = append(args, id, string(t), i)
 		}
-		_, err = x.exec(ctx, `INSERT INTO webhook_subscriptions (`+cols+`) VALUES `+Placeholders(len(p.Events), width), args...)
+		_, err = x.exec(ctx, `INSERT INTO webhook_subscriptions (webhook_id, type, position) VALUES `+Placeholders(len(p.Events), 3), args...)
 		return err
 	})
 	if err != nil {
@@ -172,7 +164,7 @@ func (s *Store) listWebhooks(ctx context.Context, x q, after, until int64, limit
 	)
 	err := x.each(ctx, `SELECT w.id, w.url, w.secret, w.created_at, s.type FROM
 (SELECT * FROM webhooks WHERE id > ? AND id <= ? ORDER BY id LIMIT ?) w
-JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.`+s.d.Position, []any{after, until, max(limit, 0)},
+JOIN webhook_subscriptions s ON s.webhook_id = w.id ORDER BY w.id, s.position`, []any{after, until, max(limit, 0)},
 		[]any{&id, &url, &secret, &created, &typ}, func() error {
 			if len(out) == 0 || out[len(out)-1].ID != id {
 				out = append(out, hourglass.Webhook{ID: id, URL: url, Secret: secret, CreatedAt: hourglass.FromUnixMilli(created)})
