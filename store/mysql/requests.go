@@ -282,23 +282,4 @@ func heldKeys(ctx context.Context, tx *sql.Tx, reqs []plan.RequestRow) (map[stri
 	return held, err
 }
 
-// RejectedTimerRequests implements hourglass.TimerRequestStore: a range of
-// timer_request_errors' primary key. Errors: invalid_argument (a limit
-// under 1), unavailable.
-func (s *Store) RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]hourglass.RejectedTimerRequest, error) {
-	if limit < 1 {
-		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
-	}
-	out, err := collect(ctx, s.db, `SELECT `+requestColumns+`, `+sinceEpoch("rejected_at")+`, reason
-FROM timer_request_errors WHERE seq > ? ORDER BY seq LIMIT ?`, []any{after, limit}, func(rows *sql.Rows) (hourglass.RejectedTimerRequest, error) {
-		var (
-			rejectedUs sql.NullInt64
-			reason     string
-		)
-		r, err := scanRequest(rows, &rejectedUs, &reason)
-		return hourglass.RejectedTimerRequest{TimerRequest: r.TimerRequest, RejectedAt: time.UnixMicro(rejectedUs.Int64).UTC(), Reason: reason}, err
-	})
-	return out, fail("rejected timer requests", err)
-}
-
 var _ hourglass.TimerRequestStore = (*Store)(nil)

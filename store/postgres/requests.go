@@ -188,27 +188,4 @@ func (s *Store) wakeRequests() {
 	}
 }
 
-// RejectedTimerRequests implements hourglass.TimerRequestStore. Errors:
-// invalid_argument (a limit under 1), unavailable.
-func (s *Store) RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]hourglass.RejectedTimerRequest, error) {
-	if limit < 1 {
-		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
-	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason
-FROM timer_request_errors WHERE seq > $1 ORDER BY seq LIMIT $2`, after, limit)
-	if err != nil {
-		return nil, s.fail("rejected timer requests", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.RejectedTimerRequest, error) {
-		var r hourglass.RejectedTimerRequest
-		var action *string
-		err := row.Scan(&r.Seq, &r.Key, &action, &r.FireAt, &r.DelayMs, &r.Payload, &r.WebhookID, &r.RequestedAt, &r.RejectedAt, &r.Reason)
-		if action != nil {
-			r.Action = *action
-		}
-		return r, err
-	})
-	return out, s.fail("rejected timer requests", err)
-}
-
 var _ hourglass.TimerRequestStore = (*Store)(nil)

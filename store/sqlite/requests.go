@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,30 @@ func parseRequestTime(s string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// parseRequestColumn is Dialect.ParseRequestTime: fire_at and requested_at
+// as parseRequestTime reads them, rejected_at (which hourglass writes) as
+// unix ms. A requested_at that is not a time reads as none (the zero time)
+// and rejects nothing: only a bad fire_at ever rejected a request here,
+// whereas MySQL rejects a zero requested_at.
+func parseRequestColumn(col, text string) (*time.Time, string) {
+	if col == "rejected_at" {
+		ms, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return nil, ""
+		}
+		t := hourglass.FromUnixMilli(ms)
+		return &t, ""
+	}
+	t, ok := parseRequestTime(text)
+	switch {
+	case ok:
+		return &t, ""
+	case col == "fire_at":
+		return nil, fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", text)
+	}
+	return nil, ""
 }
 
 // scanRequest reads the columns seq, timer_key, action, fire_at,
@@ -175,36 +200,6 @@ ON CONFLICT (seq) DO NOTHING`)
 	res := p.Result(now)
 	res.Full = len(reqs) == limit
 	return res, nil
-}
-
-// RejectedTimerRequests implements hourglass.TimerRequestStore.
-func (s *Store) RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]hourglass.RejectedTimerRequest, error) {
-	if limit < 1 {
-		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
-	}
-	var out []hourglass.RejectedTimerRequest
-	err := s.read(ctx, func(conn *sqlite.Conn) error {
-		stmt := conn.Prep(`SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason
-FROM timer_request_errors WHERE seq > ?1 ORDER BY seq LIMIT ?2`)
-		stmt.BindInt64(1, after)
-		stmt.BindInt64(2, int64(limit))
-		defer stmt.Reset()
-		for {
-			row, err := stmt.Step()
-			if err != nil || !row {
-				return err
-			}
-			var r hourglass.RejectedTimerRequest
-			r.TimerRequest, _ = scanRequest(stmt)
-			r.RejectedAt = hourglass.FromUnixMilli(stmt.ColumnInt64(8))
-			r.Reason = stmt.ColumnText(9)
-			out = append(out, r)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: rejected timer requests: %w", err)
-	}
-	return out, nil
 }
 
 var _ hourglass.TimerRequestStore = (*Store)(nil)

@@ -26,6 +26,8 @@ var sqlDialect = sqlq.Dialect{
 	Returning:   true,
 	Position:    "rowid",
 	// No LockWebhooks: the one writer runs the creates one after another.
+	RequestTime:      func(col string) string { return col },
+	ParseRequestTime: parseRequestColumn,
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,
