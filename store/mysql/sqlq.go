@@ -36,6 +36,10 @@ var sqlDialect = sqlq.Dialect{
 		return `IF(` + col + ` IS NULL, NULL, COALESCE(` + sinceEpoch(col) + `, ''))`
 	},
 	ParseRequestTime: sqlq.UnixMicros,
+	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
+	KeepFirst: func(table, key string) string {
+		return ` ON DUPLICATE KEY UPDATE ` + table + `.` + key + ` = ` + table + `.` + key
+	},
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

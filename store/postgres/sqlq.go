@@ -31,6 +31,9 @@ var sqlDialect = sqlq.Dialect{
 	// TIMESTAMPTZ(3): microseconds since the epoch, exact (numeric).
 	RequestTime:      func(col string) string { return `(extract(epoch FROM ` + col + `) * 1000000)::bigint::text` },
 	ParseRequestTime: sqlq.UnixMicros,
+	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
+	KeepFirst:        func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },
+	Arrays:           true,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
 // Timer requests (hourglass.TimerRequestStore) on SQLite: rows another
@@ -64,40 +65,6 @@ func parseRequestColumn(col, text string) (*time.Time, string) {
 	return nil, ""
 }
 
-// scanRequest reads the columns seq, timer_key, action, fire_at,
-// delay_ms, payload, webhook_id and requested_at (0 to 7) of a request row.
-// badFireAt is fire_at's text when it does not hold a time (FireAt is then
-// nil); RequestedAt is zero when it does not.
-func scanRequest(stmt *sqlite.Stmt) (r hourglass.TimerRequest, badFireAt string) {
-	r.Seq = stmt.ColumnInt64(0)
-	if !stmt.ColumnIsNull(1) {
-		k := stmt.ColumnText(1)
-		r.Key = &k
-	}
-	r.Action = stmt.ColumnText(2)
-	if !stmt.ColumnIsNull(3) {
-		if t, ok := parseRequestTime(stmt.ColumnText(3)); ok {
-			r.FireAt = &t
-		} else {
-			badFireAt = stmt.ColumnText(3)
-		}
-	}
-	if !stmt.ColumnIsNull(4) {
-		d := stmt.ColumnInt64(4)
-		r.DelayMs = &d
-	}
-	if !stmt.ColumnIsNull(5) {
-		p := stmt.ColumnText(5)
-		r.Payload = &p
-	}
-	if !stmt.ColumnIsNull(6) {
-		w := stmt.ColumnInt64(6)
-		r.WebhookID = &w
-	}
-	r.RequestedAt, _ = parseRequestTime(stmt.ColumnText(7))
-	return r, badFireAt
-}
-
 // TimerRequestsWritten implements hourglass.TimerRequestStore: nil, the
 // applier polls (another process's commit cannot wake this one).
 func (s *Store) TimerRequestsWritten() <-chan struct{} { return nil }
@@ -127,7 +94,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	}
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
 		var err error
-		res, err = s.applyRequestsIn(conn, now, limit) // set afresh: the op may run again alone
+		res, err = s.applyRequestsIn(ctx, conn, now, limit) // set afresh: the op may run again alone
 		return err
 	})
 	if err != nil {
@@ -137,68 +104,36 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 }
 
 // applyRequestsIn applies up to limit requests in the writer's
-// transaction at now: one writer, so no key is held back and each request
-// runs in seq order with ArmTimer's and CancelTimer's statements.
-func (s *Store) applyRequestsIn(conn *sqlite.Conn, now time.Time, limit int) (hourglass.TimerRequestsApplied, error) {
-	stmt := conn.Prep(`SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at FROM timer_requests ORDER BY seq LIMIT ?1`)
-	stmt.BindInt64(1, int64(limit))
-	var reqs []plan.RequestRow
-	for {
-		row, err := stmt.Step()
-		if err != nil {
-			stmt.Reset()
-			return hourglass.TimerRequestsApplied{}, fmt.Errorf("sqlite: read timer requests: %w", err)
-		}
-		if !row {
-			break
-		}
-		r, fireAt := scanRequest(stmt)
-		req := plan.RequestRow{TimerRequest: r}
-		if fireAt != "" {
-			req.Unreadable = fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", fireAt)
-		}
-		reqs = append(reqs, req)
+// transaction at now (sqlq.Store.ApplyTimerRequestsIn): one writer, so no
+// key is held back, and each request runs in seq order with ArmTimer's and
+// CancelTimer's statements.
+func (s *Store) applyRequestsIn(ctx context.Context, conn *sqlite.Conn, now time.Time, limit int) (hourglass.TimerRequestsApplied, error) {
+	b, err := s.Store.ApplyTimerRequestsIn(ctx, connQuerier{conn}, limit, func(sqlq.Querier) (time.Time, error) { return now, nil },
+		func(_ context.Context, _ sqlq.Querier, now time.Time, p plan.TimerRequests) (func(), error) {
+			for _, r := range p {
+				var (
+					t   hourglass.Timer
+					err error
+				)
+				switch {
+				case !r.Runs():
+					continue
+				case r.Arm != nil:
+					t, _, err = s.armIn(conn, now, *r.Arm)
+				default:
+					t, err = cancelIn(conn, now, r.CancelKey)
+				}
+				if err := r.Settle(t, err); err != nil {
+					return nil, err // the database's: the transaction rolls back
+				}
+			}
+			return nil, nil
+		})
+	if err != nil {
+		return hourglass.TimerRequestsApplied{}, wrap("apply timer requests", err)
 	}
-	stmt.Reset()
-	p := plan.PlanTimerRequests(reqs, nil, now)
-	for _, r := range p {
-		var (
-			t   hourglass.Timer
-			err error
-		)
-		switch {
-		case !r.Runs():
-			continue
-		case r.Arm != nil:
-			t, _, err = s.armIn(conn, now, *r.Arm)
-		default:
-			t, err = cancelIn(conn, now, r.CancelKey)
-		}
-		if err := r.Settle(t, err); err != nil {
-			return hourglass.TimerRequestsApplied{}, err // the database's: the transaction rolls back
-		}
-	}
-	done, rejected := p.Outcome()
-	reject := conn.Prep(`INSERT OR FAIL INTO timer_request_errors (seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason)
-SELECT seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, ?2, ?3 FROM timer_requests WHERE seq = ?1
-ON CONFLICT (seq) DO NOTHING`)
-	for _, r := range rejected {
-		reject.BindInt64(1, r.Row.Seq)
-		reject.BindInt64(2, hourglass.UnixMilli(now))
-		reject.BindText(3, r.Reason)
-		if _, err := step(reject, nil); err != nil {
-			return hourglass.TimerRequestsApplied{}, fmt.Errorf("sqlite: reject timer request %d: %w", r.Row.Seq, err)
-		}
-	}
-	if len(done) > 0 {
-		del := conn.Prep(`DELETE FROM timer_requests WHERE seq <= ?1`)
-		del.BindInt64(1, done[len(done)-1])
-		if _, err := step(del, nil); err != nil {
-			return hourglass.TimerRequestsApplied{}, fmt.Errorf("sqlite: delete timer requests: %w", err)
-		}
-	}
-	res := p.Result(now)
-	res.Full = len(reqs) == limit
+	res := b.Plan.Result(now)
+	res.Full = b.Full
 	return res, nil
 }
 

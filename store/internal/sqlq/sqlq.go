@@ -139,6 +139,16 @@ type Dialect struct {
 	// and then what a listing shows (t: nil, or a zero time for a zero
 	// date).
 	ParseRequestTime func(col, text string) (t *time.Time, bad string)
+	// LockRequests ends the SELECT that takes a batch of timer requests
+	// (" FOR UPDATE SKIP LOCKED"); empty for a store whose one writer
+	// applies them, which no other transaction can hold.
+	LockRequests string
+	// KeepFirst is the clause that makes an INSERT into table skip a row
+	// whose unique key is there already.
+	KeepFirst func(table, key string) string
+	// Arrays says a list is bound as one array (col = ANY (?)), not a
+	// placeholder each.
+	Arrays bool
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
