@@ -212,3 +212,45 @@ func TestPrivilegeCheckCoversTimerRequests(t *testing.T) {
 		t.Fatalf("Open: %q; want one line naming timer_requests and the GRANT to run", msg)
 	}
 }
+
+// TestTimerRequestZeroDates: a shop whose session allows zero dates can
+// write one into fire_at or requested_at; the request is rejected naming
+// the column, the listing keeps the zero fire_at as a zero time, and a good
+// request beside them is applied.
+func TestTimerRequestZeroDates(t *testing.T) {
+	t.Parallel()
+	url := mytest.NewDatabase(t)
+	s := open(t, url, nil, false)
+	conn, err := mytest.Admin(t, url).Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), `SET SESSION sql_mode = ''`); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	if _, err := conn.ExecContext(t.Context(), `INSERT INTO timer_requests (timer_key, fire_at, delay_ms, requested_at) VALUES
+	('zero-fire', '0000-00-00 00:00:00', NULL, UTC_TIMESTAMP(3)),
+	('zero-requested', NULL, 1000, '0000-00-00 00:00:00'),
+	('fine', ?, NULL, UTC_TIMESTAMP(3))`, at.Format("2006-01-02 15:04:05.000")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyTimerRequests(t.Context(), 10)
+	if err != nil || res.Applied != 1 || res.Rejected != 2 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, two rejected", res, err)
+	}
+	rej, err := s.RejectedTimerRequests(t.Context(), 0, 10)
+	if err != nil || len(rej) != 2 {
+		t.Fatalf("rejected = %+v, %v; want two", rej, err)
+	}
+	if r := rej[0]; r.Reason != "fire_at: not a valid time (a zero date)" || r.FireAt == nil || !r.FireAt.IsZero() || r.RequestedAt.IsZero() {
+		t.Errorf("rejected[0] = %+v; want the zero fire_at, named", r)
+	}
+	if r := rej[1]; r.Reason != "requested_at: not a valid time (a zero date)" || r.FireAt != nil || !r.RequestedAt.IsZero() || *r.DelayMs != 1000 {
+		t.Errorf("rejected[1] = %+v; want the zero requested_at, named", r)
+	}
+	if tm, err := s.Timer(t.Context(), "fine"); err != nil || !tm.FireAt.Equal(at) {
+		t.Fatalf("the good request's timer = %+v, %v", tm, err)
+	}
+}

@@ -29,6 +29,16 @@ var sqlDialect = sqlq.Dialect{
 	// again and counts the other's webhook.
 	LockWebhooks:    `SELECT value FROM settings WHERE name = 'webhooks' FOR UPDATE`,
 	CountedWebhooks: `UPDATE settings SET value = CAST(? AS CHAR) WHERE name = 'webhooks'`,
+	// DATETIME(3) in UTC: microseconds since the epoch, or '' for a zero
+	// date.
+	RequestTime: func(col string) string {
+		return `IF(` + col + ` IS NULL, NULL, COALESCE(` + sinceEpoch(col) + `, ''))`
+	},
+	ParseRequestTime: sqlq.UnixMicros,
+	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
+	KeepFirst: func(table, key string) string {
+		return ` ON DUPLICATE KEY UPDATE ` + table + `.` + key + ` = ` + table + `.` + key
+	},
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

@@ -27,6 +27,12 @@ var sqlDialect = sqlq.Dialect{
 	// The transaction advisory lock every CreateWebhook with a limit takes,
 	// on any process: class 0x68676b32 ("hgk2"), key 1.
 	LockWebhooks: `SELECT pg_advisory_xact_lock(1751608114, 1)`,
+	// TIMESTAMPTZ(3): microseconds since the epoch, exact (numeric).
+	RequestTime:      func(col string) string { return `(extract(epoch FROM ` + col + `) * 1000000)::bigint::text` },
+	ParseRequestTime: sqlq.UnixMicros,
+	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
+	KeepFirst:        func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },
+	Arrays:           true,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a

@@ -25,6 +25,10 @@ var sqlDialect = sqlq.Dialect{
 	FanoutLists: func(seq string) string { return seq + ` BETWEEN p.first_seq AND p.last_seq` },
 	Returning:   true,
 	// No LockWebhooks: the one writer runs the creates one after another.
+	RequestTime:      func(col string) string { return col },
+	ParseRequestTime: parseRequestColumn,
+	// No LockRequests: the one writer applies the requests.
+	KeepFirst: func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,

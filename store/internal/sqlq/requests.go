@@ -2,11 +2,112 @@ package sqlq
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/plan"
 )
 
-// Rejected timer requests (hourglass.TimerRequestStore) outside their
-// listing, whose time columns each store stores in its own way.
+// Rejected timer requests (hourglass.TimerRequestStore): their listing,
+// count and prune. A request's time columns are read through the dialect
+// (Dialect.RequestTime), since each store keeps them in its own type and a
+// shop may have written anything there.
+
+// requestColumns are a timer_requests row as requestRow scans them.
+func (s *Store) requestColumns() string {
+	return `seq, timer_key, action, ` + s.d.RequestTime("fire_at") + `, delay_ms, payload, webhook_id, ` + s.d.RequestTime("requested_at")
+}
+
+// requestRow receives requestColumns.
+type requestRow struct {
+	seq                                       int64
+	key, action, fireAt, payload, requestedAt *string
+	delayMs, webhookID                        *int64
+}
+
+func (r *requestRow) dest() []any {
+	return []any{&r.seq, &r.key, &r.action, &r.fireAt, &r.delayMs, &r.payload, &r.webhookID, &r.requestedAt}
+}
+
+// request returns the row as the plan reads it: Unreadable names a time
+// column that holds no time (requested_at's reason before fire_at's).
+func (s *Store) request(r *requestRow) plan.RequestRow {
+	row := plan.RequestRow{TimerRequest: hourglass.TimerRequest{
+		Seq: r.seq, Key: clone(r.key), DelayMs: clone(r.delayMs), Payload: clone(r.payload), WebhookID: clone(r.webhookID),
+	}}
+	if r.action != nil {
+		row.Action = *r.action
+	}
+	if r.fireAt != nil {
+		row.FireAt, row.Unreadable = s.d.ParseRequestTime("fire_at", *r.fireAt)
+	}
+	if r.requestedAt != nil {
+		t, bad := s.d.ParseRequestTime("requested_at", *r.requestedAt)
+		if t != nil {
+			row.RequestedAt = *t
+		}
+		if bad != "" {
+			row.Unreadable = bad
+		}
+	}
+	return row
+}
+
+// clone copies what p points to, so that a row scanned next cannot change it.
+func clone[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// UnixMicros is Dialect.ParseRequestTime for a RequestTime that reads
+// microseconds since the Unix epoch, or "" for a zero date (MySQL's
+// DATETIME may hold one).
+func UnixMicros(col, text string) (*time.Time, string) {
+	us, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return &time.Time{}, col + ": not a valid time (a zero date)"
+	}
+	t := time.UnixMicro(us).UTC()
+	return &t, ""
+}
+
+// RejectedTimerRequests implements hourglass.TimerRequestStore: a range of
+// timer_request_errors' primary key. Errors: invalid_argument (a limit
+// under 1), unavailable.
+func (s *Store) RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]hourglass.RejectedTimerRequest, error) {
+	if limit < 1 {
+		return nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
+	}
+	var (
+		out        []hourglass.RejectedTimerRequest
+		r          requestRow
+		rejectedAt *string
+		reason     string
+	)
+	err := s.read(ctx, "rejected timer requests", func(x q) error {
+		out = nil
+		return x.each(ctx, `SELECT `+s.requestColumns()+`, `+s.d.RequestTime("rejected_at")+`, reason
+FROM timer_request_errors WHERE seq > ? ORDER BY seq LIMIT ?`, []any{after, limit}, append(r.dest(), &rejectedAt, &reason), func() error {
+			rej := hourglass.RejectedTimerRequest{TimerRequest: s.request(&r).TimerRequest, Reason: reason}
+			if rejectedAt != nil {
+				if t, _ := s.d.ParseRequestTime("rejected_at", *rejectedAt); t != nil {
+					rej.RejectedAt = *t
+				}
+			}
+			out = append(out, rej)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // RejectedTimerRequestCount implements hourglass.TimerRequestStore.
 // Errors: unavailable.
@@ -32,4 +133,184 @@ func (s *Store) PruneRejectedTimerRequests(ctx context.Context, before time.Time
 		return err
 	})
 	return int(n), err
+}
+
+// TimerRequestWrites writes the requests of p that run
+// (plan.TimerRequest.Runs) in the transaction x they were read in, as
+// ArmTimer and CancelTimer would at now, and settles each with what its
+// write answered (plan.TimerRequest.Settle): a store's group-commit
+// statements, which stay in the store. after, when not nil, runs once the
+// transaction committed. Its errors are the database's: the transaction
+// rolls back.
+type TimerRequestWrites func(ctx context.Context, x Querier, now time.Time, p plan.TimerRequests) (after func(), err error)
+
+// TimerRequests is one transaction's batch of timer requests, decided and
+// written (ApplyTimerRequestsIn).
+type TimerRequests struct {
+	Plan plan.TimerRequests
+	// At is the time they were decided at.
+	At time.Time
+	// Full says the batch took as many requests as it could: more may be
+	// waiting.
+	Full bool
+	// After is what the writes asked to run once the transaction committed
+	// (nil: nothing).
+	After func()
+}
+
+// ApplyTimerRequests applies up to limit timer requests in one
+// transaction (DB.Write, run again as the store's retry policy allows) by
+// ApplyTimerRequestsIn, deciding them at now (read in the transaction; nil
+// for clock's). The lags of its result count to that now plus the time
+// clock says the transaction took since; the store announces the result's
+// Armed and Cancelled to its due feed. Errors: invalid_argument (a limit
+// under 1), unavailable (the outcome of the commit may then be unknown:
+// the requests it applied are gone, the others are still there for the
+// next call).
+func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourglass.Clock, now func(ctx context.Context, x Querier) (time.Time, error), write TimerRequestWrites) (hourglass.TimerRequestsApplied, error) {
+	if limit < 1 {
+		return hourglass.TimerRequestsApplied{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
+	}
+	var (
+		b       TimerRequests
+		started time.Time
+	)
+	err := s.db.Write(ctx, "apply timer requests", Normal, func(x Querier) (err error) {
+		b, err = s.ApplyTimerRequestsIn(ctx, x, limit, func(x Querier) (time.Time, error) {
+			started = clock.Now()
+			if now == nil {
+				return started, nil
+			}
+			return now(ctx, x)
+		}, write)
+		return err
+	})
+	if err != nil {
+		return hourglass.TimerRequestsApplied{}, err
+	}
+	if b.After != nil {
+		b.After()
+	}
+	res := b.Plan.Result(b.At.Add(max(clock.Now().Sub(started), 0)))
+	res.Full = b.Full
+	return res, nil
+}
+
+// ApplyTimerRequestsIn applies up to limit timer requests in the
+// transaction x, for a store whose transaction is its own (SQLite's
+// writer) or ApplyTimerRequests:
+//
+//  1. it takes the oldest requests no other transaction holds
+//     (Dialect.LockRequests: appliers on several nodes take disjoint
+//     batches, and none waits on another; a shop's uncommitted request is
+//     locked by its INSERT, so it is skipped too);
+//  2. holds back a key with an earlier request the batch does not hold
+//     (another applier holds it, or it committed since), so that each
+//     key's requests take effect in seq order;
+//  3. decides each at now(x) (plan.PlanTimerRequests: the API's checks and
+//     request hash, a delay counted from requested_at, a time column that
+//     holds no time rejected) and writes those that run (write);
+//  4. moves those that cannot be applied to timer_request_errors with
+//     their reason, as the shop wrote them (a seq listed there already,
+//     timer_requests' counter set back, keeps its first rejection);
+//  5. deletes them all.
+//
+// A request is thus applied exactly once, whichever process dies when.
+// Its errors are the database's (the caller rolls back).
+func (s *Store) ApplyTimerRequestsIn(ctx context.Context, tx Querier, limit int, now func(x Querier) (time.Time, error), write TimerRequestWrites) (TimerRequests, error) {
+	x := s.wrap(tx)
+	var (
+		reqs []plan.RequestRow
+		r    requestRow
+	)
+	// 1. The oldest requests no one holds.
+	err := x.each(ctx, `SELECT `+s.requestColumns()+` FROM timer_requests ORDER BY seq LIMIT ?`+s.d.LockRequests, []any{limit}, r.dest(), func() error {
+		reqs = append(reqs, s.request(&r))
+		return nil
+	})
+	if err != nil || len(reqs) == 0 {
+		return TimerRequests{}, err
+	}
+	// 2. The keys to hold back.
+	held, err := s.heldKeys(ctx, x, reqs)
+	if err != nil {
+		return TimerRequests{}, err
+	}
+	// 3. Decided, and written.
+	at, err := now(tx)
+	if err != nil {
+		return TimerRequests{}, err
+	}
+	p := plan.PlanTimerRequests(reqs, held, at)
+	after, err := write(ctx, tx, at, p)
+	if err != nil {
+		return TimerRequests{}, err
+	}
+	// 4. The rejected ones, with their reasons.
+	done, rejected := p.Outcome()
+	if len(rejected) > 0 {
+		reasons := make([]any, 0, 2*len(rejected))
+		seqs := make([]int64, len(rejected))
+		for i, r := range rejected {
+			reasons = append(reasons, r.Row.Seq, r.Reason)
+			seqs[i] = r.Row.Seq
+		}
+		in, inArgs := in(s.d, "r.seq", seqs)
+		if _, err := x.exec(ctx, `INSERT INTO timer_request_errors (seq, timer_key, action, fire_at, delay_ms, payload, webhook_id, requested_at, rejected_at, reason)
+SELECT r.seq, r.timer_key, r.action, r.fire_at, r.delay_ms, r.payload, r.webhook_id, r.requested_at, ?, CASE r.seq`+strings.Repeat(` WHEN ? THEN ?`, len(rejected))+` END
+FROM timer_requests r WHERE `+in+s.d.KeepFirst("timer_request_errors", "seq"), append(append([]any{at}, reasons...), inArgs...)...); err != nil {
+			return TimerRequests{}, err
+		}
+	}
+	// 5. All of them gone.
+	if len(done) > 0 {
+		del, args := in(s.d, "seq", done)
+		if s.d.LockRequests == "" {
+			// No other transaction holds a request: the batch is every
+			// request up to its last (one statement, whatever its size).
+			del, args = `seq <= ?`, []any{done[len(done)-1]}
+		}
+		if _, err := x.exec(ctx, `DELETE FROM timer_requests WHERE `+del, args...); err != nil {
+			return TimerRequests{}, err
+		}
+	}
+	return TimerRequests{Plan: p, At: at, Full: len(reqs) == limit, After: after}, nil
+}
+
+// heldKeys returns the keys of reqs with an earlier request reqs does not
+// hold: none when no other transaction can hold one (no
+// Dialect.LockRequests). A plain read: it sees committed rows, locked or
+// not.
+func (s *Store) heldKeys(ctx context.Context, x q, reqs []plan.RequestRow) (map[string]bool, error) {
+	held := map[string]bool{}
+	keys := plan.HeldKeysToRead(reqs)
+	if len(keys) == 0 || s.d.LockRequests == "" {
+		return held, nil
+	}
+	seqs := make([]int64, len(reqs))
+	for i, r := range reqs {
+		seqs[i] = r.Seq
+	}
+	inKeys, keyArgs := in(s.d, "timer_key", keys)
+	inSeqs, seqArgs := in(s.d, "seq", seqs)
+	var k string
+	err := x.each(ctx, `SELECT DISTINCT timer_key FROM timer_requests WHERE seq < ? AND NOT (`+inSeqs+`) AND `+inKeys,
+		append(append([]any{seqs[len(seqs)-1]}, seqArgs...), keyArgs...), []any{&k}, func() error {
+			held[k] = true // compared with the batch's keys exactly, in the plan
+			return nil
+		})
+	return held, err
+}
+
+// in is the condition that col is one of vals, with its arguments: one
+// array (Dialect.Arrays), or a placeholder each.
+func in[T int64 | string](d Dialect, col string, vals []T) (string, []any) {
+	if d.Arrays {
+		return col + ` = ANY (?)`, []any{vals}
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return col + ` IN (?` + strings.Repeat(`, ?`, len(vals)-1) + `)`, args
 }

@@ -2,9 +2,9 @@
 // commit, written once: the reads of orders, timers and the event log
 // (with the sinks' cursors), the webhooks, dead letters and due
 // deliveries, the stats, the outbox, retention, products and the policy,
-// and the rejected timer requests' count and prune. Its statements use "?"
-// placeholders (numbered for PostgreSQL by Rebind) and portable SQL, and
-// run on a Querier each store adapts from its driver (pgx, database/sql,
+// and the rejected timer requests' listing, count and prune. Its
+// statements use "?" placeholders (numbered for PostgreSQL by Rebind) and
+// portable SQL, and run on a Querier each store adapts from its driver (pgx, database/sql,
 // zombiezen's SQLite), through a DB that says how the store reads, writes
 // (its transactions, retries and error mapping) and reads "now".
 //
@@ -19,6 +19,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Rows is a result set: pgx's, database/sql's and SQLite's, adapted.
@@ -120,6 +121,29 @@ type Dialect struct {
 	// cluster whose row locks are one node's alone (Galera), where only
 	// conflicting writes make one of two racing creates run again.
 	CountedWebhooks string
+
+	// Timer requests' (requests.go):
+
+	// RequestTime is the SQL expression that reads the time column col of
+	// timer_requests or timer_request_errors as text, NULL when it is
+	// NULL: a shop writes those rows, and each store keeps their times in
+	// its own type.
+	RequestTime func(col string) string
+	// ParseRequestTime reads a RequestTime that is not NULL: its time, or
+	// the reason the request is rejected with when it holds none (bad),
+	// and then what a listing shows (t: nil, or a zero time for a zero
+	// date).
+	ParseRequestTime func(col, text string) (t *time.Time, bad string)
+	// LockRequests ends the SELECT that takes a batch of timer requests
+	// (" FOR UPDATE SKIP LOCKED"); empty for a store whose one writer
+	// applies them, which no other transaction can hold.
+	LockRequests string
+	// KeepFirst is the clause that makes an INSERT into table skip a row
+	// whose unique key is there already.
+	KeepFirst func(table, key string) string
+	// Arrays says a list is bound as one array (col = ANY (?)), not a
+	// placeholder each.
+	Arrays bool
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
