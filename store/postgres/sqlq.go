@@ -47,6 +47,12 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 	return d.s.tx(ctx, op, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
 }
 
+// Autocommit implements sqlq.Autocommitter: the statements on the pool,
+// retried as one (retry) and mapped by fail.
+func (d sqlDB) Autocommit(ctx context.Context, op string, fn func(q sqlq.Querier) error) error {
+	return d.s.fail(op, d.s.retry(ctx, func() error { return fn(pgQuerier{d.s.pool}) }))
+}
+
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
 
 // The store is a whole hourglass.Database, with the event log and the

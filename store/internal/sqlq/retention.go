@@ -140,14 +140,6 @@ func (s *Store) TrimDeadLetters(ctx context.Context, keep, limit int) (int, erro
 	return int(n), err
 }
 
-// Cluster is the SQL of the cluster's tables, which only the stores on a
-// database server have (SQLite's store is one process): those stores embed
-// it beside *Store.
-type Cluster struct{ s *Store }
-
-// Cluster returns the SQL of the cluster's tables.
-func (s *Store) Cluster() Cluster { return Cluster{s} }
-
 // PruneNodes implements hourglass.ClusterStore, by the database's clock
 // (as heartbeats write last_seen), along cluster_nodes' primary key.
 func (c Cluster) PruneNodes(ctx context.Context, gone time.Duration, limit int) (int, error) {

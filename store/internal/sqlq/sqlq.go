@@ -146,6 +146,14 @@ type Dialect struct {
 	// Arrays says a list is bound as one array (col = ANY (?)), not a
 	// placeholder each.
 	Arrays bool
+
+	// The cluster's (cluster.go):
+
+	// DBNode, when not empty, is the expression naming the database server
+	// a statement reached, which Heartbeat writes to cluster_nodes.db_node
+	// and ClusterState reads into hourglass.Node.DBNode: on Galera, the
+	// node whose clock the heartbeat read. Empty: no such column.
+	DBNode string
 }
 
 // OnConflict is Dialect.Upsert for PostgreSQL and SQLite: max is the name
