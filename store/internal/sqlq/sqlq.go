@@ -272,6 +272,11 @@ func (x q) row(ctx context.Context, sql string, args []any, dest ...any) (found 
 	if err := rows.Scan(dest...); err != nil {
 		return false, err
 	}
+	// Read to the end, as database/sql's Row.Scan does: an error can follow
+	// the row (on Galera, the abort of a transaction that lost to another
+	// node's commit), and a transaction must not commit past it.
+	for rows.Next() {
+	}
 	return true, rows.Err()
 }
 
