@@ -39,6 +39,9 @@ var sqlDialect = sqlq.Dialect{
 	KeepFirst: func(table, key string) string {
 		return ` ON DUPLICATE KEY UPDATE ` + table + `.` + key + ` = ` + table + `.` + key
 	},
+	// Migration 0008's column: the server (one Galera node of several)
+	// whose NOW(3) this process's transactions read.
+	DBNode: `CONCAT(@@hostname, ':', @@port)`,
 }
 
 // sqlDB is the store to package sqlq: reads on the pool, writes in a
