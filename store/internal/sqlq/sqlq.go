@@ -2,13 +2,13 @@
 // commit, written once: the reads of orders, timers and the event log
 // (with the sinks' cursors), the webhooks, dead letters and due
 // deliveries, the stats, the outbox, retention, products and the policy,
-// and the timer requests' apply (the decisions; each store writes what
-// they arm and cancel), rejected listing, count and prune. Its statements
-// use "?" placeholders (numbered for PostgreSQL by Rebind) and portable
-// SQL, and run on a Querier each store adapts from its driver (pgx,
-// database/sql, zombiezen's SQLite), through a DB that says how the store
-// reads, writes (its transactions, retries and error mapping) and reads
-// "now".
+// the timer requests' apply (the decisions; each store writes what they
+// arm and cancel), rejected listing, count and prune, and the cluster's
+// membership and leases. Its statements use "?" placeholders (numbered for
+// PostgreSQL by Rebind) and portable SQL, and run on a Querier each store
+// adapts from its driver (pgx, database/sql, zombiezen's SQLite), through
+// a DB that says how the store reads, writes (its transactions, retries
+// and error mapping) and reads "now".
 //
 // It owns no connection and no schema; it imports only the domain and two
 // of the stores' shared packages (plan's refusals, stored's text forms).
