@@ -207,7 +207,8 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
-	// Cluster is the cluster tables' SQL written once (PruneNodes).
+	// Cluster is the cluster tables' SQL written once: membership,
+	// leases and PruneNodes.
 	sqlq.Cluster
 
 	cfg    Config

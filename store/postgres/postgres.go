@@ -5,7 +5,8 @@
 // inside the statement that needs it, the policy is read inside each create,
 // deliveries fan out with INSERT … SELECT from the subscriptions, and other
 // processes' new deliveries and orders arrive through LISTEN/NOTIFY. It is a
-// hourglass.ClusterStore: membership and partition leases (cluster.go).
+// hourglass.ClusterStore: membership and partition leases (sqlq.Cluster's
+// SQL), and the created orders announced to the other nodes (cluster.go).
 //
 // Order writes (create, pay, cancel/ship/complete, close) are group-committed:
 // concurrent calls in one process share one transaction and a few pipelined
@@ -203,7 +204,8 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
-	// Cluster is the cluster tables' SQL written once (PruneNodes).
+	// Cluster is the cluster tables' SQL written once: membership,
+	// leases and PruneNodes.
 	sqlq.Cluster
 
 	cfg      Config
