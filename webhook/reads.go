@@ -24,7 +24,12 @@ import (
 // that finishes while the read is in flight, and when the API changes
 // deliveries (dropAll), so an attempt never sends on a row older than its
 // own delivery's last outcome. A row that waits for an earlier delivery
-// (BlockedBy) is not kept: it is read again when its turn comes.
+// (BlockedBy) is not kept: it is read again when its turn comes. An attempt
+// that asked while the read bringing its row ahead was in flight takes the
+// row when that read returns (serveAhead), and a delivery a read found no
+// longer pending is not read ahead again while young (gone): in a burst the
+// queue holds many such stale timers, and reading each one ahead at every
+// read made MariaDB read four times the rows it needed.
 type reader struct {
 	store Store
 	clock hourglass.Clock
@@ -38,6 +43,12 @@ type reader struct {
 	reading bool           // a read is in flight
 	dropped map[int64]bool // attempts finished while it is
 	stale   bool           // the API changed deliveries while it is
+	// gone holds the deliveries a read found no longer pending, with when
+	// that read began: their timers still queued (a scan that found one
+	// pending just before its attempt finished queues it again) are not
+	// read ahead while young. An attempt of one still reads it: only a
+	// read answers not_found.
+	gone map[int64]time.Time
 }
 
 type aheadRow struct {
@@ -62,7 +73,7 @@ type readReply struct {
 
 func newReader(store Store, clock hourglass.Clock, workers int, upcoming func([]int64, int) []int64) *reader {
 	return &reader{store: store, clock: clock, reqs: make(chan readReq, workers), upcoming: upcoming,
-		ahead: map[int64]aheadRow{}, dropped: map[int64]bool{}}
+		ahead: map[int64]aheadRow{}, dropped: map[int64]bool{}, gone: map[int64]time.Time{}}
 }
 
 // get returns delivery id as PendingDelivery would: not_found when it is no
@@ -113,6 +124,7 @@ func (r *reader) drop(id int64) {
 func (r *reader) dropAll() {
 	r.mu.Lock()
 	clear(r.ahead)
+	clear(r.gone) // a retried dead letter is pending again
 	r.stale = r.reading
 	r.mu.Unlock()
 }
@@ -141,6 +153,13 @@ func (r *reader) run(ctx context.Context) {
 				break more
 			}
 		}
+		// An ask that waited while the read bringing its row was in flight
+		// (its worker took the delivery from the queue before the row was
+		// kept) takes that row now instead of reading it again.
+		batch = r.serveAhead(batch)
+		if len(batch) == 0 {
+			continue
+		}
 		asked := make(map[int64]bool, len(batch))
 		for _, q := range batch {
 			if !asked[q.id] {
@@ -157,7 +176,9 @@ func (r *reader) run(ctx context.Context) {
 		for _, id := range next {
 			_, held := r.ahead[id]
 			_, listed := asked[id] // asked for, or already read ahead (a second timer)
-			if !held && !listed && len(ids) < hourglass.MaxPendingBatch && room > 0 {
+			at, isGone := r.gone[id]
+			isGone = isGone && start.Sub(at) <= aheadMaxAge
+			if !held && !listed && !isGone && len(ids) < hourglass.MaxPendingBatch && room > 0 {
 				asked[id] = false // read ahead, not asked for
 				ids = append(ids, id)
 				room--
@@ -170,7 +191,11 @@ func (r *reader) run(ctx context.Context) {
 		for _, d := range ds {
 			found[d.ID] = d
 		}
-		r.keep(ds, asked, start)
+		if err == nil {
+			r.keep(ds, asked, start)
+		} else {
+			r.keep(nil, nil, start)
+		}
 		for _, q := range batch {
 			rep := readReply{err: err}
 			if err == nil {
@@ -185,19 +210,68 @@ func (r *reader) run(ctx context.Context) {
 	}
 }
 
+// serveAhead answers the asks whose rows are read ahead (take's rules: once
+// each, while young; a second ask of the same delivery gets the same row, as
+// from one read) and returns the others, in place.
+func (r *reader) serveAhead(batch []readReq) []readReq {
+	var served map[int64]hourglass.PendingDelivery
+	rest := batch[:0]
+	for _, q := range batch {
+		d, ok := served[q.id]
+		if !ok {
+			if d, ok = r.take(q.id); ok {
+				if served == nil {
+					served = map[int64]hourglass.PendingDelivery{}
+				}
+				served[q.id] = d
+			}
+		}
+		if ok {
+			q.reply <- readReply{d: d}
+			continue
+		}
+		rest = append(rest, q)
+	}
+	return rest
+}
+
 // maxAhead bounds the rows read ahead and not yet taken.
 const maxAhead = 2 * hourglass.MaxPendingBatch
 
 // keep holds the rows read ahead (asked false) that no finished attempt
-// or API change made stale while they were read, and ends the read.
+// or API change made stale while they were read, notes the deliveries the
+// read (ids asked and read ahead: asked's keys, found ds) found gone, and
+// ends the read.
 func (r *reader) keep(ds []hourglass.PendingDelivery, asked map[int64]bool, start time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.stale {
 		for _, d := range ds {
+			delete(r.gone, d.ID)
 			if a, ok := asked[d.ID]; ok && !a && !r.dropped[d.ID] && d.BlockedBy.ID == 0 {
 				r.ahead[d.ID] = aheadRow{d: d, at: start}
 			}
+		}
+		if len(asked) > len(ds) {
+			pending := make(map[int64]bool, len(ds))
+			for _, d := range ds {
+				pending[d.ID] = true
+			}
+			for id := range asked {
+				if !pending[id] {
+					r.gone[id] = start
+				}
+			}
+		}
+	}
+	if len(r.gone) > maxAhead {
+		for id, at := range r.gone {
+			if start.Sub(at) > aheadMaxAge {
+				delete(r.gone, id)
+			}
+		}
+		if len(r.gone) > 4*maxAhead { // bounded whatever the queue holds
+			clear(r.gone)
 		}
 	}
 	r.reading, r.stale = false, false

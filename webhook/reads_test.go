@@ -11,6 +11,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // rowStore serves PendingDeliveries from rows, records each read's ids,
@@ -127,6 +128,74 @@ func TestReadAhead(t *testing.T) {
 	if _, err := g.r.get(t.Context(), 42); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
 		t.Fatalf("get of a delivery that is not pending: %v, want not_found", err)
 	}
+}
+
+// TestReadAheadServesWaitingAsks: an attempt that asks for its row while
+// the read bringing it ahead is in flight takes that row when the read
+// returns, instead of reading it again; a second ask of the same delivery
+// gets the same row.
+func TestReadAheadServesWaitingAsks(t *testing.T) {
+	g := newReaderRig(t)
+	g.store.hold = make(chan struct{})
+	g.upcoming(2, 3)
+	first := make(chan error, 1)
+	go func() { _, err := g.r.get(context.Background(), 1); first <- err }()
+	<-g.store.hold // the read of 1, 2 and 3 has begun
+	g.upcoming()
+	waiting := make(chan hourglass.PendingDelivery, 2)
+	for range 2 {
+		go func() {
+			d, err := g.r.get(context.Background(), 2)
+			if err != nil {
+				t.Error(err)
+			}
+			waiting <- d
+		}()
+	}
+	testenv.Eventually(t, 10*time.Second, "two asks for delivery 2 queued behind the read", func() bool { return len(g.r.reqs) == 2 })
+	g.store.hold <- struct{}{}
+	// Any later read passes its hold at once.
+	go func() {
+		for {
+			select {
+			case <-g.store.hold:
+				g.store.hold <- struct{}{}
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if d := <-waiting; d.ID != 2 {
+			t.Fatalf("a waiting ask got delivery %d, want 2", d.ID)
+		}
+	}
+	g.get(t, 3, 0)
+	g.wantReads(t, []int64{1, 2, 3})
+}
+
+// TestReadAheadSkipsGone: a delivery a read found no longer pending (its
+// timer queued twice: a scan offered it again just before its attempt
+// finished) is not read ahead again while young; an attempt of it still
+// reads it; an API change forgets what was gone.
+func TestReadAheadSkipsGone(t *testing.T) {
+	g := newReaderRig(t)
+	g.upcoming(42, 2)
+	g.get(t, 1, 0) // reads 1, 42 (not pending) and 2
+	g.upcoming(42, 3)
+	g.get(t, 4, 0) // 42 is gone: not read ahead again
+	if _, err := g.r.get(t.Context(), 42); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
+		t.Fatalf("get(42): %v, want not_found", err)
+	}
+	g.clock.Advance(aheadMaxAge + time.Millisecond)
+	g.get(t, 5, 0) // older than aheadMaxAge: read ahead again (3 is still held)
+	g.r.dropAll()
+	g.upcoming(42)
+	g.get(t, 6, 0)
+	g.wantReads(t, []int64{1, 42, 2}, []int64{4, 3}, []int64{42}, []int64{5, 42}, []int64{6, 42})
 }
 
 // TestReadAheadAges: a row read ahead longer than aheadMaxAge ago is read
