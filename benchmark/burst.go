@@ -240,9 +240,9 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		return res, err
 	}
 	rate := float64(probes/2) / time.Since(calStart).Seconds()
-	// Seed: the deadline lies 1.5 times the measured seeding time ahead,
-	// plus 3 s.
-	due := time.Now().Add(3*time.Second + time.Duration(1.5*float64(w.Orders)/rate*float64(time.Second))).Truncate(time.Second)
+	// Seed: the deadline lies twice the measured seeding time ahead, plus
+	// 3 s (1.5 times was short on a machine whose speed varied).
+	due := time.Now().Add(3*time.Second + time.Duration(2*float64(w.Orders)/rate*float64(time.Second))).Truncate(time.Second)
 	ids := make([]int64, w.Orders)
 	var (
 		next   atomic.Int64
@@ -260,7 +260,15 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 				if i%1000 == 0 && progress != nil {
 					progress(sys.Name, i, w.Orders, "seeding")
 				}
-				o, err := target.Create(ctx, sku, 1, time.Until(due))
+				left := time.Until(due)
+				if left < hourglass.MinTimeout+time.Second {
+					// Seeding ran slower than its calibration: the rest
+					// cannot be due at the burst's instant.
+					errs <- fmt.Errorf("seeding ran slower than its calibration (%.0f creates/s): order %d of %d would be due in %s, under the API's minimum timeout (%s) plus a second; rerun on a quieter machine",
+						rate, i, w.Orders, left.Round(time.Millisecond), hourglass.MinTimeout)
+					return
+				}
+				o, err := target.Create(ctx, sku, 1, left)
 				if err != nil {
 					errs <- err
 					return
