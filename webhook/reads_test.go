@@ -270,6 +270,24 @@ func TestReadAheadFailedRead(t *testing.T) {
 	g.wantReads(t, []int64{1, 2}, []int64{2})
 }
 
+// TestFailedReadNotesNothingGone: a read that fails found nothing gone,
+// so the deliveries it asked for are read ahead again at the next read.
+func TestFailedReadNotesNothingGone(t *testing.T) {
+	g := newReaderRig(t)
+	g.store.mu.Lock()
+	g.store.fail = true
+	g.store.mu.Unlock()
+	g.upcoming(2)
+	if _, err := g.r.get(t.Context(), 1); err == nil {
+		t.Fatal("get(1) while reads fail: no error")
+	}
+	g.store.mu.Lock()
+	g.store.fail = false
+	g.store.mu.Unlock()
+	g.get(t, 3, 0)
+	g.wantReads(t, []int64{1, 2}, []int64{3, 2})
+}
+
 // apiStore is a rowStore whose webhook can be deleted and whose dead
 // letter can be retried.
 type apiStore struct{ *rowStore }

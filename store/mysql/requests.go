@@ -57,12 +57,8 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	clock := cmp.Or[hourglass.Clock](s.clock, hourglass.SystemClock{})
-	// Decided on the server's now (or the test's).
-	now := func(ctx context.Context, x sqlq.Querier) (time.Time, error) {
-		ms, err := s.now(ctx, x.(sqlQuerier).q.(*sql.Tx))
-		return hourglass.FromUnixMilli(ms), err
-	}
-	res, err := s.Store.ApplyTimerRequests(ctx, min(limit, cmp.Or(s.cfg.MaxBatch, MaxBatchDefault)), clock, now, s.writeRequests)
+	// Decided on the server's now (or the test's), as the group commit decides.
+	res, err := s.Store.ApplyTimerRequests(ctx, min(limit, cmp.Or(s.cfg.MaxBatch, MaxBatchDefault)), clock, true, s.writeRequests)
 	if err == nil {
 		// This node's engine hears of them through the store's due feed
 		// (the others through the order_feed row the batch wrote).

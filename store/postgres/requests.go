@@ -45,7 +45,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	clock := cmp.Or[hourglass.Clock](s.cfg.Clock, hourglass.SystemClock{})
-	res, err := s.Store.ApplyTimerRequests(ctx, limit, clock, nil, s.writeRequests)
+	res, err := s.Store.ApplyTimerRequests(ctx, limit, clock, false, s.writeRequests)
 	if err == nil {
 		s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
 	}

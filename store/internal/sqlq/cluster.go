@@ -51,12 +51,9 @@ func (s *Store) autocommit(ctx context.Context, op string, fn func(x q) error) e
 	return s.write(ctx, op, Normal, fn)
 }
 
-// dbNow reads the database's now, in unix ms, in its own statement.
-func (c Cluster) dbNow(ctx context.Context, x q) (int64, error) {
-	var now int64
-	_, err := x.row(ctx, `SELECT `+c.s.d.Now, []any{nil}, &now)
-	return now, err
-}
+// dbNow reads the database server's now, in unix ms, in its own
+// statement, whatever clock the store was opened with.
+func (c Cluster) dbNow(ctx context.Context, x q) (int64, error) { return c.s.nowOf(ctx, x, nil) }
 
 // Heartbeat implements hourglass.ClusterStore: the database's now is read
 // first and written as last_seen (and as started_at when n.StartedAt is

@@ -160,14 +160,15 @@ type TimerRequests struct {
 
 // ApplyTimerRequests applies up to limit timer requests in one
 // transaction (DB.Write, run again as the store's retry policy allows) by
-// ApplyTimerRequestsIn, deciding them at now (read in the transaction; nil
-// for clock's). The lags of its result count to that now plus the time
+// ApplyTimerRequestsIn, deciding them at the database's now (dbNow:
+// Dialect.Now read in the transaction, as the store's group commit decides)
+// or else at clock's. The lags of its result count to that now plus the time
 // clock says the transaction took since; the store announces the result's
 // Armed and Cancelled to its due feed. Errors: invalid_argument (a limit
 // under 1), unavailable (the outcome of the commit may then be unknown:
 // the requests it applied are gone, the others are still there for the
 // next call).
-func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourglass.Clock, now func(ctx context.Context, x Querier) (time.Time, error), write TimerRequestWrites) (hourglass.TimerRequestsApplied, error) {
+func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourglass.Clock, dbNow bool, write TimerRequestWrites) (hourglass.TimerRequestsApplied, error) {
 	if limit < 1 {
 		return hourglass.TimerRequestsApplied{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
 	}
@@ -178,10 +179,11 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourgla
 	err := s.db.Write(ctx, "apply timer requests", Normal, func(x Querier) (err error) {
 		b, err = s.ApplyTimerRequestsIn(ctx, x, limit, func(x Querier) (time.Time, error) {
 			started = clock.Now()
-			if now == nil {
+			if !dbNow {
 				return started, nil
 			}
-			return now(ctx, x)
+			ms, err := s.now(ctx, s.wrap(x))
+			return hourglass.FromUnixMilli(ms), err
 		}, write)
 		return err
 	})
@@ -300,17 +302,4 @@ func (s *Store) heldKeys(ctx context.Context, x q, reqs []plan.RequestRow) (map[
 			return nil
 		})
 	return held, err
-}
-
-// in is the condition that col is one of vals, with its arguments: one
-// array (Dialect.Arrays), or a placeholder each.
-func in[T int64 | string](d Dialect, col string, vals []T) (string, []any) {
-	if d.Arrays {
-		return col + ` = ANY (?)`, []any{vals}
-	}
-	args := make([]any, len(vals))
-	for i, v := range vals {
-		args[i] = v
-	}
-	return col + ` IN (?` + strings.Repeat(`, ?`, len(vals)-1) + `)`, args
 }

@@ -222,6 +222,19 @@ func Rebind(q string) string {
 	return b.String()
 }
 
+// in is the condition that col is one of vals, with its arguments: one
+// array (Dialect.Arrays), or a placeholder each.
+func in[T int64 | string](d Dialect, col string, vals []T) (string, []any) {
+	if d.Arrays {
+		return col + ` = ANY (?)`, []any{vals}
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return col + ` IN (?` + strings.Repeat(`, ?`, len(vals)-1) + `)`, args
+}
+
 // Placeholders returns "(?, ?, …), (…)…": rows groups of width marks.
 func Placeholders(rows, width int) string {
 	one := "(" + strings.Repeat("?, ", width-1) + "?)"

@@ -96,10 +96,16 @@ func (s *Store) countWebhooks(ctx context.Context, x q, limit int) error {
 	return nil
 }
 
-// now reads Dialect.Now in a statement of its own, in unix ms.
+// now reads Dialect.Now in a statement of its own, in unix ms, bound to
+// the store's NowArg (the test clock's value, or the server's clock).
 func (s *Store) now(ctx context.Context, x q) (int64, error) {
+	return s.nowOf(ctx, x, s.db.NowArg())
+}
+
+// nowOf reads Dialect.Now bound to arg: nil reads the server's clock.
+func (s *Store) nowOf(ctx context.Context, x q, arg any) (int64, error) {
 	var ms int64
-	_, err := x.row(ctx, `SELECT `+s.d.Now, []any{s.db.NowArg()}, &ms)
+	_, err := x.row(ctx, `SELECT `+s.d.Now, []any{arg}, &ms)
 	return ms, err
 }
 
