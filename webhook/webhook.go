@@ -708,7 +708,12 @@ func (s *Service) record(ctx context.Context, d hourglass.PendingDelivery, made 
 		outcome = OutcomeDead
 		if made < len(s.cfg.Retry) {
 			outcome = OutcomeRetry
+			// Rounded up to the millisecond the stores keep: rounded down,
+			// the next attempt could come up to 1 ms before its backoff.
 			r.RetryAt = s.clock.Now().Add(s.backoff(made))
+			if at := r.RetryAt.Truncate(time.Millisecond); !at.Equal(r.RetryAt) {
+				r.RetryAt = at.Add(time.Millisecond)
+			}
 		}
 	}
 	rec, err := s.store.RecordAttempt(ctx, r)
