@@ -590,15 +590,6 @@ const dbNowMs = `CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`
 // nowExpr is "now" in every statement: the bound test clock, else the server's.
 const nowExpr = `COALESCE(?, ` + dbNowMs + `)`
 
-// now reads now (nowExpr) in its own statement.
-func (s *Store) now(ctx context.Context, q querier) (int64, error) {
-	var ms int64
-	if err := q.QueryRowContext(ctx, `SELECT `+nowExpr, s.nowArg()).Scan(&ms); err != nil {
-		return 0, err
-	}
-	return ms, nil
-}
-
 // querier is what *sql.DB, *sql.Tx and *sql.Conn share.
 type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -620,27 +611,6 @@ func eachRow(ctx context.Context, q querier, query string, args []any, scan func
 		}
 	}
 	return rows.Err()
-}
-
-// collect is eachRow gathering what scan makes of each row.
-func collect[T any](ctx context.Context, q querier, query string, args []any, scan func(rows *sql.Rows) (T, error)) ([]T, error) {
-	var out []T
-	err := eachRow(ctx, q, query, args, func(rows *sql.Rows) error {
-		v, err := scan(rows)
-		out = append(out, v)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// scanTimerRow scans (id, time in unix ms) into a hourglass.Timer.
-func scanTimerRow(rows *sql.Rows) (hourglass.DueItem, error) {
-	var id, at int64
-	err := rows.Scan(&id, &at)
-	return hourglass.DueItem{ID: id, At: hourglass.FromUnixMilli(at)}, err
 }
 
 // inTx runs fn in a transaction on the pool, again after a lost race

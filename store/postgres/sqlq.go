@@ -20,6 +20,9 @@ var sqlDialect = sqlq.Dialect{
 	},
 	TimerKey: "key",
 	InParts:  func(col string) string { return `((?::bigint >> (` + col + ` % 64)::int) & 1) = 1` },
+	ByID: func(table, alias string) string {
+		return `unnest(?::bigint[]) AS want(id) CROSS JOIN LATERAL (SELECT * FROM ` + table + ` x WHERE x.id = want.id OFFSET 0) ` + alias
+	},
 
 	FanoutLists: func(seq string) string { return seq + ` = ANY (p.seqs)` },
 	Returning:   true,

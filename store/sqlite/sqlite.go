@@ -456,19 +456,6 @@ func (s *Store) read(ctx context.Context, fn func(conn *sqlite.Conn) error) erro
 	return fn(conn)
 }
 
-// readTx is read with fn's statements in one read transaction: they see
-// one snapshot, and the connection's page cache, which a commit of the
-// writer empties, is filled once for all of them.
-func (s *Store) readTx(ctx context.Context, fn func(conn *sqlite.Conn) error) error {
-	return s.read(ctx, func(conn *sqlite.Conn) error {
-		if err := sqlitex.ExecuteTransient(conn, "BEGIN", nil); err != nil {
-			return fmt.Errorf("sqlite: begin a read: %w", err)
-		}
-		defer sqlitex.ExecuteTransient(conn, "ROLLBACK", nil) // read only: nothing to keep
-		return fn(conn)
-	})
-}
-
 // step runs a prepared statement that returns at most one row, calling fn on it.
 func step(stmt *sqlite.Stmt, fn func(stmt *sqlite.Stmt)) (found bool, err error) {
 	defer stmt.Reset()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -337,20 +336,6 @@ func writeTimerEvent(conn *sqlite.Conn, nowMs int64, t hourglass.Timer) (int64, 
 		return 0, fmt.Errorf("sqlite: write timer.fired event of %q: %w", t.Key, err)
 	}
 	return conn.LastInsertRowID(), nil
-}
-
-// eventBody returns the JSON body of an event: the body stored with it
-// (a timer's event), else the order's row seen as of the event, read by
-// order (which it calls at most once per event).
-func eventBody(stored []byte, id string, typ hourglass.EventType, createdAtMs int64, order func() (hourglass.Order, error)) ([]byte, error) {
-	if stored != nil {
-		return stored, nil
-	}
-	o, err := order()
-	if err != nil {
-		return nil, err
-	}
-	return sqlq.RenderEvent(id, typ, createdAtMs, o), nil
 }
 
 // columnBytes returns a copy of a column's bytes, nil when it is NULL.

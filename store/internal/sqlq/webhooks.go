@@ -368,3 +368,88 @@ WHERE webhook_id = ? AND order_id = ? AND state = 'pending' ORDER BY event_seq L
 	}
 	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, true, nil
 }
+
+// PendingDelivery implements hourglass.DeliveryStore (PendingDeliveries of
+// one). Errors: not_found, unavailable.
+func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.PendingDelivery, error) {
+	return hourglass.OnePending(ctx, s.PendingDeliveries, id)
+}
+
+// pendingOrderColumns are OrderColumns of the order LEFT JOINed as o,
+// NULL-free where orderRow needs it: an event that keeps its body (a
+// timer's, a source's) joins no order.
+const pendingOrderColumns = `COALESCE(o.id, 0), COALESCE(o.user_id, ''), COALESCE(o.status, ''), COALESCE(o.items, '[]'),
+	COALESCE(o.created_at, 0), COALESCE(o.deadline, 0), o.paid_at, o.closed_at, o.close_reason, o.payment_id`
+
+// PendingDeliveries implements hourglass.DeliveryStore, in one query: each
+// delivery with its webhook, its event and the stream's earlier pending
+// delivery, if any (one seek of webhook_deliveries_stream). An order
+// event's body is rendered from the order's current row as of the event
+// (hourglass.Order.AsOf), once per event in the batch; a timer's or a
+// source's event keeps the body written with it. Errors: invalid_argument,
+// unavailable.
+func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
+	if err := hourglass.CheckPendingBatch(ids); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	from, where, args := "webhook_deliveries d", "", []any{any(ids)}
+	if s.d.ByID != nil {
+		from = s.d.ByID("webhook_deliveries", "d")
+	} else {
+		where, args = in(s.d, "d.id", ids)
+		where += " AND"
+	}
+	earlier := func(col string) string {
+		return `(SELECT b.` + col + ` FROM ` + s.d.From("webhook_deliveries b", "webhook_deliveries_stream") + `
+		WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
+		ORDER BY b.event_seq LIMIT 1)`
+	}
+	query := `SELECT ` + pendingOrderColumns + `, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
+	d.attempts, d.next_attempt_at, ` + earlier("id") + `, ` + earlier("next_attempt_at") + `
+FROM ` + from + ` JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
+LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
+WHERE ` + where + ` d.state = 'pending'`
+	var (
+		out                  []hourglass.PendingDelivery
+		d                    hourglass.PendingDelivery
+		ord                  orderRow
+		typ                  string
+		body                 []byte
+		created, next        int64
+		blockedID, blockedAt *int64
+	)
+	dest := ord.dest(&d.ID, &d.WebhookID, &d.OrderID, &d.URL, &d.Secret, &d.EventID, &typ, &created, &body,
+		&d.Attempts, &next, &blockedID, &blockedAt)
+	err := s.read(ctx, "get deliveries", func(x q) error {
+		out = make([]hourglass.PendingDelivery, 0, len(ids))
+		bodies := map[string][]byte{} // by event id
+		return x.each(ctx, query, args, dest, func() error {
+			d.EventType, d.EventCreatedAt = hourglass.EventType(typ), hourglass.FromUnixMilli(created)
+			d.NextAttemptAt, d.BlockedBy = hourglass.FromUnixMilli(next), hourglass.DeliveryTimer{}
+			switch b, ok := bodies[d.EventID]; {
+			case ok:
+				d.Body = b
+			case body != nil:
+				d.Body = body
+			case ord.id == 0: // cannot happen: orders are never deleted
+				return fmt.Errorf("delivery %d: order %d of event %s not found", d.ID, d.OrderID, d.EventID)
+			default:
+				o, err := ord.order()
+				if err != nil {
+					return err
+				}
+				d.Body = RenderEvent(d.EventID, d.EventType, created, o)
+			}
+			bodies[d.EventID] = d.Body
+			if blockedID != nil && blockedAt != nil {
+				d.BlockedBy = hourglass.DeliveryTimer{ID: *blockedID, At: hourglass.FromUnixMilli(*blockedAt)}
+			}
+			out = append(out, d)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
