@@ -13,6 +13,7 @@ var sqlDialect = sqlq.Dialect{
 	Now:    nowExpr,
 	Upsert: sqlq.OnDuplicateKey,
 	From:   func(table, index string) string { return table + " FORCE INDEX (" + index + ")" },
+	ByKey:  " FORCE INDEX (PRIMARY)",
 	IntDiv: "DIV",
 	// Not (a, b) > (?, ?): MySQL does not read a row comparison as a range.
 	After: func(col, idCol string, at, id int64) (string, []any) {

@@ -24,6 +24,7 @@ var sqlDialect = sqlq.Dialect{
 	InParts:     func(col string) string { return `((? >> (` + col + ` % 64)) & 1) = 1` },
 	FanoutLists: func(seq string) string { return seq + ` BETWEEN p.first_seq AND p.last_seq` },
 	Returning:   true,
+	ByKey:       " NOT INDEXED",
 	// No LockWebhooks: the one writer runs the creates one after another.
 	RequestTime:      func(col string) string { return col },
 	ParseRequestTime: parseRequestColumn,

@@ -81,3 +81,41 @@ func TestConnQuerier(t *testing.T) {
 	}
 	rows.Close()
 }
+
+// TestPendingDeliveriesReadByKey: the batch read of pending deliveries
+// looks each one up by its primary key. Planned freely, SQLite took the
+// pending rows of the (state, next_attempt_at) index and filtered them by
+// id: a burst's 100,000 pending deliveries scanned for every read of 8
+// (its deliveries' first attempts took 11 s instead of 6).
+func TestPendingDeliveriesReadByKey(t *testing.T) {
+	s, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	query, args := s.PendingDeliveriesSQL([]int64{1, 2, 3, 4, 5, 6, 7, 8})
+	var plan []string
+	err = s.read(t.Context(), func(conn *sqlite.Conn) error {
+		rows, err := connQuerier{conn}.Query(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var id, parent, unused int64
+		var detail string
+		for rows.Next() {
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				return err
+			}
+			plan = append(plan, detail)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(plan, "\n")
+	if !strings.Contains(got, "SEARCH d USING INTEGER PRIMARY KEY") || strings.Contains(got, "webhook_deliveries_due") {
+		t.Errorf("the deliveries are not read by their primary key:\n%s", got)
+	}
+}

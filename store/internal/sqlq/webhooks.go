@@ -392,23 +392,7 @@ func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass
 	if err := hourglass.CheckPendingBatch(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	from, where, args := "webhook_deliveries d", "", []any{any(ids)}
-	if s.d.ByID != nil {
-		from = s.d.ByID("webhook_deliveries", "d")
-	} else {
-		where, args = in(s.d, "d.id", ids)
-		where += " AND"
-	}
-	earlier := func(col string) string {
-		return `(SELECT b.` + col + ` FROM ` + s.d.From("webhook_deliveries b", "webhook_deliveries_stream") + `
-		WHERE b.webhook_id = d.webhook_id AND b.order_id = d.order_id AND b.event_seq < d.event_seq AND b.state = 'pending'
-		ORDER BY b.event_seq LIMIT 1)`
-	}
-	query := `SELECT ` + pendingOrderColumns + `, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
-	d.attempts, d.next_attempt_at, ` + earlier("id") + `, ` + earlier("next_attempt_at") + `
-FROM ` + from + ` JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
-LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
-WHERE ` + where + ` d.state = 'pending'`
+	query, args := s.PendingDeliveriesSQL(ids)
 	var (
 		out                  []hourglass.PendingDelivery
 		d                    hourglass.PendingDelivery
@@ -452,4 +436,32 @@ WHERE ` + where + ` d.state = 'pending'`
 		return nil, err
 	}
 	return out, nil
+}
+
+// PendingDeliveriesSQL is PendingDeliveries' statement and arguments
+// (exported for the stores' plan tests): each delivery read by its primary
+// key (Dialect.ByID, Dialect.ByKey), never through an index on its
+// state, which a burst fills with pending rows.
+func (s *Store) PendingDeliveriesSQL(ids []int64) (string, []any) {
+	from, where, args := "webhook_deliveries d"+s.d.ByKey, "", []any{any(ids)}
+	if s.d.ByID != nil {
+		from = s.d.ByID("webhook_deliveries", "d")
+	} else {
+		where, args = in(s.d, "d.id", ids)
+		where += " AND"
+	}
+	// The stream's earlier pending delivery, one seek each: correlated
+	// scalar subqueries, whose plan is that seek on every database, where
+	// a join on the row they find was a hash join over every delivery on
+	// PostgreSQL with few rows counted.
+	earlier := func(col string) string {
+		return `(SELECT h.` + col + ` FROM ` + s.d.From("webhook_deliveries h", "webhook_deliveries_stream") + `
+		WHERE h.webhook_id = d.webhook_id AND h.order_id = d.order_id AND h.event_seq < d.event_seq AND h.state = 'pending'
+		ORDER BY h.event_seq LIMIT 1)`
+	}
+	return `SELECT ` + pendingOrderColumns + `, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
+	d.attempts, d.next_attempt_at, ` + earlier("id") + `, ` + earlier("next_attempt_at") + `
+FROM ` + from + ` JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
+LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
+WHERE ` + where + ` d.state = 'pending'`, args
 }
