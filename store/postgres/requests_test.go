@@ -163,3 +163,43 @@ func TestShopRoleNeedsOnlyInsert(t *testing.T) {
 		t.Error("the shop's role read hourglass.timers; want permission denied")
 	}
 }
+
+// TestTimerRequestInfinity: a shop's 'infinity' (or a time past what a
+// bigint of microseconds holds) in fire_at or requested_at is rejected with
+// its reason, and the requests beside it apply: before, the cast of that
+// time to a number failed the whole batch, every time, and no request was
+// applied again.
+func TestTimerRequestInfinity(t *testing.T) {
+	t.Parallel()
+	url, db := shopDatabase(t)
+	s := openSchema(t, url, "hourglass")
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	if _, err := db.ExecContext(t.Context(), `INSERT INTO hourglass.timer_requests (timer_key, fire_at, delay_ms, requested_at) VALUES
+	('inf-fire', 'infinity', NULL, now()),
+	('far-fire', '294276-12-31 23:59:59+00', NULL, now()),
+	('inf-requested', NULL, 1000, '-infinity'),
+	('fine', $1, NULL, now())`, at); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyTimerRequests(t.Context(), 10)
+	if err != nil || res.Applied != 1 || res.Rejected != 3 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, three rejected", res, err)
+	}
+	rej, err := s.RejectedTimerRequests(t.Context(), 0, 10)
+	if err != nil || len(rej) != 3 {
+		t.Fatalf("rejected = %+v, %v; want three", rej, err)
+	}
+	want := map[string]string{
+		"inf-fire":      "fire_at: not a valid time (infinity)",
+		"far-fire":      "fire_at: not a valid time (out of range)",
+		"inf-requested": "requested_at: not a valid time (-infinity)",
+	}
+	for _, r := range rej {
+		if r.Key == nil || r.Reason != want[*r.Key] {
+			t.Errorf("rejected %+v: want the reason of its key", r)
+		}
+	}
+	if tm, err := s.Timer(t.Context(), "fine"); err != nil || !tm.FireAt.Equal(at) {
+		t.Fatalf("the good request's timer = %+v, %v", tm, err)
+	}
+}

@@ -30,8 +30,13 @@ var sqlDialect = sqlq.Dialect{
 	// The transaction advisory lock every CreateWebhook with a limit takes,
 	// on any process: class 0x68676b32 ("hgk2"), key 1.
 	LockWebhooks: `SELECT pg_advisory_xact_lock(1751608114, 1)`,
-	// TIMESTAMPTZ(3): microseconds since the epoch, exact (numeric).
-	RequestTime:      func(col string) string { return `(extract(epoch FROM ` + col + `) * 1000000)::bigint::text` },
+	// TIMESTAMPTZ(3): microseconds since the epoch, exact (numeric), or
+	// 'infinity' / '-infinity', which a shop may write and no cast to a
+	// number takes (a bigint would also overflow near year 294276): the
+	// text always reads, and ParseRequestTime names what it holds.
+	RequestTime: func(col string) string {
+		return `CASE WHEN isfinite(` + col + `) THEN (extract(epoch FROM ` + col + `) * 1000000)::numeric(30, 0)::text ELSE ` + col + `::text END`
+	},
 	ParseRequestTime: sqlq.UnixMicros,
 	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
 	KeepFirst:        func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },

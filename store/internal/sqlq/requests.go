@@ -65,12 +65,20 @@ func clone[T any](p *T) *T {
 }
 
 // UnixMicros is Dialect.ParseRequestTime for a RequestTime that reads
-// microseconds since the Unix epoch, or "" for a zero date (MySQL's
-// DATETIME may hold one).
+// microseconds since the Unix epoch: "" for a zero date (MySQL's DATETIME
+// may hold one), "infinity" or "-infinity" (PostgreSQL's), or a number too
+// large for a time are rejected, the reason naming which.
 func UnixMicros(col, text string) (*time.Time, string) {
 	us, err := strconv.ParseInt(text, 10, 64)
 	if err != nil {
-		return &time.Time{}, col + ": not a valid time (a zero date)"
+		what := "out of range"
+		switch text {
+		case "":
+			what = "a zero date"
+		case "infinity", "-infinity":
+			what = text
+		}
+		return &time.Time{}, col + ": not a valid time (" + what + ")"
 	}
 	t := time.UnixMicro(us).UTC()
 	return &t, ""
