@@ -59,8 +59,8 @@ func parseRequestColumn(col, text string) (*time.Time, string) {
 	switch {
 	case ok:
 		return &t, ""
-	case col == "fire_at":
-		return nil, fmt.Sprintf("fire_at: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", text)
+	case col == "fire_at" || col == "requested_at":
+		return nil, fmt.Sprintf("%s: %q is not a time (want 2026-11-25 10:00:00.000 in UTC, or RFC 3339)", col, text)
 	}
 	return nil, ""
 }

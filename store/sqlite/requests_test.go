@@ -45,8 +45,10 @@ func TestTimerRequestsConformance(t *testing.T) {
 }
 
 // TestTimerRequestBadTimeText: SQLite keeps times as TEXT, so a shop can
-// write a fire_at that is not a time; it is rejected naming fire_at, and
-// a good request beside it is applied.
+// write a fire_at or a requested_at that is not a time; each is rejected
+// naming its column (a delay counted from an unreadable requested_at was
+// counted from the apply, silently late), and a good request beside them
+// is applied.
 func TestTimerRequestBadTimeText(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -64,16 +66,20 @@ func TestTimerRequestBadTimeText(t *testing.T) {
 	}
 	defer db.Close()
 	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
-	if _, err := db.Exec(`INSERT INTO timer_requests (timer_key, fire_at) VALUES ('late', 'next tuesday'), ('fine', ?)`, at.Format("2006-01-02 15:04:05.000")); err != nil {
+	if _, err := db.Exec(`INSERT INTO timer_requests (timer_key, fire_at) VALUES ('late', 'next tuesday'), ('fine', ?)`+
+		`; INSERT INTO timer_requests (timer_key, delay_ms, requested_at) VALUES ('when', 1000, 'yesterday')`, at.Format("2006-01-02 15:04:05.000")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.ApplyTimerRequests(t.Context(), 10)
-	if err != nil || res.Applied != 1 || res.Rejected != 1 {
-		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, one rejected", res, err)
+	if err != nil || res.Applied != 1 || res.Rejected != 2 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, two rejected", res, err)
 	}
 	rej, err := s.RejectedTimerRequests(t.Context(), 0, 10)
-	if err != nil || len(rej) != 1 || !strings.Contains(rej[0].Reason, "fire_at") || rej[0].FireAt != nil {
+	if err != nil || len(rej) != 2 || !strings.HasPrefix(rej[0].Reason, "fire_at: ") || rej[0].FireAt != nil {
 		t.Fatalf("rejected = %+v, %v; want the bad fire_at, named", rej, err)
+	}
+	if r := rej[1]; !strings.HasPrefix(r.Reason, `requested_at: "yesterday" is not a time`) || !r.RequestedAt.IsZero() {
+		t.Fatalf("rejected[1] = %+v; want the bad requested_at, named", r)
 	}
 	if tm, err := s.Timer(t.Context(), "fine"); err != nil || !tm.FireAt.Equal(at) {
 		t.Fatalf("the good request's timer = %+v, %v", tm, err)
