@@ -36,7 +36,6 @@ var sqlDialect = sqlq.Dialect{
 		return `IF(` + col + ` IS NULL, NULL, COALESCE(` + sinceEpoch(col) + `, ''))`
 	},
 	ParseRequestTime: sqlq.UnixMicros,
-	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
 	KeepFirst: func(table, key string) string {
 		return ` ON DUPLICATE KEY UPDATE ` + table + `.` + key + ` = ` + table + `.` + key
 	},

@@ -38,7 +38,6 @@ var sqlDialect = sqlq.Dialect{
 		return `CASE WHEN isfinite(` + col + `) THEN (extract(epoch FROM ` + col + `) * 1000000)::numeric(30, 0)::text ELSE ` + col + `::text END`
 	},
 	ParseRequestTime: sqlq.UnixMicros,
-	LockRequests:     ` FOR UPDATE SKIP LOCKED`,
 	KeepFirst:        func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },
 	Arrays:           true,
 }

@@ -28,8 +28,8 @@ var sqlDialect = sqlq.Dialect{
 	// No LockWebhooks: the one writer runs the creates one after another.
 	RequestTime:      func(col string) string { return col },
 	ParseRequestTime: parseRequestColumn,
-	// No LockRequests: the one writer applies the requests.
-	KeepFirst: func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },
+	OneWriter:        true, // the one writer applies the requests
+	KeepFirst:        func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },
 }
 
 // sqlDB is the store to package sqlq: reads on a pooled read connection,

@@ -211,7 +211,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourgla
 // writer) or ApplyTimerRequests:
 //
 //  1. it takes the oldest requests no other transaction holds
-//     (Dialect.LockRequests: appliers on several nodes take disjoint
+//     (FOR UPDATE SKIP LOCKED: appliers on several nodes take disjoint
 //     batches, and none waits on another; a shop's uncommitted request is
 //     locked by its INSERT, so it is skipped too);
 //  2. holds back a key with an earlier request the batch does not hold
@@ -234,7 +234,11 @@ func (s *Store) ApplyTimerRequestsIn(ctx context.Context, tx Querier, limit int,
 		r    requestRow
 	)
 	// 1. The oldest requests no one holds.
-	err := x.each(ctx, `SELECT `+s.requestColumns()+` FROM timer_requests ORDER BY seq LIMIT ?`+s.d.LockRequests, []any{limit}, r.dest(), func() error {
+	lock := ` FOR UPDATE SKIP LOCKED`
+	if s.d.OneWriter {
+		lock = ""
+	}
+	err := x.each(ctx, `SELECT `+s.requestColumns()+` FROM timer_requests ORDER BY seq LIMIT ?`+lock, []any{limit}, r.dest(), func() error {
 		reqs = append(reqs, s.request(&r))
 		return nil
 	})
@@ -275,7 +279,7 @@ FROM timer_requests r WHERE `+in+s.d.KeepFirst("timer_request_errors", "seq"), a
 	// 5. All of them gone.
 	if len(done) > 0 {
 		del, args := in(s.d, "seq", done)
-		if s.d.LockRequests == "" {
+		if s.d.OneWriter {
 			// No other transaction holds a request: the batch is every
 			// request up to its last (one statement, whatever its size).
 			del, args = `seq <= ?`, []any{done[len(done)-1]}
@@ -288,13 +292,13 @@ FROM timer_requests r WHERE `+in+s.d.KeepFirst("timer_request_errors", "seq"), a
 }
 
 // heldKeys returns the keys of reqs with an earlier request reqs does not
-// hold: none when no other transaction can hold one (no
-// Dialect.LockRequests). A plain read: it sees committed rows, locked or
+// hold: none when no other transaction can hold one
+// (Dialect.OneWriter). A plain read: it sees committed rows, locked or
 // not.
 func (s *Store) heldKeys(ctx context.Context, x q, reqs []plan.RequestRow) (map[string]bool, error) {
 	held := map[string]bool{}
 	keys := plan.HeldKeysToRead(reqs)
-	if len(keys) == 0 || s.d.LockRequests == "" {
+	if len(keys) == 0 || s.d.OneWriter {
 		return held, nil
 	}
 	seqs := make([]int64, len(reqs))

@@ -152,10 +152,11 @@ type Dialect struct {
 	// and then what a listing shows (t: nil, or a zero time for a zero
 	// date).
 	ParseRequestTime func(col, text string) (t *time.Time, bad string)
-	// LockRequests ends the SELECT that takes a batch of timer requests
-	// (" FOR UPDATE SKIP LOCKED"); empty for a store whose one writer
-	// applies them, which no other transaction can hold.
-	LockRequests string
+	// OneWriter says the store's one writer applies the timer requests, so
+	// no other transaction can hold one: the batch is taken without FOR
+	// UPDATE SKIP LOCKED, no key is held back, and the batch's DELETE is
+	// every request up to its last.
+	OneWriter bool
 	// KeepFirst is the clause that makes an INSERT into table skip a row
 	// whose unique key is there already.
 	KeepFirst func(table, key string) string
