@@ -63,7 +63,7 @@ type Options struct {
 
 // Destroyer is implemented by the mechanisms that keep objects of their own
 // per namespace on their broker (RabbitMQ's queues and exchanges, NATS's
-// streams): Destroy deletes them, with every timer in them, before or
+// streams, Redis's keys): Destroy deletes them, with every timer in them, before or
 // after Close. For tests, and for retiring a namespace.
 type Destroyer interface {
 	Destroy(ctx context.Context) error

@@ -8,6 +8,8 @@ import (
 	"github.com/hourglass/hourglass/delay/redis"
 )
 
+var _ Destroyer = (*redis.Scheduler)(nil)
+
 // openRedis opens the Redis sorted-set mechanism at o.RedisURL (default
 // RedisURLDefault) with keys under o.Namespace.
 func openRedis(ctx context.Context, o Options) (hourglass.Scheduler, error) {

@@ -8,6 +8,8 @@ import (
 	"github.com/hourglass/hourglass/delay/rediskeyspace"
 )
 
+var _ Destroyer = (*rediskeyspace.Scheduler)(nil)
+
 // openRedisKeyspace opens the Redis key-expiry listener at o.RedisURL
 // (default RedisURLDefault) with keys under o.Namespace.
 func openRedisKeyspace(ctx context.Context, o Options) (hourglass.Scheduler, error) {

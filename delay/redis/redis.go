@@ -893,3 +893,19 @@ func (s *Scheduler) keys() []string {
 	}
 	return keys
 }
+
+// Destroy deletes the namespace's keys (every partition's timers and
+// in-flight sets, and the unpartitioned ones of earlier versions), with
+// every timer in them: for tests and for retiring a namespace. It connects
+// on its own, so it works before or after Close. Idempotent.
+func (s *Scheduler) Destroy(ctx context.Context) error {
+	client, _, err := connect(ctx, s.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("redis: destroy: %w", err)
+	}
+	defer client.Close()
+	if err := client.Del(ctx, s.keys()...).Err(); err != nil {
+		return fmt.Errorf("redis: destroy namespace %s: %w", s.cfg.Namespace, err)
+	}
+	return nil
+}

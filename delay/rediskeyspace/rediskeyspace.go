@@ -482,3 +482,40 @@ func (s *Scheduler) Close() error {
 	}
 	return nil
 }
+
+// destroyBatch is how many keys one SCAN step of Destroy asks for.
+const destroyBatch = 1000
+
+// Destroy deletes the namespace's keys (one per pending timer, and the
+// index), with every timer in them: for tests and for retiring a
+// namespace. The timers' keys are found by SCAN, a bounded step at a time,
+// never by KEYS. It connects on its own, so it works before or after
+// Close. Idempotent.
+func (s *Scheduler) Destroy(ctx context.Context) error {
+	opt, err := goredis.ParseURL(s.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("rediskeyspace: destroy: %w", err)
+	}
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	client := goredis.NewClient(opt)
+	defer client.Close()
+	iter := client.Scan(ctx, 0, s.prefix+"*", destroyBatch).Iterator()
+	keys := []string{s.index}
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) >= destroyBatch {
+			if err := client.Unlink(ctx, keys...).Err(); err != nil {
+				return fmt.Errorf("rediskeyspace: destroy namespace %s: %w", s.cfg.Namespace, err)
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("rediskeyspace: destroy namespace %s: %w", s.cfg.Namespace, err)
+	}
+	if len(keys) > 0 {
+		if err := client.Unlink(ctx, keys...).Err(); err != nil {
+			return fmt.Errorf("rediskeyspace: destroy namespace %s: %w", s.cfg.Namespace, err)
+		}
+	}
+	return nil
+}
