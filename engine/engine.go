@@ -549,17 +549,32 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // recover closes every order whose deadline passed while the process was
 // down, for schedulers that are not fed a window (a broker may hold their
-// timers too: whichever closes an order second makes a no-op).
+// timers too: whichever closes an order second makes a no-op). A node
+// alone (no Ownership: it gains no partition later) then schedules again
+// the deadlines its previous process may have held unacknowledged
+// (reclaim): a SIGKILLed NATS consumer's come back only after the ack
+// wait, 30 s late. A node of a cluster does the same for each partition it
+// gains (takeOver), its first leases included.
 func (e *Engine) recover(ctx context.Context) {
 	sup := e.supervisor(func(err error, retryIn time.Duration) {
 		e.log.Error("engine: start-up recovery failed; retrying", "retry_in", retryIn, "err", err)
 	})
+	swept := false
 	err := sup.Run(ctx, func(ctx context.Context) error {
-		recovered, err := e.sweep(ctx, 0)
-		if recovered > 0 {
-			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
+		if !swept {
+			recovered, err := e.sweep(ctx, 0)
+			if recovered > 0 {
+				e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
+			}
+			if err != nil {
+				return err
+			}
+			swept = true
 		}
-		return err
+		if e.cfg.Ownership == nil {
+			return e.reclaim(ctx, e.clock.Now(), nil)
+		}
+		return nil
 	})
 	if err == nil {
 		e.recovered.Store(true)
@@ -782,6 +797,14 @@ func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
 	if _, err := e.sweepIn(ctx, now, parts); err != nil {
 		return err
 	}
+	return e.reclaim(ctx, now, parts)
+}
+
+// reclaim schedules again, when the mechanism may hold a dead owner's
+// timers for a while (hourglass.Reclaiming), the deadlines of parts (nil:
+// every partition) from now to its horizon: that owner may have been
+// another node, or this one's previous process.
+func (e *Engine) reclaim(ctx context.Context, now time.Time, parts hourglass.Parts) error {
 	r, ok := e.sched.(hourglass.Reclaiming)
 	if !ok {
 		return nil
@@ -812,7 +835,7 @@ func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
 		}
 	}
 	if n > 0 {
-		e.log.Info("engine: scheduled again the deadlines of the partitions gained that their old owner may hold", "partitions", len(parts), "deadlines", n, "horizon", r.ReclaimHorizon())
+		e.log.Info("engine: scheduled again the deadlines that their old owner may hold", "partitions", cmp.Or(len(parts), hourglass.Partitions), "deadlines", n, "horizon", r.ReclaimHorizon())
 	}
 	return nil
 }

@@ -277,3 +277,41 @@ func TestGainedPartitionsReclaimRetried(t *testing.T) {
 	}
 	t.Fatalf("order %d not scheduled again after %d failed Reclaims and 100 ticks", soon.ID, s.failed.Load())
 }
+
+// TestAloneReclaimsAtStart: a node alone (no Ownership) on a mechanism that
+// may hold a dead process's timers (hourglass.Reclaiming) schedules again,
+// at start, the deadlines within its horizon: its own previous process,
+// SIGKILLed, may hold them unacknowledged (a NATS consumer's come back
+// only after the 30 s ack wait). Later deadlines are left to the broker.
+func TestAloneReclaimsAtStart(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	f := setup(t, clock)
+	soon := f.create(t, 30*time.Second)
+	f.create(t, 10*time.Minute)
+	s := &reclaimingScheduler{scheduled: make(chan []hourglass.DueItem, 100)}
+	s.fails.Store(1) // the broker is down at first: the start-up recovery retries
+	e := f.engine(t, Config{Scheduler: s, SweepInterval: time.Hour})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case got := <-s.scheduled:
+			if len(got) != 1 || got[0].ID != soon.ID || !got[0].At.Equal(soon.Deadline) {
+				t.Fatalf("scheduled again %v; want only order %d (due in 30 s, within the horizon)", got, soon.ID)
+			}
+			testenv.Eventually(t, 10*time.Second, "the start-up recovery done", e.Recovered)
+			return
+		case <-timeout:
+			t.Fatalf("nothing scheduled again 20 s after the start (%d Reclaims failed)", s.failed.Load())
+		case <-time.After(10 * time.Millisecond):
+			clock.Advance(time.Second) // the recovery's retry backoff
+		}
+	}
+}
