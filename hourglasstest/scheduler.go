@@ -32,7 +32,8 @@ type SchedulerHarness struct {
 
 // ExerciseScheduler runs the conformance suite every delay mechanism must
 // pass: each timer fires, never before its deadline, once; cancel (where
-// supported); 10,000 timers due in the same millisecond; a failed delivery
+// supported); 10,000 timers due in the same millisecond; Destroy (where a
+// mechanism keeps objects per namespace) forgets them; a failed delivery
 // is delivered again; and, for durable mechanisms, a consumer killed
 // mid-batch loses nothing and two consumers at once never double an effect.
 func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
@@ -91,6 +92,39 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		rec.waitAll(t, timers, 1, 30*time.Second)
 		stop()
 		rec.check(t, timers, 0, false)
+	})
+
+	t.Run("DestroyForgetsTheNamespace", func(t *testing.T) {
+		ns := Namespace(t)
+		s := h.New(t, ns)
+		d, ok := s.(interface{ Destroy(context.Context) error })
+		if !ok {
+			t.Skipf("%s keeps nothing of its own per namespace on a broker (delay.Destroyer)", s.Info().Name)
+		}
+		due := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)
+		gone := makeTimers(1, 100, due, 0)
+		schedule(t, s, gone, 100)
+		if err := d.Destroy(context.Background()); err != nil {
+			t.Fatalf("Destroy: %v", err)
+		}
+		// The namespace afresh, as another process would open it: a timer
+		// scheduled now fires (durable mechanisms hand a namespace's timers
+		// to any consumer of it: see RedeliversAfterKill), and none of the
+		// destroyed ones, all due before it, does.
+		again := h.New(t, ns)
+		rec := newRecorder()
+		stop := runScheduler(t, again, rec.deliver)
+		defer stop()
+		kept := []hourglass.DueItem{{ID: 1000, At: due.Add(200 * time.Millisecond)}}
+		schedule(t, again, kept, 1)
+		rec.waitAll(t, kept, 1, 5*time.Second+h.MaxLateness)
+		testenv.Phase(t, 300*time.Millisecond, "room for a destroyed timer to fire, if Destroy missed it")
+		stop()
+		for _, tm := range gone {
+			if n := rec.count(tm.ID); n != 0 {
+				t.Fatalf("timer %d, scheduled before Destroy, fired %d times after it", tm.ID, n)
+			}
+		}
 	})
 
 	t.Run("RedeliversAfterFailedDelivery", func(t *testing.T) {

@@ -152,36 +152,3 @@ func hostOf(t *testing.T, raw string) string {
 	}
 	return u.Host
 }
-
-// TestDestroy: after Close, Destroy deletes every key of the namespace
-// (more than one SCAN step's worth of timers), so a retired namespace or a
-// test leaves nothing behind; a second Destroy finds nothing and succeeds.
-func TestDestroy(t *testing.T) {
-	t.Parallel()
-	raw, c := setup(t)
-	ns := hourglasstest.Namespace(t)
-	s, err := redis.Open(context.Background(), redis.Config{URL: raw, Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now().Add(time.Hour)
-	timers := make([]hourglass.DueItem, 2500)
-	for i := range timers {
-		timers[i] = hourglass.DueItem{ID: int64(i + 1), At: at}
-	}
-	if err := s.Schedule(t.Context(), timers); err != nil {
-		t.Fatal(err)
-	}
-	if keys := c.Keys(t.Context(), ns+":*").Val(); len(keys) == 0 {
-		t.Fatal("no keys under the namespace after Schedule")
-	}
-	s.Close()
-	for range 2 {
-		if err := s.Destroy(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if keys := c.Keys(t.Context(), ns+":*").Val(); len(keys) > 0 {
-			t.Fatalf("%d keys left under the namespace, such as %q", len(keys), keys[0])
-		}
-	}
-}

@@ -326,6 +326,8 @@ func hostOf(t *testing.T, raw string) string {
 // TestDestroy: after Close, Destroy deletes every key of the namespace
 // (more than one SCAN step's worth of timers), so a retired namespace or a
 // test leaves nothing behind; a second Destroy finds nothing and succeeds.
+// (The conformance suite's DestroyForgetsTheNamespace checks that no
+// destroyed timer fires, on every mechanism with a Destroy.)
 func TestDestroy(t *testing.T) {
 	t.Parallel()
 	raw, c := setup(t)
