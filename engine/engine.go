@@ -559,22 +559,16 @@ func (e *Engine) recover(ctx context.Context) {
 	sup := e.supervisor(func(err error, retryIn time.Duration) {
 		e.log.Error("engine: start-up recovery failed; retrying", "retry_in", retryIn, "err", err)
 	})
-	swept := false
 	err := sup.Run(ctx, func(ctx context.Context) error {
-		if !swept {
-			recovered, err := e.sweep(ctx, 0)
-			if recovered > 0 {
-				e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
-			}
-			if err != nil {
-				return err
-			}
-			swept = true
+		// Run again after a failed reclaim, the sweep finds nothing left.
+		recovered, err := e.sweep(ctx, 0)
+		if recovered > 0 {
+			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
 		}
-		if e.cfg.Ownership == nil {
-			return e.reclaim(ctx, e.clock.Now(), nil)
+		if err != nil || e.cfg.Ownership != nil {
+			return err
 		}
-		return nil
+		return e.reclaim(ctx, e.clock.Now(), nil)
 	})
 	if err == nil {
 		e.recovered.Store(true)

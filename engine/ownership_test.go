@@ -205,13 +205,8 @@ func (s *reclaimingScheduler) Reclaim(_ context.Context, ts []hourglass.DueItem)
 	return nil
 }
 
-// gainAfterStart runs an engine on s that owns one partition other than
-// part until the test ends and, once its start-up recovery sweep is done,
-// gives it part.
-func gainAfterStart(t *testing.T, f fixture, s *reclaimingScheduler, part int) {
-	t.Helper()
-	own := hourglasstest.NewOwnership((part + 1) % hourglass.Partitions)
-	e := f.engine(t, Config{Scheduler: s, Ownership: own, SweepInterval: time.Hour})
+// runUntilCleanup runs e until the test ends.
+func runUntilCleanup(t *testing.T, f fixture, e *Engine) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -219,6 +214,16 @@ func gainAfterStart(t *testing.T, f fixture, s *reclaimingScheduler, part int) {
 		cancel()
 		<-done
 	})
+}
+
+// gainAfterStart runs an engine on s that owns one partition other than
+// part until the test ends and, once its start-up recovery sweep is done,
+// gives it part.
+func gainAfterStart(t *testing.T, f fixture, s *reclaimingScheduler, part int) {
+	t.Helper()
+	own := hourglasstest.NewOwnership((part + 1) % hourglass.Partitions)
+	e := f.engine(t, Config{Scheduler: s, Ownership: own, SweepInterval: time.Hour})
+	runUntilCleanup(t, f, e)
 	testenv.Eventually(t, 10*time.Second, "the start-up recovery sweep done", e.recovered.Load)
 	own.Move([]int{part}, nil)
 }
@@ -292,13 +297,7 @@ func TestAloneReclaimsAtStart(t *testing.T) {
 	s := &reclaimingScheduler{scheduled: make(chan []hourglass.DueItem, 100)}
 	s.fails.Store(1) // the broker is down at first: the start-up recovery retries
 	e := f.engine(t, Config{Scheduler: s, SweepInterval: time.Hour})
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runUntilCleanup(t, f, e)
 	timeout := time.After(20 * time.Second)
 	for {
 		select {

@@ -191,11 +191,10 @@ func (r *reader) run(ctx context.Context) {
 		for _, d := range ds {
 			found[d.ID] = d
 		}
-		if err == nil {
-			r.keep(ds, asked, start)
-		} else {
-			r.keep(nil, nil, start)
+		if err != nil {
+			asked = nil // a failed read found nothing gone
 		}
+		r.keep(found, asked, start)
 		for _, q := range batch {
 			rep := readReply{err: err}
 			if err == nil {
@@ -240,27 +239,21 @@ const maxAhead = 2 * hourglass.MaxPendingBatch
 
 // keep holds the rows read ahead (asked false) that no finished attempt
 // or API change made stale while they were read, notes the deliveries the
-// read (ids asked and read ahead: asked's keys, found ds) found gone, and
-// ends the read.
-func (r *reader) keep(ds []hourglass.PendingDelivery, asked map[int64]bool, start time.Time) {
+// read (asked's keys: asked for and read ahead) did not find pending
+// (found) as gone, and ends the read. A failed read passes asked nil.
+func (r *reader) keep(found map[int64]hourglass.PendingDelivery, asked map[int64]bool, start time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.stale {
-		for _, d := range ds {
-			delete(r.gone, d.ID)
-			if a, ok := asked[d.ID]; ok && !a && !r.dropped[d.ID] && d.BlockedBy.ID == 0 {
-				r.ahead[d.ID] = aheadRow{d: d, at: start}
+		for id, a := range asked {
+			d, ok := found[id]
+			if !ok {
+				r.gone[id] = start
+				continue
 			}
-		}
-		if len(asked) > len(ds) {
-			pending := make(map[int64]bool, len(ds))
-			for _, d := range ds {
-				pending[d.ID] = true
-			}
-			for id := range asked {
-				if !pending[id] {
-					r.gone[id] = start
-				}
+			delete(r.gone, id)
+			if !a && !r.dropped[id] && d.BlockedBy.ID == 0 {
+				r.ahead[id] = aheadRow{d: d, at: start}
 			}
 		}
 	}

@@ -103,6 +103,21 @@ func (g *readerRig) get(t *testing.T, id int64, attempts int) {
 	}
 }
 
+// failedGet asks for delivery id while the store's reads fail, and wants
+// the error.
+func (g *readerRig) failedGet(t *testing.T, id int64) {
+	t.Helper()
+	g.store.mu.Lock()
+	g.store.fail = true
+	g.store.mu.Unlock()
+	if _, err := g.r.get(t.Context(), id); err == nil {
+		t.Fatalf("get(%d) while reads fail: no error", id)
+	}
+	g.store.mu.Lock()
+	g.store.fail = false
+	g.store.mu.Unlock()
+}
+
 func (g *readerRig) wantReads(t *testing.T, want ...[]int64) {
 	t.Helper()
 	if got := g.store.readLog(); !slices.EqualFunc(got, want, slices.Equal) {
@@ -198,6 +213,30 @@ func TestReadAheadSkipsGone(t *testing.T) {
 	g.wantReads(t, []int64{1, 42, 2}, []int64{4, 3}, []int64{42}, []int64{5, 42}, []int64{6, 42})
 }
 
+// TestGoneBounded: the deliveries noted gone stay bounded however many
+// reads find their rows gone (a burst's queue of stale timers), and a note
+// older than aheadMaxAge goes once the list is long.
+func TestGoneBounded(t *testing.T) {
+	g := newReaderRig(t)
+	start := g.clock.Now()
+	g.r.gone[-1] = start.Add(-2 * aheadMaxAge) // an old note
+	next := int64(1000)
+	for range 20 {
+		asked := map[int64]bool{}
+		for range hourglass.MaxPendingBatch {
+			asked[next] = false // read ahead, and found gone
+			next++
+		}
+		g.r.keep(nil, asked, start)
+		if n := len(g.r.gone); n > 4*maxAhead {
+			t.Fatalf("%d deliveries noted gone after %d found gone; want at most %d", n, next-1000, 4*maxAhead)
+		}
+	}
+	if _, ok := g.r.gone[-1]; ok {
+		t.Error("a note older than aheadMaxAge was kept in a long list")
+	}
+}
+
 // TestReadAheadAges: a row read ahead longer than aheadMaxAge ago is read
 // again.
 func TestReadAheadAges(t *testing.T) {
@@ -255,16 +294,8 @@ func TestReadAheadDropped(t *testing.T) {
 // error and keeps nothing read ahead: the next attempts read again.
 func TestReadAheadFailedRead(t *testing.T) {
 	g := newReaderRig(t)
-	g.store.mu.Lock()
-	g.store.fail = true
-	g.store.mu.Unlock()
 	g.upcoming(2)
-	if _, err := g.r.get(t.Context(), 1); err == nil {
-		t.Fatal("get(1) while reads fail: no error")
-	}
-	g.store.mu.Lock()
-	g.store.fail = false
-	g.store.mu.Unlock()
+	g.failedGet(t, 1)
 	g.upcoming()
 	g.get(t, 2, 0)
 	g.wantReads(t, []int64{1, 2}, []int64{2})
@@ -274,16 +305,8 @@ func TestReadAheadFailedRead(t *testing.T) {
 // so the deliveries it asked for are read ahead again at the next read.
 func TestFailedReadNotesNothingGone(t *testing.T) {
 	g := newReaderRig(t)
-	g.store.mu.Lock()
-	g.store.fail = true
-	g.store.mu.Unlock()
 	g.upcoming(2)
-	if _, err := g.r.get(t.Context(), 1); err == nil {
-		t.Fatal("get(1) while reads fail: no error")
-	}
-	g.store.mu.Lock()
-	g.store.fail = false
-	g.store.mu.Unlock()
+	g.failedGet(t, 1)
 	g.get(t, 3, 0)
 	g.wantReads(t, []int64{1, 2}, []int64{3, 2})
 }

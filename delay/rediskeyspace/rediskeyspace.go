@@ -168,13 +168,9 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if cfg.Dispatch.Logger == nil {
 		cfg.Dispatch.Logger = cfg.Logger
 	}
-	opt, err := goredis.ParseURL(cfg.URL)
+	opt, err := options(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("rediskeyspace: bad Redis URL (want redis://[user:password@]host:port/db): %w", err)
-	}
-	if opt.MaintNotificationsConfig == nil {
-		// A Redis Cloud feature; a plain server only costs a round trip.
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return nil, err
 	}
 	s := &Scheduler{
 		cfg:     cfg,
@@ -201,6 +197,19 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// options parses a Redis URL into the client's options.
+func options(rawURL string) (*goredis.Options, error) {
+	opt, err := goredis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("rediskeyspace: bad Redis URL (want redis://[user:password@]host:port/db): %w", err)
+	}
+	if opt.MaintNotificationsConfig == nil {
+		// A Redis Cloud feature; a plain server only costs a round trip.
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	return opt, nil
 }
 
 // enableEvents adds E (keyevent channels) and x (expired events) to the
@@ -492,30 +501,33 @@ const destroyBatch = 1000
 // never by KEYS. It connects on its own, so it works before or after
 // Close. Idempotent.
 func (s *Scheduler) Destroy(ctx context.Context) error {
-	opt, err := goredis.ParseURL(s.cfg.URL)
+	opt, err := options(s.cfg.URL)
 	if err != nil {
-		return fmt.Errorf("rediskeyspace: destroy: %w", err)
+		return err
 	}
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	client := goredis.NewClient(opt)
 	defer client.Close()
-	iter := client.Scan(ctx, 0, s.prefix+"*", destroyBatch).Iterator()
+	// The index, then the timers' keys, a SCAN step's worth at a time.
 	keys := []string{s.index}
+	unlink := func() error {
+		err := client.Unlink(ctx, keys...).Err()
+		keys = keys[:0]
+		return err
+	}
+	iter := client.Scan(ctx, 0, s.prefix+"*", destroyBatch).Iterator()
 	for iter.Next(ctx) {
 		if keys = append(keys, iter.Val()); len(keys) >= destroyBatch {
-			if err := client.Unlink(ctx, keys...).Err(); err != nil {
+			if err := unlink(); err != nil {
 				return fmt.Errorf("rediskeyspace: destroy namespace %s: %w", s.cfg.Namespace, err)
 			}
-			keys = keys[:0]
 		}
 	}
-	if err := iter.Err(); err != nil {
+	err = iter.Err()
+	if err == nil && len(keys) > 0 {
+		err = unlink()
+	}
+	if err != nil {
 		return fmt.Errorf("rediskeyspace: destroy namespace %s: %w", s.cfg.Namespace, err)
-	}
-	if len(keys) > 0 {
-		if err := client.Unlink(ctx, keys...).Err(); err != nil {
-			return fmt.Errorf("rediskeyspace: destroy namespace %s: %w", s.cfg.Namespace, err)
-		}
 	}
 	return nil
 }

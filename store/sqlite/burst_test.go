@@ -43,6 +43,29 @@ INSERT INTO orders (user_id, status, items, created_at, deadline) SELECT 'burst'
 	return firstID
 }
 
+// openAt opens a store in a new directory on clock (nil: the system's),
+// closed when the test or benchmark ends.
+func openAt(tb testing.TB, clock hourglass.Clock) *Store {
+	tb.Helper()
+	s, err := Open(Config{Dir: tb.TempDir(), Clock: clock})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// subscribeAll creates n webhooks subscribed to every event, at addresses
+// nothing listens on.
+func subscribeAll(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	for i := range n {
+		if _, err := s.CreateWebhook(context.Background(), hourglass.WebhookParams{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i), Secret: "0123456789abcdef", Events: []hourglass.EventType{hourglass.EventTypeAll}}, 100); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCloseOrdersBurst closes a backlog of orders all due at one
 // instant through CloseOrders, in batches of the given size with two
 // callers (as the dispatcher's workers do), and reports closes per second.
@@ -55,17 +78,9 @@ func BenchmarkCloseOrdersBurst(b *testing.B) {
 				b.Run(fmt.Sprintf("batch=%d/webhooks=%d/descending=%v", batch, webhooks, desc), func(b *testing.B) {
 					const n = 100_000
 					clock := hourglasstest.NewClock(hourglasstest.Epoch)
-					s, err := Open(Config{Dir: b.TempDir(), Clock: clock})
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer s.Close()
+					s := openAt(b, clock)
+					subscribeAll(b, s, webhooks)
 					ctx := context.Background()
-					for i := range webhooks {
-						if _, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i), Secret: "0123456789abcdef", Events: []hourglass.EventType{hourglass.EventTypeAll}}, 100); err != nil {
-							b.Fatal(err)
-						}
-					}
 					b.ResetTimer()
 					for range b.N {
 						b.StopTimer()

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"zombiezen.com/go/sqlite"
@@ -19,15 +18,9 @@ import (
 func BenchmarkPendingDeliveries(b *testing.B) {
 	const n = 20_000
 	clock := hourglasstest.NewClock(hourglasstest.Epoch)
-	s, err := Open(Config{Dir: b.TempDir(), Clock: clock})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openAt(b, clock)
+	subscribeAll(b, s, 1)
 	ctx := context.Background()
-	if _, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: "http://127.0.0.1:1/", Secret: "0123456789abcdef", Events: []hourglass.EventType{hourglass.EventTypeAll}}, 100); err != nil {
-		b.Fatal(err)
-	}
 	first := seedBurst(b, s, "SKU", n, clock.Now())
 	clock.Advance(time.Millisecond)
 	for lo := first; lo < first+n; lo += 500 {

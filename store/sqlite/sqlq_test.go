@@ -88,14 +88,10 @@ func TestConnQuerier(t *testing.T) {
 // id: a burst's 100,000 pending deliveries scanned for every read of 8
 // (its deliveries' first attempts took 11 s instead of 6).
 func TestPendingDeliveriesReadByKey(t *testing.T) {
-	s, err := Open(Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openAt(t, nil)
 	query, args := s.PendingDeliveriesSQL([]int64{1, 2, 3, 4, 5, 6, 7, 8})
 	var plan []string
-	err = s.read(t.Context(), func(conn *sqlite.Conn) error {
+	err := s.read(t.Context(), func(conn *sqlite.Conn) error {
 		rows, err := connQuerier{conn}.Query(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
 		if err != nil {
 			return err

@@ -94,17 +94,9 @@ func BenchmarkFireTimersBurst(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d/webhooks=%d", batch, webhooks), func(b *testing.B) {
 			const n = 50_000
 			clock := hourglasstest.NewClock(hourglasstest.Epoch)
-			s, err := Open(Config{Dir: b.TempDir(), Clock: clock})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := openAt(b, clock)
+			subscribeAll(b, s, webhooks)
 			ctx := context.Background()
-			for i := range webhooks {
-				if _, err := s.CreateWebhook(ctx, hourglass.WebhookParams{URL: fmt.Sprintf("http://127.0.0.1:1/%d", i), Secret: "0123456789abcdef", Events: []hourglass.EventType{hourglass.EventTypeAll}}, 100); err != nil {
-					b.Fatal(err)
-				}
-			}
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
