@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,8 +108,16 @@ func (s Shop) Order(t testing.TB, user string, in time.Duration, sku string, qty
 }
 
 // TryOrder is Order returning its error (for goroutines).
-func (s Shop) TryOrder(t testing.TB, user string, in time.Duration, sku string, qty int) (int64, error) {
-	ctx := t.Context()
+func (s Shop) TryOrder(t testing.TB, user string, in time.Duration, sku string, qty int) (id int64, err error) {
+	err = retryDeadlock(func() error {
+		id, err = s.order(t.Context(), user, in, sku, qty)
+		return err
+	})
+	return id, err
+}
+
+// order is one attempt of TryOrder.
+func (s Shop) order(ctx context.Context, user string, in time.Duration, sku string, qty int) (int64, error) {
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -142,8 +151,34 @@ func (s Shop) TryOrder(t testing.TB, user string, in time.Duration, sku string, 
 // conditional update: only while unpaid and before its deadline. It
 // reports whether the pay won, and moves reserved stock to sold when it
 // did.
-func (s Shop) Pay(t testing.TB, id int64) (bool, error) {
-	ctx := t.Context()
+//
+// The pay is run again after a deadlock, as a shop's must be: a close
+// batch locks several orders and their stock rows in one transaction, and
+// InnoDB rolls back the transaction that changed fewer rows, which is
+// usually the pay.
+func (s Shop) Pay(t testing.TB, id int64) (paid bool, err error) {
+	err = retryDeadlock(func() error {
+		paid, err = s.pay(t.Context(), id)
+		return err
+	})
+	return paid, err
+}
+
+// retryDeadlock runs attempt until it returns no deadlock error (MySQL's
+// 1213, PostgreSQL's 40P01), at most five times.
+func retryDeadlock(attempt func() error) error {
+	var err error
+	for range 5 {
+		err = attempt()
+		if err == nil || !(strings.Contains(err.Error(), "Error 1213 ") || strings.Contains(err.Error(), "SQLSTATE 40P01")) {
+			return err
+		}
+	}
+	return err
+}
+
+// pay is one attempt of Pay.
+func (s Shop) pay(ctx context.Context, id int64) (bool, error) {
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
