@@ -78,14 +78,19 @@ func TestReadAfterDeadlineShowsClosed(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			const workers, each = 10, 30
+			// 60 workers of 5 orders each, their starts spread over the
+			// 1 s timeout so that reads fall at every instant of it (30
+			// orders in a row each took 30 s, the package's longest test).
+			const workers, each = 60, 5
 			var (
 				mu   sync.Mutex
 				open []string
 			)
 			var wg sync.WaitGroup
-			for range workers {
+			start := time.Now()
+			for k := range workers {
 				wg.Go(func() {
+					testenv.Until(ctx, start.Add(time.Duration(k)*time.Second/workers))
 					for i := range each {
 						o, _, err := c.CreateOrder(ctx, api.CreateOrderRequest{UserID: "u", Items: []api.ItemJSON{{SKU: "S", Quantity: 1}}, TimeoutMs: 1000}, "")
 						if err != nil {

@@ -261,59 +261,6 @@ func retries(samples map[string]float64) string {
 	return fmt.Sprintf("%s %g %v", name, total, parts)
 }
 
-// TestClusterTerm: SIGTERM of one of three nodes hands its partitions to
-// the others within 1 s (the TTL is the default 5 s, so it cannot be their
-// expiry), and no order is closed later than 1 s after its deadline.
-func TestClusterTerm(t *testing.T) {
-	for _, kind := range sharedStores {
-		t.Run(kind, func(t *testing.T) {
-			const ttl = 5 * time.Second
-			s := setupCluster(t, kind, 3, ttl)
-			ctx := t.Context()
-			c := s.cluster
-			load, err := c.StartLoad(ctx, nodes.LoadConfig{Rate: 60, TimeoutMin: time.Second, TimeoutMax: 3 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer load.Stop()
-			testenv.Phase(t, 3*time.Second, "the load runs on three nodes before the SIGTERM")
-
-			victim := c.Node(2)
-			v, _, err := c.View(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id, parts := victim.ID(), v.Owned(victim.ID())
-			termAt := time.Now()
-			termErr := make(chan error, 1)
-			go func() { termErr <- victim.Term() }()
-			took, v, err := c.WaitTakenOver(ctx, termAt, id, parts, ttl+5*time.Second)
-			if err != nil {
-				t.Errorf("the terminated node's %d partitions were not taken over: %v", len(parts), err)
-			} else {
-				t.Logf("SIGTERM of %s: its %d partitions owned by the others after %s: %s", id, len(parts), took.Round(time.Millisecond), v.Summary())
-				if took > time.Second {
-					t.Errorf("SIGTERM of %s: its partitions were owned by the others only %s after the signal, want within 1s", id, took.Round(time.Millisecond))
-				}
-			}
-			if err := <-termErr; err != nil {
-				t.Error(err)
-			}
-			testenv.Phase(t, 4*time.Second, "the load runs on the two nodes left while the terminated node's deadlines pass")
-			ledger := load.Stop()
-
-			verdict := judge(t, s.dbURL, ledger, time.Second)
-			late, n := verdict.MaxLateness(func(c nodes.Close) bool {
-				return slices.Contains(parts, c.Partition) && c.Deadline.After(termAt)
-			})
-			if n == 0 {
-				t.Errorf("no order of the terminated node's partitions fell due after the SIGTERM: the test's timing is off")
-			}
-			t.Logf("the terminated node's partitions: %d orders fell due after the SIGTERM, closed at most %s after their deadline", n, late)
-		})
-	}
-}
-
 // judge waits for the ledger's orders to settle, judges the database with
 // the lateness bound given, fails the test on any problem and logs the
 // report.

@@ -29,7 +29,10 @@ import (
 // SIGKILLed and restarted, another SIGTERMed and left down. Every
 // order.closed and timer.fired event reaches the receiver, its first
 // attempt within --lease-ttl + 2 s of its commit, whichever node wrote it
-// and whoever owned its partition. (Before deferred fan-outs were made due
+// and whoever owned its partition. The SIGTERMed node hands its
+// partitions to the others within 1 s of the signal, and its partitions'
+// orders due after it close within 1 s of their deadline (this was
+// TestClusterTerm's, on a cluster of its own). (Before deferred fan-outs were made due
 // when fanned out, hundreds of them stayed pending with nobody working
 // them.)
 //
@@ -168,21 +171,29 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 	defer load.Stop()
 	testenv.Phase(t, 3*time.Second, "the load runs on three nodes")
 
-	churn := func(what string, victim *nodes.Node, stop func() error) {
+	// churn stops victim (stop runs while the takeover is watched: a
+	// SIGTERM's handover comes before the process has exited) and returns
+	// its partitions, when it stopped it, and how long until the others
+	// owned them all.
+	churn := func(what string, victim *nodes.Node, stop func() error) (parts []int, at time.Time, took time.Duration) {
 		v, _, err := c.View(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, parts := victim.ID(), v.Owned(victim.ID())
-		at := time.Now()
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		took, _, err := c.WaitTakenOver(ctx, at, id, parts, ttl+5*time.Second)
+		id := victim.ID()
+		parts = v.Owned(id)
+		at = time.Now()
+		stopped := make(chan error, 1)
+		go func() { stopped <- stop() }()
+		took, _, err = c.WaitTakenOver(ctx, at, id, parts, ttl+5*time.Second)
 		if err != nil {
 			t.Fatalf("%s of %s: its %d partitions were not taken over: %v", what, id, len(parts), err)
 		}
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("%s of %s: its %d partitions taken over after %s", what, id, len(parts), took.Round(time.Millisecond))
+		return parts, at, took
 	}
 	churn("SIGKILL", c.Node(1), c.Node(1).Kill)
 	testenv.Phase(t, time.Second, "the killed node stays down under load")
@@ -190,10 +201,29 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 		t.Fatal(err)
 	}
 	testenv.Phase(t, 2*time.Second, "the load runs on three nodes again")
-	churn("SIGTERM", c.Node(2), c.Node(2).Term)
+	termParts, termAt, took := churn("SIGTERM", c.Node(2), c.Node(2).Term)
+	// A SIGTERMed node hands its partitions over as it stops: well before
+	// its leases could expire (at least 2/3 of the TTL after its last
+	// renew).
+	if took > time.Second {
+		t.Errorf("SIGTERM: the partitions were owned by the others only %s after the signal, want within 1s", took.Round(time.Millisecond))
+	}
 	testenv.Phase(t, 3*time.Second, "the load runs on the two nodes left")
 	ledger := load.Stop()
 	verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
+	// Handed over, not lost: the terminated node's orders due after the
+	// signal closed within 1 s, not at its leases' expiry.
+	termLate, n := verdict.MaxLateness(func(cl nodes.Close) bool {
+		return slices.Contains(termParts, cl.Partition) && cl.Deadline.After(termAt)
+	})
+	switch {
+	case n == 0:
+		t.Errorf("no order of the terminated node's partitions fell due after the SIGTERM: the test's timing is off")
+	case termLate > time.Second:
+		t.Errorf("the terminated node's partitions: an order due after the SIGTERM closed %s after its deadline, want within 1s", termLate)
+	default:
+		t.Logf("the terminated node's partitions: %d orders fell due after the SIGTERM, closed at most %s after their deadline", n, termLate)
+	}
 
 	// Every order.closed and timer.fired the database holds.
 	type written struct {
