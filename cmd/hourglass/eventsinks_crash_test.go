@@ -228,10 +228,18 @@ func eventsByID(t *testing.T, dbURL, dataDir string) map[int64][]hourglass.Event
 		t.Fatal(err)
 	}
 	defer db.Close()
+	return eventLog(t, db)
+}
+
+// eventLog reads every event of db in pages of the event log (not one
+// query per id: 10,000 of those took 13 s on MariaDB), by order or timer
+// id.
+func eventLog(t *testing.T, db hourglass.Database) map[int64][]hourglass.EventRecord {
+	t.Helper()
 	log := db.(hourglass.EventLog)
 	out := map[int64][]hourglass.EventRecord{}
 	for after := int64(0); ; {
-		page, err := log.Events(ctx, hourglass.EventPage{After: after, Limit: 5000})
+		page, err := log.Events(t.Context(), hourglass.EventPage{After: after, Limit: 5000})
 		if err != nil {
 			t.Fatal(err)
 		}

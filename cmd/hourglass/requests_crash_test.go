@@ -192,7 +192,7 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 	}
 	defer db.Close()
 	all := allTimers(t, db)
-	events := timerEvents(t, db, all)
+	events := eventLog(t, db)
 	received := rcv.snapshot()
 	byKey := map[string]int{}
 	for _, rc := range received {

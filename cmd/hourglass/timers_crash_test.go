@@ -126,7 +126,7 @@ func TestTimersSurviveKill(t *testing.T) {
 	all := allTimers(t, db)
 	// Every timer's events; every timer's one event is also checked at the
 	// receiver: one event id per key.
-	events := timerEvents(t, db, all)
+	events := eventLog(t, db)
 	t.Logf("read %d timers and their events in %s", len(all), time.Since(readStart).Round(time.Millisecond))
 
 	errs := 0
@@ -235,34 +235,6 @@ func allTimers(t *testing.T, db hourglass.Database) []hourglass.Timer {
 		}
 		after = page[len(page)-1].Key
 	}
-}
-
-// timerEvents reads the events of every timer, 8 at a time.
-func timerEvents(t *testing.T, db hourglass.Database, timers []hourglass.Timer) map[int64][]hourglass.EventRecord {
-	t.Helper()
-	out := make(map[int64][]hourglass.EventRecord, len(timers))
-	var mu sync.Mutex
-	ids := make(chan int64)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for id := range ids {
-				evs, err := db.OrderEvents(t.Context(), id)
-				if err != nil {
-					t.Errorf("events of timer %d: %v", id, err)
-				}
-				mu.Lock()
-				out[id] = evs
-				mu.Unlock()
-			}
-		})
-	}
-	for _, tm := range timers {
-		ids <- tm.ID
-	}
-	close(ids)
-	wg.Wait()
-	return out
 }
 
 // timerReceiver is a webhook endpoint that records the timer.fired events
