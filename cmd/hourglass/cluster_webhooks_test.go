@@ -36,6 +36,10 @@ import (
 // when fanned out, hundreds of them stayed pending with nobody working
 // them.)
 //
+// On PostgreSQL and MariaDB the nodes also publish every event to one
+// event sink (clusterSink: once each while steady, every one after the
+// churn, each order's in order).
+//
 // The postgres+redis and postgres+nats cases run the same with a broker
 // mechanism, whose timers each node must take only for the partitions it
 // owns: the pair of several nodes and a broker is where timers were left
@@ -47,8 +51,9 @@ func TestClusterWebhooks(t *testing.T) {
 	const ttl = 2 * time.Second
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
-			rc := newClusterReceiver(t)
-			testClusterWebhooks(t, setupCluster(t, kind, 3, ttl, rc.args()...), rc, ttl, ttl+2*time.Second)
+			rc, sink := newClusterReceiver(t), newClusterSink(t)
+			args := append(rc.args(), sink.args()...)
+			testClusterWebhooks(t, setupCluster(t, kind, 3, ttl, args...), rc, sink, ttl, ttl+2*time.Second)
 		})
 	}
 	for _, m := range []string{"redis", "nats"} {
@@ -57,7 +62,7 @@ func TestClusterWebhooks(t *testing.T) {
 			ns := fmt.Sprintf("hgt-webhooks-%s-%d", m, time.Now().UnixNano()%1e9)
 			dropBrokerNamespace(t, m, ns)
 			args := append(rc.args(), "--delay", m, "--delay-namespace", ns)
-			testClusterWebhooks(t, setupCluster(t, store.KindPostgres, 3, ttl, args...), rc, ttl, ttl+2*time.Second)
+			testClusterWebhooks(t, setupCluster(t, store.KindPostgres, 3, ttl, args...), rc, nil, ttl, ttl+2*time.Second)
 		})
 	}
 }
@@ -79,7 +84,7 @@ func TestClusterWebhooksGalera(t *testing.T) {
 	}
 	const ttl = 2 * time.Second
 	rc := newClusterReceiver(t)
-	testClusterWebhooks(t, setupGaleraCluster(t, 3, ttl, rc.args()...), rc, ttl, 2*(ttl+2*time.Second))
+	testClusterWebhooks(t, setupGaleraCluster(t, 3, ttl, rc.args()...), rc, nil, ttl, 2*(ttl+2*time.Second))
 }
 
 // clusterReceiver records the first arrival of each event id.
@@ -157,7 +162,10 @@ func (rc *clusterReceiver) waitArrived(ids []string, deadline time.Time) bool {
 	return true
 }
 
-func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl, bound time.Duration) {
+// testClusterWebhooks runs the scenario of TestClusterWebhooks on a
+// balanced cluster of three nodes with the lease TTL given; sink, when not
+// nil, is the nodes' event sink, checked on the same run.
+func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, sink *clusterSink, ttl, bound time.Duration) {
 	ctx := t.Context()
 	c := s.cluster
 	client := api.NewClient(c.Node(0).URL(), "", &http.Client{Timeout: 10 * time.Second})
@@ -170,6 +178,9 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 	}
 	defer load.Stop()
 	testenv.Phase(t, 3*time.Second, "the load runs on three nodes")
+	if sink != nil {
+		sink.checkSteady(t)
+	}
 
 	// churn stops victim (stop runs while the takeover is watched: a
 	// SIGTERM's handover comes before the process has exited) and returns
@@ -211,6 +222,9 @@ func testClusterWebhooks(t *testing.T, s clusterSetup, rc *clusterReceiver, ttl,
 	testenv.Phase(t, 3*time.Second, "the load runs on the two nodes left")
 	ledger := load.Stop()
 	verdict := judge(t, s.dbURL, ledger, ttl+time.Second)
+	if sink != nil {
+		sink.checkAll(t, verdict)
+	}
 	// Handed over, not lost: the terminated node's orders due after the
 	// signal closed within 1 s, not at its leases' expiry.
 	termLate, n := verdict.MaxLateness(func(cl nodes.Close) bool {
