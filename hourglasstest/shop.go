@@ -218,10 +218,15 @@ func (s Shop) Stock(t testing.TB, sku string) (available, reserved int) {
 	return available, reserved
 }
 
-// Exec runs one statement of the shop's (placeholders as ?).
+// Exec runs one statement of the shop's (placeholders as ?), again after a
+// deadlock (see Pay).
 func (s Shop) Exec(t testing.TB, q string, args ...any) int64 {
 	t.Helper()
-	n, err := exec(t.Context(), s.DB, s.Bind(q), args...)
+	var n int64
+	err := retryDeadlock(func() (err error) {
+		n, err = exec(t.Context(), s.DB, s.Bind(q), args...)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
