@@ -104,7 +104,7 @@ func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 		due := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)
 		gone := makeTimers(1, 100, due, 0)
 		schedule(t, s, gone, 100)
-		if err := d.Destroy(context.Background()); err != nil {
+		if err := d.Destroy(t.Context()); err != nil {
 			t.Fatalf("Destroy: %v", err)
 		}
 		// The namespace afresh, as another process would open it: a timer

@@ -3,10 +3,13 @@ package hourglasstest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hourglass/hourglass"
 )
@@ -141,8 +144,11 @@ func (s Shop) order(ctx context.Context, user string, in time.Duration, sku stri
 		return 0, fmt.Errorf("insert item: %w", err)
 	}
 	n, err := exec(ctx, tx, s.Bind(`UPDATE `+s.T("stock")+` SET available = available - ?, reserved = reserved + ? WHERE sku = ? AND available >= ?`), qty, qty, sku, qty)
-	if err != nil || n != 1 {
-		return 0, fmt.Errorf("reserve stock: %d rows, %v", n, err)
+	if err != nil {
+		return 0, fmt.Errorf("reserve stock: %w", err)
+	}
+	if n != 1 {
+		return 0, fmt.Errorf("reserve stock: %d rows changed, want 1", n)
 	}
 	return id, tx.Commit()
 }
@@ -154,8 +160,8 @@ func (s Shop) order(ctx context.Context, user string, in time.Duration, sku stri
 //
 // The pay is run again after a deadlock, as a shop's must be: a close
 // batch locks several orders and their stock rows in one transaction, and
-// InnoDB rolls back the transaction that changed fewer rows, which is
-// usually the pay.
+// InnoDB rolls back the transaction that changed fewer rows, which can be
+// the pay.
 func (s Shop) Pay(t testing.TB, id int64) (paid bool, err error) {
 	err = retryDeadlock(func() error {
 		paid, err = s.pay(t.Context(), id)
@@ -164,17 +170,24 @@ func (s Shop) Pay(t testing.TB, id int64) (paid bool, err error) {
 	return paid, err
 }
 
-// retryDeadlock runs attempt until it returns no deadlock error (MySQL's
-// 1213, PostgreSQL's 40P01), at most five times.
+// retryDeadlock runs attempt until it returns no deadlock error, at most
+// five times.
 func retryDeadlock(attempt func() error) error {
 	var err error
 	for range 5 {
-		err = attempt()
-		if err == nil || !(strings.Contains(err.Error(), "Error 1213 ") || strings.Contains(err.Error(), "SQLSTATE 40P01")) {
+		if err = attempt(); !deadlock(err) {
 			return err
 		}
 	}
 	return err
+}
+
+// deadlock reports whether err is the database's deadlock: MySQL's error
+// 1213, PostgreSQL's SQLSTATE 40P01.
+func deadlock(err error) bool {
+	var my *mysql.MySQLError
+	var pg *pgconn.PgError
+	return errors.As(err, &my) && my.Number == 1213 || errors.As(err, &pg) && pg.Code == "40P01"
 }
 
 // pay is one attempt of Pay.

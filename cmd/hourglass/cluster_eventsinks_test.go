@@ -46,39 +46,14 @@ func (s *clusterSink) args() []string {
 	return []string{"--event-sink", s.base + "?stream=" + url.QueryEscape(s.stream)}
 }
 
-func (s *clusterSink) read(t *testing.T) []busMsg {
-	msgs, err := s.rdb.XRange(t.Context(), s.stream, "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]busMsg, len(msgs))
-	for i, m := range msgs {
-		id, _ := m.Values["id"].(string)
-		key, _ := m.Values["key"].(string)
-		out[i] = busMsg{id: id, key: key}
-	}
-	return out
-}
-
-// dups counts the messages whose event id came before.
-func dups(got []busMsg) int {
-	seen := map[string]bool{}
-	n := 0
-	for _, m := range got {
-		if seen[m.id] {
-			n++
-		}
-		seen[m.id] = true
-	}
-	return n
-}
+func (s *clusterSink) read(t *testing.T) []busMsg { return readStream(t, s.rdb, s.stream) }
 
 // checkSteady checks, after the load ran on the steady cluster, that
 // something was published and nothing twice.
 func (s *clusterSink) checkSteady(t *testing.T) {
 	steady := s.read(t)
 	s.steady = len(steady)
-	if n := dups(steady); n != 0 {
+	if _, n := firstsByKey(steady); n != 0 {
 		count := map[string]int{}
 		var which []string
 		for _, m := range steady {
@@ -128,14 +103,7 @@ func (s *clusterSink) checkAll(t *testing.T, verdict *nodes.Verdict) {
 	})
 	// In order per key: an order's id, or a timer's key (its events carry
 	// it in their body; the key field says it).
-	firsts := map[string][]string{}
-	seen := map[string]bool{}
-	for _, m := range got {
-		if !seen[m.id] {
-			seen[m.id] = true
-			firsts[m.key] = append(firsts[m.key], m.id)
-		}
-	}
+	firsts, dups := firstsByKey(got)
 	for id, evs := range verdict.Events {
 		var want []string
 		for _, e := range evs {
@@ -150,5 +118,5 @@ func (s *clusterSink) checkAll(t *testing.T, verdict *nodes.Verdict) {
 		}
 	}
 	t.Logf("event sink: %d events of %d orders and timers on the stream; %d messages, %d duplicates after a SIGKILL, a restart and a SIGTERM (none in the steady %d before)",
-		total, len(verdict.Events), len(got), dups(got), s.steady)
+		total, len(verdict.Events), len(got), dups, s.steady)
 }

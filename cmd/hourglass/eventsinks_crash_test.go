@@ -36,6 +36,38 @@ import (
 // busMsg is one message a consumer read off a bus.
 type busMsg struct{ id, key string }
 
+// firstsByKey groups the event ids of got by key, each at its first
+// arrival, in stream order, and counts the messages that repeat an id
+// that came before them.
+func firstsByKey(got []busMsg) (byKey map[string][]string, dups int) {
+	byKey = map[string][]string{}
+	seen := map[string]bool{}
+	for _, m := range got {
+		if seen[m.id] {
+			dups++
+			continue
+		}
+		seen[m.id] = true
+		byKey[m.key] = append(byKey[m.key], m.id)
+	}
+	return byKey, dups
+}
+
+// readStream reads everything on a Redis stream the event sink wrote.
+func readStream(t *testing.T, rdb *goredis.Client, stream string) []busMsg {
+	msgs, err := rdb.XRange(t.Context(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]busMsg, len(msgs))
+	for i, m := range msgs {
+		id, _ := m.Values["id"].(string)
+		key, _ := m.Values["key"].(string)
+		out[i] = busMsg{id: id, key: key}
+	}
+	return out
+}
+
 // bus is a destination of one test's own on one broker: its --event-sink
 // URL, and a reader of everything on it so far.
 type bus struct {
@@ -157,16 +189,10 @@ func TestEventSinksSurviveKill(t *testing.T) {
 	want := eventsByID(t, dbURL, dataDir)
 	for _, b := range buses {
 		got := b.read(t)
-		seen := map[string]bool{}
-		byKey := map[string][]string{}
-		dup := 0
+		byKey, dup := firstsByKey(got)
+		seen := make(map[string]bool, len(got))
 		for _, m := range got {
-			if seen[m.id] {
-				dup++
-				continue
-			}
 			seen[m.id] = true
-			byKey[m.key] = append(byKey[m.key], m.id)
 		}
 		missing, checked := 0, 0
 		for _, id := range acked {
@@ -376,17 +402,7 @@ func sinkBuses(t *testing.T) []bus {
 		rdb := goredis.NewClient(opt)
 		t.Cleanup(func() { rdb.Del(context.Background(), name); rdb.Close() })
 		out = append(out, bus{name: "redis", url: u + "?stream=" + url.QueryEscape(name), read: func(t *testing.T) []busMsg {
-			msgs, err := rdb.XRange(t.Context(), name, "-", "+").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]busMsg, len(msgs))
-			for i, m := range msgs {
-				id, _ := m.Values["id"].(string)
-				key, _ := m.Values["key"].(string)
-				got[i] = busMsg{id: id, key: key}
-			}
-			return got
+			return readStream(t, rdb, name)
 		}})
 	}
 	return out
