@@ -569,6 +569,21 @@ func Shares(nodes []hourglass.Node) map[string]int {
 	return out
 }
 
+// roomToAcquire reports whether a step may ask for one more lease at now:
+// while nothing is held, or while what is held stays valid for more than
+// half a TTL. Each lease is a call of its own, and the held leases are
+// renewed only at the next step: on a slow database, a whole share taken
+// in one step outlasted the held leases' validity, so they lapsed before
+// that renewal, were given up, and were taken again at the next step, over
+// and over (a Galera node under load kept 10 to 20 partitions unworked for
+// 15 s). A step takes at least one lease, so a node still makes progress
+// as long as its calls return within CallTimeout.
+func (m *Membership) roomToAcquire(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases) == 0 || m.validUntil.Sub(now) > m.cfg.LeaseTTL/2
+}
+
 // balance takes this node's share: free leases first, then the surplus of
 // nodes above their share.
 func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) error {
@@ -626,11 +641,16 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 	}
 	var gained []int
 	var firstErr error
+	tried := 0
 	for _, c := range candidates {
 		if need == 0 || ctx.Err() != nil {
 			break
 		}
 		asked := m.clock.Now()
+		if tried > 0 && !m.roomToAcquire(asked) {
+			break // the next step renews first, then takes more
+		}
+		tried++
 		cctx, cancel := m.call(ctx)
 		l, ok, err := m.store.AcquireLease(cctx, self, c.lease, c.steal, m.cfg.LeaseTTL)
 		cancel()

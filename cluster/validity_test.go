@@ -152,3 +152,78 @@ func TestLeaseValidityByOwnClock(t *testing.T) {
 		t.Fatal("the watchers were not told the partitions were lost")
 	}
 }
+
+// slowStore is a hangingStore whose every call takes latency by its fake
+// clock: the database acts halfway through the call.
+type slowStore struct {
+	*hangingStore
+	latency time.Duration
+}
+
+func (s *slowStore) call() func() {
+	s.clock.Advance(s.latency / 2)
+	return func() { s.clock.Advance(s.latency - s.latency/2) }
+}
+
+func (s *slowStore) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, error) {
+	defer s.call()()
+	return s.hangingStore.Heartbeat(ctx, n)
+}
+
+func (s *slowStore) ClusterState(ctx context.Context, d time.Duration) (hourglass.ClusterState, error) {
+	defer s.call()()
+	return s.hangingStore.ClusterState(ctx, d)
+}
+
+func (s *slowStore) AcquireLease(ctx context.Context, owner string, prev hourglass.Lease, steal bool, ttl time.Duration) (hourglass.Lease, bool, error) {
+	defer s.call()()
+	return s.hangingStore.AcquireLease(ctx, owner, prev, steal, ttl)
+}
+
+func (s *slowStore) RenewLeases(ctx context.Context, owner string, held []hourglass.Lease, ttl time.Duration) ([]hourglass.Lease, error) {
+	defer s.call()()
+	return s.hangingStore.RenewLeases(ctx, owner, held, ttl)
+}
+
+// TestSlowDatabaseKeepsLeases: every call to the database takes a tenth of
+// the TTL (a loaded Galera node). A node taking its 64 partitions one call
+// each must not let the ones it holds lapse while it takes the rest: it
+// takes them over several steps, renewing in between, and never gives one
+// up. Taking the whole share in one step, it held each partition for less
+// than a TTL out of every few, and orders closed 15 s late.
+func TestSlowDatabaseKeepsLeases(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	clock := hourglasstest.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	st := &slowStore{hangingStore: newHangingStore(clock), latency: ttl / 10}
+	m, err := cluster.New(st, cluster.Config{NodeID: "a", LeaseTTL: ttl, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		lost []int
+	)
+	m.OnChange(func(_, l []int) {
+		mu.Lock()
+		lost = append(lost, l...)
+		mu.Unlock()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Each step's calls move the clock past the next tick, so the loop runs
+	// on its own; 60 s of the fake clock is hundreds of calls.
+	testenv.Eventually(t, 10*time.Second, "a owns every partition", func() bool { return len(m.Owned()) == hourglass.Partitions })
+	start := clock.Now()
+	testenv.Eventually(t, 10*time.Second, "another 5 s (by the fake clock) of renewals", func() bool { return clock.Now().Sub(start) > 5*time.Second })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lost) > 0 {
+		t.Errorf("the node gave up %d partitions it held (%v); want none while every call returns within a tenth of the TTL", len(lost), lost)
+	}
+	if got := len(m.Owned()); got != hourglass.Partitions {
+		t.Errorf("owns %d partitions after 5 s more; want all %d", got, hourglass.Partitions)
+	}
+}
