@@ -575,8 +575,8 @@ func Shares(nodes []hourglass.Node) map[string]int {
 // renewed only at the next step: on a slow database, a whole share taken
 // in one step outlasted the held leases' validity, so they lapsed before
 // that renewal, were given up, and were taken again at the next step, over
-// and over (a Galera node under load kept 10 to 20 partitions unworked for
-// 15 s). A step takes at least one lease, so a node still makes progress
+// and over (a node on a loaded Galera node gave up 12 to 53 partitions at
+// a time, 16 times in 15 s; orders closed up to 16 s late). A step takes at least one lease, so a node still makes progress
 // as long as its calls return within CallTimeout.
 func (m *Membership) roomToAcquire(now time.Time) bool {
 	m.mu.Lock()
