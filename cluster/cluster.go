@@ -576,8 +576,9 @@ func Shares(nodes []hourglass.Node) map[string]int {
 // in one step outlasted the held leases' validity, so they lapsed before
 // that renewal, were given up, and were taken again at the next step, over
 // and over (a node on a loaded Galera node gave up 12 to 53 partitions at
-// a time, 16 times in 15 s; orders closed up to 16 s late). A step takes at least one lease, so a node still makes progress
-// as long as its calls return within CallTimeout.
+// a time, 16 times in 15 s; orders closed up to 16 s late). A step takes
+// at least one lease, so a node whose calls are slow still gains its
+// share, a lease or more per step.
 func (m *Membership) roomToAcquire(now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
