@@ -228,9 +228,18 @@ func TestRunFailsWhenRedisGoesAway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan int64, 10)
-	deliver := func(_ context.Context, due []hourglass.DueItem) error {
+	// awaitSubscribed schedules a probe every 100 ms until one arrives, so
+	// on a loaded machine more than got holds may arrive after it stopped
+	// reading. A send that ignored ctx then held a dispatcher worker, and
+	// Run, which waits for its workers, did not return after the cut (a
+	// cold CI run: 10 s).
+	deliver := func(ctx context.Context, due []hourglass.DueItem) error {
 		for _, tm := range due {
-			got <- tm.ID
+			select {
+			case got <- tm.ID:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return nil
 	}
