@@ -282,16 +282,22 @@ FROM idempotency_keys k JOIN orders o ON o.id = k.order_id WHERE k.key IN (SELEC
 	// statistics. "IN (SELECT unnest($1))" hash-joined a sequential scan of
 	// every product, in the custom and the generic plan alike: on 1,000
 	// products, 0.085 ms a batch against 0.02 ms, paid once per commit, so
-	// most where batches are small (several nodes). The UPDATE below keeps
-	// its join, whose plan may scan too: not measured apart.
+	// most where batches are small (several nodes).
 	productsLockSQL = `SELECT p.sku, p.category, p.available FROM unnest($1::text[]) AS k(sku)
 CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
 	productsOnlyLock = `SELECT 1 FROM unnest($1::text[]) AS k(sku) CROSS JOIN LATERAL (SELECT FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
 	nowSQL           = `SELECT COALESCE($1::bigint, ` + dbNow + `)`
 	idsSQL           = `SELECT nextval($1::regclass) FROM generate_series(1, $2::int)`
-	// One UPDATE per batch, each SKU's row written once.
+	// One UPDATE per batch, each SKU's row written once. Its join alone was
+	// planned as a hash join over a sequential scan of every product, in
+	// the custom and the generic plan; "p.sku = ANY($1)" restricts the
+	// product side to the batch's SKUs (an index scan, or on a small table a
+	// scan that filters): on 1,000 products, 8 SKUs, about 90 µs less server
+	// CPU per commit (BenchmarkProductsUpdate). The rows are locked already
+	// (productsLockSQL or productsOnlyLock, in SKU order), so the UPDATE's
+	// own order is free.
 	productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku`
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku AND p.sku = ANY($1::text[])`
 	insertOrdersSQL = `WITH o AS (
 	INSERT INTO orders (id, user_id, status, items, created_at, deadline)
 	SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS v(id, u, it, d)
