@@ -642,16 +642,14 @@ func (m *Membership) balance(ctx context.Context, st hourglass.ClusterState) err
 	}
 	var gained []int
 	var firstErr error
-	tried := 0
-	for _, c := range candidates {
+	for i, c := range candidates {
 		if need == 0 || ctx.Err() != nil {
 			break
 		}
 		asked := m.clock.Now()
-		if tried > 0 && !m.roomToAcquire(asked) {
+		if i > 0 && !m.roomToAcquire(asked) {
 			break // the next step renews first, then takes more
 		}
-		tried++
 		cctx, cancel := m.call(ctx)
 		l, ok, err := m.store.AcquireLease(cctx, self, c.lease, c.steal, m.cfg.LeaseTTL)
 		cancel()

@@ -13,7 +13,7 @@ import (
 // openForPlans opens a store on a new database, with two connections, and
 // runs the setup statements on it: the plan tests fill its tables by SQL
 // and read their statements' plans (explain).
-func openForPlans(t *testing.T, setup ...string) *Store {
+func openForPlans(t testing.TB, setup ...string) *Store {
 	t.Helper()
 	s, err := Open(t.Context(), Config{URL: pgtest.NewDatabase(t), MaxConns: 2})
 	if err != nil {
@@ -26,6 +26,14 @@ func openForPlans(t *testing.T, setup ...string) *Store {
 		}
 	}
 	return s
+}
+
+// thousandProducts fills products with 1,000 rows, sku-00001 to sku-01000,
+// and analyzes it: a table small enough for the planner to prefer scanning
+// it whole.
+var thousandProducts = []string{
+	`INSERT INTO products (sku, name, category, available) SELECT 'sku-' || lpad(g::text, 5, '0'), 'n', 'c', 1000 FROM generate_series(1, 1000) g`,
+	`ANALYZE products`,
 }
 
 // explain returns the plan of "EXPLAIN " + sql on q, one line each.

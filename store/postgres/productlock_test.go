@@ -15,10 +15,7 @@ import (
 func TestProductLocksAreLookUps(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := openForPlans(t,
-		`INSERT INTO products (sku, name, category, available) SELECT 'sku-' || lpad(g::text, 5, '0'), 'n', 'c', 1000 FROM generate_series(1, 1000) g`,
-		`ANALYZE products`,
-	)
+	s := openForPlans(t, thousandProducts...)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

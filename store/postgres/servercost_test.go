@@ -7,55 +7,56 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
-// BenchmarkBareCommit measures what a transaction costs the server before
-// any of the store's statements: BEGIN, a one-row upsert and COMMIT in one
-// pipelined round trip, one connection, with synchronous_commit on (the
-// default, and what the store's batches pay) and off. Its
-// server-µs/commit is the floor under every group commit's cost, so it
-// says how much of a batch's cost (BenchmarkCluster, in cmd/hourglass)
-// only fewer commits can save.
-func BenchmarkBareCommit(b *testing.B) {
+// serverCPUPerCommit runs b.N transactions on one connection of s, each
+// BEGIN, what queue adds for the i-th, and COMMIT in one pipelined round
+// trip, with synchronous_commit set to syncCommit, and reports the server's
+// CPU per transaction (backendCPU) as server-µs/commit.
+func serverCPUPerCommit(b *testing.B, s *Store, syncCommit string, queue func(batch *pgx.Batch, i int)) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(b), MaxConns: 2})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	if _, err := s.pool.Exec(ctx, `CREATE TABLE bare_commit (id bigint PRIMARY KEY, v bigint NOT NULL)`); err != nil {
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = "+syncCommit); err != nil {
 		b.Fatal(err)
 	}
+	server := -backendCPU(b, s)
+	b.ResetTimer()
+	for i := range b.N {
+		batch := &pgx.Batch{}
+		batch.Queue("BEGIN")
+		queue(batch, i)
+		batch.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if server += backendCPU(b, s); server > 0 {
+		b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-µs/commit")
+	}
+	if _, err := conn.Exec(ctx, "RESET synchronous_commit"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkBareCommit measures what a transaction costs the server before
+// any of the store's statements: BEGIN, a one-row upsert and COMMIT, with
+// synchronous_commit on (the default, and what the store's batches pay)
+// and off. Its server-µs/commit is the floor under every group commit's
+// cost, so it says how much of a batch's cost (BenchmarkCluster, in
+// cmd/hourglass) only fewer commits can save.
+func BenchmarkBareCommit(b *testing.B) {
+	s := openForPlans(b, `CREATE TABLE bare_commit (id bigint PRIMARY KEY, v bigint NOT NULL)`)
 	for _, mode := range []string{"on", "off"} {
 		b.Run("synchronous_commit="+mode, func(b *testing.B) {
-			conn, err := s.pool.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Release()
-			if _, err := conn.Exec(ctx, "SET synchronous_commit = "+mode); err != nil {
-				b.Fatal(err)
-			}
-			server := -backendCPU(b, s)
-			b.ResetTimer()
-			for i := range b.N {
-				batch := &pgx.Batch{}
-				batch.Queue("BEGIN")
+			serverCPUPerCommit(b, s, mode, func(batch *pgx.Batch, i int) {
 				batch.Queue(`INSERT INTO bare_commit AS t VALUES ($1, 1) ON CONFLICT (id) DO UPDATE SET v = t.v + 1`, int64(i%1000))
-				batch.Queue("COMMIT")
-				if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			if server += backendCPU(b, s); server > 0 {
-				b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-µs/commit")
-			}
-			if _, err := conn.Exec(ctx, "RESET synchronous_commit"); err != nil {
-				b.Fatal(err)
-			}
+			})
 		})
 	}
 }
@@ -67,20 +68,7 @@ func BenchmarkBareCommit(b *testing.B) {
 // synchronous_commit off so that the flush's cost does not drown the
 // difference.
 func BenchmarkProductsUpdate(b *testing.B) {
-	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: pgtest.NewDatabase(b), MaxConns: 2})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	const products = 1000
-	if _, err := s.pool.Exec(ctx, `INSERT INTO products (sku, name, category, available)
-SELECT 'sku-' || lpad(g::text, 5, '0'), 'n', 'c', 1000000000 FROM generate_series(1, $1::int) g`, products); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE products`); err != nil {
-		b.Fatal(err)
-	}
+	s := openForPlans(b, thousandProducts...)
 	const restriction = " AND p.sku = ANY($1::text[])"
 	if !strings.HasSuffix(productsUpdateSQL, restriction) {
 		b.Fatal("productsUpdateSQL no longer ends with its restriction to the batch's SKUs: update this benchmark")
@@ -91,35 +79,14 @@ SELECT 'sku-' || lpad(g::text, 5, '0'), 'n', 'c', 1000000000 FROM generate_serie
 			{"join-alone", strings.TrimSuffix(productsUpdateSQL, restriction)},
 		} {
 			b.Run(fmt.Sprintf("skus=%d/%s", n, sql.name), func(b *testing.B) {
-				conn, err := s.pool.Acquire(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer conn.Release()
-				if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
-					b.Fatal(err)
-				}
-				defer conn.Exec(ctx, "RESET synchronous_commit")
-				skus, delta := make([]string, n), make([]int64, n)
-				server := -backendCPU(b, s)
-				b.ResetTimer()
-				for i := range b.N {
+				skus, delta := make([]string, n), make([]int64, n) // a delta of 0: the rows stay as they are
+				serverCPUPerCommit(b, s, "off", func(batch *pgx.Batch, i int) {
 					for j := range skus { // n SKUs spread over the table, sorted, another set each time
-						skus[j] = fmt.Sprintf("sku-%05d", 1+(i+j*products/n)%products)
+						skus[j] = fmt.Sprintf("sku-%05d", 1+(i+j*1000/n)%1000)
 					}
 					slices.Sort(skus)
-					batch := &pgx.Batch{}
-					batch.Queue("BEGIN")
-					batch.Queue(sql.sql, skus, delta, delta, delta)
-					batch.Queue("COMMIT")
-					if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				if server += backendCPU(b, s); server > 0 {
-					b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-µs/commit")
-				}
+					batch.Queue(sql.sql, slices.Clone(skus), delta, delta, delta)
+				})
 			})
 		}
 	}
