@@ -310,6 +310,12 @@ type SourceTable interface {
 	// deliveries in it. A database error that ends the transaction (a
 	// deadlock, a lost connection) is returned, and nothing committed.
 	Close(ctx context.Context, rows []DueItem) ([]SourceResult, error)
+	// BadRows returns up to limit pending rows that the reads above skip
+	// because their key or deadline cannot be read or lies outside the
+	// range (SourceKeyMin, SourceDeadlineMinMs and their maxima): those the
+	// database finds by range (through the key's and the deadline's
+	// indexes), and those the reads met since the last call.
+	BadRows(ctx context.Context, limit int) ([]BadSourceRow, error)
 }
 
 // SourceIDBase is the first id of a source row's events where an order's

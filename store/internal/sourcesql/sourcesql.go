@@ -98,6 +98,18 @@ type Dialect interface {
 	// Aborts reports an error after which the transaction cannot go on
 	// (a deadlock, a lost connection): the whole close is retried.
 	Aborts(err error) bool
+	// CurrentSchema returns the schema (PostgreSQL) or database (MySQL)
+	// an unqualified table name resolves in.
+	CurrentSchema(ctx context.Context) (string, error)
+	// UniqueIndex reports whether schema.table has a primary key or a
+	// unique index (not partial, not on an expression) on column alone.
+	UniqueIndex(ctx context.Context, schema, table, column string) (bool, error)
+	// TimeBounds are hourglass.SourceDeadlineMinMs and
+	// hourglass.SourceDeadlineMaxMs as SQL literals a TIMESTAMP/DATETIME
+	// column compares with, in UTC.
+	TimeBounds() (lo, hi string)
+	// Text is the SQL of expr read as text.
+	Text(expr string) string
 }
 
 // Table is one source on a database; it implements hourglass.SourceTable.
@@ -108,6 +120,14 @@ type Table struct {
 
 	key, deadline, table string // quoted
 	stmts                []hourglass.BoundSQL
+	// qual is the table as messages name it: schema.table, the schema
+	// the database resolved an unqualified name in.
+	qual string
+	// inRange is the SQL condition of a row whose key and deadline lie in
+	// hourglass's range; every read of pending rows keeps it, so a bad
+	// row never stops a page (badrows.go).
+	inRange string
+	met     metRows
 }
 
 var _ hourglass.SourceTable = (*Table)(nil)
@@ -128,38 +148,53 @@ func Open(ctx context.Context, d Dialect, src hourglass.Source) (*Table, []strin
 		return hourglass.Errorf(hourglass.CodeInvalidArgument, "source %s: %s", src.Name, fmt.Sprintf(format, args...))
 	}
 	schema, name := src.SchemaTable()
+	if schema == "" {
+		// Every message names the schema (database) the name resolved in:
+		// on MySQL, hourglass's own database, not the shop's.
+		var err error
+		if schema, err = d.CurrentSchema(ctx); err != nil {
+			return nil, nil, fmt.Errorf("source %s: read the current schema: %w", src.Name, err)
+		}
+	}
+	qual := schema + "." + name
 	cols, err := d.Columns(ctx, schema, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("source %s: read the columns of %s: %w", src.Name, src.Table, err)
+		return nil, nil, fmt.Errorf("source %s: read the columns of %s: %w", src.Name, qual, err)
 	}
 	if len(cols) == 0 {
-		return nil, nil, fail("table: %s does not exist (or hourglass's role cannot see it; grant it SELECT)", src.Table)
+		return nil, nil, fail("table: %s does not exist (or hourglass's role cannot see it; grant it SELECT)", qual)
 	}
 	isInt := func(t string) bool { return strings.Contains(t, "int") }
 	keyType, ok := cols[src.Key]
 	if !ok {
-		return nil, nil, fail("key: %s has no column %s", src.Table, src.Key)
+		return nil, nil, fail("key: %s has no column %s", qual, src.Key)
 	}
 	if !isInt(keyType) {
-		return nil, nil, fail("key: %s.%s is %s; want an integer column (BIGINT)", src.Table, src.Key, keyType)
+		return nil, nil, fail("key: %s.%s is %s; want an integer column (BIGINT)", qual, src.Key, keyType)
 	}
 	dlType, ok := cols[src.Deadline]
 	if !ok {
-		return nil, nil, fail("deadline: %s has no column %s", src.Table, src.Deadline)
+		return nil, nil, fail("deadline: %s has no column %s", qual, src.Deadline)
 	}
-	t := &Table{src: src, d: d, ms: src.DeadlineUnit == "ms", key: d.Quote(src.Key), deadline: d.Quote(src.Deadline)}
+	t := &Table{src: src, d: d, ms: src.DeadlineUnit == "ms", key: d.Quote(src.Key), deadline: d.Quote(src.Deadline), qual: qual}
 	switch {
 	case t.ms && !isInt(dlType):
-		return nil, nil, fail("deadline: %s.%s is %s, but deadline_unit: ms wants a BIGINT of unix milliseconds", src.Table, src.Deadline, dlType)
+		return nil, nil, fail("deadline: %s.%s is %s, but deadline_unit: ms wants a BIGINT of unix milliseconds", qual, src.Deadline, dlType)
 	case !t.ms && isInt(dlType):
-		return nil, nil, fail("deadline: %s.%s is %s; add deadline_unit: ms if it holds unix milliseconds", src.Table, src.Deadline, dlType)
+		return nil, nil, fail("deadline: %s.%s is %s; add deadline_unit: ms if it holds unix milliseconds", qual, src.Deadline, dlType)
 	case !t.ms && !strings.HasPrefix(dlType, "timestamp") && dlType != "datetime":
-		return nil, nil, fail("deadline: %s.%s is %s; want TIMESTAMP/DATETIME (UTC) or a BIGINT with deadline_unit: ms", src.Table, src.Deadline, dlType)
+		return nil, nil, fail("deadline: %s.%s is %s; want TIMESTAMP/DATETIME (UTC) or a BIGINT with deadline_unit: ms", qual, src.Deadline, dlType)
 	}
-	if schema != "" {
-		t.table = d.Quote(schema) + "."
+	unique, err := d.UniqueIndex(ctx, schema, name, src.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("source %s: read the indexes of %s: %w", src.Name, qual, err)
 	}
-	t.table += d.Quote(name)
+	if !unique {
+		return nil, nil, fail("key: %s.%s has no unique index, so two rows could share a key and one close would match both: make it the primary key or CREATE UNIQUE INDEX %s_%s ON %s (%s)",
+			qual, src.Key, name, src.Key, qual, src.Key)
+	}
+	t.table = d.Quote(schema) + "." + d.Quote(name)
+	t.inRange = t.rangeSQL(true)
 	for _, q := range src.Close {
 		t.stmts = append(t.stmts, hourglass.BindKey(q, d.Param))
 	}
@@ -177,6 +212,9 @@ func Open(ctx context.Context, d Dialect, src hourglass.Source) (*Table, []strin
 			return nil, nil, fail("%s: does not prepare: %v", c.what, oneLine(err))
 		}
 	}
+	if err := t.checkUnit(ctx); err != nil {
+		return nil, nil, err
+	}
 	warnings, err := t.indexWarnings(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("source %s: explain its queries: %w", src.Name, err)
@@ -192,13 +230,12 @@ func (t *Table) indexWarnings(ctx context.Context) ([]string, error) {
 	if t.ms {
 		until = "0"
 	}
-	schema, name := t.src.SchemaTable()
-	qual := name
-	if schema != "" {
-		qual = schema + "." + name
-	}
+	_, name := t.src.SchemaTable()
+	qual := t.qual
 	queries := []struct{ what, sql, fix string }{
-		{"the window query (pending rows by deadline)", t.dueSQL(false, 1, nil, func(int) string { return until }),
+		// Without the key's range, which the key's index would serve
+		// though the deadline's must.
+		{"the window query (pending rows by deadline)", t.dueSQLIn(t.deadlineInSQL(), false, 1, nil, func(int) string { return until }),
 			fmt.Sprintf("CREATE INDEX %s_%s ON %s (%s)", name, t.src.Deadline, qual, t.src.Deadline)},
 		{"the tail query (new rows by key)", t.tailSQL(1, lit),
 			fmt.Sprintf("make %s its primary key or CREATE UNIQUE INDEX %s_%s ON %s (%s)", t.src.Key, name, t.src.Key, qual, t.src.Key)},
@@ -224,8 +261,13 @@ func (t *Table) indexWarnings(ctx context.Context) ([]string, error) {
 // cursor (with cursor) params 2 to 4 (after twice, then its key); limit
 // and parts are literals.
 func (t *Table) dueSQL(cursor bool, limit int, parts hourglass.Parts, param func(int) string) string {
+	return t.dueSQLIn(t.inRange, cursor, limit, parts, param)
+}
+
+// dueSQLIn is dueSQL keeping the rows of inRange.
+func (t *Table) dueSQLIn(inRange string, cursor bool, limit int, parts hourglass.Parts, param func(int) string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "SELECT %s, %s FROM %s WHERE (%s) AND %s <= %s", t.key, t.deadline, t.table, t.src.Pending, t.deadline, param(1))
+	fmt.Fprintf(&b, "SELECT %s, %s FROM %s WHERE (%s) AND %s <= %s AND %s", t.key, t.deadline, t.table, t.src.Pending, t.deadline, param(1), inRange)
 	if cursor {
 		fmt.Fprintf(&b, " AND (%s > %s OR (%s = %s AND %s > %s))", t.deadline, param(2), t.deadline, param(3), t.key, param(4))
 	}
@@ -247,8 +289,8 @@ func (t *Table) partsSQL(parts hourglass.Parts) string {
 }
 
 func (t *Table) tailSQL(limit int, param func(int) string) string {
-	return fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s > %s AND (%s) AND %s IS NOT NULL ORDER BY %s LIMIT %d",
-		t.key, t.deadline, t.table, t.key, param(1), t.src.Pending, t.deadline, t.key, limit)
+	return fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s > %s AND (%s) AND %s ORDER BY %s LIMIT %d",
+		t.key, t.deadline, t.table, t.key, param(1), t.src.Pending, t.inRange, t.key, limit)
 }
 
 // arg is a deadline as a parameter.
@@ -259,34 +301,77 @@ func (t *Table) arg(at time.Time) any {
 	return at.UTC()
 }
 
-// scan reads (key, deadline) rows.
+// scan reads (key, deadline) rows; a row whose deadline cannot be read or
+// lies out of range is left out and kept for BadRows.
 func (t *Table) scan(rows Rows, err error) ([]hourglass.DueItem, error) {
+	p, err := t.readPage(rows, err)
+	return p.rows, err
+}
+
+// page is one read: the rows hourglass can time, and the last row the
+// database returned, good or bad (the cursor of the next page).
+type page struct {
+	rows    []hourglass.DueItem
+	n       int   // rows the database returned
+	lastKey int64 // the last row's key
+	lastAt  any   // the last row's deadline as the driver gave it
+}
+
+// readPage reads (key, deadline) rows.
+func (t *Table) readPage(rows Rows, err error) (page, error) {
+	var p page
 	if err != nil {
-		return nil, err
+		return p, err
 	}
 	defer rows.Close()
-	var out []hourglass.DueItem
 	for rows.Next() {
-		var tm hourglass.DueItem
-		if t.ms {
-			var ms int64
-			if err := rows.Scan(&tm.ID, &ms); err != nil {
-				return nil, err
-			}
-			tm.At = hourglass.FromUnixMilli(ms)
-		} else {
-			var v any
-			if err := rows.Scan(&tm.ID, &v); err != nil {
-				return nil, err
-			}
-			if tm.At, err = asTime(v); err != nil {
-				return nil, fmt.Errorf("row %d: %s: %w", tm.ID, t.src.Deadline, err)
-			}
+		var (
+			key int64
+			v   any
+		)
+		if err := rows.Scan(&key, &v); err != nil {
+			return p, err
 		}
-		tm.At = tm.At.UTC()
-		out = append(out, tm)
+		p.n, p.lastKey, p.lastAt = p.n+1, key, v
+		at, reason := t.deadlineOf(v)
+		if reason != "" {
+			t.met.add(hourglass.BadSourceRow{Key: strconv.FormatInt(key, 10), Deadline: text(v), Reason: reason})
+			continue
+		}
+		p.rows = append(p.rows, hourglass.DueItem{ID: key, At: at})
 	}
-	return out, rows.Err()
+	return p, rows.Err()
+}
+
+// deadlineOf reads a deadline as the driver gives it, or says why it
+// cannot (a hourglass.Bad* reason).
+func (t *Table) deadlineOf(v any) (time.Time, string) {
+	var at time.Time
+	if t.ms {
+		ms, err := asInt(v)
+		if err != nil {
+			return at, hourglass.BadDeadlineUnreadable
+		}
+		if ms < hourglass.SourceDeadlineMinMs || ms > hourglass.SourceDeadlineMaxMs {
+			return at, hourglass.BadDeadlineOutOfRange
+		}
+		return hourglass.FromUnixMilli(ms), ""
+	}
+	at, err := asTime(v)
+	switch v.(type) {
+	case nil, []byte, string:
+		if err != nil {
+			return at, hourglass.BadDeadlineUnreadable
+		}
+	default:
+		if err != nil { // PostgreSQL's infinities (pgtype.InfinityModifier)
+			return at, hourglass.BadDeadlineOutOfRange
+		}
+	}
+	if at = at.UTC(); !hourglass.ValidSourceDeadline(at) {
+		return at, hourglass.BadDeadlineOutOfRange
+	}
+	return at, ""
 }
 
 // Due implements hourglass.SourceTable.
@@ -299,20 +384,40 @@ func (t *Table) Due(ctx context.Context, p hourglass.PendingDueParams) ([]hourgl
 	if cursor {
 		args = append(args, t.arg(p.After), t.arg(p.After), p.AfterID)
 	}
-	rows, err := t.scan(t.d.DB().Query(ctx, t.dueSQL(cursor, p.Limit, p.Parts, t.d.Param), args...))
-	if err != nil {
-		return nil, fmt.Errorf("source %s: load due rows: %w", t.src.Name, err)
+	var out []hourglass.DueItem
+	for {
+		want := p.Limit - len(out)
+		pg, err := t.readPage(t.d.DB().Query(ctx, t.dueSQL(cursor, want, p.Parts, t.d.Param), args...))
+		if err != nil {
+			return nil, fmt.Errorf("source %s: load due rows: %w", t.src.Name, err)
+		}
+		out = append(out, pg.rows...)
+		// A full page with a bad row in it reads on past the bad row: a
+		// short answer would end the caller's paging.
+		if pg.n < want || len(out) >= p.Limit {
+			return out, nil
+		}
+		after := cursorArg(pg.lastAt)
+		cursor, args = true, []any{args[0], after, after, pg.lastKey}
 	}
-	return rows, nil
 }
 
 // Tail implements hourglass.SourceTable.
 func (t *Table) Tail(ctx context.Context, after int64, limit int) ([]hourglass.DueItem, error) {
-	rows, err := t.scan(t.d.DB().Query(ctx, t.tailSQL(max(limit, 1), t.d.Param), after))
-	if err != nil {
-		return nil, fmt.Errorf("source %s: tail new rows: %w", t.src.Name, err)
+	limit = max(limit, 1)
+	var out []hourglass.DueItem
+	for {
+		want := limit - len(out)
+		pg, err := t.readPage(t.d.DB().Query(ctx, t.tailSQL(want, t.d.Param), after))
+		if err != nil {
+			return nil, fmt.Errorf("source %s: tail new rows: %w", t.src.Name, err)
+		}
+		out = append(out, pg.rows...)
+		if pg.n < want || len(out) >= limit {
+			return out, nil
+		}
+		after = pg.lastKey // past a bad row, as Due
 	}
-	return rows, nil
 }
 
 // Holes implements hourglass.SourceTable.
@@ -326,8 +431,8 @@ func (t *Table) Holes(ctx context.Context, ranges [][2]int64, limit int) ([]hour
 		conds[i] = fmt.Sprintf("%s BETWEEN %s AND %s", t.key, t.d.Param(2*i+1), t.d.Param(2*i+2))
 		args = append(args, r[0], r[1])
 	}
-	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE (%s) AND (%s) AND %s IS NOT NULL ORDER BY %s LIMIT %d",
-		t.key, t.deadline, t.table, strings.Join(conds, " OR "), t.src.Pending, t.deadline, t.key, max(limit, 1))
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE (%s) AND (%s) AND %s ORDER BY %s LIMIT %d",
+		t.key, t.deadline, t.table, strings.Join(conds, " OR "), t.src.Pending, t.inRange, t.key, max(limit, 1))
 	rows, err := t.scan(t.d.DB().Query(ctx, q, args...))
 	if err != nil {
 		return nil, fmt.Errorf("source %s: read rows committed late: %w", t.src.Name, err)
@@ -361,7 +466,7 @@ func (t *Table) Pending(ctx context.Context, keys []int64) ([]hourglass.DueItem,
 	for i, k := range keys {
 		ps[i], args[i] = t.d.Param(i+1), k
 	}
-	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (%s) AND (%s)", t.key, t.deadline, t.table, t.key, strings.Join(ps, ", "), t.src.Pending)
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (%s) AND (%s) AND %s", t.key, t.deadline, t.table, t.key, strings.Join(ps, ", "), t.src.Pending, t.inRange)
 	rows, err := t.scan(t.d.DB().Query(ctx, q, args...))
 	if err != nil {
 		return nil, fmt.Errorf("source %s: read pending rows: %w", t.src.Name, err)
