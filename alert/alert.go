@@ -137,7 +137,8 @@ type Config struct {
 	// EventSinks, when set, adds the event_sink_lag rule over the event
 	// sinks' lag (--event-sink).
 	EventSinks EventSinkLagSource
-	// Sources, when set, adds the source_misconfigured rule (--sources).
+	// Sources, when set, adds the source_misconfigured and
+	// source_bad_rows rules (--sources).
 	Sources    SourceHealth
 	Thresholds Thresholds
 	// Interval between evaluations (default 5s). A negative Interval means
@@ -365,7 +366,7 @@ func (e *Evaluator) buildRules() []rule {
 		rules = append(rules, eventSinkRule(e.cfg.EventSinks))
 	}
 	if e.cfg.Sources != nil {
-		rules = append(rules, sourceRule(e.cfg.Sources))
+		rules = append(rules, sourceRule(e.cfg.Sources), sourceBadRowsRule(e.cfg.Sources))
 	}
 	return rules
 }

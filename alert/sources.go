@@ -12,9 +12,13 @@ import (
 // its rows stay pending until the guard is fixed.
 const RuleSourceMisconfigured = "source_misconfigured"
 
-// SourceHealth says which sources are misconfigured now (source.Runner).
+// SourceHealth says which sources are misconfigured now, and which found
+// rows they skip (source.Runner).
 type SourceHealth interface {
 	Misconfigured(now time.Time) []string
+	// BadRows returns the sources that found a pending row with a bad key
+	// or deadline within the last 10 minutes.
+	BadRows(now time.Time) []string
 }
 
 // sourceRule is RuleSourceMisconfigured over src: its value is how many

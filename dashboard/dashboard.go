@@ -203,6 +203,20 @@ type SourceStat struct {
 	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 	// Misconfigured: its guard changed several rows within 10 minutes.
 	Misconfigured bool `json:"misconfigured"`
+	// BadRows is how many pending rows with a bad key or deadline this
+	// node found and skips; BadRowList the latest (newest first, at most
+	// 100).
+	BadRows    int64          `json:"bad_rows"`
+	BadRowList []SourceBadRow `json:"bad_row_list"`
+}
+
+// SourceBadRow is a pending row a source skips: its key and deadline as
+// the database writes them, why, and when this node found it.
+type SourceBadRow struct {
+	Key      string `json:"key"`
+	Deadline string `json:"deadline"`
+	Reason   string `json:"reason"`
+	FoundAt  string `json:"found_at"`
 }
 
 // RejectedCounter counts the rejected timer requests kept

@@ -12,6 +12,7 @@ type sourceMetrics struct {
 	closed, noops, guardErrors, failed, recovered *prometheus.CounterVec
 	lateness                                      *prometheus.HistogramVec
 	held                                          *prometheus.GaugeVec
+	badRows                                       *prometheus.CounterVec
 }
 
 func newSourceMetrics(reg *prometheus.Registry) sourceMetrics {
@@ -34,7 +35,10 @@ func newSourceMetrics(reg *prometheus.Registry) sourceMetrics {
 			Help: "Rows of a source held in memory: pending and due within the window, or being closed.",
 		}, []string{"source"}),
 	}
-	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held)
+	s.badRows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hourglass_source_bad_rows_total",
+		Help: "Pending rows of a source skipped because their key or deadline cannot be read or lies out of range, each counted once when found, by reason."},
+		[]string{"source", "reason"})
+	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held, s.badRows)
 	return s
 }
 
@@ -58,6 +62,11 @@ func (m *Metrics) SourceFailed(source string) { m.sources.failed.WithLabelValues
 // SourceRecovered implements source.Observer.
 func (m *Metrics) SourceRecovered(source string, n int) {
 	m.sources.recovered.WithLabelValues(source).Add(float64(n))
+}
+
+// SourceBadRows implements source.Observer.
+func (m *Metrics) SourceBadRows(source, reason string, n int) {
+	m.sources.badRows.WithLabelValues(source, reason).Add(float64(n))
 }
 
 // SourceHeld implements source.Observer.

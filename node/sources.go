@@ -84,7 +84,8 @@ func startSources(ctx context.Context, r *source.Runner) (wait func()) {
 	return func() { <-done }
 }
 
-// sourceHealth is the source_misconfigured rule's source: nil (no rule)
+// sourceHealth is the source_misconfigured and source_bad_rows rules'
+// source: nil (no rule)
 // without sources.
 func sourceHealth(r *source.Runner) alert.SourceHealth {
 	if r == nil {
@@ -141,7 +142,10 @@ func (c sourceCards) SourceStats() []dashboard.SourceStat {
 	for i, s := range stats {
 		out[i] = dashboard.SourceStat{Name: s.Name, Held: s.Held, Closes: s.Closes, Noops: s.Noops, GuardErrors: s.GuardErrors,
 			CloseErrors: s.CloseErrors, Swept: s.Swept, LatenessP50Seconds: s.LatenessP50.Seconds(), LatenessP99Seconds: s.LatenessP99.Seconds(),
-			Misconfigured: s.Misconfigured}
+			Misconfigured: s.Misconfigured, BadRows: s.BadRows, BadRowList: make([]dashboard.SourceBadRow, len(s.BadRowList))}
+		for j, b := range s.BadRowList {
+			out[i].BadRowList[j] = dashboard.SourceBadRow{Key: b.Key, Deadline: b.Deadline, Reason: b.Reason, FoundAt: b.FoundAt.UTC().Format(hourglass.TimeFormat)}
+		}
 	}
 	return out
 }

@@ -72,6 +72,7 @@ type observer struct {
 	mu                                    sync.Mutex
 	lateness                              []time.Duration
 	noops, guardErrors, failed, recovered int
+	bad                                   map[string]int // by reason
 }
 
 func (o *observer) SourceClosed(_ string, d time.Duration) {
@@ -88,6 +89,14 @@ func (o *observer) SourceRecovered(_ string, n int) {
 	o.mu.Unlock()
 }
 func (o *observer) SourceHeld(string, int) {}
+func (o *observer) SourceBadRows(_, reason string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bad == nil {
+		o.bad = map[string]int{}
+	}
+	o.bad[reason] += n
+}
 
 func (o *observer) quantile(q float64) time.Duration {
 	o.mu.Lock()

@@ -63,6 +63,9 @@ type Observer interface {
 	SourceFailed(source string)
 	SourceRecovered(source string, n int)
 	SourceHeld(source string, n int)
+	// SourceBadRows counts n rows found with a bad key or deadline, by
+	// reason (hourglass.BadSourceReasons; n 0 at start).
+	SourceBadRows(source, reason string, n int)
 }
 
 // Checker asks a payment provider before a close (package beforeclose
@@ -222,6 +225,7 @@ type runner struct {
 	// extended holds the rows a payment check extended or is retrying.
 	extended extensions
 	stats    stats
+	bad      badRows
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
@@ -246,6 +250,9 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 		Clock:        cfg.Clock,
 		Logger:       s.log,
 	})
+	for _, reason := range hourglass.BadSourceReasons() {
+		cfg.Observer.SourceBadRows(src.Name, reason, 0) // in /metrics from the start
+	}
 	return s
 }
 
@@ -289,6 +296,7 @@ func (s *runner) run(ctx context.Context) {
 		func(ctx context.Context) { s.tail(ctx, last) },
 		s.sweep,
 		s.report,
+		s.watchBad,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
@@ -595,3 +603,4 @@ func (nopObserver) SourceGuardError(string)            {}
 func (nopObserver) SourceFailed(string)                {}
 func (nopObserver) SourceRecovered(string, int)        {}
 func (nopObserver) SourceHeld(string, int)             {}
+func (nopObserver) SourceBadRows(string, string, int)  {}

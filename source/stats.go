@@ -19,6 +19,10 @@ type Stat struct {
 	Swept                                   int64
 	LatenessP50, LatenessP99                time.Duration
 	Misconfigured                           bool
+	// BadRows is how many rows with a bad key or deadline the source
+	// reported; BadRowList the latest (newest first, up to BadRowsShown).
+	BadRows    int64
+	BadRowList []BadRow
 }
 
 // stats are a source's counts and its latest closes' lateness.
@@ -67,6 +71,7 @@ func (r *Runner) Stats(now time.Time) []Stat {
 			CloseErrors: s.stats.closeErrors.Load(), Swept: s.stats.swept.Load(),
 			LatenessP50: p50, LatenessP99: p99, Misconfigured: slices.Contains(bad, s.src.Name),
 		}
+		out[i].BadRows, out[i].BadRowList, _ = s.bad.snapshot(now)
 	}
 	return out
 }

@@ -207,8 +207,22 @@
         for (const n of [s.held, s.closes, s.noops, s.guard_errors, s.close_errors, s.swept]) tr.appendChild(el('td', {}, fmt(n)));
         tr.appendChild(el('td', {}, s.closes > 0 ? fmtSeconds(s.lateness_p50_seconds) : '–'));
         tr.appendChild(el('td', {}, s.closes > 0 ? fmtSeconds(s.lateness_p99_seconds) : '–'));
+        tr.appendChild(el('td', s.bad_rows > 0 ? { class: 'bad' } : {}, fmt(s.bad_rows)));
         tbody.appendChild(tr);
       }
+      // The rows each source skips: its key and deadline as the database
+      // writes them (text, never markup).
+      const bad = $('source-bad-rows');
+      const rows = bad.tBodies[0];
+      rows.replaceChildren();
+      for (const s of src) {
+        for (const b of s.bad_row_list || []) {
+          const tr = el('tr', {});
+          for (const v of [s.name, b.key, b.deadline, b.reason, b.found_at]) tr.appendChild(el('td', {}, v));
+          rows.appendChild(tr);
+        }
+      }
+      bad.hidden = rows.rows.length === 0;
     }
 
     // Clients' timers, shown as the orders are; null when the server keeps none.
