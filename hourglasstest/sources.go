@@ -44,6 +44,8 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"TwoStoresCloseOnce", sourceTwoStores},
 		{"DeadlineMillis", sourceDeadlineMillis},
 		{"EventNamesTheRowsDeadline", sourceEventDeadline},
+		{"BadRows", sourceBadRows},
+		{"StartChecks", sourceStartChecks},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
