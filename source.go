@@ -300,7 +300,8 @@ type SourceTable interface {
 	// ranges (each [lo, hi], inclusive), by key: rows whose keys were drawn
 	// before a larger key the tail saw, committed since.
 	Holes(ctx context.Context, ranges [][2]int64, limit int) ([]DueItem, error)
-	// MaxKey returns the largest key in the table (0 when empty).
+	// MaxKey returns the largest key in the table from SourceKeyMin to
+	// SourceKeyMax (0 when there is none).
 	MaxKey(ctx context.Context) (int64, error)
 	// Pending returns the rows of keys that are pending, with their
 	// deadlines now.

@@ -126,6 +126,9 @@ func sourceBadRows(t *testing.T, h SourceHarness) {
 	// Last: on MySQL no AUTO_INCREMENT key follows the largest.
 	want[fmt.Sprint(shop.BadOrder(t, math.MaxInt64, shop.Now()))] = hourglass.BadKeyOutOfRange
 
+	if k, err := tbl.MaxKey(ctx); err != nil || k != good[2] {
+		t.Errorf("MaxKey = %d, %v; want %d, the largest key in range (the tail reads above it)", k, err, good[2])
+	}
 	ids := func(rows []hourglass.DueItem) []int64 {
 		var out []int64
 		for _, r := range rows {

@@ -2,6 +2,7 @@ package source_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -78,15 +79,22 @@ func TestBadRowsAmongGood(t *testing.T) {
 				}
 				return true
 			})
-			for _, id := range good {
+			for i, id := range good {
 				evs, err := db.OrderEvents(t.Context(), hourglass.SourceEventOrderID("shop_orders", id))
 				if err != nil || len(evs) != 1 {
-					t.Errorf("row %d: events %v, %v; want one", id, evs, err)
+					t.Fatalf("row %d: events %v, %v; want one", id, evs, err)
 				}
-			}
-			// The first row was overdue at the start; the others on time.
-			if p99 := obs.quantile(0.99); p99 > 1500*time.Millisecond {
-				t.Errorf("close lateness p99 %s; want the good rows on time", p99)
+				var body struct {
+					Deadline time.Time `json:"deadline"`
+					ClosedAt time.Time `json:"closed_at"`
+				}
+				if err := json.Unmarshal(evs[0].Body, &body); err != nil {
+					t.Fatalf("row %d: event %s: %v", id, evs[0].Body, err)
+				}
+				// The first was overdue at the start; the others due after it.
+				if late := body.ClosedAt.Sub(body.Deadline); i > 0 && (late < 0 || late > 500*time.Millisecond) {
+					t.Errorf("row %d closed %s after its deadline; want on time", id, late)
+				}
 			}
 			for _, id := range slices.Collect(maps.Keys(want)) {
 				var st string

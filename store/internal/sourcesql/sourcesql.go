@@ -440,9 +440,12 @@ func (t *Table) Holes(ctx context.Context, ranges [][2]int64, limit int) ([]hour
 	return rows, nil
 }
 
-// MaxKey implements hourglass.SourceTable.
+// MaxKey implements hourglass.SourceTable: the largest key in range (a
+// key at 2^63-1 would leave the tail nothing above it, and an unsigned
+// one beyond cannot be read).
 func (t *Table) MaxKey(ctx context.Context) (int64, error) {
-	rows, err := t.d.DB().Query(ctx, fmt.Sprintf("SELECT COALESCE(MAX(%s), 0) FROM %s", t.key, t.table))
+	rows, err := t.d.DB().Query(ctx, fmt.Sprintf("SELECT COALESCE(MAX(%s), 0) FROM %s WHERE %s BETWEEN %d AND %d",
+		t.key, t.table, t.key, hourglass.SourceKeyMin, hourglass.SourceKeyMax))
 	if err != nil {
 		return 0, fmt.Errorf("source %s: read the largest key: %w", t.src.Name, err)
 	}
