@@ -42,6 +42,9 @@ type BadSourceRow struct {
 	Key      string
 	Deadline string
 	Reason   string
+	// FoundAt is when this node first found it (zero from
+	// SourceTable.BadRows).
+	FoundAt time.Time
 }
 
 // ValidSourceDeadline reports whether t lies in [SourceDeadlineMinMs,

@@ -62,6 +62,20 @@ type fullServer struct {
 }
 
 // readiness is the engine, made not ready on demand.
+// oneSource is a node's one source (--sources) with its bad rows: sources
+// need PostgreSQL or MySQL, and this server runs on SQLite.
+type oneSource struct {
+	name string
+	rows []hourglass.BadSourceRow
+}
+
+func (s oneSource) BadRowList(name string) ([]hourglass.BadSourceRow, int64, bool) {
+	if name != s.name {
+		return nil, 0, false
+	}
+	return s.rows, int64(len(s.rows)), true
+}
+
 type readiness struct {
 	*engine.Engine
 	down *atomic.Bool
@@ -114,6 +128,7 @@ func startFullServer(t *testing.T) *fullServer {
 		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, Token: openAPIToken,
 		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
+		Sources: oneSource{"shop_orders", []hourglass.BadSourceRow{{Key: "7", Deadline: "-infinity", Reason: hourglass.BadDeadlineOutOfRange, FoundAt: clock.Now()}}},
 	})
 	if err != nil {
 		t.Fatalf("api.NewServer: %v", err)
@@ -498,6 +513,12 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "GET", path: "/v1/dashboard", want: 200})
 	c.do(req{method: "GET", path: "/v1/dashboard?x=1", invalid: true, want: 400})
 	c.do(req{method: "GET", path: "/v1/cluster", want: 200})
+	var bad api.SourceBadRowListJSON
+	json.Unmarshal(c.do(req{method: "GET", path: "/v1/sources/shop_orders/bad-rows", want: 200}), &bad)
+	if bad.Total != 1 || len(bad.Rows) != 1 || bad.Rows[0].Deadline != "-infinity" {
+		t.Errorf("bad rows = %+v; want the one listed", bad)
+	}
+	c.do(req{method: "GET", path: "/v1/sources/nope/bad-rows", invalid: true, want: 404})
 
 	// Every /v1 route: 401 without the token, 403 from another site's
 	// page, and 413 for a body over 1 MiB where it takes one.
@@ -506,7 +527,7 @@ func TestOpenAPI(t *testing.T) {
 		if !strings.HasPrefix(rt.Path, "/v1/") || rt.Path == api.OpenAPIPath {
 			continue
 		}
-		path := strings.NewReplacer("{sku}", "sku-1", "{id}", "1", "{key}", "t1").Replace(rt.Path)
+		path := strings.NewReplacer("{sku}", "sku-1", "{id}", "1", "{key}", "t1", "{name}", "shop_orders").Replace(rt.Path)
 		c.do(req{method: rt.Method, path: path, noToken: true, invalid: true, want: 401})
 		c.do(req{method: rt.Method, path: path, header: map[string]string{"Sec-Fetch-Site": "cross-site"}, invalid: true, want: 403})
 		if rt.Method != http.MethodGet {

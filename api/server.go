@@ -69,6 +69,8 @@ type Config struct {
 	Dashboard DashboardSource
 	// Cluster serves GET /v1/cluster when set (cluster.go).
 	Cluster ClusterSource
+	// Sources serves GET /v1/sources/{name}/bad-rows when set (sources.go).
+	Sources SourceBadRows
 	// Timers serves /v1/timers when set (timers.go).
 	Timers hourglass.TimerStore
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
@@ -167,6 +169,7 @@ func (s *Server) routes() {
 	routes = append(routes, s.clusterRoutes()...)
 	routes = append(routes, s.timerRoutes()...)
 	routes = append(routes, s.timerRequestRoutes()...)
+	routes = append(routes, s.sourceRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))

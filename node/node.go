@@ -305,6 +305,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Cluster:       self.view,
 		Timers:        timers,
 		TimerRequests: rs,
+		Sources:       sourceBadRows(n.sources),
 	})
 	if err != nil {
 		return nil, err

@@ -21,8 +21,9 @@ import (
 
 // TestNodeSourceBadRows: a node whose source has a pending row with the
 // deadline '-infinity' closes the good row beside it, lists the bad one on
-// the dashboard's Sources card, counts it in /metrics (every reason there
-// at zero from the start) and fires source_bad_rows.
+// the dashboard's Sources card and at GET /v1/sources/{name}/bad-rows,
+// counts it in /metrics (every reason there at zero from the start) and
+// fires source_bad_rows.
 func TestNodeSourceBadRows(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
@@ -83,6 +84,15 @@ func TestNodeSourceBadRows(t *testing.T) {
 	}
 	if l := snap.Sources[0].BadRowList; len(l) != 1 || l[0].Key != strconv.FormatInt(bad, 10) || l[0].Deadline != "-infinity" || l[0].Reason != hourglass.BadDeadlineOutOfRange {
 		t.Errorf("bad_row_list %+v; want row %d, -infinity, %s", l, bad, hourglass.BadDeadlineOutOfRange)
+	}
+	var list struct {
+		Total int64 `json:"total"`
+		Rows  []struct {
+			Key, Deadline, Reason string
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(get("/v1/sources/shop_orders/bad-rows"), &list); err != nil || list.Total != 1 || len(list.Rows) != 1 || list.Rows[0].Key != strconv.FormatInt(bad, 10) {
+		t.Errorf("GET /v1/sources/shop_orders/bad-rows = %+v, %v; want row %d", list, err, bad)
 	}
 	m := string(get("/metrics"))
 	for _, want := range []string{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/alert"
+	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/metrics"
@@ -148,6 +149,15 @@ func (c sourceCards) SourceStats() []dashboard.SourceStat {
 		}
 	}
 	return out
+}
+
+// sourceBadRows is the source of GET /v1/sources/{name}/bad-rows: nil
+// (no route) without sources.
+func sourceBadRows(r *source.Runner) api.SourceBadRows {
+	if r == nil {
+		return nil
+	}
+	return r
 }
 
 // dashboardSources is the dashboard's source of the Sources card: nil

@@ -17,8 +17,9 @@ import (
 // in the list the dashboard shows, and the source_bad_rows alert while one
 // was found within badRowsRecent.
 const (
-	// BadRowsShown is how many of the latest bad rows a source keeps for
-	// the dashboard (Stat.BadRowList).
+	// BadRowsKept is how many of the latest bad rows a source keeps
+	// (Runner.BadRowList); the dashboard shows the latest BadRowsShown.
+	BadRowsKept  = 1000
 	BadRowsShown = 100
 	// badRowsRead bounds the bad rows read per look.
 	badRowsRead = 1000
@@ -29,20 +30,12 @@ const (
 	badRowsRecent = 10 * time.Minute
 )
 
-// BadRow is a bad row as a source reports it: its key and deadline as the
-// database writes them, why it is skipped, and when this node first found
-// it.
-type BadRow struct {
-	hourglass.BadSourceRow
-	FoundAt time.Time
-}
-
 // badRows is what a source found. Safe for concurrent use.
 type badRows struct {
 	mu    sync.Mutex
-	seen  map[string]bool // the keys reported
-	order []string        // seen's keys, oldest first
-	list  []BadRow        // the latest BadRowsShown, oldest first
+	seen  map[string]bool          // the keys reported
+	order []string                 // seen's keys, oldest first
+	list  []hourglass.BadSourceRow // the latest BadRowsKept, oldest first
 	total int64
 	// lastAt is when a look last found one (zero: never).
 	lastAt time.Time
@@ -71,8 +64,9 @@ func (b *badRows) found(rows []hourglass.BadSourceRow, now time.Time) []hourglas
 			delete(b.seen, b.order[0])
 			b.order = b.order[1:]
 		}
-		b.list = append(b.list, BadRow{BadSourceRow: r, FoundAt: now})
-		if len(b.list) > BadRowsShown {
+		r.FoundAt = now
+		b.list = append(b.list, r)
+		if len(b.list) > BadRowsKept {
 			b.list = b.list[1:]
 		}
 		b.total++
@@ -80,14 +74,15 @@ func (b *badRows) found(rows []hourglass.BadSourceRow, now time.Time) []hourglas
 	return fresh
 }
 
-// snapshot returns the total reported, the latest rows (newest first) and
+// snapshot returns the total reported, the latest rows (newest first, up
+// to limit) and
 // whether one was found within badRowsRecent of now.
-func (b *badRows) snapshot(now time.Time) (total int64, list []BadRow, recent bool) {
+func (b *badRows) snapshot(now time.Time, limit int) (total int64, list []hourglass.BadSourceRow, recent bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	list = make([]BadRow, len(b.list))
-	for i, r := range b.list {
-		list[len(list)-1-i] = r
+	list = make([]hourglass.BadSourceRow, min(len(b.list), limit))
+	for i := range list {
+		list[i] = b.list[len(b.list)-1-i]
 	}
 	return b.total, list, !b.lastAt.IsZero() && now.Sub(b.lastAt) < badRowsRecent
 }
@@ -142,20 +137,20 @@ func keyID(key string) int64 {
 func (r *Runner) BadRows(now time.Time) []string {
 	var out []string
 	for _, s := range r.srcs {
-		if _, _, recent := s.bad.snapshot(now); recent {
+		if _, _, recent := s.bad.snapshot(now, 0); recent {
 			out = append(out, s.src.Name)
 		}
 	}
 	return out
 }
 
-// BadRowList returns the latest bad rows (up to BadRowsShown, newest
+// BadRowList returns the latest bad rows (up to BadRowsKept, newest
 // first) of the source name, and how many it reported since start; ok is
-// false when there is no such source.
-func (r *Runner) BadRowList(name string) (rows []BadRow, total int64, ok bool) {
+// false when there is no such source. Safe for concurrent use.
+func (r *Runner) BadRowList(name string) (rows []hourglass.BadSourceRow, total int64, ok bool) {
 	for _, s := range r.srcs {
 		if s.src.Name == name {
-			total, rows, _ = s.bad.snapshot(time.Time{})
+			total, rows, _ = s.bad.snapshot(time.Time{}, BadRowsKept)
 			return rows, total, true
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hourglass/hourglass"
 )
 
 // latencySamples is how many of the latest closes' lateness a source keeps
@@ -22,7 +24,7 @@ type Stat struct {
 	// BadRows is how many rows with a bad key or deadline the source
 	// reported; BadRowList the latest (newest first, up to BadRowsShown).
 	BadRows    int64
-	BadRowList []BadRow
+	BadRowList []hourglass.BadSourceRow
 }
 
 // stats are a source's counts and its latest closes' lateness.
@@ -71,7 +73,7 @@ func (r *Runner) Stats(now time.Time) []Stat {
 			CloseErrors: s.stats.closeErrors.Load(), Swept: s.stats.swept.Load(),
 			LatenessP50: p50, LatenessP99: p99, Misconfigured: slices.Contains(bad, s.src.Name),
 		}
-		out[i].BadRows, out[i].BadRowList, _ = s.bad.snapshot(now)
+		out[i].BadRows, out[i].BadRowList, _ = s.bad.snapshot(now, BadRowsShown)
 	}
 	return out
 }
