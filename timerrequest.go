@@ -2,9 +2,6 @@ package hourglass
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -34,59 +31,22 @@ type TimerRequest struct {
 	RequestedAt time.Time
 }
 
-// ArmParams returns the arm r asks for, as the API would arm it: FireAt
-// absolute (a delay counts from RequestedAt), the request hash of the same
-// meaning as PUT's (so that a repeat of one arm changes nothing), and
-// Validate's checks; fire_at may lie at most MaxTimerDelay after now.
-// Errors: invalid_argument, naming the column.
+// ArmParams returns the arm r asks for, as PUT /v1/timers/{key} would
+// arm it (TimerArm.Params: the same checks and request hash), with an
+// absolute FireAt: a delay counts from RequestedAt, or from now if
+// RequestedAt lies after it. Errors: invalid_argument, naming the column.
 func (r TimerRequest) ArmParams(now time.Time) (ArmTimerParams, error) {
 	if r.Key == nil {
 		return ArmTimerParams{}, Errorf(CodeInvalidArgument, "timer_key: required")
 	}
-	p := ArmTimerParams{Key: *r.Key}
-	if err := ValidateTimerKey(p.Key); err != nil {
-		return p, err
+	a := TimerArm{Key: *r.Key, FireAt: r.FireAt, DelayMs: r.DelayMs, WebhookID: r.WebhookID, RequestedAt: r.RequestedAt}
+	if a.RequestedAt.IsZero() {
+		a.RequestedAt = now
 	}
-	h := sha256.New()
-	switch {
-	case r.FireAt != nil && r.DelayMs != nil:
-		return p, Errorf(CodeInvalidArgument, "fire_at, delay_ms: give exactly one, not both")
-	case r.FireAt != nil:
-		ms := UnixMilli(*r.FireAt)
-		if r.FireAt.After(FromUnixMilli(ms)) {
-			ms++ // never before the time asked for
-		}
-		if at := FromUnixMilli(ms); at.After(now.Add(MaxTimerDelay)) {
-			return p, Errorf(CodeInvalidArgument, "fire_at: %s is more than %d days ahead", at.Format(TimeFormat), MaxTimerDelay/(24*time.Hour))
-		}
-		p.FireAt = FromUnixMilli(max(ms, 1))
-		fmt.Fprintf(h, "at\x00%d\x00", UnixMilli(p.FireAt))
-	case r.DelayMs != nil:
-		ms := *r.DelayMs
-		if ms < 0 || ms > MaxTimerDelay.Milliseconds() {
-			return p, Errorf(CodeInvalidArgument, "delay_ms: must be 0 to %d, got %d", MaxTimerDelay.Milliseconds(), ms)
-		}
-		p.FireAt = FromUnixMilli(max(UnixMilli(r.RequestedAt)+ms, 1))
-		fmt.Fprintf(h, "delay\x00%d\x00", ms)
-	default:
-		return p, Errorf(CodeInvalidArgument, "fire_at, delay_ms: one of them is required")
+	if r.Payload != nil {
+		a.Payload = []byte(*r.Payload)
 	}
-	if r.Payload != nil && *r.Payload != "null" {
-		p.Payload = json.RawMessage(*r.Payload)
-	}
-	if r.WebhookID != nil {
-		if *r.WebhookID < 1 {
-			return p, Errorf(CodeInvalidArgument, "webhook_id: must be a webhook's id (a positive integer), got %d", *r.WebhookID)
-		}
-		p.WebhookID = *r.WebhookID
-	}
-	if err := p.Validate(); err != nil {
-		return p, err
-	}
-	fmt.Fprintf(h, "%d\x00%d\x00", p.WebhookID, len(p.Payload))
-	h.Write(p.Payload)
-	p.RequestHash = h.Sum(nil)
-	return p, nil
+	return a.Params(now)
 }
 
 // CancelKey returns the key a cancel request names. Errors:
