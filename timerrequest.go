@@ -2,6 +2,7 @@ package hourglass
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -60,11 +61,21 @@ func (r TimerRequest) CancelKey() (string, error) {
 
 // RejectedTimerRequest is a request hourglass could not apply, as
 // timer_request_errors keeps it.
+// A listing shows at most the first RejectedTextMax bytes of its
+// timer_key, action and payload (whole characters): a shop may have
+// written megabytes there.
 type RejectedTimerRequest struct {
 	TimerRequest
-	RejectedAt time.Time
-	Reason     string
+	// PayloadBytes is the payload's size in bytes as the shop wrote it
+	// (Payload may be its first RejectedTextMax only); 0 when NULL.
+	PayloadBytes int64
+	RejectedAt   time.Time
+	Reason       string
 }
+
+// RejectedTextMax is the most bytes of a rejected request's text column a
+// listing shows.
+const RejectedTextMax = 1 << 10
 
 // TimerRequestsApplied is what one ApplyTimerRequests transaction did.
 type TimerRequestsApplied struct {
@@ -83,23 +94,50 @@ type TimerRequestsApplied struct {
 	// Full reports that the transaction took as many requests as it was
 	// allowed: more may be waiting.
 	Full bool
+	// Created counts the arms that created a timer, when the transaction
+	// had to tell (its batch could have gone beyond TimerRequestsParams.Room);
+	// otherwise 0, and a TimerLimit's next count sees them.
+	Created int
 }
+
+// TimerRequestsParams is the input of TimerRequestStore.ApplyTimerRequests.
+type TimerRequestsParams struct {
+	// Limit is the most requests one transaction takes; it must be
+	// positive.
+	Limit int
+	// Room is how many timers the transaction may create (arms of keys
+	// that name no timer yet): --timer-max less the timers that exist. An
+	// arm beyond it is rejected with TimerLimitError's reason, as PUT
+	// answers 409. Zero or less: none; NoTimerLimit: any number.
+	Room int64
+	// Max is the --timer-max a refusal names.
+	Max int64
+}
+
+// NoTimerLimit is TimerRequestsParams.Room for an applier without
+// --timer-max.
+const NoTimerLimit = math.MaxInt64
 
 // TimerRequestStore applies the requests written to timer_requests.
 type TimerRequestStore interface {
-	// ApplyTimerRequests applies, in one transaction, up to limit of the
+	// ApplyTimerRequests applies, in one transaction, up to p.Limit of the
 	// oldest committed requests (by seq) that no other process is applying,
-	// each as ArmTimer or CancelTimer would, in seq order per key (a key
-	// whose earlier request another process holds waits), moves the ones
-	// it cannot apply to timer_request_errors with their reason, and
-	// deletes them all.
-	ApplyTimerRequests(ctx context.Context, limit int) (TimerRequestsApplied, error)
+	// each as PUT or DELETE /v1/timers/{key} would (TimerArm.Params,
+	// CheckTimerWebhook, p.Room), in seq order per key (a key whose earlier
+	// request another process holds waits), moves the ones it cannot apply
+	// to timer_request_errors with their reason, and deletes them all. A
+	// text column longer than a valid request's (a payload over
+	// MaxTimerPayload) is refused by its size, which the database reads:
+	// its bytes never reach the process.
+	ApplyTimerRequests(ctx context.Context, p TimerRequestsParams) (TimerRequestsApplied, error)
 	// TimerRequestsWritten fires when requests were committed (PostgreSQL:
 	// a trigger's NOTIFY); nil when the store cannot tell, and the
 	// applier polls.
 	TimerRequestsWritten() <-chan struct{}
 	// RejectedTimerRequests lists up to limit rejected requests with seq >
-	// after, by seq; RejectedTimerRequestCount counts them.
+	// after, by seq, each with at most the first RejectedTextMax bytes of
+	// its text columns (RejectedTimerRequest.PayloadBytes says a payload's
+	// size); RejectedTimerRequestCount counts them.
 	RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]RejectedTimerRequest, error)
 	RejectedTimerRequestCount(ctx context.Context) (int64, error)
 	// PruneRejectedTimerRequests deletes up to limit rejected requests

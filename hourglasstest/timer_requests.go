@@ -81,7 +81,7 @@ func applyAll(t *testing.T, s hourglass.TimerRequestStore) hourglass.TimerReques
 	t.Helper()
 	var sum hourglass.TimerRequestsApplied
 	for range maxPages {
-		r, err := s.ApplyTimerRequests(t.Context(), 100)
+		r, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 100, Room: hourglass.NoTimerLimit})
 		if err != nil {
 			t.Fatalf("ApplyTimerRequests: %v", err)
 		}
@@ -365,7 +365,7 @@ func requestTwoAppliers(t *testing.T, h TimerRequestHarness) {
 	for i, s := range []hourglass.TimerRequestStore{a, b} {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				r, err := s.ApplyTimerRequests(context.Background(), 20)
+				r, err := s.ApplyTimerRequests(context.Background(), hourglass.TimerRequestsParams{Limit: 20, Room: hourglass.NoTimerLimit})
 				if err != nil {
 					t.Errorf("applier %d: %v", i, err)
 					return

@@ -137,7 +137,7 @@ type failingStore struct {
 }
 
 func (f *failingStore) TimerRequestsWritten() <-chan struct{} { return nil }
-func (f *failingStore) ApplyTimerRequests(context.Context, int) (hourglass.TimerRequestsApplied, error) {
+func (f *failingStore) ApplyTimerRequests(context.Context, hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++

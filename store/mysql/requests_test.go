@@ -152,7 +152,7 @@ func TestTimerRequestsShopPrivileges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := s.ApplyTimerRequests(ctx, 10)
+	res, err := s.ApplyTimerRequests(ctx, hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
 	if err != nil || res.Applied != 1 || len(res.Armed) != 1 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want the committed arm applied", res, err)
 	}
@@ -236,7 +236,7 @@ func TestTimerRequestZeroDates(t *testing.T) {
 	('fine', ?, NULL, UTC_TIMESTAMP(3))`, at.Format("2006-01-02 15:04:05.000")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyTimerRequests(t.Context(), 10)
+	res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
 	if err != nil || res.Applied != 1 || res.Rejected != 2 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, two rejected", res, err)
 	}

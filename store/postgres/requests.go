@@ -37,15 +37,16 @@ func (s *Store) TimerRequestsWritten() <-chan struct{} { return s.requestsWritte
 // ApplyTimerRequests implements hourglass.TimerRequestStore
 // (sqlq.Store.ApplyTimerRequestsIn: the steps), in one transaction, run
 // again after a deadlock or serialization failure, deciding the requests
-// at the store's clock. What it arms and cancels is announced like
+// at the database's now (the test clock's, when set), which is also what
+// requested_at holds. What it arms and cancels is announced like
 // ArmTimer's and CancelTimer's: to this store's due feed after the commit,
 // and to the other processes at the commit. Errors: invalid_argument (a
-// limit under 1), unavailable.
-func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.TimerRequestsApplied, error) {
+// Limit under 1), unavailable.
+func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	clock := cmp.Or[hourglass.Clock](s.cfg.Clock, hourglass.SystemClock{})
-	res, err := s.Store.ApplyTimerRequests(ctx, limit, clock, false, s.writeRequests)
+	res, err := s.Store.ApplyTimerRequests(ctx, p, clock, true, s.writeRequests)
 	if err == nil {
 		s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
 	}

@@ -156,7 +156,7 @@ func TestShopRoleNeedsOnlyInsert(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("no NOTIFY after the shop's role committed a request")
 	}
-	if res, err := s.ApplyTimerRequests(t.Context(), 10); err != nil || res.Applied != 1 {
+	if res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit}); err != nil || res.Applied != 1 {
 		t.Fatalf("apply = %+v, %v; want the shop role's request applied", res, err)
 	}
 	if _, err := shop.ExecContext(t.Context(), "SELECT count(*) FROM hourglass.timers"); err == nil {
@@ -181,7 +181,7 @@ func TestTimerRequestInfinity(t *testing.T) {
 	('fine', $1, NULL, now())`, at); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyTimerRequests(t.Context(), 10)
+	res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
 	if err != nil || res.Applied != 1 || res.Rejected != 3 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, three rejected", res, err)
 	}
