@@ -62,8 +62,12 @@ func (s *Store) writeRequests(ctx context.Context, x sqlq.Querier, _ time.Time, 
 	tx := x.(pgQuerier).q.(pgx.Tx)
 	var armed []*op            // the arms that changed their timer, to announce
 	ops := make([]*op, len(p)) // each running request's, by its place in p
+	// The timers earlier rounds armed: a key armed twice alike in one
+	// batch is left unchanged by its second arm, which must find the
+	// first's timer (armedReadSQL does not read the transaction's own rows).
+	latest := map[string]hourglass.Timer{}
 	for round := range p.Rounds() {
-		tw := &timerWrites{}
+		tw := &timerWrites{latest: latest}
 		for i, r := range p {
 			if !r.Runs() || r.Round != round {
 				continue
