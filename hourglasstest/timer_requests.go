@@ -579,7 +579,7 @@ func requestAPIRules(t *testing.T, h TimerRequestHarness) {
 func requestSizes(t *testing.T, h TimerRequestHarness) {
 	a, _, timers, shop, table := h.Open(t)
 	big := `{"a":"` + strings.Repeat("é", 1<<20) + `"}` // 2 MiB and 8 bytes
-	long := strings.Repeat("k", 60_000) // MySQL's TEXT holds 65,535 bytes
+	long := strings.Repeat("k", 60_000)                 // MySQL's TEXT holds 65,535 bytes
 	cols := []string{"timer_key", "delay_ms", "payload"}
 	inTx(t, shop, false, func(tx *sql.Tx) error {
 		for _, r := range [][]any{{"big", 1000, big}, {long, 1000, nil}, {"edge", 1000, `{"a":"` + strings.Repeat("x", hourglass.MaxTimerPayload-8) + `"}`}} {
