@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,7 @@ func ExerciseTimerRequests(t *testing.T, h TimerRequestHarness) {
 		{"RejectedPruned", requestRejectedPruned},
 		{"APIRulesHold", requestAPIRules},
 		{"SizesCheckedByTheDatabase", requestSizes},
+		{"LargeValuesNeverRead", requestLargeValues},
 		{"TimerMaxHolds", requestTimerMax},
 		{"RequestedAtAtMostNow", requestRequestedAtFuture},
 		{"ExplicitSeqBreaksNothing", requestExplicitSeq},
@@ -722,4 +724,58 @@ func requestExplicitSeq(t *testing.T, h TimerRequestHarness) {
 			t.Errorf("explicit-%d fires at %s; want a second after its INSERT", i, tm.FireAt)
 		}
 	}
+}
+
+// requestLargeValues: 16 requests of 10 MB payloads, written by the
+// database itself (the shop sends a few bytes), are rejected, and listed,
+// with the process allocating a small part of one of them: their bytes
+// never reach it (issue 37: 50 rows of 20 MB took a node from 34 MB to
+// 1.76 GB of RSS, and each listing read them whole again).
+func requestLargeValues(t *testing.T, h TimerRequestHarness) {
+	a, _, _, shop, table := h.Open(t)
+	const rows, size = 16, 10 << 20
+	// The database's own repeat: PostgreSQL's and MySQL's repeat(), SQLite's
+	// printf('%.*c').
+	value := fmt.Sprintf(`repeat('x', %d)`, size)
+	if _, err := shop.ExecContext(t.Context(), `SELECT sqlite_version()`); err == nil {
+		value = fmt.Sprintf(`printf('%%.*c', %d, 'x')`, size)
+	}
+	for i := range rows {
+		q := fmt.Sprintf(`INSERT INTO %s (timer_key, delay_ms, payload) VALUES ('big-%d', 1000, %s)`, table.Name, i, value)
+		if _, err := shop.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var res hourglass.TimerRequestsApplied
+	var rej []hourglass.RejectedTimerRequest
+	alloc := allocatedBy(func() {
+		res = applyAll(t, a)
+		var err error
+		if rej, err = a.RejectedTimerRequests(t.Context(), 0, 100); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if res.Rejected != rows || len(rej) != rows {
+		t.Fatalf("applied %+v, listed %d; want %d rejected and listed", res, len(rej), rows)
+	}
+	for _, r := range rej {
+		if r.PayloadBytes != size || r.Payload == nil || len(*r.Payload) != hourglass.RejectedTextMax {
+			t.Fatalf("listed %v: %d bytes of %d; want the first %d of %d", *r.Key, len(*r.Payload), r.PayloadBytes, hourglass.RejectedTextMax, size)
+		}
+	}
+	// The stores' other work allocates too (heartbeats, listeners): a few
+	// MB at most, where reading the payloads would allocate 320 MB.
+	if alloc > 32<<20 {
+		t.Fatalf("applying and listing %d payloads of %d MB allocated %d MB; want them never read", rows, size>>20, alloc>>20)
+	}
+	t.Logf("applying and listing %d payloads of %d MB allocated %.1f MB", rows, size>>20, float64(alloc)/(1<<20))
+}
+
+// allocatedBy returns the bytes the process allocated while fn ran.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
