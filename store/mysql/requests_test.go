@@ -258,3 +258,59 @@ func TestTimerRequestZeroDates(t *testing.T) {
 		t.Fatalf("the good request's timer = %+v, %v", tm, err)
 	}
 }
+
+// TestShopUserNeedsOnlyInsert runs docs/timers.md's grant as written: a
+// shop's user with INSERT on timer_requests alone arms timers, and cannot
+// break the table for the others: its INSERT naming seq at the BIGINT
+// maximum (which made every later INSERT fail with error 167 until an
+// ALTER TABLE) or a requested_at of its own is overridden by migration
+// 0011's trigger, even under NO_AUTO_VALUE_ON_ZERO.
+func TestShopUserNeedsOnlyInsert(t *testing.T) {
+	t.Parallel()
+	url := mytest.NewDatabase(t)
+	s := open(t, url, nil, false)
+	admin := mytest.Admin(t, url)
+	table := requestTable(t, url)
+	user := "shop_" + strings.ToLower(rand.Text()[:8])
+	db, _, _ := strings.Cut(table.Name, ".")
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY 'shop-pw'",
+		"GRANT INSERT ON " + db + ".timer_requests TO '" + user + "'@'%'", // docs/timers.md
+	} {
+		if _, err := admin.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
+	cfg, err := myurl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = user, "shop-pw"
+	cfg.Params = map[string]string{"sql_mode": "'NO_AUTO_VALUE_ON_ZERO'"}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shop := sql.OpenDB(conn)
+	defer shop.Close()
+	for _, seq := range []int64{0, 2, 3, 9223372036854775807} {
+		if _, err := shop.ExecContext(t.Context(), "INSERT INTO "+table.Name+" (seq, timer_key, delay_ms, requested_at) VALUES (?, 'explicit', 0, '9999-01-01')", seq); err != nil {
+			t.Fatalf("the shop's INSERT naming seq %d: %v", seq, err)
+		}
+	}
+	for range 3 {
+		if err := table.Arm(t.Context(), shop, txtimer.Arm{Key: "order:10", Delay: time.Minute}); err != nil {
+			t.Fatalf("an arm after the explicit seqs: %v", err)
+		}
+	}
+	if _, err := shop.ExecContext(t.Context(), "SELECT count(*) FROM "+db+".timers"); err == nil {
+		t.Error("the shop's user read timers; want it refused")
+	}
+	if res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 20, Room: hourglass.NoTimerLimit}); err != nil || res.Applied != 7 {
+		t.Fatalf("apply = %+v, %v; want all 7 applied", res, err)
+	}
+	if tm, err := s.Timer(t.Context(), "explicit"); err != nil || tm.FireAt.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("the explicit requests' timer = %+v, %v; want it due now", tm, err)
+	}
+}

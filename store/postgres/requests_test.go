@@ -163,6 +163,27 @@ func TestShopRoleNeedsOnlyInsert(t *testing.T) {
 	if _, err := shop.ExecContext(t.Context(), "SELECT count(*) FROM hourglass.timers"); err == nil {
 		t.Error("the shop's role read hourglass.timers; want permission denied")
 	}
+	// seq and requested_at are hourglass's (migration 0009's trigger, which
+	// needs no privilege of the shop's role): a role that writes the
+	// sequence's next values (OVERRIDING SYSTEM VALUE) and a requested_at
+	// of its choosing breaks no other INSERT, and moves no delay.
+	for _, seq := range []int64{2, 3, 4, 5, 9223372036854775807} {
+		if _, err := shop.ExecContext(t.Context(), `INSERT INTO hourglass.timer_requests (seq, timer_key, delay_ms, requested_at)
+OVERRIDING SYSTEM VALUE VALUES ($1, 'explicit', 0, '9999-01-01')`, seq); err != nil {
+			t.Fatalf("the shop's role writing seq %d: %v", seq, err)
+		}
+	}
+	for range 3 {
+		if err := (txtimer.Table{Dialect: txtimer.Postgres}).Arm(t.Context(), shop, txtimer.Arm{Key: "order:10", Delay: time.Minute}); err != nil {
+			t.Fatalf("an arm after the explicit seqs: %v", err)
+		}
+	}
+	if res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 20, Room: hourglass.NoTimerLimit}); err != nil || res.Applied != 8 {
+		t.Fatalf("apply = %+v, %v; want all 8 applied", res, err)
+	}
+	if tm, err := s.Timer(t.Context(), "explicit"); err != nil || tm.FireAt.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("the explicit requests' timer = %+v, %v; want it due now", tm, err)
+	}
 }
 
 // TestTimerRequestInfinity: a shop's 'infinity' (or a time past what a
