@@ -5,7 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
-	"unicode/utf8"
+
+	"github.com/hourglass/hourglass/internal/strictjson"
 )
 
 // Timers for anything: a client arms a timer under a key of its own and
@@ -98,8 +99,9 @@ type ArmTimerParams struct {
 
 // Validate checks p's form: a key of 1..MaxTimerKey characters of
 // A-Za-z0-9._:-, a Delay within 0..MaxTimerDelay, a payload of at most
-// MaxTimerPayload bytes that is a JSON object in UTF-8, a WebhookID that is not
-// negative. Errors are invalid_argument *Error values naming the field.
+// MaxTimerPayload bytes that is one JSON object keeping the API's rules
+// (package strictjson: UTF-8 without NUL or unpaired surrogates, no key
+// twice, bounded nesting), a WebhookID that is not negative. Errors are invalid_argument *Error values naming the field.
 func (p ArmTimerParams) Validate() error {
 	if err := ValidateTimerKey(p.Key); err != nil {
 		return err
@@ -111,14 +113,10 @@ func (p ArmTimerParams) Validate() error {
 		return Errorf(CodeInvalidArgument, "payload: at most %d bytes, got %d", MaxTimerPayload, len(p.Payload))
 	}
 	if p.Payload != nil {
-		// JSON text is UTF-8 (RFC 8259), and encoding/json lets invalid
-		// bytes through inside strings.
-		if !utf8.Valid(p.Payload) {
-			return Errorf(CodeInvalidArgument, "payload: must be valid UTF-8")
-		}
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(p.Payload, &obj); err != nil || obj == nil {
-			return Errorf(CodeInvalidArgument, "payload: must be a JSON object")
+		// The API's rules for JSON (strictjson): one object, UTF-8 without
+		// NUL or unpaired surrogates, no key twice, bounded nesting.
+		if err := strictjson.Object("payload", p.Payload); err != nil {
+			return Errorf(CodeInvalidArgument, "%s", err.Error())
 		}
 	}
 	if p.WebhookID < 0 {

@@ -2,9 +2,7 @@ package hourglass
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
-	"fmt"
+	"math"
 	"time"
 )
 
@@ -34,59 +32,22 @@ type TimerRequest struct {
 	RequestedAt time.Time
 }
 
-// ArmParams returns the arm r asks for, as the API would arm it: FireAt
-// absolute (a delay counts from RequestedAt), the request hash of the same
-// meaning as PUT's (so that a repeat of one arm changes nothing), and
-// Validate's checks; fire_at may lie at most MaxTimerDelay after now.
-// Errors: invalid_argument, naming the column.
+// ArmParams returns the arm r asks for, as PUT /v1/timers/{key} would
+// arm it (TimerArm.Params: the same checks and request hash), with an
+// absolute FireAt: a delay counts from RequestedAt, or from now if
+// RequestedAt lies after it. Errors: invalid_argument, naming the column.
 func (r TimerRequest) ArmParams(now time.Time) (ArmTimerParams, error) {
 	if r.Key == nil {
 		return ArmTimerParams{}, Errorf(CodeInvalidArgument, "timer_key: required")
 	}
-	p := ArmTimerParams{Key: *r.Key}
-	if err := ValidateTimerKey(p.Key); err != nil {
-		return p, err
+	a := TimerArm{Key: *r.Key, FireAt: r.FireAt, DelayMs: r.DelayMs, WebhookID: r.WebhookID, RequestedAt: r.RequestedAt}
+	if a.RequestedAt.IsZero() {
+		a.RequestedAt = now
 	}
-	h := sha256.New()
-	switch {
-	case r.FireAt != nil && r.DelayMs != nil:
-		return p, Errorf(CodeInvalidArgument, "fire_at, delay_ms: give exactly one, not both")
-	case r.FireAt != nil:
-		ms := UnixMilli(*r.FireAt)
-		if r.FireAt.After(FromUnixMilli(ms)) {
-			ms++ // never before the time asked for
-		}
-		if at := FromUnixMilli(ms); at.After(now.Add(MaxTimerDelay)) {
-			return p, Errorf(CodeInvalidArgument, "fire_at: %s is more than %d days ahead", at.Format(TimeFormat), MaxTimerDelay/(24*time.Hour))
-		}
-		p.FireAt = FromUnixMilli(max(ms, 1))
-		fmt.Fprintf(h, "at\x00%d\x00", UnixMilli(p.FireAt))
-	case r.DelayMs != nil:
-		ms := *r.DelayMs
-		if ms < 0 || ms > MaxTimerDelay.Milliseconds() {
-			return p, Errorf(CodeInvalidArgument, "delay_ms: must be 0 to %d, got %d", MaxTimerDelay.Milliseconds(), ms)
-		}
-		p.FireAt = FromUnixMilli(max(UnixMilli(r.RequestedAt)+ms, 1))
-		fmt.Fprintf(h, "delay\x00%d\x00", ms)
-	default:
-		return p, Errorf(CodeInvalidArgument, "fire_at, delay_ms: one of them is required")
+	if r.Payload != nil {
+		a.Payload = []byte(*r.Payload)
 	}
-	if r.Payload != nil && *r.Payload != "null" {
-		p.Payload = json.RawMessage(*r.Payload)
-	}
-	if r.WebhookID != nil {
-		if *r.WebhookID < 1 {
-			return p, Errorf(CodeInvalidArgument, "webhook_id: must be a webhook's id (a positive integer), got %d", *r.WebhookID)
-		}
-		p.WebhookID = *r.WebhookID
-	}
-	if err := p.Validate(); err != nil {
-		return p, err
-	}
-	fmt.Fprintf(h, "%d\x00%d\x00", p.WebhookID, len(p.Payload))
-	h.Write(p.Payload)
-	p.RequestHash = h.Sum(nil)
-	return p, nil
+	return a.Params(now)
 }
 
 // CancelKey returns the key a cancel request names. Errors:
@@ -100,11 +61,21 @@ func (r TimerRequest) CancelKey() (string, error) {
 
 // RejectedTimerRequest is a request hourglass could not apply, as
 // timer_request_errors keeps it.
+// A listing shows at most the first RejectedTextMax bytes of its
+// timer_key, action and payload (whole characters): a shop may have
+// written megabytes there.
 type RejectedTimerRequest struct {
 	TimerRequest
-	RejectedAt time.Time
-	Reason     string
+	// PayloadBytes is the payload's size in bytes as the shop wrote it
+	// (Payload may be its first RejectedTextMax only); 0 when NULL.
+	PayloadBytes int64
+	RejectedAt   time.Time
+	Reason       string
 }
+
+// RejectedTextMax is the most bytes of a rejected request's text column a
+// listing shows.
+const RejectedTextMax = 1 << 10
 
 // TimerRequestsApplied is what one ApplyTimerRequests transaction did.
 type TimerRequestsApplied struct {
@@ -123,23 +94,50 @@ type TimerRequestsApplied struct {
 	// Full reports that the transaction took as many requests as it was
 	// allowed: more may be waiting.
 	Full bool
+	// Created counts the arms that created a timer, when the transaction
+	// had to tell (its batch could have gone beyond TimerRequestsParams.Room);
+	// otherwise 0, and a TimerLimit's next count sees them.
+	Created int
 }
+
+// TimerRequestsParams is the input of TimerRequestStore.ApplyTimerRequests.
+type TimerRequestsParams struct {
+	// Limit is the most requests one transaction takes; it must be
+	// positive.
+	Limit int
+	// Room is how many timers the transaction may create (arms of keys
+	// that name no timer yet): --timer-max less the timers that exist. An
+	// arm beyond it is rejected with TimerLimitError's reason, as PUT
+	// answers 409. Zero or less: none; NoTimerLimit: any number.
+	Room int64
+	// Max is the --timer-max a refusal names.
+	Max int64
+}
+
+// NoTimerLimit is TimerRequestsParams.Room for an applier without
+// --timer-max.
+const NoTimerLimit = math.MaxInt64
 
 // TimerRequestStore applies the requests written to timer_requests.
 type TimerRequestStore interface {
-	// ApplyTimerRequests applies, in one transaction, up to limit of the
+	// ApplyTimerRequests applies, in one transaction, up to p.Limit of the
 	// oldest committed requests (by seq) that no other process is applying,
-	// each as ArmTimer or CancelTimer would, in seq order per key (a key
-	// whose earlier request another process holds waits), moves the ones
-	// it cannot apply to timer_request_errors with their reason, and
-	// deletes them all.
-	ApplyTimerRequests(ctx context.Context, limit int) (TimerRequestsApplied, error)
+	// each as PUT or DELETE /v1/timers/{key} would (TimerArm.Params,
+	// CheckTimerWebhook, p.Room), in seq order per key (a key whose earlier
+	// request another process holds waits), moves the ones it cannot apply
+	// to timer_request_errors with their reason, and deletes them all. A
+	// text column longer than a valid request's (a payload over
+	// MaxTimerPayload) is refused by its size, which the database reads:
+	// its bytes never reach the process.
+	ApplyTimerRequests(ctx context.Context, p TimerRequestsParams) (TimerRequestsApplied, error)
 	// TimerRequestsWritten fires when requests were committed (PostgreSQL:
 	// a trigger's NOTIFY); nil when the store cannot tell, and the
 	// applier polls.
 	TimerRequestsWritten() <-chan struct{}
 	// RejectedTimerRequests lists up to limit rejected requests with seq >
-	// after, by seq; RejectedTimerRequestCount counts them.
+	// after, by seq, each with at most the first RejectedTextMax bytes of
+	// its text columns (RejectedTimerRequest.PayloadBytes says a payload's
+	// size); RejectedTimerRequestCount counts them.
 	RejectedTimerRequests(ctx context.Context, after int64, limit int) ([]RejectedTimerRequest, error)
 	RejectedTimerRequestCount(ctx context.Context) (int64, error)
 	// PruneRejectedTimerRequests deletes up to limit rejected requests

@@ -499,7 +499,7 @@ func TestOpenAPI(t *testing.T) {
 	if _, err := shop.Exec(`INSERT INTO timer_requests (timer_key, action, delay_ms, payload) VALUES ('bad key', 'arm', 1000, '{"a":1}')`); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Store.ApplyTimerRequests(context.Background(), 10); err != nil || res.Rejected != 1 {
+	if res, err := s.Store.ApplyTimerRequests(context.Background(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit}); err != nil || res.Rejected != 1 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want the request rejected", res, err)
 	}
 	var rejected api.RejectedTimerRequestListJSON

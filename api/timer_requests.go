@@ -11,24 +11,27 @@ import (
 const (
 	RejectedTimerRequestLimitDefault = 100
 	MaxRejectedTimerRequestLimit     = 1000
-	// rejectedRequestBatch: a rejected request holds what the shop wrote,
-	// a payload of up to 64 KiB and more: fetched a few at a time.
-	rejectedRequestBatch = 16
+	// rejectedRequestBatch: a rejected request is read with at most its
+	// first KiB of each text column (hourglass.RejectedTextMax).
+	rejectedRequestBatch = 100
 )
 
 // RejectedTimerRequestJSON is a timer request hourglass could not apply, as
-// the shop wrote it (every column as it was, NULL as null), with why.
+// the shop wrote it (every column as it was, NULL as null; of timer_key,
+// action and payload at most the first 1 KiB, and the payload's size in
+// bytes), with why.
 type RejectedTimerRequestJSON struct {
-	Seq         int64   `json:"seq"`
-	TimerKey    *string `json:"timer_key"`
-	Action      string  `json:"action"`
-	FireAt      *string `json:"fire_at"`
-	DelayMs     *int64  `json:"delay_ms"`
-	Payload     *string `json:"payload"`
-	WebhookID   *int64  `json:"webhook_id"`
-	RequestedAt string  `json:"requested_at"`
-	RejectedAt  string  `json:"rejected_at"`
-	Reason      string  `json:"reason"`
+	Seq          int64   `json:"seq"`
+	TimerKey     *string `json:"timer_key"`
+	Action       string  `json:"action"`
+	FireAt       *string `json:"fire_at"`
+	DelayMs      *int64  `json:"delay_ms"`
+	Payload      *string `json:"payload"`
+	PayloadBytes int64   `json:"payload_bytes"`
+	WebhookID    *int64  `json:"webhook_id"`
+	RequestedAt  string  `json:"requested_at"`
+	RejectedAt   string  `json:"rejected_at"`
+	Reason       string  `json:"reason"`
 }
 
 // RejectedTimerRequestListJSON is the response of GET
@@ -40,7 +43,7 @@ type RejectedTimerRequestListJSON struct {
 }
 
 func rejectedTimerRequestJSON(r hourglass.RejectedTimerRequest) RejectedTimerRequestJSON {
-	out := RejectedTimerRequestJSON{Seq: r.Seq, TimerKey: r.Key, Action: r.Action, DelayMs: r.DelayMs, Payload: r.Payload, WebhookID: r.WebhookID,
+	out := RejectedTimerRequestJSON{Seq: r.Seq, TimerKey: r.Key, Action: r.Action, DelayMs: r.DelayMs, Payload: r.Payload, PayloadBytes: r.PayloadBytes, WebhookID: r.WebhookID,
 		RequestedAt: *formatTime(r.RequestedAt), RejectedAt: *formatTime(r.RejectedAt), Reason: r.Reason}
 	if r.FireAt != nil {
 		out.FireAt = formatTime(*r.FireAt)

@@ -1,12 +1,9 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -69,11 +66,13 @@ type armTimerRequest struct {
 	WebhookID *int64          `json:"webhook_id"`
 }
 
-// DecodeArmTimer parses and validates a PUT /v1/timers/{key} body for key.
-// It returns the store parameters with a hash of the request's meaning, so
-// a repeat of the same request is recognised. Every error is an
-// invalid_argument *hourglass.Error naming the field.
-func DecodeArmTimer(key string, body []byte) (hourglass.ArmTimerParams, error) {
+// DecodeArmTimer parses a PUT /v1/timers/{key} body for key and checks it
+// at now as every arm is checked (hourglass.TimerArm.Params, which the
+// timer_requests applier runs too). It returns the store parameters with a
+// hash of the request's meaning, so a repeat of the same request is
+// recognised. Every error is an invalid_argument *hourglass.Error naming
+// the field.
+func DecodeArmTimer(key string, body []byte, now time.Time) (hourglass.ArmTimerParams, error) {
 	if err := hourglass.ValidateTimerKey(key); err != nil {
 		return hourglass.ArmTimerParams{}, err
 	}
@@ -81,68 +80,15 @@ func DecodeArmTimer(key string, body []byte) (hourglass.ArmTimerParams, error) {
 	if err := decodeJSON(body, &req, false); err != nil {
 		return hourglass.ArmTimerParams{}, err
 	}
-	p := hourglass.ArmTimerParams{Key: key}
-	h := sha256.New()
-	switch {
-	case req.FireAt != nil && req.DelayMs != nil:
-		return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at, delay_ms: give exactly one, not both")
-	case req.FireAt != nil:
+	a := hourglass.TimerArm{Key: key, DelayMs: req.DelayMs, Payload: req.Payload, WebhookID: req.WebhookID}
+	if req.FireAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *req.FireAt)
 		if err != nil {
-			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: %q is not an RFC 3339 time (e.g. 2026-11-24T10:00:00.000Z)", *req.FireAt)
+			return hourglass.ArmTimerParams{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: %q is not an RFC 3339 time (e.g. 2026-11-24T10:00:00.000Z)", *req.FireAt)
 		}
-		if y := t.UTC().Year(); y > 9999 {
-			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: %q is after 9999-12-31T23:59:59.999Z", *req.FireAt)
-		}
-		// Times are whole milliseconds: round up, so a timer never fires
-		// before the time asked for.
-		ms := hourglass.UnixMilli(t)
-		if t.After(hourglass.FromUnixMilli(ms)) {
-			ms++
-		}
-		// A time in the past means now, however far back: one before the
-		// epoch is sent to the store as the epoch's first millisecond, which
-		// is as past as any.
-		p.FireAt = hourglass.FromUnixMilli(max(ms, 1))
-		fmt.Fprintf(h, "at\x00%d\x00", hourglass.UnixMilli(p.FireAt))
-	case req.DelayMs != nil:
-		ms := *req.DelayMs
-		if ms < 0 || ms > hourglass.MaxTimerDelay.Milliseconds() {
-			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "delay_ms: must be 0 to %d, got %d", hourglass.MaxTimerDelay.Milliseconds(), ms)
-		}
-		p.Delay = time.Duration(ms) * time.Millisecond
-		fmt.Fprintf(h, "delay\x00%d\x00", ms)
-	default:
-		return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at, delay_ms: one of them is required")
+		a.FireAt = &t
 	}
-	if req.Payload != nil && !bytes.Equal(req.Payload, []byte("null")) {
-		p.Payload = bytes.TrimSpace(req.Payload)
-	}
-	if req.WebhookID != nil {
-		if *req.WebhookID < 1 {
-			return p, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: must be a webhook's id (a positive integer), got %d", *req.WebhookID)
-		}
-		p.WebhookID = *req.WebhookID
-	}
-	if err := p.Validate(); err != nil {
-		return p, err
-	}
-	// The payload is hashed as given: a retry sends the same bytes.
-	fmt.Fprintf(h, "%d\x00%d\x00", p.WebhookID, len(p.Payload))
-	h.Write(p.Payload)
-	p.RequestHash = h.Sum(nil)
-	return p, nil
-}
-
-// checkFireAt refuses a fire_at more than hourglass.MaxTimerDelay after
-// now, as delay_ms is refused beyond it: a timer is for the coming year, not
-// for year 9999. Errors: invalid_argument.
-func checkFireAt(fireAt, now time.Time) error {
-	if latest := now.Add(hourglass.MaxTimerDelay); fireAt.After(latest) {
-		return hourglass.Errorf(hourglass.CodeInvalidArgument, "fire_at: must be at most %d days ahead (%s now), got %s",
-			hourglass.MaxTimerDelay/(24*time.Hour), latest.UTC().Format(TimeFormat), fireAt.UTC().Format(TimeFormat))
-	}
-	return nil
+	return a.Params(now)
 }
 
 // webhookLookup finds one webhook: the WebhookService has it, and so has a
@@ -152,12 +98,11 @@ type webhookLookup interface {
 }
 
 // checkTimerWebhook refuses a timer's webhook_id that does not name a
-// webhook subscribed to timer.fired (or "*"): otherwise any client could
-// have arbitrary JSON signed with that webhook's secret and sent to a
-// receiver that never asked for timers. Webhooks cannot be changed, only
-// deleted, and the store refuses an id that names none when it arms, so a
-// check before the arm is enough. Errors: invalid_argument, or the
-// lookup's (unavailable).
+// webhook subscribed to timer.fired (or "*"): hourglass.CheckTimerWebhook,
+// on the webhook looked up. Webhooks cannot be changed, only deleted, and
+// the store refuses an id that names none when it arms, so a check before
+// the arm is enough. Errors: invalid_argument, or the lookup's
+// (unavailable).
 func (s *Server) checkTimerWebhook(ctx context.Context, id int64) error {
 	if id == 0 {
 		return nil
@@ -173,24 +118,17 @@ func (s *Server) checkTimerWebhook(ctx context.Context, id int64) error {
 	}
 	w, err := lookup.Webhook(ctx, id)
 	if errors.Is(err, hourglass.ErrNotFound) {
-		return hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d not found", id)
+		return hourglass.CheckTimerWebhook(id, nil)
 	}
 	if err != nil {
 		return err
 	}
-	if !w.Subscribes(hourglass.EventTimerFired) {
-		return hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: webhook %d is not subscribed to %s (its events: %v); create one subscribed to %q or \"*\"",
-			id, hourglass.EventTimerFired, w.Events, hourglass.EventTimerFired)
-	}
-	return nil
+	return hourglass.CheckTimerWebhook(id, &w)
 }
 
 func (s *Server) armTimer(r *http.Request, body []byte) (int, any, error) {
-	p, err := DecodeArmTimer(r.PathValue("key"), body)
+	p, err := DecodeArmTimer(r.PathValue("key"), body, s.clock.Now())
 	if err != nil {
-		return 0, nil, err
-	}
-	if err := checkFireAt(p.FireAt, s.clock.Now()); err != nil {
 		return 0, nil, err
 	}
 	if err := s.checkTimerWebhook(r.Context(), p.WebhookID); err != nil {

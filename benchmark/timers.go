@@ -309,7 +309,7 @@ func RunTimersInProcess(ctx context.Context, sys System, databaseURL string, w W
 // ArmTimer implements TimerTarget as PUT /v1/timers/{key} does, from the
 // same request body.
 func (t *storeTarget) ArmTimer(ctx context.Context, key string, delay time.Duration) (hourglass.Timer, error) {
-	p, err := api.DecodeArmTimer(key, []byte(`{"delay_ms":`+strconv.FormatInt(delay.Milliseconds(), 10)+`}`))
+	p, err := api.DecodeArmTimer(key, []byte(`{"delay_ms":`+strconv.FormatInt(delay.Milliseconds(), 10)+`}`), time.Now())
 	if err != nil {
 		return hourglass.Timer{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,10 @@ type TimerRequestHarness struct {
 	// request table as the shop names it. The harness closes them in
 	// t.Cleanup.
 	Open func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table)
+	// OwnColumns says the store sets seq and requested_at whatever a
+	// shop's INSERT says (a trigger: PostgreSQL, MySQL), so that no shop can
+	// break the table for the others.
+	OwnColumns bool
 }
 
 // ExerciseTimerRequests runs the conformance suite of
@@ -45,6 +50,12 @@ func ExerciseTimerRequests(t *testing.T, h TimerRequestHarness) {
 		{"TwoAppliersExactlyOnce", requestTwoAppliers},
 		{"Notified", requestNotified},
 		{"RejectedPruned", requestRejectedPruned},
+		{"APIRulesHold", requestAPIRules},
+		{"SizesCheckedByTheDatabase", requestSizes},
+		{"LargeValuesNeverRead", requestLargeValues},
+		{"TimerMaxHolds", requestTimerMax},
+		{"RequestedAtAtMostNow", requestRequestedAtFuture},
+		{"ExplicitSeqBreaksNothing", requestExplicitSeq},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -81,7 +92,7 @@ func applyAll(t *testing.T, s hourglass.TimerRequestStore) hourglass.TimerReques
 	t.Helper()
 	var sum hourglass.TimerRequestsApplied
 	for range maxPages {
-		r, err := s.ApplyTimerRequests(t.Context(), 100)
+		r, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 100, Room: hourglass.NoTimerLimit})
 		if err != nil {
 			t.Fatalf("ApplyTimerRequests: %v", err)
 		}
@@ -365,7 +376,7 @@ func requestTwoAppliers(t *testing.T, h TimerRequestHarness) {
 	for i, s := range []hourglass.TimerRequestStore{a, b} {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				r, err := s.ApplyTimerRequests(context.Background(), 20)
+				r, err := s.ApplyTimerRequests(context.Background(), hourglass.TimerRequestsParams{Limit: 20, Room: hourglass.NoTimerLimit})
 				if err != nil {
 					t.Errorf("applier %d: %v", i, err)
 					return
@@ -473,4 +484,298 @@ func requestRejectedPruned(t *testing.T, h TimerRequestHarness) {
 	if err != nil || len(left) != 1 || left[0].Key == nil || *left[0].Key != "bad two" {
 		t.Fatalf("after pruning one: %+v, %v; want the newer, bad two", left, err)
 	}
+}
+
+// shopInsert returns the shop's hand-written INSERT into the request table
+// of the columns named, with placeholders in the shop's dialect, and a
+// prefix before VALUES (PostgreSQL's OVERRIDING SYSTEM VALUE).
+func shopInsert(table txtimer.Table, columns []string, beforeValues string) string {
+	marks := make([]string, len(columns))
+	for i := range marks {
+		marks[i] = "?"
+		if table.Dialect == txtimer.Postgres {
+			marks[i] = fmt.Sprintf("$%d", i+1)
+		}
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) %s VALUES (%s)", table.Name, strings.Join(columns, ", "), beforeValues, strings.Join(marks, ", "))
+}
+
+// requestAPIRules: a request keeps every rule PUT /v1/timers/{key} keeps
+// (issue 37: these were armed and relayed): a payload with a NUL, an
+// unpaired surrogate escape or a key given twice, and a webhook_id of a
+// webhook not subscribed to timer.fired, are rejected with the API's
+// reason; a webhook subscribed to timer.fired is taken.
+func requestAPIRules(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	hooks, ok := a.(interface {
+		CreateWebhook(ctx context.Context, p hourglass.WebhookParams, limit int) (hourglass.Webhook, error)
+	})
+	if !ok {
+		t.Skip("the store keeps no webhooks")
+	}
+	closed, err := hooks.CreateWebhook(t.Context(), hourglass.WebhookParams{URL: "https://shop.example/closed", Events: []hourglass.EventType{hourglass.EventOrderClosed}, Secret: strings.Repeat("s", 32)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired, err := hooks.CreateWebhook(t.Context(), hourglass.WebhookParams{URL: "https://shop.example/timers", Events: []hourglass.EventType{hourglass.EventTimerFired}, Secret: strings.Repeat("s", 32)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := []string{"timer_key", "delay_ms", "payload", "webhook_id"}
+	want := []struct {
+		key     string
+		payload any
+		hook    any
+		reason  string // "" for applied
+	}{
+		{"nul", `{"a":"x\u0000y"}`, nil, "payload.a: must be valid UTF-8 without NUL"},
+		{"surrogate", `{"a":"\ud800"}`, nil, "unpaired UTF-16 surrogate"},
+		{"twice", `{"a":1,"a":2}`, nil, "payload.a: given more than once"},
+		{"nested-twice", `{"a":{"b":1,"b":2}}`, nil, "payload.a.b: given more than once"},
+		{"minus-zero", `{"a":-0}`, nil, "negative zero"},
+		{"closed-hook", nil, closed.ID, "is not subscribed to timer.fired"},
+		{"fired-hook", `{"a":"\ud83d\ude00"}`, fired.ID, ""},
+	}
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		for _, w := range want {
+			if _, err := tx.ExecContext(t.Context(), shopInsert(table, cols, ""), w.key, 60000, w.payload, w.hook); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	res := applyAll(t, a)
+	if res.Applied != 1 || res.Rejected != len(want)-1 {
+		t.Fatalf("applied %+v; want 1 applied, %d rejected", res, len(want)-1)
+	}
+	rej, err := a.RejectedTimerRequests(t.Context(), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for _, r := range rej {
+		if r.Key != nil {
+			reasons[*r.Key] = r.Reason
+		}
+	}
+	for _, w := range want {
+		if w.reason == "" {
+			if tm, err := timers.Timer(t.Context(), w.key); err != nil || tm.WebhookID != fired.ID {
+				t.Errorf("%s: timer %+v, %v; want it armed for webhook %d", w.key, tm, err, fired.ID)
+			}
+			continue
+		}
+		if !strings.Contains(reasons[w.key], w.reason) {
+			t.Errorf("%s: rejected with %q; want a reason with %q", w.key, reasons[w.key], w.reason)
+		}
+		if _, err := timers.Timer(t.Context(), w.key); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
+			t.Errorf("%s: Timer = %v; want not_found", w.key, err)
+		}
+	}
+}
+
+// requestSizes: a payload and a key far over their bounds are rejected by
+// their size, which the database reads (the bytes never reach the
+// process), and the rejected list shows at most the first KiB of each with
+// the payload's size; the request beside them is applied.
+func requestSizes(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	big := `{"a":"` + strings.Repeat("é", 1<<20) + `"}` // 2 MiB and 8 bytes
+	long := strings.Repeat("k", 60_000)                 // MySQL's TEXT holds 65,535 bytes
+	cols := []string{"timer_key", "delay_ms", "payload"}
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		for _, r := range [][]any{{"big", 1000, big}, {long, 1000, nil}, {"edge", 1000, `{"a":"` + strings.Repeat("x", hourglass.MaxTimerPayload-8) + `"}`}} {
+			if _, err := tx.ExecContext(t.Context(), shopInsert(table, cols, ""), r...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	res := applyAll(t, a)
+	if res.Applied != 1 || res.Rejected != 2 {
+		t.Fatalf("applied %+v; want 1 applied (the 64 KiB payload), 2 rejected", res)
+	}
+	if _, err := timers.Timer(t.Context(), "edge"); err != nil {
+		t.Errorf("a payload of exactly %d bytes: %v", hourglass.MaxTimerPayload, err)
+	}
+	rej, err := a.RejectedTimerRequests(t.Context(), 0, 10)
+	if err != nil || len(rej) != 2 {
+		t.Fatalf("RejectedTimerRequests = %d, %v; want 2", len(rej), err)
+	}
+	if r := rej[0]; r.Reason != fmt.Sprintf("payload: at most %d bytes, got %d", hourglass.MaxTimerPayload, len(big)) ||
+		r.Payload == nil || len(*r.Payload) > hourglass.RejectedTextMax || len(*r.Payload) < hourglass.RejectedTextMax-1 ||
+		!strings.HasPrefix(big, *r.Payload) || r.PayloadBytes != int64(len(big)) {
+		t.Errorf("rejected payload: reason %q, %d bytes shown of %d; want its size named, its first KiB and its size", r.Reason, len(*r.Payload), r.PayloadBytes)
+	}
+	if r := rej[1]; !strings.Contains(r.Reason, "timer_key: must be 1 to 200 characters, got 60000 bytes") || r.Key == nil || len(*r.Key) != hourglass.RejectedTextMax {
+		t.Errorf("rejected key: reason %q; want its size named, and its first KiB listed", r.Reason)
+	}
+}
+
+// requestTimerMax: an applier with room for 2 new timers (--timer-max)
+// creates 2 and rejects the other new keys with PUT's 409 reason; a re-arm
+// of an existing timer is never refused. new-2 is armed twice alike: the
+// second arm changes nothing (on PostgreSQL it failed the batch, every
+// time: its rounds did not see the first's timer).
+func requestTimerMax(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		return table.Arm(t.Context(), tx, txtimer.Arm{Key: "old", Delay: time.Hour})
+	})
+	applyAll(t, a)
+	inTx(t, shop, false, func(tx *sql.Tx) error {
+		for _, k := range []string{"new-1", "old", "new-2", "new-2", "new-3", "new-4"} {
+			if err := table.Arm(t.Context(), tx, txtimer.Arm{Key: k, Delay: time.Hour}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	res, err := a.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 100, Room: 2, Max: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied != 4 || res.Rejected != 2 || res.Created != 2 {
+		t.Fatalf("applied %+v; want 4 applied (2 created, a re-arm, new-2 armed again), 2 rejected", res)
+	}
+	for _, k := range []string{"new-1", "old", "new-2"} {
+		if _, err := timers.Timer(t.Context(), k); err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+	rej, err := a.RejectedTimerRequests(t.Context(), 0, 10)
+	if err != nil || len(rej) != 2 {
+		t.Fatalf("RejectedTimerRequests = %+v, %v; want 2", rej, err)
+	}
+	for _, r := range rej {
+		if !strings.Contains(r.Reason, "5 timers exist, the most allowed (--timer-max)") {
+			t.Errorf("rejected %v: %q; want the --timer-max reason", *r.Key, r.Reason)
+		}
+	}
+}
+
+// requestRequestedAtFuture: a requested_at far in the future (the shop's
+// to write) counts as the database's now: delay_ms 0 fires now, not in
+// the year 9999.
+func requestRequestedAtFuture(t *testing.T, h TimerRequestHarness) {
+	a, _, timers, shop, table := h.Open(t)
+	far := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	var at any = far
+	if table.Dialect == txtimer.MySQL {
+		at = far.Format("2006-01-02 15:04:05.000")
+	}
+	before := time.Now()
+	_, err := shop.ExecContext(t.Context(), shopInsert(table, []string{"timer_key", "delay_ms", "requested_at"}, ""), "later", 0, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := applyAll(t, a); res.Applied != 1 {
+		t.Fatalf("applied %+v; want 1", res)
+	}
+	tm, err := timers.Timer(t.Context(), "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.FireAt.After(time.Now().Add(time.Minute)) || tm.FireAt.Before(before.Add(-time.Minute)) {
+		t.Fatalf("fire_at %s; want now (a requested_at of %s counts as now)", tm.FireAt, far)
+	}
+}
+
+// requestExplicitSeq: a shop's INSERT that names seq (at the int64 maximum,
+// and at the next values the counter would hand out) breaks nothing for
+// the others: their INSERTs still succeed and every request is applied in
+// the order written. On MariaDB the maximum made every later INSERT fail
+// (error 167) until an ALTER TABLE; on PostgreSQL (OVERRIDING SYSTEM
+// VALUE) the next values made later INSERTs fail with a duplicate key.
+func requestExplicitSeq(t *testing.T, h TimerRequestHarness) {
+	if !h.OwnColumns {
+		t.Skip("the store does not own seq (SQLite: the file's writers are trusted processes)")
+	}
+	a, _, timers, shop, table := h.Open(t)
+	arm := func(key string) {
+		inTx(t, shop, false, func(tx *sql.Tx) error {
+			return table.Arm(t.Context(), tx, txtimer.Arm{Key: key, Delay: time.Hour})
+		})
+	}
+	arm("first")
+	override := ""
+	if table.Dialect == txtimer.Postgres {
+		override = "OVERRIDING SYSTEM VALUE"
+	}
+	for i, seq := range []int64{2, 3, 4, 9223372036854775807} {
+		if _, err := shop.ExecContext(t.Context(), shopInsert(table, []string{"seq", "timer_key", "delay_ms", "requested_at"}, override), seq, fmt.Sprintf("explicit-%d", i), 1000, "2000-01-01 00:00:00"); err != nil {
+			t.Fatalf("the shop's INSERT naming seq %d: %v", seq, err)
+		}
+	}
+	for i := range 5 {
+		arm(fmt.Sprintf("after-%d", i))
+	}
+	res := applyAll(t, a)
+	if res.Applied != 10 || res.Rejected != 0 {
+		t.Fatalf("applied %+v; want all 10", res)
+	}
+	for i := range 4 {
+		tm, err := timers.Timer(t.Context(), fmt.Sprintf("explicit-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// requested_at is the database's, not the shop's year 2000.
+		if tm.FireAt.Before(time.Now().Add(-time.Minute)) {
+			t.Errorf("explicit-%d fires at %s; want a second after its INSERT", i, tm.FireAt)
+		}
+	}
+}
+
+// requestLargeValues: 16 requests of 10 MB payloads, written by the
+// database itself (the shop sends a few bytes), are rejected, and listed,
+// with the process allocating a small part of one of them: their bytes
+// never reach it (issue 37: 50 rows of 20 MB took a node from 34 MB to
+// 1.76 GB of RSS, and each listing read them whole again).
+func requestLargeValues(t *testing.T, h TimerRequestHarness) {
+	a, _, _, shop, table := h.Open(t)
+	const rows, size = 16, 10 << 20
+	// The database's own repeat: PostgreSQL's and MySQL's repeat(), SQLite's
+	// printf('%.*c').
+	value := fmt.Sprintf(`repeat('x', %d)`, size)
+	if _, err := shop.ExecContext(t.Context(), `SELECT sqlite_version()`); err == nil {
+		value = fmt.Sprintf(`printf('%%.*c', %d, 'x')`, size)
+	}
+	for i := range rows {
+		q := fmt.Sprintf(`INSERT INTO %s (timer_key, delay_ms, payload) VALUES ('big-%d', 1000, %s)`, table.Name, i, value)
+		if _, err := shop.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var res hourglass.TimerRequestsApplied
+	var rej []hourglass.RejectedTimerRequest
+	alloc := allocatedBy(func() {
+		res = applyAll(t, a)
+		var err error
+		if rej, err = a.RejectedTimerRequests(t.Context(), 0, 100); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if res.Rejected != rows || len(rej) != rows {
+		t.Fatalf("applied %+v, listed %d; want %d rejected and listed", res, len(rej), rows)
+	}
+	for _, r := range rej {
+		if r.PayloadBytes != size || r.Payload == nil || len(*r.Payload) != hourglass.RejectedTextMax {
+			t.Fatalf("listed %v: %d bytes of %d; want the first %d of %d", *r.Key, len(*r.Payload), r.PayloadBytes, hourglass.RejectedTextMax, size)
+		}
+	}
+	// The stores' other work allocates too (heartbeats, listeners): a few
+	// MB at most, where reading the payloads would allocate 320 MB.
+	if alloc > 32<<20 {
+		t.Fatalf("applying and listing %d payloads of %d MB allocated %d MB; want them never read", rows, size>>20, alloc>>20)
+	}
+	t.Logf("applying and listing %d payloads of %d MB allocated %.1f MB", rows, size>>20, float64(alloc)/(1<<20))
+}
+
+// allocatedBy returns the bytes the process allocated while fn ran.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

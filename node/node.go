@@ -287,7 +287,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// every node, announced on the store's due feed like the API's arms.
 	rs, _ := db.(hourglass.TimerRequestStore)
 	if rs != nil {
-		if n.applier, err = requests.New(requests.Config{Store: rs, Observer: alerts.requestObserver(m), Clock: clock, Logger: log}); err != nil {
+		if n.applier, err = requests.New(requests.Config{Store: rs, Observer: alerts.requestObserver(m), Limit: timers, Clock: clock, Logger: log}); err != nil {
 			return nil, err
 		}
 	}

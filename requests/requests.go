@@ -43,10 +43,24 @@ type Observer interface {
 	TimerRequestsApplied(applied, rejected int, lags []time.Duration)
 }
 
+// Limit is --timer-max as the applier keeps it: retention.TimerLimit,
+// which bounds PUT /v1/timers/{key} too.
+type Limit interface {
+	// TimerRoom returns how many timers may still be created, and the
+	// maximum.
+	TimerRoom(ctx context.Context) (room, max int64)
+	// TimersCreated counts n timers created since.
+	TimersCreated(n int)
+}
+
 // Config configures an Applier; Store is required.
 type Config struct {
 	Store    hourglass.TimerRequestStore
 	Observer Observer
+	// Limit, when set, bounds the timers the requests create
+	// (--timer-max): an arm of a new key beyond it is rejected, as PUT
+	// answers 409.
+	Limit Limit
 	// Batch is the most requests per transaction (default BatchDefault).
 	Batch int
 	// PollInterval is how often the store is asked when it does not
@@ -108,7 +122,11 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	backoff := timing.Backoff{Min: 50 * time.Millisecond, Max: a.cfg.RetryMax}
 	for ctx.Err() == nil {
-		res, err := a.cfg.Store.ApplyTimerRequests(ctx, a.cfg.Batch)
+		p := hourglass.TimerRequestsParams{Limit: a.cfg.Batch, Room: hourglass.NoTimerLimit}
+		if a.cfg.Limit != nil {
+			p.Room, p.Max = a.cfg.Limit.TimerRoom(ctx)
+		}
+		res, err := a.cfg.Store.ApplyTimerRequests(ctx, p)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -140,6 +158,9 @@ func (a *Applier) Run(ctx context.Context) error {
 
 // apply tells the observer what one transaction did.
 func (a *Applier) apply(res hourglass.TimerRequestsApplied) {
+	if res.Created > 0 && a.cfg.Limit != nil {
+		a.cfg.Limit.TimersCreated(res.Created)
+	}
 	if res.Applied+res.Rejected > 0 {
 		a.cfg.Observer.TimerRequestsApplied(res.Applied, res.Rejected, res.Lags)
 	}

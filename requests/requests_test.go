@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/requests"
+	"github.com/hourglass/hourglass/retention"
 	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/hourglass/hourglass/txtimer"
@@ -137,7 +140,7 @@ type failingStore struct {
 }
 
 func (f *failingStore) TimerRequestsWritten() <-chan struct{} { return nil }
-func (f *failingStore) ApplyTimerRequests(context.Context, int) (hourglass.TimerRequestsApplied, error) {
+func (f *failingStore) ApplyTimerRequests(context.Context, hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -175,5 +178,71 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := requests.New(requests.Config{Store: &failingStore{}, Batch: -1}); err == nil {
 		t.Error("a negative Batch accepted")
+	}
+}
+
+// TestTimerMaxHoldsForRequests: with --timer-max 5 (retention.TimerLimit,
+// which bounds PUT too), 24 arms of new keys written by the shop leave 5
+// timers, the others rejected with PUT's 409 reason; before, the applier
+// knew no limit and held all 24 (issue 37).
+func TestTimerMaxHoldsForRequests(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	shop, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	limit, err := retention.LimitTimers(s, retention.TimerLimitConfig{Max: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := limit.ArmTimer(t.Context(), hourglass.ArmTimerParams{Key: "api-1", Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	table := txtimer.Table{Name: "public.timer_requests", Dialect: txtimer.Postgres}
+	for i := range 24 {
+		if err := table.Arm(t.Context(), shop, txtimer.Arm{Key: fmt.Sprintf("shop-%d", i), Delay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obs := &observer{}
+	a, err := requests.New(requests.Config{Store: s, Observer: obs, Limit: limit, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		obs.mu.Lock()
+		n := obs.applied + obs.rejected
+		obs.mu.Unlock()
+		if n == 24 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 24 requests applied or rejected in 10 s", n)
+		}
+		testenv.Until(t.Context(), time.Now().Add(10*time.Millisecond))
+	}
+	cancel()
+	<-done
+	counts, err := s.TimerCounts(t.Context())
+	if err != nil || counts[hourglass.TimerScheduled] != 5 || obs.rejected != 20 {
+		t.Fatalf("timers %v, %v, %d rejected; want 5 timers (--timer-max 5) and 20 rejected", counts, err, obs.rejected)
+	}
+	// The API's next create is refused too: the applier counted its creates.
+	if _, _, err := limit.ArmTimer(t.Context(), hourglass.ArmTimerParams{Key: "api-2", Delay: time.Hour}); hourglass.ErrorCode(err) != hourglass.CodeLimitExceeded {
+		t.Fatalf("an API create after the requests filled --timer-max: %v; want limit_exceeded", err)
+	}
+	rej, err := s.RejectedTimerRequests(t.Context(), 0, 100)
+	if err != nil || len(rej) != 20 || !strings.Contains(rej[0].Reason, "--timer-max") {
+		t.Fatalf("rejected %d, %v; want 20 naming --timer-max", len(rej), err)
 	}
 }

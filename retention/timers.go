@@ -98,8 +98,7 @@ func (l *TimerLimit) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (
 		_, err := l.Timer(ctx, p.Key)
 		if hourglass.ErrorCode(err) == hourglass.CodeNotFound {
 			l.obs.TimerRefused()
-			return hourglass.Timer{}, false, hourglass.Errorf(hourglass.CodeLimitExceeded,
-				"timers: %d timers exist, the most allowed (--timer-max); re-arm or delete existing ones, or wait for fired and cancelled ones to be pruned (--timer-retention)", l.cfg.Max)
+			return hourglass.Timer{}, false, hourglass.TimerLimitError(l.cfg.Max)
 		}
 		if err != nil {
 			return hourglass.Timer{}, false, err
@@ -112,6 +111,21 @@ func (l *TimerLimit) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (
 		l.mu.Unlock()
 	}
 	return t, created, err
+}
+
+// TimerRoom returns how many timers may still be created by the count
+// (at least 0), and Max: the timer_requests applier's bound
+// (requests.Limit), the same as ArmTimer's.
+func (l *TimerLimit) TimerRoom(ctx context.Context) (room, limit int64) {
+	return max(l.cfg.Max-l.counted(ctx), 0), l.cfg.Max
+}
+
+// TimersCreated counts n timers created elsewhere (the timer_requests
+// applier) until the next count.
+func (l *TimerLimit) TimersCreated(n int) {
+	l.mu.Lock()
+	l.count += int64(n)
+	l.mu.Unlock()
 }
 
 // counted returns the count: taken now at the first call (the caller

@@ -28,7 +28,7 @@ func TestLeastPrivilege(t *testing.T) {
 	for _, q := range []string{
 		"CREATE USER '" + owner + "'@'%' IDENTIFIED BY 'owner-pw'",
 		"CREATE USER '" + app + "'@'%' IDENTIFIED BY 'app-pw'",
-		"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, REFERENCES ON `" + db + "`.* TO '" + owner + "'@'%'",
+		"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, REFERENCES, TRIGGER ON `" + db + "`.* TO '" + owner + "'@'%'",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON `" + db + "`.* TO '" + app + "'@'%'",
 	} {
 		if _, err := admin.ExecContext(ctx, q); err != nil {

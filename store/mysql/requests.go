@@ -46,19 +46,20 @@ func (s *Store) TimerRequestsWritten() <-chan struct{} { return nil }
 
 // ApplyTimerRequests implements hourglass.TimerRequestStore, in one
 // transaction, run again after a lost race (retryPolicy).
-// It takes at most Config.MaxBatch requests whatever limit says, so that
+// It takes at most Config.MaxBatch requests whatever p.Limit says, so that
 // its statements stay well under max_allowed_packet, as a group commit's
 // do (Full then says more may be waiting). It is safe for concurrent use,
 // by any number of store values and processes. Errors: invalid_argument (a
 // limit under 1), unavailable (the outcome of the commit may then be
 // unknown: the requests it applied are gone, the others are still there
 // for the next call).
-func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.TimerRequestsApplied, error) {
+func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	clock := cmp.Or[hourglass.Clock](s.clock, hourglass.SystemClock{})
 	// Decided on the server's now (or the test's), as the group commit decides.
-	res, err := s.Store.ApplyTimerRequests(ctx, min(limit, cmp.Or(s.cfg.MaxBatch, MaxBatchDefault)), clock, true, s.writeRequests)
+	p.Limit = min(p.Limit, cmp.Or(s.cfg.MaxBatch, MaxBatchDefault))
+	res, err := s.Store.ApplyTimerRequests(ctx, p, clock, true, s.writeRequests)
 	if err == nil {
 		// This node's engine hears of them through the store's due feed
 		// (the others through the order_feed row the batch wrote).

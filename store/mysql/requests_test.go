@@ -62,6 +62,7 @@ func requestTable(t *testing.T, hourglassURL string) txtimer.Table {
 func TestTimerRequestsConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseTimerRequests(t, hourglasstest.TimerRequestHarness{
+		OwnColumns: true,
 		Open: func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table) {
 			url := mytest.NewDatabase(t)
 			sa, sb := open(t, url, nil, false), open(t, url, nil, false)
@@ -78,6 +79,7 @@ func TestGaleraTimerRequestsConformance(t *testing.T) {
 	t.Parallel()
 	galeratest.Nodes(t)
 	hourglasstest.ExerciseTimerRequests(t, hourglasstest.TimerRequestHarness{
+		OwnColumns: true,
 		Open: func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table) {
 			urls, shops := galeratest.NewDatabase(t), galeratest.NewDatabase(t)
 			sa, sb := open(t, urls[0], nil, false), open(t, urls[1], nil, false)
@@ -152,7 +154,7 @@ func TestTimerRequestsShopPrivileges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := s.ApplyTimerRequests(ctx, 10)
+	res, err := s.ApplyTimerRequests(ctx, hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
 	if err != nil || res.Applied != 1 || len(res.Armed) != 1 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want the committed arm applied", res, err)
 	}
@@ -236,21 +238,79 @@ func TestTimerRequestZeroDates(t *testing.T) {
 	('fine', ?, NULL, UTC_TIMESTAMP(3))`, at.Format("2006-01-02 15:04:05.000")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyTimerRequests(t.Context(), 10)
-	if err != nil || res.Applied != 1 || res.Rejected != 2 {
-		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, two rejected", res, err)
+	res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
+	// requested_at is the server's whatever the shop wrote (migration
+	// 0011's trigger): the zero one arms its timer a second from now.
+	if err != nil || res.Applied != 2 || res.Rejected != 1 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want two applied, one rejected", res, err)
 	}
 	rej, err := s.RejectedTimerRequests(t.Context(), 0, 10)
-	if err != nil || len(rej) != 2 {
-		t.Fatalf("rejected = %+v, %v; want two", rej, err)
+	if err != nil || len(rej) != 1 {
+		t.Fatalf("rejected = %+v, %v; want one", rej, err)
 	}
 	if r := rej[0]; r.Reason != "fire_at: not a valid time (a zero date)" || r.FireAt == nil || !r.FireAt.IsZero() || r.RequestedAt.IsZero() {
 		t.Errorf("rejected[0] = %+v; want the zero fire_at, named", r)
 	}
-	if r := rej[1]; r.Reason != "requested_at: not a valid time (a zero date)" || r.FireAt != nil || !r.RequestedAt.IsZero() || *r.DelayMs != 1000 {
-		t.Errorf("rejected[1] = %+v; want the zero requested_at, named", r)
+	if tm, err := s.Timer(t.Context(), "zero-requested"); err != nil || tm.FireAt.Before(time.Now().Add(-time.Minute)) || tm.FireAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("the timer of the zero requested_at = %+v, %v; want one due in a second", tm, err)
 	}
 	if tm, err := s.Timer(t.Context(), "fine"); err != nil || !tm.FireAt.Equal(at) {
 		t.Fatalf("the good request's timer = %+v, %v", tm, err)
+	}
+}
+
+// TestShopUserNeedsOnlyInsert runs docs/timers.md's grant as written: a
+// shop's user with INSERT on timer_requests alone arms timers, and cannot
+// break the table for the others: its INSERT naming seq at the BIGINT
+// maximum (which made every later INSERT fail with error 167 until an
+// ALTER TABLE) or a requested_at of its own is overridden by migration
+// 0011's trigger, even under NO_AUTO_VALUE_ON_ZERO.
+func TestShopUserNeedsOnlyInsert(t *testing.T) {
+	t.Parallel()
+	url := mytest.NewDatabase(t)
+	s := open(t, url, nil, false)
+	admin := mytest.Admin(t, url)
+	table := requestTable(t, url)
+	user := "shop_" + strings.ToLower(rand.Text()[:8])
+	db, _, _ := strings.Cut(table.Name, ".")
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY 'shop-pw'",
+		"GRANT INSERT ON " + db + ".timer_requests TO '" + user + "'@'%'", // docs/timers.md
+	} {
+		if _, err := admin.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
+	cfg, err := myurl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = user, "shop-pw"
+	cfg.Params = map[string]string{"sql_mode": "'NO_AUTO_VALUE_ON_ZERO'"}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shop := sql.OpenDB(conn)
+	defer shop.Close()
+	for _, seq := range []int64{0, 2, 3, 9223372036854775807} {
+		if _, err := shop.ExecContext(t.Context(), "INSERT INTO "+table.Name+" (seq, timer_key, delay_ms, requested_at) VALUES (?, 'explicit', 0, '9999-01-01')", seq); err != nil {
+			t.Fatalf("the shop's INSERT naming seq %d: %v", seq, err)
+		}
+	}
+	for range 3 {
+		if err := table.Arm(t.Context(), shop, txtimer.Arm{Key: "order:10", Delay: time.Minute}); err != nil {
+			t.Fatalf("an arm after the explicit seqs: %v", err)
+		}
+	}
+	if _, err := shop.ExecContext(t.Context(), "SELECT count(*) FROM "+db+".timers"); err == nil {
+		t.Error("the shop's user read timers; want it refused")
+	}
+	if res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 20, Room: hourglass.NoTimerLimit}); err != nil || res.Applied != 7 {
+		t.Fatalf("apply = %+v, %v; want all 7 applied", res, err)
+	}
+	if tm, err := s.Timer(t.Context(), "explicit"); err != nil || tm.FireAt.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("the explicit requests' timer = %+v, %v; want it due now", tm, err)
 	}
 }

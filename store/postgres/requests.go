@@ -37,15 +37,16 @@ func (s *Store) TimerRequestsWritten() <-chan struct{} { return s.requestsWritte
 // ApplyTimerRequests implements hourglass.TimerRequestStore
 // (sqlq.Store.ApplyTimerRequestsIn: the steps), in one transaction, run
 // again after a deadlock or serialization failure, deciding the requests
-// at the store's clock. What it arms and cancels is announced like
+// at the database's now (the test clock's, when set), which is also what
+// requested_at holds. What it arms and cancels is announced like
 // ArmTimer's and CancelTimer's: to this store's due feed after the commit,
 // and to the other processes at the commit. Errors: invalid_argument (a
-// limit under 1), unavailable.
-func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.TimerRequestsApplied, error) {
+// Limit under 1), unavailable.
+func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	clock := cmp.Or[hourglass.Clock](s.cfg.Clock, hourglass.SystemClock{})
-	res, err := s.Store.ApplyTimerRequests(ctx, limit, clock, false, s.writeRequests)
+	res, err := s.Store.ApplyTimerRequests(ctx, p, clock, true, s.writeRequests)
 	if err == nil {
 		s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
 	}
@@ -61,8 +62,12 @@ func (s *Store) writeRequests(ctx context.Context, x sqlq.Querier, _ time.Time, 
 	tx := x.(pgQuerier).q.(pgx.Tx)
 	var armed []*op            // the arms that changed their timer, to announce
 	ops := make([]*op, len(p)) // each running request's, by its place in p
+	// The timers earlier rounds armed: a key armed twice alike in one
+	// batch is left unchanged by its second arm, which must find the
+	// first's timer (armedReadSQL does not read the transaction's own rows).
+	latest := map[string]hourglass.Timer{}
 	for round := range p.Rounds() {
-		tw := &timerWrites{}
+		tw := &timerWrites{latest: latest}
 		for i, r := range p {
 			if !r.Runs() || r.Round != round {
 				continue

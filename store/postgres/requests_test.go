@@ -48,6 +48,7 @@ func openSchema(t *testing.T, url, schema string) *postgres.Store {
 func TestTimerRequestsConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseTimerRequests(t, hourglasstest.TimerRequestHarness{
+		OwnColumns: true,
 		Open: func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table) {
 			url, db := shopDatabase(t)
 			sa, sb := openSchema(t, url, "hourglass"), openSchema(t, url, "hourglass")
@@ -156,19 +157,41 @@ func TestShopRoleNeedsOnlyInsert(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("no NOTIFY after the shop's role committed a request")
 	}
-	if res, err := s.ApplyTimerRequests(t.Context(), 10); err != nil || res.Applied != 1 {
+	if res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit}); err != nil || res.Applied != 1 {
 		t.Fatalf("apply = %+v, %v; want the shop role's request applied", res, err)
 	}
 	if _, err := shop.ExecContext(t.Context(), "SELECT count(*) FROM hourglass.timers"); err == nil {
 		t.Error("the shop's role read hourglass.timers; want permission denied")
 	}
+	// seq and requested_at are hourglass's (migration 0009's trigger, which
+	// needs no privilege of the shop's role): a role that writes the
+	// sequence's next values (OVERRIDING SYSTEM VALUE) and a requested_at
+	// of its choosing breaks no other INSERT, and moves no delay.
+	for _, seq := range []int64{2, 3, 4, 5, 9223372036854775807} {
+		if _, err := shop.ExecContext(t.Context(), `INSERT INTO hourglass.timer_requests (seq, timer_key, delay_ms, requested_at)
+OVERRIDING SYSTEM VALUE VALUES ($1, 'explicit', 0, '9999-01-01')`, seq); err != nil {
+			t.Fatalf("the shop's role writing seq %d: %v", seq, err)
+		}
+	}
+	for range 3 {
+		if err := (txtimer.Table{Dialect: txtimer.Postgres}).Arm(t.Context(), shop, txtimer.Arm{Key: "order:10", Delay: time.Minute}); err != nil {
+			t.Fatalf("an arm after the explicit seqs: %v", err)
+		}
+	}
+	if res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 20, Room: hourglass.NoTimerLimit}); err != nil || res.Applied != 8 {
+		t.Fatalf("apply = %+v, %v; want all 8 applied", res, err)
+	}
+	if tm, err := s.Timer(t.Context(), "explicit"); err != nil || tm.FireAt.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("the explicit requests' timer = %+v, %v; want it due now", tm, err)
+	}
 }
 
 // TestTimerRequestInfinity: a shop's 'infinity' (or a time past what a
-// bigint of microseconds holds) in fire_at or requested_at is rejected with
-// its reason, and the requests beside it apply: before, the cast of that
-// time to a number failed the whole batch, every time, and no request was
-// applied again.
+// bigint of microseconds holds) in fire_at is rejected with its reason, and
+// the requests beside it apply: before, the cast of that time to a number
+// failed the whole batch, every time, and no request was applied again. A
+// requested_at the shop wrote is replaced by the database's (migration
+// 0009's trigger): its '-infinity' arms the timer a second from now.
 func TestTimerRequestInfinity(t *testing.T) {
 	t.Parallel()
 	url, db := shopDatabase(t)
@@ -181,18 +204,17 @@ func TestTimerRequestInfinity(t *testing.T) {
 	('fine', $1, NULL, now())`, at); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyTimerRequests(t.Context(), 10)
-	if err != nil || res.Applied != 1 || res.Rejected != 3 {
-		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, three rejected", res, err)
+	res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
+	if err != nil || res.Applied != 2 || res.Rejected != 2 {
+		t.Fatalf("ApplyTimerRequests = %+v, %v; want two applied, two rejected", res, err)
 	}
 	rej, err := s.RejectedTimerRequests(t.Context(), 0, 10)
-	if err != nil || len(rej) != 3 {
-		t.Fatalf("rejected = %+v, %v; want three", rej, err)
+	if err != nil || len(rej) != 2 {
+		t.Fatalf("rejected = %+v, %v; want two", rej, err)
 	}
 	want := map[string]string{
-		"inf-fire":      "fire_at: not a valid time (infinity)",
-		"far-fire":      "fire_at: not a valid time (out of range)",
-		"inf-requested": "requested_at: not a valid time (-infinity)",
+		"inf-fire": "fire_at: not a valid time (infinity)",
+		"far-fire": "fire_at: not a valid time (out of range)",
 	}
 	for _, r := range rej {
 		if r.Key == nil || r.Reason != want[*r.Key] {
@@ -201,5 +223,8 @@ func TestTimerRequestInfinity(t *testing.T) {
 	}
 	if tm, err := s.Timer(t.Context(), "fine"); err != nil || !tm.FireAt.Equal(at) {
 		t.Fatalf("the good request's timer = %+v, %v", tm, err)
+	}
+	if tm, err := s.Timer(t.Context(), "inf-requested"); err != nil || tm.FireAt.Before(time.Now().Add(-time.Minute)) || tm.FireAt.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("the timer of the request whose requested_at was -infinity = %+v, %v; want one due in a second", tm, err)
 	}
 }

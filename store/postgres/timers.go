@@ -251,6 +251,11 @@ type timerWrites struct {
 	armedAt map[string]int
 	// fired are the timers the batch fired, for their events.
 	fired []hourglass.Timer
+	// latest, when set, is each key's timer as an earlier write of the
+	// transaction left it, kept across the timerWrites of one transaction
+	// (the timer requests' rounds): armedReadSQL skips the rows the
+	// transaction wrote, so an arm an earlier round made is found here.
+	latest map[string]hourglass.Timer
 }
 
 // queue queues the timer writes on b; their callbacks answer the ops.
@@ -279,7 +284,10 @@ func (tw *timerWrites) queueArms(b *pgx.Batch, now any, outbox bool) {
 	}
 	tw.armedAt = make(map[string]int)
 	// latest is each key's timer as an earlier round of the batch wrote it.
-	latest := make(map[string]hourglass.Timer)
+	if tw.latest == nil {
+		tw.latest = make(map[string]hourglass.Timer)
+	}
+	latest := tw.latest
 	for _, round := range rounds {
 		n := len(round)
 		keys, fireAts, delays := make([]string, n), make([]*int64, n), make([]int64, n)

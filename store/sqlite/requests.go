@@ -71,10 +71,10 @@ func (s *Store) TimerRequestsWritten() <-chan struct{} { return nil }
 
 // ApplyTimerRequests implements hourglass.TimerRequestStore. Errors:
 // unavailable.
-func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.TimerRequestsApplied, error) {
+func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	var res hourglass.TimerRequestsApplied
-	if limit < 1 {
-		return res, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
+	if p.Limit < 1 {
+		return res, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", p.Limit)
 	}
 	// Most polls find nothing: a read, not a write transaction.
 	var any bool
@@ -94,7 +94,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	}
 	err := s.writeDue(ctx, due, func(conn *sqlite.Conn, now time.Time) error {
 		var err error
-		res, err = s.applyRequestsIn(ctx, conn, now, limit) // set afresh: the op may run again alone
+		res, err = s.applyRequestsIn(ctx, conn, now, p) // set afresh: the op may run again alone
 		return err
 	})
 	if err != nil {
@@ -103,12 +103,12 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int) (hourglass.Ti
 	return res, nil
 }
 
-// applyRequestsIn applies up to limit requests in the writer's
+// applyRequestsIn applies up to p.Limit requests in the writer's
 // transaction at now (sqlq.Store.ApplyTimerRequestsIn): one writer, so no
 // key is held back, and each request runs in seq order with ArmTimer's and
 // CancelTimer's statements.
-func (s *Store) applyRequestsIn(ctx context.Context, conn *sqlite.Conn, now time.Time, limit int) (hourglass.TimerRequestsApplied, error) {
-	b, err := s.Store.ApplyTimerRequestsIn(ctx, connQuerier{conn}, limit, func(sqlq.Querier) (time.Time, error) { return now, nil },
+func (s *Store) applyRequestsIn(ctx context.Context, conn *sqlite.Conn, now time.Time, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
+	b, err := s.Store.ApplyTimerRequestsIn(ctx, connQuerier{conn}, p, func(sqlq.Querier) (time.Time, error) { return now, nil },
 		func(_ context.Context, _ sqlq.Querier, now time.Time, p plan.TimerRequests) (func(), error) {
 			for _, r := range p {
 				var (

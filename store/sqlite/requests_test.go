@@ -77,7 +77,7 @@ func TestTimerRequestBadTimeText(t *testing.T) {
 		`; INSERT INTO timer_requests (timer_key, delay_ms, requested_at) VALUES ('when', 1000, 'yesterday')`, at.Format("2006-01-02 15:04:05.000")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyTimerRequests(t.Context(), 10)
+	res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
 	if err != nil || res.Applied != 1 || res.Rejected != 2 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want one applied, two rejected", res, err)
 	}

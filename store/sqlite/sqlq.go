@@ -26,7 +26,11 @@ var sqlDialect = sqlq.Dialect{
 	Returning:   true,
 	ByKey:       " NOT INDEXED",
 	// No LockWebhooks: the one writer runs the creates one after another.
-	RequestTime:      func(col string) string { return col },
+	// TEXT a shop writes: read when it could be a time, else its start,
+	// which no time parses (what a listing shows).
+	RequestTime: func(col string) string {
+		return `CASE WHEN octet_length(` + col + `) <= 64 THEN ` + col + ` ELSE substr(` + col + `, 1, 64) || '…' END`
+	},
 	ParseRequestTime: parseRequestColumn,
 	OneWriter:        true, // the one writer applies the requests
 	KeepFirst:        func(_, key string) string { return ` ON CONFLICT (` + key + `) DO NOTHING` },

@@ -48,6 +48,25 @@ type TimerRequest struct {
 	// Timer is the timer the request's write left (Settle); its ID is 0 if
 	// it changed none (a cancel of a timer that fired or does not exist).
 	Timer hourglass.Timer
+	// Creates says the arm's key named no timer when the batch was decided
+	// (Facts.Existing): it counts against Facts.Room.
+	Creates bool
+}
+
+// Facts are what the dialect read in the batch's transaction for the
+// checks PUT /v1/timers/{key} makes against the database.
+type Facts struct {
+	// Webhooks are the webhooks the batch's arms name, by id (missing: no
+	// such webhook), for hourglass.CheckTimerWebhook.
+	Webhooks map[int64]*hourglass.Webhook
+	// Room is how many timers the batch may create (--timer-max less the
+	// timers that exist; hourglass.TimerRequestsParams.Room), Max the
+	// --timer-max its refusals name.
+	Room, Max int64
+	// Existing are the keys of the batch's arms that name a timer already;
+	// nil when the dialect did not read them because Room covers every arm
+	// of the batch (NeedsExisting).
+	Existing map[string]bool
 }
 
 // Runs reports whether the request is written: an arm or a cancel, neither
@@ -82,12 +101,16 @@ func (r *TimerRequest) Settle(t hourglass.Timer, err error) error {
 type TimerRequests []*TimerRequest
 
 // PlanTimerRequests decides each request of rows (in seq order) at now, as
-// hourglass.TimerRequest's ArmParams and CancelKey do: the keys in held
-// wait; a request that is not a valid arm or cancel, or with an
-// Unreadable column, is rejected with its reason; the others run.
-func PlanTimerRequests(rows []RequestRow, held map[string]bool, now time.Time) TimerRequests {
+// hourglass.TimerRequest's ArmParams and CancelKey do, with PUT's checks
+// against the database's facts f: the keys in held wait; a request that is
+// not a valid arm or cancel, with an Unreadable column, naming a webhook
+// that does not take timer.fired (hourglass.CheckTimerWebhook), or that
+// would create a timer beyond f.Room (hourglass.TimerLimitError), is
+// rejected with its reason; the others run.
+func PlanTimerRequests(rows []RequestRow, held map[string]bool, now time.Time, f Facts) TimerRequests {
 	p := make(TimerRequests, 0, len(rows))
 	perKey := map[string]int{}
+	created := map[string]bool{} // the keys the batch creates
 	for _, row := range rows {
 		r := &TimerRequest{Row: row.TimerRequest}
 		p = append(p, r)
@@ -103,9 +126,19 @@ func PlanTimerRequests(rows []RequestRow, held map[string]bool, now time.Time) T
 		switch row.Action {
 		case hourglass.TimerRequestArm:
 			a, err := row.ArmParams(now)
+			if err == nil {
+				err = hourglass.CheckTimerWebhook(a.WebhookID, f.Webhooks[a.WebhookID])
+			}
 			if err != nil {
 				r.Reason = reasonOf(err)
 				continue
+			}
+			if f.Existing != nil && !f.Existing[a.Key] && !created[a.Key] {
+				if int64(len(created)) >= f.Room {
+					r.Reason = reasonOf(hourglass.TimerLimitError(f.Max))
+					continue
+				}
+				created[a.Key], r.Creates = true, true
 			}
 			r.Arm, key = &a, a.Key
 		case hourglass.TimerRequestCancel:
@@ -133,6 +166,46 @@ func HeldKeysToRead(rows []RequestRow) []string {
 	seen := map[string]bool{}
 	for _, r := range rows {
 		if r.Key != nil && !seen[*r.Key] && hourglass.ValidateTimerKey(*r.Key) == nil {
+			seen[*r.Key] = true
+			keys = append(keys, *r.Key)
+		}
+	}
+	return keys
+}
+
+// NeedsExisting reports whether the dialect must read which of the arms'
+// keys name a timer (Facts.Existing): only when the batch could create
+// more timers than room allows.
+func NeedsExisting(rows []RequestRow, room int64) bool {
+	n := int64(0)
+	for _, r := range rows {
+		if r.Action == hourglass.TimerRequestArm {
+			n++
+		}
+	}
+	return n > room
+}
+
+// ArmWebhooks returns the webhook ids the arms of rows name, each once:
+// the webhooks the dialect reads for Facts.Webhooks.
+func ArmWebhooks(rows []RequestRow) []int64 {
+	var ids []int64
+	seen := map[int64]bool{}
+	for _, r := range rows {
+		if r.Action == hourglass.TimerRequestArm && r.WebhookID != nil && *r.WebhookID > 0 && !seen[*r.WebhookID] {
+			seen[*r.WebhookID] = true
+			ids = append(ids, *r.WebhookID)
+		}
+	}
+	return ids
+}
+
+// ArmKeys returns the valid keys the arms of rows name, each once.
+func ArmKeys(rows []RequestRow) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if r.Action == hourglass.TimerRequestArm && r.Key != nil && !seen[*r.Key] && hourglass.ValidateTimerKey(*r.Key) == nil {
 			seen[*r.Key] = true
 			keys = append(keys, *r.Key)
 		}
@@ -184,6 +257,9 @@ func (p TimerRequests) Result(committedAt time.Time) hourglass.TimerRequestsAppl
 			res.Rejected++
 		} else {
 			res.Applied++
+			if r.Creates && r.Timer.ID != 0 {
+				res.Created++
+			}
 		}
 		at := r.Row.RequestedAt
 		if at.IsZero() {

@@ -38,7 +38,7 @@ func TestPlanTimerRequests(t *testing.T) {
 		cancelRow(8, "b"),
 		zero,
 	}
-	p := PlanTimerRequests(rows, map[string]bool{"held": true}, now)
+	p := PlanTimerRequests(rows, map[string]bool{"held": true}, now, Facts{Room: hourglass.NoTimerLimit})
 	type want struct {
 		kind   string // "arm", "cancel", "held" or "rejected"
 		round  int
@@ -97,7 +97,7 @@ func TestSettleAndResult(t *testing.T) {
 	}
 	rows = append(rows, RequestRow{TimerRequest: hourglass.TimerRequest{Seq: 8, Key: ptr("d"), Action: "x"}}) // rejected as planned
 	rows[6].RequestedAt = time.Time{}
-	p := PlanTimerRequests(rows, map[string]bool{"held": true}, now)
+	p := PlanTimerRequests(rows, map[string]bool{"held": true}, now, Facts{Room: hourglass.NoTimerLimit})
 	a := hourglass.Timer{ID: 11, Key: "a", Status: hourglass.TimerScheduled, FireAt: now}
 	aCancelled := a
 	aCancelled.Status = hourglass.TimerCancelled
@@ -134,7 +134,7 @@ func TestSettleAndResult(t *testing.T) {
 	}
 
 	// A database error, and a refusal an arm never gets, fail the batch.
-	q := PlanTimerRequests([]RequestRow{armRow(1, "a", 1), cancelRow(2, "b")}, nil, now)
+	q := PlanTimerRequests([]RequestRow{armRow(1, "a", 1), cancelRow(2, "b")}, nil, now, Facts{Room: hourglass.NoTimerLimit})
 	if err := q[0].Settle(hourglass.Timer{}, errors.New("connection reset")); err == nil {
 		t.Error("Settle of a database error = nil, want the error (the batch rolls back)")
 	}

@@ -2,9 +2,11 @@ package sqlq
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
@@ -15,24 +17,51 @@ import (
 // (Dialect.RequestTime), since each store keeps them in its own type and a
 // shop may have written anything there.
 
-// requestColumns are a timer_requests row as requestRow scans them.
-func (s *Store) requestColumns() string {
-	return `seq, timer_key, action, ` + s.d.RequestTime("fire_at") + `, delay_ms, payload, webhook_id, ` + s.d.RequestTime("requested_at")
+// Bounds of the text columns a shop writes, checked by the database
+// before a row is read: a longer value is not selected (NULL), only its
+// size (octet_length, which PostgreSQL reads from a TOASTed value's
+// header), and the request is rejected by that size. A shop may write
+// megabytes in any of them; the process never holds more than these.
+const (
+	// maxRequestText bounds timer_key and action: a valid key has at most
+	// hourglass.MaxTimerKey bytes, a valid action 6.
+	maxRequestText = 1 << 10
+	// maxRequestPayload is a valid payload's bound.
+	maxRequestPayload = hourglass.MaxTimerPayload
+)
+
+// bounded is the columns that read the text column col when its size is at
+// most limit (else NULL), and its size; for a listing (list), the first
+// hourglass.RejectedTextMax characters and the size.
+func bounded(col string, limit int, list bool) string {
+	if list {
+		return `substr(` + col + `, 1, ` + strconv.Itoa(hourglass.RejectedTextMax) + `), octet_length(` + col + `)`
+	}
+	return `CASE WHEN octet_length(` + col + `) <= ` + strconv.Itoa(limit) + ` THEN ` + col + ` END, octet_length(` + col + `)`
+}
+
+// requestColumns are a timer_requests (or timer_request_errors, list) row
+// as requestRow scans them.
+func (s *Store) requestColumns(list bool) string {
+	return `seq, ` + bounded("timer_key", maxRequestText, list) + `, ` + bounded("action", maxRequestText, list) + `, ` +
+		s.d.RequestTime("fire_at") + `, delay_ms, ` + bounded("payload", maxRequestPayload, list) + `, webhook_id, ` + s.d.RequestTime("requested_at")
 }
 
 // requestRow receives requestColumns.
 type requestRow struct {
 	seq                                       int64
 	key, action, fireAt, payload, requestedAt *string
+	keyBytes, actionBytes, payloadBytes       *int64
 	delayMs, webhookID                        *int64
 }
 
 func (r *requestRow) dest() []any {
-	return []any{&r.seq, &r.key, &r.action, &r.fireAt, &r.delayMs, &r.payload, &r.webhookID, &r.requestedAt}
+	return []any{&r.seq, &r.key, &r.keyBytes, &r.action, &r.actionBytes, &r.fireAt, &r.delayMs, &r.payload, &r.payloadBytes, &r.webhookID, &r.requestedAt}
 }
 
 // request returns the row as the plan reads it: Unreadable names a time
-// column that holds no time (requested_at's reason before fire_at's).
+// column that holds no time (requested_at's reason before fire_at's), or a
+// text column over its bound, by its size.
 func (s *Store) request(r *requestRow) plan.RequestRow {
 	row := plan.RequestRow{TimerRequest: hourglass.TimerRequest{
 		Seq: r.seq, Key: clone(r.key), DelayMs: clone(r.delayMs), Payload: clone(r.payload), WebhookID: clone(r.webhookID),
@@ -51,6 +80,14 @@ func (s *Store) request(r *requestRow) plan.RequestRow {
 		if bad != "" {
 			row.Unreadable = bad
 		}
+	}
+	switch {
+	case r.payload == nil && r.payloadBytes != nil:
+		row.Unreadable = fmt.Sprintf("payload: at most %d bytes, got %d", maxRequestPayload, *r.payloadBytes)
+	case r.key == nil && r.keyBytes != nil:
+		row.Unreadable = fmt.Sprintf("timer_key: must be 1 to %d characters, got %d bytes", hourglass.MaxTimerKey, *r.keyBytes)
+	case r.action == nil && r.actionBytes != nil:
+		row.Unreadable = fmt.Sprintf("action: must be %q or %q, got %d bytes", hourglass.TimerRequestArm, hourglass.TimerRequestCancel, *r.actionBytes)
 	}
 	return row
 }
@@ -99,9 +136,14 @@ func (s *Store) RejectedTimerRequests(ctx context.Context, after int64, limit in
 	)
 	err := s.read(ctx, "rejected timer requests", func(x q) error {
 		out = nil
-		return x.each(ctx, `SELECT `+s.requestColumns()+`, `+s.d.RequestTime("rejected_at")+`, reason
+		return x.each(ctx, `SELECT `+s.requestColumns(true)+`, `+s.d.RequestTime("rejected_at")+`, reason
 FROM timer_request_errors WHERE seq > ? ORDER BY seq LIMIT ?`, []any{after, limit}, append(r.dest(), &rejectedAt, &reason), func() error {
 			rej := hourglass.RejectedTimerRequest{TimerRequest: s.request(&r).TimerRequest, Reason: reason}
+			rej.Key, rej.Payload = firstBytes(rej.Key), firstBytes(rej.Payload)
+			rej.Action = *firstBytes(&rej.Action)
+			if r.payloadBytes != nil {
+				rej.PayloadBytes = *r.payloadBytes
+			}
 			if rejectedAt != nil {
 				if t, _ := s.d.ParseRequestTime("rejected_at", *rejectedAt); t != nil {
 					rej.RejectedAt = *t
@@ -115,6 +157,21 @@ FROM timer_request_errors WHERE seq > ? ORDER BY seq LIMIT ?`, []any{after, limi
 		return nil, err
 	}
 	return out, nil
+}
+
+// firstBytes returns *p cut to its first hourglass.RejectedTextMax bytes,
+// at a character's start (substr took that many characters, each up to 4
+// bytes).
+func firstBytes(p *string) *string {
+	if p == nil || len(*p) <= hourglass.RejectedTextMax {
+		return p
+	}
+	n := hourglass.RejectedTextMax
+	for n > 0 && !utf8.RuneStart((*p)[n]) {
+		n--
+	}
+	v := (*p)[:n]
+	return &v
 }
 
 // RejectedTimerRequestCount implements hourglass.TimerRequestStore.
@@ -166,7 +223,7 @@ type TimerRequests struct {
 	After func()
 }
 
-// ApplyTimerRequests applies up to limit timer requests in one
+// ApplyTimerRequests applies up to p.Limit timer requests in one
 // transaction (DB.Write, run again as the store's retry policy allows) by
 // ApplyTimerRequestsIn, deciding them at the database's now (dbNow:
 // Dialect.Now read in the transaction, as the store's group commit decides)
@@ -176,16 +233,16 @@ type TimerRequests struct {
 // under 1), unavailable (the outcome of the commit may then be unknown:
 // the requests it applied are gone, the others are still there for the
 // next call).
-func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourglass.Clock, dbNow bool, write TimerRequestWrites) (hourglass.TimerRequestsApplied, error) {
-	if limit < 1 {
-		return hourglass.TimerRequestsApplied{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", limit)
+func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequestsParams, clock hourglass.Clock, dbNow bool, write TimerRequestWrites) (hourglass.TimerRequestsApplied, error) {
+	if p.Limit < 1 {
+		return hourglass.TimerRequestsApplied{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", p.Limit)
 	}
 	var (
 		b       TimerRequests
 		started time.Time
 	)
 	err := s.db.Write(ctx, "apply timer requests", Normal, func(x Querier) (err error) {
-		b, err = s.ApplyTimerRequestsIn(ctx, x, limit, func(x Querier) (time.Time, error) {
+		b, err = s.ApplyTimerRequestsIn(ctx, x, p, func(x Querier) (time.Time, error) {
 			started = clock.Now()
 			if !dbNow {
 				return started, nil
@@ -206,7 +263,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourgla
 	return res, nil
 }
 
-// ApplyTimerRequestsIn applies up to limit timer requests in the
+// ApplyTimerRequestsIn applies up to p.Limit timer requests in the
 // transaction x, for a store whose transaction is its own (SQLite's
 // writer) or ApplyTimerRequests:
 //
@@ -217,9 +274,13 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourgla
 //  2. holds back a key with an earlier request the batch does not hold
 //     (another applier holds it, or it committed since), so that each
 //     key's requests take effect in seq order;
-//  3. decides each at now(x) (plan.PlanTimerRequests: the API's checks and
-//     request hash, a delay counted from requested_at, a time column that
-//     holds no time rejected) and writes those that run (write);
+//  3. reads what PUT /v1/timers/{key} checks against the database (the
+//     webhooks the arms name, and the arms' keys that name a timer when the
+//     batch could create more than p.Room), decides each at now(x)
+//     (plan.PlanTimerRequests: the API's checks and request hash, a delay
+//     counted from requested_at or now if earlier, a time column that holds
+//     no time or a text column over its bound rejected) and writes those
+//     that run (write);
 //  4. moves those that cannot be applied to timer_request_errors with
 //     their reason, as the shop wrote them (a seq listed there already,
 //     timer_requests' counter set back, keeps its first rejection);
@@ -227,7 +288,8 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, limit int, clock hourgla
 //
 // A request is thus applied exactly once, whichever process dies when.
 // Its errors are the database's (the caller rolls back).
-func (s *Store) ApplyTimerRequestsIn(ctx context.Context, tx Querier, limit int, now func(x Querier) (time.Time, error), write TimerRequestWrites) (TimerRequests, error) {
+func (s *Store) ApplyTimerRequestsIn(ctx context.Context, tx Querier, params hourglass.TimerRequestsParams, now func(x Querier) (time.Time, error), write TimerRequestWrites) (TimerRequests, error) {
+	limit := params.Limit
 	x := s.wrap(tx)
 	var (
 		reqs []plan.RequestRow
@@ -238,7 +300,7 @@ func (s *Store) ApplyTimerRequestsIn(ctx context.Context, tx Querier, limit int,
 	if s.d.OneWriter {
 		lock = ""
 	}
-	err := x.each(ctx, `SELECT `+s.requestColumns()+` FROM timer_requests ORDER BY seq LIMIT ?`+lock, []any{limit}, r.dest(), func() error {
+	err := x.each(ctx, `SELECT `+s.requestColumns(false)+` FROM timer_requests ORDER BY seq LIMIT ?`+lock, []any{limit}, r.dest(), func() error {
 		reqs = append(reqs, s.request(&r))
 		return nil
 	})
@@ -250,12 +312,16 @@ func (s *Store) ApplyTimerRequestsIn(ctx context.Context, tx Querier, limit int,
 	if err != nil {
 		return TimerRequests{}, err
 	}
-	// 3. Decided, and written.
+	// 3. What PUT checks in the database; then decided, and written.
+	facts, err := s.requestFacts(ctx, x, reqs, params)
+	if err != nil {
+		return TimerRequests{}, err
+	}
 	at, err := now(tx)
 	if err != nil {
 		return TimerRequests{}, err
 	}
-	p := plan.PlanTimerRequests(reqs, held, at)
+	p := plan.PlanTimerRequests(reqs, held, at, facts)
 	after, err := write(ctx, tx, at, p)
 	if err != nil {
 		return TimerRequests{}, err
@@ -289,6 +355,52 @@ FROM timer_requests r WHERE `+in+s.d.KeepFirst("timer_request_errors", "seq"), a
 		}
 	}
 	return TimerRequests{Plan: p, At: at, Full: len(reqs) == limit, After: after}, nil
+}
+
+// requestFacts reads the webhooks the arms of reqs name and, when they
+// could create more timers than p.Room, which of their keys name a timer
+// (plan.Facts), in the batch's transaction.
+func (s *Store) requestFacts(ctx context.Context, x q, reqs []plan.RequestRow, p hourglass.TimerRequestsParams) (plan.Facts, error) {
+	f := plan.Facts{Webhooks: map[int64]*hourglass.Webhook{}, Room: p.Room, Max: p.Max}
+	if ids := plan.ArmWebhooks(reqs); len(ids) > 0 {
+		cond, args := in(s.d, "webhook_id", ids)
+		var (
+			id  int64
+			typ string
+		)
+		err := x.each(ctx, `SELECT webhook_id, type FROM webhook_subscriptions WHERE `+cond, args, []any{&id, &typ}, func() error {
+			w := f.Webhooks[id]
+			if w == nil {
+				w = &hourglass.Webhook{ID: id}
+				f.Webhooks[id] = w
+			}
+			w.Events = append(w.Events, hourglass.EventType(typ))
+			return nil
+		})
+		if err != nil {
+			return f, err
+		}
+	}
+	if !plan.NeedsExisting(reqs, p.Room) {
+		return f, nil
+	}
+	f.Existing = map[string]bool{}
+	keys := plan.ArmKeys(reqs)
+	if len(keys) == 0 {
+		return f, nil
+	}
+	cond, args := in(s.d, s.d.TimerKey, keys)
+	if s.d.KeyArg != nil && !s.d.Arrays {
+		for i, k := range keys {
+			args[i] = s.d.KeyArg(k)
+		}
+	}
+	var k string
+	err := x.each(ctx, `SELECT `+s.d.TimerKey+` FROM timers WHERE `+cond, args, []any{&k}, func() error {
+		f.Existing[k] = true
+		return nil
+	})
+	return f, err
 }
 
 // heldKeys returns the keys of reqs with an earlier request reqs does not
