@@ -32,8 +32,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
+	redactURL "github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/fanout"
-	redactURL "github.com/hourglass/hourglass/store/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
