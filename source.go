@@ -119,7 +119,8 @@ func (s Source) Validate() error {
 	if s.BeforeClose != "" {
 		u, err := url.Parse(s.BeforeClose)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("before_close", "%q must be an http or https URL", s.BeforeClose)
+			// Not echoed: it may hold a password or a token.
+			return bad("before_close", "must be an absolute http or https URL with a host (http://host:port/path)")
 		}
 	}
 	switch s.BeforeCloseOnError {

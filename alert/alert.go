@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 // Rule names, as they appear in the metric label, the log, the webhook
@@ -499,7 +500,7 @@ func (w WebhookConfig) validate() error {
 	}
 	u, err := url.Parse(w.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("alert: webhook URL must be an absolute http(s) URL, got %q", w.URL)
+		return fmt.Errorf("alert: webhook URL must be an absolute http(s) URL, got %q", redact.URL(w.URL))
 	}
 	if w.Attempts < 0 || w.Attempts > 100 {
 		return fmt.Errorf("alert: webhook attempts must be 0..100, got %d", w.Attempts)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/timing"
 )
 
@@ -135,13 +136,13 @@ func (w *notifier) deliver(ctx context.Context, n Notification) {
 func (w *notifier) post(ctx context.Context, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("alert: webhook request: %w", err)
+		return fmt.Errorf("alert: webhook request: %w", redact.Err(err, w.cfg.URL))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "hourglass-alerts")
 	resp, err := w.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("alert: webhook POST: %w", err)
+		return fmt.Errorf("alert: webhook POST: %w", redact.Err(err, w.cfg.URL))
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/timing"
 	"github.com/hourglass/hourglass/webhook"
 )
@@ -135,13 +136,13 @@ func (c Config) Validate() error {
 func ValidateURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", raw)
+		return fmt.Errorf("%q is not a URL", redact.URL(raw))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%q: the scheme must be http or https", raw)
+		return fmt.Errorf("%q: the scheme must be http or https", redact.URL(raw))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%q has no host", raw)
+		return fmt.Errorf("%q has no host", redact.URL(raw))
 	}
 	return nil
 }
@@ -204,15 +205,17 @@ func (c *Checker) Ask(ctx context.Context, url string, body []byte) (Answer, err
 	return a, err
 }
 
-func (c *Checker) ask(ctx context.Context, url string, body []byte) (Answer, error) {
+func (c *Checker) ask(ctx context.Context, rawURL string, body []byte) (Answer, error) {
+	// Messages name the URL without its user, password and query tokens.
+	url := redact.URL(rawURL)
 	// The timeout is the clock's, so a test's fake clock drives it.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := c.clock.AfterFunc(c.cfg.Timeout, func() { cancel(errTimeout) })
 	defer timer.Stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
-		return Answer{}, fmt.Errorf("beforeclose: %w", err)
+		return Answer{}, fmt.Errorf("beforeclose: %w", redact.Err(err, rawURL))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "hourglass-before-close")
@@ -224,7 +227,7 @@ func (c *Checker) ask(ctx context.Context, url string, body []byte) (Answer, err
 		if cause := context.Cause(ctx); errors.Is(cause, errTimeout) {
 			return Answer{}, fmt.Errorf("beforeclose: POST %s: %w (%s)", url, errTimeout, c.cfg.Timeout)
 		}
-		return Answer{}, fmt.Errorf("beforeclose: POST %s: %w", url, err)
+		return Answer{}, fmt.Errorf("beforeclose: POST %s: %w", url, redact.Err(err, rawURL))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))

@@ -59,6 +59,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/timing"
 )
 
@@ -610,9 +611,11 @@ func keyOf(e hourglass.EventRecord) string {
 }
 
 // Redact returns a sink URL without its password (or NATS token) and
-// without the values of query parameters that hold secrets: the sink's
-// name in logs, metrics and the cursors. An unparsable URL is returned as
-// its scheme alone.
+// without the values of query parameters that hold secrets (the rule of
+// internal/redact: redact.SecretName): the sink's name in logs, metrics
+// and the cursors. Its form (the password dropped, not masked; the query
+// sorted) is older than internal/redact's and kept, for it is the cursors'
+// key. An unparsable URL is returned as its scheme alone.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -633,9 +636,8 @@ func Redact(raw string) string {
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			switch strings.ToLower(k) {
-			case "password", "pass", "secret", "token", "sasl_password", "auth":
-				q.Set(k, "xxxxx")
+			if redact.SecretName(k) {
+				q.Set(k, redact.Mask)
 			}
 		}
 		u.RawQuery = q.Encode()

@@ -15,6 +15,7 @@ import (
 	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/metrics"
 )
 
@@ -290,7 +291,7 @@ func newBeforeClose(cfg BeforeClose, store hourglass.Store, m *metrics.Metrics, 
 	if err != nil {
 		return nil, err
 	}
-	log.Info("hourglass: payment check before closes", "url", cfg.URL, "on_error", cmp.Or(cfg.OnError, OnErrorWait))
+	log.Info("hourglass: payment check before closes", "url", redact.URL(cfg.URL), "on_error", cmp.Or(cfg.OnError, OnErrorWait))
 	return newCheckGate(cfg, store, checker, clock, log), nil
 }
 

@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -170,6 +172,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := cfg.BeforeClose.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkAddr("--addr", cfg.Addr); err != nil {
+		return nil, err
+	}
+	if err := checkAddr("--debug-addr", cfg.DebugAddr); err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -314,7 +322,10 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w (is another process using it? set --addr)", cfg.Addr, err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("listen on %s: %w (is another process using it? set --addr)", cfg.Addr, err)
+		}
+		return nil, fmt.Errorf("listen on %s: %w (set --addr to an address of this host)", cfg.Addr, err)
 	}
 	if cfg.Token == "" && !loopback(ln.Addr()) {
 		log.Warn("hourglass: listening on a non-loopback address without --api-token: anyone who can reach it can read and change orders (browsers are held off by the origin and Host checks, other clients are not); set --api-token", "addr", ln.Addr().String())
@@ -484,4 +495,21 @@ func startPruner(ctx context.Context, p *retention.Pruner) (wait func()) {
 		p.Run(ctx) // returns nil when ctx ends; errors are logged and retried
 	}()
 	return func() { <-done }
+}
+
+// checkAddr returns an error naming flag when addr, if set, is not the
+// host:port a listener needs: "8080" alone would otherwise fail to listen
+// with a message that suggests another process holds the port.
+func checkAddr(flag, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		hint := ""
+		if _, err := strconv.ParseUint(addr, 10, 16); err == nil {
+			hint = fmt.Sprintf(" (:%s listens on every interface, 127.0.0.1:%s on this host only)", addr, addr)
+		}
+		return fmt.Errorf("%s %q: want host:port, such as 127.0.0.1:8080 or :8080%s", flag, addr, hint)
+	}
+	return nil
 }

@@ -46,7 +46,13 @@ func TestParseRefusals(t *testing.T) {
 	for _, c := range []struct{ name, yaml, want string }{
 		{"empty", ``, "empty"},
 		{"no sources", `sources: []`, "no sources"},
-		{"unknown key", strings.Replace(goodYAML, "key: id", "key: id\n    keys: id", 1), "field keys not found"},
+		{"unknown key", strings.Replace(goodYAML, "key: id", "key: id\n    keys: id", 1), `line 5: sources[0]: unknown key "keys" (did you mean "key"?)`},
+		{"typo", strings.Replace(goodYAML, "deadline: expire_at", "dedline: expire_at", 1), `line 5: sources[0]: unknown key "dedline" (did you mean "deadline"?); a source's keys are name, table, key, deadline`},
+		{"top-level typo", strings.Replace(goodYAML, "sources:", "source:", 1), `line 1: unknown key "source" (did you mean "sources"?)`},
+		{"a number as text", strings.Replace(goodYAML, "deadline: expire_at", "deadline: expire_at\n    before_close_max_failures: ten", 1), "line 6: sources[0].before_close_max_failures: want a whole number, got text `ten`"},
+		{"close as a mapping", "sources:\n  - name: a\n    close:\n      a: b\n", "line 4: sources[0].close: want a list of SQL statements (- \"UPDATE …\"), got a mapping"},
+		{"close as text", strings.Replace(goodYAML, "deadline: expire_at", "deadline: [a, b]", 1), "sources[0].deadline: want a string (quote it), got a list"},
+		{"sources as a mapping", "sources:\n  name: x\n", "sources: want a list of sources (- name: …), got a mapping"},
 		{"missing pending", strings.Replace(goodYAML, `    pending: "status = 'UNPAID'"`+"\n", "", 1), "pending is required"},
 		{"bad name", strings.Replace(goodYAML, "shop_orders", "Shop-Orders", 1), "name"},
 		{"bad table", strings.Replace(goodYAML, "table: shop.orders", "table: shop.orders; DROP TABLE x", 1), "table"},
@@ -60,7 +66,7 @@ func TestParseRefusals(t *testing.T) {
 		{"not yaml", "sources: [", "yaml"},
 	} {
 		_, err := source.Parse([]byte(c.yaml))
-		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "fileSource") {
 			t.Errorf("%s: Parse = %v; want one line with %q", c.name, err, c.want)
 		}
 	}

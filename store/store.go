@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/redact"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/postgres"
@@ -94,6 +94,9 @@ func Kind(rawURL string) (string, error) {
 		return KindSQLite, nil
 	}
 	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok && redact.IsDSN(rawURL) {
+		return "", fmt.Errorf("database URL %s is a go-sql-driver DSN: write it as a URL, mysql://user:password@host:3306/database (?tls=… for TLS)", Redact(rawURL))
+	}
 	if !ok {
 		return "", fmt.Errorf("database URL %s: want sqlite:///path/file.db, postgres://… or mysql://…", Redact(rawURL))
 	}
@@ -109,9 +112,11 @@ func Kind(rawURL string) (string, error) {
 }
 
 // Redact returns rawURL with its secrets replaced by "xxxxx", for messages
-// and logs: the password of user:password@ and the value of every parameter
-// named like a password (password, passwd, pwd, sslpassword, …). A URL that
-// does not parse is cut at its last '@' or hidden whole.
+// and logs, as internal/redact does for every URL hourglass shows: the
+// password of user:password@ and the value of every parameter named like
+// a secret (password, sslpassword, token, …). A URL that does not parse
+// (a go-sql-driver DSN) keeps its user and hides what follows it up to the
+// '@'.
 func Redact(rawURL string) string { return redact.URL(rawURL) }
 
 // sqliteLocation returns the directory and file name of a SQLite store.
@@ -121,7 +126,7 @@ func sqliteLocation(o Options) (dir, file string, err error) {
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil {
-		return "", "", fmt.Errorf("database URL %s: %v", Redact(o.URL), err)
+		return "", "", fmt.Errorf("database URL %s: %v", Redact(o.URL), redact.Err(err, o.URL))
 	}
 	if u.Host != "" || !filepath.IsAbs(u.Path) || strings.HasSuffix(u.Path, "/") || u.RawQuery != "" {
 		return "", "", fmt.Errorf("database URL %s: want sqlite:///absolute/path/file.db (three slashes, an absolute file path, no query)", Redact(o.URL))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 // AllowList is the set of hosts webhooks may target, so the API cannot be
@@ -159,7 +160,7 @@ func (a AllowList) String() string {
 func (a AllowList) CheckURL(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return hourglass.Errorf(hourglass.CodeInvalidArgument, "url: %q is not a valid URL", rawURL)
+		return hourglass.Errorf(hourglass.CodeInvalidArgument, "url: %q is not a valid URL", redact.URL(rawURL))
 	}
 	host, ip, isIP := canonicalHost(u.Hostname())
 	port := 80

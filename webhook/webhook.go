@@ -45,6 +45,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/cluster"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/timing/dispatch"
 	"github.com/hourglass/hourglass/timing/timerloop"
 	"github.com/hourglass/hourglass/timing/wait"
@@ -875,7 +876,7 @@ func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
-		return false, "building the request: " + err.Error()
+		return false, "building the request: " + redact.Scrub(err.Error(), d.URL)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "hourglass-webhooks/1")
@@ -886,10 +887,13 @@ func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt
 	req.Header.Set(AttemptHeader, strconv.Itoa(attempt))
 	resp, err := s.client.Do(req)
 	if err != nil {
+		// net/http's *url.Error quotes the whole URL, its user, password
+		// and query tokens: the text is logged and kept in last_error.
+		text := redact.Scrub(err.Error(), d.URL)
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return false, fmt.Sprintf("no response within %s: %s", s.cfg.Timeout, err)
+			return false, fmt.Sprintf("no response within %s: %s", s.cfg.Timeout, text)
 		}
-		return false, err.Error()
+		return false, text
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

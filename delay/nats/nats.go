@@ -88,10 +88,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +98,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 // Defaults of Config, applied to zero fields.
@@ -288,7 +287,7 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 		log:   cfg.Logger.With("delay", "nats"),
 		clock: cfg.Clock,
 		names: namesFor(cfg.Namespace),
-		url:   redactURL(cfg.URL),
+		url:   redact.URL(cfg.URL),
 	}
 	s.owned.Store(-1)
 	nc, err := natsgo.Connect(cfg.URL,
@@ -617,23 +616,4 @@ func jetStreamError(u string, err error) error {
 		return fmt.Errorf("nats: JetStream is not enabled for this account at %s; enable it in the account's config", u)
 	}
 	return fmt.Errorf("nats: check JetStream at %s: %w", u, err)
-}
-
-// redactURL hides passwords and tokens in u, a comma-separated list of
-// server URLs, for messages.
-func redactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for i, part := range parts {
-		p, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || p.User == nil {
-			continue
-		}
-		if _, ok := p.User.Password(); ok {
-			parts[i] = p.Redacted()
-			continue
-		}
-		p.User = url.User("xxxxx") // a bare user part is a token
-		parts[i] = p.String()
-	}
-	return strings.Join(parts, ",")
 }

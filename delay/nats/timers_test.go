@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 func TestClassify(t *testing.T) {
@@ -179,8 +180,8 @@ func TestRedactURL(t *testing.T) {
 		{"nats://a:1,nats://u:pw@b:2", "nats://a:1,nats://u:xxxxx@b:2"},
 	}
 	for _, tt := range tests {
-		if got := redactURL(tt.in); got != tt.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := redact.URL(tt.in); got != tt.want {
+			t.Errorf("redact.URL(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

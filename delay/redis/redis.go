@@ -91,6 +91,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/timing"
 )
 
@@ -365,7 +366,7 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 func connect(ctx context.Context, rawURL string) (client *goredis.Client, where string, err error) {
 	opt, err := goredis.ParseURL(rawURL)
 	if err != nil {
-		return nil, "", fmt.Errorf("redis: bad Redis URL (want redis://[user:password@]host:port/db): %w", err)
+		return nil, "", fmt.Errorf("redis: bad Redis URL (want redis://[user:password@]host:port/db): %w", redact.Err(err, rawURL))
 	}
 	if opt.MaintNotificationsConfig == nil {
 		// Maintenance notifications are a Redis Cloud feature; asking a

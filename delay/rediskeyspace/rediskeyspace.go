@@ -63,6 +63,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/timing/dispatch"
 )
 
@@ -203,7 +204,7 @@ func Open(ctx context.Context, cfg Config) (*Scheduler, error) {
 func options(rawURL string) (*goredis.Options, error) {
 	opt, err := goredis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("rediskeyspace: bad Redis URL (want redis://[user:password@]host:port/db): %w", err)
+		return nil, fmt.Errorf("rediskeyspace: bad Redis URL (want redis://[user:password@]host:port/db): %w", redact.Err(err, rawURL))
 	}
 	if opt.MaintNotificationsConfig == nil {
 		// A Redis Cloud feature; a plain server only costs a round trip.

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/hourglass/hourglass/eventsink"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 // TimeoutDefault bounds connecting and each publish.
@@ -50,7 +51,7 @@ var _ eventsink.Sink = (*Sink)(nil)
 func ParseURL(raw string) (seeds []string, topic string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, "", fmt.Errorf("not a URL: %v", err)
+		return nil, "", fmt.Errorf("not a URL: %v", redact.Err(err, raw))
 	}
 	if u.Scheme != "kafka" {
 		return nil, "", fmt.Errorf("scheme must be kafka, got %q", u.Scheme)

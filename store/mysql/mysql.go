@@ -440,6 +440,8 @@ func startupError(err error, cfg Config, mc *gomysql.Config) error {
 		switch me.Number {
 		case 1045:
 			return fmt.Errorf("mysql: %s refused the login of user %q (error 1045): check the user and password in the URL", mc.Addr, mc.User)
+		case 1698:
+			return fmt.Errorf("mysql: %s refused the login of user %q (error 1698): the account authenticates with a plugin such as unix_socket (root's on MariaDB and Debian's MySQL), which admits only the OS user of the same name on the server's socket, whatever the password; give hourglass a user of its own: CREATE USER 'hourglass'@'%%' IDENTIFIED BY '<password>'; GRANT ALL ON `%s`.* TO 'hourglass'@'%%', and put it in the URL", mc.Addr, mc.User, mc.DBName)
 		case 1049:
 			return fmt.Errorf("mysql: database %q does not exist on %s (error 1049): create it (CREATE DATABASE `%s` CHARACTER SET utf8mb4) or fix the URL's path", mc.DBName, mc.Addr, mc.DBName)
 		case 1044:

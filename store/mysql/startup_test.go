@@ -73,6 +73,24 @@ func newUser(t *testing.T, adminURL, password string, grants ...string) string {
 	return user
 }
 
+// newSocketUser creates a user that authenticates with the unix_socket
+// plugin (MariaDB; auth_socket on MySQL), dropped in t.Cleanup.
+func newSocketUser(t *testing.T, adminURL string) string {
+	t.Helper()
+	db := mytest.Admin(t, adminURL)
+	var b [4]byte
+	rand.Read(b[:])
+	user := "hg_sock_" + hex.EncodeToString(b[:])
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED VIA unix_socket", user)); err != nil {
+		if _, err2 := db.ExecContext(ctx, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED WITH auth_socket", user)); err2 != nil {
+			t.Skipf("no socket authentication plugin: %v; %v", err, err2)
+		}
+	}
+	t.Cleanup(func() { db.ExecContext(context.Background(), fmt.Sprintf("DROP USER IF EXISTS '%s'@'%%'", user)) })
+	return user
+}
+
 // TestStartupErrors: each start-up failure is one line that says what to
 // fix, and never shows the password.
 func TestStartupErrors(t *testing.T) {
@@ -84,6 +102,7 @@ func TestStartupErrors(t *testing.T) {
 	wrongPwUser := newUser(t, good, "right-password-1")
 	noDBUser := newUser(t, good, secret)
 	selectOnly := newUser(t, good, secret, "GRANT SELECT ON `"+dbName+"`.* TO '%s'@'%%'")
+	socketUser := newSocketUser(t, good)
 
 	for _, tt := range []struct {
 		name string
@@ -99,6 +118,9 @@ func TestStartupErrors(t *testing.T) {
 		{"wrong password", withUser(t, good, wrongPwUser, secret), []string{"refused the login of user \"" + wrongPwUser + "\"", "1045", "password"}},
 		{"no access to the database", withUser(t, good, noDBUser, secret), []string{"1044", "GRANT ALL ON `" + dbName + "`.* TO '" + noDBUser + "'"}},
 		{"no CREATE privilege", withUser(t, good, selectOnly, secret), []string{"1142", "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX ON `" + dbName + "`.*"}},
+		// root on a packaged MariaDB: its account logs in only through the
+		// server's socket as the OS user of the same name.
+		{"socket authentication", withUser(t, good, socketUser, secret), []string{"1698", socketUser, "unix_socket", "CREATE USER", "IDENTIFIED BY"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -19,6 +19,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -32,8 +34,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass"
+	redactURL "github.com/hourglass/hourglass/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/fanout"
-	redactURL "github.com/hourglass/hourglass/store/internal/redact"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	dbunavailable "github.com/hourglass/hourglass/store/internal/unavailable"
@@ -391,9 +393,49 @@ func (s *Store) startupError(op string, err error) error {
 		if inner := errors.Unwrap(ce); inner != nil {
 			cause = inner
 		}
-		return fmt.Errorf("postgres: %s: cannot reach the server at %s (%s); check the URL's host and port and that PostgreSQL is running", op, host, scrub(oneLine(cause.Error()), s.cfg.URL))
+		// pgconn wraps a nil error when the first answer is not
+		// PostgreSQL's: "received unexpected message: %!w(<nil>)".
+		text := strings.ReplaceAll(scrub(oneLine(cause.Error()), s.cfg.URL), ": %!w(<nil>)", "")
+		switch {
+		case isTLSError(err):
+			return fmt.Errorf("postgres: %s: TLS with the server at %s failed (%s); %s", op, host, text, tlsHint(s.cfg.URL, err))
+		case strings.Contains(text, "received unexpected message") || strings.Contains(text, "protocol version too low"):
+			return fmt.Errorf("postgres: %s: the server at %s is not a PostgreSQL server: it answered in another protocol (%s); check the URL's port (PostgreSQL listens on 5432, MySQL on 3306)", op, host, text)
+		}
+		return fmt.Errorf("postgres: %s: cannot reach the server at %s (%s); check the URL's host and port and that PostgreSQL is running", op, host, text)
 	}
 	return fmt.Errorf("postgres: %s: %s: %s", op, s.where, scrub(oneLine(err.Error()), s.cfg.URL))
+}
+
+// errTLSRefused is pgconn's text when the server answers no to TLS.
+const errTLSRefused = "server refused TLS connection"
+
+// isTLSError reports whether a connect failed in TLS: the server refused
+// it, or its certificate did not verify.
+func isTLSError(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		hn x509.HostnameError
+		ci x509.CertificateInvalidError
+		rh tls.RecordHeaderError
+		al tls.AlertError
+	)
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) ||
+		errors.As(err, &rh) || errors.As(err, &al) || strings.Contains(err.Error(), errTLSRefused)
+}
+
+// tlsHint says what to change for a TLS failure err with the sslmode of
+// rawURL (libpq's default, prefer, when it has none).
+func tlsHint(rawURL string, err error) string {
+	mode := "prefer"
+	if u, perr := url.Parse(rawURL); perr == nil && u.Query().Get("sslmode") != "" {
+		mode = u.Query().Get("sslmode")
+	}
+	if strings.Contains(err.Error(), errTLSRefused) {
+		return fmt.Sprintf("sslmode=%s requires TLS and the server does not offer it: turn ssl on in the server's postgresql.conf (with a certificate), or set sslmode=disable in the URL (unencrypted: only on a trusted network)", mode)
+	}
+	return fmt.Sprintf("the server's certificate did not verify: sslmode=%s wants it signed by a CA in sslrootcert=/path/ca.crt (else the system's) and, with verify-full, naming the URL's host (an IP address needs an IP SAN); fix the certificate or the URL's host, give sslrootcert, or use sslmode=require (encrypted, not verified)", mode)
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

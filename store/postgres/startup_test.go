@@ -5,13 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/migrate"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
@@ -84,6 +88,13 @@ func TestStartupErrors(t *testing.T) {
 		{"role without LOGIN", withUser(db, nologin, secret), []string{nologin, "not permitted to log in", "28000"}},
 		{"no CREATE on the schema", withUser(noCreate, plain, secret), []string{"42501", "GRANT CREATE", plain}},
 		{"no write on the tables", withUser(db, reader, secret), []string{reader, "may not write", "orders, products", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA"}},
+		// The README's sslmode=verify-full against a server whose
+		// certificate does not name 127.0.0.1, or that offers no TLS: not
+		// a host or port to fix.
+		{"TLS not verified", strings.Replace(withUser(db, "postgres", secret), "sslmode=disable", "sslmode=verify-full", 1), []string{"TLS with the server", "sslmode=verify-full", "sslrootcert", "sslmode=require"}},
+		{"TLS refused", "postgres://u:" + secret + "@" + noTLSServer(t) + "/db?sslmode=verify-full", []string{"TLS with the server", "sslmode=verify-full requires TLS", "does not offer it", "sslmode=disable"}},
+		// A MySQL server's port answers no PostgreSQL handshake.
+		{"not a PostgreSQL server", "postgres://u:" + secret + "@" + mysqlHost(t) + "/db?sslmode=disable", []string{"not a PostgreSQL server", "port"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := postgres.Open(context.Background(), postgres.Config{URL: tt.url, MaxConns: 4})
@@ -113,6 +124,42 @@ func TestStartupErrors(t *testing.T) {
 		mustProduct(t, s, "A", 1)
 		mustCreate(t, s, time.Minute, "A")
 	})
+}
+
+// noTLSServer returns the address of a server that answers a TLS request
+// as a PostgreSQL server without ssl does: 'N'.
+func noTLSServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			var req [8]byte
+			if _, err := io.ReadFull(c, req[:]); err == nil {
+				c.Write([]byte{'N'})
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// mysqlHost returns the host:port of the test MySQL server, whose port
+// speaks another protocol.
+func mysqlHost(t *testing.T) string {
+	t.Helper()
+	u, err := url.Parse(testenv.ServiceURL(t, "MySQL", mytest.EnvURL, mytest.DefaultURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
 }
 
 // TestConfigValidate checks Validate names the field.

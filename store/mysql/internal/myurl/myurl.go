@@ -11,7 +11,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/hourglass/hourglass/store/internal/redact"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 // TLS modes accepted in the tls URL parameter, as go-sql-driver names them.
