@@ -44,6 +44,8 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"TwoStoresCloseOnce", sourceTwoStores},
 		{"DeadlineMillis", sourceDeadlineMillis},
 		{"EventNamesTheRowsDeadline", sourceEventDeadline},
+		{"LockedRowLeftOut", sourceLockedRow},
+		{"LockedStockRowLeftOut", sourceLockedStock},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -69,9 +69,9 @@ func shops() map[string]func(t *testing.T) (hourglasstest.SourceDB, hourglasstes
 
 // observer records what the runner reports.
 type observer struct {
-	mu                                    sync.Mutex
-	lateness                              []time.Duration
-	noops, guardErrors, failed, recovered int
+	mu                                               sync.Mutex
+	lateness                                         []time.Duration
+	noops, guardErrors, failed, recovered, lockWaits int
 }
 
 func (o *observer) SourceClosed(_ string, d time.Duration) {
@@ -88,6 +88,11 @@ func (o *observer) SourceRecovered(_ string, n int) {
 	o.mu.Unlock()
 }
 func (o *observer) SourceHeld(string, int) {}
+func (o *observer) SourceLockWaits(_ string, n int) {
+	o.mu.Lock()
+	o.lockWaits += n
+	o.mu.Unlock()
+}
 
 func (o *observer) quantile(q float64) time.Duration {
 	o.mu.Lock()
