@@ -13,7 +13,7 @@ import (
 // milliseconds; one that holds it longer delays that row alone.
 const (
 	blockedRetryMin = 20 * time.Millisecond
-	blockedRetryMax = time.Second
+	blockedRetryMax = 500 * time.Millisecond
 	// BlockedAlertDefault is Config.BlockedAlert's default.
 	BlockedAlertDefault = 10 * time.Second
 	// blockedForget: a blocked row not seen again for this long (its
