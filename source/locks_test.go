@@ -1,13 +1,19 @@
 package source_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
+	"github.com/hourglass/hourglass/source"
 )
 
 // TestLockedRowDelaysOnlyItself: a transaction of the shop's holds one
@@ -110,4 +116,72 @@ func closeOf(t *testing.T, db hourglasstest.SourceDB, id int64) (deadline, close
 		t.Fatal(err)
 	}
 	return body.Deadline, body.ClosedAt
+}
+
+// TestBlockedRowReported: a row the shop holds locked past
+// Config.BlockedAlert is named by Blocked (the source_row_blocked alert)
+// and logged at ERROR once; its earlier lock waits only at DEBUG; once it
+// closes it is no longer named, and an INFO says so.
+func TestBlockedRowReported(t *testing.T) {
+	for name, open := range shops() {
+		t.Run(name, func(t *testing.T) {
+			db, shop := open(t)
+			shop.Create(t, true)
+			shop.PutStock(t, "A", 10)
+			var logs syncBuffer
+			obs := &observer{}
+			r := runWith(t, source.Config{Store: db, Sources: []hourglass.Source{shop.Source("shop_orders")}, Observer: obs,
+				BlockedAlert: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			id := shop.Order(t, "u", 300*time.Millisecond, "A", 1)
+			hold, err := shop.DB.BeginTx(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hold.Rollback()
+			var one int
+			if err := hold.QueryRowContext(t.Context(), shop.Bind("SELECT 1 FROM "+shop.T("orders")+" WHERE id = ? FOR UPDATE"), id).Scan(&one); err != nil {
+				t.Fatal(err)
+			}
+			key := fmt.Sprintf("key %d", id)
+			testenv.Eventually(t, 5*time.Second, "the row named blocked", func() bool {
+				b := r.Blocked(time.Now())
+				return len(b) == 1 && strings.HasPrefix(b[0], "source shop_orders "+key+" for ")
+			})
+			// Logged by the first retry past the bound.
+			testenv.Eventually(t, 2*time.Second, "an ERROR", func() bool { return strings.Contains(logs.String(), "level=ERROR") })
+			if err := hold.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 5*time.Second, "the row closed", func() bool { return shop.Status(t, id) == "CLOSED" })
+			testenv.Eventually(t, time.Second, "the row no longer named", func() bool { return len(r.Blocked(time.Now())) == 0 })
+			out := logs.String()
+			if n := strings.Count(out, "level=ERROR"); n != 1 || !strings.Contains(out, "level=ERROR msg=\"source: a row stays locked") {
+				t.Errorf("%d ERROR lines; want one for the row past the bound:\n%s", n, out)
+			}
+			if !strings.Contains(out, "level=DEBUG msg=\"source: a row was locked") || !strings.Contains(out, "level=INFO msg=\"source: a row the shop's transactions kept locked is no longer blocked\"") {
+				t.Errorf("want DEBUG lines for the waits and an INFO once it closed:\n%s", out)
+			}
+			if strings.Contains(out, "level=WARN") {
+				t.Errorf("a WARN for a lock wait:\n%s", out)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (a log).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
