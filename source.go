@@ -258,6 +258,12 @@ const (
 	// SourceFailed: a statement failed; the row's changes were rolled
 	// back and it is retried.
 	SourceFailed
+	// SourceBlocked: the row, or a row a statement of its needed, was
+	// locked by another transaction (the shop's) past the store's lock
+	// wait, or its statement lost a deadlock; the row's changes were
+	// rolled back, the other rows of the batch closed without it, and it
+	// is retried alone soon.
+	SourceBlocked
 )
 
 // SourceResult is the outcome of closing one row.
@@ -273,7 +279,8 @@ type SourceResult struct {
 	Pending bool
 	// Affected (SourceGuardError) is how many rows the guard changed.
 	Affected int64
-	// Err (SourceFailed) says which statement failed and why.
+	// Err (SourceFailed, SourceBlocked) says which statement failed and
+	// why.
 	Err error
 }
 
@@ -309,8 +316,10 @@ type SourceTable interface {
 	Pending(ctx context.Context, keys []int64) ([]DueItem, error)
 	// Close closes each row in one transaction, in key
 	// order, and writes the closed rows' source.closed events and webhook
-	// deliveries in it. A database error that ends the transaction (a
-	// deadlock, a lost connection) is returned, and nothing committed.
+	// deliveries in it. A row locked by another transaction, or whose
+	// statement lost a deadlock, is left out (SourceBlocked) and the
+	// others close without it. Another database error that ends the
+	// transaction (a lost connection) is returned, and nothing committed.
 	Close(ctx context.Context, rows []DueItem) ([]SourceResult, error)
 	// BadRows returns up to limit pending rows that the reads above skip
 	// because their key or deadline cannot be read or lies outside the

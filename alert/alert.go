@@ -159,6 +159,9 @@ type Config struct {
 	// the system clock; see hourglass.WithTimers).
 	Clock  hourglass.Clock
 	Logger *slog.Logger
+
+	// BlockedRows, when set, adds the source_row_blocked rule (--sources).
+	BlockedRows BlockedRowSource
 }
 
 // Validate reports a configuration error, naming the field and its range.
@@ -368,6 +371,9 @@ func (e *Evaluator) buildRules() []rule {
 	}
 	if e.cfg.Sources != nil {
 		rules = append(rules, sourceRule(e.cfg.Sources), sourceBadRowsRule(e.cfg.Sources))
+	}
+	if e.cfg.BlockedRows != nil {
+		rules = append(rules, blockedRule(e.cfg.BlockedRows))
 	}
 	return rules
 }

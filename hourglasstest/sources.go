@@ -46,6 +46,8 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"EventNamesTheRowsDeadline", sourceEventDeadline},
 		{"BadRows", sourceBadRows},
 		{"StartChecks", sourceStartChecks},
+		{"LockedRowLeftOut", sourceLockedRow},
+		{"LockedStockRowLeftOut", sourceLockedStock},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -10,6 +10,7 @@ import (
 // source reports through Metrics' Source* methods), each by source name.
 type sourceMetrics struct {
 	closed, noops, guardErrors, failed, recovered *prometheus.CounterVec
+	lockWaits                                     *prometheus.CounterVec
 	lateness                                      *prometheus.HistogramVec
 	held                                          *prometheus.GaugeVec
 	badRows                                       *prometheus.CounterVec
@@ -38,7 +39,8 @@ func newSourceMetrics(reg *prometheus.Registry) sourceMetrics {
 	s.badRows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hourglass_source_bad_rows_total",
 		Help: "Pending rows of a source skipped because their key or deadline cannot be read or lies out of range, each counted once when found, by reason."},
 		[]string{"source", "reason"})
-	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held, s.badRows)
+	s.lockWaits = counter("hourglass_source_lock_waits_total", "Closes of a row that met a lock another transaction (the shop's) held: the row was left out of its batch, the others closed, and it is retried alone.")
+	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held, s.badRows, s.lockWaits)
 	return s
 }
 
@@ -72,4 +74,10 @@ func (m *Metrics) SourceBadRows(source, reason string, n int) {
 // SourceHeld implements source.Observer.
 func (m *Metrics) SourceHeld(source string, n int) {
 	m.sources.held.WithLabelValues(source).Set(float64(n))
+}
+
+// SourceLockWaits implements source.Observer: n 0 makes the source's
+// series exist (at zero) before its first lock wait.
+func (m *Metrics) SourceLockWaits(source string, n int) {
+	m.sources.lockWaits.WithLabelValues(source).Add(float64(n))
 }

@@ -58,6 +58,7 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 		BeforeClose: beforeClose,
 		EventSinks:  sinks,
 		Sources:     sourceHealth(sources),
+		BlockedRows: blockedRows(sources),
 		Thresholds:  th,
 		Interval:    cfg.Interval,
 		Window:      cfg.Window,

@@ -72,6 +72,10 @@ type Config struct {
 	// source); SourceTailInterval how often each is read for new rows.
 	Sources            []hourglass.Source
 	SourceTailInterval time.Duration
+	// SourceBlockedAlert is how long a source row may stay locked by the
+	// shop before an ERROR and source_row_blocked (source.Config's
+	// BlockedAlert).
+	SourceBlockedAlert time.Duration
 	// Webhooks is webhook delivery's config (Allow, Retry, Jitter, …).
 	Webhooks webhook.Config
 	// Alerts configures the alert rules and the dashboard.

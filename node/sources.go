@@ -51,6 +51,7 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 		Window:        cfg.Engine.Window,
 		LoadInterval:  cfg.Engine.LoadInterval,
 		TailInterval:  cfg.SourceTailInterval,
+		BlockedAlert:  cfg.SourceBlockedAlert,
 		SweepInterval: cfg.Engine.SweepInterval,
 		SweepGrace:    max(cfg.Engine.SweepGrace, 0),
 		Ownership:     self.ownership(),
@@ -89,6 +90,15 @@ func startSources(ctx context.Context, r *source.Runner) (wait func()) {
 // source: nil (no rule)
 // without sources.
 func sourceHealth(r *source.Runner) alert.SourceHealth {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// blockedRows is the source_row_blocked rule's source: nil (no rule)
+// without sources.
+func blockedRows(r *source.Runner) alert.BlockedRowSource {
 	if r == nil {
 		return nil
 	}

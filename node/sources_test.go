@@ -88,6 +88,13 @@ func TestNodeSources(t *testing.T) {
 	if m := string(get("/metrics")); !strings.Contains(m, `hourglass_source_closes_total{source="shop_orders"} 1`) {
 		t.Errorf("metrics lack the source's close")
 	}
+	// Counted from zero: there before the first lock wait.
+	if m := string(get("/metrics")); !strings.Contains(m, `hourglass_source_lock_waits_total{source="shop_orders"} 0`) {
+		t.Errorf("metrics lack the source's lock waits at zero")
+	}
+	if !strings.Contains(rules, "source_row_blocked") {
+		t.Errorf("alert rules %q; want source_row_blocked", rules)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

@@ -69,10 +69,10 @@ func shops() map[string]func(t *testing.T) (hourglasstest.SourceDB, hourglasstes
 
 // observer records what the runner reports.
 type observer struct {
-	mu                                    sync.Mutex
-	lateness                              []time.Duration
-	noops, guardErrors, failed, recovered int
-	bad                                   map[string]int // by reason
+	mu                                               sync.Mutex
+	lateness                                         []time.Duration
+	noops, guardErrors, failed, recovered, lockWaits int
+	bad                                              map[string]int // by reason
 }
 
 func (o *observer) SourceClosed(_ string, d time.Duration) {
@@ -96,6 +96,11 @@ func (o *observer) SourceBadRows(_, reason string, n int) {
 		o.bad = map[string]int{}
 	}
 	o.bad[reason] += n
+}
+func (o *observer) SourceLockWaits(_ string, n int) {
+	o.mu.Lock()
+	o.lockWaits += n
+	o.mu.Unlock()
 }
 
 func (o *observer) quantile(q float64) time.Duration {

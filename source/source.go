@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,10 @@ type Observer interface {
 	// SourceBadRows counts n rows found with a bad key or deadline, by
 	// reason (hourglass.BadSourceReasons; n 0 at start).
 	SourceBadRows(source, reason string, n int)
+	// SourceLockWaits counts n closes of a row that met a lock the shop
+	// held (SourceBlocked); n is 0 once at start, so that the count is
+	// there before the first.
+	SourceLockWaits(source string, n int)
 }
 
 // Checker asks a payment provider before a close (package beforeclose
@@ -91,10 +96,14 @@ type Config struct {
 	SweepInterval, SweepGrace time.Duration
 	// Ownership divides the rows among the nodes (nil: every row).
 	Ownership cluster.Ownership
-	Checker   Checker
-	Observer  Observer
-	Clock     hourglass.Clock
-	Logger    *slog.Logger
+	// BlockedAlert is how long a row may stay locked by the shop's
+	// transactions, its closes retried, before an ERROR and the
+	// source_row_blocked alert (--source-blocked-alert).
+	BlockedAlert time.Duration
+	Checker      Checker
+	Observer     Observer
+	Clock        hourglass.Clock
+	Logger       *slog.Logger
 }
 
 // Runner runs every source of a node.
@@ -122,6 +131,7 @@ func New(ctx context.Context, cfg Config) (*Runner, []string, error) {
 	cfg.TailInterval = cmp.Or(cfg.TailInterval, TailIntervalDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, SweepIntervalDefault)
 	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, SweepGraceDefault)
+	cfg.BlockedAlert = cmp.Or(cfg.BlockedAlert, BlockedAlertDefault)
 	cfg.Clock = cmp.Or[hourglass.Clock](cfg.Clock, hourglass.SystemClock{})
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Observer == nil {
@@ -129,6 +139,9 @@ func New(ctx context.Context, cfg Config) (*Runner, []string, error) {
 	}
 	if cfg.TailInterval < 10*time.Millisecond || cfg.TailInterval > time.Minute {
 		return nil, nil, fmt.Errorf("--source-tail-interval must be between 10ms and 1m, got %s", cfg.TailInterval)
+	}
+	if cfg.BlockedAlert < time.Second || cfg.BlockedAlert > 24*time.Hour {
+		return nil, nil, fmt.Errorf("--source-blocked-alert must be between 1s and 24h, got %s", cfg.BlockedAlert)
 	}
 	r := &Runner{cfg: cfg, ready: make(chan struct{})}
 	var warnings []string
@@ -226,6 +239,8 @@ type runner struct {
 	extended extensions
 	stats    stats
 	bad      badRows
+	// blocked holds the rows whose last close met the shop's lock.
+	blocked blockedRows
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
@@ -253,6 +268,7 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 	for _, reason := range hourglass.BadSourceReasons() {
 		cfg.Observer.SourceBadRows(src.Name, reason, 0) // in /metrics from the start
 	}
+	cfg.Observer.SourceLockWaits(src.Name, 0)
 	return s
 }
 
@@ -327,16 +343,56 @@ func (s *runner) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	if len(later) > 0 {
 		_ = s.schedule(ctx, later)
 	}
-	if len(rows) == 0 {
-		return nil
+	// A row whose last close met the shop's lock is closed alone, after
+	// the batch: if it is still locked, it costs no other row a wait.
+	var alone []hourglass.DueItem
+	rows = slices.DeleteFunc(rows, func(r hourglass.DueItem) bool {
+		if s.blocked.has(r.ID) {
+			alone = append(alone, r)
+			return true
+		}
+		return false
+	})
+	if len(rows) > 0 {
+		res, err := s.table.Close(ctx, rows)
+		if err != nil {
+			if len(alone) > 0 {
+				_ = s.schedule(ctx, alone)
+			}
+			return err // the dispatcher retries the batch
+		}
+		s.handle(ctx, res)
 	}
-	res, err := s.table.Close(ctx, rows)
-	if err != nil {
-		return err // the dispatcher retries the batch
-	}
-	s.handle(ctx, res)
+	s.closeAlone(ctx, alone)
 	return nil
 }
+
+// closeAlone closes each of rows in a transaction of its own,
+// aloneConcurrency at a time. One whose transaction fails is tried again
+// with backoff (later).
+func (s *runner) closeAlone(ctx context.Context, rows []hourglass.DueItem) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, aloneConcurrency)
+	for _, r := range rows {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res, err := s.table.Close(ctx, []hourglass.DueItem{r})
+			if err != nil {
+				s.log.Warn("source: closing a row alone failed; retrying", "key", r.ID, "err", err)
+				_ = s.schedule(ctx, []hourglass.DueItem{{ID: r.ID, At: later(r.At, s.clock.Now())}})
+				return
+			}
+			s.handle(ctx, res)
+		}()
+	}
+	wg.Wait()
+}
+
+// aloneConcurrency bounds the rows closed alone at once (each holds a
+// connection while it may wait for a lock).
+const aloneConcurrency = 4
 
 // check asks the payment provider about each row, checkConcurrency at a
 // time, and returns those to close now and those to look at again later.
@@ -375,6 +431,11 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 	now := s.clock.Now()
 	var again []hourglass.DueItem
 	for _, r := range res {
+		if r.Outcome != hourglass.SourceBlocked {
+			if d, reported := s.blocked.done(r.Key, now); reported {
+				s.log.Info("source: a row the shop's transactions kept locked is no longer blocked", "key", r.Key, "blocked_for", d.Round(time.Millisecond))
+			}
+		}
 		switch r.Outcome {
 		case hourglass.SourceClosed:
 			s.cfg.Observer.SourceClosed(s.src.Name, r.ClosedAt.Sub(r.Deadline))
@@ -398,6 +459,17 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 			s.stats.closeErrors.Add(1)
 			s.log.Warn("source: a close statement failed; rolled back, will retry", "key", r.Key, "err", r.Err)
 			again = append(again, hourglass.DueItem{ID: r.Key, At: later(r.Deadline, now)})
+		case hourglass.SourceBlocked:
+			s.cfg.Observer.SourceLockWaits(s.src.Name, 1)
+			since, retryAt, overdue := s.blocked.wait(r.Key, now, s.cfg.BlockedAlert)
+			if overdue {
+				s.log.Error("source: a row stays locked by another transaction (the shop's); its close keeps being retried: look for a long transaction holding it or the rows its statements change",
+					"key", r.Key, "blocked_for", now.Sub(since).Round(time.Millisecond), "err", r.Err)
+			} else {
+				s.log.Debug("source: a row was locked by another transaction; the rest of its batch closed, retrying it alone",
+					"key", r.Key, "blocked_for", now.Sub(since).Round(time.Millisecond), "retry_at", retryAt, "err", r.Err)
+			}
+			again = append(again, hourglass.DueItem{ID: r.Key, At: retryAt})
 		}
 	}
 	if len(again) > 0 {
@@ -604,3 +676,4 @@ func (nopObserver) SourceFailed(string)                {}
 func (nopObserver) SourceRecovered(string, int)        {}
 func (nopObserver) SourceHeld(string, int)             {}
 func (nopObserver) SourceBadRows(string, string, int)  {}
+func (nopObserver) SourceLockWaits(string, int)        {}

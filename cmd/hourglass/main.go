@@ -191,6 +191,7 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 		},
 		Sources:            sources,
 		SourceTailInterval: s.SourceTailInterval,
+		SourceBlockedAlert: s.SourceBlockedAlert,
 		Webhooks:           webhooks,
 		Alerts:             alerts,
 		Retention:          retention,

@@ -3,7 +3,10 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,20 +27,31 @@ var _ hourglass.SourceStore = (*Store)(nil)
 // sourcePool is the connections the sources' statements run on, opened
 // with the first source: the store's session settings, but RowsAffected
 // counts the rows changed (the guard must change exactly one: a row it
-// matched already closed is not a close), and a close's statements go to
-// the server several at a time (multiStatements; the keys are integers
-// the driver inlines).
+// matched already closed is not a close), a close's statements go to the
+// server several at a time (multiStatements; the keys are integers the
+// driver inlines), and a statement waits at most sourceLockWait for a
+// row lock the shop holds.
 type sourcePool struct {
 	once sync.Once
 	db   *sql.DB
 	err  error
 }
 
+// sourceLockWait is the source sessions' innodb_lock_wait_timeout, in
+// seconds: the least MySQL accepts. InnoDB finds a deadlock at once
+// (error 1213), so a wait this long is the shop holding a row a close's
+// statement needs (a stock row) in a long transaction: the row is left
+// out of its batch and retried alone. The source's own rows are locked
+// with SKIP LOCKED first and never waited for.
+const sourceLockWait = 1
+
 func (p *sourcePool) get(conf *gomysql.Config) (*sql.DB, error) {
 	p.once.Do(func() {
 		mc := conf.Clone()
 		mc.ClientFoundRows = false
 		mc.MultiStatements = true
+		mc.Params = maps.Clone(mc.Params)
+		mc.Params["innodb_lock_wait_timeout"] = strconv.Itoa(sourceLockWait)
 		p.db, p.err = openPool(mc, 8, 5*time.Minute)
 	})
 	return p.db, p.err
@@ -288,3 +302,14 @@ func (d sourceDialect) Aborts(err error) bool {
 	k := d.s.classify(err).Kind
 	return k == writer.Retry || k == writer.Unavailable
 }
+
+// Blocked: 1205 lock wait timeout (sourceLockWait passed; InnoDB rolled
+// back the statement) or 1213 deadlock (InnoDB rolled back the
+// transaction).
+func (sourceDialect) Blocked(err error) bool {
+	var e *gomysql.MySQLError
+	return errors.As(err, &e) && (e.Number == 1205 || e.Number == 1213)
+}
+
+// SkipLocked: MySQL 8.0 and MariaDB 10.6 take it.
+func (sourceDialect) SkipLocked() string { return " FOR UPDATE SKIP LOCKED" }

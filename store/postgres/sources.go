@@ -88,8 +88,11 @@ func (q pgQuerier) ExecAll(ctx context.Context, stmts []sourcesql.Stmt) ([]int64
 // looks for a deadlock only after deadlock_timeout (1 s by default, and
 // only a superuser may lower it): a close in a deadlock with the shop's
 // create or pay path would wait that long before either gives way. Giving
-// up after this long instead breaks the cycle at once; the close is
-// retried (Aborts: lock_not_available), the shop's transaction goes on.
+// up after this long instead breaks the cycle at once: the row whose
+// statement waited is left out of the batch and retried alone (Blocked:
+// lock_not_available), the shop's transaction goes on. The source's own
+// rows are locked with SKIP LOCKED first and never waited for; this bounds
+// the waits for the other rows the statements change (stock).
 const sourceLockTimeout = "100ms"
 
 func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
@@ -229,3 +232,14 @@ func (sourceDialect) Aborts(err error) bool {
 	// 55P03 lock_not_available: sourceLockTimeout passed.
 	return c == "40001" || c == "40P01" || c == "55P03" || unavailable(err) || c == "25P02"
 }
+
+// Blocked: 55P03 lock_not_available (sourceLockTimeout passed) or 40P01
+// deadlock_detected.
+func (sourceDialect) Blocked(err error) bool {
+	c := pgCode(err)
+	return c == "55P03" || c == "40P01"
+}
+
+// SkipLocked takes the lock an UPDATE that leaves the key alone takes (a
+// shop's FOR KEY SHARE, from a foreign key, does not block it).
+func (sourceDialect) SkipLocked() string { return " FOR NO KEY UPDATE SKIP LOCKED" }

@@ -110,6 +110,15 @@ type Dialect interface {
 	TimeBounds() (lo, hi string)
 	// Text is the SQL of expr read as text.
 	Text(expr string) string
+	// Blocked reports a statement that gave up waiting for a row lock
+	// (the dialect's lock wait bound) or lost a deadlock: another
+	// transaction, the shop's, holds a row it needs. Its row is left out
+	// of the close and retried alone (hourglass.SourceBlocked).
+	Blocked(err error) bool
+	// SkipLocked ends a SELECT that locks the rows it reads as an UPDATE
+	// of them would, skipping (not waiting for) those another
+	// transaction holds.
+	SkipLocked() string
 }
 
 // Table is one source on a database; it implements hourglass.SourceTable.
@@ -528,13 +537,18 @@ func (t *Table) Close(ctx context.Context, rows []hourglass.DueItem) ([]hourglas
 // alone: the close runs again without it.
 var errRowFailed = errors.New("a row failed")
 
-// closeTx runs Close's transaction in two steps: every row's guard, then
+// closeTx runs Close's transaction: it locks the rows of the batch the
+// shop does not hold (SkipLocked), then runs every such row's guard, then
 // the other statements of the rows whose guard changed one row (each step
 // one round trip where the database pipelines), then the events. A row
-// whose guard changed several rows or whose statement failed must leave
-// no change behind: the transaction is rolled back and run again without
-// it (no savepoints: more than 64 subtransactions in one transaction slow
-// every session of a PostgreSQL server, and such rows are rare).
+// the shop holds is left out at once (SourceBlocked), without waiting. A
+// row whose guard changed several rows, or one of whose statements failed
+// (a constraint) or waited for a lock past the dialect's bound (a stock
+// row the shop holds; Blocked), must leave no change behind: the
+// transaction is rolled back and run again without it (no savepoints:
+// more than 64 subtransactions in one transaction slow every session of a
+// PostgreSQL server, and such rows are rare; a lock wait costs the batch
+// that wait once, not once per row after it).
 func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []hourglass.SourceResult, deliveries int, err error) {
 	excluded := map[int64]hourglass.SourceResult{}
 	pipe := true
@@ -543,25 +557,30 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 		err = t.d.InTx(ctx, func(tx Querier) error {
 			res, deliveries = res[:0], 0
 			var todo []int // indexes in res of the rows to close
-			guards := make([]Stmt, 0, len(rows))
 			for _, r := range rows {
 				out := hourglass.SourceResult{Key: r.ID, Deadline: r.At}
 				if x, ok := excluded[r.ID]; ok {
 					out = x
 				} else {
 					todo = append(todo, len(res))
-					guards = append(guards, t.stmt(0, r.ID))
 				}
 				res = append(res, out)
 			}
+			todo, err := t.lockRows(ctx, tx, res, todo)
+			if err != nil {
+				return err
+			}
+			guards := make([]Stmt, len(todo))
+			for i, j := range todo {
+				guards[i] = t.stmt(0, res[j].Key)
+			}
 			counts, at, err := execAll(ctx, tx, guards, pipe)
 			if at >= 0 {
-				if t.d.Aborts(err) || errors.Is(err, ErrUnpipelined) {
-					return err
+				if fail, ok := t.rowFailed(err, res[todo[at]], 0); ok {
+					failed = fail
+					return errRowFailed
 				}
-				failed = res[todo[at]]
-				failed.Outcome, failed.Err = hourglass.SourceFailed, fmt.Errorf("close[0]: %s", oneLine(err))
-				return errRowFailed
+				return err
 			}
 			var closing []int
 			for i, j := range todo {
@@ -588,12 +607,11 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 				}
 			}
 			if _, at, err := execAll(ctx, tx, rest, pipe); at >= 0 {
-				if t.d.Aborts(err) || errors.Is(err, ErrUnpipelined) {
-					return err
+				if fail, ok := t.rowFailed(err, res[owner[at]], 1+at%(len(t.stmts)-1)); ok {
+					failed = fail
+					return errRowFailed
 				}
-				failed = res[owner[at]]
-				failed.Outcome, failed.Err = hourglass.SourceFailed, fmt.Errorf("close[%d]: %s", 1+at%(len(t.stmts)-1), oneLine(err))
-				return errRowFailed
+				return err
 			}
 			// The event names the deadline the row had when it closed, which
 			// is the one timed unless the shop moved it meanwhile (an
@@ -621,7 +639,9 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 			return nil
 		})
 		switch {
-		case errors.Is(err, ErrUnpipelined) && !t.d.Aborts(err):
+		case errors.Is(err, ErrUnpipelined) && (!t.d.Aborts(err) || t.d.Blocked(err) && pipe):
+			// Run one statement at a time to name the failing row (a lock
+			// wait in a packet: the row it was for).
 			pipe = false
 		case errors.Is(err, errRowFailed):
 			excluded[failed.Key] = failed
@@ -629,6 +649,94 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 			return res, deliveries, err
 		}
 	}
+}
+
+// rowFailed is the outcome of r whose statement i failed with err, when
+// that fails r alone: a lock wait or deadlock (SourceBlocked), or an
+// error that leaves the transaction usable (SourceFailed). ok is false
+// for an error that ends the whole close.
+func (t *Table) rowFailed(err error, r hourglass.SourceResult, i int) (out hourglass.SourceResult, ok bool) {
+	if errors.Is(err, ErrUnpipelined) {
+		return r, false
+	}
+	out = r
+	out.Err = fmt.Errorf("close[%d]: %s", i, oneLine(err))
+	switch {
+	case t.d.Blocked(err):
+		out.Outcome = hourglass.SourceBlocked
+	case t.d.Aborts(err):
+		return r, false
+	default:
+		out.Outcome = hourglass.SourceFailed
+	}
+	return out, true
+}
+
+// lockRows locks the source's rows of res[j], j in todo, that no other
+// transaction holds, and returns the indexes of those it locked (in
+// order). A row another transaction holds is SourceBlocked; one that is
+// gone (deleted) a SourceNoop; neither runs a statement. A guard that
+// updates its row then never waits for the shop's lock on it, and the
+// shop's pay that waits for the batch's lock waits for one commit.
+func (t *Table) lockRows(ctx context.Context, tx Querier, res []hourglass.SourceResult, todo []int) ([]int, error) {
+	if len(todo) == 0 {
+		return todo, nil
+	}
+	keysOf := func(idx []int) ([]any, string) {
+		ps := make([]string, len(idx))
+		args := make([]any, len(idx))
+		for i, j := range idx {
+			ps[i], args[i] = t.d.Param(i+1), res[j].Key
+		}
+		return args, strings.Join(ps, ", ")
+	}
+	args, in := keysOf(todo)
+	locked, err := t.keys(ctx, tx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)%s", t.key, t.table, t.key, in, t.d.SkipLocked()), args)
+	if err != nil {
+		return nil, fmt.Errorf("lock the batch's rows: %w", err)
+	}
+	if len(locked) == len(todo) {
+		return todo, nil
+	}
+	var got, missing []int
+	for _, j := range todo {
+		if locked[res[j].Key] {
+			got = append(got, j)
+		} else {
+			missing = append(missing, j)
+		}
+	}
+	args, in = keysOf(missing)
+	exist, err := t.keys(ctx, tx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", t.key, t.table, t.key, in), args)
+	if err != nil {
+		return nil, fmt.Errorf("read the batch's locked rows: %w", err)
+	}
+	for _, j := range missing {
+		if exist[res[j].Key] {
+			res[j].Outcome, res[j].Err = hourglass.SourceBlocked, errors.New("the row is locked by another transaction")
+		} else {
+			res[j].Outcome = hourglass.SourceNoop
+		}
+	}
+	return got, nil
+}
+
+// keys runs q, which reads one key column, and returns the keys read.
+func (t *Table) keys(ctx context.Context, tx Querier, q string, args []any) (map[int64]bool, error) {
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var k int64
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out[k] = true
+	}
+	return out, rows.Err()
 }
 
 // readDeadlines sets the Deadline of res[j], for each j of closing, to its
