@@ -101,12 +101,14 @@ func TestForgedNotices(t *testing.T) {
 		t.Fatal("the forger can read hourglass's orders: not a CONNECT-only role")
 	}
 
-	// Victims fall due from 1 s to 2 s after the flood begins.
+	// Victims fall due from 1 s after the flood begins, 25 ms apart for
+	// each 100,000 notices a channel (the flood's pace here, about).
 	start := time.Now()
 	var victims []hourglass.Order
+	spacing := 25 * time.Millisecond * time.Duration(max(1, perChannel/100_000))
 	for i := range 40 {
 		o, _, err := n.Store.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "victim", Items: []hourglass.Item{{SKU: "A", Quantity: 1}},
-			Timeout: time.Second + time.Duration(i)*25*time.Millisecond})
+			Timeout: time.Second + time.Duration(i)*spacing})
 		if err != nil {
 			t.Fatal(err)
 		}
