@@ -60,9 +60,12 @@ var (
 	ErrIdempotencyKeyReused = &Error{Code: CodeIdempotencyKeyReused, Message: "idempotency key reused with a different request"}
 )
 
-// ErrorCode returns the code of the first *Error in err's chain, or
-// CodeInternal for any other non-nil error.
+// ErrorCode returns the code of the first *Error in err's chain,
+// CodeInternal for any other non-nil error, and "" for nil (no error).
 func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code

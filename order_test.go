@@ -95,3 +95,15 @@ func TestValidateSKU(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorCodeOfNil: no error has no code (a caller's switch reads ""
+// as success), not internal.
+func TestErrorCodeOfNil(t *testing.T) {
+	t.Parallel()
+	if got := hourglass.ErrorCode(nil); got != "" {
+		t.Errorf("ErrorCode(nil) = %q, want \"\"", got)
+	}
+	if got := hourglass.ErrorCode(errors.New("x")); got != hourglass.CodeInternal {
+		t.Errorf("ErrorCode(other) = %q, want internal", got)
+	}
+}

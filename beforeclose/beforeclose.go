@@ -65,6 +65,10 @@ const (
 	// count as failing: a key no check failed for since (its order was
 	// paid through the API, or the caller stopped asking) is forgotten.
 	StaleAfter = time.Minute
+	// MaxExtension is how far past its first deadline (before any
+	// extension by a check) a check may extend an order or a row: a later
+	// deadline is capped to it.
+	MaxExtension = 7 * 24 * time.Hour
 )
 
 // Action is what an answer tells the caller to do.
@@ -80,16 +84,27 @@ const (
 	ActionExtend Action = "extend"
 )
 
-// AnswerError is the answer label of a failed check (Observer).
-const AnswerError = "error"
+// Answer labels of failed checks (Observer).
+const (
+	// AnswerError: no valid answer (transport, timeout, status, body).
+	AnswerError = "error"
+	// AnswerExtendInvalid: an extend whose deadline, capped at the latest
+	// the caller allows, is not after now. Arming it again would fire at
+	// once and ask again: it is a failed check, retried with backoff.
+	AnswerExtendInvalid = "extend_invalid"
+)
+
+// ErrExtendNotAhead is the cause of an AnswerExtendInvalid check.
+var ErrExtendNotAhead = errors.New("the extend answer's deadline is not after now")
 
 // Answer is a parsed answer: its Action, the PaymentID of a paid (valid
 // per hourglass.ValidatePaymentID) and the Deadline of an extend (in whole
-// milliseconds, rounded up).
+// milliseconds, rounded up; Capped when Ask lowered it to its latest).
 type Answer struct {
 	Action    Action
 	PaymentID string
 	Deadline  time.Time
+	Capped    bool
 }
 
 // Observer is told each check's outcome, for metrics: answer is an Action
@@ -156,6 +171,15 @@ type Checker struct {
 
 	mu      sync.Mutex
 	failing map[string]*failure
+	// extending holds the keys whose last answers were extends: each
+	// next check waits a step that doubles (Extended).
+	extending map[string]*extendRun
+}
+
+// extendRun is one key's run of extend answers.
+type extendRun struct {
+	next    time.Time // the key is not asked before
+	backoff timing.Backoff
 }
 
 // failure is one key's run of failed checks.
@@ -179,25 +203,37 @@ func New(cfg Config) (*Checker, error) {
 		t.MaxIdleConnsPerHost = 64
 		cfg.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	c := &Checker{cfg: cfg, clock: hourglass.WithTimers(cfg.Clock), log: cmp.Or(cfg.Logger, slog.Default()), failing: map[string]*failure{}}
+	c := &Checker{cfg: cfg, clock: hourglass.WithTimers(cfg.Clock), log: cmp.Or(cfg.Logger, slog.Default()), failing: map[string]*failure{}, extending: map[string]*extendRun{}}
 	return c, nil
 }
 
 // errTimeout is the cause of a check that got no answer in time.
 var errTimeout = errors.New("no answer within the timeout")
 
-// Ask POSTs body (JSON) to url, signed, and parses the answer. Any failure
-// is an error saying what went wrong (the status and an excerpt of the
-// body, the transport error, no answer within the timeout, an answer that
-// is not one of the three); the answer is then the zero Answer. It does
-// not touch the failure bookkeeping (Failed, Succeeded). Safe for
-// concurrent use.
-func (c *Checker) Ask(ctx context.Context, url string, body []byte) (Answer, error) {
+// Ask POSTs body (JSON) to url, signed, and parses the answer. An extend
+// later than latest (zero: no bound) is capped to latest (Answer.Capped).
+// Any failure is an error saying what went wrong (the status and an
+// excerpt of the body, the transport error, no answer within the timeout,
+// an answer that is not one of the three, an extend whose deadline,
+// capped, is not after now: ErrExtendNotAhead); the answer is then the
+// zero Answer. It does not touch the bookkeeping (Failed, Extended,
+// Succeeded). Safe for concurrent use.
+func (c *Checker) Ask(ctx context.Context, url string, body []byte, latest time.Time) (Answer, error) {
 	start := c.clock.Now()
 	a, err := c.ask(ctx, url, body)
 	label := string(a.Action)
 	if err != nil {
 		label = AnswerError
+	} else if a.Action == ActionExtend {
+		if !latest.IsZero() && a.Deadline.After(latest) {
+			a.Deadline, a.Capped = latest, true
+		}
+		if now := c.clock.Now(); !a.Deadline.After(now) {
+			label = AnswerExtendInvalid
+			err = fmt.Errorf("beforeclose: POST %s: %w (%s, now %s; capped: %t)", url, ErrExtendNotAhead,
+				a.Deadline.UTC().Format(hourglass.TimeFormat), now.UTC().Format(hourglass.TimeFormat), a.Capped)
+			a = Answer{}
+		}
 	}
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.ObserveBeforeClose(label, c.clock.Now().Sub(start))
@@ -337,12 +373,61 @@ func (c *Checker) Failed(key string) (failures int, retryIn time.Duration) {
 	return f.count, f.backoff.Next()
 }
 
-// Succeeded forgets key's failures: its check got an answer, or the caller
-// no longer asks (the order was paid meanwhile). Safe for concurrent use.
+// Succeeded forgets key's failures and extends: its check got a close or
+// paid answer, or the caller no longer asks (the order was paid
+// meanwhile). Safe for concurrent use.
 func (c *Checker) Succeeded(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.failing, key)
+	delete(c.extending, key)
+}
+
+// Extended records an extend answer for key (forgetting its failures) and
+// returns the least wait before key is asked again: RetryMin after the
+// first extend in a row, doubling up to RetryMax, so that a provider that
+// keeps extending by a moment is asked at most once per step. Wait tells
+// the rest of it later. A new key beyond MaxTracked is not tracked:
+// RetryMax. Safe for concurrent use.
+func (c *Checker) Extended(key string) time.Duration {
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.failing, key)
+	r := c.extending[key]
+	if r != nil && now.Sub(r.next) > StaleAfter {
+		r = nil // a run that ended long ago
+	}
+	if r == nil {
+		if len(c.extending) >= c.cfg.MaxTracked {
+			for k, e := range c.extending {
+				if now.Sub(e.next) > StaleAfter {
+					delete(c.extending, k)
+				}
+			}
+		}
+		if len(c.extending) >= c.cfg.MaxTracked {
+			return RetryMax
+		}
+		r = &extendRun{backoff: timing.Backoff{Min: RetryMin, Max: RetryMax}}
+		c.extending[key] = r
+	}
+	wait := r.backoff.Next()
+	r.next = now.Add(wait)
+	return wait
+}
+
+// Wait returns how long key must wait before it is asked again after its
+// last extend answer (Extended); zero when it may be asked now. Safe for
+// concurrent use.
+func (c *Checker) Wait(key string) time.Duration {
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.extending[key]; r != nil && r.next.After(now) {
+		return r.next.Sub(now)
+	}
+	return 0
 }
 
 // FailingSince returns when the oldest ongoing run of failures began

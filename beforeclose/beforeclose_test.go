@@ -2,6 +2,7 @@ package beforeclose_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,7 +83,7 @@ func TestAskAnswers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, _, obs, url := setup(t, 0, tt.body)
-			got, err := c.Ask(context.Background(), url, []byte(`{"order":{"id":7}}`))
+			got, err := c.Ask(context.Background(), url, []byte(`{"order":{"id":7}}`), time.Time{})
 			if err != nil || got != tt.want {
 				t.Fatalf("Ask = %+v, %v; want %+v", got, err, tt.want)
 			}
@@ -118,7 +119,7 @@ func TestAskFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, _, obs, url := setup(t, tt.status, tt.body)
-			got, err := c.Ask(context.Background(), url, []byte(`{"order":{"id":7}}`))
+			got, err := c.Ask(context.Background(), url, []byte(`{"order":{"id":7}}`), time.Time{})
 			if err == nil || !strings.Contains(err.Error(), tt.says) || got != (beforeclose.Answer{}) {
 				t.Fatalf("Ask = %+v, %v; want an error saying %q", got, err, tt.says)
 			}
@@ -150,7 +151,7 @@ func TestAskTimeout(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Ask(context.Background(), srv.URL, []byte(`{}`))
+		_, err := c.Ask(context.Background(), srv.URL, []byte(`{}`), time.Time{})
 		done <- err
 	}()
 	<-arrived
@@ -230,3 +231,82 @@ func TestValidateURL(t *testing.T) {
 }
 
 var _ hourglass.Clock = (*hourglasstest.Clock)(nil)
+
+// TestAskExtendBounds: an extend to a deadline not after now is a failed
+// check (extend_invalid), so that arming it again does not fire at once
+// and ask again; one past latest is capped there; one capped to a latest
+// that has passed is a failure too (the cap is reached).
+func TestAskExtendBounds(t *testing.T) {
+	t.Parallel()
+	now := hourglasstest.Epoch
+	for _, tt := range []struct {
+		name     string
+		deadline time.Time
+		latest   time.Time
+		want     beforeclose.Answer
+		label    string
+	}{
+		{"ahead", now.Add(time.Minute), time.Time{}, beforeclose.Answer{Action: beforeclose.ActionExtend, Deadline: now.Add(time.Minute)}, "extend"},
+		{"in the past", now.Add(-time.Second), time.Time{}, beforeclose.Answer{}, beforeclose.AnswerExtendInvalid},
+		{"now", now, time.Time{}, beforeclose.Answer{}, beforeclose.AnswerExtendInvalid},
+		{"capped", now.Add(30 * 24 * time.Hour), now.Add(time.Hour), beforeclose.Answer{Action: beforeclose.ActionExtend, Deadline: now.Add(time.Hour), Capped: true}, "extend"},
+		{"cap reached", now.Add(time.Hour), now.Add(-time.Millisecond), beforeclose.Answer{}, beforeclose.AnswerExtendInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, _, obs, url := setup(t, 0, `{"action":"extend","deadline":"`+tt.deadline.Format(hourglass.TimeFormat)+`"}`)
+			got, err := c.Ask(context.Background(), url, []byte(`{"order":{"id":7}}`), tt.latest)
+			if got != tt.want || (err != nil) != (tt.label == beforeclose.AnswerExtendInvalid) {
+				t.Fatalf("Ask = %+v, %v; want %+v", got, err, tt.want)
+			}
+			if err != nil && !errors.Is(err, beforeclose.ErrExtendNotAhead) {
+				t.Errorf("err %v is not ErrExtendNotAhead", err)
+			}
+			if a := obs.all(); !slices.Equal(a, []string{tt.label}) {
+				t.Fatalf("observed %v, want [%s]", a, tt.label)
+			}
+		})
+	}
+}
+
+// TestExtendedSteps: a run of extend answers for a key spaces its checks
+// RetryMin doubling to RetryMax (Wait says how much is left); a close or
+// paid answer (Succeeded) ends the run; Extended forgets the key's
+// failures.
+func TestExtendedSteps(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	c, err := beforeclose.New(beforeclose.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Failed("k")
+	var got []time.Duration
+	for range 8 {
+		got = append(got, c.Extended("k"))
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Extended steps %v, want %v", got, want)
+	}
+	if c.Failing() != 0 {
+		t.Errorf("Failing = %d after an extend answer; want 0", c.Failing())
+	}
+	clock.Advance(time.Second)
+	if w := c.Wait("k"); w != 4*time.Second {
+		t.Errorf("Wait = %s, want 4s", w)
+	}
+	if w := c.Wait("other"); w != 0 {
+		t.Errorf("Wait of a key never extended = %s", w)
+	}
+	c.Succeeded("k")
+	if w := c.Wait("k"); w != 0 {
+		t.Errorf("Wait after Succeeded = %s", w)
+	}
+	if w := c.Extended("k"); w != beforeclose.RetryMin {
+		t.Errorf("Extended after Succeeded = %s, want a new run", w)
+	}
+}

@@ -17,7 +17,7 @@ func newBeforeCloseMetrics(reg *prometheus.Registry) beforeCloseMetrics {
 	b := beforeCloseMetrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hourglass_before_close_calls_total",
-			Help: "Payment checks before a close (--before-close-url), by answer: close, paid, extend, or error (no valid answer: retried, the order stays pending).",
+			Help: "Payment checks before a close (--before-close-url), by answer: close, paid, extend, error (no valid answer) or extend_invalid (an extend to a deadline, capped at 7 days, not after now); the last two are failed checks, retried with backoff while the order stays pending.",
 		}, []string{"answer"}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hourglass_before_close_seconds",
@@ -26,7 +26,7 @@ func newBeforeCloseMetrics(reg *prometheus.Registry) beforeCloseMetrics {
 		}),
 	}
 	reg.MustRegister(b.calls, b.seconds)
-	for _, answer := range []string{"close", "paid", "extend", "error"} {
+	for _, answer := range []string{"close", "paid", "extend", "error", "extend_invalid"} {
 		b.calls.WithLabelValues(answer)
 	}
 	return b

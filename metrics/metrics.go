@@ -44,6 +44,8 @@ type Metrics struct {
 	timerRequests  requestMetrics
 	beforeClose    beforeCloseMetrics
 	sources        sourceMetrics
+	// noticesRejected is hourglass_notices_rejected_total (notices.go).
+	noticesRejected *prometheus.CounterVec
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -156,6 +158,7 @@ func New(pending func() int) *Metrics {
 	m.timerRequests = newRequestMetrics(reg)
 	m.beforeClose = newBeforeCloseMetrics(reg)
 	m.sources = newSourceMetrics(reg)
+	m.noticesRejected = newNoticesRejected(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")

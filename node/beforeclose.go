@@ -188,6 +188,12 @@ type checkBody struct {
 // check asks about one order and acts on the answer.
 func (g *checkGate) check(ctx context.Context, j gateJob) {
 	key := strconv.FormatInt(j.id, 10)
+	if wait := g.checker.Wait(key); wait > 0 {
+		// Extended by the last answer to a moment from then: asked
+		// again once its step passed, not at every deadline it sets.
+		g.clock.AfterFunc(wait, func() { g.enqueue(j) })
+		return
+	}
 	o, err := g.store.Order(ctx, j.id)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -204,7 +210,10 @@ func (g *checkGate) check(ctx context.Context, j gateJob) {
 		return
 	}
 	body, _ := json.Marshal(checkBody{Order: hourglass.MarshalOrder(o)}) // a RawMessage of valid JSON: cannot fail
-	a, err := g.checker.Ask(ctx, g.cfg.URL, body)
+	// No cap here: the store refuses a deadline later than
+	// MaxOrderLifetime after the order's creation (its first deadline is
+	// not stored, and is at most that), a failed check (errAnswer).
+	a, err := g.checker.Ask(ctx, g.cfg.URL, body, time.Time{})
 	if err == nil {
 		err = g.act(ctx, j, a)
 	}
@@ -216,7 +225,11 @@ func (g *checkGate) check(ctx context.Context, j gateJob) {
 		g.failed(ctx, j, key, err)
 		return
 	}
-	g.checker.Succeeded(key)
+	if a.Action == beforeclose.ActionExtend {
+		g.checker.Extended(key)
+	} else {
+		g.checker.Succeeded(key)
+	}
 	g.release(j.id)
 }
 
@@ -246,7 +259,7 @@ func (g *checkGate) act(ctx context.Context, j gateJob, a beforeclose.Answer) er
 		_, err := g.store.ExtendOrder(ctx, hourglass.ExtendOrderParams{ID: j.id, Deadline: a.Deadline, Overdue: true})
 		switch hourglass.ErrorCode(err) {
 		case "":
-			g.log.Info("hourglass: payment check: order extended", "order", j.id, "deadline", a.Deadline)
+			g.log.Info("hourglass: payment check: order extended", "order", j.id, "deadline", a.Deadline, "capped", a.Capped)
 		case hourglass.CodeInvalidArgument:
 			return fmt.Errorf("%w: extend to %s: %s", errAnswer, a.Deadline.Format(hourglass.TimeFormat), hourglass.ErrorMessage(err))
 		case hourglass.CodeInvalidTransition, hourglass.CodeNotFound:

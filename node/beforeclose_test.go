@@ -84,6 +84,12 @@ func (rc *checkReceiver) count(id int64) int {
 // 100 ms with 100 ms of grace, and puts product A (10 units).
 func startCheckedNode(t *testing.T, bc BeforeClose, rc *checkReceiver) *Node {
 	t.Helper()
+	return startCheckedNodeLog(t, bc, rc, slog.New(slog.DiscardHandler))
+}
+
+// startCheckedNodeLog is startCheckedNode logging to log.
+func startCheckedNodeLog(t *testing.T, bc BeforeClose, rc *checkReceiver, log *slog.Logger) *Node {
+	t.Helper()
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 	bc.URL, bc.Secret = srv.URL, checkSecret
@@ -93,7 +99,7 @@ func startCheckedNode(t *testing.T, bc BeforeClose, rc *checkReceiver) *Node {
 		Engine:      engine.Config{SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond},
 		BeforeClose: bc,
 		TimerMax:    1000,
-		Logger:      slog.New(slog.DiscardHandler),
+		Logger:      log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -423,5 +429,67 @@ func TestBeforeCloseTimeoutFakeClock(t *testing.T) {
 		if st.Rule == alert.RuleBeforeCloseFailures && !st.Firing {
 			t.Fatalf("%s not firing after %v of failed checks: %+v", alert.RuleBeforeCloseFailures, clock.Now().Sub(o.Deadline), st)
 		}
+	}
+}
+
+// lockedBuffer is a log's text, written from many goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestBeforeCloseExtendNotAhead: a check answering extend to a deadline
+// in the past is a failed check (extend_invalid), retried with backoff:
+// a handful of calls in 3 s, not thousands (9,376 in 9 s before); one
+// extending each time to a moment from now is asked at most once per
+// step (100 ms doubling). Both orders stay pending. A paid answer logs
+// that the order was paid, not that marking it paid failed.
+func TestBeforeCloseExtendNotAhead(t *testing.T) {
+	t.Parallel()
+	rc := &checkReceiver{t: t, checks: map[int64]int{}, answers: func(o orderSeen, n int) (int, string, bool) {
+		switch o.UserID {
+		case "past":
+			return 200, fmt.Sprintf(`{"action":"extend","deadline":%q}`, time.Now().Add(-time.Second).UTC().Format(hourglass.TimeFormat)), false
+		case "moment":
+			return 200, fmt.Sprintf(`{"action":"extend","deadline":%q}`, time.Now().Add(time.Millisecond).UTC().Format(hourglass.TimeFormat)), false
+		case "paid":
+			return 200, fmt.Sprintf(`{"action":"paid","payment_id":"pay-%d"}`, o.ID), false
+		}
+		return 500, "unknown user", false
+	}}
+	var logs lockedBuffer
+	n := startCheckedNodeLog(t, BeforeClose{}, rc, slog.New(slog.NewTextHandler(&logs, nil)))
+	past, moment, paid := createFor(t, n, "past"), createFor(t, n, "moment"), createFor(t, n, "paid")
+	await(t, n, paid.ID, "paid", func(o hourglass.Order) bool { return o.Status == hourglass.StatePaid })
+	testenv.Phase(t, time.Until(past.Deadline.Add(3*time.Second)), "3 s past the deadlines")
+	for _, o := range []hourglass.Order{past, moment} {
+		calls := rc.count(o.ID)
+		if calls < 2 || calls > 10 {
+			t.Errorf("order %s checked %d times in 3 s; want a few, spaced by the backoff", o.UserID, calls)
+		}
+		cur, err := n.Store.Order(context.Background(), o.ID)
+		if err != nil || cur.Status != hourglass.StatePendingPayment {
+			t.Errorf("order %s is %+v, %v; want pending", o.UserID, cur, err)
+		}
+	}
+	metrics := scrape(t, n)
+	if strings.Contains(metrics, `hourglass_before_close_calls_total{answer="extend_invalid"} 0`) || !strings.Contains(metrics, `answer="extend_invalid"`) {
+		t.Errorf("metrics count no extend_invalid:\n%s", grep(metrics, "before_close_calls"))
+	}
+	text := logs.String()
+	if !strings.Contains(text, "marked paid instead of closed") || strings.Contains(text, "marking it paid failed") {
+		t.Errorf("the paid answer's log:\n%s", grep(text, "paid"))
 	}
 }

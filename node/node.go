@@ -212,6 +212,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	opts.Observe = m.ObserveCommit
 	opts.ObserveRetry = m.ObserveRetry
 	opts.ObserveFanoutPending = m.FanoutPending
+	opts.ObserveNoticeRejected = m.NoticeRejected
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, opts)
 	cancelOpen()

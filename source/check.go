@@ -41,19 +41,23 @@ type checkRequest struct {
 
 // Check implements Checker. close: the row may be closed now; otherwise
 // retryAt is when to look at it again (zero: leave it to the sweeper,
-// which asks again once it is overdue by the grace).
+// which asks again once it is overdue by the grace). row.At is the row's
+// first deadline (the shop's column, before any extension).
 //   - "close" closes it;
 //   - "paid" leaves it: the shop's pay path marks it paid (hourglass does
 //     not write the shop's rows but through the close statements);
-//   - "extend" arms it again for the answer's deadline, at most 7 days
-//     after the row's deadline;
-//   - a failure is retried with backoff (100 ms doubling, 5 s apart); the
-//     row stays pending, or, with before_close_on_error: close, is closed
-//     after before_close_max_failures failures in a row.
+//   - "extend" arms it again for the answer's deadline, at most
+//     beforeclose.MaxExtension (7 days) after the row's first deadline,
+//     and no sooner than the checker's step after a run of extends
+//     (beforeclose.Checker.Extended);
+//   - a failure, or an extend to a deadline (capped) not after now, is
+//     retried with backoff (100 ms doubling, 5 s apart); the row stays
+//     pending, or, with before_close_on_error: close, is closed after
+//     before_close_max_failures failures in a row.
 func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (bool, time.Time) {
 	body, _ := json.Marshal(checkRequest{Source: src.Name, Key: row.ID, Deadline: row.At.UTC().Format(hourglass.TimeFormat)}) // cannot fail
 	key := "source:" + src.Name + ":" + strconv.FormatInt(row.ID, 10)
-	a, err := p.Checker.Ask(ctx, src.BeforeClose, body)
+	a, err := p.Checker.Ask(ctx, src.BeforeClose, body, row.At.Add(beforeclose.MaxExtension))
 	now := p.Clock.Now()
 	if err != nil {
 		n, retryIn := p.Checker.Failed(key)
@@ -69,18 +73,21 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 		p.Logger.Log(ctx, level, "source: payment check failed; the row stays pending and is checked again", "source", src.Name, "key", row.ID, "failures", n, "retry_in", retryIn, "err", err)
 		return false, now.Add(retryIn)
 	}
-	p.Checker.Succeeded(key)
 	switch a.Action {
 	case beforeclose.ActionClose:
+		p.Checker.Succeeded(key)
 		return true, time.Time{}
 	case beforeclose.ActionExtend:
-		limit := row.At.Add(7 * 24 * time.Hour)
-		if a.Deadline.After(limit) {
-			p.Logger.Warn("source: payment check extended past 7 days; capped", "source", src.Name, "key", row.ID, "deadline", a.Deadline)
-			return false, limit
+		if a.Capped {
+			p.Logger.Warn("source: payment check extended past 7 days after the row's first deadline; capped", "source", src.Name, "key", row.ID, "deadline", a.Deadline)
+		}
+		step := now.Add(p.Checker.Extended(key))
+		if a.Deadline.Before(step) {
+			return false, step
 		}
 		return false, a.Deadline
 	default: // paid
+		p.Checker.Succeeded(key)
 		return false, time.Time{}
 	}
 }
@@ -88,24 +95,35 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 // FailingSince is the checker's (the before_close_failures alert).
 func (p PaymentCheck) FailingSince() (time.Time, bool) { return p.Checker.FailingSince() }
 
-// extensions remembers the rows a payment check extended (by key, until
-// when), so that neither the sweeper nor a reload closes them before:
-// the shop's row still holds the old deadline. Bounded; safe for
-// concurrent use.
+// extensions remembers the rows a payment check extended or put off (by
+// key: the row's first deadline and until when), so that neither the
+// sweeper nor a reload closes them before, and so that each check is
+// asked with the row's first deadline (the 7-day cap counts from it):
+// the shop's row still holds it. An entry outlives its until while the
+// row stays pending; it is dropped when the map is full and its until
+// passed. Bounded; safe for concurrent use.
 type extensions struct {
 	mu sync.Mutex
-	m  map[int64]time.Time
+	m  map[int64]extension
 }
 
-func (e *extensions) set(key int64, until, now time.Time) {
+type extension struct{ first, until time.Time }
+
+// set records that key (first due at first, unless an entry says
+// earlier) is not to be closed before until.
+func (e *extensions) set(key int64, first, until, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.m == nil {
-		e.m = map[int64]time.Time{}
+		e.m = map[int64]extension{}
+	}
+	if x, ok := e.m[key]; ok {
+		e.m[key] = extension{first: x.first, until: until}
+		return
 	}
 	if len(e.m) >= maxExtended {
-		for k, u := range e.m {
-			if u.Before(now) {
+		for k, x := range e.m {
+			if x.until.Before(now) {
 				delete(e.m, k)
 			}
 		}
@@ -113,22 +131,35 @@ func (e *extensions) set(key int64, until, now time.Time) {
 			return // the row is asked again when it falls due: no harm
 		}
 	}
-	e.m[key] = until
+	e.m[key] = extension{first: first, until: until}
 }
 
 // until returns when key's extension ends (zero: none, or ended by now).
 func (e *extensions) until(key int64, now time.Time) time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	u, ok := e.m[key]
-	if !ok {
+	x, ok := e.m[key]
+	if !ok || !x.until.After(now) {
 		return time.Time{}
 	}
-	if !u.After(now) {
-		delete(e.m, key)
-		return time.Time{}
+	return x.until
+}
+
+// first returns key's first deadline, or at when none is recorded.
+func (e *extensions) first(key int64, at time.Time) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if x, ok := e.m[key]; ok {
+		return x.first
 	}
-	return u
+	return at
+}
+
+// forget drops key's entry: the row closed.
+func (e *extensions) forget(key int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, key)
 }
 
 // AsksBeforeClose reports whether some source has a before_close.

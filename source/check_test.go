@@ -1,18 +1,21 @@
 package source_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/beforeclose"
+	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/source"
 	"github.com/hourglass/hourglass/webhook"
@@ -139,5 +142,145 @@ func TestPaymentCheckOnErrorClose(t *testing.T) {
 			id := shop.Order(t, "u", 200*time.Millisecond, "A", 1)
 			testenv.Eventually(t, 10*time.Second, "the row closed after 3 failed checks", func() bool { return shop.Status(t, id) == "CLOSED" })
 		})
+	}
+}
+
+// askedChecker records the rows the runner asks about (the deadline each
+// carries) before handing them to the real PaymentCheck.
+type askedChecker struct {
+	source.PaymentCheck
+	mu    sync.Mutex
+	asked map[int64][]time.Time
+}
+
+func (c *askedChecker) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (bool, time.Time) {
+	c.mu.Lock()
+	c.asked[row.ID] = append(c.asked[row.ID], row.At)
+	c.mu.Unlock()
+	return c.PaymentCheck.Check(ctx, src, row)
+}
+
+func (c *askedChecker) rows(id int64) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.asked[id])
+}
+
+// TestPaymentCheckExtendBounded: an extend to a deadline in the past is a
+// failed check, retried with backoff, and one to a moment from now is
+// asked again no sooner than the checker's step: each row is asked a
+// handful of times in 3 s, not thousands (9,376 POSTs in 9 s before).
+// A row extended again and again is asked each time with its first
+// deadline (the shop's), from which the 7-day cap counts
+// (TestPaymentCheckCap), not with its previous extension's.
+func TestPaymentCheckExtendBounded(t *testing.T) {
+	for name, open := range shops() {
+		t.Run(name, func(t *testing.T) {
+			db, shop := open(t)
+			shop.Create(t, true)
+			shop.PutStock(t, "A", 100)
+			var (
+				mu      sync.Mutex
+				answers = map[int64]string{}
+				calls   = map[int64]int{}
+			)
+			rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var req struct {
+					Key int64 `json:"key"`
+				}
+				body, _ := io.ReadAll(r.Body)
+				_ = json.Unmarshal(body, &req)
+				mu.Lock()
+				a := answers[req.Key]
+				calls[req.Key]++
+				mu.Unlock()
+				at := time.Now().Add(-time.Second) // "past"
+				switch a {
+				case "moment":
+					at = time.Now().Add(time.Millisecond)
+				case "later":
+					at = time.Now().Add(300 * time.Millisecond)
+				}
+				fmt.Fprintf(w, `{"action":"extend","deadline":%q}`, at.UTC().Format(hourglass.TimeFormat))
+			}))
+			t.Cleanup(rcv.Close)
+			checker, err := beforeclose.New(beforeclose.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := &askedChecker{PaymentCheck: source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.New(slog.DiscardHandler)}, asked: map[int64][]time.Time{}}
+			src := shop.Source("shop_orders")
+			src.BeforeClose = rcv.URL
+			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: &observer{}, Checker: check,
+				SweepInterval: 200 * time.Millisecond, SweepGrace: 300 * time.Millisecond})
+			ids := map[string]int64{}
+			for _, a := range []string{"past", "moment", "later"} {
+				id := shop.Order(t, "u", 300*time.Millisecond, "A", 1)
+				mu.Lock()
+				answers[id] = a
+				mu.Unlock()
+				ids[a] = id
+			}
+			start := time.Now()
+			testenv.Eventually(t, 10*time.Second, "every row asked", func() bool {
+				return len(check.rows(ids["past"])) > 0 && len(check.rows(ids["moment"])) > 0 && len(check.rows(ids["later"])) > 0
+			})
+			testenv.Phase(t, time.Until(start.Add(3*time.Second)), "3 s of checks")
+			mu.Lock()
+			defer mu.Unlock()
+			for _, a := range []string{"past", "moment"} {
+				if n := calls[ids[a]]; n < 2 || n > 12 {
+					t.Errorf("the row answered extend (%s) was asked %d times in about 3 s; want a few, spaced by the backoff", a, n)
+				}
+			}
+			asked := check.rows(ids["later"])
+			if len(asked) < 3 {
+				t.Fatalf("the row extended by 300 ms each time was asked %d times in 3 s; want several", len(asked))
+			}
+			for i, at := range asked {
+				if !at.Equal(asked[0]) {
+					t.Errorf("check %d of the extended row carried deadline %s; want its first deadline %s each time", i+1, at, asked[0])
+				}
+			}
+			for _, id := range ids {
+				if st := shop.Status(t, id); st != "UNPAID" {
+					t.Errorf("row %d is %s; want pending while its checks extend it", id, st)
+				}
+			}
+		})
+	}
+}
+
+// TestPaymentCheckCap: an extend is capped at 7 days after the deadline
+// the row is asked with (its first, TestPaymentCheckExtendBounded); once
+// that has passed, an extend (capped at it) is a failed check, retried
+// with backoff, and closes the row with before_close_on_error: close.
+func TestPaymentCheckCap(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	first := hourglasstest.Epoch
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"action":"extend","deadline":%q}`, clock.Now().Add(30*24*time.Hour).UTC().Format(hourglass.TimeFormat))
+	}))
+	t.Cleanup(rcv.Close)
+	checker, err := beforeclose.New(beforeclose.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := source.PaymentCheck{Checker: checker, Clock: clock, Logger: slog.New(slog.DiscardHandler)}
+	src := hourglass.Source{Name: "s", BeforeClose: rcv.URL, BeforeCloseOnError: "close", BeforeCloseMaxFailures: 2}
+	row := hourglass.DueItem{ID: 1, At: first}
+	cap := first.Add(beforeclose.MaxExtension)
+	if ok, at := check.Check(t.Context(), src, row); ok || !at.Equal(cap) {
+		t.Fatalf("Check = %t, %s; want extended to the cap %s", ok, at, cap)
+	}
+	clock.Set(cap)
+	ok, at := check.Check(t.Context(), src, row)
+	if ok || !at.Equal(cap.Add(beforeclose.RetryMin)) {
+		t.Fatalf("Check at the cap = %t, %s; want a failed check retried in %s", ok, at, beforeclose.RetryMin)
+	}
+	clock.Set(at)
+	if ok, _ := check.Check(t.Context(), src, row); !ok {
+		t.Fatal("the second failure in a row did not close the row (before_close_max_failures 2)")
 	}
 }

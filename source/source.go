@@ -408,15 +408,17 @@ func (s *runner) check(ctx context.Context, rows, later []hourglass.DueItem) (cl
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ok, retryAt := s.cfg.Checker.Check(ctx, s.src, r)
+			first := s.extended.first(r.ID, r.At) // asked with the row's own deadline
+			ok, retryAt := s.cfg.Checker.Check(ctx, s.src, hourglass.DueItem{ID: r.ID, At: first})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case ok:
+				s.extended.forget(r.ID)
 				closeNow = append(closeNow, r)
 			case !retryAt.IsZero():
 				if retryAt.After(r.At) {
-					s.extended.set(r.ID, retryAt, s.clock.Now())
+					s.extended.set(r.ID, first, retryAt, s.clock.Now())
 				}
 				again = append(again, hourglass.DueItem{ID: r.ID, At: retryAt})
 			}

@@ -62,6 +62,10 @@ type Options struct {
 	// webhook deliveries are not created yet) at each look of the store's
 	// fan-out loop, about every second.
 	ObserveFanoutPending func(n int)
+	// ObserveNoticeRejected, if set, is called for each notice on the
+	// PostgreSQL store's NOTIFY channels that hourglass did not send, with
+	// the channel (postgres.Config.ObserveNoticeRejected).
+	ObserveNoticeRejected func(channel string)
 	// AnnounceWithin, when positive, limits the created orders a shared
 	// store announces to the other processes (ClusterStore.WatchCreated)
 	// to those due within it: an order due later is beyond every node's
@@ -175,7 +179,8 @@ func checkSchema(kind, schema string) error {
 }
 
 func postgresConfig(o Options) postgres.Config {
-	return postgres.Config{Schema: o.Schema, URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending, CommitGather: o.CommitGather}
+	return postgres.Config{Schema: o.Schema, URL: o.URL, MaxConns: o.MaxConns, Clock: o.Clock, Logger: o.Logger, Outbox: o.Outbox, Observe: o.Observe, AnnounceWithin: o.AnnounceWithin, IdleTxTimeout: o.IdleTxTimeout, ObserveRetry: o.ObserveRetry, ObserveFanoutPending: o.ObserveFanoutPending, CommitGather: o.CommitGather,
+		ObserveNoticeRejected: o.ObserveNoticeRejected}
 }
 
 func mysqlConfig(o Options) mysql.Config {

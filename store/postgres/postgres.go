@@ -140,6 +140,11 @@ type Config struct {
 	// at each look of the fan-out loop (about every second, and after a
 	// burst). It is called from one goroutine.
 	ObserveFanoutPending func(n int)
+	// ObserveNoticeRejected, if set, is called for each notice on the
+	// store's NOTIFY channels that hourglass did not send (an unreadable
+	// payload; see cluster.go), with the channel: created, deliveries or
+	// requests. It must be safe for concurrent use.
+	ObserveNoticeRejected func(channel string)
 	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
 	beforeFanOut func()
@@ -240,6 +245,8 @@ type Store struct {
 	closed  <-chan struct{} // closed by Close
 
 	closeOnce sync.Once
+	// rejected counts and logs the notices hourglass did not send.
+	rejected *rejects
 }
 
 // Open connects to cfg.URL, checks the server (version 13 or later, the
@@ -317,6 +324,7 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), requestsWritten: make(chan struct{}, 1)}
+	s.rejected = &rejects{log: s.log, clock: hourglass.SystemClock{}, observe: cfg.ObserveNoticeRejected}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
 	s.Cluster = s.Store.Cluster()
 	s.where = fmt.Sprintf("%s@%s/%s", pc.ConnConfig.User, net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port))), pc.ConnConfig.Database)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -72,8 +73,18 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 		return err
 	}
 	listening()
+	// The deliveries and requests channels' notices carry no payload:
+	// hints to read, at most once per hintEvery (notices.go).
+	clock := hourglass.WithTimers(hourglass.SystemClock{})
+	deliveries, requests := newHint(clock, s.w.NotifyDeliveries), newHint(clock, s.wakeRequests)
+	// Waited for without ctx, closing the connection when ctx ends
+	// instead: pgconn watches a cancellable context with a goroutine per
+	// call, a cost per notice that a flood multiplies.
+	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
+	defer stop()
+	wait := context.WithoutCancel(ctx)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(wait)
 		if err != nil {
 			return err
 		}
@@ -81,9 +92,21 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 		case s.createdChannel:
 			s.onCreated(n.Payload)
 		case s.requestsChannel:
-			s.wakeRequests()
+			if n.Payload != "" {
+				s.rejected.add("requests", errNotEmpty)
+				continue
+			}
+			requests.notify()
 		default:
-			s.w.NotifyDeliveries()
+			if n.Payload != "" {
+				s.rejected.add("deliveries", errNotEmpty)
+				continue
+			}
+			deliveries.notify()
 		}
 	}
 }
+
+// errNotEmpty is why a notice with a payload on a channel of payload-less
+// hints is rejected.
+var errNotEmpty = errors.New("a payload on a channel whose notices have none")
