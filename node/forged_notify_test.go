@@ -48,6 +48,15 @@ func TestForgedNotices(t *testing.T) {
 		}
 		perChannel = n
 	}
+	// lateBound: the issue's 50 ms is judged in the documented full run
+	// (the env set), on a machine doing nothing else. The default run goes
+	// in go test -race ./... beside other packages on 2 cores, where a
+	// close can be tens of milliseconds late with no notice at all; its
+	// bound still fails a forged notice that moves a deadline (by 2 s).
+	lateBound := 500 * time.Millisecond
+	if os.Getenv(forgedNoticesEnv) != "" {
+		lateBound = 50 * time.Millisecond
+	}
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	var logs lockedBuffer
@@ -177,7 +186,7 @@ END $$`, strings.Join(ids, ","), strings.Join(deadlines, ","), perChannel, len(v
 		o := await(t, n, v.ID, "closed", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
 		late := o.ClosedAt.Sub(v.Deadline)
 		worst = max(worst, late)
-		if late > 50*time.Millisecond {
+		if late > lateBound {
 			t.Errorf("order %d closed %s late (deadline %s)", v.ID, late, v.Deadline.Format(hourglass.TimeFormat))
 		}
 	}
