@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -215,6 +216,9 @@ func migrateDB(ctx context.Context, db *sql.DB, cfg Config) (int, error) {
 	n, err := migrate.Up(ctx, t, ms)
 	if err != nil {
 		return n, migrationError(err, mc)
+	}
+	if err := ensureOwnColumns(ctx, db, cmp.Or(cfg.Logger, slog.Default())); err != nil {
+		return n, fmt.Errorf("mysql: %w", err)
 	}
 	return n, nil
 }

@@ -240,7 +240,7 @@ func TestTimerRequestZeroDates(t *testing.T) {
 	}
 	res, err := s.ApplyTimerRequests(t.Context(), hourglass.TimerRequestsParams{Limit: 10, Room: hourglass.NoTimerLimit})
 	// requested_at is the server's whatever the shop wrote (migration
-	// 0011's trigger): the zero one arms its timer a second from now.
+	// the trigger of owncolumns.go): the zero one arms its timer a second from now.
 	if err != nil || res.Applied != 2 || res.Rejected != 1 {
 		t.Fatalf("ApplyTimerRequests = %+v, %v; want two applied, one rejected", res, err)
 	}
@@ -264,7 +264,7 @@ func TestTimerRequestZeroDates(t *testing.T) {
 // break the table for the others: its INSERT naming seq at the BIGINT
 // maximum (which made every later INSERT fail with error 167 until an
 // ALTER TABLE) or a requested_at of its own is overridden by migration
-// 0011's trigger, even under NO_AUTO_VALUE_ON_ZERO.
+// the trigger of owncolumns.go, even under NO_AUTO_VALUE_ON_ZERO.
 func TestShopUserNeedsOnlyInsert(t *testing.T) {
 	t.Parallel()
 	url := mytest.NewDatabase(t)
