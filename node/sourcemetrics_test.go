@@ -73,4 +73,3 @@ func TestSourceMetricsStartAtZero(t *testing.T) {
 		})
 	}
 }
-
