@@ -68,6 +68,9 @@ func TestExtendOrder(t *testing.T) {
 	s.call(t, http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", paid.ID), nil, []byte(`{"payment_id":"p-1"}`))
 	status, _, raw = s.call(t, http.MethodPost, fmt.Sprintf("/v1/orders/%d/extend", paid.ID), nil, []byte(`{"extend_ms":1000}`))
 	checkError(t, "paid order", status, raw, http.StatusConflict, "invalid_transition")
+	if msg := string(raw); !strings.Contains(msg, "it is paid") || strings.Contains(msg, "payment_id") {
+		t.Errorf("extending a paid order: %s; want it to say the order is paid, not a payment_id's story", msg)
+	}
 
 	// The old deadline passes: the order stays pending (the engine's
 	// timer for it closes nothing); it closes at the new one.

@@ -81,3 +81,14 @@ func (m *Metrics) SourceHeld(source string, n int) {
 func (m *Metrics) SourceLockWaits(source string, n int) {
 	m.sources.lockWaits.WithLabelValues(source).Add(float64(n))
 }
+
+// SourceConfigured makes every metric of the source named appear at zero,
+// so that /metrics shows it (and a rate or an alert on it has a series)
+// before it first counts. Safe for concurrent use; idempotent.
+func (m *Metrics) SourceConfigured(source string) {
+	for _, v := range []*prometheus.CounterVec{m.sources.closed, m.sources.noops, m.sources.guardErrors, m.sources.failed, m.sources.recovered, m.sources.lockWaits} {
+		v.WithLabelValues(source)
+	}
+	m.sources.lateness.WithLabelValues(source)
+	m.sources.held.WithLabelValues(source)
+}

@@ -63,15 +63,15 @@ func leaks(text string, secrets ...string) []string {
 	return out
 }
 
-// TestSecretsNeverReachTheLog runs a node whose payment check and webhook
-// point at a closed port, with a user, a password and query tokens in
+// TestSecretsNeverReachTheLog runs a node whose payment check, webhook and
+// event sink point at a closed port, with a user, a password and query tokens in
 // their URLs (and, on PostgreSQL, whose trust authentication ignores it, a
-// password in the database URL), until both fail and are logged at DEBUG:
+// password in the database URL), until each fails and is logged at DEBUG:
 // the log shows none of the secrets, but the hosts it could not reach.
 func TestSecretsNeverReachTheLog(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.URL(t)
-	secrets := []string{"paysecret1", "paytoken1", "payuser1", "hooktoken1", "hooksig1"}
+	secrets := []string{"paysecret1", "paytoken1", "payuser1", "hooktoken1", "hooksig1", "sinksecret1"}
 	if storetest.Kind() == store.KindPostgres {
 		u, err := url.Parse(dbURL)
 		if err != nil {
@@ -90,9 +90,10 @@ func TestSecretsNeverReachTheLog(t *testing.T) {
 		BeforeClose: node.BeforeClose{
 			URL: "http://payuser1:paysecret1@" + down + "/check?token=paytoken1",
 		},
-		Webhooks: webhook.Config{Allow: mustAllow(t, "127.0.0.1"), Retry: []time.Duration{time.Hour}, PollInterval: 50 * time.Millisecond},
-		TimerMax: 1000,
-		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Webhooks:   webhook.Config{Allow: mustAllow(t, "127.0.0.1"), Retry: []time.Duration{time.Hour}, PollInterval: 50 * time.Millisecond},
+		EventSinks: []string{"redis://hguser:sinksecret1@" + down + "/0?stream=events"},
+		TimerMax:   1000,
+		Logger:     slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestSecretsNeverReachTheLog(t *testing.T) {
 	}
 	testenv.Eventually(t, 15*time.Second, "a failed webhook delivery and a failed payment check in the log", func() bool {
 		l := logs.String()
-		return strings.Contains(l, "webhook: delivery failed") && strings.Contains(l, "payment check failed")
+		return strings.Contains(l, "webhook: delivery failed") && strings.Contains(l, "payment check failed") && strings.Contains(l, "eventsink: publishing failed")
 	})
 	l := logs.String()
 	if got := leaks(l, secrets...); len(got) > 0 {

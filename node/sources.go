@@ -68,6 +68,7 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 	}
 	for _, s := range cfg.Sources {
 		log.Info("hourglass: closing a source", "source", s.Name, "table", s.Table)
+		m.SourceConfigured(s.Name)
 	}
 	return r, nil
 }

@@ -47,7 +47,7 @@ func TestSourcesStartup(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown key", []string{"--sources", file("key.yaml", strings.Replace(yamlOf(src.Table, src.Close[0]), "key: id", "keys: id", 1))}, "field keys not found"},
+		{"unknown key", []string{"--sources", file("key.yaml", strings.Replace(yamlOf(src.Table, src.Close[0]), "key: id", "keys: id", 1))}, `sources[0]: unknown key \"keys\" (did you mean \"key\"?)`},
 		{"missing file", []string{"--sources", filepath.Join(dir, "none.yaml")}, "--sources"},
 		{"on SQLite", []string{"--sources", good}, "--sources needs PostgreSQL or MySQL"},
 		{"unknown table", append([]string{"--sources", file("table.yaml", yamlOf("shop.nope", src.Close[0]))}, pg...), "shop.nope does not exist"},

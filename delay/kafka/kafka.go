@@ -101,6 +101,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/redact"
 )
 
 // Defaults of Config.
@@ -201,7 +202,7 @@ func (c Config) Validate() error {
 // parseURL returns the seed brokers of kafka://host:port[,host:port…].
 func parseURL(raw string) ([]string, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("kafka: URL %q: %s; want kafka://host:port[,host:port…]", raw, why)
+		return fmt.Errorf("kafka: URL %q: %s; want kafka://host:port[,host:port…]", redact.URL(raw), why)
 	}
 	rest, ok := strings.CutPrefix(raw, "kafka://")
 	if !ok {

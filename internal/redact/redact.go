@@ -67,7 +67,7 @@ func URL(raw string) string {
 		return strings.Join(parts, ",")
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(raw, "@")) {
+	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(raw, "@")) || misreadUserinfo(raw, u) {
 		return unparsed(raw)
 	}
 	if u.User != nil {
@@ -85,6 +85,18 @@ func URL(raw string) string {
 	u.RawQuery = query(u.RawQuery, allSecret(u.Scheme))
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// misreadUserinfo reports whether url.Parse took a user:password@ for
+// something else: a '?', '#' or '/' in a numeric password
+// ("postgres://u:1234?x@h/db" parses as host u, port 1234).
+func misreadUserinfo(raw string, u *url.URL) bool {
+	if u.User != nil {
+		return false
+	}
+	_, body, _ := strings.Cut(raw, "://")
+	userinfo, _, ok := splitUserinfo(body)
+	return ok && strings.Contains(userinfo, ":")
 }
 
 // allSecret reports whether every query value of a URL of that scheme is
@@ -114,40 +126,85 @@ func query(raw string, all bool) string {
 	return strings.Join(parts, "&")
 }
 
+// queryValues returns the secret values of a raw query (every value when
+// all), as written and unescaped, at least 4 bytes long: shorter ones (on,
+// 1, true) would mask words of a message.
+func queryValues(raw string, all bool) []string {
+	var out []string
+	for _, p := range strings.Split(raw, "&") {
+		k, v, ok := strings.Cut(p, "=")
+		if name, err := url.QueryUnescape(k); err == nil {
+			k = name
+		}
+		if !ok || !(all || SecretName(k)) {
+			continue
+		}
+		if len(v) >= 4 {
+			out = append(out, v)
+		}
+		if plain, err := url.QueryUnescape(v); err == nil && plain != v && len(plain) >= 4 {
+			out = append(out, plain)
+		}
+	}
+	return out
+}
+
 // unparsed redacts what url.Parse refused or what has no host: a
 // go-sql-driver DSN (user:pass@tcp(host:3306)/db?…), a URL with a bad
-// escape in its password.
+// escape, a '?', '#' or '/' in its password. The userinfo ends at the '@'
+// of a DSN's address, else at the last '@' of the whole string: a
+// password may hold any character, so what follows its first '?' cannot
+// be trusted to be a query.
 func unparsed(raw string) string {
-	rest, q, hasQuery := strings.Cut(raw, "?")
-	scheme, afterScheme, hasScheme := strings.Cut(rest, "://")
-	if hasQuery {
-		q = query(q, hasScheme && allSecret(scheme))
+	scheme, body, hasScheme := strings.Cut(raw, "://")
+	prefix := scheme + "://"
+	if !hasScheme {
+		scheme, body, prefix = "", raw, ""
 	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		userinfo := rest[:at]
-		prefix := ""
-		if hasScheme {
-			prefix, userinfo = scheme+"://", afterScheme[:strings.LastIndex(afterScheme, "@")]
+	all := hasScheme && allSecret(scheme)
+	userinfo, after, hasUser := splitUserinfo(body)
+	if !hasUser {
+		if !hasScheme {
+			return "(unparsable URL)"
 		}
-		user, _, hasPassword := strings.Cut(userinfo, ":")
-		if hasScheme && allSecret(scheme) {
-			user = Mask
-			if hasPassword {
-				user += ":" + Mask
-			}
-		} else if hasPassword {
+		after = body
+	}
+	if rest, q, hasQuery := strings.Cut(after, "?"); hasQuery {
+		after = rest + "?" + query(q, all)
+	}
+	if !hasUser {
+		return prefix + after
+	}
+	user, _, hasPassword := strings.Cut(userinfo, ":")
+	switch {
+	case all:
+		user = Mask
+		if hasPassword {
 			user += ":" + Mask
-		} else if (!hasScheme && !isDSNAddress(rest[at+1:])) || scheme == "nats" || scheme == "tls" {
-			user = Mask // without a scheme, a lone part before '@' may be a password
 		}
-		rest = prefix + user + "@" + rest[at+1:]
-	} else if !hasScheme {
-		return "(unparsable URL)"
+	case hasPassword:
+		user += ":" + Mask
+	case (!hasScheme && !isDSNAddress(after)) || scheme == "nats" || scheme == "tls":
+		user = Mask // without a scheme, a lone part before '@' may be a password
 	}
-	if hasQuery {
-		return rest + "?" + q
+	return prefix + user + "@" + after
+}
+
+// splitUserinfo splits what follows a URL's "://" (or a whole DSN) at the
+// '@' that ends its userinfo: the one before a DSN address (tcp(…),
+// unix(…), (…)), else the last.
+func splitUserinfo(body string) (userinfo, after string, ok bool) {
+	at := -1
+	for _, addr := range []string{"@tcp(", "@tcp6(", "@unix(", "@("} {
+		at = max(at, strings.LastIndex(body, addr))
 	}
-	return rest
+	if at < 0 {
+		at = strings.LastIndex(body, "@")
+	}
+	if at < 0 {
+		return "", body, false
+	}
+	return body[:at], body[at+1:], true
 }
 
 // isDSNAddress reports whether s, what follows a DSN's '@', is a
@@ -230,17 +287,22 @@ func secrets(raw string) []string {
 	}
 	var out []string
 	u, err := url.Parse(raw)
-	if err != nil {
-		// Unparsable: the password is between the first ':' after the
-		// scheme (or the start) and the last '@'.
-		rest, _, _ := strings.Cut(raw, "?")
-		if _, after, ok := strings.Cut(rest, "://"); ok {
-			rest = after
+	if err != nil || misreadUserinfo(raw, u) {
+		// Unparsable: the password is between the first ':' of the
+		// userinfo and the '@' that ends it (splitUserinfo).
+		body := raw
+		if _, after, ok := strings.Cut(raw, "://"); ok {
+			body = after
 		}
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+		scheme, _, _ := strings.Cut(raw, "://")
+		userinfo, after, ok := splitUserinfo(body)
+		if ok {
+			if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
 				out = append(out, pw)
 			}
+		}
+		if _, q, ok := strings.Cut(after, "?"); ok {
+			out = append(out, queryValues(q, allSecret(scheme))...)
 		}
 		return out
 	}

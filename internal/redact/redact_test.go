@@ -3,6 +3,7 @@ package redact
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -95,4 +96,29 @@ func TestErr(t *testing.T) {
 	if !errors.Is(err, cause) {
 		t.Error("errors.Is no longer finds the cause")
 	}
+}
+
+// FuzzURL: whatever the password and the token, and however they break
+// the URL's syntax, URL and Scrub never echo them.
+func FuzzURL(f *testing.F) {
+	for _, s := range [][3]string{{"postgres", "hunter2x", "t0k3nval"}, {"http", "p@ss:w/rd", "a&b=c"}, {"mysql", "p%zz%", "x y z"}, {"nats", "", "tokentok"}} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, scheme, password, token string) {
+		if len(password) < 6 || len(token) < 6 || strings.ContainsAny(password+token, "\x00\n\r\t ") {
+			t.Skip()
+		}
+		raw := scheme + "://hguser:" + password + "@db.example:5432/shop?sslmode=verify-full&token=" + token
+		if strings.Contains(strings.Replace(raw, password, "", 1), password) || strings.Contains(strings.Replace(raw, token, "", 1), token) {
+			t.Skip() // the secret is also written elsewhere in the URL
+		}
+		for _, got := range []string{URL(raw), Scrub("connect "+raw+": refused", raw)} {
+			if strings.Contains(got, password) {
+				t.Errorf("%q shows the password %q", got, password)
+			}
+			if u, err := url.Parse(raw); err == nil && u.Query().Get("token") == token && strings.Contains(got, token) {
+				t.Errorf("%q shows the token %q", got, token)
+			}
+		}
+	})
 }

@@ -297,7 +297,12 @@ func Extend(cur *hourglass.Order, p hourglass.ExtendOrderParams, now time.Time) 
 		return false, false, time.Time{}, OrderNotFound(p.ID)
 	}
 	if cur.Status != hourglass.StatePendingPayment || (!p.Overdue && !cur.Payable(now)) {
-		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot extend order %d: it is %s", p.ID, describe(*cur, now))
+		// Not describe's words: a payment_id is a payment's business.
+		why := string(cur.View(now).Status)
+		if cur.Status == hourglass.StatePendingPayment {
+			why = "past its deadline " + cur.Deadline.Format(time.RFC3339Nano)
+		}
+		return false, false, time.Time{}, hourglass.Errorf(hourglass.CodeInvalidTransition, "cannot extend order %d: it is %s; only a pending order can be extended, before its deadline", p.ID, why)
 	}
 	field := "deadline"
 	if p.By != 0 {

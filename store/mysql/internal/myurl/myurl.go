@@ -78,7 +78,7 @@ func Parse(raw string) (*gomysql.Config, error) {
 // Redact returns raw with its password, and the value of any parameter
 // named like one, replaced by "xxxxx", for messages. What does not parse as
 // a URL with a host is cut at its last '@', or hidden whole, never echoing
-// what may be a password (see store/internal/redact).
+// what may be a password (see internal/redact).
 func Redact(raw string) string { return redact.URL(raw) }
 
 // WithDatabase returns raw with its path replaced by db.
