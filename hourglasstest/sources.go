@@ -46,6 +46,7 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"EventNamesTheRowsDeadline", sourceEventDeadline},
 		{"LockedRowLeftOut", sourceLockedRow},
 		{"LockedStockRowLeftOut", sourceLockedStock},
+		{"PayBoundaryIsTheStatementsClock", sourcePayBoundary},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
