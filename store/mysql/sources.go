@@ -159,7 +159,8 @@ func (q sqlQuerier) InsertID(ctx context.Context, query string, args ...any) (in
 	return res.LastInsertId()
 }
 
-func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
+// InTx: a batch waits as long as one row (sourceLockWait is MySQL's least).
+func (d sourceDialect) InTx(ctx context.Context, _ bool, fn func(tx sourcesql.Querier) error) error {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

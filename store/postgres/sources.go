@@ -95,9 +95,20 @@ func (q pgQuerier) ExecAll(ctx context.Context, stmts []sourcesql.Stmt) ([]int64
 // the waits for the other rows the statements change (stock).
 const sourceLockTimeout = "100ms"
 
-func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
+// sourceBatchLockTimeout is sourceLockTimeout for a close of several rows:
+// while a statement waits, the batch holds every stock row its earlier
+// rows locked, and the shop's creates and pays queue behind them; it gives
+// way sooner, and the row it waited for is closed alone after, with
+// sourceLockTimeout.
+const sourceBatchLockTimeout = "20ms"
+
+func (d sourceDialect) InTx(ctx context.Context, batch bool, fn func(tx sourcesql.Querier) error) error {
+	wait := sourceLockTimeout
+	if batch {
+		wait = sourceBatchLockTimeout
+	}
 	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+sourceLockTimeout+"'"); err != nil {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+wait+"'"); err != nil {
 			return err
 		}
 		return fn(pgQuerier{tx})

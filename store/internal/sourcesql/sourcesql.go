@@ -77,7 +77,12 @@ type Dialect interface {
 	// DB runs statements on the pool.
 	DB() Querier
 	// InTx runs fn in a transaction, committing when it returns nil.
-	InTx(ctx context.Context, fn func(tx Querier) error) error
+	// batch: the transaction closes several rows, and its statements give
+	// up waiting for a lock sooner than a close of one row's (while one
+	// waits, the batch holds the rows it locked before, which the shop's
+	// transactions may be queued for; the row it waited for is closed
+	// alone after).
+	InTx(ctx context.Context, batch bool, fn func(tx Querier) error) error
 	// Columns returns the data types (lower case) of the columns of
 	// schema.table by name ("" schema: the connection's own).
 	Columns(ctx context.Context, schema, table string) (map[string]string, error)
@@ -446,7 +451,7 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 	pipe := true
 	for {
 		var failed hourglass.SourceResult
-		err = t.d.InTx(ctx, func(tx Querier) error {
+		err = t.d.InTx(ctx, len(rows) > 1, func(tx Querier) error {
 			res, deliveries = res[:0], 0
 			var todo []int // indexes in res of the rows to close
 			for _, r := range rows {
