@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -251,6 +252,13 @@ func (sourceDialect) Blocked(err error) bool {
 	return c == "55P03" || c == "40P01"
 }
 
-// SkipLocked takes the lock an UPDATE that leaves the key alone takes (a
-// shop's FOR KEY SHARE, from a foreign key, does not block it).
-func (sourceDialect) SkipLocked() string { return " FOR NO KEY UPDATE SKIP LOCKED" }
+// LockKeys takes the lock an UPDATE that leaves the key alone takes (a
+// shop's FOR KEY SHARE, from a foreign key, does not block it); PostgreSQL
+// locks only the rows a locking read returns.
+func (d sourceDialect) LockKeys(table, key string, n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = d.Param(i + 1)
+	}
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR NO KEY UPDATE SKIP LOCKED", key, table, key, strings.Join(ps, ", "))
+}

@@ -108,10 +108,11 @@ type Dialect interface {
 	// transaction, the shop's, holds a row it needs. Its row is left out
 	// of the close and retried alone (hourglass.SourceBlocked).
 	Blocked(err error) bool
-	// SkipLocked ends a SELECT that locks the rows it reads as an UPDATE
-	// of them would, skipping (not waiting for) those another
-	// transaction holds.
-	SkipLocked() string
+	// LockKeys is a query that reads the column key of the rows of table
+	// whose key is one of params 1 to n, locking them as an UPDATE of them
+	// would and skipping (not waiting for) those another transaction holds;
+	// it locks no other row (InnoDB locks every row a locking read scans).
+	LockKeys(table, key string, n int) string
 }
 
 // Table is one source on a database; it implements hourglass.SourceTable.
@@ -587,8 +588,8 @@ func (t *Table) lockRows(ctx context.Context, tx Querier, res []hourglass.Source
 		}
 		return args, strings.Join(ps, ", ")
 	}
-	args, in := keysOf(todo)
-	locked, err := t.keys(ctx, tx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)%s", t.key, t.table, t.key, in, t.d.SkipLocked()), args)
+	args, _ := keysOf(todo)
+	locked, err := t.keys(ctx, tx, t.d.LockKeys(t.table, t.key, len(todo)), args)
 	if err != nil {
 		return nil, fmt.Errorf("lock the batch's rows: %w", err)
 	}
@@ -603,7 +604,7 @@ func (t *Table) lockRows(ctx context.Context, tx Querier, res []hourglass.Source
 			missing = append(missing, j)
 		}
 	}
-	args, in = keysOf(missing)
+	args, in := keysOf(missing)
 	exist, err := t.keys(ctx, tx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", t.key, t.table, t.key, in), args)
 	if err != nil {
 		return nil, fmt.Errorf("read the batch's locked rows: %w", err)
