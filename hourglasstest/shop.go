@@ -32,10 +32,12 @@ type Shop struct {
 // T is a table's qualified name.
 func (s Shop) T(name string) string { return s.Schema + "." + name }
 
-// Now is the database's now in UTC, as the shop's SQL writes it.
+// Now is the database's now in UTC, as the shop's SQL writes it: the
+// statement's clock (docs/stores.md), not PostgreSQL's now(), which is
+// its transaction's start.
 func (s Shop) Now() string {
 	if s.Postgres {
-		return "(now() AT TIME ZONE 'UTC')"
+		return "(clock_timestamp() AT TIME ZONE 'UTC')"
 	}
 	return "UTC_TIMESTAMP(3)"
 }
@@ -71,19 +73,44 @@ func (s Shop) Create(t testing.TB, index bool) {
 }
 
 // Source is the shop's orders table as a source: the guard closes an
-// unpaid order at its deadline, the second statement releases its stock.
+// unpaid order at its deadline, the second statement releases its stock,
+// locking the stock rows in SKU order (docs/sources.md's lock order).
 func (s Shop) Source(name string) hourglass.Source {
-	release := `UPDATE ` + s.T("stock") + ` s JOIN ` + s.T("order_items") + ` i ON i.sku = s.sku SET s.available = s.available + i.qty, s.reserved = s.reserved - i.qty WHERE i.order_id = :key`
-	if s.Postgres {
-		release = `UPDATE ` + s.T("stock") + ` s SET available = s.available + i.qty, reserved = s.reserved - i.qty FROM ` + s.T("order_items") + ` i WHERE i.sku = s.sku AND i.order_id = :key`
-	}
 	return hourglass.Source{
 		Name: name, Table: s.T("orders"), Key: "id", Deadline: "expire_at", Pending: "status = 'UNPAID'",
 		Close: []string{
 			`UPDATE ` + s.T("orders") + ` SET status = 'CLOSED' WHERE id = :key AND status = 'UNPAID' AND expire_at <= ` + s.Now(),
-			release,
+			s.StockUpdate(":key", true),
 		},
 	}
+}
+
+// PayStatement is the pay path's conditional update of docs/sources.md
+// (placeholders as ?): it pays the order only while unpaid and before its
+// deadline by the statement's clock.
+func (s Shop) PayStatement() string {
+	return `UPDATE ` + s.T("orders") + ` SET status = 'PAID' WHERE id = ? AND status = 'UNPAID' AND expire_at > ` + s.Now()
+}
+
+// StockUpdate is docs/sources.md's statement that moves an order's
+// reserved stock, the order's id bound by key (":key" or a placeholder),
+// locking the stock rows in SKU order: back to available (release, the
+// close), or out as sold (the pay).
+func (s Shop) StockUpdate(key string, release bool) string {
+	stock, items := s.T("stock"), s.T("order_items")
+	if s.Postgres {
+		available := "s.available"
+		if release {
+			available += " + i.qty"
+		}
+		return `UPDATE ` + stock + ` s SET available = ` + available + `, reserved = s.reserved - i.qty FROM (SELECT st.sku, it.qty FROM ` + stock + ` st JOIN ` + items +
+			` it ON it.sku = st.sku WHERE it.order_id = ` + key + ` ORDER BY st.sku FOR NO KEY UPDATE OF st) i WHERE s.sku = i.sku`
+	}
+	available := ""
+	if release {
+		available = "s.available = s.available + i.qty, "
+	}
+	return `UPDATE ` + items + ` i STRAIGHT_JOIN ` + stock + ` s ON s.sku = i.sku SET ` + available + `s.reserved = s.reserved - i.qty WHERE i.order_id = ` + key
 }
 
 // PutStock sets a SKU's stock.
@@ -197,16 +224,11 @@ func (s Shop) pay(ctx context.Context, id int64) (bool, error) {
 		return false, err
 	}
 	defer tx.Rollback()
-	n, err := exec(ctx, tx, s.Bind(`UPDATE `+s.T("orders")+` SET status = 'PAID' WHERE id = ? AND status = 'UNPAID' AND expire_at > `+s.Now()), id)
+	n, err := exec(ctx, tx, s.Bind(s.PayStatement()), id)
 	if err != nil || n == 0 {
 		return false, err
 	}
-	if s.Postgres {
-		_, err = tx.ExecContext(ctx, `UPDATE `+s.T("stock")+` s SET reserved = s.reserved - i.qty FROM `+s.T("order_items")+` i WHERE i.sku = s.sku AND i.order_id = $1`, id)
-	} else {
-		_, err = tx.ExecContext(ctx, `UPDATE `+s.T("stock")+` s JOIN `+s.T("order_items")+` i ON i.sku = s.sku SET s.reserved = s.reserved - i.qty WHERE i.order_id = ?`, id)
-	}
-	if err != nil {
+	if _, err = tx.ExecContext(ctx, s.StockUpdate(s.Bind("?"), false), id); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()

@@ -48,6 +48,7 @@ func ExerciseSources(t *testing.T, h SourceHarness) {
 		{"StartChecks", sourceStartChecks},
 		{"LockedRowLeftOut", sourceLockedRow},
 		{"LockedStockRowLeftOut", sourceLockedStock},
+		{"PayBoundaryIsTheStatementsClock", sourcePayBoundary},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -21,14 +21,14 @@ import (
 // release needs) past the deadline. The other rows close on time (within
 // 300 ms of their deadline); the held one closes soon after the shop lets
 // go (within 1 s), once; the lock waits are counted. The stock case runs
-// on PostgreSQL only: MySQL's shortest lock wait is 1 s
+// on PostgreSQL only: MySQL's sources wait 3 s for a lock
 // (innodb_lock_wait_timeout), which a batch waits twice (docs/sources.md).
 func TestLockedRowDelaysOnlyItself(t *testing.T) {
 	for name, open := range shops() {
 		for _, what := range []string{"row", "stock"} {
 			t.Run(name+"/"+what, func(t *testing.T) {
 				if what == "stock" && name != "postgres" {
-					t.Skip("MySQL waits at least 1 s for a stock row (innodb_lock_wait_timeout)")
+					t.Skip("MySQL waits 3 s for a stock row (innodb_lock_wait_timeout)")
 				}
 				db, shop := open(t)
 				shop.Create(t, true)

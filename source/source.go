@@ -239,12 +239,16 @@ type runner struct {
 	extended extensions
 	stats    stats
 	bad      badRows
-	// blocked holds the rows whose last close met the shop's lock.
-	blocked blockedRows
+	// blocked holds the rows whose last close met the shop's lock;
+	// closeAlone closes them, aloneSem bounding how many at once.
+	blocked  blockedRows
+	aloneSem chan struct{}
+	aloneWG  sync.WaitGroup
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
-	s := &runner{cfg: cfg, src: src, table: t, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger.With("source", src.Name), started: make(chan struct{})}
+	s := &runner{cfg: cfg, src: src, table: t, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger.With("source", src.Name), started: make(chan struct{}),
+		aloneSem: make(chan struct{}, aloneConcurrency)}
 	s.sched = timerloop.NewWheel(timerloop.Config{Name: "source " + src.Name, Clock: cfg.Clock, Logger: s.log,
 		Dispatch: dispatch.Config{Workers: 2, Batch: 500, RetryMax: retryMax, Logger: s.log, Clock: cfg.Clock}})
 	s.parts = cluster.Track(cfg.Ownership, func() {
@@ -318,6 +322,7 @@ func (s *runner) run(ctx context.Context) {
 		go func() { defer wg.Done(); f(ctx) }()
 	}
 	wg.Wait()
+	s.aloneWG.Wait()
 }
 
 // deliver closes the rows the wheel fired: those of partitions this node
@@ -367,31 +372,36 @@ func (s *runner) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	return nil
 }
 
-// closeAlone closes each of rows in a transaction of its own,
-// aloneConcurrency at a time. One whose transaction fails is tried again
-// with backoff (later).
+// closeAlone closes each of rows in a transaction of its own, in the
+// background (the dispatcher goes on with the next batch), at most
+// aloneConcurrency at a time for the source. One whose transaction fails
+// is tried again with backoff (later).
 func (s *runner) closeAlone(ctx context.Context, rows []hourglass.DueItem) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, aloneConcurrency)
 	for _, r := range rows {
-		sem <- struct{}{}
-		wg.Add(1)
+		s.aloneWG.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer s.aloneWG.Done()
+			select {
+			case s.aloneSem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-s.aloneSem }()
 			res, err := s.table.Close(ctx, []hourglass.DueItem{r})
 			if err != nil {
-				s.log.Warn("source: closing a row alone failed; retrying", "key", r.ID, "err", err)
-				_ = s.schedule(ctx, []hourglass.DueItem{{ID: r.ID, At: later(r.At, s.clock.Now())}})
+				if ctx.Err() == nil {
+					s.log.Warn("source: closing a row alone failed; retrying", "key", r.ID, "err", err)
+					_ = s.schedule(ctx, []hourglass.DueItem{{ID: r.ID, At: later(r.At, s.clock.Now())}})
+				}
 				return
 			}
 			s.handle(ctx, res)
 		}()
 	}
-	wg.Wait()
 }
 
-// aloneConcurrency bounds the rows closed alone at once (each holds a
-// connection while it may wait for a lock).
+// aloneConcurrency bounds the rows of a source closed alone at once
+// (each holds a connection while it may wait for a lock).
 const aloneConcurrency = 4
 
 // check asks the payment provider about each row, checkConcurrency at a

@@ -38,12 +38,14 @@ type sourcePool struct {
 }
 
 // sourceLockWait is the source sessions' innodb_lock_wait_timeout, in
-// seconds: the least MySQL accepts. InnoDB finds a deadlock at once
-// (error 1213), so a wait this long is the shop holding a row a close's
-// statement needs (a stock row) in a long transaction: the row is left
-// out of its batch and retried alone. The source's own rows are locked
-// with SKIP LOCKED first and never waited for.
-const sourceLockWait = 1
+// seconds (the store's is 10). InnoDB finds a deadlock at once (error
+// 1213), so a wait this long is a row a close's statement needs (a stock
+// row) held that long: by the shop's transaction, or by the source's other
+// close batch on a hot SKU, which commits within it (1 s was too short
+// for a burst's batches of 500 rows on one SKU on a loaded machine). The
+// row is left out of its batch and retried alone. The source's own rows
+// are locked with SKIP LOCKED first and never waited for.
+const sourceLockWait = 3
 
 func (p *sourcePool) get(conf *gomysql.Config) (*sql.DB, error) {
 	p.once.Do(func() {
@@ -159,7 +161,8 @@ func (q sqlQuerier) InsertID(ctx context.Context, query string, args ...any) (in
 	return res.LastInsertId()
 }
 
-func (d sourceDialect) InTx(ctx context.Context, fn func(tx sourcesql.Querier) error) error {
+// InTx: a batch waits as long as one row (sourceLockWait is MySQL's least).
+func (d sourceDialect) InTx(ctx context.Context, _ bool, fn func(tx sourcesql.Querier) error) error {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -311,5 +314,15 @@ func (sourceDialect) Blocked(err error) bool {
 	return errors.As(err, &e) && (e.Number == 1205 || e.Number == 1213)
 }
 
-// SkipLocked: MySQL 8.0 and MariaDB 10.6 take it.
-func (sourceDialect) SkipLocked() string { return " FOR UPDATE SKIP LOCKED" }
+// LockKeys reads each key by itself, one point look-up a part of a UNION
+// ALL: InnoDB locks every row a locking read scans, and a read of 500 keys
+// by IN on a small table scans it (the other close batch's rows then
+// skipped as locked). SKIP LOCKED: MySQL 8.0 and MariaDB 10.6 take it.
+func (sourceDialect) LockKeys(table, key string, n int) string {
+	part := fmt.Sprintf("(SELECT %s FROM %s WHERE %s = ? FOR UPDATE SKIP LOCKED)", key, table, key)
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = part
+	}
+	return strings.Join(parts, " UNION ALL ")
+}

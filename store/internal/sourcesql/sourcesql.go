@@ -77,7 +77,12 @@ type Dialect interface {
 	// DB runs statements on the pool.
 	DB() Querier
 	// InTx runs fn in a transaction, committing when it returns nil.
-	InTx(ctx context.Context, fn func(tx Querier) error) error
+	// batch: the transaction closes several rows, and its statements give
+	// up waiting for a lock sooner than a close of one row's (while one
+	// waits, the batch holds the rows it locked before, which the shop's
+	// transactions may be queued for; the row it waited for is closed
+	// alone after).
+	InTx(ctx context.Context, batch bool, fn func(tx Querier) error) error
 	// Columns returns the data types (lower case) of the columns of
 	// schema.table by name ("" schema: the connection's own).
 	Columns(ctx context.Context, schema, table string) (map[string]string, error)
@@ -115,10 +120,11 @@ type Dialect interface {
 	// transaction, the shop's, holds a row it needs. Its row is left out
 	// of the close and retried alone (hourglass.SourceBlocked).
 	Blocked(err error) bool
-	// SkipLocked ends a SELECT that locks the rows it reads as an UPDATE
-	// of them would, skipping (not waiting for) those another
-	// transaction holds.
-	SkipLocked() string
+	// LockKeys is a query that reads the column key of the rows of table
+	// whose key is one of params 1 to n, locking them as an UPDATE of them
+	// would and skipping (not waiting for) those another transaction holds;
+	// it locks no other row (InnoDB locks every row a locking read scans).
+	LockKeys(table, key string, n int) string
 }
 
 // Table is one source on a database; it implements hourglass.SourceTable.
@@ -554,7 +560,7 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 	pipe := true
 	for {
 		var failed hourglass.SourceResult
-		err = t.d.InTx(ctx, func(tx Querier) error {
+		err = t.d.InTx(ctx, len(rows) > 1, func(tx Querier) error {
 			res, deliveries = res[:0], 0
 			var todo []int // indexes in res of the rows to close
 			for _, r := range rows {
@@ -690,8 +696,8 @@ func (t *Table) lockRows(ctx context.Context, tx Querier, res []hourglass.Source
 		}
 		return args, strings.Join(ps, ", ")
 	}
-	args, in := keysOf(todo)
-	locked, err := t.keys(ctx, tx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)%s", t.key, t.table, t.key, in, t.d.SkipLocked()), args)
+	args, _ := keysOf(todo)
+	locked, err := t.keys(ctx, tx, t.d.LockKeys(t.table, t.key, len(todo)), args)
 	if err != nil {
 		return nil, fmt.Errorf("lock the batch's rows: %w", err)
 	}
@@ -706,7 +712,7 @@ func (t *Table) lockRows(ctx context.Context, tx Querier, res []hourglass.Source
 			missing = append(missing, j)
 		}
 	}
-	args, in = keysOf(missing)
+	args, in := keysOf(missing)
 	exist, err := t.keys(ctx, tx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", t.key, t.table, t.key, in), args)
 	if err != nil {
 		return nil, fmt.Errorf("read the batch's locked rows: %w", err)
