@@ -167,7 +167,10 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 	}
 	select {
 	case ts := <-calls:
-		want := map[int64]time.Time{a3.timer.ID: a3.timer.FireAt, b2.timer.ID: b2.timer.FireAt, c.timer.ID: c.timer.FireAt}
+		// c was armed and then cancelled by cancelC in the batch: the watch
+		// reads the announced ids' deadlines from the database (a notice is
+		// only a hint), where c is no longer scheduled.
+		want := map[int64]time.Time{a3.timer.ID: a3.timer.FireAt, b2.timer.ID: b2.timer.FireAt}
 		got := map[int64]time.Time{}
 		for _, tm := range ts {
 			got[tm.ID] = tm.At
