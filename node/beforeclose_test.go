@@ -104,15 +104,8 @@ func startCheckedNodeLog(t *testing.T, bc BeforeClose, rc *checkReceiver, log *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	RunInTest(t, n)
+	ctx := context.Background()
 	if _, err := n.Store.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -387,15 +380,8 @@ func TestBeforeCloseTimeoutFakeClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	RunInTest(t, n)
+	ctx := context.Background()
 	if _, err := n.Store.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 10}); err != nil {
 		t.Fatal(err)
 	}

@@ -70,15 +70,7 @@ func TestForgedNotices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- n.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	RunInTest(t, n)
 	testenv.Eventually(t, 30*time.Second, "the node ready", func() bool { return n.Engine.Ready() })
 	channels := n.Store.(interface{ Channels() []string }).Channels()
 	if _, err := n.Store.PutProduct(ctx, hourglass.Product{SKU: "A", Available: 1 << 30}); err != nil {

@@ -56,14 +56,7 @@ func TestReadmeTour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-		n.Close()
-	})
+	node.RunInTest(t, n)
 	base := "http://" + n.Addr().String()
 	deadlines := map[float64]time.Time{} // by order id, as last answered
 	for _, s := range steps {

@@ -98,14 +98,8 @@ func TestSecretsNeverReachTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-		n.Close()
-	})
+	node.RunInTest(t, n)
+	ctx := context.Background()
 	c := api.NewClient("http://"+n.Addr().String(), "", nil)
 	hook := map[string]any{"url": "http://" + down + "/hook?token=hooktoken1&sig=hooksig1", "events": []string{"*"}, "secret": strings.Repeat("s", 32)}
 	if status, err := c.Do(ctx, http.MethodPost, "/v1/webhooks", nil, hook, nil); err != nil || status != http.StatusCreated {

@@ -47,14 +47,7 @@ func TestSourceMetricsStartAtZero(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, stop := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- n.Run(ctx) }()
-			t.Cleanup(func() {
-				stop()
-				<-done
-				n.Close()
-			})
+			node.RunInTest(t, n)
 			resp, err := http.Get("http://" + n.Addr().String() + "/metrics")
 			if err != nil {
 				t.Fatal(err)
