@@ -348,8 +348,9 @@ func excerpt(raw []byte) string {
 
 // Failed records a failed check of key and returns how many failed in a
 // row and the wait before the next attempt: RetryMin doubling, at most
-// RetryMax. A new key beyond MaxTracked is not tracked: (1, RetryMax).
-// Safe for concurrent use.
+// RetryMax, or the next step of key's extend run where that is longer. A
+// new key beyond MaxTracked is not tracked: (1, RetryMax). Safe for
+// concurrent use.
 func (c *Checker) Failed(key string) (failures int, retryIn time.Duration) {
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -370,7 +371,16 @@ func (c *Checker) Failed(key string) (failures int, retryIn time.Duration) {
 	}
 	f.count++
 	f.last = now
-	return f.count, f.backoff.Next()
+	retryIn = f.backoff.Next()
+	// A provider whose extends alternate with failed answers (an extend
+	// to a moment that has passed by the time it is read) is still asked
+	// at most once per step of its extend run: a failure advances that run
+	// too, instead of starting its own backoff at RetryMin each time.
+	if r := c.extending[key]; r != nil && now.Sub(r.next) <= StaleAfter {
+		retryIn = max(retryIn, r.backoff.Next())
+		r.next = now.Add(retryIn)
+	}
+	return f.count, retryIn
 }
 
 // Succeeded forgets key's failures and extends: its check got a close or

@@ -310,3 +310,34 @@ func TestExtendedSteps(t *testing.T) {
 		t.Errorf("Extended after Succeeded = %s, want a new run", w)
 	}
 }
+
+// TestExtendsAndFailuresShareSteps: a provider whose extends to a moment
+// alternate with failed answers (the moment passed before the answer was
+// read: TestBeforeCloseExtendNotAhead under -race asked 12 times in 3 s)
+// is asked at most once per step: each answer, valid or not, doubles the
+// wait, instead of a failure restarting its own backoff at RetryMin.
+func TestExtendsAndFailuresShareSteps(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(hourglasstest.Epoch)
+	c, err := beforeclose.New(beforeclose.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []time.Duration
+	for i := range 6 {
+		if i%2 == 0 {
+			got = append(got, c.Extended("k"))
+		} else {
+			_, in := c.Failed("k")
+			got = append(got, in)
+		}
+		clock.Advance(got[len(got)-1])
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 3200}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits of alternating extends and failures %v, want %v", got, want)
+	}
+}
