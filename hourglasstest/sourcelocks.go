@@ -25,6 +25,9 @@ func sourceLockedStock(t *testing.T, h SourceHarness) {
 }
 
 func sourceLocked(t *testing.T, h SourceHarness, stock bool) {
+	if h.LocksElsewhere {
+		t.Skip("the shop's locks are another node's: a close does not wait for them, and the loser fails certification at commit")
+	}
 	db, _, shop := h.Open(t)
 	shop.Create(t, true)
 	shop.PutStock(t, "A", 10)

@@ -23,6 +23,11 @@ type SourceHarness struct {
 	// the shop's connection with a schema name of its own, not created
 	// yet. The harness closes them in t.Cleanup.
 	Open func(t *testing.T) (a, b SourceDB, shop Shop)
+	// LocksElsewhere says the shop's row locks are not the stores' to
+	// see: on Galera the shop's transaction runs on another node, whose
+	// locks are its own (the loser fails certification at commit), so the
+	// locked-row cases do not apply.
+	LocksElsewhere bool
 }
 
 // ExerciseSources runs the conformance suite of hourglass.SourceStore on

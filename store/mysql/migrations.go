@@ -217,7 +217,7 @@ func migrateDB(ctx context.Context, db *sql.DB, cfg Config) (int, error) {
 	if err != nil {
 		return n, migrationError(err, mc)
 	}
-	if err := ensureOwnColumns(ctx, db, cmp.Or(cfg.Logger, slog.Default())); err != nil {
+	if err := ensureOwnColumns(ctx, t, cmp.Or(cfg.Logger, slog.Default())); err != nil {
 		return n, fmt.Errorf("mysql: %w", err)
 	}
 	return n, nil

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,19 +30,33 @@ const (
 	ownColumnsSQL     = "CREATE TRIGGER " + ownColumnsTrigger + " BEFORE INSERT ON timer_requests FOR EACH ROW SET NEW.seq = NULL, NEW.requested_at = UTC_TIMESTAMP(3)"
 )
 
-// ensureOwnColumns creates ownColumnsTrigger on the connection's database
-// if it is missing. It returns an error only when it could not tell: a
-// missing privilege is logged (WARN) and the store opens without it.
-func ensureOwnColumns(ctx context.Context, db *sql.DB, log *slog.Logger) error {
-	var n int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TRIGGERS
+// ensureOwnColumns creates ownColumnsTrigger on t's database if it is
+// missing, under the migration lock, as a migration's DDL runs (on Galera
+// a CREATE TRIGGER run beside other processes' migration locks, outside
+// the lock, stalled the cluster in total order isolation). It returns an
+// error only when it could not tell: a missing privilege is logged (WARN)
+// and the store opens without the trigger.
+func ensureOwnColumns(ctx context.Context, t *target, log *slog.Logger) error {
+	exists := func() (bool, error) {
+		var n int
+		if err := t.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TRIGGERS
 WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?`, ownColumnsTrigger).Scan(&n); err != nil {
-		return fmt.Errorf("look for the trigger %s: %w", ownColumnsTrigger, err)
+			return false, fmt.Errorf("look for the trigger %s: %w", ownColumnsTrigger, err)
+		}
+		return n > 0, nil
 	}
-	if n > 0 {
-		return nil
+	if ok, err := exists(); ok || err != nil {
+		return err
 	}
-	_, err := db.ExecContext(ctx, ownColumnsSQL)
+	unlock, err := t.Lock(ctx)
+	if err != nil {
+		return fmt.Errorf("take the migration lock to create the trigger %s: %w", ownColumnsTrigger, err)
+	}
+	defer unlock()
+	if ok, err := exists(); ok || err != nil {
+		return err // another process created it meanwhile
+	}
+	_, err = t.conn.ExecContext(ctx, ownColumnsSQL)
 	var me *gomysql.MySQLError
 	switch {
 	case err == nil:

@@ -41,5 +41,6 @@ func TestGaleraSourcesConformance(t *testing.T) {
 			}
 			return open(t, urls[0], nil, false), open(t, urls[1], nil, false), hourglasstest.Shop{DB: shopDB(t, shops[2], "wsrep_sync_wait", "1"), Schema: cfg.DBName}
 		},
+		LocksElsewhere: true,
 	})
 }
