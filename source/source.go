@@ -650,7 +650,9 @@ func (s *runner) sweep(ctx context.Context) {
 			}
 			lost := rows[:0:0]
 			for _, r := range rows {
-				if s.extended.until(r.ID, now).IsZero() {
+				// A row the shop holds locked is retried alone
+				// (closeAlone) for as long as it stays blocked: not lost.
+				if s.extended.until(r.ID, now).IsZero() && !s.blocked.has(r.ID) {
 					lost = append(lost, r)
 				}
 			}
