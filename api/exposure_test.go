@@ -22,7 +22,7 @@ import (
 // body budget for the 30 s read timeout, and every POST and PUT, pay
 // included, got 503 meanwhile. Now a body holds what it has sent, and one
 // slower than api.MinBodyRate after api.BodyGrace is cut with 408: pays
-// from another client answer 200 within a second throughout.
+// from another client answer 200 within 2 s throughout.
 func TestSlowBodiesDoNotHoldTheBudget(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
@@ -74,15 +74,18 @@ func TestSlowBodiesDoNotHoldTheBudget(t *testing.T) {
 	}
 	defer func() { close(stop); trickling.Wait() }()
 
-	// Pays from another client, for 3 s: each answers 200 within 1 s.
+	// Pays from another client, for 3 s: each answers 200 within 2 s.
 	paying := time.Now()
 	for i := 0; i < 30; i++ { // one every 100 ms
 		testenv.Until(t.Context(), paying.Add(time.Duration(i)*100*time.Millisecond))
 		start := time.Now()
 		status, _, raw := s.call(t, http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", o.ID), nil, []byte(`{"payment_id":"pay-1"}`))
 		took := time.Since(start)
-		if status != http.StatusOK || took > time.Second {
-			t.Fatalf("pay while %d bodies trickle: %d in %s, want 200 within 1s; body %s", slow, status, took, raw)
+		// 2 s, not 1: in go test -race ./... at -p 4 on 2 cores one pay
+		// took 1.3 s (CI, 2026-12-06); a held budget keeps pays waiting
+		// until the trickles are cut, 10 s and more.
+		if status != http.StatusOK || took > 2*time.Second {
+			t.Fatalf("pay while %d bodies trickle: %d in %s, want 200 within 2s; body %s", slow, status, took, raw)
 		}
 	}
 	// Every trickling request was cut with a 408 request_timeout, soon

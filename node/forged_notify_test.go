@@ -25,7 +25,7 @@ import (
 )
 
 // forgedNoticesEnv sets how many forged notices TestForgedNotices sends on
-// each channel: 100,000 by default (CI); the README's long run is
+// each channel: 20,000 by default (CI); the README's long run is
 // HOURGLASS_FORGED_NOTICES=1000000.
 const forgedNoticesEnv = "HOURGLASS_FORGED_NOTICES"
 
@@ -40,7 +40,7 @@ const forgedNoticesEnv = "HOURGLASS_FORGED_NOTICES"
 // took a node from 36 to 204 MB, 11,000 transactions and 14,662 WARN
 // lines.)
 func TestForgedNotices(t *testing.T) {
-	perChannel := 100_000
+	perChannel := 20_000
 	if v := os.Getenv(forgedNoticesEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
