@@ -88,9 +88,11 @@ func TestNodeSources(t *testing.T) {
 	if m := string(get("/metrics")); !strings.Contains(m, `hourglass_source_closes_total{source="shop_orders"} 1`) {
 		t.Errorf("metrics lack the source's close")
 	}
-	// Counted from zero: there before the first lock wait.
-	if m := string(get("/metrics")); !strings.Contains(m, `hourglass_source_lock_waits_total{source="shop_orders"} 0`) {
-		t.Errorf("metrics lack the source's lock waits at zero")
+	// Counted from zero (TestSourceMetricsStartAtZero): the series is
+	// there whether or not a close met a lock meanwhile (under -race on a
+	// loaded CI machine one did).
+	if m := string(get("/metrics")); !strings.Contains(m, `hourglass_source_lock_waits_total{source="shop_orders"} `) {
+		t.Errorf("metrics lack the source's lock waits")
 	}
 	if !strings.Contains(rules, "source_row_blocked") {
 		t.Errorf("alert rules %q; want source_row_blocked", rules)
