@@ -57,7 +57,7 @@ func TestSourceMetricsStartAtZero(t *testing.T) {
 			for _, name := range []string{
 				"hourglass_source_closes_total", "hourglass_source_noops_total", "hourglass_source_guard_errors_total",
 				"hourglass_source_close_errors_total", "hourglass_source_sweeper_recovered_total", "hourglass_source_window_rows",
-				"hourglass_source_close_lateness_seconds_count",
+				"hourglass_source_close_lateness_seconds_count", "hourglass_source_lock_waits_total",
 			} {
 				if want := name + `{source="shop_orders"} 0`; !strings.Contains(string(b), want) {
 					t.Errorf("/metrics has no %s", want)
