@@ -763,9 +763,10 @@ func requestLargeValues(t *testing.T, h TimerRequestHarness) {
 			t.Fatalf("listed %v: %d bytes of %d; want the first %d of %d", *r.Key, len(*r.Payload), r.PayloadBytes, hourglass.RejectedTextMax, size)
 		}
 	}
-	// The stores' other work allocates too (heartbeats, listeners): a few
-	// MB at most, where reading the payloads would allocate 320 MB.
-	if alloc > 32<<20 {
+	// The process's other work allocates too (heartbeats, listeners, and
+	// the package's parallel tests: 33 MB once in CI under -race), where
+	// reading the payloads would allocate 320 MB.
+	if alloc > 100<<20 {
 		t.Fatalf("applying and listing %d payloads of %d MB allocated %d MB; want them never read", rows, size>>20, alloc>>20)
 	}
 	t.Logf("applying and listing %d payloads of %d MB allocated %.1f MB", rows, size>>20, float64(alloc)/(1<<20))

@@ -165,13 +165,11 @@ func TestForwardsThroughTiers(t *testing.T) {
 	for _, tm := range timers {
 		late := got[tm.ID].Sub(tm.At)
 		t.Logf("order %d (delay %s): %s late", tm.ID, tm.At.Sub(start).Round(time.Millisecond), late)
-		// The first timers fall due while the consumers still start: in
-		// go test -race ./... on 2 cores (CI, 2026-12-06) the 1.5 s one
-		// came 1.13 s late, those through the tiers within 6 ms.
-		limit := 500 * time.Millisecond
-		if tm.At.Sub(start) < 3*time.Second {
-			limit = 2 * time.Second
-		}
+		// In go test -race ./... on 2 cores (CI, 2026-12-06) the 1.5 s
+		// timer once came 1.13 s late and the 3.1 s one 868 ms, while the
+		// 11 s and 12.7 s ones, through the tiers, came within 6 ms: a
+		// tier that lost a timer makes it 10 s late.
+		limit := 2 * time.Second
 		if late > limit {
 			t.Errorf("order %d delivered %s late", tm.ID, late)
 		}
