@@ -107,7 +107,7 @@ func TestConformance(t *testing.T) {
 	url := brokerURL(t)
 	var cl cleaner
 	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
-		New:         func(t *testing.T, ns string) hourglass.Scheduler { return open(t, url, ns, &cl) },
+		New: func(t *testing.T, ns string) hourglass.Scheduler { return open(t, url, ns, &cl) },
 		// A broken mechanism is seconds late; lateness itself is measured by
 		// hourglass bench. 2 s, not 1: against the in-process kfake, in
 		// go test -race ./... at -p 4 on 2 cores, whole batches came
