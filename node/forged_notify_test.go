@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -122,7 +121,7 @@ func TestForgedNotices(t *testing.T) {
 
 	runtime.GC()
 	baseCPU := cpuTime()
-	baseRSS := rss(t)
+	baseRSS := testenv.RSS(t)
 	baseLines := strings.Count(logs.String(), "\n")
 	var peakRSS atomic.Int64
 	peakRSS.Store(baseRSS)
@@ -131,7 +130,7 @@ func TestForgedNotices(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for sampling.Err() == nil {
-			if r := rss(t); r > peakRSS.Load() {
+			if r := testenv.RSS(t); r > peakRSS.Load() {
 				peakRSS.Store(r)
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -222,28 +221,6 @@ func rejected(metrics, channel string) int {
 
 // literal quotes s as an SQL string literal.
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// rss returns the process's resident set size in bytes (Linux).
-func rss(t *testing.T) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Skipf("no /proc/self/status: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if kb, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			v, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
-}
 
 // cpuTime returns the process's user and system CPU time.
 func cpuTime() time.Duration {

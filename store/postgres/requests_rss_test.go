@@ -1,15 +1,14 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/requests"
 )
 
@@ -38,7 +37,7 @@ FROM generate_series(1, $1) g`, n); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d requests written in %s", n, time.Since(start).Round(time.Millisecond))
-	base := rss(t)
+	base := testenv.RSS(t)
 	peak := base
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
@@ -53,7 +52,7 @@ FROM generate_series(1, $1) g`, n); err != nil {
 	defer tick.Stop()
 	for left := int64(-1); left != 0; {
 		<-tick.C
-		peak = max(peak, rss(t))
+		peak = max(peak, testenv.RSS(t))
 		if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM (SELECT 1 FROM hourglass.timer_requests LIMIT 1) r`).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
@@ -76,26 +75,4 @@ FROM generate_series(1, $1) g`, n); err != nil {
 	if peak > 300<<20 {
 		t.Fatalf("RSS peaked at %d MB; want under 300 MB", peak>>20)
 	}
-}
-
-// rss returns the process's resident set size (VmRSS), in bytes.
-func rss(t *testing.T) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Skipf("no /proc/self/status: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("VmRSS %q: %v", v, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
 }
