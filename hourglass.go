@@ -1,9 +1,13 @@
 // Package hourglass holds the domain of an order-timeout service: products
 // with reserved stock, orders with a payment deadline, the order state
-// machine, per-category timeout policies, the error codes every component
-// speaks, and the interfaces (Store, Clock) the engine and the API are built
-// on. It imports only the standard library; adapters live in subpackages
-// (store/sqlite, api, engine, timingwheel) and all wiring is in cmd/hourglass.
+// machine, per-category timeout policies, clients' timers, the shop's own
+// tables (sources), the error codes every component speaks, and the
+// interfaces (Database, Scheduler, Clock, …) the rest is built on. It
+// imports only the standard library. Adapters live in subpackages: the
+// stores under store/, the delay mechanisms under delay/, the HTTP API in
+// api/; the in-memory timing core is timing/, the close path engine/, and
+// one composition root, node/, builds a running node from a node.Config
+// (cmd/hourglass only turns flags and environment into one).
 //
 // The invariant the whole system protects: an order that is not paid before
 // its deadline is closed exactly once and its reserved stock is released in
