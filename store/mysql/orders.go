@@ -6,13 +6,14 @@ import (
 	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
 const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
 
-// CreateOrder implements hourglass.Store. It is group-committed (batch.go):
+// CreateOrder implements hourglass.Store. It is group-committed (store/internal/batch):
 // the stock check and the reservation run on the batch's locked product
 // rows, so concurrent creates, in this process or others, never oversell.
 // The policy is read inside the batch's transaction. Idempotent when
@@ -24,15 +25,15 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 	if len(p.IdempotencyKey) > 255 || len(p.RequestHash) > 255 {
 		return hourglass.Order{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "idempotency key and request hash: at most 255 bytes each")
 	}
-	r := s.submit(ctx, &op{kind: opCreate, create: p, items: stored.EncodeItems(p.Items)})
-	if r.err != nil {
-		return hourglass.Order{}, false, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Create, Create: p, Items: stored.EncodeItems(p.Items)})
+	if r.Err != nil {
+		return hourglass.Order{}, false, r.Err
 	}
-	if r.replay != 0 {
-		o, err := s.Order(ctx, r.replay)
+	if r.Replay != 0 {
+		o, err := s.Order(ctx, r.Replay)
 		return o, false, err
 	}
-	return r.order, r.created, nil
+	return r.Order, r.Created, nil
 }
 
 // scanner is *sql.Row or *sql.Rows.
@@ -75,8 +76,8 @@ func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourg
 	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
 		return hourglass.Order{}, err
 	}
-	r := s.submit(ctx, &op{kind: opPay, id: id, paymentID: paymentID})
-	return r.order, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Pay, ID: id, PaymentID: paymentID})
+	return r.Order, r.Err
 }
 
 // PayDueOrder implements hourglass.Store: PayOrder without the deadline
@@ -86,8 +87,8 @@ func (s *Store) PayDueOrder(ctx context.Context, id int64, paymentID string) (ho
 	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
 		return hourglass.Order{}, err
 	}
-	r := s.submit(ctx, &op{kind: opPay, id: id, paymentID: paymentID, late: true})
-	return r.order, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Pay, ID: id, PaymentID: paymentID, Late: true})
+	return r.Order, r.Err
 }
 
 // ExtendOrder implements hourglass.Store, group-committed like PayOrder:
@@ -99,8 +100,8 @@ func (s *Store) ExtendOrder(ctx context.Context, p hourglass.ExtendOrderParams) 
 	if err := p.Validate(); err != nil {
 		return hourglass.Order{}, err
 	}
-	r := s.submit(ctx, &op{kind: opExtend, id: p.ID, extend: p})
-	return r.order, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Extend, ID: p.ID, Extend: p})
+	return r.Order, r.Err
 }
 
 // TransitionOrder implements hourglass.Store; group-committed like PayOrder.
@@ -108,8 +109,8 @@ func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Actio
 	if _, _, err := plan.Action(a); err != nil {
 		return hourglass.Order{}, err
 	}
-	r := s.submit(ctx, &op{kind: opTransition, id: id, action: a})
-	return r.order, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Transition, ID: id, Action: a})
+	return r.Order, r.Err
 }
 
 // CloseOrders implements hourglass.Store. Closes jump the queue of API
@@ -119,6 +120,6 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	r := s.submit(ctx, &op{kind: opClose, ids: ids})
-	return r.closed, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Close, IDs: ids})
+	return r.Closed, r.Err
 }

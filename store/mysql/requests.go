@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
@@ -70,7 +71,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequest
 
 // writeRequests is sqlq.TimerRequestWrites: the requests that run, in seq
 // order, as one group commit batch of ArmTimer's and CancelTimer's ops
-// runs them (batch.go, timerbatch.go: the same locks, decisions and
+// runs them (store/internal/batch: the same locks, decisions and
 // statements), inside the requests' transaction. The batch decides its ops
 // one after the other on the locked rows in memory, so a key's second
 // request sees its first (an arm then a cancel ends cancelled) and every
@@ -78,7 +79,7 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequest
 // here.
 func (s *Store) writeRequests(ctx context.Context, x sqlq.Querier, _ time.Time, p plan.TimerRequests) (func(), error) {
 	var (
-		ops []*op
+		ops []*batch.Op
 		ran []*plan.TimerRequest // the request of each op
 	)
 	for _, r := range p {
@@ -86,34 +87,25 @@ func (s *Store) writeRequests(ctx context.Context, x sqlq.Querier, _ time.Time, 
 		case !r.Runs():
 			continue
 		case r.Arm != nil:
-			ops = append(ops, &op{kind: opArm, arm: *r.Arm})
+			ops = append(ops, &batch.Op{Kind: batch.Arm, Arm: *r.Arm})
 		default:
-			ops = append(ops, &op{kind: opCancel, key: r.CancelKey})
+			ops = append(ops, &batch.Op{Kind: batch.Cancel, Key: r.CancelKey})
 		}
 		ran = append(ran, r)
 	}
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	b := &batch{s: s, ops: ops, results: make([]opResult, len(ops)), timers: &batchTimers{}, tx: x.(sqlQuerier).q.(*sql.Tx)}
-	b.collect()
-	if err := b.lock(ctx); err != nil {
-		return nil, err
-	}
-	if err := b.decide(); err != nil {
-		return nil, err
-	}
-	_, deferred, err := b.write(ctx)
+	out, err := batch.Run(ctx, s.batchConfig(), &txn{s: s, tx: x.(sqlQuerier).q.(*sql.Tx)}, ops)
 	if err != nil {
 		return nil, err
 	}
-	b.answer()
 	for i, r := range ran {
-		if err := r.Settle(b.results[i].timer, b.results[i].err); err != nil {
+		if err := r.Settle(ops[i].Res.Timer, ops[i].Res.Err); err != nil {
 			return nil, err
 		}
 	}
-	if deferred {
+	if out.Deferred {
 		return s.fanOut.Wake, nil
 	}
 	return nil, nil

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 )
 
 // Named timers (hourglass.TimerStore) in the timers table (migration 0005).
@@ -19,7 +20,7 @@ import (
 // (events.body), since there is no order row to render it from.
 //
 // Timer writes (ArmTimer, CancelTimer, FireTimers) are group-committed
-// with the order writes (batch.go, timerbatch.go): one transaction, one
+// with the order writes (store/internal/batch): one transaction, one
 // commit, for a batch of them, run again after a deadlock, a lock wait
 // timeout, a racing duplicate key or, on Galera, a lost certification.
 // Each batch locks the timer rows it decides on (by key, then by id, each
@@ -59,7 +60,7 @@ func scanTimer(sc scanner, extra ...any) (hourglass.Timer, error) {
 }
 
 // ArmTimer implements hourglass.TimerStore. It is group-committed with the
-// order writes (timerbatch.go): the key's row is locked in the batch's
+// order writes (store/internal/batch): the key's row is locked in the batch's
 // transaction, then inserted or re-armed. Two arms of a new key racing from
 // several store values, processes or Galera nodes both find no row; the
 // second insert fails with a duplicate key (or a lost certification) and
@@ -76,26 +77,26 @@ func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourg
 	if len(p.RequestHash) > 255 {
 		return hourglass.Timer{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "request hash: at most 255 bytes, got %d", len(p.RequestHash))
 	}
-	r := s.submit(ctx, &op{kind: opArm, arm: p})
-	if r.err != nil {
-		return hourglass.Timer{}, false, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Arm, Arm: p})
+	if r.Err != nil {
+		return hourglass.Timer{}, false, r.Err
 	}
-	return r.timer, r.created, nil
+	return r.Timer, r.Created, nil
 }
 
 // CancelTimer implements hourglass.TimerStore. It is group-committed
-// (timerbatch.go): the row is locked, then a scheduled timer is moved to
+// (store/internal/batch): the row is locked, then a scheduled timer is moved to
 // cancelled. Errors: not_found, timer_fired, unavailable.
 func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.Timer, error) {
-	r := s.submit(ctx, &op{kind: opCancel, key: key})
-	if r.err != nil {
-		return hourglass.Timer{}, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Cancel, Key: key})
+	if r.Err != nil {
+		return hourglass.Timer{}, r.Err
 	}
-	return r.timer, nil
+	return r.Timer, nil
 }
 
 // FireTimers implements hourglass.TimerStore. It is group-committed and,
-// like CloseOrders, jumps the queue of API writes (timerbatch.go): the
+// like CloseOrders, jumps the queue of API writes (store/internal/batch): the
 // listed scheduled timers are locked by id, now is read, and for those due
 // the batch writes status fired, one timer.fired event each with its body,
 // and the deliveries: to the timer's webhook if it still exists (its row
@@ -109,8 +110,8 @@ func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredT
 		return nil, nil
 	}
 	slices.Sort(ids)
-	r := s.submit(ctx, &op{kind: opFire, ids: slices.Compact(ids)})
-	return r.fired, r.err
+	r := s.submit(ctx, &batch.Op{Kind: batch.Fire, IDs: slices.Compact(ids)})
+	return r.Fired, r.Err
 }
 
 // nullBytes is NULL for nil, else b.
