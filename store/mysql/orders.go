@@ -2,8 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/batch"
@@ -11,7 +9,7 @@ import (
 	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
-const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
+const orderColumns = stored.OrderColumns
 
 // CreateOrder implements hourglass.Store. It is group-committed (store/internal/batch):
 // the stock check and the reservation run on the batch's locked product
@@ -40,32 +38,11 @@ func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanOrder(sc scanner) (hourglass.Order, error) {
-	var (
-		o                 hourglass.Order
-		status, items     string
-		created, deadline int64
-		paidAt, closedAt  sql.NullInt64
-		reason, paymentID sql.NullString
-	)
-	if err := sc.Scan(&o.ID, &o.UserID, &status, &items, &created, &deadline, &paidAt, &closedAt, &reason, &paymentID); err != nil {
-		return o, err
+	var r stored.OrderRow
+	if err := sc.Scan(r.Dest()...); err != nil {
+		return hourglass.Order{}, err
 	}
-	o.Status = hourglass.State(status)
-	o.CreatedAt = hourglass.FromUnixMilli(created)
-	o.Deadline = hourglass.FromUnixMilli(deadline)
-	if paidAt.Valid {
-		o.PaidAt = hourglass.FromUnixMilli(paidAt.Int64)
-	}
-	if closedAt.Valid {
-		o.ClosedAt = hourglass.FromUnixMilli(closedAt.Int64)
-	}
-	o.CloseReason, o.PaymentID = reason.String, paymentID.String
-	its, err := stored.DecodeItems(items)
-	if err != nil {
-		return o, fmt.Errorf("order %d: %w", o.ID, err)
-	}
-	o.Items = its
-	return o, nil
+	return r.Order()
 }
 
 // PayOrder implements hourglass.Store. Group-committed: the deadline check

@@ -3,8 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/batch"
@@ -13,7 +11,7 @@ import (
 	"zombiezen.com/go/sqlite"
 )
 
-const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
+const orderColumns = stored.OrderColumns
 
 // CreateOrder implements hourglass.Store. It is group-committed on the one
 // writer (store/internal/batch): the stock check and the reservation run on
@@ -57,32 +55,27 @@ func getOrder(conn *sqlite.Conn, id int64) (hourglass.Order, error) {
 }
 
 func scanOrder(st *sqlite.Stmt) (hourglass.Order, error) {
-	o := hourglass.Order{
-		ID:          st.ColumnInt64(0),
-		UserID:      st.ColumnText(1),
-		Status:      hourglass.State(st.ColumnText(2)),
-		CreatedAt:   hourglass.FromUnixMilli(st.ColumnInt64(4)),
-		Deadline:    hourglass.FromUnixMilli(st.ColumnInt64(5)),
-		CloseReason: st.ColumnText(8),
-		PaymentID:   st.ColumnText(9),
-	}
+	r := stored.OrderRow{ID: st.ColumnInt64(0), User: st.ColumnText(1), Status: st.ColumnText(2), Items: st.ColumnText(3),
+		Created: st.ColumnInt64(4), Deadline: st.ColumnInt64(5), Reason: nullText(st, 8), PaymentID: nullText(st, 9)}
 	if !st.ColumnIsNull(6) {
-		o.PaidAt = hourglass.FromUnixMilli(st.ColumnInt64(6))
+		r.Paid = new(st.ColumnInt64(6))
 	}
 	if !st.ColumnIsNull(7) {
-		o.ClosedAt = hourglass.FromUnixMilli(st.ColumnInt64(7))
+		r.Closed = new(st.ColumnInt64(7))
 	}
-	raw := st.ColumnText(3)
-	if items, ok := parseEncodedItems(raw); ok {
-		o.Items = items
-		return o, nil
-	}
-	items, err := stored.DecodeItems(raw)
+	o, err := r.Order()
 	if err != nil {
-		return o, fmt.Errorf("sqlite: order %d: %w", o.ID, err)
+		return o, fmt.Errorf("sqlite: %w", err)
 	}
-	o.Items = items
 	return o, nil
+}
+
+// nullText is column i's text, nil when it is NULL.
+func nullText(st *sqlite.Stmt, i int) *string {
+	if st.ColumnIsNull(i) {
+		return nil
+	}
+	return new(st.ColumnText(i))
 }
 
 // PayOrder implements hourglass.Store: the planner decides on the order's
@@ -136,36 +129,4 @@ func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.Close
 	}
 	r := s.submit(ctx, &batch.Op{Kind: batch.Close, IDs: ids})
 	return r.Closed, r.Err
-}
-
-// parseEncodedItems parses exactly what stored.EncodeItems writes; ok is false for
-// anything else (then stored.DecodeItems, which accepts any JSON, must be used).
-func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
-	const skuKey, qtyKey = `{"sku":"`, `","quantity":`
-	rest, ok := strings.CutPrefix(raw, "[")
-	for ok && rest != "]" {
-		var sku string
-		if rest, ok = strings.CutPrefix(rest, skuKey); !ok {
-			return nil, false
-		}
-		if sku, rest, ok = strings.Cut(rest, qtyKey); !ok || strings.ContainsAny(sku, `"\`) {
-			return nil, false
-		}
-		end := strings.IndexAny(rest, ",}")
-		if end <= 0 || rest[end] != '}' {
-			return nil, false
-		}
-		qty, err := strconv.ParseInt(rest[:end], 10, 64)
-		if err != nil {
-			return nil, false
-		}
-		items = append(items, hourglass.Item{SKU: sku, Quantity: qty})
-		rest = rest[end+1:]
-		if next, more := strings.CutPrefix(rest, ","); more && next != "]" {
-			rest = next
-		} else if more || rest != "]" {
-			return nil, false
-		}
-	}
-	return items, ok
 }
