@@ -208,6 +208,9 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
+	// Writes are the group-committed writes (store/internal/batch): orders,
+	// timers, delivery attempts.
+	batch.Writes
 	// Cluster is the cluster tables' SQL written once: membership,
 	// leases and PruneNodes.
 	sqlq.Cluster
@@ -258,6 +261,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv, origin: newOrigin()}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
+	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order, MaxKeyBytes: 255}
 	s.Cluster = s.Store.Cluster()
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {

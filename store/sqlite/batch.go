@@ -347,23 +347,33 @@ func (t *txn) InsertEvents(_ context.Context, events []*batch.Event, now time.Ti
 	return nil
 }
 
-// DeferFanOut writes one fanout_pending row per run of consecutive seqs:
-// the one writer gives a batch's events consecutive seqs, so the run's
-// events are all order.closed (the only events deferred).
-func (t *txn) DeferFanOut(_ context.Context, seqs []int64) error {
+// runs splits seqs (ascending) into runs of consecutive seqs, [first, last]
+// each: the one writer gives a batch's events consecutive seqs, so a run is
+// usually all of them.
+func runs(seqs []int64) [][2]int64 {
+	var out [][2]int64
 	for i := 0; i < len(seqs); {
 		j := i + 1
 		for j < len(seqs) && seqs[j] == seqs[j-1]+1 {
 			j++
 		}
+		out = append(out, [2]int64{seqs[i], seqs[j-1]})
+		i = j
+	}
+	return out
+}
+
+// DeferFanOut writes one fanout_pending row per run of consecutive seqs:
+// its events are all order.closed (the only events deferred).
+func (t *txn) DeferFanOut(_ context.Context, seqs []int64) error {
+	for _, r := range runs(seqs) {
 		stmt := t.conn.Prep(`INSERT OR FAIL INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
-		stmt.BindInt64(1, seqs[i])
-		stmt.BindInt64(2, seqs[j-1])
+		stmt.BindInt64(1, r[0])
+		stmt.BindInt64(2, r[1])
 		stmt.BindText(3, string(hourglass.EventOrderClosed))
-		if err := exec(stmt, fmt.Sprintf("defer the fan-out of %d events", j-i)); err != nil {
+		if err := exec(stmt, fmt.Sprintf("defer the fan-out of events %d..%d", r[0], r[1])); err != nil {
 			return err
 		}
-		i = j
 	}
 	return nil
 }
@@ -383,23 +393,24 @@ VALUES (?1, ?2, ?3, 'pending', 0, ?4)`)
 	return nil
 }
 
-// FanOut runs two seeks per event: the webhooks subscribed to its type,
-// then those subscribed to "*" (a webhook subscribes to "*" alone or to
-// distinct types, so each matches once; DISTINCT, ORDER BY or IN would cost
-// a temporary table per statement).
+// FanOut runs two statements per run of consecutive seqs: the webhooks
+// subscribed to each event's type, then those subscribed to "*" (a webhook
+// subscribes to "*" alone or to distinct types, so each matches once;
+// DISTINCT, ORDER BY or IN would cost a temporary table per statement).
 func (t *txn) FanOut(_ context.Context, seqs []int64, now time.Time) (int, error) {
 	fanned := 0
-	for _, seq := range seqs {
+	for _, r := range runs(seqs) {
 		for _, query := range [...]string{
 			`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
-SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?2 FROM events e, webhook_subscriptions w WHERE e.seq = ?1 AND w.type = e.type`,
+SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = e.type`,
 			`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
-SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?2 FROM events e, webhook_subscriptions w WHERE e.seq = ?1 AND w.type = '*'`,
+SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = '*'`,
 		} {
 			stmt := t.conn.Prep(query)
-			stmt.BindInt64(1, seq)
-			stmt.BindInt64(2, hourglass.UnixMilli(now))
-			if err := exec(stmt, fmt.Sprintf("fan out event %d", seq)); err != nil {
+			stmt.BindInt64(1, r[0])
+			stmt.BindInt64(2, r[1])
+			stmt.BindInt64(3, hourglass.UnixMilli(now))
+			if err := exec(stmt, fmt.Sprintf("fan out events %d..%d", r[0], r[1])); err != nil {
 				return 0, err
 			}
 			fanned += t.conn.Changes()

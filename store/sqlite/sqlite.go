@@ -93,6 +93,9 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
+	// Writes are the group-committed writes (store/internal/batch): orders,
+	// timers, delivery attempts.
+	batch.Writes
 
 	cfg    Config
 	clock  hourglass.Clock
@@ -177,6 +180,7 @@ func Open(cfg Config) (*Store, error) {
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
+	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}

@@ -1,12 +1,9 @@
 package sqlite
 
 import (
-	"context"
 	"encoding/json"
-	"slices"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/batch"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -31,50 +28,6 @@ func scanTimer(st *sqlite.Stmt) hourglass.Timer {
 		t.Payload = json.RawMessage(st.ColumnText(5))
 	}
 	return t
-}
-
-// ArmTimer implements hourglass.TimerStore, group-committed on the one
-// writer (store/internal/batch): re-armed unless it is scheduled with the
-// same request hash (a repeat writes nothing: idempotent), inserted if it is
-// new; an arming that changed the timer writes its id and fire time to the
-// outbox when Config.Outbox is on. Errors: invalid_argument (p.Validate, an
-// unknown WebhookID), unavailable.
-func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.Timer, bool, error) {
-	if err := p.Validate(); err != nil {
-		return hourglass.Timer{}, false, err
-	}
-	r := s.submit(ctx, &batch.Op{Kind: batch.Arm, Arm: p})
-	if r.Err != nil {
-		return hourglass.Timer{}, false, r.Err
-	}
-	return r.Timer, r.Created, nil
-}
-
-// CancelTimer implements hourglass.TimerStore: a scheduled timer becomes
-// cancelled; a cancelled timer is returned as it is (idempotent). Errors:
-// not_found, timer_fired.
-func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.Timer, error) {
-	r := s.submit(ctx, &batch.Op{Kind: batch.Cancel, Key: key})
-	if r.Err != nil {
-		return hourglass.Timer{}, r.Err
-	}
-	return r.Timer, nil
-}
-
-// FireTimers implements hourglass.TimerStore. Like CloseOrders it jumps the
-// queue of API writes (a burst of arms cannot make a fire late): the listed
-// timers still scheduled and due are fired, each with its timer.fired event
-// (with its body) and its deliveries: to its own webhook if it names one,
-// else to the webhooks subscribed. Ids of orders, unknown ids and timers not
-// scheduled and due are skipped.
-func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return !hourglass.IsTimerID(id) })
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	slices.Sort(ids)
-	r := s.submit(ctx, &batch.Op{Kind: batch.Fire, IDs: slices.Compact(ids)})
-	return r.Fired, r.Err
 }
 
 // columnBytes returns a copy of a column's bytes, nil when it is NULL.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/batch"
 	"zombiezen.com/go/sqlite"
 )
 
@@ -56,13 +55,4 @@ WHERE webhook_id = ?1 AND order_id = ?2 AND state = 'pending' ORDER BY event_seq
 		return out, false, fmt.Errorf("sqlite: next delivery of webhook %d, order %d: %w", webhookID, orderID, err)
 	}
 	return out, found, nil
-}
-
-// RecordAttempt implements hourglass.DeliveryStore: a compare-and-set on
-// (state pending, attempts), group-committed in the writer's low lane
-// (store/internal/batch), so a delivery backlog's bookkeeping shares
-// transactions and takes only the room closes and API writes leave.
-func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
-	res := s.submit(ctx, &batch.Op{Kind: batch.Attempt, Attempt: r})
-	return res.Record, res.Err
 }
