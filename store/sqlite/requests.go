@@ -111,33 +111,8 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequest
 func (s *Store) applyRequestsIn(ctx context.Context, conn *sqlite.Conn, now time.Time, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	b, err := s.Store.ApplyTimerRequestsIn(ctx, connQuerier{conn}, p, func(sqlq.Querier) (time.Time, error) { return now, nil },
 		func(ctx context.Context, _ sqlq.Querier, _ time.Time, p plan.TimerRequests) (func(), error) {
-			var (
-				ops []*batch.Op
-				ran []*plan.TimerRequest // the request of each op
-			)
-			for _, r := range p {
-				switch {
-				case !r.Runs():
-					continue
-				case r.Arm != nil:
-					ops = append(ops, &batch.Op{Kind: batch.Arm, Arm: *r.Arm})
-				default:
-					ops = append(ops, &batch.Op{Kind: batch.Cancel, Key: r.CancelKey})
-				}
-				ran = append(ran, r)
-			}
-			if len(ops) == 0 {
-				return nil, nil
-			}
-			if _, err := s.runBatch(ctx, conn, ops); err != nil {
-				return nil, err
-			}
-			for i, r := range ran {
-				if err := r.Settle(ops[i].Res.Timer, ops[i].Res.Err); err != nil {
-					return nil, err // the database's: the transaction rolls back
-				}
-			}
-			return nil, nil
+			_, err := batch.RunRequests(ctx, s.batchConfig(), &txn{s: s, conn: conn}, p)
+			return nil, err
 		})
 	if err != nil {
 		return hourglass.TimerRequestsApplied{}, wrap("apply timer requests", err)

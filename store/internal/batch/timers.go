@@ -221,3 +221,40 @@ func (bt *timers) announced() []hourglass.DueItem {
 	}
 	return out
 }
+
+// RunRequests runs the timer requests of p that run, in seq order, as one
+// batch of ArmTimer's and CancelTimer's ops on tx (inside the requests'
+// transaction), and settles each request with its op's answer. The batch
+// decides its ops one after the other on the rows it read, so a key's
+// second request sees its first (an arm then a cancel ends cancelled) and
+// every timer row is written once.
+func RunRequests(ctx context.Context, cfg Config, tx Tx, p plan.TimerRequests) (Outcome, error) {
+	var (
+		ops []*Op
+		ran []*plan.TimerRequest // the request of each op
+	)
+	for _, r := range p {
+		switch {
+		case !r.Runs():
+			continue
+		case r.Arm != nil:
+			ops = append(ops, &Op{Kind: Arm, Arm: *r.Arm})
+		default:
+			ops = append(ops, &Op{Kind: Cancel, Key: r.CancelKey})
+		}
+		ran = append(ran, r)
+	}
+	if len(ops) == 0 {
+		return Outcome{}, nil
+	}
+	out, err := Run(ctx, cfg, tx, ops)
+	if err != nil {
+		return out, err
+	}
+	for i, r := range ran {
+		if err := r.Settle(ops[i].Res.Timer, ops[i].Res.Err); err != nil {
+			return out, err // the database's: the transaction rolls back
+		}
+	}
+	return out, nil
+}
