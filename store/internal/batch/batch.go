@@ -140,8 +140,8 @@ func (o *Op) Due(u *hourglass.DueUpdate) {
 	}
 }
 
-// Closes returns how many orders ops close.
-func Closes(ops []*Op) int {
+// closes returns how many orders ops close.
+func closes(ops []*Op) int {
 	n := 0
 	for _, o := range ops {
 		if o.Kind == Close {
@@ -679,7 +679,7 @@ func (b *batch) fanOut(ctx context.Context) (out Outcome, err error) {
 		return out, err
 	}
 	events := b.events
-	if b.snap.Subscribed && b.cfg.DeferFanOut != nil && b.cfg.DeferFanOut(Closes(b.ops)) {
+	if b.snap.Subscribed && b.cfg.DeferFanOut != nil && b.cfg.DeferFanOut(closes(b.ops)) {
 		var (
 			rest     []*Event
 			deferred []int64
