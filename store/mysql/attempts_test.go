@@ -14,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
@@ -54,18 +55,18 @@ func createW(t *testing.T, s *Store) hourglass.Order {
 
 // runTogether queues ops so that one writer batch takes them all, and
 // returns their results.
-func runTogether(t *testing.T, s *Store, urgent bool, ops ...*op) []opResult {
+func runTogether(t *testing.T, s *Store, urgent bool, ops ...*batch.Op) []batch.Result {
 	t.Helper()
 	lane := writer.Normal
 	if urgent {
 		lane = writer.Urgent
 	}
 	s.w.SubmitAll(context.Background(), lane, ops)
-	out := make([]opResult, len(ops))
+	out := make([]batch.Result, len(ops))
 	for i, o := range ops {
-		out[i] = o.res
-		if out[i].err != nil {
-			t.Fatalf("op %d: %v", i, out[i].err)
+		out[i] = o.Res
+		if out[i].Err != nil {
+			t.Fatalf("op %d: %v", i, out[i].Err)
 		}
 	}
 	return out
@@ -103,9 +104,9 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 	if len(d1) != 1 || len(d2) != 2 {
 		t.Fatalf("deliveries %v, %v; want 1 and 2", d1, d2)
 	}
-	attempt := func(r hourglass.AttemptResult) *op {
+	attempt := func(r hourglass.AttemptResult) *batch.Op {
 		r.WebhookID = w.ID
-		return &op{kind: opAttempt, attempt: r}
+		return &batch.Op{Kind: batch.Attempt, Attempt: r}
 	}
 	later := clock.Now().Add(time.Hour)
 	res := runTogether(t, s, false,
@@ -119,11 +120,11 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 		attempt(hourglass.AttemptResult{ID: d2[1], OrderID: o2.ID, Attempts: 1, Error: "HTTP 500", RetryAt: later}),
 	)
 	for i, want := range []bool{true, false, false, true, false} {
-		if got := res[i].record.Recorded; got != want {
+		if got := res[i].Record.Recorded; got != want {
 			t.Errorf("attempt %d: recorded %v, want %v", i, got, want)
 		}
 	}
-	if next := res[3].record.Next; next.ID != d2[1] {
+	if next := res[3].Record.Next; next.ID != d2[1] {
 		t.Errorf("next of o2's stream = %+v, want delivery %d", next, d2[1])
 	}
 	if got := deliveryIDs(t, s, o1.ID); len(got) != 0 {
@@ -139,8 +140,8 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 		attempt(hourglass.AttemptResult{ID: d2[1], OrderID: o2.ID, Error: "HTTP 502", RetryAt: later}),
 		attempt(hourglass.AttemptResult{ID: d2[1], OrderID: o2.ID, Attempts: 1, Error: "HTTP 410"}),
 	)
-	if !res[0].record.Recorded || !res[1].record.Recorded || res[1].record.Next.ID != 0 {
-		t.Fatalf("retry then dead letter: %+v, %+v; want both recorded, no next", res[0].record, res[1].record)
+	if !res[0].Record.Recorded || !res[1].Record.Recorded || res[1].Record.Next.ID != 0 {
+		t.Fatalf("retry then dead letter: %+v, %+v; want both recorded, no next", res[0].Record, res[1].Record)
 	}
 	dls, err := s.DeadLetters(ctx, 0, 10)
 	if err != nil || len(dls) != 1 || dls[0].ID != d2[1] || dls[0].Attempts != 2 || dls[0].LastError != "HTTP 410" || !dls[0].FailedAt.Equal(clock.Now()) {
@@ -171,10 +172,10 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	clock.Advance(time.Minute)
 	// Two close batches queued together: with MaxBatch 1 the first runs
 	// with the second queued behind it.
-	res := runTogether(t, s, true, &op{kind: opClose, ids: ids[0]}, &op{kind: opClose, ids: ids[1]})
+	res := runTogether(t, s, true, &batch.Op{Kind: batch.Close, IDs: ids[0]}, &batch.Op{Kind: batch.Close, IDs: ids[1]})
 	for i, r := range res {
-		if len(r.closed) != 3 {
-			t.Fatalf("close batch %d closed %d", i, len(r.closed))
+		if len(r.Closed) != 3 {
+			t.Fatalf("close batch %d closed %d", i, len(r.Closed))
 		}
 	}
 	// The first batch deferred its close deliveries; the second, the last

@@ -5,125 +5,33 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
+	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/plan"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
-// Group commit of order writes.
-//
-// CreateOrder, PayOrder, TransitionOrder and CloseOrders queue an op and
-// wait, as do ArmTimer, CancelTimer and FireTimers (their part of each step
-// is described in timerbatch.go). writersDefault writer goroutines each
-// take up to MaxBatch ops (closes and fires first: a burst of creates must
-// not make a deadline late) and run them in one transaction:
-//
-//  1. read the idempotency keys the batch's creates carry (a key that
-//     another process commits meanwhile makes its insert in step 6 fail
-//     with a duplicate key, and the batch runs again and finds it);
-//  2. lock the orders the batch pays, cancels, ships, completes or closes:
-//     SELECT … WHERE id IN (…) ORDER BY id FOR UPDATE;
-//  3. lock the products those pending orders and the creates touch, in SKU
-//     order: SELECT … WHERE sku IN (…) ORDER BY sku FOR UPDATE. Every batch
-//     of every process locks orders by id, then products by SKU, so batches
-//     cannot deadlock on these rows;
-//  4. read now (the server's clock, after the locks are held), the policy
-//     and whether any webhook subscription exists, in one statement;
-//  5. decide every op in queue order in Go on the locked rows: a hot SKU's
-//     stock is checked and moved in memory for each of the batch's orders,
-//     and a refused op (insufficient stock, not payable, …) writes nothing
-//     and fails alone;
-//  6. write: one multi-row INSERT of the new orders; the changed orders and
-//     products, each row written once per batch (a hot SKU's row once,
-//     however many orders moved it) with one UPDATE … WHERE key IN (…) per
-//     distinct change, or one multi-row upsert when the changes are many
-//     and varied; one INSERT of the events; when subscriptions exist, one
-//     INSERT … SELECT fanning them out to the webhooks subscribed now; the
-//     outbox timers and the idempotency keys; last, one order_feed row
-//     of the created orders (cluster.go);
-//  7. record the webhook delivery attempts the batch carries (attempts.go:
-//     they come in the low lane, into room the other writes leave);
-//  8. commit.
-//
-// In a burst (more closes queued behind a batch that closes orders), the
-// batch's order.closed events get one fanout_pending row instead of their
-// deliveries (fanout.go), so close transactions stay short.
-//
-// Step 5 is the planner's (store/internal/plan). Retries (retryPolicy),
-// the bisection of a batch a broken write failed and the handling of a lost
-// connection or an unknown outcome are the writer's (store/internal/writer).
+// Group commit of order, timer and delivery-attempt writes: the writer
+// (store/internal/writer) hands a batch of ops to dialect.Run, which runs
+// the one algorithm of store/internal/batch in one transaction over txn,
+// MySQL's statements. Locks are SELECT … ORDER BY key FOR UPDATE under
+// READ COMMITTED (a key with no row locks nothing); a changed row is
+// written once per batch, with one UPDATE … WHERE key IN (…) per distinct
+// change or one multi-row upsert when the changes are many and varied.
 
-type opKind int
-
-const (
-	opCreate opKind = iota
-	opPay
-	opTransition
-	opClose
-	opExtend // ExtendOrder, decided like a pay on the locked row
-	opArm    // a named timer's ArmTimer (timerbatch.go)
-	opCancel // CancelTimer
-	opFire   // FireTimers
-	// A webhook delivery attempt's outcome (attempts.go), in the low lane.
-	opAttempt
-)
-
-// op is one order write waiting for a writer; res is its answer once its
-// Submit returned.
-type op struct {
-	kind      opKind
-	create    hourglass.CreateOrderParams // opCreate
-	items     string                      // opCreate: encoded items
-	id        int64                       // opPay, opTransition, opExtend
-	paymentID string                      // opPay
-	late      bool                        // opPay: PayDueOrder (no deadline check)
-	extend    hourglass.ExtendOrderParams // opExtend
-	action    hourglass.Action            // opTransition
-	ids       []int64                     // opClose; opFire (timer ids, ascending, distinct)
-	arm       hourglass.ArmTimerParams    // opArm
-	key       string                      // opCancel
-	attempt   hourglass.AttemptResult     // opAttempt
-	res       opResult
-}
-
-func (o *op) Fail(err error) { o.res = opResult{err: err} }
-func (o *op) Err() error     { return o.res.err }
-
-// urgent reports whether o jumps the queue of API writes: a close or a
-// fire, whose lateness is what hourglass is measured by.
-func (o *op) urgent() bool { return o.kind == opClose || o.kind == opFire }
-
-type opResult struct {
-	order    hourglass.Order
-	created  bool
-	extended bool  // opExtend: the deadline moved (not a repeat)
-	replay   int64 // an idempotent replay: the answer is the stored order with this id
-	closed   []hourglass.ClosedOrder
-	timer    hourglass.Timer         // opArm, opCancel
-	fired    []hourglass.FiredTimer  // opFire
-	record   hourglass.AttemptRecord // opAttempt
-	err      error
-}
-
-// submit queues o and waits for its result: closes and fires urgent,
-// attempts low (only into room closes and API writes leave). Once queued,
-// an op runs even if its ctx ends while it waits, unless its batch has not
+// submit queues o in its lane and waits for its result. Once queued, an
+// op runs even if its ctx ends while it waits, unless its batch has not
 // begun when ctx ends: then it is skipped and ctx.Err() returned.
-func (s *Store) submit(ctx context.Context, o *op) opResult {
-	lane := writer.Normal
-	if o.kind == opAttempt {
-		lane = writer.Low
-	} else if o.urgent() {
-		lane = writer.Urgent
+func (s *Store) submit(ctx context.Context, o *batch.Op) batch.Result {
+	if err := s.w.Submit(ctx, o.Lane(), o); err != nil {
+		return batch.Result{Err: err}
 	}
-	if err := s.w.Submit(ctx, lane, o); err != nil {
-		return opResult{err: err}
-	}
-	return o.res
+	return o.Res
 }
 
 // retryPolicy is MySQL's: a batch or transaction that lost a race (a
@@ -140,148 +48,46 @@ func retryPolicy() writer.RetryPolicy {
 // dialect is the store as the group-commit writer sees it.
 type dialect struct{ *Store }
 
-// Run runs ops in one transaction (runBatch) and hands each its result.
-func (d dialect) Run(ctx context.Context, ops []*op) (int, error) {
-	results, fanned, err := d.runBatch(ctx, ops)
+// batchConfig is what the shared algorithm needs of the store.
+func (s *Store) batchConfig() batch.Config {
+	return batch.Config{Outbox: s.cfg.Outbox, DeferFanOut: func(closes int) bool { return fanout.Burst(s.w.Urgent(), closes) }}
+}
+
+// Run runs ops in one transaction. An error means nothing committed, unless
+// it is marked writer.OutcomeUnknown or a lost connection.
+func (d dialect) Run(ctx context.Context, ops []*batch.Op) (int, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("mysql: order write: %w", err)
 	}
-	for i, o := range ops {
-		o.res = results[i]
+	out, err := batch.Run(ctx, d.batchConfig(), &txn{s: d.Store, tx: tx}, ops)
+	if err != nil {
+		tx.Rollback()
+		return 0, fmt.Errorf("mysql: order write: %w", err)
 	}
-	return fanned, nil
+	if err := tx.Commit(); err != nil {
+		if retryReason(err, false) != "" {
+			return 0, fmt.Errorf("mysql: order write: %w", err) // rolled back (a deadlock or Galera's certification)
+		}
+		return 0, fmt.Errorf("mysql: order write: %w", writer.OutcomeUnknown(err))
+	}
+	if out.Deferred {
+		d.fanOut.Wake()
+	}
+	return out.Deliveries, nil
 }
 
 // Classify implements writer.Dialect.
 func (d dialect) Classify(err error) writer.Class { return d.classify(err) }
 
-// lockedOrder is an order row locked by the batch, changed in memory.
-type lockedOrder struct {
-	o     hourglass.Order
-	dirty bool
+// txn is batch.Tx on one MySQL transaction.
+type txn struct {
+	s         *Store
+	tx        *sql.Tx
+	increment int64 // @@auto_increment_increment, read by Snapshot
 }
 
-// newOrder is an order the batch inserts.
-type newOrder struct {
-	o     hourglass.Order
-	items string
-	key   string
-	hash  []byte
-}
-
-// batchEvent is an event the batch writes: of a new order (newIdx >= 0)
-// or of a locked one.
-type batchEvent struct {
-	typ     hourglass.EventType
-	newIdx  int
-	orderID int64
-	// Of a timer.fired event: its id and body, written with it, and the
-	// webhook it goes to alone (0: to the subscribed ones).
-	id        string
-	body      []byte
-	webhookID int64
-	seq       int64 // once inserted
-}
-
-// batch is one attempt of a batch's transaction: what it locked and read
-// (steps 1 to 4), what it decided (step 5) and writes (steps 6 and 7).
-type batch struct {
-	s       *Store
-	ops     []*op
-	results []opResult
-	tx      *sql.Tx
-
-	keys       []any   // the creates' idempotency keys
-	orderIDs   []int64 // the orders paid, transitioned or closed, ascending once locked
-	timerKeys  []string
-	timerIDs   []int64
-	webhookIDs []int64 // named by arms
-
-	stored    map[string]plan.StoredKey
-	orders    map[int64]*lockedOrder
-	skus      []string // locked, ascending
-	stock     plan.Stock
-	timers    *batchTimers
-	nowMs     int64
-	now       time.Time
-	rawPolicy sql.NullString
-	increment int64 // @@auto_increment_increment
-	webhooks  bool  // any subscription exists: fan out
-
-	extended []*lockedOrder // orders whose deadline the batch moved, in decision order
-	news     []newOrder
-	newOf    []int          // index into news of a create's order, else -1
-	sameAs   []int          // a create answered by an earlier create of the batch (its news index), else -1
-	timerOf  []*lockedTimer // the timer an arm's or cancel's result names
-	events   []batchEvent
-}
-
-// runBatch runs ops in one transaction (the steps above). It returns the
-// results and how many deliveries it created; an error means nothing
-// committed, unless it is marked writer.OutcomeUnknown or a lost
-// connection.
-func (s *Store) runBatch(ctx context.Context, ops []*op) (results []opResult, fanned int, err error) {
-	b := &batch{s: s, ops: ops, results: make([]opResult, len(ops)), timers: &batchTimers{}}
-	b.collect()
-	if b.tx, err = s.db.BeginTx(ctx, nil); err != nil {
-		return nil, 0, err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			b.tx.Rollback()
-		}
-	}()
-	if err := b.lock(ctx); err != nil {
-		return nil, 0, err
-	}
-	if err := b.decide(); err != nil {
-		return nil, 0, err
-	}
-	fanned, deferred, err := b.write(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	// 8. Commit.
-	if err := b.tx.Commit(); err != nil {
-		committed = true // nothing left to roll back
-		if retryReason(err, false) != "" {
-			return nil, 0, err // rolled back (a deadlock or Galera's certification)
-		}
-		return nil, 0, writer.OutcomeUnknown(err)
-	}
-	committed = true
-	if deferred {
-		s.fanOut.Wake()
-	}
-	b.answer()
-	return b.results, fanned, nil
-}
-
-// collect lists the rows the batch's ops name.
-func (b *batch) collect() {
-	for _, o := range b.ops {
-		switch o.kind {
-		case opCreate:
-			if o.create.IdempotencyKey != "" {
-				b.keys = append(b.keys, []byte(o.create.IdempotencyKey))
-			}
-		case opPay, opTransition, opExtend:
-			b.orderIDs = append(b.orderIDs, o.id)
-		case opClose:
-			b.orderIDs = append(b.orderIDs, o.ids...)
-		case opArm:
-			b.timerKeys = append(b.timerKeys, o.arm.Key)
-			if o.arm.WebhookID != 0 {
-				b.webhookIDs = append(b.webhookIDs, o.arm.WebhookID)
-			}
-		case opCancel:
-			b.timerKeys = append(b.timerKeys, o.key)
-		case opFire:
-			b.timerIDs = append(b.timerIDs, o.ids...)
-		}
-	}
-}
+var _ batch.Tx = (*txn)(nil)
 
 // anys returns xs as arguments.
 func anys[T any](xs []T) []any {
@@ -292,402 +98,155 @@ func anys[T any](xs []T) []any {
 	return out
 }
 
-// lock runs steps 1 to 4: the stored idempotency keys, the orders by id,
-// the products by SKU, the timers, then now and the policy.
-func (b *batch) lock(ctx context.Context) error {
-	b.stored = map[string]plan.StoredKey{}
-	if len(b.keys) > 0 {
-		if err := eachRow(ctx, b.tx, `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (…)`, b.keys, func(rows *sql.Rows) error {
-			var (
-				k   []byte
-				key plan.StoredKey
-			)
-			err := rows.Scan(&k, &key.Hash, &key.OrderID)
-			b.stored[string(k)] = key
-			return err
-		}); err != nil {
-			return fmt.Errorf("read idempotency keys: %w", err)
-		}
+func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.StoredKey, error) {
+	stored := map[string]plan.StoredKey{}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = []byte(k)
 	}
-	b.orders = map[int64]*lockedOrder{}
-	if len(b.orderIDs) > 0 {
-		slices.Sort(b.orderIDs)
-		b.orderIDs = slices.Compact(b.orderIDs)
-		if err := eachRow(ctx, b.tx, `SELECT `+orderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(b.orderIDs), func(rows *sql.Rows) error {
-			o, err := scanOrder(rows)
-			b.orders[o.ID] = &lockedOrder{o: o}
-			return err
-		}); err != nil {
-			return fmt.Errorf("lock orders: %w", err)
-		}
-	}
-	// The products the creates (not their replays) and the pending locked
-	// orders touch: every batch of every process locks orders by id, then
-	// products by SKU, so batches cannot deadlock on these rows.
-	for _, o := range b.ops {
-		if o.kind == opCreate {
-			if k, ok := b.stored[o.create.IdempotencyKey]; ok && o.create.IdempotencyKey != "" && k.OrderID != 0 {
-				continue // a replay reserves nothing
-			}
-			for _, it := range o.create.Items {
-				b.skus = append(b.skus, it.SKU)
-			}
-		}
-	}
-	for _, lo := range b.orders {
-		if lo.o.Status == hourglass.StatePendingPayment {
-			for _, it := range lo.o.Items {
-				b.skus = append(b.skus, it.SKU)
-			}
-		}
-	}
-	b.stock = plan.Stock{}
-	if len(b.skus) > 0 {
-		slices.Sort(b.skus) // byte order: the order of the ascii_bin primary key
-		b.skus = slices.Compact(b.skus)
-		if err := eachRow(ctx, b.tx, `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (…) ORDER BY sku FOR UPDATE`, anys(b.skus), func(rows *sql.Rows) error {
-			var (
-				sku string
-				p   plan.Product
-			)
-			err := rows.Scan(&sku, &p.Category, &p.Available, &p.Reserved, &p.Sold)
-			b.stock[sku] = &p
-			return err
-		}); err != nil {
-			return fmt.Errorf("lock products: %w", err)
-		}
-	}
-	// Then the timers: by key, then by id (timerbatch.go).
-	if len(b.timerKeys) > 0 || len(b.timerIDs) > 0 {
-		var err error
-		if b.timers, err = lockTimers(ctx, b.tx, b.timerKeys, b.timerIDs, b.webhookIDs); err != nil {
-			return err
-		}
-	}
-	// Now, read with the locks held, and the policy.
-	if err := b.tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment,
-	EXISTS (SELECT 1 FROM webhook_subscriptions)`,
-		b.s.nowArg()).Scan(&b.nowMs, &b.rawPolicy, &b.increment, &b.webhooks); err != nil {
-		return fmt.Errorf("read now and policy: %w", err)
-	}
-	b.now = hourglass.FromUnixMilli(b.nowMs)
-	return nil
-}
-
-// decide runs step 5: each op in queue order, on the locked rows, by the
-// planner (store/internal/plan).
-func (b *batch) decide() error {
-	b.newOf, b.sameAs, b.timerOf = make([]int, len(b.ops)), make([]int, len(b.ops)), make([]*lockedTimer, len(b.ops))
-	admit := &plan.Admission{Now: b.now, Stock: b.stock, Keys: b.stored, Policy: func() (hourglass.Policy, error) {
-		return b.s.policy.Decode(b.rawPolicy.String)
-	}}
-	for i, o := range b.ops {
-		b.newOf[i], b.sameAs[i] = -1, -1
-		r := &b.results[i]
-		var err error
-		switch o.kind {
-		case opCreate:
-			err = b.create(i, admit)
-		case opPay:
-			lo := b.orders[o.id]
-			var pay, repeat bool
-			if o.late {
-				pay, repeat, r.err = plan.PayDue(lockedRow(lo), o.id, o.paymentID)
-			} else {
-				pay, repeat, r.err = plan.Pay(lockedRow(lo), o.id, o.paymentID, b.now)
-			}
-			if pay {
-				cur := &lo.o
-				err = b.stock.Move(cur.Items, plan.Reserved, plan.Sold)
-				cur.Status, cur.PaidAt, cur.PaymentID = hourglass.StatePaid, b.now, o.paymentID
-				b.changed(lo, hourglass.EventOrderPaid)
-			}
-			if pay || repeat {
-				r.order = cloneOrder(lo.o)
-			}
-		case opExtend:
-			lo := b.orders[o.id]
-			extend, repeat, target, err := plan.Extend(lockedRow(lo), o.extend, b.now)
-			if r.err = err; extend {
-				lo.o.Deadline = target
-				b.extended = append(b.extended, lo)
-				// The body is the snapshot now: the deadline it set must
-				// survive a later extension (hourglass.Order.AsOf).
-				id := hourglass.NewEventID()
-				b.events = append(b.events, batchEvent{typ: hourglass.EventOrderExtended, newIdx: -1, orderID: lo.o.ID, id: id,
-					body: sqlq.RenderEvent(id, hourglass.EventOrderExtended, b.nowMs, lo.o)})
-				r.extended = true
-			}
-			if extend || repeat {
-				r.order = cloneOrder(lo.o)
-			}
-		case opTransition:
-			var from, to hourglass.State
-			if from, to, r.err = plan.Action(o.action); r.err != nil {
-				continue
-			}
-			lo := b.orders[o.id]
-			if r.err = plan.Transition(lockedRow(lo), o.id, o.action, from, b.now); r.err != nil {
-				continue
-			}
-			if to == hourglass.StateCancelled {
-				err = b.stock.Move(lo.o.Items, plan.Reserved, plan.Available)
-			}
-			lo.o.Status = to
-			b.changed(lo, hourglass.EventFor(to))
-			r.order = cloneOrder(lo.o)
-		case opClose:
-			for _, id := range o.ids {
-				lo := b.orders[id]
-				if !plan.Closes(lockedRow(lo), b.now) {
-					continue
-				}
-				cur := &lo.o
-				if err = b.stock.Move(cur.Items, plan.Reserved, plan.Available); err != nil {
-					break
-				}
-				cur.Status, cur.ClosedAt, cur.CloseReason = hourglass.StateClosed, b.now, hourglass.CloseReasonTimeout
-				b.changed(lo, hourglass.EventOrderClosed)
-				r.closed = append(r.closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: b.now})
-			}
-		case opArm:
-			b.timerOf[i], *r = b.timers.arm(o.arm, b.nowMs)
-		case opCancel:
-			b.timerOf[i], *r = b.timers.cancel(o.key, b.now)
-		case opFire:
-			var evs []batchEvent
-			r.fired, evs, err = b.timers.fire(o.ids, b.now)
-			b.events = append(b.events, evs...)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// lockedRow is a locked order's row, or nil when there is none.
-func lockedRow(lo *lockedOrder) *hourglass.Order {
-	if lo == nil {
-		return nil
-	}
-	return &lo.o
-}
-
-// changed marks a locked order written, with its event.
-func (b *batch) changed(lo *lockedOrder, typ hourglass.EventType) {
-	lo.dirty = true
-	b.events = append(b.events, batchEvent{typ: typ, newIdx: -1, orderID: lo.o.ID})
-}
-
-// create decides the create of op i.
-func (b *batch) create(i int, admit *plan.Admission) error {
-	o, r := b.ops[i], &b.results[i]
-	d, err := admit.Create(o.create)
-	switch {
-	case err != nil:
+	if err := eachRow(ctx, t.tx, `SELECT idem_key, request_hash, order_id FROM idempotency_keys WHERE idem_key IN (…)`, args, func(rows *sql.Rows) error {
+		var (
+			k   []byte
+			key plan.StoredKey
+		)
+		err := rows.Scan(&k, &key.Hash, &key.OrderID)
+		stored[string(k)] = key
 		return err
-	case d.Err != nil:
-		r.err = d.Err
-	case d.Replay != nil:
-		r.replay = d.Replay.OrderID
-	case d.SameAs >= 0:
-		b.sameAs[i] = d.SameAs
-	default:
-		b.newOf[i] = len(b.news)
-		b.events = append(b.events, batchEvent{typ: hourglass.EventOrderCreated, newIdx: len(b.news)})
-		b.news = append(b.news, newOrder{o: *d.Order, items: o.items, key: o.create.IdempotencyKey, hash: o.create.RequestHash})
+	}); err != nil {
+		return nil, fmt.Errorf("read idempotency keys: %w", err)
 	}
-	return nil
+	return stored, nil
 }
 
-// write runs steps 6 and 7: the new orders, the changed orders and
-// products, the timers, the events and their deliveries (or their deferral,
-// reported by deferred), the attempts, the outbox, the idempotency keys and
-// last the order feed.
-func (b *batch) write(ctx context.Context) (fanned int, deferred bool, err error) {
-	tx := b.tx
-	if err := b.insertOrders(ctx); err != nil {
-		return 0, false, err
+func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
+	var out []hourglass.Order
+	if err := eachRow(ctx, t.tx, `SELECT `+orderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(ids), func(rows *sql.Rows) error {
+		o, err := scanOrder(rows)
+		out = append(out, o)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("lock orders: %w", err)
 	}
-	var dirty []*lockedOrder
-	for _, id := range b.orderIDs {
-		if lo := b.orders[id]; lo != nil && lo.dirty {
-			dirty = append(dirty, lo)
-		}
-	}
-	if err := updateOrders(ctx, tx, dirty); err != nil {
-		return 0, false, err
-	}
-	// Extensions are rare: one UPDATE each (updateOrders groups by the
-	// fields transitions set, which a batch of closes shares).
-	for _, lo := range b.extended {
-		if _, err := tx.ExecContext(ctx, `UPDATE orders SET deadline = ? WHERE id = ?`, hourglass.UnixMilli(lo.o.Deadline), lo.o.ID); err != nil {
-			return 0, false, fmt.Errorf("extend order %d: %w", lo.o.ID, err)
-		}
-	}
-	if err := updateProducts(ctx, tx, b.stock); err != nil {
-		return 0, false, err
-	}
-	if err := b.timers.write(ctx, tx, b.nowMs, b.increment); err != nil {
-		return 0, false, err
-	}
-	if err := b.insertEvents(ctx); err != nil {
-		return 0, false, err
-	}
-	if len(b.events) > 0 {
-		if b.webhooks && b.s.deferFanOut(b.ops) {
-			if b.events, err = deferClosed(ctx, tx, b.events); err != nil {
-				return 0, false, err
-			}
-			deferred = true
-		}
-		// To the webhooks subscribed now (or the one a timer names), read
-		// with a shared lock so that a webhook deleted concurrently waits
-		// for this commit and then deletes its deliveries too.
-		if fanned, err = fanOut(ctx, tx, b.events, b.nowMs, b.webhooks); err != nil {
-			return 0, false, err
-		}
-	}
-	if err := recordAttempts(ctx, tx, b.ops, b.results, b.nowMs); err != nil {
-		return 0, false, err
-	}
-	// The deadlines the batch schedules: its created orders', then its
-	// armed timers'.
-	due := make([]hourglass.DueItem, 0, len(b.news))
-	for _, n := range b.news {
-		due = append(due, hourglass.DueItem{ID: n.o.ID, At: n.o.Deadline})
-	}
-	due = append(due, b.timers.announced()...)
-	for _, lo := range b.extended {
-		if lo.o.Status == hourglass.StatePendingPayment { // not paid or closed later in the batch
-			due = append(due, hourglass.DueItem{ID: lo.o.ID, At: lo.o.Deadline})
-		}
-	}
-	if b.s.cfg.Outbox && len(due) > 0 {
-		args := make([]any, 0, 2*len(due))
-		for _, t := range due {
-			args = append(args, t.ID, hourglass.UnixMilli(t.At))
-		}
-		// A re-armed timer may still have its row: it moves.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(due), `(?, ?)`)+`
-ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
-			return 0, false, fmt.Errorf("insert outbox timers: %w", err)
-		}
-	}
-	var keyArgs []any
-	for _, n := range b.news {
-		if n.key != "" {
-			keyArgs = append(keyArgs, []byte(n.key), nonNilBytes(n.hash), n.o.ID, b.nowMs)
-		}
-	}
-	if len(keyArgs) > 0 {
-		// A key committed by another process since step 1 fails here with a
-		// duplicate key (1062): the batch runs again and replays it.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (idem_key, request_hash, order_id, created_at) VALUES `+
-			rowsOf(len(keyArgs)/4, `(?, ?, ?, ?)`), keyArgs...); err != nil {
-			return 0, false, fmt.Errorf("insert idempotency keys: %w", err)
-		}
-	}
-	// Last, so that its seq, handed out now, becomes visible soon after:
-	// the feed of the other processes' WatchCreated (cluster.go).
-	if len(due) > 0 {
-		if err := b.s.writeFeed(ctx, tx, b.now, due); err != nil {
-			return 0, false, err
-		}
-	}
-	return fanned, deferred, nil
+	return out, nil
 }
 
-// insertOrders inserts the new orders with one multi-row INSERT and sets
-// their ids.
-func (b *batch) insertOrders(ctx context.Context) error {
-	if len(b.news) == 0 {
-		return nil
+func (t *txn) LockProducts(ctx context.Context, skus []string) (plan.Stock, error) {
+	stock := plan.Stock{}
+	if err := eachRow(ctx, t.tx, `SELECT sku, category, available, reserved, sold FROM products WHERE sku IN (…) ORDER BY sku FOR UPDATE`, anys(skus), func(rows *sql.Rows) error {
+		var (
+			sku string
+			p   plan.Product
+		)
+		err := rows.Scan(&sku, &p.Category, &p.Available, &p.Reserved, &p.Sold)
+		stock[sku] = &p
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("lock products: %w", err)
 	}
-	args := make([]any, 0, 4*len(b.news))
-	for _, n := range b.news {
-		args = append(args, n.o.UserID, n.items, b.nowMs, hourglass.UnixMilli(n.o.Deadline))
+	return stock, nil
+}
+
+func (t *txn) lockTimers(ctx context.Context, where string, args []any) ([]*batch.Timer, error) {
+	var out []*batch.Timer
+	if err := eachRow(ctx, t.tx, `SELECT `+timerColumns+`, request_hash FROM timers WHERE `+where+` FOR UPDATE`, args, func(rows *sql.Rows) error {
+		bt := &batch.Timer{}
+		var err error
+		bt.T, err = scanTimer(rows, &bt.Hash)
+		out = append(out, bt)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("lock timers: %w", err)
 	}
-	res, err := b.tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES `+
-		rowsOf(len(b.news), `(?, 'pending_payment', ?, ?, ?)`), args...)
+	return out, nil
+}
+
+func (t *txn) LockTimerKeys(ctx context.Context, keys []string) ([]*batch.Timer, error) {
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = []byte(k)
+	}
+	return t.lockTimers(ctx, `timer_key IN (…) ORDER BY timer_key`, args)
+}
+
+func (t *txn) LockTimerIDs(ctx context.Context, ids []int64) ([]*batch.Timer, error) {
+	return t.lockTimers(ctx, `id IN (…) AND status = 'scheduled' ORDER BY id`, anys(ids))
+}
+
+func (t *txn) Webhooks(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	out, err := t.webhooks(ctx, `SELECT id FROM webhooks WHERE id IN (…)`, ids)
 	if err != nil {
-		return fmt.Errorf("insert orders: %w", err)
+		return nil, fmt.Errorf("look up webhooks: %w", err)
 	}
-	// A multi-row INSERT … VALUES knows its row count, so InnoDB hands it
-	// consecutive ids (step auto_increment_increment) in every
-	// innodb_autoinc_lock_mode; LAST_INSERT_ID is the first.
+	return out, nil
+}
+
+func (t *txn) LockWebhooks(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	out, err := t.webhooks(ctx, `SELECT id FROM webhooks WHERE id IN (…) ORDER BY id LOCK IN SHARE MODE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock webhooks: %w", err)
+	}
+	return out, nil
+}
+
+func (t *txn) webhooks(ctx context.Context, query string, ids []int64) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	err := eachRow(ctx, t.tx, query, anys(ids), func(rows *sql.Rows) error {
+		var id int64
+		err := rows.Scan(&id)
+		out[id] = true
+		return err
+	})
+	return out, err
+}
+
+func (t *txn) Snapshot(ctx context.Context) (batch.Snapshot, error) {
+	var (
+		nowMs  int64
+		policy sql.NullString
+		snap   batch.Snapshot
+	)
+	if err := t.tx.QueryRowContext(ctx, `SELECT `+nowExpr+`, (SELECT value FROM settings WHERE name = 'policy'), @@auto_increment_increment,
+	EXISTS (SELECT 1 FROM webhook_subscriptions)`,
+		t.s.nowArg()).Scan(&nowMs, &policy, &t.increment, &snap.Subscribed); err != nil {
+		return snap, fmt.Errorf("read now and policy: %w", err)
+	}
+	snap.Now = hourglass.FromUnixMilli(nowMs)
+	snap.Policy = func() (hourglass.Policy, error) { return t.s.policy.Decode(policy.String) }
+	return snap, nil
+}
+
+// inserted sets the ids of the n rows a multi-row INSERT … VALUES inserted:
+// it knows its row count, so InnoDB hands it consecutive ids (step
+// auto_increment_increment) in every innodb_autoinc_lock_mode, and
+// LAST_INSERT_ID is the first.
+func (t *txn) inserted(res sql.Result, n int, set func(j int, id int64)) error {
 	first, err := res.LastInsertId()
 	if err != nil {
+		return err
+	}
+	if got, err := res.RowsAffected(); err != nil || got != int64(n) {
+		return fmt.Errorf("%d rows inserted, want %d (%v)", got, n, err)
+	}
+	for j := range n {
+		set(j, first+int64(j)*t.increment)
+	}
+	return nil
+}
+
+func (t *txn) InsertOrders(ctx context.Context, orders []batch.NewOrder, now time.Time) error {
+	args := make([]any, 0, 4*len(orders))
+	for _, n := range orders {
+		args = append(args, n.Order.UserID, n.Items, hourglass.UnixMilli(now), hourglass.UnixMilli(n.Order.Deadline))
+	}
+	res, err := t.tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES `+
+		rowsOf(len(orders), `(?, 'pending_payment', ?, ?, ?)`), args...)
+	if err == nil {
+		err = t.inserted(res, len(orders), func(j int, id int64) { orders[j].Order.ID = id })
+	}
+	if err != nil {
 		return fmt.Errorf("insert orders: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != int64(len(b.news)) {
-		return fmt.Errorf("insert orders: %d rows inserted, want %d (%v)", n, len(b.news), err)
-	}
-	for j := range b.news {
-		b.news[j].o.ID = first + int64(j)*b.increment
-	}
 	return nil
-}
-
-// insertEvents inserts the batch's events with one multi-row INSERT, or
-// several when timer.fired bodies make it long (statementRuns), and sets
-// their seqs.
-func (b *batch) insertEvents(ctx context.Context) error {
-	events := b.events
-	for _, run := range statementRuns(len(events), func(j int) int { return 2 * len(events[j].body) }) {
-		part := events[run[0]:run[1]]
-		// Orders' events have no body: a batch without timer.fired events
-		// leaves the column out.
-		withBody := slices.ContainsFunc(part, func(e batchEvent) bool { return e.body != nil })
-		args := make([]any, 0, 5*len(part))
-		for _, e := range part {
-			id := e.orderID
-			if e.newIdx >= 0 {
-				id = b.news[e.newIdx].o.ID
-			}
-			evID := e.id
-			if evID == "" {
-				evID = hourglass.NewEventID()
-			}
-			args = append(args, evID, string(e.typ), id, b.nowMs)
-			if withBody {
-				args = append(args, nullBytes(e.body))
-			}
-		}
-		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
-		if withBody {
-			query = `INSERT INTO events (id, type, order_id, created_at, body) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?)`)
-		}
-		res, err := b.tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return fmt.Errorf("insert events: %w", err)
-		}
-		first, err := res.LastInsertId()
-		if err != nil {
-			return fmt.Errorf("insert events: %w", err)
-		}
-		for j := range part {
-			part[j].seq = first + int64(j)*b.increment
-		}
-	}
-	return nil
-}
-
-// answer completes the results once the batch committed: the new orders'
-// ids, and the timers it created.
-func (b *batch) answer() {
-	for i := range b.ops {
-		if j := b.newOf[i]; j >= 0 {
-			b.results[i].order, b.results[i].created = cloneOrder(b.news[j].o), true
-		}
-		if j := b.sameAs[i]; j >= 0 {
-			b.results[i].order = cloneOrder(b.news[j].o)
-		}
-		if lt := b.timerOf[i]; lt != nil && b.results[i].timer.ID == 0 {
-			b.results[i].timer.ID = lt.t.ID // created by this batch
-		}
-	}
 }
 
 // maxGroups is the most UPDATE … WHERE key IN (…) statements a batch
@@ -698,31 +257,20 @@ func (b *batch) answer() {
 // tries each row as an insert.
 const maxGroups = 2
 
-// updateOrders writes the changed orders' status and timestamps: one UPDATE
-// per distinct set of values if there are at most maxGroups, else one
-// upsert whose rows all exist (they are locked), so each is an update.
-// VALUES() is understood by MariaDB and MySQL 8 (where it is deprecated in
-// favour of a row alias MariaDB lacks).
-func updateOrders(ctx context.Context, tx *sql.Tx, dirty []*lockedOrder) error {
-	if len(dirty) == 0 {
-		return nil
-	}
+// UpdateOrders writes one UPDATE per distinct set of values if there are
+// at most maxGroups, else one upsert whose rows all exist (they are
+// locked), so each is an update. VALUES() is understood by MariaDB and
+// MySQL 8 (where it is deprecated in favour of a row alias MariaDB lacks).
+func (t *txn) UpdateOrders(ctx context.Context, dirty []*hourglass.Order) error {
 	type shape struct {
 		status                 hourglass.State
-		paidAt, closedAt       int64
-		closeReason, paymentID string
+		paidAt, closedAt       any
+		closeReason, paymentID any
 	}
 	groups := map[shape][]any{}
 	var order []shape
-	for _, lo := range dirty {
-		o := lo.o
-		k := shape{o.Status, hourglass.UnixMilli(o.PaidAt), hourglass.UnixMilli(o.ClosedAt), o.CloseReason, o.PaymentID}
-		if o.PaidAt.IsZero() {
-			k.paidAt = 0
-		}
-		if o.ClosedAt.IsZero() {
-			k.closedAt = 0
-		}
+	for _, o := range dirty {
+		k := shape{o.Status, nullMs(o.PaidAt), nullMs(o.ClosedAt), nullString(o.CloseReason), nullString(o.PaymentID)}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -731,8 +279,8 @@ func updateOrders(ctx context.Context, tx *sql.Tx, dirty []*lockedOrder) error {
 	if len(groups) <= maxGroups {
 		for _, k := range order {
 			ids := groups[k]
-			args := append([]any{string(k.status), nullMsOf(k.paidAt), nullMsOf(k.closedAt), nullString(k.closeReason), nullString(k.paymentID)}, ids...)
-			if _, err := tx.ExecContext(ctx, `UPDATE orders SET status = ?, paid_at = ?, closed_at = ?, close_reason = ?, payment_id = ?
+			args := append([]any{string(k.status), k.paidAt, k.closedAt, k.closeReason, k.paymentID}, ids...)
+			if _, err := t.tx.ExecContext(ctx, `UPDATE orders SET status = ?, paid_at = ?, closed_at = ?, close_reason = ?, payment_id = ?
 WHERE id IN (`+placeholders(len(ids))+`)`, args...); err != nil {
 				return fmt.Errorf("update orders: %w", err)
 			}
@@ -740,11 +288,10 @@ WHERE id IN (`+placeholders(len(ids))+`)`, args...); err != nil {
 		return nil
 	}
 	args := make([]any, 0, 6*len(dirty))
-	for _, lo := range dirty {
-		o := lo.o
+	for _, o := range dirty {
 		args = append(args, o.ID, string(o.Status), nullMs(o.PaidAt), nullMs(o.ClosedAt), nullString(o.CloseReason), nullString(o.PaymentID))
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id) VALUES `+
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO orders (id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id) VALUES `+
 		rowsOf(len(dirty), `(?, '', ?, '', 0, 0, ?, ?, ?, ?)`)+`
 ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), closed_at = VALUES(closed_at),
 	close_reason = VALUES(close_reason), payment_id = VALUES(payment_id)`, args...); err != nil {
@@ -753,15 +300,19 @@ ON DUPLICATE KEY UPDATE status = VALUES(status), paid_at = VALUES(paid_at), clos
 	return nil
 }
 
-// updateProducts writes the changed products' stock: the rows are locked,
-// so the values computed from them are current. One UPDATE per distinct
+func (t *txn) ExtendOrder(ctx context.Context, id int64, deadline time.Time) error {
+	if _, err := t.tx.ExecContext(ctx, `UPDATE orders SET deadline = ? WHERE id = ?`, hourglass.UnixMilli(deadline), id); err != nil {
+		return fmt.Errorf("extend order %d: %w", id, err)
+	}
+	return nil
+}
+
+// UpdateProducts writes the changed products' stock (the rows are locked,
+// so the values computed from them are current): one UPDATE per distinct
 // change (a hot SKU's row is written once however many orders moved it),
 // or one upsert of the new values when there are more than maxGroups.
-func updateProducts(ctx context.Context, tx *sql.Tx, stock plan.Stock) error {
+func (t *txn) UpdateProducts(ctx context.Context, stock plan.Stock) error {
 	skus := stock.Changed()
-	if len(skus) == 0 {
-		return nil
-	}
 	groups := map[[3]int64][]any{}
 	var order [][3]int64
 	for _, sku := range skus {
@@ -775,7 +326,7 @@ func updateProducts(ctx context.Context, tx *sql.Tx, stock plan.Stock) error {
 		for _, d := range order {
 			list := groups[d]
 			args := append([]any{d[0], d[1], d[2]}, list...)
-			if _, err := tx.ExecContext(ctx, `UPDATE products SET available = available + ?, reserved = reserved + ?, sold = sold + ?
+			if _, err := t.tx.ExecContext(ctx, `UPDATE products SET available = available + ?, reserved = reserved + ?, sold = sold + ?
 WHERE sku IN (`+placeholders(len(list))+`)`, args...); err != nil {
 				return fmt.Errorf("update products: %w", err)
 			}
@@ -787,7 +338,7 @@ WHERE sku IN (`+placeholders(len(list))+`)`, args...); err != nil {
 		p := stock[sku]
 		args = append(args, sku, p.Available, p.Reserved, p.Sold)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES `+
 		rowsOf(len(skus), `(?, '', '', ?, ?, ?)`)+`
 ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = VALUES(reserved), sold = VALUES(sold)`, args...); err != nil {
 		return fmt.Errorf("update products: %w", err)
@@ -795,22 +346,252 @@ ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = VALUES(reserve
 	return nil
 }
 
-func nullMsOf(ms int64) any {
-	if ms == 0 {
-		return nil
+func (t *txn) InsertTimers(ctx context.Context, timers []*batch.Timer) error {
+	for _, run := range statementRuns(len(timers), func(j int) int { return timerBytes(timers[j]) }) {
+		part := timers[run[0]:run[1]]
+		args := make([]any, 0, 8*len(part))
+		for _, bt := range part {
+			tm := bt.T
+			args = append(args, []byte(tm.Key), string(tm.Status), hourglass.UnixMilli(tm.FireAt), nullBytes(tm.Payload), nullID(tm.WebhookID), bt.Hash,
+				hourglass.UnixMilli(tm.CreatedAt), hourglass.UnixMilli(tm.UpdatedAt))
+		}
+		res, err := t.tx.ExecContext(ctx, `INSERT INTO timers (timer_key, status, fire_at, payload, webhook_id, request_hash, created_at, updated_at) VALUES `+
+			rowsOf(len(part), `(?, ?, ?, ?, ?, ?, ?, ?)`), args...)
+		if err == nil {
+			err = t.inserted(res, len(part), func(j int, id int64) { part[j].T.ID = id })
+		}
+		if err != nil {
+			return fmt.Errorf("insert timers: %w", err)
+		}
+		if !hourglass.IsTimerID(part[0].T.ID) {
+			return fmt.Errorf("insert timers: id %d is below hourglass.TimerIDBase: the timers table's AUTO_INCREMENT was changed", part[0].T.ID)
+		}
 	}
-	return ms
+	return nil
+}
+
+func (t *txn) RearmTimers(ctx context.Context, timers []*batch.Timer) error {
+	for _, run := range statementRuns(len(timers), func(j int) int { return timerBytes(timers[j]) }) {
+		part := timers[run[0]:run[1]]
+		args := make([]any, 0, 10*len(part))
+		for _, bt := range part {
+			tm := bt.T
+			args = append(args, tm.ID, []byte(tm.Key), string(tm.Status), hourglass.UnixMilli(tm.FireAt), nullMs(tm.FiredAt), nullBytes(tm.Payload),
+				nullID(tm.WebhookID), bt.Hash, hourglass.UnixMilli(tm.CreatedAt), hourglass.UnixMilli(tm.UpdatedAt))
+		}
+		// Every row exists and is locked: each is an update (see
+		// UpdateOrders).
+		if _, err := t.tx.ExecContext(ctx, `INSERT INTO timers (id, timer_key, status, fire_at, fired_at, payload, webhook_id, request_hash, created_at, updated_at) VALUES `+
+			rowsOf(len(part), `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)+`
+ON DUPLICATE KEY UPDATE status = VALUES(status), fire_at = VALUES(fire_at), fired_at = VALUES(fired_at), payload = VALUES(payload),
+	webhook_id = VALUES(webhook_id), request_hash = VALUES(request_hash), updated_at = VALUES(updated_at)`, args...); err != nil {
+			return fmt.Errorf("re-arm timers: %w", err)
+		}
+	}
+	return nil
+}
+
+func (t *txn) SetTimers(ctx context.Context, status hourglass.TimerStatus, ids []int64, now time.Time) error {
+	nowMs := hourglass.UnixMilli(now)
+	query := `UPDATE timers SET status = 'cancelled', updated_at = ? WHERE id IN (`
+	args := []any{nowMs}
+	if status == hourglass.TimerFired {
+		query = `UPDATE timers SET status = 'fired', fired_at = ?, updated_at = ? WHERE id IN (`
+		args = append(args, nowMs)
+	}
+	if _, err := t.tx.ExecContext(ctx, query+placeholders(len(ids))+`)`, append(args, anys(ids)...)...); err != nil {
+		return fmt.Errorf("set timers %s: %w", status, err)
+	}
+	return nil
+}
+
+// InsertEvents inserts the events with one multi-row INSERT, or several
+// when timer.fired bodies make it long (statementRuns).
+func (t *txn) InsertEvents(ctx context.Context, events []*batch.Event, now time.Time) error {
+	nowMs := hourglass.UnixMilli(now)
+	for _, run := range statementRuns(len(events), func(j int) int { return 2 * len(events[j].Body) }) {
+		part := events[run[0]:run[1]]
+		// Orders' events mostly have no body: a statement without one
+		// leaves the column out.
+		withBody := slices.ContainsFunc(part, func(e *batch.Event) bool { return e.Body != nil })
+		args := make([]any, 0, 5*len(part))
+		for _, e := range part {
+			args = append(args, e.ID, string(e.Type), e.Subject, nowMs)
+			if withBody {
+				args = append(args, nullBytes(e.Body))
+			}
+		}
+		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
+		if withBody {
+			query = `INSERT INTO events (id, type, order_id, created_at, body) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?)`)
+		}
+		res, err := t.tx.ExecContext(ctx, query, args...)
+		if err == nil {
+			err = t.inserted(res, len(part), func(j int, seq int64) { part[j].Seq = seq })
+		}
+		if err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+	}
+	return nil
+}
+
+// DeferFanOut writes one fanout_pending row listing seqs.
+func (t *txn) DeferFanOut(ctx context.Context, seqs []int64) error {
+	var list []byte
+	for i, seq := range seqs {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		list = strconv.AppendInt(list, seq, 10)
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO fanout_pending (seqs) VALUES (?)`, string(list)); err != nil {
+		return fmt.Errorf("defer fan-out: %w", err)
+	}
+	return nil
+}
+
+func (t *txn) InsertDeliveries(ctx context.Context, events []*batch.Event, now time.Time) error {
+	args := make([]any, 0, 4*len(events))
+	for _, e := range events {
+		args = append(args, e.WebhookID, e.Seq, e.Subject, hourglass.UnixMilli(now))
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at) VALUES `+
+		rowsOf(len(events), `(?, ?, ?, 'pending', 0, ?)`), args...); err != nil {
+		return fmt.Errorf("insert deliveries: %w", err)
+	}
+	return nil
+}
+
+// FanOut reads the subscriptions with a shared lock, so that a webhook
+// deleted concurrently waits for this commit and then deletes its
+// deliveries too.
+func (t *txn) FanOut(ctx context.Context, seqs []int64, now time.Time) (int, error) {
+	res, err := t.tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, ? FROM events e
+JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
+WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, append([]any{hourglass.UnixMilli(now)}, anys(seqs)...)...)
+	if err != nil {
+		return 0, fmt.Errorf("fan out events: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("fan out events: %w", err)
+	}
+	return int(n), nil
+}
+
+func (t *txn) LockDeliveries(ctx context.Context, ids []int64) ([]*batch.Delivery, error) {
+	var out []*batch.Delivery
+	if err := eachRow(ctx, t.tx, `SELECT id, attempts, next_attempt_at FROM webhook_deliveries
+WHERE id IN (…) AND state = 'pending' ORDER BY id FOR UPDATE`, anys(ids), func(rows *sql.Rows) error {
+		var (
+			d  batch.Delivery
+			at int64
+		)
+		err := rows.Scan(&d.ID, &d.Attempts, &at)
+		d.NextAt = hourglass.FromUnixMilli(at)
+		out = append(out, &d)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("lock deliveries: %w", err)
+	}
+	return out, nil
+}
+
+func (t *txn) UpdateDelivery(ctx context.Context, d *batch.Delivery, now time.Time) error {
+	msg := d.LastError
+	if len(msg) > maxLastError {
+		msg = msg[:maxLastError]
+	}
+	var err error
+	if d.Dead {
+		_, err = t.tx.ExecContext(ctx, `UPDATE webhook_deliveries SET state = 'dead', attempts = ?, last_error = ?, failed_at = ? WHERE id = ?`,
+			d.Attempts, []byte(msg), hourglass.UnixMilli(now), d.ID)
+	} else {
+		_, err = t.tx.ExecContext(ctx, `UPDATE webhook_deliveries SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE id = ?`,
+			d.Attempts, []byte(msg), hourglass.UnixMilli(d.NextAt), d.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("record attempts: %w", err)
+	}
+	return nil
+}
+
+func (t *txn) DeleteDeliveries(ctx context.Context, ids []int64) error {
+	if _, err := t.tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id IN (`+placeholders(len(ids))+`)`, anys(ids)...); err != nil {
+		return fmt.Errorf("record attempts: %w", err)
+	}
+	return nil
+}
+
+func (t *txn) StreamHeads(ctx context.Context, streams []batch.Stream) (map[batch.Stream]hourglass.DeliveryTimer, error) {
+	where := make([]any, 0, 2*len(streams))
+	for _, st := range streams {
+		where = append(where, st.Webhook, st.Order)
+	}
+	heads := map[batch.Stream]hourglass.DeliveryTimer{}
+	if err := eachRow(ctx, t.tx, `SELECT webhook_id, order_id, id, next_attempt_at FROM webhook_deliveries FORCE INDEX (webhook_deliveries_stream)
+WHERE state = 'pending' AND (`+repeatJoin(`(webhook_id = ? AND order_id = ?)`, " OR ", len(streams))+`)
+ORDER BY webhook_id, order_id, event_seq`, where, func(rows *sql.Rows) error {
+		var (
+			st     batch.Stream
+			id, at int64
+		)
+		err := rows.Scan(&st.Webhook, &st.Order, &id, &at)
+		if _, ok := heads[st]; !ok { // the first of its stream: the earliest event
+			heads[st] = hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}
+		}
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("next deliveries: %w", err)
+	}
+	return heads, nil
+}
+
+// InsertOutbox moves a re-armed timer's row that is still there.
+func (t *txn) InsertOutbox(ctx context.Context, due []hourglass.DueItem) error {
+	args := make([]any, 0, 2*len(due))
+	for _, d := range due {
+		args = append(args, d.ID, hourglass.UnixMilli(d.At))
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO timer_outbox (order_id, deadline) VALUES `+rowsOf(len(due), `(?, ?)`)+`
+ON DUPLICATE KEY UPDATE deadline = VALUES(deadline)`, args...); err != nil {
+		return fmt.Errorf("insert outbox timers: %w", err)
+	}
+	return nil
+}
+
+func (t *txn) InsertKeys(ctx context.Context, keys []batch.IdempotencyKey, now time.Time) error {
+	args := make([]any, 0, 4*len(keys))
+	for _, k := range keys {
+		args = append(args, []byte(k.Key), nonNilBytes(k.Hash), k.OrderID, hourglass.UnixMilli(now))
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO idempotency_keys (idem_key, request_hash, order_id, created_at) VALUES `+
+		rowsOf(len(keys), `(?, ?, ?, ?)`), args...); err != nil {
+		return fmt.Errorf("insert idempotency keys: %w", err)
+	}
+	return nil
+}
+
+// Announce writes the order_feed row of the other processes' WatchCreated
+// (cluster.go).
+func (t *txn) Announce(ctx context.Context, now time.Time, due []hourglass.DueItem) error {
+	return t.s.writeFeed(ctx, t.tx, now, due)
 }
 
 // rowsOf returns n copies of row joined by ", ".
-func rowsOf(n int, row string) string {
+func rowsOf(n int, row string) string { return repeatJoin(row, ", ", n) }
+
+// repeatJoin returns n copies of s joined by sep.
+func repeatJoin(s, sep string, n int) string {
 	var b strings.Builder
-	b.Grow(n * (len(row) + 2))
+	b.Grow(n * (len(s) + len(sep)))
 	for i := range n {
 		if i > 0 {
-			b.WriteString(", ")
+			b.WriteString(sep)
 		}
-		b.WriteString(row)
+		b.WriteString(s)
 	}
 	return b.String()
 }
@@ -836,36 +617,37 @@ func nonNilBytes(b []byte) []byte {
 	return b
 }
 
-func cloneOrder(o hourglass.Order) hourglass.Order {
-	o.Items = slices.Clone(o.Items)
-	return o
+// maxStatementBytes bounds the bytes of timer payloads, keys and event
+// bodies one multi-row statement carries. Statements are sent with their
+// values inlined (InterpolateParams), as one packet: 512 arms of 64 KiB
+// payloads would be 32 MiB, over MariaDB's default max_allowed_packet of
+// 16 MiB (and the server drops the connection on a packet too large).
+const maxStatementBytes = 4 << 20
+
+// statementRuns splits n rows, of about size(j) bytes each besides their
+// fixed columns, into runs [from, to) of at most maxStatementBytes each
+// (at least one row each): usually one run of all n.
+func statementRuns(n int, size func(j int) int) [][2]int {
+	var (
+		runs  [][2]int
+		from  int
+		bytes int
+	)
+	for j := range n {
+		sz := size(j) + 64 // the fixed columns, quoted
+		if j > from && bytes+sz > maxStatementBytes {
+			runs = append(runs, [2]int{from, j})
+			from, bytes = j, 0
+		}
+		bytes += sz
+	}
+	if n > from {
+		runs = append(runs, [2]int{from, n})
+	}
+	return runs
 }
 
-// Due implements writer.Announcer: what a committed create, pay, cancel,
-// arm or timer cancel changed in what is due (announced to the engine by
-// the writer, hourglass.DueFeed). An idempotent replay changes nothing.
-func (o *op) Due(u *hourglass.DueUpdate) {
-	r := &o.res
-	switch o.kind {
-	case opCreate:
-		if r.created && r.replay == 0 {
-			u.Due = append(u.Due, hourglass.DueItem{ID: r.order.ID, At: r.order.Deadline})
-		}
-	case opPay:
-		u.Gone = append(u.Gone, o.id)
-	case opExtend:
-		if r.extended {
-			u.Due = append(u.Due, hourglass.DueItem{ID: r.order.ID, At: r.order.Deadline})
-		}
-	case opTransition:
-		if o.action == hourglass.ActionCancel {
-			u.Gone = append(u.Gone, o.id)
-		}
-	case opArm:
-		if r.timer.Status == hourglass.TimerScheduled {
-			u.Due = append(u.Due, hourglass.DueItem{ID: r.timer.ID, At: r.timer.FireAt})
-		}
-	case opCancel:
-		u.Gone = append(u.Gone, r.timer.ID)
-	}
-}
+// timerBytes is about how many bytes a timer's variable columns take in a
+// statement: JSON's quotes and backslashes are escaped, so twice its
+// payload at most.
+func timerBytes(t *batch.Timer) int { return len(t.T.Key) + 2*len(t.T.Payload) + 2*len(t.Hash) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -56,33 +57,33 @@ func TestBrokenWriteBisected(t *testing.T) {
 	txs = nil
 	mu.Unlock()
 
-	create := func() *op {
-		return &op{kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
-			items: stored.EncodeItems(items)}
+	create := func() *batch.Op {
+		return &batch.Op{Kind: batch.Create, Create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
+			Items: stored.EncodeItems(items)}
 	}
-	var ops []*op
+	var ops []*batch.Op
 	for i := range 63 {
 		if i == 20 {
-			ops = append(ops, &op{kind: opClose, ids: due})
+			ops = append(ops, &batch.Op{Kind: batch.Close, IDs: due})
 		}
 		ops = append(ops, create())
 	}
 	broken := create()
-	broken.items = strings.Repeat("x", 70000) // longer than a TEXT column
-	ops = append(ops[:41], append([]*op{broken}, ops[41:]...)...)
+	broken.Items = strings.Repeat("x", 70000) // longer than a TEXT column
+	ops = append(ops[:41], append([]*batch.Op{broken}, ops[41:]...)...)
 	s.w.SubmitAll(ctx, writer.Normal, ops) // one batch: a writer takes all of them
 	for i, o := range ops {
-		r := o.res
+		r := o.Res
 		switch {
 		case o == broken:
-			if code := hourglass.ErrorCode(r.err); r.err == nil || code != hourglass.CodeInternal {
-				t.Errorf("the broken write returned %v (code %s), want its own internal error", r.err, code)
+			if code := hourglass.ErrorCode(r.Err); r.Err == nil || code != hourglass.CodeInternal {
+				t.Errorf("the broken write returned %v (code %s), want its own internal error", r.Err, code)
 			}
-		case r.err != nil:
-			t.Errorf("write %d (kind %d) failed with its batch: %v", i, o.kind, r.err)
-		case o.kind == opClose && len(r.closed) != len(due):
-			t.Errorf("the close closed %d orders, want %d", len(r.closed), len(due))
-		case o.kind == opCreate && !r.created:
+		case r.Err != nil:
+			t.Errorf("write %d (kind %d) failed with its batch: %v", i, o.Kind, r.Err)
+		case o.Kind == batch.Close && len(r.Closed) != len(due):
+			t.Errorf("the close closed %d orders, want %d", len(r.Closed), len(due))
+		case o.Kind == batch.Create && !r.Created:
 			t.Errorf("create %d: not created", i)
 		}
 	}

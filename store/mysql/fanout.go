@@ -8,52 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 )
-
-// deferFanOut reports whether a batch of ops leaves its close events'
-// deliveries to the fan-out loop: when its closes are part of a burst
-// (fanout.Burst), so the close transactions stay short and the next close
-// batch starts sooner.
-func (s *Store) deferFanOut(ops []*op) bool {
-	closes := 0
-	for _, o := range ops {
-		if o.kind == opClose {
-			closes += len(o.ids)
-		}
-	}
-	return fanout.Burst(s.w.Urgent(), closes)
-}
-
-// deferClosed writes one fanout_pending row listing the order.closed events
-// among events (inserted, their seq set) and returns the others, whose
-// deliveries the batch creates itself. Only a close event is deferred: it
-// is its order's last, so no later event of the order can be delivered
-// before it.
-func deferClosed(ctx context.Context, tx *sql.Tx, events []batchEvent) ([]batchEvent, error) {
-	var (
-		rest []batchEvent
-		list strings.Builder
-	)
-	for _, e := range events {
-		if e.typ != hourglass.EventOrderClosed || e.webhookID != 0 {
-			rest = append(rest, e)
-			continue
-		}
-		if list.Len() > 0 {
-			list.WriteByte(',')
-		}
-		list.WriteString(strconv.FormatInt(e.seq, 10))
-	}
-	if list.Len() == 0 {
-		return events, nil
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO fanout_pending (seqs) VALUES (?)`, list.String()); err != nil {
-		return nil, fmt.Errorf("defer fan-out: %w", err)
-	}
-	return rest, nil
-}
 
 // newFanOut returns the loop that creates the webhook deliveries close
 // batches of a burst left in fanout_pending: one close batch per

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -81,25 +82,25 @@ func TestBrokenWriteDoesNotFailItsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	items := []hourglass.Item{{SKU: "A", Quantity: 1}}
-	good := func() *op {
-		return &op{kind: opCreate, create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
-			items: stored.EncodeItems(items)}
+	good := func() *batch.Op {
+		return &batch.Op{Kind: batch.Create, Create: hourglass.CreateOrderParams{UserID: "u", Items: items, Timeout: time.Minute},
+			Items: stored.EncodeItems(items)}
 	}
 	bad := good()
-	bad.items = strings.Repeat("x", 70000) // longer than a TEXT column
-	ops := []*op{good(), bad, good()}
+	bad.Items = strings.Repeat("x", 70000) // longer than a TEXT column
+	ops := []*batch.Op{good(), bad, good()}
 	// Queue all three at once, so one writer takes them as one batch.
 	s.w.SubmitAll(ctx, writer.Normal, ops)
 	for i, o := range ops {
-		r := o.res
+		r := o.Res
 		if o == bad {
-			if r.err == nil || hourglass.ErrorCode(r.err) != hourglass.CodeInternal {
-				t.Fatalf("the broken write returned %v, want an internal error", r.err)
+			if r.Err == nil || hourglass.ErrorCode(r.Err) != hourglass.CodeInternal {
+				t.Fatalf("the broken write returned %v, want an internal error", r.Err)
 			}
 			continue
 		}
-		if r.err != nil || !r.created {
-			t.Fatalf("good write %d failed with its batch: %v", i, r.err)
+		if r.Err != nil || !r.Created {
+			t.Fatalf("good write %d failed with its batch: %v", i, r.Err)
 		}
 	}
 	p, err := s.Product(ctx, "A")
@@ -167,11 +168,11 @@ func TestTimerOpsShareABatch(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	now := clock.Now()
-	arm := func(key string, delay time.Duration, hash string, webhook int64) *op {
-		return &op{kind: opArm, arm: hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook}}
+	arm := func(key string, delay time.Duration, hash string, webhook int64) *batch.Op {
+		return &batch.Op{Kind: batch.Arm, Arm: hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook}}
 	}
-	cancel := func(key string) *op { return &op{kind: opCancel, key: key} }
-	ops := []*op{
+	cancel := func(key string) *batch.Op { return &batch.Op{Kind: batch.Cancel, Key: key} }
+	ops := []*batch.Op{
 		arm("k", time.Minute, "a", 0),
 		arm("k", 2*time.Minute, "b", 0),
 		arm("k", 2*time.Minute, "b", 0), // the same request again: unchanged
@@ -179,51 +180,51 @@ func TestTimerOpsShareABatch(t *testing.T) {
 		arm("c", time.Minute, "", 0),
 		cancel("c"),
 		cancel("nope"),
-		{kind: opFire, ids: []int64{old.ID}},
+		{Kind: batch.Fire, IDs: []int64{old.ID}},
 		arm("old", time.Hour, "r", 0),
 	}
 	mu.Lock()
 	batches = nil
 	mu.Unlock()
 	s.w.SubmitAll(ctx, writer.Normal, ops) // one writer takes them all
-	res := make([]opResult, len(ops))
+	res := make([]batch.Result, len(ops))
 	for i, o := range ops {
-		res[i] = o.res
+		res[i] = o.Res
 	}
 	mu.Lock()
 	if !slices.Equal(batches, []int{len(ops)}) {
 		t.Errorf("group commits of %v writes, want one of %d", batches, len(ops))
 	}
 	mu.Unlock()
-	k := res[0].timer
-	if res[0].err != nil || !res[0].created || !hourglass.IsTimerID(k.ID) || !k.FireAt.Equal(now.Add(time.Minute)) {
+	k := res[0].Timer
+	if res[0].Err != nil || !res[0].Created || !hourglass.IsTimerID(k.ID) || !k.FireAt.Equal(now.Add(time.Minute)) {
 		t.Fatalf("first arm of k: %+v", res[0])
 	}
-	if r := res[1]; r.err != nil || r.created || r.timer.ID != k.ID || !r.timer.FireAt.Equal(now.Add(2*time.Minute)) {
+	if r := res[1]; r.Err != nil || r.Created || r.Timer.ID != k.ID || !r.Timer.FireAt.Equal(now.Add(2*time.Minute)) {
 		t.Fatalf("second arm of k: %+v, want k (%d) re-armed at +2m", r, k.ID)
 	}
-	if r := res[2]; r.err != nil || r.created || r.timer.ID != k.ID || !r.timer.FireAt.Equal(now.Add(2*time.Minute)) {
+	if r := res[2]; r.Err != nil || r.Created || r.Timer.ID != k.ID || !r.Timer.FireAt.Equal(now.Add(2*time.Minute)) {
 		t.Fatalf("repeated arm of k: %+v", r)
 	}
-	if r := res[3]; hourglass.ErrorCode(r.err) != hourglass.CodeInvalidArgument {
-		t.Fatalf("arm naming no webhook: %v, want invalid_argument", r.err)
+	if r := res[3]; hourglass.ErrorCode(r.Err) != hourglass.CodeInvalidArgument {
+		t.Fatalf("arm naming no webhook: %v, want invalid_argument", r.Err)
 	}
-	if r := res[4]; r.err != nil || !r.created || r.timer.Status != hourglass.TimerScheduled {
+	if r := res[4]; r.Err != nil || !r.Created || r.Timer.Status != hourglass.TimerScheduled {
 		t.Fatalf("arm of c: %+v", r)
 	}
-	if r := res[5]; r.err != nil || r.timer.Status != hourglass.TimerCancelled || r.timer.ID != res[4].timer.ID {
+	if r := res[5]; r.Err != nil || r.Timer.Status != hourglass.TimerCancelled || r.Timer.ID != res[4].Timer.ID {
 		t.Fatalf("cancel of c: %+v", r)
 	}
-	if r := res[6]; hourglass.ErrorCode(r.err) != hourglass.CodeNotFound {
-		t.Fatalf("cancel of an unknown key: %v, want not_found", r.err)
+	if r := res[6]; hourglass.ErrorCode(r.Err) != hourglass.CodeNotFound {
+		t.Fatalf("cancel of an unknown key: %v, want not_found", r.Err)
 	}
-	if r := res[7]; r.err != nil || len(r.fired) != 1 || r.fired[0].ID != old.ID {
+	if r := res[7]; r.Err != nil || len(r.Fired) != 1 || r.Fired[0].ID != old.ID {
 		t.Fatalf("fire of old: %+v", r)
 	}
-	if r := res[8]; r.err != nil || r.created || r.timer.ID != old.ID || r.timer.Status != hourglass.TimerScheduled || !r.timer.FiredAt.IsZero() {
+	if r := res[8]; r.Err != nil || r.Created || r.Timer.ID != old.ID || r.Timer.Status != hourglass.TimerScheduled || !r.Timer.FiredAt.IsZero() {
 		t.Fatalf("re-arm of old after its fire: %+v", r)
 	}
-	for key, want := range map[string]hourglass.Timer{"k": res[2].timer, "c": res[5].timer, "old": res[8].timer} {
+	for key, want := range map[string]hourglass.Timer{"k": res[2].Timer, "c": res[5].Timer, "old": res[8].Timer} {
 		got, err := s.Timer(ctx, key)
 		if err != nil || got.ID != want.ID || got.Status != want.Status || !got.FireAt.Equal(want.FireAt) || !bytes.Equal(got.Payload, want.Payload) {
 			t.Errorf("stored %s: %+v, %v; want %+v", key, got, err, want)
@@ -280,18 +281,18 @@ func TestTimerBatchOverMaxAllowedPacket(t *testing.T) {
 	if n > s.cfg.MaxBatch {
 		t.Skipf("max_allowed_packet %d needs more than a batch of %d arms to exceed", packet, s.cfg.MaxBatch)
 	}
-	ops := make([]*op, n)
+	ops := make([]*batch.Op, n)
 	for i := range ops {
-		ops[i] = &op{kind: opArm, arm: hourglass.ArmTimerParams{Key: fmt.Sprintf("t%04d", i), Payload: payload}}
+		ops[i] = &batch.Op{Kind: batch.Arm, Arm: hourglass.ArmTimerParams{Key: fmt.Sprintf("t%04d", i), Payload: payload}}
 	}
 	s.w.SubmitAll(ctx, writer.Normal, ops)
 	ids := make([]int64, n)
 	for i, o := range ops {
-		r := o.res
-		if r.err != nil || !r.created {
-			t.Fatalf("arm %d: %+v", i, r.err)
+		r := o.Res
+		if r.Err != nil || !r.Created {
+			t.Fatalf("arm %d: %+v", i, r.Err)
 		}
-		ids[i] = r.timer.ID
+		ids[i] = r.Timer.ID
 	}
 	fired, err := s.FireTimers(ctx, ids)
 	if err != nil || len(fired) != n {

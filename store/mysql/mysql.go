@@ -10,8 +10,8 @@
 // process queue up and a few writer goroutines each take a batch, lock its
 // rows, decide every write in Go in queue order (so a hot SKU's product row
 // is read and written once per batch, not once per order), and write the
-// batch with a handful of multi-row statements in one transaction (see
-// batch.go and timerbatch.go). Other writes are short transactions of their
+// batch with a handful of multi-row statements in one transaction: the
+// algorithm of store/internal/batch, over batch.go's statements. Other writes are short transactions of their
 // own. The package owns its schema (migrations/*.sql, applied by Open).
 package mysql
 
@@ -35,6 +35,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
@@ -207,6 +208,9 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
+	// Writes are the group-committed writes (store/internal/batch): orders,
+	// timers, delivery attempts.
+	batch.Writes
 	// Cluster is the cluster tables' SQL written once: membership,
 	// leases and PruneNodes.
 	sqlq.Cluster
@@ -217,9 +221,9 @@ type Store struct {
 	db     *sql.DB
 	server server
 	// w is the group-commit writer (store/internal/writer; the batches'
-	// SQL is batch.go's). It also wakes the delivery engine after this
+	// statements are batch.go's). It also wakes the delivery engine after this
 	// store value's commits that created deliveries.
-	w      *writer.Writer[*op]
+	w      *writer.Writer[*batch.Op]
 	done   sync.WaitGroup
 	policy stored.PolicyCache
 	// fanOut creates the deliveries close batches left in fanout_pending
@@ -257,12 +261,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default()), db: db, server: srv, origin: newOrigin()}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
+	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order, MaxKeyBytes: 255}
 	s.Cluster = s.Store.Cluster()
 	writers := writersDefault
 	if n := cmp.Or(cfg.MaxConns, MaxConnsDefault); n < 4 {
 		writers = 1 // leave connections to the reads
 	}
-	s.w = writer.New(writer.Config[*op]{
+	s.w = writer.New(writer.Config[*batch.Op]{
 		Name: "mysql", Log: s.log, Writers: writers, MaxBatch: cfg.MaxBatch, Retry: retryPolicy(), Gather: cfg.CommitGather,
 		Clock: s.clock, Probe: s.probeWrite, ProbeInterval: time.Second,
 		Observe: cfg.Observe, ObserveRetry: cfg.ObserveRetry, BeforeTx: cfg.beforeTx,

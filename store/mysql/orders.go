@@ -1,124 +1,19 @@
 package mysql
 
 import (
-	"context"
-	"database/sql"
-	"fmt"
-
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
-const orderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
-
-// CreateOrder implements hourglass.Store. It is group-committed (batch.go):
-// the stock check and the reservation run on the batch's locked product
-// rows, so concurrent creates, in this process or others, never oversell.
-// The policy is read inside the batch's transaction. Idempotent when
-// p.IdempotencyKey is set, also when two processes race the same key.
-func (s *Store) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams) (hourglass.Order, bool, error) {
-	if err := plan.ValidateCreate(p); err != nil {
-		return hourglass.Order{}, false, err
-	}
-	if len(p.IdempotencyKey) > 255 || len(p.RequestHash) > 255 {
-		return hourglass.Order{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "idempotency key and request hash: at most 255 bytes each")
-	}
-	r := s.submit(ctx, &op{kind: opCreate, create: p, items: stored.EncodeItems(p.Items)})
-	if r.err != nil {
-		return hourglass.Order{}, false, r.err
-	}
-	if r.replay != 0 {
-		o, err := s.Order(ctx, r.replay)
-		return o, false, err
-	}
-	return r.order, r.created, nil
-}
+const orderColumns = stored.OrderColumns
 
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
 func scanOrder(sc scanner) (hourglass.Order, error) {
-	var (
-		o                 hourglass.Order
-		status, items     string
-		created, deadline int64
-		paidAt, closedAt  sql.NullInt64
-		reason, paymentID sql.NullString
-	)
-	if err := sc.Scan(&o.ID, &o.UserID, &status, &items, &created, &deadline, &paidAt, &closedAt, &reason, &paymentID); err != nil {
-		return o, err
-	}
-	o.Status = hourglass.State(status)
-	o.CreatedAt = hourglass.FromUnixMilli(created)
-	o.Deadline = hourglass.FromUnixMilli(deadline)
-	if paidAt.Valid {
-		o.PaidAt = hourglass.FromUnixMilli(paidAt.Int64)
-	}
-	if closedAt.Valid {
-		o.ClosedAt = hourglass.FromUnixMilli(closedAt.Int64)
-	}
-	o.CloseReason, o.PaymentID = reason.String, paymentID.String
-	its, err := stored.DecodeItems(items)
-	if err != nil {
-		return o, fmt.Errorf("order %d: %w", o.ID, err)
-	}
-	o.Items = its
-	return o, nil
-}
-
-// PayOrder implements hourglass.Store. Group-committed: the deadline check
-// (deadline > now, the server's now read with the order's row locked) and
-// the update are one step under the row lock, so a pay and a close racing
-// at the deadline, from any processes, end with exactly one of them.
-func (s *Store) PayOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
-	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
+	var r stored.OrderRow
+	if err := sc.Scan(r.Dest()...); err != nil {
 		return hourglass.Order{}, err
 	}
-	r := s.submit(ctx, &op{kind: opPay, id: id, paymentID: paymentID})
-	return r.order, r.err
-}
-
-// PayDueOrder implements hourglass.Store: PayOrder without the deadline
-// check (the payment check before the close answered paid), decided on the
-// locked row like a pay. Idempotent for the same payment id.
-func (s *Store) PayDueOrder(ctx context.Context, id int64, paymentID string) (hourglass.Order, error) {
-	if err := hourglass.ValidatePaymentID(paymentID); err != nil {
-		return hourglass.Order{}, err
-	}
-	r := s.submit(ctx, &op{kind: opPay, id: id, paymentID: paymentID, late: true})
-	return r.order, r.err
-}
-
-// ExtendOrder implements hourglass.Store, group-committed like PayOrder:
-// the planner decides on the locked row (plan.Extend) at the server's now;
-// the order.extended event keeps its body, and the new deadline goes to
-// the outbox (Config.Outbox), the order feed of the other processes and
-// the due feed.
-func (s *Store) ExtendOrder(ctx context.Context, p hourglass.ExtendOrderParams) (hourglass.Order, error) {
-	if err := p.Validate(); err != nil {
-		return hourglass.Order{}, err
-	}
-	r := s.submit(ctx, &op{kind: opExtend, id: p.ID, extend: p})
-	return r.order, r.err
-}
-
-// TransitionOrder implements hourglass.Store; group-committed like PayOrder.
-func (s *Store) TransitionOrder(ctx context.Context, id int64, a hourglass.Action) (hourglass.Order, error) {
-	if _, _, err := plan.Action(a); err != nil {
-		return hourglass.Order{}, err
-	}
-	r := s.submit(ctx, &op{kind: opTransition, id: id, action: a})
-	return r.order, r.err
-}
-
-// CloseOrders implements hourglass.Store. Closes jump the queue of API
-// writes; the batch releases each SKU's stock with one UPDATE however many
-// of its orders close.
-func (s *Store) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	r := s.submit(ctx, &op{kind: opClose, ids: ids})
-	return r.closed, r.err
+	return r.Order()
 }

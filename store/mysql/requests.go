@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
@@ -68,55 +69,16 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequest
 	return res, err
 }
 
-// writeRequests is sqlq.TimerRequestWrites: the requests that run, in seq
-// order, as one group commit batch of ArmTimer's and CancelTimer's ops
-// runs them (batch.go, timerbatch.go: the same locks, decisions and
-// statements), inside the requests' transaction. The batch decides its ops
-// one after the other on the locked rows in memory, so a key's second
-// request sees its first (an arm then a cancel ends cancelled) and every
-// timer row is written once: the rounds PostgreSQL needs are one batch
-// here.
+// writeRequests is sqlq.TimerRequestWrites: the requests that run, as one
+// batch of ArmTimer's and CancelTimer's ops (batch.RunRequests: the same
+// locks, decisions and statements) inside the requests' transaction: the
+// rounds PostgreSQL needs are one batch here.
 func (s *Store) writeRequests(ctx context.Context, x sqlq.Querier, _ time.Time, p plan.TimerRequests) (func(), error) {
-	var (
-		ops []*op
-		ran []*plan.TimerRequest // the request of each op
-	)
-	for _, r := range p {
-		switch {
-		case !r.Runs():
-			continue
-		case r.Arm != nil:
-			ops = append(ops, &op{kind: opArm, arm: *r.Arm})
-		default:
-			ops = append(ops, &op{kind: opCancel, key: r.CancelKey})
-		}
-		ran = append(ran, r)
-	}
-	if len(ops) == 0 {
-		return nil, nil
-	}
-	b := &batch{s: s, ops: ops, results: make([]opResult, len(ops)), timers: &batchTimers{}, tx: x.(sqlQuerier).q.(*sql.Tx)}
-	b.collect()
-	if err := b.lock(ctx); err != nil {
+	out, err := batch.RunRequests(ctx, s.batchConfig(), &txn{s: s, tx: x.(sqlQuerier).q.(*sql.Tx)}, p)
+	if err != nil || !out.Deferred {
 		return nil, err
 	}
-	if err := b.decide(); err != nil {
-		return nil, err
-	}
-	_, deferred, err := b.write(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b.answer()
-	for i, r := range ran {
-		if err := r.Settle(b.results[i].timer, b.results[i].err); err != nil {
-			return nil, err
-		}
-	}
-	if deferred {
-		return s.fanOut.Wake, nil
-	}
-	return nil, nil
+	return s.fanOut.Wake, nil
 }
 
 var _ hourglass.TimerRequestStore = (*Store)(nil)

@@ -1,9 +1,7 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
-	"slices"
 
 	"github.com/hourglass/hourglass"
 )
@@ -19,7 +17,7 @@ import (
 // (events.body), since there is no order row to render it from.
 //
 // Timer writes (ArmTimer, CancelTimer, FireTimers) are group-committed
-// with the order writes (batch.go, timerbatch.go): one transaction, one
+// with the order writes (store/internal/batch): one transaction, one
 // commit, for a batch of them, run again after a deadlock, a lock wait
 // timeout, a racing duplicate key or, on Galera, a lost certification.
 // Each batch locks the timer rows it decides on (by key, then by id, each
@@ -56,61 +54,6 @@ func scanTimer(sc scanner, extra ...any) (hourglass.Timer, error) {
 	t.WebhookID = webhookID.Int64
 	t.CreatedAt, t.UpdatedAt = hourglass.FromUnixMilli(created), hourglass.FromUnixMilli(updated)
 	return t, nil
-}
-
-// ArmTimer implements hourglass.TimerStore. It is group-committed with the
-// order writes (timerbatch.go): the key's row is locked in the batch's
-// transaction, then inserted or re-armed. Two arms of a new key racing from
-// several store values, processes or Galera nodes both find no row; the
-// second insert fails with a duplicate key (or a lost certification) and
-// its batch runs again, finding the first one's row: exactly one of them is
-// created. An arming that changes the timer also writes its outbox timer
-// (Config.Outbox) and its order_feed entry (cluster.go, with
-// Config.AnnounceWithin's rule) in the same transaction. Errors:
-// invalid_argument (p.Validate, a WebhookID naming no webhook, a
-// RequestHash over 255 bytes), unavailable.
-func (s *Store) ArmTimer(ctx context.Context, p hourglass.ArmTimerParams) (hourglass.Timer, bool, error) {
-	if err := p.Validate(); err != nil {
-		return hourglass.Timer{}, false, err
-	}
-	if len(p.RequestHash) > 255 {
-		return hourglass.Timer{}, false, hourglass.Errorf(hourglass.CodeInvalidArgument, "request hash: at most 255 bytes, got %d", len(p.RequestHash))
-	}
-	r := s.submit(ctx, &op{kind: opArm, arm: p})
-	if r.err != nil {
-		return hourglass.Timer{}, false, r.err
-	}
-	return r.timer, r.created, nil
-}
-
-// CancelTimer implements hourglass.TimerStore. It is group-committed
-// (timerbatch.go): the row is locked, then a scheduled timer is moved to
-// cancelled. Errors: not_found, timer_fired, unavailable.
-func (s *Store) CancelTimer(ctx context.Context, key string) (hourglass.Timer, error) {
-	r := s.submit(ctx, &op{kind: opCancel, key: key})
-	if r.err != nil {
-		return hourglass.Timer{}, r.err
-	}
-	return r.timer, nil
-}
-
-// FireTimers implements hourglass.TimerStore. It is group-committed and,
-// like CloseOrders, jumps the queue of API writes (timerbatch.go): the
-// listed scheduled timers are locked by id, now is read, and for those due
-// the batch writes status fired, one timer.fired event each with its body,
-// and the deliveries: to the timer's webhook if it still exists (its row
-// read with a shared lock, so a concurrent DeleteWebhook waits for this
-// commit and then deletes them), else to the webhooks subscribed to
-// timer.fired or "*". Ids that are not timers' are ignored. Errors:
-// unavailable.
-func (s *Store) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredTimer, error) {
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return !hourglass.IsTimerID(id) })
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	slices.Sort(ids)
-	r := s.submit(ctx, &op{kind: opFire, ids: slices.Compact(ids)})
-	return r.fired, r.err
 }
 
 // nullBytes is NULL for nil, else b.

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
@@ -43,27 +42,16 @@ func (r *orderRow) order() (hourglass.Order, bool, error) {
 	if !r.id.Valid {
 		return hourglass.Order{}, false, nil
 	}
-	o := hourglass.Order{
-		ID:          r.id.Int64,
-		UserID:      r.user.String,
-		Status:      hourglass.State(r.status.String),
-		CreatedAt:   hourglass.FromUnixMilli(r.created.Int64),
-		Deadline:    hourglass.FromUnixMilli(r.deadline.Int64),
-		CloseReason: r.reason.String,
-		PaymentID:   r.paymentID.String,
-	}
+	row := stored.OrderRow{ID: r.id.Int64, User: r.user.String, Status: r.status.String, Items: r.items.String,
+		Created: r.created.Int64, Deadline: r.deadline.Int64, Reason: &r.reason.String, PaymentID: &r.paymentID.String}
 	if r.paid.Valid {
-		o.PaidAt = hourglass.FromUnixMilli(r.paid.Int64)
+		row.Paid = &r.paid.Int64
 	}
 	if r.closed.Valid {
-		o.ClosedAt = hourglass.FromUnixMilli(r.closed.Int64)
+		row.Closed = &r.closed.Int64
 	}
-	its, err := stored.DecodeItems(r.items.String)
-	if err != nil {
-		return o, true, fmt.Errorf("order %d: %w", o.ID, err)
-	}
-	o.Items = its
-	return o, true, nil
+	o, err := row.Order()
+	return o, true, err
 }
 
 // CreateOrder implements hourglass.Store. It is group-committed: the stock

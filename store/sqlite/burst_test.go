@@ -120,25 +120,3 @@ func BenchmarkCloseOrdersBurst(b *testing.B) {
 		}
 	}
 }
-
-func TestParseEncodedItems(t *testing.T) {
-	t.Parallel()
-	for _, items := range [][]hourglass.Item{
-		{{SKU: "A", Quantity: 1}},
-		{{SKU: "SKU-1.x_y", Quantity: 3}, {SKU: "B", Quantity: 12345678901}},
-	} {
-		got, ok := parseEncodedItems(stored.EncodeItems(items))
-		if !ok || fmt.Sprint(got) != fmt.Sprint(items) {
-			t.Errorf("parseEncodedItems(%s) = %v, %v; want %v", stored.EncodeItems(items), got, ok, items)
-		}
-	}
-	for _, raw := range []string{``, `[`, `[{"sku":"A","quantity":1}`, `[{"quantity":1,"sku":"A"}]`, `[{"sku":"A","quantity":x}]`, `[{"sku": "A","quantity":1}]`, `[{"sku":"A","quantity":1},]`} {
-		if _, ok := parseEncodedItems(raw); ok {
-			t.Errorf("parseEncodedItems(%q) accepted it", raw)
-		}
-	}
-	by := map[string]int64{}
-	if err := sumItems(`[ {"quantity": 2, "sku": "A"} ]`, by); err != nil || by["A"] != 2 {
-		t.Errorf("sumItems on other JSON: %v, %v", by, err)
-	}
-}

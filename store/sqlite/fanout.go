@@ -12,7 +12,7 @@ import (
 )
 
 // newFanOut returns the loop that creates the webhook deliveries close
-// batches of a burst left in fanout_pending (see writeEvents): one close
+// batches of a burst left in fanout_pending (txn.DeferFanOut): one close
 // batch per write, in seq order, each once the close path is quiet,
 // through the low lane so that API writes go first. The deliveries then
 // exist within moments of the burst's end; until then the events are
@@ -88,4 +88,31 @@ func (s *Store) fanOutOldest() (created int, err error) {
 		return nil
 	})
 	return created, err
+}
+
+// fanOutEvents creates the deliveries of the events with a seq in [first,
+// last], all of type typ, to every webhook subscribed to typ or "*", with
+// one INSERT … SELECT per subscribed type. It returns the number created.
+//
+// Every event with a seq in [first, last] must be of type typ: a deferring
+// batch wrote them one after the other (txn.DeferFanOut). Streams are
+// ordered by event seq, so deliveries created later still keep each
+// (webhook, order) stream in event order. OR FAIL: the statement needs no
+// statement journal (the op's failure rolls its transaction back).
+func fanOutEvents(conn *sqlite.Conn, nowMs int64, typ hourglass.EventType, first, last int64) (int, error) {
+	fanned := 0
+	for _, t := range [...]string{string(typ), string(hourglass.EventTypeAll)} {
+		stmt := conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w
+WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = ?4 ORDER BY e.seq, w.webhook_id`)
+		stmt.BindInt64(1, first)
+		stmt.BindInt64(2, last)
+		stmt.BindInt64(3, nowMs)
+		stmt.BindText(4, t)
+		if _, err := step(stmt, nil); err != nil {
+			return 0, fmt.Errorf("sqlite: fan out %d %s events: %w", last-first+1, typ, err)
+		}
+		fanned += conn.Changes()
+	}
+	return fanned, nil
 }

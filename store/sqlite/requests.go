@@ -10,6 +10,7 @@ import (
 	"zombiezen.com/go/sqlite"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/plan"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
@@ -18,7 +19,7 @@ import (
 // process writing this database file INSERTs into timer_requests
 // (migration 0007) in its own transaction, applied on the single writer in
 // one transaction: each request in seq order with ArmTimer's and
-// CancelTimer's statements (armIn, cancelIn), those that cannot be applied
+// CancelTimer's algorithm (store/internal/batch), those that cannot be applied
 // moved to timer_request_errors with their reason, all of them deleted.
 // One writer applies them, so no request is taken twice; what the
 // transaction armed and cancelled is announced on the due feed after it
@@ -105,29 +106,13 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequest
 
 // applyRequestsIn applies up to p.Limit requests in the writer's
 // transaction at now (sqlq.Store.ApplyTimerRequestsIn): one writer, so no
-// key is held back, and each request runs in seq order with ArmTimer's and
-// CancelTimer's statements.
+// key is held back, and the requests run in seq order as one batch of ArmTimer's
+// and CancelTimer's writes.
 func (s *Store) applyRequestsIn(ctx context.Context, conn *sqlite.Conn, now time.Time, p hourglass.TimerRequestsParams) (hourglass.TimerRequestsApplied, error) {
 	b, err := s.Store.ApplyTimerRequestsIn(ctx, connQuerier{conn}, p, func(sqlq.Querier) (time.Time, error) { return now, nil },
-		func(_ context.Context, _ sqlq.Querier, now time.Time, p plan.TimerRequests) (func(), error) {
-			for _, r := range p {
-				var (
-					t   hourglass.Timer
-					err error
-				)
-				switch {
-				case !r.Runs():
-					continue
-				case r.Arm != nil:
-					t, _, err = s.armIn(conn, now, *r.Arm)
-				default:
-					t, err = cancelIn(conn, now, r.CancelKey)
-				}
-				if err := r.Settle(t, err); err != nil {
-					return nil, err // the database's: the transaction rolls back
-				}
-			}
-			return nil, nil
+		func(ctx context.Context, _ sqlq.Querier, _ time.Time, p plan.TimerRequests) (func(), error) {
+			_, err := batch.RunRequests(ctx, s.batchConfig(), &txn{s: s, conn: conn}, p)
+			return nil, err
 		})
 	if err != nil {
 		return hourglass.TimerRequestsApplied{}, wrap("apply timer requests", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
@@ -92,6 +93,9 @@ type Store struct {
 	// Store is the SQL written once for the paths that are not the group
 	// commit (store/internal/sqlq): stats, outbox, event-log cursors, ….
 	*sqlq.Store
+	// Writes are the group-committed writes (store/internal/batch): orders,
+	// timers, delivery attempts.
+	batch.Writes
 
 	cfg    Config
 	clock  hourglass.Clock
@@ -121,12 +125,15 @@ type Store struct {
 
 var _ hourglass.Store = (*Store)(nil)
 
-// op is one write waiting for the writer. run must either succeed, or fail
-// with a *hourglass.Error before writing anything (a domain refusal), or
-// fail with any other error (then the whole batch is rolled back and
-// bisected, so one broken write cannot fail its peers). run may therefore
-// run more than once: it must not keep outputs of a rolled-back run.
+// op is one write waiting for the writer: an order, timer or attempt
+// write (b, run by store/internal/batch, batch.go), or any other (run). run
+// must either succeed, or fail with a *hourglass.Error before writing
+// anything (a domain refusal), or fail with any other error (then the whole
+// batch is rolled back and bisected, so one broken write cannot fail its
+// peers). run may therefore run more than once: it must not keep outputs of
+// a rolled-back run.
 type op struct {
+	b   *batch.Op
 	run func(conn *sqlite.Conn, now time.Time) error
 	err error
 	// orders is an urgent op's weight against urgentPerCommit: the orders it
@@ -138,13 +145,26 @@ type op struct {
 	due func(u *hourglass.DueUpdate)
 }
 
-func (o *op) Fail(err error) { o.err = err }
-func (o *op) Err() error     { return o.err }
+func (o *op) Fail(err error) {
+	if o.b != nil {
+		o.b.Fail(err)
+	}
+	o.err = err
+}
+
+func (o *op) Err() error {
+	if o.b != nil {
+		return o.b.Err()
+	}
+	return o.err
+}
 
 // Due implements writer.Announcer: what the committed write changed in
 // what is due, told by the write itself (writeDue).
 func (o *op) Due(u *hourglass.DueUpdate) {
-	if o.due != nil {
+	if o.b != nil {
+		o.b.Due(u)
+	} else if o.due != nil {
 		o.due(u)
 	}
 }
@@ -160,6 +180,7 @@ func Open(cfg Config) (*Store, error) {
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
 	s := &Store{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
+	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
@@ -317,12 +338,6 @@ func (s *Store) writeDue(ctx context.Context, due func(u *hourglass.DueUpdate), 
 	return s.w.Submit(ctx, writer.Normal, &op{run: run, due: due})
 }
 
-// writeUrgent is write for closes of n orders: they jump the queue of API
-// writes, so a burst of creates cannot make a deadline late.
-func (s *Store) writeUrgent(ctx context.Context, n int, run func(conn *sqlite.Conn, now time.Time) error) error {
-	return s.w.Submit(ctx, writer.Urgent, &op{run: run, orders: s.urgentWeight(n)})
-}
-
 // urgentWeight is an urgent op's weight for n orders (see op.orders).
 func (s *Store) urgentWeight(n int) int { return n * int(1+s.deliveriesPerOrder.Load()) }
 
@@ -408,32 +423,54 @@ func (s *Store) probeWrite(ctx context.Context) error {
 // dialect is the store as the writer sees it.
 type dialect struct{ *Store }
 
-// Run runs a batch in one immediate transaction on the write connection. A
-// write's *hourglass.Error is its refusal; any other error rolls the batch
-// back, and a storage cause becomes storageError's.
-func (d dialect) Run(_ context.Context, batch []*op) (int, error) {
-	err := d.runTx(batch)
+// Run runs a batch in one immediate transaction on the write connection, in
+// queue order: each run of consecutive order, timer and attempt writes as
+// one batch.Run, each other write alone. A write's *hourglass.Error is its
+// refusal; any other error rolls the batch back, and a storage cause
+// becomes storageError's. It returns the deliveries the batch created.
+func (d dialect) Run(ctx context.Context, ops []*op) (int, error) {
+	out, err := d.runTx(ctx, ops)
 	if he := storageError(err); he != nil {
 		return 0, he
 	}
-	return 0, err
+	if err != nil {
+		return 0, err
+	}
+	if out.Deferred {
+		d.fanOut.Wake()
+	}
+	return out.Deliveries, nil
 }
 
-func (d dialect) runTx(batch []*op) (err error) {
+func (d dialect) runTx(ctx context.Context, ops []*op) (out batch.Outcome, err error) {
 	end, err := sqlitex.ImmediateTransaction(d.writer)
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return out, fmt.Errorf("sqlite: begin: %w", err)
 	}
 	defer end(&err)
-	for _, o := range batch {
-		err := o.run(d.writer, d.clock.Now())
-		var he *hourglass.Error
-		if err != nil && !errors.As(err, &he) {
-			return err
+	for i := 0; i < len(ops); {
+		if ops[i].b == nil {
+			err := ops[i].run(d.writer, d.clock.Now())
+			var he *hourglass.Error
+			if err != nil && !errors.As(err, &he) {
+				return out, err
+			}
+			ops[i].err = err
+			i++
+			continue
 		}
-		o.err = err
+		var run []*batch.Op
+		for ; i < len(ops) && ops[i].b != nil; i++ {
+			run = append(run, ops[i].b)
+		}
+		o, err := d.runBatch(ctx, d.writer, run)
+		if err != nil {
+			return out, err
+		}
+		out.Deliveries += o.Deliveries
+		out.Deferred = out.Deferred || o.Deferred
 	}
-	return nil
+	return out, nil
 }
 
 // Classify implements writer.Dialect: a storage cause is unavailable (not

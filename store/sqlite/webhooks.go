@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/hourglass/hourglass"
 	"zombiezen.com/go/sqlite"
@@ -56,45 +55,4 @@ WHERE webhook_id = ?1 AND order_id = ?2 AND state = 'pending' ORDER BY event_seq
 		return out, false, fmt.Errorf("sqlite: next delivery of webhook %d, order %d: %w", webhookID, orderID, err)
 	}
 	return out, found, nil
-}
-
-// RecordAttempt implements hourglass.DeliveryStore.
-func (s *Store) RecordAttempt(ctx context.Context, r hourglass.AttemptResult) (hourglass.AttemptRecord, error) {
-	var rec hourglass.AttemptRecord
-	err := s.writeLow(ctx, func(conn *sqlite.Conn, now time.Time) error {
-		rec = hourglass.AttemptRecord{}
-		nowMs := hourglass.UnixMilli(now)
-		var stmt *sqlite.Stmt
-		switch {
-		case r.OK:
-			stmt = conn.Prep(`DELETE FROM webhook_deliveries WHERE id = ?1 AND state = 'pending' AND attempts = ?2`)
-		case r.RetryAt.IsZero():
-			stmt = conn.Prep(`UPDATE webhook_deliveries SET state = 'dead', attempts = ?2 + 1, last_error = ?3, failed_at = ?4
-WHERE id = ?1 AND state = 'pending' AND attempts = ?2`)
-			stmt.BindText(3, r.Error)
-			stmt.BindInt64(4, nowMs)
-		default:
-			stmt = conn.Prep(`UPDATE webhook_deliveries SET attempts = ?2 + 1, last_error = ?3, next_attempt_at = ?4
-WHERE id = ?1 AND state = 'pending' AND attempts = ?2`)
-			stmt.BindText(3, r.Error)
-			stmt.BindInt64(4, hourglass.UnixMilli(r.RetryAt))
-		}
-		stmt.BindInt64(1, r.ID)
-		stmt.BindInt64(2, int64(r.Attempts))
-		if _, err := step(stmt, nil); err != nil {
-			return fmt.Errorf("sqlite: record attempt of delivery %d: %w", r.ID, err)
-		}
-		rec.Recorded = conn.Changes() == 1
-		if !rec.Recorded || !r.Resolves() {
-			return nil
-		}
-		// On the writer, whose cache the last commit did not empty (a
-		// reader's it would).
-		next, found, err := nextDelivery(conn, r.WebhookID, r.OrderID)
-		if found {
-			rec.Next = next
-		}
-		return err
-	})
-	return rec, err
 }

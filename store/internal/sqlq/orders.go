@@ -11,50 +11,8 @@ import (
 	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
-// OrderColumns are an order's columns, in the order orderRow scans them.
-const OrderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
-
-// orderRow receives OrderColumns.
-type orderRow struct {
-	id, created, deadline int64
-	user, status, items   string
-	paid, closed          *int64
-	reason, paymentID     *string
-}
-
-// dest returns the destinations of OrderColumns followed by extra.
-func (r *orderRow) dest(extra ...any) []any {
-	return append([]any{&r.id, &r.user, &r.status, &r.items, &r.created, &r.deadline, &r.paid, &r.closed, &r.reason, &r.paymentID}, extra...)
-}
-
-// order returns the scanned order.
-func (r *orderRow) order() (hourglass.Order, error) {
-	o := hourglass.Order{
-		ID:        r.id,
-		UserID:    r.user,
-		Status:    hourglass.State(r.status),
-		CreatedAt: hourglass.FromUnixMilli(r.created),
-		Deadline:  hourglass.FromUnixMilli(r.deadline),
-	}
-	if r.paid != nil {
-		o.PaidAt = hourglass.FromUnixMilli(*r.paid)
-	}
-	if r.closed != nil {
-		o.ClosedAt = hourglass.FromUnixMilli(*r.closed)
-	}
-	if r.reason != nil {
-		o.CloseReason = *r.reason
-	}
-	if r.paymentID != nil {
-		o.PaymentID = *r.paymentID
-	}
-	its, err := stored.DecodeItems(r.items)
-	if err != nil {
-		return o, fmt.Errorf("order %d: %w", o.ID, err)
-	}
-	o.Items = its
-	return o, nil
-}
+// OrderColumns are an order's columns, in stored.OrderRow's order.
+const OrderColumns = stored.OrderColumns
 
 // RenderEvent returns the JSON body of an order's event: current is the
 // order's row as it is now, seen as of the event (hourglass.Order.AsOf).
@@ -69,15 +27,15 @@ func RenderEvent(id string, typ hourglass.EventType, createdAtMs int64, current 
 
 // order reads one order; not_found when there is none.
 func (x q) order(ctx context.Context, id int64, extra ...any) (hourglass.Order, error) {
-	var r orderRow
-	found, err := x.row(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id = ?`, []any{id}, r.dest(extra...)...)
+	var r stored.OrderRow
+	found, err := x.row(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id = ?`, []any{id}, r.Dest(extra...)...)
 	if err != nil {
 		return hourglass.Order{}, err
 	}
 	if !found {
 		return hourglass.Order{}, plan.OrderNotFound(id)
 	}
-	return r.order()
+	return r.Order()
 }
 
 // Order implements hourglass.Store.
@@ -96,19 +54,19 @@ func (s *Store) Order(ctx context.Context, id int64) (hourglass.Order, error) {
 // unavailable.
 func (s *Store) ViewOrder(ctx context.Context, id int64) (hourglass.Order, error) {
 	var (
-		r     orderRow
+		r     stored.OrderRow
 		nowMs int64
 		o     hourglass.Order
 	)
 	err := s.read(ctx, "view order", func(x q) error {
-		found, err := x.row(ctx, `SELECT `+OrderColumns+`, `+s.d.Now+` FROM orders WHERE id = ?`, []any{s.db.NowArg(), id}, r.dest(&nowMs)...)
+		found, err := x.row(ctx, `SELECT `+OrderColumns+`, `+s.d.Now+` FROM orders WHERE id = ?`, []any{s.db.NowArg(), id}, r.Dest(&nowMs)...)
 		if err != nil {
 			return err
 		}
 		if !found {
 			return plan.OrderNotFound(id)
 		}
-		o, err = r.order()
+		o, err = r.Order()
 		return err
 	})
 	if err != nil {
@@ -138,12 +96,12 @@ func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hour
 	query, args := s.ListOrdersSQL(f)
 	var (
 		out []hourglass.Order
-		r   orderRow
+		r   stored.OrderRow
 	)
 	err := s.read(ctx, "list orders", func(x q) error {
 		out = out[:0]
-		return x.each(ctx, query, args, r.dest(), func() error {
-			o, err := r.order()
+		return x.each(ctx, query, args, r.Dest(), func() error {
+			o, err := r.Order()
 			out = append(out, o)
 			return err
 		})
@@ -243,9 +201,9 @@ func (x q) render(ctx context.Context, evs []hourglass.EventRecord, drop bool) (
 		return evs, nil
 	}
 	orders := make(map[int64]hourglass.Order, len(ids))
-	var r orderRow
-	err := x.each(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids, r.dest(), func() error {
-		o, err := r.order()
+	var r stored.OrderRow
+	err := x.each(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids, r.Dest(), func() error {
+		o, err := r.Order()
 		orders[o.ID] = o
 		return err
 	})

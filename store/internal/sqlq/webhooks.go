@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
 // Inserter is a Querier that runs an INSERT and returns the id the database
@@ -376,7 +377,7 @@ func (s *Store) PendingDelivery(ctx context.Context, id int64) (hourglass.Pendin
 }
 
 // pendingOrderColumns are OrderColumns of the order LEFT JOINed as o,
-// NULL-free where orderRow needs it: an event that keeps its body (a
+// NULL-free where stored.OrderRow needs it: an event that keeps its body (a
 // timer's, a source's) joins no order.
 const pendingOrderColumns = `COALESCE(o.id, 0), COALESCE(o.user_id, ''), COALESCE(o.status, ''), COALESCE(o.items, '[]'),
 	COALESCE(o.created_at, 0), COALESCE(o.deadline, 0), o.paid_at, o.closed_at, o.close_reason, o.payment_id`
@@ -396,13 +397,13 @@ func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass
 	var (
 		out                  []hourglass.PendingDelivery
 		d                    hourglass.PendingDelivery
-		ord                  orderRow
+		ord                  stored.OrderRow
 		typ                  string
 		body                 []byte
 		created, next        int64
 		blockedID, blockedAt *int64
 	)
-	dest := ord.dest(&d.ID, &d.WebhookID, &d.OrderID, &d.URL, &d.Secret, &d.EventID, &typ, &created, &body,
+	dest := ord.Dest(&d.ID, &d.WebhookID, &d.OrderID, &d.URL, &d.Secret, &d.EventID, &typ, &created, &body,
 		&d.Attempts, &next, &blockedID, &blockedAt)
 	err := s.read(ctx, "get deliveries", func(x q) error {
 		out = make([]hourglass.PendingDelivery, 0, len(ids))
@@ -415,10 +416,10 @@ func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass
 				d.Body = b
 			case body != nil:
 				d.Body = body
-			case ord.id == 0: // cannot happen: orders are never deleted
+			case ord.ID == 0: // cannot happen: orders are never deleted
 				return fmt.Errorf("delivery %d: order %d of event %s not found", d.ID, d.OrderID, d.EventID)
 			default:
-				o, err := ord.order()
+				o, err := ord.Order()
 				if err != nil {
 					return err
 				}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -31,8 +32,13 @@ func EncodeItems(items []hourglass.Item) string {
 	return string(append(b, ']'))
 }
 
-// DecodeItems reads what EncodeItems wrote.
+// DecodeItems reads what EncodeItems wrote: its exact form without
+// reflection (a burst of closes decodes every order's items), anything
+// else as JSON.
 func DecodeItems(raw string) ([]hourglass.Item, error) {
+	if items, ok := parseEncodedItems(raw); ok {
+		return items, nil
+	}
 	var rows []struct {
 		SKU      string `json:"sku"`
 		Quantity int64  `json:"quantity"`
@@ -45,6 +51,87 @@ func DecodeItems(raw string) ([]hourglass.Item, error) {
 		items[i] = hourglass.Item{SKU: r.SKU, Quantity: r.Quantity}
 	}
 	return items, nil
+}
+
+// parseEncodedItems parses exactly what EncodeItems writes; ok is false for
+// anything else.
+func parseEncodedItems(raw string) (items []hourglass.Item, ok bool) {
+	const skuKey, qtyKey = `{"sku":"`, `","quantity":`
+	rest, ok := strings.CutPrefix(raw, "[")
+	for ok && rest != "]" {
+		var sku string
+		if rest, ok = strings.CutPrefix(rest, skuKey); !ok {
+			return nil, false
+		}
+		if sku, rest, ok = strings.Cut(rest, qtyKey); !ok || strings.ContainsAny(sku, `"\`) {
+			return nil, false
+		}
+		end := strings.IndexAny(rest, ",}")
+		if end <= 0 || rest[end] != '}' {
+			return nil, false
+		}
+		qty, err := strconv.ParseInt(rest[:end], 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		items = append(items, hourglass.Item{SKU: sku, Quantity: qty})
+		rest = rest[end+1:]
+		if next, more := strings.CutPrefix(rest, ","); more && next != "]" {
+			rest = next
+		} else if more || rest != "]" {
+			return nil, false
+		}
+	}
+	return items, ok
+}
+
+// OrderColumns are an order's columns in every store, in OrderRow.Dest's
+// order.
+const OrderColumns = `id, user_id, status, items, created_at, deadline, paid_at, closed_at, close_reason, payment_id`
+
+// OrderRow is an order's row as every store keeps it (times in unix ms,
+// NULL as nil): the one place a row becomes a hourglass.Order. A store
+// scans into Dest or fills the fields from its columns.
+type OrderRow struct {
+	ID, Created, Deadline int64
+	User, Status, Items   string
+	Paid, Closed          *int64
+	Reason, PaymentID     *string
+}
+
+// Dest returns the scan destinations of OrderColumns followed by extra.
+func (r *OrderRow) Dest(extra ...any) []any {
+	return append([]any{&r.ID, &r.User, &r.Status, &r.Items, &r.Created, &r.Deadline, &r.Paid, &r.Closed, &r.Reason, &r.PaymentID}, extra...)
+}
+
+// Order returns the row's order; an error names the order whose items do
+// not decode.
+func (r *OrderRow) Order() (hourglass.Order, error) {
+	o := hourglass.Order{
+		ID:        r.ID,
+		UserID:    r.User,
+		Status:    hourglass.State(r.Status),
+		CreatedAt: hourglass.FromUnixMilli(r.Created),
+		Deadline:  hourglass.FromUnixMilli(r.Deadline),
+	}
+	if r.Paid != nil {
+		o.PaidAt = hourglass.FromUnixMilli(*r.Paid)
+	}
+	if r.Closed != nil {
+		o.ClosedAt = hourglass.FromUnixMilli(*r.Closed)
+	}
+	if r.Reason != nil {
+		o.CloseReason = *r.Reason
+	}
+	if r.PaymentID != nil {
+		o.PaymentID = *r.PaymentID
+	}
+	its, err := DecodeItems(r.Items)
+	if err != nil {
+		return o, fmt.Errorf("order %d: %w", o.ID, err)
+	}
+	o.Items = its
+	return o, nil
 }
 
 // policyJSON is the stored form of hourglass.Policy, in milliseconds.

@@ -1,0 +1,504 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
+	"github.com/hourglass/hourglass/store/internal/fanout"
+	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/writer"
+	"zombiezen.com/go/sqlite"
+)
+
+// The order, timer and delivery-attempt writes run the one algorithm of
+// store/internal/batch (as MySQL's do), over txn: SQLite's statements on the
+// writer's connection. One writer goroutine owns the file, so "lock" reads
+// the row; each statement names one row by its key (a prepared statement
+// SQLite caches, no round trip), and every write is OR FAIL: a failed
+// constraint fails the whole batch anyway (then bisected), so a statement
+// needs no statement journal of its own, whose 64 KiB chunk, too large for
+// the allocator ballast (ballast.go), cost an mmap and a munmap each.
+
+// submit queues o in its lane, weighted like a close when it is urgent,
+// and waits for its result.
+func (s *Store) submit(ctx context.Context, o *batch.Op) batch.Result {
+	w := &op{b: o}
+	if o.Lane() == writer.Urgent {
+		w.orders = s.urgentWeight(len(o.IDs))
+	}
+	if err := s.w.Submit(ctx, o.Lane(), w); err != nil {
+		return batch.Result{Err: err}
+	}
+	return o.Res
+}
+
+// runBatch runs ops (a run of consecutive batch writes of the writer's
+// batch) in the writer's open transaction and returns how many deliveries
+// they created.
+func (s *Store) runBatch(ctx context.Context, conn *sqlite.Conn, ops []*batch.Op) (batch.Outcome, error) {
+	out, err := batch.Run(ctx, s.batchConfig(), &txn{s: s, conn: conn}, ops)
+	if err != nil {
+		return out, err
+	}
+	closed := 0
+	for _, o := range ops {
+		closed += len(o.Res.Closed)
+	}
+	s.fannedOut(out.Deliveries, closed)
+	return out, nil
+}
+
+// batchConfig is what the shared algorithm needs of the store.
+func (s *Store) batchConfig() batch.Config {
+	return batch.Config{Outbox: s.cfg.Outbox, DeferFanOut: func(closes int) bool { return fanout.Burst(s.w.Urgent(), closes) }}
+}
+
+// txn is batch.Tx on the writer's connection, inside its transaction.
+type txn struct {
+	s    *Store
+	conn *sqlite.Conn
+}
+
+var _ batch.Tx = (*txn)(nil)
+
+// exec steps a prepared write statement.
+func exec(stmt *sqlite.Stmt, what string) error {
+	if _, err := step(stmt, nil); err != nil {
+		return fmt.Errorf("sqlite: %s: %w", what, err)
+	}
+	return nil
+}
+
+func bindNullInt(stmt *sqlite.Stmt, i int, v int64) {
+	if v == 0 {
+		stmt.BindNull(i)
+	} else {
+		stmt.BindInt64(i, v)
+	}
+}
+
+func bindNullText(stmt *sqlite.Stmt, i int, v string) {
+	if v == "" {
+		stmt.BindNull(i)
+	} else {
+		stmt.BindText(i, v)
+	}
+}
+
+func bindNullTime(stmt *sqlite.Stmt, i int, t time.Time) {
+	if t.IsZero() {
+		stmt.BindNull(i)
+	} else {
+		stmt.BindInt64(i, hourglass.UnixMilli(t))
+	}
+}
+
+func (t *txn) StoredKeys(_ context.Context, keys []string) (map[string]plan.StoredKey, error) {
+	out := make(map[string]plan.StoredKey, len(keys))
+	for _, key := range keys {
+		stmt := t.conn.Prep(`SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1`)
+		stmt.BindText(1, key)
+		if _, err := step(stmt, func(st *sqlite.Stmt) {
+			k := plan.StoredKey{Hash: make([]byte, st.ColumnLen(0)), OrderID: st.ColumnInt64(1)}
+			st.ColumnBytes(0, k.Hash)
+			out[key] = k
+		}); err != nil {
+			return nil, fmt.Errorf("sqlite: read idempotency keys: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) LockOrders(_ context.Context, ids []int64) ([]hourglass.Order, error) {
+	out := make([]hourglass.Order, 0, len(ids))
+	for _, id := range ids {
+		stmt := t.conn.Prep(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?1`)
+		stmt.BindInt64(1, id)
+		var scanErr error
+		if _, err := step(stmt, func(st *sqlite.Stmt) {
+			var o hourglass.Order
+			o, scanErr = scanOrder(st)
+			out = append(out, o)
+		}); err != nil {
+			return nil, fmt.Errorf("sqlite: read orders: %w", err)
+		}
+		if scanErr != nil {
+			return nil, scanErr
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) LockProducts(_ context.Context, skus []string) (plan.Stock, error) {
+	stock := make(plan.Stock, len(skus))
+	for _, sku := range skus {
+		stmt := t.conn.Prep(`SELECT category, available, reserved, sold FROM products WHERE sku = ?1`)
+		stmt.BindText(1, sku)
+		if _, err := step(stmt, func(st *sqlite.Stmt) {
+			stock[sku] = &plan.Product{Category: st.ColumnText(0), Available: st.ColumnInt64(1), Reserved: st.ColumnInt64(2), Sold: st.ColumnInt64(3)}
+		}); err != nil {
+			return nil, fmt.Errorf("sqlite: read product %q: %w", sku, err)
+		}
+	}
+	return stock, nil
+}
+
+// lockTimer reads the timer stmt selects (timerColumns, request_hash), if
+// any, into out.
+func lockTimer(stmt *sqlite.Stmt, out []*batch.Timer) ([]*batch.Timer, error) {
+	_, err := step(stmt, func(st *sqlite.Stmt) {
+		bt := &batch.Timer{T: scanTimer(st), Hash: make([]byte, st.ColumnLen(9))}
+		st.ColumnBytes(9, bt.Hash)
+		out = append(out, bt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: read timers: %w", err)
+	}
+	return out, nil
+}
+
+func (t *txn) LockTimerKeys(_ context.Context, keys []string) (out []*batch.Timer, err error) {
+	for _, key := range keys {
+		stmt := t.conn.Prep(`SELECT ` + timerColumns + `, request_hash FROM timers WHERE key = ?1`)
+		stmt.BindText(1, key)
+		if out, err = lockTimer(stmt, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) LockTimerIDs(_ context.Context, ids []int64) (out []*batch.Timer, err error) {
+	for _, id := range ids {
+		stmt := t.conn.Prep(`SELECT ` + timerColumns + `, request_hash FROM timers WHERE id = ?1 AND status = 'scheduled'`)
+		stmt.BindInt64(1, id)
+		if out, err = lockTimer(stmt, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) Webhooks(_ context.Context, ids []int64) (map[int64]bool, error) {
+	out := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		stmt := t.conn.Prep(`SELECT 1 FROM webhooks WHERE id = ?1`)
+		stmt.BindInt64(1, id)
+		found, err := step(stmt, nil)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: look up webhook %d: %w", id, err)
+		}
+		out[id] = found
+	}
+	return out, nil
+}
+
+// LockWebhooks: the one writer holds the file, so a delete cannot race.
+func (t *txn) LockWebhooks(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	return t.Webhooks(ctx, ids)
+}
+
+func (t *txn) Snapshot(context.Context) (batch.Snapshot, error) {
+	return batch.Snapshot{
+		Now:        hourglass.FromUnixMilli(hourglass.UnixMilli(t.s.clock.Now())),
+		Policy:     func() (hourglass.Policy, error) { return t.s.loadPolicy(t.conn) },
+		Subscribed: t.s.webhookCount(t.conn) > 0,
+	}, nil
+}
+
+func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.Time) error {
+	for i := range orders {
+		o := &orders[i].Order
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO orders (user_id, status, items, created_at, deadline) VALUES (?1, 'pending_payment', ?2, ?3, ?4)`)
+		stmt.BindText(1, o.UserID)
+		stmt.BindText(2, orders[i].Items)
+		stmt.BindInt64(3, hourglass.UnixMilli(now))
+		stmt.BindInt64(4, hourglass.UnixMilli(o.Deadline))
+		if err := exec(stmt, "insert order"); err != nil {
+			return err
+		}
+		o.ID = t.conn.LastInsertRowID()
+	}
+	return nil
+}
+
+func (t *txn) UpdateOrders(_ context.Context, orders []*hourglass.Order) error {
+	for _, o := range orders {
+		stmt := t.conn.Prep(`UPDATE OR FAIL orders SET status = ?2, paid_at = ?3, closed_at = ?4, close_reason = ?5, payment_id = ?6 WHERE id = ?1`)
+		stmt.BindInt64(1, o.ID)
+		stmt.BindText(2, string(o.Status))
+		bindNullTime(stmt, 3, o.PaidAt)
+		bindNullTime(stmt, 4, o.ClosedAt)
+		bindNullText(stmt, 5, o.CloseReason)
+		bindNullText(stmt, 6, o.PaymentID)
+		if err := exec(stmt, fmt.Sprintf("update order %d", o.ID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) ExtendOrder(_ context.Context, id int64, deadline time.Time) error {
+	stmt := t.conn.Prep(`UPDATE OR FAIL orders SET deadline = ?2 WHERE id = ?1`)
+	stmt.BindInt64(1, id)
+	stmt.BindInt64(2, hourglass.UnixMilli(deadline))
+	return exec(stmt, fmt.Sprintf("extend order %d", id))
+}
+
+// UpdateProducts writes each changed product once, in SKU order.
+func (t *txn) UpdateProducts(_ context.Context, stock plan.Stock) error {
+	for _, sku := range stock.Changed() {
+		d := stock[sku].Delta
+		stmt := t.conn.Prep(`UPDATE OR FAIL products SET available = available + ?2, reserved = reserved + ?3, sold = sold + ?4 WHERE sku = ?1`)
+		stmt.BindText(1, sku)
+		stmt.BindInt64(2, d[plan.Available])
+		stmt.BindInt64(3, d[plan.Reserved])
+		stmt.BindInt64(4, d[plan.Sold])
+		if err := exec(stmt, fmt.Sprintf("update product %q", sku)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindTimer binds ?2 status, ?3 fire_at, ?4 fired_at, ?5 payload, ?6
+// webhook_id, ?7 request_hash, ?8 updated_at.
+func bindTimer(stmt *sqlite.Stmt, bt *batch.Timer) {
+	tm := bt.T
+	stmt.BindText(2, string(tm.Status))
+	stmt.BindInt64(3, hourglass.UnixMilli(tm.FireAt))
+	bindNullTime(stmt, 4, tm.FiredAt)
+	if tm.Payload == nil {
+		stmt.BindNull(5)
+	} else {
+		stmt.BindText(5, string(tm.Payload))
+	}
+	bindNullInt(stmt, 6, tm.WebhookID)
+	stmt.BindBytes(7, bt.Hash)
+	stmt.BindInt64(8, hourglass.UnixMilli(tm.UpdatedAt))
+}
+
+// InsertTimers gives each timer the next id above every timer's, from
+// hourglass.TimerIDBase.
+func (t *txn) InsertTimers(_ context.Context, timers []*batch.Timer) error {
+	for _, bt := range timers {
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO timers (id, key, status, fire_at, fired_at, payload, webhook_id, request_hash, updated_at, created_at)
+VALUES ((SELECT coalesce(max(id), ?9 - 1) + 1 FROM timers), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10)`)
+		stmt.BindText(1, bt.T.Key)
+		bindTimer(stmt, bt)
+		stmt.BindInt64(9, hourglass.TimerIDBase)
+		stmt.BindInt64(10, hourglass.UnixMilli(bt.T.CreatedAt))
+		if err := exec(stmt, fmt.Sprintf("insert timer %q", bt.T.Key)); err != nil {
+			return err
+		}
+		bt.T.ID = t.conn.LastInsertRowID()
+	}
+	return nil
+}
+
+func (t *txn) RearmTimers(_ context.Context, timers []*batch.Timer) error {
+	for _, bt := range timers {
+		stmt := t.conn.Prep(`UPDATE OR FAIL timers SET status = ?2, fire_at = ?3, fired_at = ?4, payload = ?5, webhook_id = ?6, request_hash = ?7, updated_at = ?8
+WHERE id = ?1`)
+		stmt.BindInt64(1, bt.T.ID)
+		bindTimer(stmt, bt)
+		if err := exec(stmt, fmt.Sprintf("re-arm timer %q", bt.T.Key)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) SetTimers(_ context.Context, status hourglass.TimerStatus, ids []int64, now time.Time) error {
+	query := `UPDATE OR FAIL timers SET status = 'cancelled', updated_at = ?2 WHERE id = ?1`
+	if status == hourglass.TimerFired {
+		query = `UPDATE OR FAIL timers SET status = 'fired', fired_at = ?2, updated_at = ?2 WHERE id = ?1`
+	}
+	for _, id := range ids {
+		stmt := t.conn.Prep(query)
+		stmt.BindInt64(1, id)
+		stmt.BindInt64(2, hourglass.UnixMilli(now))
+		if err := exec(stmt, fmt.Sprintf("set timer %d %s", id, status)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) InsertEvents(_ context.Context, events []*batch.Event, now time.Time) error {
+	for _, e := range events {
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO events (id, type, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
+		if e.Body != nil {
+			stmt = t.conn.Prep(`INSERT OR FAIL INTO events (id, type, order_id, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)`)
+			stmt.BindText(5, string(e.Body))
+		}
+		stmt.BindText(1, e.ID)
+		stmt.BindText(2, string(e.Type))
+		stmt.BindInt64(3, e.Subject)
+		stmt.BindInt64(4, hourglass.UnixMilli(now))
+		if err := exec(stmt, fmt.Sprintf("write %s event of %d", e.Type, e.Subject)); err != nil {
+			return err
+		}
+		e.Seq = t.conn.LastInsertRowID()
+	}
+	return nil
+}
+
+// runs splits seqs (ascending) into runs of consecutive seqs, [first, last]
+// each: the one writer gives a batch's events consecutive seqs, so a run is
+// usually all of them.
+func runs(seqs []int64) [][2]int64 {
+	var out [][2]int64
+	for i := 0; i < len(seqs); {
+		j := i + 1
+		for j < len(seqs) && seqs[j] == seqs[j-1]+1 {
+			j++
+		}
+		out = append(out, [2]int64{seqs[i], seqs[j-1]})
+		i = j
+	}
+	return out
+}
+
+// DeferFanOut writes one fanout_pending row per run of consecutive seqs:
+// its events are all order.closed (the only events deferred).
+func (t *txn) DeferFanOut(_ context.Context, seqs []int64) error {
+	for _, r := range runs(seqs) {
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
+		stmt.BindInt64(1, r[0])
+		stmt.BindInt64(2, r[1])
+		stmt.BindText(3, string(hourglass.EventOrderClosed))
+		if err := exec(stmt, fmt.Sprintf("defer the fan-out of events %d..%d", r[0], r[1])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) InsertDeliveries(_ context.Context, events []*batch.Event, now time.Time) error {
+	for _, e := range events {
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+VALUES (?1, ?2, ?3, 'pending', 0, ?4)`)
+		stmt.BindInt64(1, e.WebhookID)
+		stmt.BindInt64(2, e.Seq)
+		stmt.BindInt64(3, e.Subject)
+		stmt.BindInt64(4, hourglass.UnixMilli(now))
+		if err := exec(stmt, fmt.Sprintf("deliver %s event of %d to webhook %d", e.Type, e.Subject, e.WebhookID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FanOut runs two statements per run of consecutive seqs: the webhooks
+// subscribed to each event's type, then those subscribed to "*" (a webhook
+// subscribes to "*" alone or to distinct types, so each matches once;
+// DISTINCT, ORDER BY or IN would cost a temporary table per statement).
+func (t *txn) FanOut(_ context.Context, seqs []int64, now time.Time) (int, error) {
+	fanned := 0
+	for _, r := range runs(seqs) {
+		for _, query := range [...]string{
+			`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = e.type`,
+			`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_subscriptions w WHERE e.seq BETWEEN ?1 AND ?2 AND w.type = '*'`,
+		} {
+			stmt := t.conn.Prep(query)
+			stmt.BindInt64(1, r[0])
+			stmt.BindInt64(2, r[1])
+			stmt.BindInt64(3, hourglass.UnixMilli(now))
+			if err := exec(stmt, fmt.Sprintf("fan out events %d..%d", r[0], r[1])); err != nil {
+				return 0, err
+			}
+			fanned += t.conn.Changes()
+		}
+	}
+	return fanned, nil
+}
+
+func (t *txn) LockDeliveries(_ context.Context, ids []int64) ([]*batch.Delivery, error) {
+	var out []*batch.Delivery
+	for _, id := range ids {
+		stmt := t.conn.Prep(`SELECT attempts, next_attempt_at FROM webhook_deliveries WHERE id = ?1 AND state = 'pending'`)
+		stmt.BindInt64(1, id)
+		if _, err := step(stmt, func(st *sqlite.Stmt) {
+			out = append(out, &batch.Delivery{ID: id, Attempts: int(st.ColumnInt64(0)), NextAt: hourglass.FromUnixMilli(st.ColumnInt64(1))})
+		}); err != nil {
+			return nil, fmt.Errorf("sqlite: read deliveries: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) UpdateDelivery(_ context.Context, d *batch.Delivery, now time.Time) error {
+	stmt := t.conn.Prep(`UPDATE OR FAIL webhook_deliveries SET attempts = ?2, last_error = ?3, next_attempt_at = ?4 WHERE id = ?1`)
+	at := d.NextAt
+	if d.Dead {
+		stmt = t.conn.Prep(`UPDATE OR FAIL webhook_deliveries SET state = 'dead', attempts = ?2, last_error = ?3, failed_at = ?4 WHERE id = ?1`)
+		at = now
+	}
+	stmt.BindInt64(1, d.ID)
+	stmt.BindInt64(2, int64(d.Attempts))
+	stmt.BindText(3, d.LastError)
+	stmt.BindInt64(4, hourglass.UnixMilli(at))
+	return exec(stmt, fmt.Sprintf("record attempt of delivery %d", d.ID))
+}
+
+func (t *txn) DeleteDeliveries(_ context.Context, ids []int64) error {
+	for _, id := range ids {
+		stmt := t.conn.Prep(`DELETE FROM webhook_deliveries WHERE id = ?1`)
+		stmt.BindInt64(1, id)
+		if err := exec(stmt, fmt.Sprintf("delete delivery %d", id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) StreamHeads(_ context.Context, streams []batch.Stream) (map[batch.Stream]hourglass.DeliveryTimer, error) {
+	out := make(map[batch.Stream]hourglass.DeliveryTimer, len(streams))
+	for _, st := range streams {
+		next, found, err := nextDelivery(t.conn, st.Webhook, st.Order)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			out[st] = next
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) InsertOutbox(_ context.Context, due []hourglass.DueItem) error {
+	for _, d := range due {
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
+ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
+		stmt.BindInt64(1, d.ID)
+		stmt.BindInt64(2, hourglass.UnixMilli(d.At))
+		if err := exec(stmt, fmt.Sprintf("write outbox timer of %d", d.ID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) InsertKeys(_ context.Context, keys []batch.IdempotencyKey, now time.Time) error {
+	for _, k := range keys {
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
+		stmt.BindText(1, k.Key)
+		stmt.BindBytes(2, k.Hash)
+		stmt.BindInt64(3, k.OrderID)
+		stmt.BindInt64(4, hourglass.UnixMilli(now))
+		if err := exec(stmt, "insert idempotency key"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Announce: a SQLite database has one process, whose due feed the writer
+// feeds.
+func (t *txn) Announce(context.Context, time.Time, []hourglass.DueItem) error { return nil }
