@@ -108,10 +108,8 @@ func (d sourceDialect) InTx(ctx context.Context, batch bool, fn func(tx sourcesq
 	if batch {
 		wait = sourceBatchLockTimeout
 	}
-	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+wait+"'"); err != nil {
-			return err
-		}
+	// One round trip: the BEGIN and the wait, sent as one simple query.
+	return pgx.BeginTxFunc(ctx, d.s.pool, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '" + wait + "'"}, func(tx pgx.Tx) error {
 		return fn(pgQuerier{tx})
 	})
 }

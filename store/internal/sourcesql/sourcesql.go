@@ -544,9 +544,10 @@ func (t *Table) Close(ctx context.Context, rows []hourglass.DueItem) ([]hourglas
 var errRowFailed = errors.New("a row failed")
 
 // closeTx runs Close's transaction: it locks the rows of the batch the
-// shop does not hold (SkipLocked), then runs every such row's guard, then
-// the other statements of the rows whose guard changed one row (each step
-// one round trip where the database pipelines), then the events. A row
+// shop does not hold (SkipLocked), then runs every such row's guard,
+// reads the deadlines of the rows whose guard changed one row, then runs
+// their other statements (each step one round trip where the database
+// pipelines), then the events. A row
 // the shop holds is left out at once (SourceBlocked), without waiting. A
 // row whose guard changed several rows, or one of whose statements failed
 // (a constraint) or waited for a lock past the dialect's bound (a stock
@@ -604,6 +605,15 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 			if len(closing) == 0 {
 				return nil
 			}
+			// The event names the deadline the row had when it closed, which
+			// is the one timed unless the shop moved it meanwhile (an
+			// extension that committed after a close's attempt gave way to
+			// it, the close retried once the new deadline had passed). Read
+			// before the other statements: those lock the shop's hot rows
+			// (stock), held from then until the commit.
+			if err := t.readDeadlines(ctx, tx, res, closing); err != nil {
+				return err
+			}
 			var rest []Stmt
 			var owner []int // index in res of each statement's row
 			for _, j := range closing {
@@ -617,13 +627,6 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 					failed = fail
 					return errRowFailed
 				}
-				return err
-			}
-			// The event names the deadline the row had when it closed, which
-			// is the one timed unless the shop moved it meanwhile (an
-			// extension that committed after a close's attempt gave way to
-			// it, the close retried once the new deadline had passed).
-			if err := t.readDeadlines(ctx, tx, res, closing); err != nil {
 				return err
 			}
 			now, err := t.d.NowMs(ctx, tx)
