@@ -25,6 +25,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
@@ -143,7 +144,7 @@ type Node struct {
 	log       *slog.Logger
 	sched     hourglass.Scheduler
 	self      *member
-	gate      *checkGate // the payment check; nil: no --before-close-url
+	gate      *beforeclose.Gate // the payment check; nil: no --before-close-url nor a source's before_close
 	alerts    *alerting
 	pruner    *retention.Pruner
 	applier   *requests.Applier // nil: the store does not apply timer requests
@@ -241,8 +242,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.sched = sched
 
-	// The payment check before closes: one Checker per node.
-	if n.gate, err = newBeforeClose(cfg.BeforeClose, db, m, clock, log); err != nil {
+	// The payment check before closes: one Gate per node.
+	if n.gate, err = newBeforeClose(cfg.BeforeClose, cfg.Sources, db, m, clock, log); err != nil {
 		return nil, err
 	}
 	// The event sinks publish the partitions this node owns.
@@ -256,7 +257,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() },
-		anyFailing(n.gate.failures(), sourceFailures(n.sources)), n.sinks.lagSource(), n.sources, clock, log)
+		anyFailing(gateFailures(cfg.BeforeClose, n.gate), sourceFailures(n.sources)), n.sinks.lagSource(), n.sources, clock, log)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +287,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	engCfg := cfg.Engine
 	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m)
-	if n.gate != nil {
+	if cfg.BeforeClose.checksOrders(n.gate) {
 		engCfg.Gate = n.gate
 	}
 	if own := self.ownership(); own != nil {
@@ -373,7 +374,7 @@ func (n *Node) Run(ctx context.Context) error {
 	alertsStopped := n.alerts.start(engCtx)
 	prunerStopped := startPruner(engCtx, n.pruner)
 	applierStopped := startApplier(engCtx, n.applier)
-	gateStopped := n.gate.start(engCtx)
+	gateStopped := startGate(engCtx, n.cfg.BeforeClose, n.gate)
 	sourcesStopped := startSources(engCtx, n.sources)
 	sinksStopped := n.sinks.start(engCtx)
 	// Webhook delivery stops first on shutdown, on its own context: its
