@@ -247,8 +247,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	// The event sinks publish the partitions this node owns.
-	eventLog, _ := db.(hourglass.EventLog)
-	if n.sinks, err = newEventSinks(cfg.EventSinks, eventLog, self, m, clock, log); err != nil {
+	if n.sinks, err = newEventSinks(cfg.EventSinks, db, self, m, clock, log); err != nil {
 		return nil, err
 	}
 	// Alerts are evaluated and notified by one node of a cluster.
@@ -299,11 +298,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Engine = eng
 	// Timers armed in shops' transactions (timer_requests): applied on
 	// every node, announced on the store's due feed like the API's arms.
-	rs, _ := db.(hourglass.TimerRequestStore)
-	if rs != nil {
-		if n.applier, err = requests.New(requests.Config{Store: rs, Observer: alerts.requestObserver(m), Limit: timers, Clock: clock, Logger: log}); err != nil {
-			return nil, err
-		}
+	if n.applier, err = requests.New(requests.Config{Store: db, Observer: alerts.requestObserver(m), Limit: timers, Clock: clock, Logger: log}); err != nil {
+		return nil, err
 	}
 	srv, err := api.NewServer(api.Config{
 		Store:         db,
@@ -318,7 +314,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Webhooks:      n.Webhooks,
 		Cluster:       self.view,
 		Timers:        timers,
-		TimerRequests: rs,
+		TimerRequests: db,
 		Sources:       sourceBadRows(n.sources),
 	})
 	if err != nil {

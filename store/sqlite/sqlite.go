@@ -119,7 +119,9 @@ type Store struct {
 	fanOutDone chan struct{}
 }
 
-var _ hourglass.Store = (*Store)(nil)
+// The store implements the whole contract: it fails to compile when it
+// implements less.
+var _ hourglass.Database = (*Store)(nil)
 
 // op is one write waiting for the writer. run must either succeed, or fail
 // with a *hourglass.Error before writing anything (a domain refusal), or
