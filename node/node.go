@@ -66,8 +66,16 @@ type Config struct {
 	// its settings.
 	Delay      string
 	DelayFlags delay.Flags
+	// OpenDelay, when set, opens the mechanism instead of Delay, given
+	// the options New would pass to delay.Open; DelayFeed is its feed.
+	// For the benchmark's peers (River, asynq), which are no mechanism of
+	// package delay but run behind the same node.
+	OpenDelay func(ctx context.Context, o delay.Options) (hourglass.Scheduler, error)
+	DelayFeed hourglass.Feed
 	// Engine is the close path's config: Window, LoadInterval,
-	// SweepInterval, SweepGrace and the like.
+	// SweepInterval, SweepGrace and the like. Its Observer, when set, is
+	// told what the engine does besides the node's metrics (a benchmark's
+	// or a test's counts).
 	Engine engine.Config
 	// Sources are shops' own tables whose rows the node closes (package
 	// source); SourceTailInterval how often each is read for new rows.
@@ -171,7 +179,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, ShutdownGraceDefault)
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, MaxConnectionsDefault)
 	cfg.Cluster.MaxDBClockSkew = cmp.Or(cfg.Cluster.MaxDBClockSkew, MaxDBClockSkewDefault)
-	if !delay.Valid(cfg.Delay) {
+	if cfg.OpenDelay == nil && !delay.Valid(cfg.Delay) {
 		return nil, fmt.Errorf("node: Delay %q: want one of %v", cfg.Delay, delay.Names())
 	}
 	if err := cfg.BeforeClose.Validate(); err != nil {
@@ -202,7 +210,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Metrics = m
 	opts := cfg.Store
 	opts.Logger = cmp.Or(opts.Logger, log)
-	opts.Outbox = delay.FeedOf(cfg.Delay) == hourglass.FeedOutbox
+	feed := delay.FeedOf(cfg.Delay)
+	if cfg.OpenDelay != nil {
+		feed = cfg.DelayFeed
+	}
+	opts.Outbox = feed == hourglass.FeedOutbox
 	// Other nodes learn of the orders this one creates that fall inside
 	// their window (the same Window on every node); their loaders bring
 	// the later ones.
@@ -235,7 +247,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if self.m != nil {
 		delayOpts.Parts = self.m.Owned // sqlpoll scans only this node's partitions
 	}
-	sched, err := delay.Open(openCtx, cfg.Delay, delayOpts)
+	var sched hourglass.Scheduler
+	if cfg.OpenDelay != nil {
+		sched, err = cfg.OpenDelay(openCtx, delayOpts)
+	} else {
+		sched, err = delay.Open(openCtx, cfg.Delay, delayOpts)
+	}
 	cancelOpen()
 	if err != nil {
 		return nil, fmt.Errorf("--delay %s: %w", cfg.Delay, err)
@@ -285,7 +302,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	engCfg := cfg.Engine
-	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m)
+	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m, cfg.Engine.Observer)
 	if cfg.BeforeClose.checksOrders(n.gate) {
 		engCfg.Gate = n.gate
 	}
