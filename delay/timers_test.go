@@ -1,7 +1,6 @@
 package delay_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,22 +60,9 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 		Store:     store.Options{URL: storetest.URL(t)},
 		Delay:     name,
 		DelayFeed: delay.FeedOf(name),
-		OpenDelay: func(ctx context.Context, o delay.Options) (hourglass.Scheduler, error) {
-			sched, err := delay.Open(ctx, name, mechanismOptions(t, name, o.Store, logger))
-			if err != nil {
-				return nil, err
-			}
-			t.Cleanup(func() {
-				if d, ok := sched.(delay.Destroyer); ok {
-					if err := d.Destroy(context.Background()); err != nil {
-						t.Logf("destroy the %s namespace: %v", name, err)
-					}
-				}
-			})
-			return sched, nil
-		},
-		Engine: engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
-		Logger: logger,
+		OpenDelay: nodetest.Mechanism(t, name, func(db hourglass.Store) delay.Options { return mechanismOptions(t, name, db, logger) }),
+		Engine:    engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
+		Logger:    logger,
 	})
 	db, eng := n.Store, n.Engine
 	if _, err := db.PutProduct(ctx, hourglass.Product{SKU: "M", Name: "M", Available: 1 << 20}); err != nil {

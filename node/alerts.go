@@ -119,8 +119,12 @@ func (a *alerting) engineObserver(m, also engine.Observer) engine.Observer {
 	return engineObservers{m, a.recorder}
 }
 
-// apiObserver returns an api.Observer telling both m and the recorder.
-func (a *alerting) apiObserver(m api.Observer) api.Observer {
+// apiObserver returns an api.Observer telling m, the recorder and also
+// (when not nil: Config.APIObserver).
+func (a *alerting) apiObserver(m, also api.Observer) api.Observer {
+	if also != nil {
+		return apiObservers{m, a.recorder, also}
+	}
 	return apiObservers{m, a.recorder}
 }
 

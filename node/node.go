@@ -106,6 +106,10 @@ type Config struct {
 	// the host names a /v1 request may name without one (api.Config).
 	Token        string
 	AllowedHosts []string
+	// MaxBodyMemory is api.Config's (0: its default). APIObserver, when
+	// set, is told each request besides the node's metrics (a test's).
+	MaxBodyMemory int64
+	APIObserver   api.Observer
 	// MaxConnections bounds the HTTP connections open at once (default
 	// MaxConnectionsDefault).
 	MaxConnections int
@@ -325,7 +329,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:        log,
 		Token:         cfg.Token,
 		AllowedHosts:  cfg.AllowedHosts,
-		Observer:      alerts.apiObserver(m),
+		Observer:      alerts.apiObserver(m, cfg.APIObserver),
+		MaxBodyMemory: cfg.MaxBodyMemory,
 		Metrics:       m.Handler(),
 		Dashboard:     alerts.dashboard,
 		Webhooks:      n.Webhooks,

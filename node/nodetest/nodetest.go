@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/store/storetest"
@@ -53,3 +55,24 @@ func Start(t testing.TB, cfg node.Config) *node.Node {
 
 // URL returns the base URL of n's API.
 func URL(n *node.Node) string { return "http://" + n.Addr().String() }
+
+// Mechanism returns a node.Config.OpenDelay that opens the delay mechanism
+// name with the options opts returns for the node's store (a test's
+// namespace and services), and destroys the objects it made on its broker
+// when the test ends (delay.Destroyer), so runs leave nothing behind.
+func Mechanism(t testing.TB, name string, opts func(store hourglass.Store) delay.Options) func(context.Context, delay.Options) (hourglass.Scheduler, error) {
+	return func(ctx context.Context, o delay.Options) (hourglass.Scheduler, error) {
+		sched, err := delay.Open(ctx, name, opts(o.Store))
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() {
+			if d, ok := sched.(delay.Destroyer); ok {
+				if err := d.Destroy(context.Background()); err != nil {
+					t.Logf("destroy the %s namespace: %v", name, err)
+				}
+			}
+		})
+		return sched, nil
+	}
+}
