@@ -21,6 +21,10 @@ type StatsStore interface {
 	// (i+1)*width. width must be at least 1 ms and n in 1..10000, else an
 	// error.
 	PendingDeadlineBuckets(ctx context.Context, from time.Time, width time.Duration, n int) ([]int64, error)
+	// FanoutPending returns how many close batches of a burst have their
+	// webhook deliveries still to be created (the fanout_pending table,
+	// near empty outside a burst). Errors: unavailable.
+	FanoutPending(ctx context.Context) (int, error)
 }
 
 // EventRecord is one stored event, as Database.OrderEvents returns it.
@@ -34,9 +38,13 @@ type EventRecord struct {
 }
 
 // Database is the whole surface a database adapter implements: what the
-// engine, the API, webhook delivery, alerts and the dashboard need of it.
-// store/sqlite, store/postgres and store/mysql implement it, and
-// hourglasstest.ExerciseStore checks every method of it.
+// engine, the API, webhook delivery, the event sinks, the timer_requests
+// applier, alerts and the dashboard need of it. store/sqlite,
+// store/postgres and store/mysql implement it (each asserts it at compile
+// time), and hourglasstest.ExerciseStore checks every method of it. The
+// abilities only some stores have are separate interfaces (ClusterStore,
+// SourceStore); a caller that needs one it lacks returns an error naming
+// the store and the feature.
 type Database interface {
 	Store
 	WebhookStore
@@ -45,6 +53,10 @@ type Database interface {
 	StatsStore
 	TimerStore
 	RetentionStore
+	DueFeed
+	EventLog
+	TimerRequestStore
+	OrderViewer
 	// OrderEvents returns the events of an order that have not been pruned,
 	// in the order they were written (for tests and debugging: it may scan).
 	OrderEvents(ctx context.Context, orderID int64) ([]EventRecord, error)

@@ -3,14 +3,12 @@ package api_test
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,15 +23,19 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
+	"github.com/hourglass/hourglass/node"
+	"github.com/hourglass/hourglass/node/nodetest"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/webhook"
 )
 
-// testServer is an in-process hourglass wired like cmd/hourglass does it: a
-// new database of the store HOURGLASS_TEST_STORE names (SQLite by default),
-// the engine running with a short sweep, and the API served over real HTTP
-// on 127.0.0.1. Everything stops in t.Cleanup.
+// testServer is an in-process hourglass started through node.New
+// (nodetest), as cmd/hourglass starts one: a new database of the store
+// HOURGLASS_TEST_STORE names (SQLite by default), the engine running with
+// a short sweep, and the API served over real HTTP on 127.0.0.1.
+// Everything stops in t.Cleanup.
 type testServer struct {
 	URL    string
 	Token  string
@@ -82,108 +84,50 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	case cfg.Dir == "":
 		url = storetest.URL(t)
 	}
-	db, err := store.Open(context.Background(), store.Options{URL: url, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
-	if err != nil {
-		t.Fatalf("store.Open(%s): %v", storetest.Kind(), err)
-	}
-	sched, err := delay.Open(context.Background(), mechanism, delayOptions(t, mechanism, db, logger))
-	if err != nil {
-		db.Close()
-		t.Fatalf("delay.Open(%s): %v", mechanism, err)
-	}
-	t.Cleanup(func() {
-		sched.Close()
-		// Mechanisms that create broker objects per namespace remove them,
-		// so test runs leave nothing behind.
-		if d, ok := sched.(delay.Destroyer); ok {
-			if err := d.Destroy(context.Background()); err != nil {
-				t.Logf("destroy %s namespace: %v", mechanism, err)
-			}
-		}
-	})
-	eng, err := engine.New(db, engine.Config{
-		Scheduler:     sched,
-		SweepInterval: 200 * time.Millisecond,
-		SweepGrace:    500 * time.Millisecond,
-		Clock:         clock,
-		Logger:        logger,
-	})
-	if err != nil {
-		db.Close()
-		t.Fatalf("engine.New: %v", err)
-	}
-	apiCfg := api.Config{Store: db, Engine: eng, Clock: clock, Logger: logger, Token: cfg.Token, AllowedHosts: cfg.AllowedHosts, Observer: cfg.Observer, MaxBodyMemory: cfg.MaxBodyMemory, Timers: db}
-	var hooks *webhook.Service
+	var hooks webhook.Config
 	if cfg.WebhookAllow != "" {
 		allow, err := webhook.ParseAllowList(cfg.WebhookAllow)
 		if err != nil {
-			db.Close()
 			t.Fatal(err)
 		}
-		hooks, err = webhook.New(db, webhook.Config{Allow: allow, Retry: []time.Duration{200 * time.Millisecond, time.Second}, Jitter: -1,
-			Timeout: 5 * time.Second, PollInterval: 50 * time.Millisecond, Window: 2 * time.Second, LoadInterval: 500 * time.Millisecond,
-			Clock: clock, Logger: logger})
-		if err != nil {
-			db.Close()
-			t.Fatalf("webhook.New: %v", err)
-		}
-		apiCfg.Webhooks = hooks
+		hooks = webhook.Config{Allow: allow, Retry: []time.Duration{200 * time.Millisecond, time.Second}, Jitter: -1,
+			Timeout: 5 * time.Second, PollInterval: 50 * time.Millisecond, Window: 2 * time.Second, LoadInterval: 500 * time.Millisecond}
 	}
-	srv, err := api.NewServer(apiCfg)
-	if err != nil {
-		db.Close()
-		t.Fatalf("api.NewServer: %v", err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- eng.Run(ctx) }()
-	hooksDone := make(chan struct{})
-	go func() {
-		defer close(hooksDone)
-		if hooks != nil {
-			if err := hooks.Run(ctx); err != nil {
-				t.Errorf("webhook delivery: %v", err)
-			}
-		}
-	}()
+	n := nodetest.Start(t, node.Config{
+		Store: store.Options{URL: url},
+		Delay: mechanism,
+		// The mechanism with this test's namespace and services (its
+		// broker objects destroyed at the end).
+		DelayFeed:     delay.FeedOf(mechanism),
+		OpenDelay:     nodetest.Mechanism(t, mechanism, func(db hourglass.Store) delay.Options { return delayOptions(t, mechanism, db, logger) }),
+		Engine:        engine.Config{SweepInterval: 200 * time.Millisecond, SweepGrace: 500 * time.Millisecond},
+		Webhooks:      hooks,
+		Token:         cfg.Token,
+		AllowedHosts:  cfg.AllowedHosts,
+		APIObserver:   cfg.Observer,
+		MaxBodyMemory: cfg.MaxBodyMemory,
+		Clock:         clock,
+		Logger:        logger,
+	})
 
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConns = 1024
 	transport.MaxIdleConnsPerHost = 1024
 	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("engine.Run: %v", err)
-		}
-		<-hooksDone
-		if err := db.Close(); err != nil {
-			t.Errorf("db.Close: %v", err)
-		}
 		transport.CloseIdleConnections()
 		if t.Failed() {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
 
-	s := &testServer{URL: ts.URL, Token: cfg.Token, Client: api.NewClient(ts.URL, cfg.Token, hc), HTTP: hc, logs: logs}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	url = nodetest.URL(n)
+	s := &testServer{URL: url, Token: cfg.Token, Client: api.NewClient(url, cfg.Token, hc), HTTP: hc, logs: logs}
+	testenv.Eventually(t, 10*time.Second, "/readyz 200", func() bool {
 		status, _, _ := s.call(t, http.MethodGet, "/readyz", nil, nil)
-		if status == http.StatusOK {
-			return s
-		}
-		select {
-		case err := <-runDone:
-			t.Fatalf("engine.Run returned before ready: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz not 200 after 10s (last status %d)", status)
-		}
-	}
+		return status == http.StatusOK
+	})
+	return s
 }
 
 // delayOptions finds the service a mechanism needs, skipping the test when

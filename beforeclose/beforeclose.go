@@ -18,9 +18,10 @@
 // bookkeeping of the checks its caller retries: how many failed in a row
 // for a key (an order id, a source row), the wait before the next attempt
 // (RetryMin doubling, at most RetryMax), and since when checks have been
-// failing (the before_close_failures alert reads it). What the answers mean
-// for an order or a shop's row is the caller's business (package node for
-// hourglass's own orders, package source for shops' rows).
+// failing (the before_close_failures alert reads it). A Gate (gate.go) is
+// the one answer policy over a Checker, used by both close paths: the
+// engine's for hourglass's own orders (Gate.Hold) and package source's for
+// shops' rows (Gate.Check).
 //
 // The package imports the root, the timing core (Backoff) and package
 // webhook for the signature, so that a check is signed by the one Sign a

@@ -17,7 +17,6 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/engine"
-	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -112,32 +111,26 @@ func (o *burstObserver) CloseFailed(int, error) {}
 func (o *burstObserver) Swept(int)              {}
 func (o *burstObserver) SchedulerFailed(error)  {}
 
-// RunBurst runs w on sys, behind the engine at its default settings, on a
+// RunBurst runs w on sys, behind a node at its default settings, on a
 // fresh scratch database on the server databaseURL names (SQLite in a
 // temporary directory when empty).
 func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorkload, progress Progress) (BurstResult, error) {
 	res := BurstResult{System: sys.Name, Orders: w.Orders, Webhooks: w.Webhooks}
-	db, drop, err := store.OpenScratch(ctx, store.Options{URL: databaseURL, Outbox: sys.Feed == hourglass.FeedOutbox})
+	// Webhook delivery runs in the node, as in serve, allowed to reach
+	// the receiver below.
+	allow, err := webhook.ParseAllowList("127.0.0.1")
 	if err != nil {
 		return res, err
 	}
-	defer drop()
-	sched, err := sys.Open(ctx, db)
-	if err != nil {
-		return res, fmt.Errorf("open %s: %w", sys.Name, err)
-	}
-	defer sched.Close()
 	obs := &burstObserver{}
-	eng, err := engine.New(db, engine.Config{Scheduler: sched, Observer: obs})
+	run, err := startSystem(ctx, sys, databaseURL, engine.Config{}, webhook.Config{Allow: allow}, obs)
 	if err != nil {
 		return res, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer run.drop()
+	db := run.db
 	var bg sync.WaitGroup
 	defer bg.Wait()
-	defer cancel()
-	bg.Go(func() { eng.Run(runCtx) })
 
 	// The webhooks and their receiver, with delivery running as in serve.
 	// The receiver notes when each webhook first received each order's
@@ -184,14 +177,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 		})}
 		bg.Go(func() { srv.Serve(ln) })
 		defer srv.Close()
-		allow, err := webhook.ParseAllowList("127.0.0.1")
-		if err != nil {
-			return res, err
-		}
-		svc, err = webhook.New(db, webhook.Config{Allow: allow, Logger: quietLogger(), Yield: eng.Closing})
-		if err != nil {
-			return res, err
-		}
+		svc = run.n.Webhooks
 		events := w.HookEvents
 		if len(events) == 0 {
 			events = []hourglass.EventType{hourglass.EventTypeAll}
@@ -202,7 +188,6 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 				return res, fmt.Errorf("create webhook: %w", err)
 			}
 		}
-		bg.Go(func() { svc.Run(runCtx) })
 	}
 
 	const sku, probeSKU, trickleSKU = "BURST", "PROBE", "TRICKLE"

@@ -3,17 +3,23 @@ package benchmark
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/mysql"
+	"github.com/hourglass/hourglass/store/postgres"
+	"github.com/hourglass/hourglass/webhook"
 )
 
-// System is a delay mechanism the runner opens in-process, behind the same
-// engine and store as `hourglass serve`.
+// System is a delay mechanism the runner opens in-process, behind a node
+// started through node.New, as `hourglass serve` starts one.
 type System struct {
 	Name string
 	Feed hourglass.Feed
@@ -27,12 +33,13 @@ type System struct {
 // 0) measures the heap held per pending timer with that many timers
 // scheduled.
 func RunInProcess(ctx context.Context, sys System, databaseURL string, w Workload, pending int, progress Progress) (Result, error) {
-	run, err := startSystem(ctx, sys, databaseURL, w.Grace)
+	obs := &counter{}
+	run, err := startSystem(ctx, sys, databaseURL, engine.Config{SweepGrace: w.Grace, SweepInterval: 500 * time.Millisecond}, webhook.Config{}, obs)
 	if err != nil {
 		return Result{System: sys.Name}, err
 	}
 	defer run.drop()
-	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db}, w, progress, run.obs.sweptCount, run.obs.noopCount)
+	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db}, w, progress, obs.sweptCount, obs.noopCount)
 	run.stop()
 	if err != nil {
 		return res, err
@@ -47,65 +54,99 @@ func RunInProcess(ctx context.Context, sys System, databaseURL string, w Workloa
 	return res, nil
 }
 
-// running is a system started by startSystem: a fresh database, the
-// mechanism, and the engine running over them.
+// running is a system started by startSystem: a node over a fresh
+// database and the mechanism.
 type running struct {
-	db  hourglass.Database
-	eng *engine.Engine
-	obs *counter
-	// stop ends the engine and closes the mechanism (idempotent); drop
-	// stops, then drops the database.
+	db hourglass.Database
+	n  *node.Node
+	// stop ends the node (idempotent); drop stops, then drops the
+	// database.
 	stop, drop func()
 }
 
-// startSystem opens a fresh, empty database on the server databaseURL
-// names (store.OpenScratch: SQLite in a temporary directory when it is
-// empty), opens sys on it and runs the engine over both, with the
-// sweeper's grace at grace; it returns once the engine is ready. The
-// caller must call drop.
-func startSystem(ctx context.Context, sys System, databaseURL string, grace time.Duration) (*running, error) {
-	db, drop, err := store.OpenScratch(ctx, store.Options{URL: databaseURL, Outbox: sys.Feed == hourglass.FeedOutbox})
+// startSystem starts a node through node.New, as `hourglass serve` does,
+// on a fresh, empty database on the server databaseURL names (SQLite in a
+// temporary directory when it is empty), with sys as its mechanism and
+// obs told what its engine does; engCfg and hooks are the node's engine
+// and webhook settings. It returns once the engine is ready. The caller
+// must call drop.
+func startSystem(ctx context.Context, sys System, databaseURL string, engCfg engine.Config, hooks webhook.Config, obs engine.Observer) (*running, error) {
+	opts, dropDB, err := scratch(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	sched, err := sys.Open(ctx, db)
+	engCfg.Observer = obs
+	n, err := node.New(ctx, node.Config{
+		Addr:      "127.0.0.1:0",
+		Store:     opts,
+		Delay:     sys.Name,
+		OpenDelay: func(ctx context.Context, o delay.Options) (hourglass.Scheduler, error) { return sys.Open(ctx, o.Store) },
+		DelayFeed: sys.Feed,
+		Engine:    engCfg,
+		Webhooks:  hooks,
+		Logger:    quietLogger(),
+	})
 	if err != nil {
-		drop()
+		dropDB()
 		return nil, fmt.Errorf("open %s: %w", sys.Name, err)
-	}
-	obs := &counter{}
-	eng, err := engine.New(db, engine.Config{Scheduler: sched, Observer: obs, SweepGrace: grace, SweepInterval: 500 * time.Millisecond})
-	if err != nil {
-		sched.Close()
-		drop()
-		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
+	go func() { done <- n.Run(runCtx) }()
 	var once sync.Once
-	r := &running{db: db, eng: eng, obs: obs}
+	r := &running{db: n.Store, n: n}
 	r.stop = func() {
 		once.Do(func() {
 			cancel()
 			<-done
-			sched.Close()
+			n.Close()
 		})
 	}
 	r.drop = func() {
 		r.stop()
-		drop()
+		dropDB()
 	}
-	for !eng.Ready() {
+	for !n.Engine.Ready() {
 		select {
 		case err := <-done:
 			done <- err // for stop
 			r.drop()
-			return nil, fmt.Errorf("engine: %v", err)
+			return nil, fmt.Errorf("node: %v", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	return r, nil
+}
+
+// scratch returns the store options of a new, empty database on the
+// server url names, and drop, which deletes it: SQLite in a new temporary
+// directory when url is empty; on PostgreSQL and MySQL a new database
+// beside the URL's (the user needs the right to create databases), so the
+// URL's own data is never touched.
+func scratch(ctx context.Context, url string) (store.Options, func(), error) {
+	kind, err := store.Kind(url)
+	if err != nil {
+		return store.Options{}, nil, err
+	}
+	create := postgres.CreateScratch
+	switch kind {
+	case store.KindSQLite:
+		if url != "" {
+			return store.Options{}, nil, fmt.Errorf("database URL %s: a scratch SQLite database is made in a temporary directory; pass no sqlite URL", store.Redact(url))
+		}
+		dir, err := os.MkdirTemp("", "hourglass-scratch-*")
+		if err != nil {
+			return store.Options{}, nil, err
+		}
+		return store.Options{DataDir: dir}, func() { os.RemoveAll(dir) }, nil
+	case store.KindMySQL:
+		create = mysql.CreateScratch
+	}
+	u, dropDB, err := create(ctx, url)
+	if err != nil {
+		return store.Options{}, nil, err
+	}
+	return store.Options{URL: u}, func() { _ = dropDB(context.Background()) }, nil
 }
 
 // bytesPerTimer schedules n timers an hour ahead on a fresh instance and

@@ -15,6 +15,8 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/webhook"
 )
 
 // Workload kinds of `hourglass bench --kind`.
@@ -296,12 +298,13 @@ func (r *Report) WriteTimerTable(w io.Writer) {
 // RunTimersInProcess runs the timers workload on sys with a fresh, empty
 // database, as RunInProcess does the orders workload.
 func RunTimersInProcess(ctx context.Context, sys System, databaseURL string, w Workload, progress Progress) (TimerResult, error) {
-	run, err := startSystem(ctx, sys, databaseURL, w.Grace)
+	obs := &counter{}
+	run, err := startSystem(ctx, sys, databaseURL, engine.Config{SweepGrace: w.Grace, SweepInterval: 500 * time.Millisecond}, webhook.Config{}, obs)
 	if err != nil {
 		return TimerResult{System: sys.Name}, err
 	}
 	defer run.drop()
-	res, err := DriveTimers(ctx, sys.Name, &storeTarget{store: run.db, timers: run.db}, w, progress, run.obs.firedCount, run.obs.timersSweptCount)
+	res, err := DriveTimers(ctx, sys.Name, &storeTarget{store: run.db, timers: run.db}, w, progress, obs.firedCount, obs.timersSweptCount)
 	run.stop()
 	return res, err
 }

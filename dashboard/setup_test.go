@@ -2,37 +2,34 @@ package dashboard_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/alert"
 	"github.com/hourglass/hourglass/api"
-	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/dashboard"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/internal/testenv"
-	"github.com/hourglass/hourglass/store/sqlite"
+	"github.com/hourglass/hourglass/node"
+	"github.com/hourglass/hourglass/node/nodetest"
+	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/webhook"
 )
 
-// server is an in-process hourglass wired like cmd/hourglass: the SQLite
-// store in a temp dir, the engine, the webhook delivery service (retrying
-// after 10ms and 20ms, loopback allowed), the alert evaluator (every 100ms),
-// the dashboard, and the API over real HTTP on 127.0.0.1 with a token.
+// server is an in-process hourglass started through node.New
+// (nodetest): the SQLite store in a temp dir, the engine, the webhook
+// delivery service (retrying after 10ms and 20ms, loopback allowed), the
+// alert evaluator (every 100ms), the dashboard, and the API over real
+// HTTP on 127.0.0.1 with a token.
 type server struct {
 	URL    string
 	Token  string
 	Client *api.Client
-	Store  *sqlite.Store
 	logs   *syncBuffer
 }
 
@@ -41,74 +38,27 @@ const testToken = "s3cret-token"
 func startServer(t *testing.T) *server {
 	t.Helper()
 	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	clock := hourglass.SystemClock{}
-	store, err := sqlite.Open(sqlite.Config{Dir: t.TempDir(), Clock: clock, Logger: logger})
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
-	}
-	rec := alert.NewRecorder(clock)
-	eng, err := engine.New(store, engine.Config{SweepInterval: 100 * time.Millisecond, SweepGrace: 300 * time.Millisecond, Clock: clock, Logger: logger, Observer: rec})
-	if err != nil {
-		t.Fatalf("engine.New: %v", err)
-	}
 	allow, err := webhook.ParseAllowList("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooks, err := webhook.New(store, webhook.Config{
-		Allow: allow, Retry: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, Jitter: -1,
-		PollInterval: 50 * time.Millisecond, Clock: clock, Logger: logger, Observer: lagRecorder{rec},
+	n := nodetest.Start(t, node.Config{
+		Store:  store.Options{DataDir: t.TempDir()},
+		Engine: engine.Config{SweepInterval: 100 * time.Millisecond, SweepGrace: 300 * time.Millisecond},
+		Webhooks: webhook.Config{Allow: allow, Retry: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, Jitter: -1,
+			PollInterval: 50 * time.Millisecond},
+		Alerts:  node.Alerts{Interval: 100 * time.Millisecond},
+		Cluster: node.Cluster{NodeID: "dash-node"},
+		Token:   testToken,
+		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	if err != nil {
-		t.Fatalf("webhook.New: %v", err)
-	}
-	ev, err := alert.New(alert.Config{
-		Backlog: store, Activity: rec, DeadLetters: hooks, Interval: 100 * time.Millisecond,
-		Ready: eng.Ready, Clock: clock, Logger: logger,
-	})
-	if err != nil {
-		t.Fatalf("alert.New: %v", err)
-	}
-	src, err := dashboard.New(dashboard.Config{Stats: store, Activity: rec, Alerts: ev, DeadLetters: hooks, Timers: store, TimerRequests: store,
-		Fanout: store, DeliveryLag: true})
-	if err != nil {
-		t.Fatalf("dashboard.New: %v", err)
-	}
-	srv, err := api.NewServer(api.Config{
-		Store: store, Engine: eng, Clock: clock, Logger: logger, Token: testToken,
-		Observer: rec, Webhooks: hooks, Dashboard: src, Timers: store,
-		Cluster: cluster.Single{ID: "dash-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
-	})
-	if err != nil {
-		t.Fatalf("api.NewServer: %v", err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for name, run := range map[string]func(context.Context) error{"engine": eng.Run, "webhooks": hooks.Run, "alerts": ev.Run} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(ctx); err != nil {
-				t.Errorf("%s.Run: %v", name, err)
-			}
-		}()
-	}
 	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		wg.Wait()
-		if err := store.Close(); err != nil {
-			t.Errorf("store.Close: %v", err)
-		}
 		if t.Failed() {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	s := &server{URL: ts.URL, Token: testToken, Client: api.NewClient(ts.URL, testToken, nil), Store: store, logs: logs}
-	testenv.Eventually(t, 10*time.Second, "engine ready", eng.Ready)
-	return s
+	url := nodetest.URL(n)
+	return &server{URL: url, Token: testToken, Client: api.NewClient(url, testToken, nil), logs: logs}
 }
 
 // call sends a request with the token (unless withToken is false) and
@@ -135,12 +85,6 @@ func (s *server) call(t *testing.T, method, path string, withToken bool) (int, h
 }
 
 // snapshot returns GET /v1/dashboard.
-// lagRecorder is the webhook service's observer: the recorder is told each
-// first attempt's lag, as the binary wires it.
-type lagRecorder struct{ *alert.Recorder }
-
-func (lagRecorder) WebhookAttempted(string) {}
-
 func (s *server) snapshot(t *testing.T) dashboard.Snapshot {
 	t.Helper()
 	var snap dashboard.Snapshot

@@ -1,7 +1,6 @@
 package delay_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,8 @@ import (
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
+	"github.com/hourglass/hourglass/node"
+	"github.com/hourglass/hourglass/node/nodetest"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 )
@@ -51,46 +52,19 @@ const (
 func testMechanismFiresTimers(t *testing.T, name string) {
 	ctx := t.Context()
 	logger := slog.New(slog.DiscardHandler)
-	db, err := store.Open(ctx, store.Options{URL: storetest.URL(t), Logger: logger, Outbox: delay.FeedOf(name) == hourglass.FeedOutbox})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := delay.Open(ctx, name, mechanismOptions(t, name, db, logger))
-	if err != nil {
-		db.Close()
-		t.Fatalf("delay.Open(%s): %v", name, err)
-	}
-	t.Cleanup(func() {
-		sched.Close()
-		if d, ok := sched.(delay.Destroyer); ok {
-			if err := d.Destroy(context.Background()); err != nil {
-				t.Logf("destroy the %s namespace: %v", name, err)
-			}
-		}
-	})
+	// A node started as serve starts one, its mechanism opened with this
+	// test's namespace and services (and its broker objects destroyed at
+	// the end).
 	obs := &firedCounter{}
-	eng, err := engine.New(db, engine.Config{Scheduler: sched, SweepInterval: 200 * time.Millisecond, Observer: obs, Logger: logger})
-	if err != nil {
-		db.Close()
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("engine.Run: %v", err)
-		}
-		db.Close()
+	n := nodetest.Start(t, node.Config{
+		Store:     store.Options{URL: storetest.URL(t)},
+		Delay:     name,
+		DelayFeed: delay.FeedOf(name),
+		OpenDelay: nodetest.Mechanism(t, name, func(db hourglass.Store) delay.Options { return mechanismOptions(t, name, db, logger) }),
+		Engine:    engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
+		Logger:    logger,
 	})
-	for !eng.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("engine.Run returned before ready: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	db, eng := n.Store, n.Engine
 	if _, err := db.PutProduct(ctx, hourglass.Product{SKU: "M", Name: "M", Available: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}

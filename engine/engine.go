@@ -289,8 +289,14 @@ func New(store Store, cfg Config) (*Engine, error) {
 		e.sched = timerloop.NewWheel(timerloop.Config{Clock: e.clock, Logger: e.log})
 	}
 	e.info = e.sched.Info()
-	e.timers, _ = store.(TimerStore)
-	e.tobs, _ = e.obs.(TimerObserver)
+	// Both optional: an engine over a store without timers only closes
+	// orders; an Observer without Fired is not told of timers.
+	if ts, ok := store.(TimerStore); ok {
+		e.timers = ts
+	}
+	if to, ok := e.obs.(TimerObserver); ok {
+		e.tobs = to
+	}
 	sources := []window.Source{store.PendingDue}
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)

@@ -73,12 +73,8 @@ func newAlerting(cfg Alerts, store hourglass.Database, m *metrics.Metrics, self 
 	}
 	a.evaluator = ev
 	if !cfg.NoDashboard {
-		fanout, _ := store.(dashboard.FanoutCounter) // every store has one
 		cfg := dashboard.Config{Stats: store, Activity: a.recorder, Alerts: ev, DeadLetters: deadLetters, Timers: store,
-			Fanout: fanout, DeliveryLag: true}
-		if rs, ok := store.(hourglass.TimerRequestStore); ok {
-			cfg.TimerRequests = rs
-		}
+			TimerRequests: store, Fanout: store, DeliveryLag: true}
 		cfg.Sources = dashboardSources(sources, clock)
 		src, err := dashboard.New(cfg)
 		if err != nil {
@@ -114,13 +110,21 @@ func (a *alerting) start(ctx context.Context) (wait func()) {
 	return wg.Wait
 }
 
-// engineObserver returns an engine.Observer telling both m and the recorder.
-func (a *alerting) engineObserver(m engine.Observer) engine.Observer {
+// engineObserver returns an engine.Observer telling m, the recorder and
+// also (when not nil: Config.Engine.Observer).
+func (a *alerting) engineObserver(m, also engine.Observer) engine.Observer {
+	if also != nil {
+		return engineObservers{m, a.recorder, also}
+	}
 	return engineObservers{m, a.recorder}
 }
 
-// apiObserver returns an api.Observer telling both m and the recorder.
-func (a *alerting) apiObserver(m api.Observer) api.Observer {
+// apiObserver returns an api.Observer telling m, the recorder and also
+// (when not nil: Config.APIObserver).
+func (a *alerting) apiObserver(m, also api.Observer) api.Observer {
+	if also != nil {
+		return apiObservers{m, a.recorder, also}
+	}
 	return apiObservers{m, a.recorder}
 }
 

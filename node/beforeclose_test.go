@@ -234,7 +234,7 @@ func TestBeforeCloseAnswers(t *testing.T) {
 			t.Errorf("order %d only %v past its deadline", o.ID, late)
 		}
 	}
-	if since, ok := n.gate.checker.FailingSince(); !ok || since.Before(malformed.Deadline.Add(-time.Second)) {
+	if since, ok := n.gate.Checker().FailingSince(); !ok || since.Before(malformed.Deadline.Add(-time.Second)) {
 		t.Fatalf("FailingSince = %v, %v; want the failures since the deadlines", since, ok)
 	}
 	if !slices.Contains(n.alerts.evaluator.Rules(), alert.RuleBeforeCloseFailures) {
@@ -267,13 +267,13 @@ func TestBeforeCloseOnErrorClose(t *testing.T) {
 	rc := &checkReceiver{t: t, checks: map[int64]int{}, answers: func(orderSeen, int) (int, string, bool) {
 		return 503, "down", false
 	}}
-	n := startCheckedNode(t, BeforeClose{OnError: OnErrorClose, MaxFailures: 3}, rc)
+	n := startCheckedNode(t, BeforeClose{OnError: beforeclose.OnErrorClose, MaxFailures: 3}, rc)
 	o := createFor(t, n, "u")
 	await(t, n, o.ID, "closed after 3 failed checks", func(o hourglass.Order) bool { return o.Status == hourglass.StateClosed })
 	if c := rc.count(o.ID); c != 3 {
 		t.Fatalf("checked %d times, want 3", c)
 	}
-	if _, ok := n.gate.checker.FailingSince(); ok {
+	if _, ok := n.gate.Checker().FailingSince(); ok {
 		t.Fatal("the closed order's failures are still counted")
 	}
 	if p, err := n.Store.Product(context.Background(), "A"); err != nil || p.Available != 10 || p.Reserved != 0 {
@@ -299,7 +299,7 @@ func grep(text, word string) string {
 }
 
 // TestBeforeCloseConcurrent: a burst of due orders is checked 32 at once
-// (BeforeCloseConcurrencyDefault), not one after another behind slow
+// (beforeclose.ConcurrencyDefault), not one after another behind slow
 // answers: the receiver holds every check until 32 are in flight, none
 // more arrive while they are, and once it answers every order closes.
 func TestBeforeCloseConcurrent(t *testing.T) {
@@ -314,7 +314,7 @@ func TestBeforeCloseConcurrent(t *testing.T) {
 		mu.Lock()
 		inFlight++
 		most = max(most, inFlight)
-		if inFlight == BeforeCloseConcurrencyDefault {
+		if inFlight == beforeclose.ConcurrencyDefault {
 			close(full)
 		}
 		mu.Unlock()
@@ -336,12 +336,12 @@ func TestBeforeCloseConcurrent(t *testing.T) {
 	case <-full:
 	case <-time.After(20 * time.Second):
 		close(release)
-		t.Fatalf("never %d checks in flight at once", BeforeCloseConcurrencyDefault)
+		t.Fatalf("never %d checks in flight at once", beforeclose.ConcurrencyDefault)
 	}
 	time.Sleep(300 * time.Millisecond) // room for a 33rd check to arrive, if one could
 	mu.Lock()
-	if most != BeforeCloseConcurrencyDefault {
-		t.Errorf("%d checks in flight at most, want %d", most, BeforeCloseConcurrencyDefault)
+	if most != beforeclose.ConcurrencyDefault {
+		t.Errorf("%d checks in flight at most, want %d", most, beforeclose.ConcurrencyDefault)
 	}
 	mu.Unlock()
 	close(release)

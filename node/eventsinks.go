@@ -86,9 +86,6 @@ func newEventSinks(urls []string, log hourglass.EventLog, self *member, m *metri
 	if len(urls) == 0 {
 		return s, nil
 	}
-	if log == nil {
-		return nil, errors.New("--event-sink: this store has no event log")
-	}
 	var own eventsink.Ownership
 	if o := self.ownership(); o != nil {
 		own = o

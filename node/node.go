@@ -25,6 +25,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
+	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
@@ -65,8 +66,16 @@ type Config struct {
 	// its settings.
 	Delay      string
 	DelayFlags delay.Flags
+	// OpenDelay, when set, opens the mechanism instead of Delay, given
+	// the options New would pass to delay.Open; DelayFeed is its feed.
+	// For the benchmark's peers (River, asynq), which are no mechanism of
+	// package delay but run behind the same node.
+	OpenDelay func(ctx context.Context, o delay.Options) (hourglass.Scheduler, error)
+	DelayFeed hourglass.Feed
 	// Engine is the close path's config: Window, LoadInterval,
-	// SweepInterval, SweepGrace and the like.
+	// SweepInterval, SweepGrace and the like. Its Observer, when set, is
+	// told what the engine does besides the node's metrics (a benchmark's
+	// or a test's counts).
 	Engine engine.Config
 	// Sources are shops' own tables whose rows the node closes (package
 	// source); SourceTailInterval how often each is read for new rows.
@@ -97,6 +106,10 @@ type Config struct {
 	// the host names a /v1 request may name without one (api.Config).
 	Token        string
 	AllowedHosts []string
+	// MaxBodyMemory is api.Config's (0: its default). APIObserver, when
+	// set, is told each request besides the node's metrics (a test's).
+	MaxBodyMemory int64
+	APIObserver   api.Observer
 	// MaxConnections bounds the HTTP connections open at once (default
 	// MaxConnectionsDefault).
 	MaxConnections int
@@ -143,7 +156,7 @@ type Node struct {
 	log       *slog.Logger
 	sched     hourglass.Scheduler
 	self      *member
-	gate      *checkGate // the payment check; nil: no --before-close-url
+	gate      *beforeclose.Gate // the payment check; nil: no --before-close-url nor a source's before_close
 	alerts    *alerting
 	pruner    *retention.Pruner
 	applier   *requests.Applier // nil: the store does not apply timer requests
@@ -170,7 +183,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, ShutdownGraceDefault)
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, MaxConnectionsDefault)
 	cfg.Cluster.MaxDBClockSkew = cmp.Or(cfg.Cluster.MaxDBClockSkew, MaxDBClockSkewDefault)
-	if !delay.Valid(cfg.Delay) {
+	if cfg.OpenDelay == nil && !delay.Valid(cfg.Delay) {
 		return nil, fmt.Errorf("node: Delay %q: want one of %v", cfg.Delay, delay.Names())
 	}
 	if err := cfg.BeforeClose.Validate(); err != nil {
@@ -201,7 +214,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Metrics = m
 	opts := cfg.Store
 	opts.Logger = cmp.Or(opts.Logger, log)
-	opts.Outbox = delay.FeedOf(cfg.Delay) == hourglass.FeedOutbox
+	feed := delay.FeedOf(cfg.Delay)
+	if cfg.OpenDelay != nil {
+		feed = cfg.DelayFeed
+	}
+	opts.Outbox = feed == hourglass.FeedOutbox
 	// Other nodes learn of the orders this one creates that fall inside
 	// their window (the same Window on every node); their loaders bring
 	// the later ones.
@@ -234,20 +251,24 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if self.m != nil {
 		delayOpts.Parts = self.m.Owned // sqlpoll scans only this node's partitions
 	}
-	sched, err := delay.Open(openCtx, cfg.Delay, delayOpts)
+	var sched hourglass.Scheduler
+	if cfg.OpenDelay != nil {
+		sched, err = cfg.OpenDelay(openCtx, delayOpts)
+	} else {
+		sched, err = delay.Open(openCtx, cfg.Delay, delayOpts)
+	}
 	cancelOpen()
 	if err != nil {
 		return nil, fmt.Errorf("--delay %s: %w", cfg.Delay, err)
 	}
 	n.sched = sched
 
-	// The payment check before closes: one Checker per node.
-	if n.gate, err = newBeforeClose(cfg.BeforeClose, db, m, clock, log); err != nil {
+	// The payment check before closes: one Gate per node.
+	if n.gate, err = newBeforeClose(cfg.BeforeClose, cfg.Sources, db, m, clock, log); err != nil {
 		return nil, err
 	}
 	// The event sinks publish the partitions this node owns.
-	eventLog, _ := db.(hourglass.EventLog)
-	if n.sinks, err = newEventSinks(cfg.EventSinks, eventLog, self, m, clock, log); err != nil {
+	if n.sinks, err = newEventSinks(cfg.EventSinks, db, self, m, clock, log); err != nil {
 		return nil, err
 	}
 	// Alerts are evaluated and notified by one node of a cluster.
@@ -256,7 +277,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	alerts, err := newAlerting(cfg.Alerts, db, m, self, cfg.Retention.DeadLetterMax, cfg.Cluster.MaxDBClockSkew, func() bool { return eng.Recovered() && self.leader() },
-		anyFailing(n.gate.failures(), sourceFailures(n.sources)), n.sinks.lagSource(), n.sources, clock, log)
+		anyFailing(gateFailures(cfg.BeforeClose, n.gate), sourceFailures(n.sources)), n.sinks.lagSource(), n.sources, clock, log)
 	if err != nil {
 		return nil, err
 	}
@@ -285,8 +306,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	engCfg := cfg.Engine
-	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m)
-	if n.gate != nil {
+	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m, cfg.Engine.Observer)
+	if cfg.BeforeClose.checksOrders(n.gate) {
 		engCfg.Gate = n.gate
 	}
 	if own := self.ownership(); own != nil {
@@ -298,11 +319,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Engine = eng
 	// Timers armed in shops' transactions (timer_requests): applied on
 	// every node, announced on the store's due feed like the API's arms.
-	rs, _ := db.(hourglass.TimerRequestStore)
-	if rs != nil {
-		if n.applier, err = requests.New(requests.Config{Store: rs, Observer: alerts.requestObserver(m), Limit: timers, Clock: clock, Logger: log}); err != nil {
-			return nil, err
-		}
+	if n.applier, err = requests.New(requests.Config{Store: db, Observer: alerts.requestObserver(m), Limit: timers, Clock: clock, Logger: log}); err != nil {
+		return nil, err
 	}
 	srv, err := api.NewServer(api.Config{
 		Store:         db,
@@ -311,13 +329,14 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:        log,
 		Token:         cfg.Token,
 		AllowedHosts:  cfg.AllowedHosts,
-		Observer:      alerts.apiObserver(m),
+		Observer:      alerts.apiObserver(m, cfg.APIObserver),
+		MaxBodyMemory: cfg.MaxBodyMemory,
 		Metrics:       m.Handler(),
 		Dashboard:     alerts.dashboard,
 		Webhooks:      n.Webhooks,
 		Cluster:       self.view,
 		Timers:        timers,
-		TimerRequests: rs,
+		TimerRequests: db,
 		Sources:       sourceBadRows(n.sources),
 	})
 	if err != nil {
@@ -373,7 +392,7 @@ func (n *Node) Run(ctx context.Context) error {
 	alertsStopped := n.alerts.start(engCtx)
 	prunerStopped := startPruner(engCtx, n.pruner)
 	applierStopped := startApplier(engCtx, n.applier)
-	gateStopped := n.gate.start(engCtx)
+	gateStopped := startGate(engCtx, n.cfg.BeforeClose, n.gate)
 	sourcesStopped := startSources(engCtx, n.sources)
 	sinksStopped := n.sinks.start(engCtx)
 	// Webhook delivery stops first on shutdown, on its own context: its

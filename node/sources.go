@@ -19,7 +19,7 @@ import (
 // checked against the database, a bad one refused with one line, and a
 // warning logged for each query a missing index would make read a whole
 // table. They close on the node's clock, partitioned like orders.
-func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *member, gate *checkGate, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*source.Runner, error) {
+func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *member, gate *beforeclose.Gate, m *metrics.Metrics, clock hourglass.Clock, log *slog.Logger) (*source.Runner, error) {
 	if len(cfg.Sources) == 0 {
 		return nil, nil
 	}
@@ -28,20 +28,10 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 		return nil, fmt.Errorf("--sources needs PostgreSQL or MySQL (--database-url): the shop's tables live in hourglass's database, and SQLite cannot be shared with an order service")
 	}
 	// Sources with a before_close ask through the node's one payment
-	// checker (the gate's, when --before-close-url is set), signed with
-	// --before-close-secret.
+	// check, signed with --before-close-secret.
 	var check source.Checker
-	if source.AsksBeforeClose(cfg.Sources) {
-		var checker *beforeclose.Checker
-		if gate != nil {
-			checker = gate.checker
-		} else {
-			var err error
-			if checker, err = newChecker(cfg.BeforeClose, m, clock, log); err != nil {
-				return nil, fmt.Errorf("--sources: before_close: %w", err)
-			}
-		}
-		check = source.PaymentCheck{Checker: checker, Clock: clock, Logger: log}
+	if gate != nil && source.AsksBeforeClose(cfg.Sources) {
+		check = source.PaymentCheck{Gate: gate}
 	}
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

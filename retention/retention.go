@@ -58,6 +58,8 @@ const (
 type Store interface {
 	hourglass.RetentionStore
 	PruneEvents(ctx context.Context, before time.Time, limit int) (int, error)
+	// PruneRejectedTimerRequests is hourglass.TimerRequestStore's.
+	PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Observer is told what was pruned, for metrics. It must be safe for
@@ -126,11 +128,9 @@ type Pruner struct {
 	cfg   Config
 	store Store
 	nodes hourglass.ClusterStore // nil: not a cluster store
-	// requests: nil when the store has no timer requests.
-	requests hourglass.TimerRequestStore
-	clock    hourglass.TimerClock
-	log      *slog.Logger
-	obs      Observer
+	clock hourglass.TimerClock
+	log   *slog.Logger
+	obs   Observer
 }
 
 // New returns a Pruner over store; it prunes nothing until Run or Prune.
@@ -146,8 +146,11 @@ func New(store Store, cfg Config) (*Pruner, error) {
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.Pause = cmp.Or(cfg.Pause, PauseDefault)
 	p := &Pruner{cfg: cfg, store: store, clock: hourglass.WithTimers(cfg.Clock), log: cfg.Logger, obs: cfg.Observer}
-	p.nodes, _ = store.(hourglass.ClusterStore)
-	p.requests, _ = store.(hourglass.TimerRequestStore)
+	// A store shared by several processes records them (ClusterStore);
+	// one without (SQLite: one process) has no nodes to prune.
+	if cs, ok := store.(hourglass.ClusterStore); ok {
+		p.nodes = cs
+	}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -199,9 +202,9 @@ func (p *Pruner) Prune(ctx context.Context) Report {
 			return max(timers, events), err // another batch while either was full
 		})
 	}
-	if d := p.cfg.TimerRetention; d > 0 && p.requests != nil {
+	if d := p.cfg.TimerRetention; d > 0 {
 		r.RejectedTimerRequests = p.drain(ctx, KindRejectedTimerRequests, func(limit int) (int, error) {
-			return p.requests.PruneRejectedTimerRequests(ctx, now.Add(-d), limit)
+			return p.store.PruneRejectedTimerRequests(ctx, now.Add(-d), limit)
 		})
 	}
 	if m := p.cfg.DeadLetterMax; m > 0 {

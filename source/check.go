@@ -1,10 +1,8 @@
 package source
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,22 +12,15 @@ import (
 	"github.com/hourglass/hourglass/beforeclose"
 )
 
-// checkConcurrency is how many payment checks of one source run at once.
-const checkConcurrency = 32
-
-// maxFailuresDefault is before_close_max_failures' default.
-const maxFailuresDefault = 10
-
 // maxExtended bounds the extensions a source remembers.
 const maxExtended = 100000
 
 // PaymentCheck asks a source's before_close URL before closing a row,
-// with the node's one beforeclose.Checker (which signs, times out, parses
-// and counts failures for the before_close_failures alert).
+// through the node's one beforeclose.Gate (which signs, times out, parses,
+// keeps the failure bookkeeping for the before_close_failures alert and
+// applies the answer policy orders share).
 type PaymentCheck struct {
-	Checker *beforeclose.Checker
-	Clock   hourglass.Clock
-	Logger  *slog.Logger
+	Gate *beforeclose.Gate
 }
 
 // checkRequest is the body POSTed: {"source","key","deadline"}.
@@ -51,49 +42,25 @@ type checkRequest struct {
 //     and no sooner than the checker's step after a run of extends
 //     (beforeclose.Checker.Extended);
 //   - a failure, or an extend to a deadline (capped) not after now, is
-//     retried with backoff (100 ms doubling, 5 s apart); the row stays
-//     pending, or, with before_close_on_error: close, is closed after
-//     before_close_max_failures failures in a row.
+//     retried with backoff (beforeclose.RetryMin doubling, RetryMax
+//     apart); the row stays pending, or, with before_close_on_error:
+//     close, is closed after before_close_max_failures failures in a row.
 func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (bool, time.Time) {
 	body, _ := json.Marshal(checkRequest{Source: src.Name, Key: row.ID, Deadline: row.At.UTC().Format(hourglass.TimeFormat)}) // cannot fail
-	key := "source:" + src.Name + ":" + strconv.FormatInt(row.ID, 10)
-	a, err := p.Checker.Ask(ctx, src.BeforeClose, body, row.At.Add(beforeclose.MaxExtension))
-	now := p.Clock.Now()
-	if err != nil {
-		n, retryIn := p.Checker.Failed(key)
-		if src.BeforeCloseOnError == "close" && n >= cmp.Or(src.BeforeCloseMaxFailures, maxFailuresDefault) {
-			p.Logger.Warn("source: payment check failed too often; closing as before_close_on_error: close says", "source", src.Name, "key", row.ID, "failures", n, "err", err)
-			p.Checker.Succeeded(key)
-			return true, time.Time{}
-		}
-		level := slog.LevelDebug
-		if n == 1 || n%10 == 0 {
-			level = slog.LevelWarn
-		}
-		p.Logger.Log(ctx, level, "source: payment check failed; the row stays pending and is checked again", "source", src.Name, "key", row.ID, "failures", n, "retry_in", retryIn, "err", err)
-		return false, now.Add(retryIn)
-	}
-	switch a.Action {
-	case beforeclose.ActionClose:
-		p.Checker.Succeeded(key)
-		return true, time.Time{}
-	case beforeclose.ActionExtend:
-		if a.Capped {
-			p.Logger.Warn("source: payment check extended past 7 days after the row's first deadline; capped", "source", src.Name, "key", row.ID, "deadline", a.Deadline)
-		}
-		step := now.Add(p.Checker.Extended(key))
-		if a.Deadline.Before(step) {
-			return false, step
-		}
-		return false, a.Deadline
-	default: // paid
-		p.Checker.Succeeded(key)
-		return false, time.Time{}
-	}
+	v := p.Gate.Check(ctx, beforeclose.Request{
+		Key:     "source:" + src.Name + ":" + strconv.FormatInt(row.ID, 10),
+		URL:     src.BeforeClose,
+		Body:    body,
+		Latest:  row.At.Add(beforeclose.MaxExtension),
+		Policy:  beforeclose.Policy{OnError: src.BeforeCloseOnError, MaxFailures: src.BeforeCloseMaxFailures},
+		Subject: "row",
+		Attrs:   []any{"source", src.Name, "key", row.ID},
+	})
+	return v.Close, v.RetryAt
 }
 
-// FailingSince is the checker's (the before_close_failures alert).
-func (p PaymentCheck) FailingSince() (time.Time, bool) { return p.Checker.FailingSince() }
+// FailingSince is the gate's (the before_close_failures alert).
+func (p PaymentCheck) FailingSince() (time.Time, bool) { return p.Gate.FailingSince() }
 
 // extensions remembers the rows a payment check extended or put off (by
 // key: the row's first deadline and until when), so that neither the

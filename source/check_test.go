@@ -76,11 +76,11 @@ func TestPaymentCheck(t *testing.T) {
 				}
 			}))
 			t.Cleanup(rcv.Close)
-			checker, err := beforeclose.New(beforeclose.Config{Secret: secret, Timeout: 300 * time.Millisecond})
+			gate, err := beforeclose.NewGate(beforeclose.GateConfig{Checker: beforeclose.Config{Secret: secret, Timeout: 300 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			check := source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.Default()}
+			check := source.PaymentCheck{Gate: gate}
 			src := shop.Source("shop_orders")
 			src.BeforeClose = rcv.URL
 			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: &observer{}, Checker: check,
@@ -114,7 +114,7 @@ func TestPaymentCheck(t *testing.T) {
 			if n < 3 {
 				t.Errorf("the failing check was asked %d times in 2.5 s; want retries with backoff", n)
 			}
-			if _, ok := checker.FailingSince(); !ok {
+			if _, ok := gate.FailingSince(); !ok {
 				t.Error("the checker reports no ongoing failure for the before_close_failures alert")
 			}
 		})
@@ -131,14 +131,14 @@ func TestPaymentCheckOnErrorClose(t *testing.T) {
 			shop.PutStock(t, "A", 100)
 			rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 			t.Cleanup(rcv.Close)
-			checker, err := beforeclose.New(beforeclose.Config{})
+			gate, err := beforeclose.NewGate(beforeclose.GateConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			src := shop.Source("shop_orders")
 			src.BeforeClose, src.BeforeCloseOnError, src.BeforeCloseMaxFailures = rcv.URL, "close", 3
 			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src},
-				Checker: source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.Default()}})
+				Checker: source.PaymentCheck{Gate: gate}})
 			id := shop.Order(t, "u", 200*time.Millisecond, "A", 1)
 			testenv.Eventually(t, 10*time.Second, "the row closed after 3 failed checks", func() bool { return shop.Status(t, id) == "CLOSED" })
 		})
@@ -204,11 +204,11 @@ func TestPaymentCheckExtendBounded(t *testing.T) {
 				fmt.Fprintf(w, `{"action":"extend","deadline":%q}`, at.UTC().Format(hourglass.TimeFormat))
 			}))
 			t.Cleanup(rcv.Close)
-			checker, err := beforeclose.New(beforeclose.Config{})
+			gate, err := beforeclose.NewGate(beforeclose.GateConfig{Checker: beforeclose.Config{Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			check := &askedChecker{PaymentCheck: source.PaymentCheck{Checker: checker, Clock: hourglass.SystemClock{}, Logger: slog.New(slog.DiscardHandler)}, asked: map[int64][]time.Time{}}
+			check := &askedChecker{PaymentCheck: source.PaymentCheck{Gate: gate}, asked: map[int64][]time.Time{}}
 			src := shop.Source("shop_orders")
 			src.BeforeClose = rcv.URL
 			runWith(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: &observer{}, Checker: check,
@@ -263,11 +263,11 @@ func TestPaymentCheckCap(t *testing.T) {
 		fmt.Fprintf(w, `{"action":"extend","deadline":%q}`, clock.Now().Add(30*24*time.Hour).UTC().Format(hourglass.TimeFormat))
 	}))
 	t.Cleanup(rcv.Close)
-	checker, err := beforeclose.New(beforeclose.Config{Clock: clock})
+	gate, err := beforeclose.NewGate(beforeclose.GateConfig{Checker: beforeclose.Config{Clock: clock, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := source.PaymentCheck{Checker: checker, Clock: clock, Logger: slog.New(slog.DiscardHandler)}
+	check := source.PaymentCheck{Gate: gate}
 	src := hourglass.Source{Name: "s", BeforeClose: rcv.URL, BeforeCloseOnError: "close", BeforeCloseMaxFailures: 2}
 	row := hourglass.DueItem{ID: 1, At: first}
 	cap := first.Add(beforeclose.MaxExtension)

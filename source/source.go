@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/timing"
 	"github.com/hourglass/hourglass/timing/dispatch"
@@ -404,13 +405,13 @@ func (s *runner) closeAlone(ctx context.Context, rows []hourglass.DueItem) {
 // (each holds a connection while it may wait for a lock).
 const aloneConcurrency = 4
 
-// check asks the payment provider about each row, checkConcurrency at a
+// check asks the payment provider about each row, beforeclose.ConcurrencyDefault at a
 // time, and returns those to close now and those to look at again later.
 func (s *runner) check(ctx context.Context, rows, later []hourglass.DueItem) (closeNow, again []hourglass.DueItem) {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		sem = make(chan struct{}, checkConcurrency)
+		sem = make(chan struct{}, beforeclose.ConcurrencyDefault)
 	)
 	again = later
 	for _, r := range rows {

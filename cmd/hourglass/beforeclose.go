@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/hourglass/hourglass/beforeclose"
 	"github.com/hourglass/hourglass/node"
 )
 
@@ -26,7 +27,7 @@ func (f *beforeCloseFlags) config(sourcesAsk bool) (node.BeforeClose, error) {
 	if f.BeforeCloseURL == "" && f.BeforeCloseSecret != "" && !sourcesAsk {
 		return c, fmt.Errorf("--before-close-secret is set without --before-close-url or a source with before_close")
 	}
-	if f.BeforeCloseOnError != node.OnErrorWait && f.BeforeCloseOnError != node.OnErrorClose {
+	if f.BeforeCloseOnError != beforeclose.OnErrorWait && f.BeforeCloseOnError != beforeclose.OnErrorClose {
 		return c, fmt.Errorf("--before-close-on-error: %q is not wait or close", f.BeforeCloseOnError)
 	}
 	return c, c.Validate()

@@ -201,6 +201,10 @@ func (v server) String() string {
 	return "MySQL " + v.version
 }
 
+// The store implements the whole contract: it fails to compile when it
+// implements less.
+var _ hourglass.Database = (*Store)(nil)
+
 // Store is the MySQL implementation of hourglass.Database. It is safe for
 // concurrent use, and any number of Store values, in any number of
 // processes, may share one database.

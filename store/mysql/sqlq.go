@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
@@ -57,11 +56,3 @@ func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq
 }
 
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
-
-// The store is a whole hourglass.Database, with the event log and the
-// order viewer.
-var _ interface {
-	hourglass.Database
-	hourglass.EventLog
-	hourglass.OrderViewer
-} = (*Store)(nil)

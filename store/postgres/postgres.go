@@ -205,6 +205,10 @@ func redact(raw string) string { return redactURL.URL(raw) }
 // scrub removes the URL's secrets from msg, wherever a library put them.
 func scrub(msg, raw string) string { return redactURL.Scrub(msg, raw) }
 
+// The store implements the whole contract: it fails to compile when it
+// implements less.
+var _ hourglass.Database = (*Store)(nil)
+
 // Store is the PostgreSQL implementation of hourglass.Database. It is safe
 // for concurrent use, by many goroutines and many processes on one database.
 type Store struct {

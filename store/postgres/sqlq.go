@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/jackc/pgx/v5"
 )
@@ -61,11 +60,3 @@ func (d sqlDB) Autocommit(ctx context.Context, op string, fn func(q sqlq.Querier
 }
 
 func (d sqlDB) NowArg() any { return d.s.nowArg() }
-
-// The store is a whole hourglass.Database, with the event log and the
-// order viewer.
-var _ interface {
-	hourglass.Database
-	hourglass.EventLog
-	hourglass.OrderViewer
-} = (*Store)(nil)

@@ -123,7 +123,9 @@ type Store struct {
 	fanOutDone chan struct{}
 }
 
-var _ hourglass.Store = (*Store)(nil)
+// The store implements the whole contract: it fails to compile when it
+// implements less.
+var _ hourglass.Database = (*Store)(nil)
 
 // op is one write waiting for the writer: an order, timer or attempt
 // write (b, run by store/internal/batch, batch.go), or any other (run). run

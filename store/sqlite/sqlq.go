@@ -201,11 +201,3 @@ func (r *connRows) Close() {
 		r.st = nil
 	}
 }
-
-// The store is a whole hourglass.Database, with the event log and the
-// order viewer.
-var _ interface {
-	hourglass.Database
-	hourglass.EventLog
-	hourglass.OrderViewer
-} = (*Store)(nil)
