@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,13 +23,15 @@ import (
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/webhook"
 )
 
 // testServer is an in-process hourglass wired like cmd/hourglass does it: a
-// new database of the store HOURGLASS_TEST_STORE names (SQLite by default),
+// new database of the store the test runs on (testenv.Store: SQLite unless
+// its case or HOURGLASS_TEST_STORE names another),
 // the engine running with a short sweep, and the API served over real HTTP
 // on 127.0.0.1. Everything stops in t.Cleanup.
 type testServer struct {
@@ -54,7 +54,7 @@ type serverConfig struct {
 	// Dir is the data directory (default a new temporary one).
 	Dir string
 	// DatabaseURL, when set, is the database (default: a new one of the
-	// store HOURGLASS_TEST_STORE names, storetest.URL).
+	// store the test runs on, storetest.URL).
 	DatabaseURL string
 	// WebhookAllow, when set, serves and delivers webhooks to these hosts
 	// (webhook.ParseAllowList), with retries after 200ms and 1s, no jitter.
@@ -62,16 +62,34 @@ type serverConfig struct {
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
-// failure the server's log is written to the test log.
+// failure the server's log is written to the test log. A test that states
+// no tier is in the Default tier (testenv.RequireDefault).
+// onEveryMechanism runs an end-to-end test on every delay mechanism and
+// every store (testenv.EveryCase): on the developer's case in the Default
+// tier, on the others in the Matrix tier.
+func onEveryMechanism(t *testing.T, test func(t *testing.T)) {
+	testenv.EveryCase(t, testenv.Default, storeKinds, delay.Names(), test)
+}
+
+// onEveryStore is onEveryMechanism for a test whose subject is the store,
+// on the wheel.
+func onEveryStore(t *testing.T, test func(t *testing.T)) {
+	testenv.EveryCase(t, testenv.Default, storeKinds, nil, test)
+}
+
+// storeKinds are the stores, the default first.
+var storeKinds = []string{store.KindSQLite, store.KindPostgres, store.KindMySQL}
+
 func startServer(t *testing.T, cfg serverConfig) *testServer {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := hourglass.SystemClock{}
-	// HOURGLASS_TEST_DELAY runs these tests on another delay mechanism
-	// (default: the wheel); its service is found like every integration
-	// test finds it (hourglasstest.ServiceURL).
-	mechanism := cmp.Or(os.Getenv("HOURGLASS_TEST_DELAY"), "wheel")
+	// The delay mechanism (default: the wheel) is the test's case
+	// (onEveryMechanism) or HOURGLASS_TEST_DELAY's; its service is found
+	// like every integration test finds it (hourglasstest.ServiceURL).
+	testenv.RequireDefault(t)
+	mechanism := testenv.Delay(t, "wheel")
 	// No test clock: the store decides deadlines with the database's own
 	// clock, as in production. cfg.Dir puts a SQLite store in that
 	// directory instead.
@@ -84,7 +102,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	}
 	db, err := store.Open(context.Background(), store.Options{URL: url, Logger: logger, Outbox: delay.FeedOf(mechanism) == hourglass.FeedOutbox})
 	if err != nil {
-		t.Fatalf("store.Open(%s): %v", storetest.Kind(), err)
+		t.Fatalf("store.Open(%s): %v", url, err)
 	}
 	sched, err := delay.Open(context.Background(), mechanism, delayOptions(t, mechanism, db, logger))
 	if err != nil {
