@@ -42,7 +42,9 @@ func checkIllegalActions(t *testing.T, s *testServer, o api.OrderJSON) {
 	}
 }
 
-func TestHappyPath(t *testing.T) {
+func TestHappyPath(t *testing.T) { onEveryMechanism(t, testHappyPath) }
+
+func testHappyPath(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
 	s.putProduct(t, "tea-1", "grocery", 10)
@@ -131,7 +133,9 @@ func TestHappyPath(t *testing.T) {
 	s.wantStock(t, "after complete", "cup-1", stock{4, 0, 1})
 }
 
-func TestCloseOnTimeout(t *testing.T) {
+func TestCloseOnTimeout(t *testing.T) { onEveryMechanism(t, testCloseOnTimeout) }
+
+func testCloseOnTimeout(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
 	s.putProduct(t, "gift-1", "", 3)
@@ -169,7 +173,9 @@ func TestCloseOnTimeout(t *testing.T) {
 	s.wantStock(t, "after refused pay and cancel", "gift-1", stock{3, 0, 0})
 }
 
-func TestCancelReleasesStock(t *testing.T) {
+func TestCancelReleasesStock(t *testing.T) { onEveryMechanism(t, testCancelReleasesStock) }
+
+func testCancelReleasesStock(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
 	s.putProduct(t, "mug-1", "", 5)
@@ -200,7 +206,9 @@ func TestCancelReleasesStock(t *testing.T) {
 	s.wantStock(t, "after the deadline", "mug-1", stock{5, 0, 0})
 }
 
-func TestIdempotentCreate(t *testing.T) {
+func TestIdempotentCreate(t *testing.T) { onEveryMechanism(t, testIdempotentCreate) }
+
+func testIdempotentCreate(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
 	s.putProduct(t, "pen-1", "", 10)

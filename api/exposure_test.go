@@ -24,6 +24,10 @@ import (
 // slower than api.MinBodyRate after api.BodyGrace is cut with 408: pays
 // from another client answer 200 within 2 s throughout.
 func TestSlowBodiesDoNotHoldTheBudget(t *testing.T) {
+	onEveryStore(t, testSlowBodiesDoNotHoldTheBudget)
+}
+
+func testSlowBodiesDoNotHoldTheBudget(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
 	s.putProduct(t, "slow-1", "", 10)
@@ -165,7 +169,9 @@ func TestListPagesAreBounded(t *testing.T) {
 // TestListPagesHoldTheBudget: a page's bytes are held in the same budget as
 // request bodies: with a budget of 1 MiB, pages stop where it has no room,
 // and every timer is still seen once.
-func TestListPagesHoldTheBudget(t *testing.T) {
+func TestListPagesHoldTheBudget(t *testing.T) { onEveryStore(t, testListPagesHoldTheBudget) }
+
+func testListPagesHoldTheBudget(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{MaxBodyMemory: 1 << 20})
 	const timers = 40

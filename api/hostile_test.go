@@ -197,10 +197,11 @@ var badTexts = map[string]string{
 
 // TestTextOnEveryStore: NUL and invalid UTF-8 in every string field of
 // every request body, in the Idempotency-Key header and in path values are
-// 400 invalid_argument naming the field, never 500, on the store
-// HOURGLASS_TEST_STORE names (run it with sqlite, postgres and mysql); the
-// server then works as before.
-func TestTextOnEveryStore(t *testing.T) {
+// 400 invalid_argument naming the field, never 500, on every store
+// (onEveryStore); the server then works as before.
+func TestTextOnEveryStore(t *testing.T) { onEveryStore(t, testTextOnEveryStore) }
+
+func testTextOnEveryStore(t *testing.T) {
 	s := startServer(t, serverConfig{WebhookAllow: "127.0.0.1"})
 	s.putProduct(t, "TXT-1", "cat", 100)
 	order := s.createOrder(t, `{"user_id":"u1","items":[{"sku":"TXT-1","quantity":1}]}`)

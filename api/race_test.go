@@ -19,7 +19,9 @@ import (
 // each order must end either paid (and its pay answered 200) or closed (and
 // its pay answered 409 order_not_payable), never both, and stock must be
 // conserved: a double close or a close after a payment would show in it.
-func TestPayRacesClose(t *testing.T) {
+func TestPayRacesClose(t *testing.T) { onEveryMechanism(t, testPayRacesClose) }
+
+func testPayRacesClose(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
 	ctx := t.Context()

@@ -2,14 +2,12 @@ package api_test
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -33,7 +31,8 @@ import (
 
 // testServer is an in-process hourglass started through node.New
 // (nodetest), as cmd/hourglass starts one: a new database of the store
-// HOURGLASS_TEST_STORE names (SQLite by default), the engine running with
+// the test runs on (testenv.Store: SQLite unless its case or
+// HOURGLASS_TEST_STORE names another), the engine running with
 // a short sweep, and the API served over real HTTP on 127.0.0.1.
 // Everything stops in t.Cleanup.
 type testServer struct {
@@ -64,16 +63,34 @@ type serverConfig struct {
 }
 
 // startServer starts a server and waits until /readyz answers 200. On test
-// failure the server's log is written to the test log.
+// failure the server's log is written to the test log. A test that states
+// no tier is in the Default tier (testenv.RequireDefault).
+// onEveryMechanism runs an end-to-end test on every delay mechanism and
+// every store (testenv.EveryCase): on the developer's case in the Default
+// tier, on the others in the Matrix tier.
+func onEveryMechanism(t *testing.T, test func(t *testing.T)) {
+	testenv.EveryCase(t, testenv.Default, storeKinds, delay.Names(), test)
+}
+
+// onEveryStore is onEveryMechanism for a test whose subject is the store,
+// on the wheel.
+func onEveryStore(t *testing.T, test func(t *testing.T)) {
+	testenv.EveryCase(t, testenv.Default, storeKinds, nil, test)
+}
+
+// storeKinds are the stores, the default first.
+var storeKinds = []string{store.KindSQLite, store.KindPostgres, store.KindMySQL}
+
 func startServer(t *testing.T, cfg serverConfig) *testServer {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clock := hourglass.SystemClock{}
-	// HOURGLASS_TEST_DELAY runs these tests on another delay mechanism
-	// (default: the wheel); its service is found like every integration
-	// test finds it (hourglasstest.ServiceURL).
-	mechanism := cmp.Or(os.Getenv("HOURGLASS_TEST_DELAY"), "wheel")
+	// The delay mechanism (default: the wheel) is the test's case
+	// (onEveryMechanism) or HOURGLASS_TEST_DELAY's; its service is found
+	// like every integration test finds it (hourglasstest.ServiceURL).
+	testenv.RequireDefault(t)
+	mechanism := testenv.Delay(t, "wheel")
 	// No test clock: the store decides deadlines with the database's own
 	// clock, as in production. cfg.Dir puts a SQLite store in that
 	// directory instead.

@@ -42,7 +42,9 @@ func TestTimerFireAtHorizon(t *testing.T) {
 // none at all, is 400 invalid_argument naming webhook_id. Otherwise any
 // client could send arbitrary JSON, signed with that webhook's secret, to a
 // receiver that never subscribed to timers.
-func TestTimerWebhookMustSubscribe(t *testing.T) {
+func TestTimerWebhookMustSubscribe(t *testing.T) { onEveryStore(t, testTimerWebhookMustSubscribe) }
+
+func testTimerWebhookMustSubscribe(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{WebhookAllow: "127.0.0.1"})
 	orders := s.createWebhook(t, "http://127.0.0.1:9/orders", "order.closed", "order.paid")

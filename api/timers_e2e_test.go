@@ -351,8 +351,14 @@ func TestTimersEndToEnd(t *testing.T) {
 					conclusive(t, "reschedule-later", func(k string) bool {
 						key = k
 						want(key, 1)
-						old = s.armTimer(t, key, `{"delay_ms":200}`, http.StatusCreated)
-						armed = s.armTimer(t, key, `{"delay_ms":1000}`, http.StatusOK)
+						// The re-arm must reach the store before the first
+						// fire_at: 1 s leaves room for two writes through the
+						// API and the group-commit writer under -race on a
+						// loaded machine, where 200 ms did not (MariaDB, CI:
+						// three tries in a row).
+						old = s.armTimer(t, key, `{"delay_ms":1000}`, http.StatusCreated)
+						armed = s.armTimer(t, key, `{"delay_ms":2000}`, http.StatusOK)
+						t.Logf("%s: re-armed %v after the first arm", key, apiTimeOf(t, armed.UpdatedAt).Sub(apiTimeOf(t, old.UpdatedAt)))
 						// Re-armed (updated_at, the database's time) before the
 						// first fire_at, it must not fire then.
 						return apiTimeOf(t, armed.UpdatedAt).Before(apiTimeOf(t, old.FireAt))

@@ -37,6 +37,7 @@ type SchedulerHarness struct {
 // is delivered again; and, for durable mechanisms, a consumer killed
 // mid-batch loses nothing and two consumers at once never double an effect.
 func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
+	testenv.RequireDefault(t)
 	if h.MaxLateness == 0 {
 		h.MaxLateness = 2 * time.Second
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // SourceDB is a store that can close a shop's rows.
@@ -36,6 +37,7 @@ type SourceHarness struct {
 // guard that matches several rows, a statement that fails) and exactly
 // one close per row from two store values racing.
 func ExerciseSources(t *testing.T, h SourceHarness) {
+	testenv.RequireDefault(t)
 	for _, c := range []struct {
 		name string
 		run  func(*testing.T, SourceHarness)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // StoreOptions configures a store the suite opens.
@@ -47,6 +48,7 @@ var farFuture = Epoch.AddDate(10, 0, 0)
 // Close itself before the harness's cleanup does (Close is idempotent). Every case calls
 // t.Parallel: Open must give each call its own database.
 func ExerciseStore(t *testing.T, h StoreHarness) {
+	testenv.RequireDefault(t)
 	if h.Open == nil {
 		t.Fatal("hourglasstest: StoreHarness.Open is required")
 	}

@@ -37,6 +37,7 @@ type TimerRequestHarness struct {
 // with its reason and holds nothing up. Every case runs on the database's
 // own clock.
 func ExerciseTimerRequests(t *testing.T, h TimerRequestHarness) {
+	testenv.RequireDefault(t)
 	for _, c := range []struct {
 		name string
 		run  func(*testing.T, TimerRequestHarness)

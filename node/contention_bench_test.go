@@ -62,7 +62,7 @@ func BenchmarkSourceContention(b *testing.B) {
 }
 
 func contentionRun(b *testing.B, ordered bool) {
-	kind := cmpOr(os.Getenv("HOURGLASS_TEST_STORE"), store.KindPostgres)
+	kind := testenv.Store(b, store.KindPostgres)
 	var (
 		dbURL, schema, events string
 		shop                  hourglasstest.Shop
@@ -333,11 +333,4 @@ func retryDeadlocks(attempt func() error) (int, error) {
 			return i, err
 		}
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

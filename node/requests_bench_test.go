@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -38,10 +37,7 @@ import (
 //	go test -run '^$' -bench ArmTimers -benchtime 20000x ./node/
 //	HOURGLASS_TEST_STORE=mysql go test -run '^$' -bench ArmTimers -benchtime 20000x ./node/
 func BenchmarkArmTimers(b *testing.B) {
-	kind := os.Getenv("HOURGLASS_TEST_STORE")
-	if kind == "" {
-		kind = store.KindPostgres
-	}
+	kind := testenv.Store(b, store.KindPostgres)
 	var (
 		dbURL, schema, qual string
 		shop                *sql.DB

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -41,10 +40,7 @@ import (
 //	go test -run '^$' -bench SourcesBesideOrders -benchtime 2000x ./node/
 //	HOURGLASS_TEST_STORE=mysql go test -run '^$' -bench SourcesBesideOrders -benchtime 2000x ./node/
 func BenchmarkSourcesBesideOrders(b *testing.B) {
-	kind := os.Getenv("HOURGLASS_TEST_STORE")
-	if kind == "" {
-		kind = store.KindPostgres
-	}
+	kind := testenv.Store(b, store.KindPostgres)
 	var (
 		dbURL, schema, events string
 		shop                  hourglasstest.Shop

@@ -146,6 +146,7 @@ func runWith(t *testing.T, cfg source.Config) *source.Runner {
 // released once, with one source.closed event; none is both paid and
 // closed, and none is left to the sweeper.
 func TestShopOrders(t *testing.T) {
+	testenv.Require(t, testenv.Default, testenv.Full)
 	for name, open := range shops() { // one server at a time: each loads both cores
 		t.Run(name, func(t *testing.T) {
 			db, shop := open(t)
@@ -292,6 +293,7 @@ func interval(shop hourglasstest.Shop, d time.Duration) string {
 // statement of the shop's 3 s before, are all closed within 10 s of it,
 // none left to the sweeper, each released once.
 func TestShopBurst(t *testing.T) {
+	testenv.Require(t, testenv.Default, testenv.Full)
 	n := 20000
 	if testing.Short() || raceEnabled {
 		n = 2000

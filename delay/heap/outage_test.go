@@ -6,13 +6,14 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/heap"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestOutage would stop the mechanism's broker mid-load; the heap has none,
 // so there is nothing to stop. What can fail is the process, and
 // TestRestartLosesNothing covers that.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	t.Skip("heap is in memory: it has no broker to stop (see TestRestartLosesNothing and TestOutageHarness)")
 }
 

@@ -93,6 +93,7 @@ func quietLogger() *slog.Logger {
 
 func open(t *testing.T, url, ns string, cl *cleaner) *kafka.Scheduler {
 	t.Helper()
+	testenv.RequireDefault(t)
 	cl.register(t, url, ns)
 	s, err := kafka.Open(context.Background(), kafka.Config{URL: url, Namespace: ns, Partitions: 4, Logger: quietLogger()})
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 // the same port from the same directory, with the topics, records and
 // committed offsets the first one had, as a restarted broker would.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	dir, port := t.TempDir(), freePort(t)
 	var (
 		mu      sync.Mutex

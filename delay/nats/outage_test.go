@@ -27,7 +27,7 @@ var natsServerArgs = []string{"-a", "127.0.0.1", "-p", "4222", "-js", "-sd", "/v
 // TestOutage stops the local nats-server for about 2 s mid-load and starts
 // it again: no order may be lost or closed twice.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	url := serverURL(t)
 	t.Cleanup(func() { startNATS(t, url) }) // whatever happens, leave it running
 	outage.Run(t, outage.Config{

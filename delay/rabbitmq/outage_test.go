@@ -29,7 +29,7 @@ const settleAfterRestart = 10 * time.Second
 // is down are closed by the engine's sweeper; the timers published before
 // the outage still fire afterwards, into no-op closes.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	url := brokerURL(t)
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Skip("rabbitmqctl is not on PATH: cannot stop the broker")

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
-	"github.com/hourglass/hourglass/hourglasstest/outage"
 	"github.com/hourglass/hourglass/internal/testenv"
 )
 
@@ -133,7 +132,7 @@ func TestAccessCheckInBothModes(t *testing.T) {
 // and every one is delivered (issue 11: into the quorum due queue, which had
 // no leader yet, 200 of 200 were dropped).
 func TestDelayedExchangeTimersSurviveBrokerRestart(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	url := brokerURL(t)
 	requirePlugin(t, url)
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {

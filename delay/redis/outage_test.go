@@ -8,6 +8,7 @@ import (
 	"github.com/hourglass/hourglass/delay/redis"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestOutage stops the real Redis (shutdown nosave: this machine runs it
@@ -15,7 +16,7 @@ import (
 // starts it again. The sweeper must close what Redis lost; nothing may be
 // closed twice.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	raw, c := setup(t)
 	ns := hourglasstest.Namespace(t)
 	outage.Run(t, outage.Config{

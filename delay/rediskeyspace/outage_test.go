@@ -8,6 +8,7 @@ import (
 	"github.com/hourglass/hourglass/delay/rediskeyspace"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestOutage stops the real Redis (shutdown nosave: this machine runs it
@@ -16,7 +17,7 @@ import (
 // was down are never published. Run must turn the events back on; the
 // sweeper closes what was lost; nothing may be closed twice.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	raw, c := setup(t)
 	ns := hourglasstest.Namespace(t)
 	outage.Run(t, outage.Config{

@@ -7,6 +7,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay/sqlpoll"
 	"github.com/hourglass/hourglass/hourglasstest/outage"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestOutage would stop the mechanism's broker mid-load. sqlpoll's only
@@ -14,7 +15,7 @@ import (
 // there is no server to stop, and if the database fails the sweeper fails
 // with it. TestOutageHarness runs the same load without an outage.
 func TestOutage(t *testing.T) {
-	outage.Enabled(t)
+	testenv.Require(t, testenv.Outage)
 	t.Skip("sqlpoll's store is embedded SQLite: there is no server to stop (see TestOutageHarness)")
 }
 

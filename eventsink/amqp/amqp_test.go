@@ -19,7 +19,10 @@ import (
 // (HOURGLASS_TEST_RABBITMQ_URL), each case on an exchange and a queue of
 // its own bound to it, deleted after; the outage case reaches RabbitMQ
 // through a proxy it cuts.
-func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+func TestConformance(t *testing.T) {
+	testenv.Require(t, testenv.Default, testenv.Full)
+	sinktest.Run(t, harness(t))
+}
 
 // TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
 func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }

@@ -14,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass/eventsink"
 	"github.com/hourglass/hourglass/eventsink/kafka"
 	"github.com/hourglass/hourglass/eventsink/sinktest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // TestConformance runs the sink suite against kfake, franz-go's in-process
@@ -22,7 +23,10 @@ import (
 // to a data directory: Cut closes it (listeners and connections go), and
 // Restore starts a new one on the same port from the same directory, with
 // the topic and its records, as a restarted broker would.
-func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+func TestConformance(t *testing.T) {
+	testenv.Require(t, testenv.Default, testenv.Full)
+	sinktest.Run(t, harness(t))
+}
 
 // TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
 func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }

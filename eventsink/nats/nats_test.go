@@ -20,7 +20,10 @@ import (
 // loopback (HOURGLASS_TEST_NATS_URL), each case on a subject and a stream
 // of its own, deleted after; the outage case reaches NATS through a proxy
 // it cuts.
-func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+func TestConformance(t *testing.T) {
+	testenv.Require(t, testenv.Default, testenv.Full)
+	sinktest.Run(t, harness(t))
+}
 
 // TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
 func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }

@@ -17,7 +17,10 @@ import (
 // TestConformance runs the sink suite against the Redis on loopback
 // (HOURGLASS_TEST_REDIS_URL), each case on a stream of its own, deleted
 // after; the outage case reaches Redis through a proxy it cuts.
-func TestConformance(t *testing.T) { sinktest.Run(t, harness(t)) }
+func TestConformance(t *testing.T) {
+	testenv.Require(t, testenv.Default, testenv.Full)
+	sinktest.Run(t, harness(t))
+}
 
 // TestBench measures the sink (sinktest.Bench): set HOURGLASS_BENCH_SINKS=1.
 func TestBench(t *testing.T) { sinktest.Bench(t, harness(t)) }

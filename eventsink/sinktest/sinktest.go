@@ -56,8 +56,9 @@ type Harness struct {
 	Open func(ctx context.Context, url string) (eventsink.Sink, error)
 }
 
-// OutageDuration is how long the outage case cuts the broker: 5 s, or
-// HOURGLASS_TEST_SINK_OUTAGE (a Go duration, e.g. 30s).
+// OutageDuration is how long the outage case cuts the broker: 5 s in the
+// Default tier, 30 s in the Full tier, or HOURGLASS_TEST_SINK_OUTAGE (a Go
+// duration, e.g. 10s).
 func OutageDuration(t *testing.T) time.Duration {
 	if s := os.Getenv("HOURGLASS_TEST_SINK_OUTAGE"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -66,11 +67,20 @@ func OutageDuration(t *testing.T) time.Duration {
 		}
 		return d
 	}
+	if testenv.Selected(testenv.Full) {
+		return 30 * time.Second
+	}
 	return 5 * time.Second
 }
 
-// Run runs every case against h.
+// Run runs every case against h in the Default tier, and the outage case
+// only (for 30 s, OutageDuration) in the Full tier. The calling test states
+// both tiers (testenv.Require) before it builds h.
 func Run(t *testing.T, h Harness) {
+	if !testenv.Selected(testenv.Default) {
+		t.Run("Outage", func(t *testing.T) { testOutage(t, h) })
+		return
+	}
 	t.Run("OrderPerKey", func(t *testing.T) { testOrderPerKey(t, h) })
 	t.Run("Outage", func(t *testing.T) { testOutage(t, h) })
 	t.Run("Resume", func(t *testing.T) { testResume(t, h) })

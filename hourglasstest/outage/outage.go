@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,16 +17,6 @@ import (
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/sqlite"
 )
-
-// Enabled skips the test unless HOURGLASS_TEST_OUTAGE=1: outage tests stop
-// and start shared services, so they run on their own, one package at a
-// time (.ci/run does: HOURGLASS_TEST_OUTAGE=1 go test -p 1 -run Outage …).
-func Enabled(t *testing.T) {
-	t.Helper()
-	if os.Getenv("HOURGLASS_TEST_OUTAGE") != "1" {
-		t.Skip("stops and restarts a shared service; set HOURGLASS_TEST_OUTAGE=1 (and run with -p 1)")
-	}
-}
 
 // Config configures Run.
 type Config struct {
@@ -48,8 +37,12 @@ type Config struct {
 // back to 0 and sold equal to what was paid: a double close would release
 // stock twice and break it. It logs how many orders the sweeper had to
 // close (what the mechanism lost or delayed during the outage).
+//
+// A test that stops a shared service states the Outage tier
+// (testenv.Require); one whose outage is a no-op is in the Default tier.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
+	testenv.RequireDefault(t)
 	if cfg.Orders == 0 {
 		cfg.Orders = 400
 	}

@@ -83,6 +83,7 @@ func start(t *testing.T, dir string, sched hourglass.Scheduler, log *closeLog) *
 // during the downtime are closed by the start-up recovery; paid orders stay
 // paid and the stock adds up. open returns a fresh in-memory scheduler.
 func Restart(t *testing.T, open func() hourglass.Scheduler) {
+	testenv.RequireDefault(t)
 	const (
 		orders  = 300
 		initial = 1_000_000

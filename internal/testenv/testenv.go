@@ -1,5 +1,6 @@
-// Package testenv is what hourglass's tests need from their environment: a
-// real service to talk to (ServiceURL), a proxy that can cut a client off it
+// Package testenv is what hourglass's tests need from their environment:
+// the tier a run covers and the store and delay mechanism it runs on
+// (Require, EveryCase, Store, Delay), a real service to talk to (ServiceURL), a proxy that can cut a client off it
 // (Proxy), and one way to wait for a condition that comes true in real time
 // (Eventually), or for an instant of the wall clock that a test against real
 // processes is paced by (Until, Phase).
@@ -23,8 +24,11 @@ import (
 // standard loopback address. If nothing accepts a TCP connection at its
 // host:port, the test is skipped with a message saying how to start it, or
 // fails when CI=true (CI must have started every service the tests need).
+// A Default-tier test is skipped in a run that does not cover that tier
+// (RequireDefault).
 func ServiceURL(t testing.TB, name, env, def string) string {
 	t.Helper()
+	RequireDefault(t)
 	raw := os.Getenv(env)
 	if raw == "" {
 		raw = def

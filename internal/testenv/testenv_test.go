@@ -16,7 +16,8 @@ type fatalTB struct {
 	msg string
 }
 
-func (f *fatalTB) Helper() {}
+func (f *fatalTB) Helper()      {}
+func (f *fatalTB) Name() string { return "fatalTB" }
 func (f *fatalTB) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()

@@ -1,6 +1,7 @@
 // Package storetest gives integration tests a new, empty database of the
-// store HOURGLASS_TEST_STORE names (sqlite, the default; postgres; mysql), so
-// the same end-to-end, crash and race tests run on every store.
+// store they run on (testenv.Store: a case of testenv.EveryCase, or the one
+// HOURGLASS_TEST_STORE names: sqlite, the default; postgres; mysql), so the
+// same end-to-end, crash and race tests run on every store.
 package storetest
 
 import (
@@ -9,23 +10,30 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
-// Kind returns the store the tests run on: HOURGLASS_TEST_STORE, default
-// sqlite.
-func Kind() string { return cmp.Or(os.Getenv("HOURGLASS_TEST_STORE"), store.KindSQLite) }
+// Kind returns the store a developer's run names: HOURGLASS_TEST_STORE,
+// default sqlite. A test inside testenv.EveryCase reads its own with
+// testenv.Store.
+func Kind() string { return cmp.Or(os.Getenv(testenv.StoreEnv), store.KindSQLite) }
 
-// URL returns the --database-url of a new, empty database of Kind(), which
+// URL returns the --database-url of a new, empty database of the store t
+// runs on (testenv.Store), which
 // t.Cleanup drops: a file in t.TempDir() for SQLite, a database of its own
 // on the test server for PostgreSQL and MySQL (HOURGLASS_TEST_POSTGRES_URL,
 // HOURGLASS_TEST_MYSQL_URL). The test is skipped with a message when the
 // server is absent, and fails when CI=true. An unknown kind fails the test.
+// A Default-tier test is skipped in a run that does not cover that tier
+// (testenv.RequireDefault).
 func URL(t testing.TB) string {
 	t.Helper()
-	switch Kind() {
+	testenv.RequireDefault(t)
+	kind := testenv.Store(t, store.KindSQLite)
+	switch kind {
 	case store.KindSQLite:
 		return "sqlite://" + filepath.Join(t.TempDir(), "hourglass.db")
 	case store.KindPostgres:
@@ -33,6 +41,6 @@ func URL(t testing.TB) string {
 	case store.KindMySQL:
 		return mytest.NewDatabase(t)
 	}
-	t.Fatalf("HOURGLASS_TEST_STORE=%q: want sqlite, postgres or mysql", Kind())
+	t.Fatalf("store %q: want sqlite, postgres or mysql (%s)", kind, testenv.StoreEnv)
 	return ""
 }

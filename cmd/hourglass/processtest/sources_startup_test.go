@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bytes"
@@ -20,11 +20,8 @@ import (
 // whose table lacks the deadline's index starts, with a warning naming the
 // index to create.
 func TestSourcesStartup(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	url := pgtest.NewDatabase(t)
 	db := pgtest.Open(t, url)
 	shop := hourglasstest.Shop{DB: db, Schema: "shop", Postgres: true}

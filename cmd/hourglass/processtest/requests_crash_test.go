@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func shopSide(t *testing.T, dbURL, dataDir string) (shop *sql.DB, table txtimer.
 	// table of its own in public); hourglass's tables exist once its first
 	// start migrated, before the shop writes a request.
 	t.Helper()
-	switch storetest.Kind() {
+	switch testenv.Store(t, store.KindSQLite) {
 	case store.KindPostgres:
 		db, err := sql.Open("pgx", dbURL)
 		if err != nil {
@@ -77,9 +77,13 @@ func shopSide(t *testing.T, dbURL, dataDir string) (shop *sql.DB, table txtimer.
 // takeover is the restart's ready, and on a server store no earlier than
 // the killed process's leases expire (--lease-ttl after the kill): the
 // restart is a new node, which may take those partitions only then.
-// HOURGLASS_TEST_STORE picks the store.
+// On every store: SQLite in the Processes tier, the server stores in the
+// Matrix tier (testenv.EveryCase).
 func TestTimerRequestsSurviveKill(t *testing.T) {
-	skipKillUnderRace(t)
+	testenv.EveryCase(t, testenv.Processes, stores, nil, testTimerRequestsSurviveKill)
+}
+
+func testTimerRequestsSurviveKill(t *testing.T) {
 	const (
 		secret   = "request-crash-secret-0123"
 		writers  = 16
@@ -87,7 +91,7 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 	)
 	rcv := newTimerReceiver(t, secret)
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	dataDir := filepath.Join(dir, "data")
 	dbURL := storetest.URL(t)
 	args := []string{"--webhook-allow", "127.0.0.1", "--webhook-retry", "1s,2s,4s", "--webhook-jitter", "0", "--database-url", dbURL}
@@ -148,7 +152,7 @@ func TestTimerRequestsSurviveKill(t *testing.T) {
 	second := startHourglass(t, "restart", bin, dataDir, args...)
 	readyAt := second.readyAt
 	takeover := readyAt
-	if storetest.Kind() != store.KindSQLite {
+	if testenv.Store(t, store.KindSQLite) != store.KindSQLite {
 		// CI once saw the restart ready 1.2 s after the kill and the
 		// killed node's partitions taken 6.4 s after it, under load: timers
 		// 5.5 s past the restart's ready, 1.7 s past the takeover.

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"io"
@@ -12,11 +12,8 @@ import (
 // TestDebugAddr: --debug-addr serves the runtime profiles on its own
 // listener; the API's listener does not.
 func TestDebugAddr(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

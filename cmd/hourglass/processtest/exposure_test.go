@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bufio"
@@ -14,11 +14,8 @@ import (
 // address without --api-token logs a WARN before it listens (nothing was
 // logged); on loopback, or with a token, it does not.
 func TestPublicAddressWithoutTokenWarns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
 	t.Parallel()
-	bin := buildBinary(t, t.TempDir())
+	bin := binary(t)
 	for _, tt := range []struct {
 		name string
 		args []string

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bytes"
@@ -12,18 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // TestStartupErrors: a configuration mistake stops `hourglass serve` at
 // start-up with exit status 1 and one log line that names what to fix.
 func TestStartupErrors(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
 	t.Parallel()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	// A port nothing listens on, for "unreachable broker".
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -105,13 +103,15 @@ func TestStartupErrors(t *testing.T) {
 
 // TestMigrateCommand: `hourglass migrate --status` lists every migration as
 // pending on a new database, `hourglass migrate` applies them once, and the
-// status then shows them applied; on the store HOURGLASS_TEST_STORE names.
+// status then shows them applied; on every store
+// (testenv.EveryCase).
 func TestMigrateCommand(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary; skipped with -short")
-	}
+	testenv.EveryCase(t, testenv.Default, stores, nil, testMigrateCommand)
+}
+
+func testMigrateCommand(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t, t.TempDir())
+	bin := binary(t)
 	url := storetest.URL(t)
 	run := func(args ...string) string {
 		t.Helper()

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"encoding/json"
@@ -31,9 +31,13 @@ import (
 // its fire_at, none later than 5 s after max(fire_at, restart ready); the
 // receiver gets every event at least once, and gets one twice only when it
 // was written before the kill (its delivery was in flight or unrecorded).
-// HOURGLASS_TEST_STORE picks the store, as for TestCrashRecovery.
+// On every store: SQLite in the Processes tier, the server stores in the
+// Matrix tier (testenv.EveryCase).
 func TestTimersSurviveKill(t *testing.T) {
-	skipKillUnderRace(t)
+	testenv.EveryCase(t, testenv.Processes, stores, nil, testTimersSurviveKill)
+}
+
+func testTimersSurviveKill(t *testing.T) {
 	const (
 		secret = "timer-crash-secret-0123"
 		timers = 10000
@@ -41,7 +45,7 @@ func TestTimersSurviveKill(t *testing.T) {
 	rcv := newTimerReceiver(t, secret)
 
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	dataDir := filepath.Join(dir, "data")
 	dbURL := storetest.URL(t)
 	args := []string{"--webhook-allow", "127.0.0.1", "--webhook-retry", "1s,2s,4s", "--webhook-jitter", "0", "--database-url", dbURL}

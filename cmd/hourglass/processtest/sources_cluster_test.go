@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"context"
@@ -77,7 +77,7 @@ func sourceShop(t *testing.T, kind string) (dbURL string, shop hourglasstest.Sho
 // The nodes' delay mechanism (the wheel, or Redis) times hourglass's own
 // orders; sources time their rows in memory either way.
 func TestSourcesKill(t *testing.T) {
-	skipCluster(t)
+	testenv.Require(t, testenv.Processes)
 	type variant struct {
 		kind  string
 		n     int

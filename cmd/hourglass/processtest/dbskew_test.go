@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"context"
@@ -37,10 +37,11 @@ const EnvGaleraSkew = "HOURGLASS_TEST_GALERA_SKEW"
 // servers on the true clock) is at or after its deadline. Node 3's clock
 // is restored at the end.
 func TestGaleraClockSkew(t *testing.T) {
+	testenv.Require(t, testenv.Processes)
 	if os.Getenv(EnvGaleraSkew) != "1" {
 		t.Skipf("restarts node 3 of the shared Galera cluster; set %s=1 to run it", EnvGaleraSkew)
 	}
-	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "galera"))
+	script, err := filepath.Abs(repoFile("scripts", "galera"))
 	if err != nil {
 		t.Fatal(err)
 	}

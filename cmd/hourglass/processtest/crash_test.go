@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bytes"
@@ -29,14 +29,16 @@ import (
 // directory and checks that what every answered request promised holds, that
 // every unpaid order was closed exactly once (stock is conserved) and that
 // the deadlines that passed while it was down were closed promptly on restart.
+// On SQLite in the Default tier, on the server stores in the Matrix tier.
 func TestCrashRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds, runs and kills the binary; skipped with -short")
-	}
+	testenv.EveryCase(t, testenv.Default, stores, nil, testCrashRecovery)
+}
+
+func testCrashRecovery(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	dataDir := filepath.Join(dir, "data")
-	dbURL := storetest.URL(t) // HOURGLASS_TEST_STORE picks the store; SQLite by default
+	dbURL := storetest.URL(t)
 
 	first := startHourglass(t, "first run", bin, dataDir, "--database-url", dbURL)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -383,20 +385,6 @@ func parseTime(t *testing.T, s string) time.Time {
 		t.Fatalf("parse time %q: %v", s, err)
 	}
 	return tm
-}
-
-// buildBinary builds this command into dir and returns its path.
-func buildBinary(t testing.TB, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "hourglass")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not found: %v", err)
-	}
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // hourglassProcess is a running `hourglass serve`.

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bufio"
@@ -110,7 +110,8 @@ func parseContainerfile(t *testing.T, path string) containerfile {
 // serves and that the image's health check passes against it. The sandbox
 // cannot run containers, so this stands in for `podman run`.
 func TestContainerImage(t *testing.T) {
-	c := parseContainerfile(t, filepath.Join("..", "..", "Containerfile"))
+	testenv.RequireDefault(t)
+	c := parseContainerfile(t, repoFile("Containerfile"))
 	if c.from != "scratch" && !strings.HasPrefix(c.from, "gcr.io/distroless/static") {
 		t.Errorf("final stage FROM %s: want scratch or a distroless static base", c.from)
 	}
@@ -133,7 +134,7 @@ func TestContainerImage(t *testing.T) {
 	// The binary, built as the image builds it.
 	dir := t.TempDir()
 	bin := filepath.Join(dir, filepath.Base(c.entrypoint[0]))
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/hourglass/hourglass/cmd/hourglass")
 	build.Env = append(os.Environ(), "CGO_ENABLED="+c.buildEnv["CGO_ENABLED"])
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bufio"
@@ -83,13 +83,17 @@ type bus struct {
 // database. Once every order has settled and every sink is caught up, every
 // event of every order whose create was acknowledged (and of every timer
 // armed) is on every bus, at least once, in order per key after dropping
-// duplicates by id; the duplicates are counted. HOURGLASS_TEST_STORE picks
-// the store.
+// duplicates by id; the duplicates are counted. On every store: SQLite in
+// the Processes tier, the server stores in the Matrix tier
+// (testenv.EveryCase).
 func TestEventSinksSurviveKill(t *testing.T) {
-	skipKillUnderRace(t)
+	testenv.EveryCase(t, testenv.Processes, stores, nil, testEventSinksSurviveKill)
+}
+
+func testEventSinksSurviveKill(t *testing.T) {
 	buses := sinkBuses(t)
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	dataDir := filepath.Join(dir, "data")
 	dbURL := storetest.URL(t)
 	args := []string{"--database-url", dbURL}

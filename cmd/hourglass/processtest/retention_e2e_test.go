@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ import (
 func TestBoundsServed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := binary(t)
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "down", http.StatusBadGateway)
 	}))

@@ -1,8 +1,7 @@
-package main
+package processtest
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,7 +47,7 @@ import (
 // Run: go test -run '^$' -bench Cluster -benchtime 20000x -count 3 ./cmd/hourglass/
 // (scripts/bench-cluster).
 func BenchmarkCluster(b *testing.B) {
-	kind := cmp.Or(os.Getenv("HOURGLASS_TEST_STORE"), store.KindPostgres)
+	kind := testenv.Store(b, store.KindPostgres)
 	burst := 20000
 	if v := os.Getenv("HOURGLASS_BENCH_BURST"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -58,7 +57,7 @@ func BenchmarkCluster(b *testing.B) {
 		burst = n
 	}
 	args := strings.Fields(os.Getenv("HOURGLASS_BENCH_ARGS"))
-	bin := buildBinary(b, b.TempDir())
+	bin := binary(b)
 	for _, n := range []int{1, 2, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			if b.N == 1 {

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"context"
@@ -27,9 +27,9 @@ import (
 // PostgreSQL (hourglass in its own schema beside the shop's orders) and
 // MariaDB (the shop by qualified name).
 func TestClusterTimerRequests(t *testing.T) {
+	testenv.Require(t, testenv.Processes)
 	for _, kind := range []string{store.KindPostgres, store.KindMySQL} {
 		t.Run(kind, func(t *testing.T) {
-			skipCluster(t)
 			const ttl = 2 * time.Second
 			var (
 				dbURL string

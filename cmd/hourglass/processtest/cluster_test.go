@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"context"
@@ -16,8 +16,12 @@ import (
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
-// sharedStores are the stores several processes may share.
-var sharedStores = []string{store.KindPostgres, store.KindMySQL}
+// stores are the stores a test of one process runs on (testenv.EveryCase),
+// the default first; sharedStores are those several processes may share.
+var (
+	stores       = []string{store.KindSQLite, store.KindPostgres, store.KindMySQL}
+	sharedStores = stores[1:]
+)
 
 // clusterSetup is what a cluster test needs: the database and the running
 // nodes.
@@ -26,59 +30,12 @@ type clusterSetup struct {
 	cluster *nodes.Cluster
 }
 
-// clusterTests is the -run pattern of the tests that run several processes
-// of the built binary with time bounds; .ci/run runs them in a step of
-// their own, without the race detector.
-const clusterTests = "^(TestCluster|TestSourcesKill)"
-
-// skipCluster skips a test that runs several processes of the built binary
-// under -short, and under the race detector: the nodes are built without
-// it, but the bounds these tests hold (a dead node's deadlines within
-// --lease-ttl + 1 s, webhooks within --lease-ttl + 2 s) measure the nodes
-// on a machine shared with the other packages' race-instrumented tests,
-// two packages at a time on two cores, which is not what they promise.
-// .ci/run runs them alone, after go test -race ./... (see clusterTests).
-func skipCluster(t *testing.T) {
-	t.Helper()
-	skipBuiltBinary(t, "runs a cluster of the built binary", "with time bounds", clusterTests)
-}
-
-// killTests is the -run pattern of the SIGKILL tests that check 10,000
-// timers, timer requests or events each; .ci/run runs them without the race
-// detector on every store.
-const killTests = "^(TestTimersSurviveKill|TestTimerRequestsSurviveKill|TestEventSinksSurviveKill)$"
-
-// skipKillUnderRace skips one of killTests under -short and under the race
-// detector. The process they kill is built without it: under -race only
-// the test's own reading back of every timer and event is slower (minutes
-// on SQLite), which checks nothing more. TestCrashRecovery and
-// TestWebhooksSurviveKill, a few seconds each, still run under -race.
-func skipKillUnderRace(t *testing.T) {
-	t.Helper()
-	skipBuiltBinary(t, "builds, runs and kills the binary", "and reads back 10,000 timers or events", killTests)
-}
-
-// skipBuiltBinary skips a test of the built binary (what it does) under
-// -short, and under the race detector (why not there), naming the -run
-// pattern that runs it without.
-func skipBuiltBinary(t *testing.T, what, why, pattern string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip(what + "; skipped with -short")
-	}
-	if raceEnabled {
-		t.Skip(what + " " + why + ": run without -race, as .ci/run does (go test -run '" + pattern + "' ./cmd/hourglass/)")
-	}
-}
-
 // setupCluster builds the binary and starts n nodes of it on a new
 // database of the store kind, with the lease TTL given, and waits until
 // every partition is owned and every node owns some. It skips under
-// -short, and when the server is absent (fails under CI=true). On failure
-// the nodes' logs are written to the test log.
+// -short, and when the server is absent (fails under CI=true). On failure the nodes' logs are written to the test log.
 func setupCluster(t *testing.T, kind string, n int, ttl time.Duration, args ...string) clusterSetup {
 	t.Helper()
-	skipCluster(t)
 	var dbURL string
 	switch kind {
 	case store.KindPostgres:
@@ -97,7 +54,6 @@ func setupCluster(t *testing.T, kind string, n int, ttl time.Duration, args ...s
 // HOURGLASS_TEST_GALERA=1 or CI=true).
 func setupGaleraCluster(t *testing.T, n int, ttl time.Duration, args ...string) clusterSetup {
 	t.Helper()
-	skipCluster(t)
 	return startCluster(t, galeratest.NewDatabase(t), n, ttl, args...)
 }
 
@@ -107,9 +63,8 @@ func setupGaleraCluster(t *testing.T, n int, ttl time.Duration, args ...string) 
 func startCluster(t *testing.T, dbURLs []string, n int, ttl time.Duration, args ...string) clusterSetup {
 	t.Helper()
 	dbURL := dbURLs[0]
-	dir := t.TempDir()
 	c, err := nodes.Start(t.Context(), nodes.Config{
-		Binary:       buildBinary(t, dir),
+		Binary:       binary(t),
 		DatabaseURLs: dbURLs,
 		LeaseTTL:     ttl,
 		Args:         args,
@@ -144,6 +99,7 @@ func startCluster(t *testing.T, dbURLs []string, n int, ttl time.Duration, args 
 // never; and no order or timer, the killed node's included, is closed or
 // fired later than --lease-ttl + 1 s after its time.
 func TestClusterKill(t *testing.T) {
+	testenv.Require(t, testenv.Processes)
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
 			const ttl = 2 * time.Second
@@ -161,6 +117,7 @@ func TestClusterKill(t *testing.T) {
 // (error 1213 at COMMIT) is run again and counted in
 // hourglass_db_retries_total, which the test reports.
 func TestClusterKillGalera(t *testing.T) {
+	testenv.Require(t, testenv.Processes)
 	const ttl = 2 * time.Second
 	testKill(t, setupGaleraCluster(t, 3, ttl, "--commit-gather", "2ms"), ttl)
 }

@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"context"
@@ -48,6 +48,7 @@ import (
 // test's own and is dropped at the end (a SIGKILL can leave an in-flight
 // set or held messages behind).
 func TestClusterWebhooks(t *testing.T) {
+	testenv.Require(t, testenv.Processes)
 	const ttl = 2 * time.Second
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
@@ -79,6 +80,7 @@ func TestClusterWebhooks(t *testing.T) {
 // passed the judge's TTL + 1 s bound (3.2 s) and the lag 8 s, while alone
 // it passed twice.
 func TestClusterWebhooksGalera(t *testing.T) {
+	testenv.Require(t, testenv.Processes)
 	if os.Getenv("HOURGLASS_TEST_GALERA_WEBHOOKS") != "1" {
 		t.Skip("set HOURGLASS_TEST_GALERA_WEBHOOKS=1 (with scripts/galera start) to run webhooks across churn on Galera")
 	}

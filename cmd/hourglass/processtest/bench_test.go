@@ -1,4 +1,4 @@
-package main
+package processtest
 
 import (
 	"bufio"
@@ -35,8 +35,7 @@ import (
 // order for one SKU (a flash sale). Client, server and database share the
 // machine's cores.
 func BenchmarkHTTPCreateOrders(b *testing.B) {
-	dir := b.TempDir()
-	bin := buildBinary(b, dir)
+	bin := binary(b)
 	for _, tc := range []struct {
 		name string
 		skus int
@@ -111,7 +110,7 @@ func BenchmarkRestartPending(b *testing.B) {
 		}
 	}
 	dir := b.TempDir()
-	bin := buildBinary(b, dir)
+	bin := binary(b)
 	dataDir := filepath.Join(dir, "data")
 	// Due 1 to 30 minutes after the restart, as a shop with the default
 	// 30-min timeout has at any instant.
@@ -229,7 +228,7 @@ func BenchmarkRestartOverdue(b *testing.B) {
 		}
 	}
 	dir := b.TempDir()
-	bin := buildBinary(b, dir)
+	bin := binary(b)
 	dataDir := filepath.Join(dir, "data")
 	seedPending(b, dataDir, n, time.Now().Add(-time.Minute), time.Minute)
 	b.ResetTimer()
@@ -267,8 +266,7 @@ func BenchmarkCloseBurst(b *testing.B) {
 			b.Fatalf("HOURGLASS_BENCH_BURST=%q: want a positive integer", v)
 		}
 	}
-	dir := b.TempDir()
-	bin := buildBinary(b, dir)
+	bin := binary(b)
 	for range b.N {
 		p := startHourglass(b, "burst", bin, filepath.Join(b.TempDir(), "data"), "--database-url", storetest.URL(b))
 		transport := http.DefaultTransport.(*http.Transport).Clone()
