@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -225,20 +226,57 @@ func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.
 	return nil
 }
 
+// UpdateOrders writes the orders that take the same values (a batch's
+// closes: status, closed_at and reason alike) with one statement per run of
+// them, by ids; the rest one statement each. One UPDATE per closing order
+// cost a close burst a fifth of its throughput against the one set-based
+// statement (docs/benchmarks/store-restructure.md). NOT INDEXED: the ids
+// reach rows by the primary key, not by the (status, ...) indexes, which in a
+// burst hold every order due at this instant.
 func (t *txn) UpdateOrders(_ context.Context, orders []*hourglass.Order) error {
-	for _, o := range orders {
-		stmt := t.conn.Prep(`UPDATE OR FAIL orders SET status = ?2, paid_at = ?3, closed_at = ?4, close_reason = ?5, payment_id = ?6 WHERE id = ?1`)
-		stmt.BindInt64(1, o.ID)
+	for len(orders) > 0 {
+		n := 1
+		for n < len(orders) && sameUpdate(orders[0], orders[n]) {
+			n++
+		}
+		stmt := t.conn.Prep(`UPDATE OR FAIL orders NOT INDEXED SET status = ?2, paid_at = ?3, closed_at = ?4, close_reason = ?5, payment_id = ?6
+WHERE id IN (SELECT value FROM json_each(?1))`)
+		o := orders[0]
+		ids := make([]int64, n)
+		for k := range n {
+			ids[k] = orders[k].ID
+		}
+		stmt.BindText(1, idList(ids))
 		stmt.BindText(2, string(o.Status))
 		bindNullTime(stmt, 3, o.PaidAt)
 		bindNullTime(stmt, 4, o.ClosedAt)
 		bindNullText(stmt, 5, o.CloseReason)
 		bindNullText(stmt, 6, o.PaymentID)
-		if err := exec(stmt, fmt.Sprintf("update order %d", o.ID)); err != nil {
-			return err
+		if _, err := step(stmt, nil); err != nil {
+			return fmt.Errorf("sqlite: update %d orders from %d: %w", n, o.ID, err)
 		}
+		orders = orders[n:]
 	}
 	return nil
+}
+
+// sameUpdate reports whether UpdateOrders writes the same values to a and b.
+func sameUpdate(a, b *hourglass.Order) bool {
+	return a.Status == b.Status && a.PaidAt.Equal(b.PaidAt) && a.ClosedAt.Equal(b.ClosedAt) &&
+		a.CloseReason == b.CloseReason && a.PaymentID == b.PaymentID
+}
+
+// idList is ids as a JSON array, for json_each.
+func idList(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*20)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
 }
 
 func (t *txn) ExtendOrder(_ context.Context, id int64, deadline time.Time) error {
