@@ -3,15 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // BenchmarkCloseLateness drives the whole close path at a constant rate:
@@ -91,13 +90,7 @@ func closeLatenessScenario(b *testing.B, rate int, d time.Duration) []time.Durat
 // with the fake clock standing at that instant while they close. It is the
 // in-process twin of cmd/hourglass's BenchmarkCloseBurst, for -cpuprofile.
 func BenchmarkBurst(b *testing.B) {
-	n := 50_000
-	if v := os.Getenv("HOURGLASS_BENCH_BURST"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("HOURGLASS_BENCH_BURST=%q: want a positive integer", v)
-		}
-	}
+	n := testenv.PositiveInt(b, "HOURGLASS_BENCH_BURST", 50_000)
 	for range b.N {
 		b.StopTimer()
 		clock := hourglasstest.NewClock(hourglasstest.Epoch)

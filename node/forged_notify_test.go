@@ -39,14 +39,7 @@ const forgedNoticesEnv = "HOURGLASS_FORGED_NOTICES"
 // took a node from 36 to 204 MB, 11,000 transactions and 14,662 WARN
 // lines.)
 func TestForgedNotices(t *testing.T) {
-	perChannel := 20_000
-	if v := os.Getenv(forgedNoticesEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive count", forgedNoticesEnv, v)
-		}
-		perChannel = n
-	}
+	perChannel := testenv.PositiveInt(t, forgedNoticesEnv, 20_000)
 	// lateBound: the 50 ms is judged in the documented full run
 	// (the env set), on a machine doing nothing else. The default run goes
 	// in go test -race ./... beside other packages on 2 cores, where a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,8 +26,8 @@ func TestLatenessUnderLoad(t *testing.T) {
 	if os.Getenv("HOURGLASS_TEST_REDISKEYSPACE_LOAD") != "1" {
 		t.Skip("a long measurement; set HOURGLASS_TEST_REDISKEYSPACE_LOAD=1")
 	}
-	rate := envInt(t, "HOURGLASS_TEST_REDISKEYSPACE_LOAD_RATE", 1000)
-	ttl := time.Duration(envInt(t, "HOURGLASS_TEST_REDISKEYSPACE_LOAD_TTL", 20)) * time.Second
+	rate := testenv.PositiveInt(t, "HOURGLASS_TEST_REDISKEYSPACE_LOAD_RATE", 1000)
+	ttl := time.Duration(testenv.PositiveInt(t, "HOURGLASS_TEST_REDISKEYSPACE_LOAD_TTL", 20)) * time.Second
 	raw, c := setup(t)
 	s := open(t, rediskeyspace.Config{URL: raw, Namespace: hourglasstest.Namespace(t)}, c)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,16 +111,4 @@ func TestLatenessUnderLoad(t *testing.T) {
 	t.Logf("%d timers/s, TTL %s, %d keys pending: steady-state lateness of %d timers: mean %s p50 %s p99 %s max %s; %d never delivered",
 		rate, ttl, rate*int(ttl/time.Second), len(lat), (sum / time.Duration(max(len(lat), 1))).Round(time.Millisecond),
 		pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(measured)-len(lat))
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }

@@ -65,8 +65,8 @@ func Bench(t *testing.T, h Harness) {
 	if os.Getenv("HOURGLASS_BENCH_SINKS") == "" {
 		t.Skip("set HOURGLASS_BENCH_SINKS=1 to measure the sink")
 	}
-	n := envInt(t, "HOURGLASS_BENCH_SINK_EVENTS", 50000)
-	rate := envInt(t, "HOURGLASS_BENCH_SINK_RATE", 2000)
+	n := testenv.PositiveInt(t, "HOURGLASS_BENCH_SINK_EVENTS", 50000)
+	rate := testenv.PositiveInt(t, "HOURGLASS_BENCH_SINK_RATE", 2000)
 	dur := 10 * time.Second
 	if s := os.Getenv("HOURGLASS_BENCH_SINK_DURATION"); s != "" {
 		var err error
@@ -158,16 +158,4 @@ func Bench(t *testing.T, h Harness) {
 	line := fmt.Sprintf("backlog of %d events (in memory): %.0f events/s; catch-up of %d events from %s: %.0f events/s; %d orders at %.0f/s on %s: lag p50 %s, p99 %s, max %s",
 		n, perSec, total, storetest.Kind(), catchUp, total, achieved, storetest.Kind(), quantile(lags, 0.5).Round(time.Millisecond), quantile(lags, 0.99).Round(time.Millisecond), quantile(lags, 1).Round(time.Millisecond))
 	t.Log(line)
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, s)
-	}
-	return v
 }

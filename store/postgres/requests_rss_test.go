@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,13 +19,7 @@ import (
 // under 300 MB.
 func TestManyTimerRequestsRSS(t *testing.T) {
 	t.Parallel()
-	n := 20_000
-	if v := os.Getenv("HOURGLASS_TIMER_REQUESTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("HOURGLASS_TIMER_REQUESTS=%q: want a positive count", v)
-		}
-	}
+	n := testenv.PositiveInt(t, "HOURGLASS_TIMER_REQUESTS", 20_000)
 	url, db := shopDatabase(t)
 	s := openSchema(t, url, "hourglass")
 	start := time.Now()

@@ -102,13 +102,7 @@ func benchmarkCreates(b *testing.B, url string, skus int) {
 // time from exec to /readyz 200, the process's RSS once the first window is
 // loaded, and how many timers that window holds. Run with -benchtime 1x.
 func BenchmarkRestartPending(b *testing.B) {
-	n := 1_000_000
-	if v := os.Getenv("HOURGLASS_BENCH_PENDING"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatalf("HOURGLASS_BENCH_PENDING: %v", err)
-		}
-	}
+	n := testenv.PositiveInt(b, "HOURGLASS_BENCH_PENDING", 1_000_000)
 	dir := b.TempDir()
 	bin := binary(b)
 	dataDir := filepath.Join(dir, "data")
@@ -220,13 +214,7 @@ func scrapeGauge(b *testing.B, url, name string) float64 {
 // it and reports the time from exec to /readyz 200, the time until every
 // one is closed, and how many the sweeper took. Run with -benchtime 1x.
 func BenchmarkRestartOverdue(b *testing.B) {
-	n := 1_000_000
-	if v := os.Getenv("HOURGLASS_BENCH_OVERDUE"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatalf("HOURGLASS_BENCH_OVERDUE: %v", err)
-		}
-	}
+	n := testenv.PositiveInt(b, "HOURGLASS_BENCH_OVERDUE", 1_000_000)
 	dir := b.TempDir()
 	bin := binary(b)
 	dataDir := filepath.Join(dir, "data")
