@@ -26,6 +26,8 @@ const (
 	MaxSources          = 32
 	MaxSourceStatements = 16
 	MaxSourceSQL        = 8 << 10
+	// MaxSourceLockStatements bounds a source's lock statements.
+	MaxSourceLockStatements = 4
 )
 
 // Source is one table of a shop's whose rows hourglass closes, as the
@@ -48,6 +50,13 @@ type Source struct {
 	// Close are the statements of the close's transaction; ":key" binds
 	// the row's key. Close[0] is the guard.
 	Close []string
+	// Lock, optional, are statements run once in each close transaction,
+	// after the guards and before Close[1:], with ":keys" bound to the
+	// keys of the rows closing in it (a list: "IN (:keys)"). They lock, in
+	// one fixed order, the rows that several rows' statements change (a
+	// hot SKU's stock), so that a batch takes those locks in the order the
+	// shop's own transactions do rather than row by row.
+	Lock []string
 	// BeforeClose, when set, is asked before each close (package
 	// beforeclose); BeforeCloseOnError is "wait" (the default: the row
 	// stays pending while the check fails) or "close" (close after
@@ -115,6 +124,21 @@ func (s Source) Validate() error {
 	}
 	if n := len(BindKey(s.Close[0], func(int) string { return "?" }).Params); n == 0 {
 		return bad("close[0]", "the guard must bind the row's key with :key (e.g. WHERE %s = :key AND …)", s.Key)
+	}
+	if len(s.Lock) > MaxSourceLockStatements {
+		return bad("lock", "give at most %d statements; got %d", MaxSourceLockStatements, len(s.Lock))
+	}
+	for i, st := range s.Lock {
+		key := fmt.Sprintf("lock[%d]", i)
+		if err := checkSQLText(st); err != nil {
+			return bad(key, "%v", err)
+		}
+		if _, n := BindKeys(st, 1, func(int) string { return "?" }); n == 0 {
+			return bad(key, "must bind the closing rows' keys with :keys (e.g. WHERE order_id IN (:keys))")
+		}
+		if len(BindKey(st, func(int) string { return "?" }).Params) > 0 {
+			return bad(key, "runs once for the whole batch: bind :keys (the list of keys), not :key")
+		}
 	}
 	if s.BeforeClose != "" {
 		u, err := url.Parse(s.BeforeClose)
@@ -217,6 +241,36 @@ func BindKey(q string, param func(n int) string) BoundSQL {
 	}
 	out.SQL = b.String()
 	return out
+}
+
+// BindKeys replaces each :keys outside quotes with n placeholders,
+// param(k*n+1) to param(k*n+n) for the k-th :keys (from 0), and returns
+// the statement and how many times :keys occurs: its arguments are the n
+// keys, that many times over.
+func BindKeys(q string, n int, param func(n int) string) (string, int) {
+	q = strings.TrimSpace(q)
+	var (
+		b      strings.Builder
+		uses   int
+		quotes quoteState
+	)
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		if quotes.outside(c) && c == ':' && strings.HasPrefix(q[i:], ":keys") && (i == 0 || q[i-1] != ':') &&
+			(i+5 == len(q) || !isIdentByte(q[i+5])) {
+			for k := range n {
+				if k > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(param(uses*n + k + 1))
+			}
+			uses++
+			i += 4
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), uses
 }
 
 func isIdentByte(c byte) bool {

@@ -25,6 +25,29 @@ func TestBindKey(t *testing.T) {
 	}
 }
 
+// TestBindKeys: each :keys outside quotes becomes the list of n
+// placeholders, numbered on across uses; :key and text are left alone.
+func TestBindKeys(t *testing.T) {
+	t.Parallel()
+	pg := func(n int) string { return "$" + strconv.Itoa(n) }
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+		uses int
+	}{
+		{"SELECT 1 FROM s WHERE id IN (:keys)", 3, "SELECT 1 FROM s WHERE id IN ($1, $2, $3)", 1},
+		{"WHERE a IN (:keys) OR b IN (:keys)", 2, "WHERE a IN ($1, $2) OR b IN ($3, $4)", 2},
+		{"WHERE note = ':keys' AND id = :key AND x = y::keys", 1, "WHERE note = ':keys' AND id = :key AND x = y::keys", 0},
+		{"WHERE id IN (:keys2)", 1, "WHERE id IN (:keys2)", 0},
+	} {
+		got, uses := BindKeys(c.in, c.n, pg)
+		if got != c.want || uses != c.uses {
+			t.Errorf("BindKeys(%q, %d) = %q, %d uses; want %q, %d", c.in, c.n, got, uses, c.want, c.uses)
+		}
+	}
+}
+
 // TestCheckSQLText: one statement without comments, quotes closed; a ;
 // or -- inside quotes is text.
 func TestCheckSQLText(t *testing.T) {

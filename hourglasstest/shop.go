@@ -82,7 +82,23 @@ func (s Shop) Source(name string) hourglass.Source {
 			`UPDATE ` + s.T("orders") + ` SET status = 'CLOSED' WHERE id = :key AND status = 'UNPAID' AND expire_at <= ` + s.Now(),
 			s.StockUpdate(":key", true),
 		},
+		Lock: []string{s.LockStock()},
 	}
+}
+
+// LockStock is the source's lock statement of docs/sources.md: it locks
+// the stock rows of the batch's closing orders in SKU order, as the shop's
+// create and pay do, before their releases run. PostgreSQL locks a
+// SELECT's rows after its ORDER BY; MySQL locks them as it reads them, so
+// the SKUs are sorted first (a derived table whose LIMIT keeps its ORDER
+// BY) and the stock rows read in that order (STRAIGHT_JOIN).
+func (s Shop) LockStock() string {
+	if s.Postgres {
+		return `SELECT sku FROM ` + s.T("stock") + ` WHERE sku IN (SELECT sku FROM ` + s.T("order_items") +
+			` WHERE order_id IN (:keys)) ORDER BY sku FOR NO KEY UPDATE`
+	}
+	return `SELECT s.sku FROM (SELECT DISTINCT sku FROM ` + s.T("order_items") + ` WHERE order_id IN (:keys) ORDER BY sku LIMIT 18446744073709551615) i STRAIGHT_JOIN ` +
+		s.T("stock") + ` s ON s.sku = i.sku FOR UPDATE`
 }
 
 // PayStatement is the pay path's conditional update of docs/sources.md

@@ -30,6 +30,7 @@ type fileSource struct {
 	DeadlineUnit           string   `yaml:"deadline_unit"`
 	Pending                string   `yaml:"pending"`
 	Close                  []string `yaml:"close"`
+	Lock                   []string `yaml:"lock"`
 	BeforeClose            string   `yaml:"before_close"`
 	BeforeCloseOnError     string   `yaml:"before_close_on_error"`
 	BeforeCloseMaxFailures int      `yaml:"before_close_max_failures"`
@@ -90,7 +91,7 @@ func Parse(b []byte) ([]hourglass.Source, error) {
 			}
 		}
 		out[i] = hourglass.Source{Name: s.Name, Table: s.Table, Key: s.Key, Deadline: s.Deadline, DeadlineUnit: s.DeadlineUnit,
-			Pending: s.Pending, Close: s.Close, BeforeClose: s.BeforeClose, BeforeCloseOnError: s.BeforeCloseOnError,
+			Pending: s.Pending, Close: s.Close, Lock: s.Lock, BeforeClose: s.BeforeClose, BeforeCloseOnError: s.BeforeCloseOnError,
 			BeforeCloseMaxFailures: s.BeforeCloseMaxFailures}
 	}
 	if err := hourglass.ValidateSources(out); err != nil {

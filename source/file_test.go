@@ -18,6 +18,8 @@ const goodYAML = `sources:
     close:
       - "UPDATE shop.orders SET status = 'CLOSED' WHERE id = :key AND status = 'UNPAID' AND expire_at <= NOW(3)"
       - "UPDATE shop.stock s JOIN shop.order_items i ON i.sku = s.sku SET s.available = s.available + i.qty WHERE i.order_id = :key"
+    lock:
+      - "SELECT sku FROM shop.stock WHERE sku IN (SELECT sku FROM shop.order_items WHERE order_id IN (:keys)) ORDER BY sku FOR UPDATE"
     before_close: https://pay.internal/hourglass/check
 `
 
@@ -31,7 +33,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(srcs) != 1 || srcs[0].Name != "shop_orders" || srcs[0].Table != "shop.orders" || len(srcs[0].Close) != 2 || srcs[0].BeforeClose == "" {
+	if len(srcs) != 1 || srcs[0].Name != "shop_orders" || srcs[0].Table != "shop.orders" || len(srcs[0].Close) != 2 || len(srcs[0].Lock) != 1 || srcs[0].BeforeClose == "" {
 		t.Errorf("Load = %+v", srcs)
 	}
 	if _, err := source.Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "--sources") {
@@ -57,6 +59,9 @@ func TestParseRefusals(t *testing.T) {
 		{"bad name", strings.Replace(goodYAML, "shop_orders", "Shop-Orders", 1), "name"},
 		{"bad table", strings.Replace(goodYAML, "table: shop.orders", "table: shop.orders; DROP TABLE x", 1), "table"},
 		{"guard without :key", strings.Replace(goodYAML, "WHERE id = :key AND status", "WHERE status", 1), "must bind the row's key with :key"},
+		{"lock without :keys", strings.Replace(goodYAML, "IN (:keys)", "IN (1)", 1), "source shop_orders: lock[0]: must bind the closing rows' keys with :keys"},
+		{"lock with :key", strings.Replace(goodYAML, "IN (:keys)", "IN (:keys) AND order_id = :key", 1), "lock[0]: runs once for the whole batch: bind :keys (the list of keys), not :key"},
+		{"five locks", strings.Replace(goodYAML, "    lock:\n", "    lock:\n"+strings.Repeat("      - \"SELECT 1 FROM shop.stock WHERE sku IN (:keys)\"\n", 4), 1), "lock: give at most 4 statements; got 5"},
 		{"two statements", strings.Replace(goodYAML, "<= NOW(3)\"", "<= NOW(3); DELETE FROM shop.orders\"", 1), "one statement"},
 		{"a comment", strings.Replace(goodYAML, "<= NOW(3)\"", "<= NOW(3) -- :key\"", 1), "no comments"},
 		{"bad unit", strings.Replace(goodYAML, "deadline: expire_at", "deadline: expire_at\n    deadline_unit: s", 1), "deadline_unit"},

@@ -161,8 +161,12 @@ func (q sqlQuerier) InsertID(ctx context.Context, query string, args ...any) (in
 	return res.LastInsertId()
 }
 
+// LockWaitSQL: every statement of MySQL's sources waits sourceLockWait
+// (InnoDB finds a cycle at once, and a wait cannot be shorter than 1 s).
+func (sourceDialect) LockWaitSQL(sourcesql.Wait) string { return "" }
+
 // InTx: a batch waits as long as one row (sourceLockWait is MySQL's least).
-func (d sourceDialect) InTx(ctx context.Context, _ bool, fn func(tx sourcesql.Querier) error) error {
+func (d sourceDialect) InTx(ctx context.Context, _ sourcesql.Wait, fn func(tx sourcesql.Querier) error) error {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -103,13 +103,33 @@ const sourceLockTimeout = "100ms"
 // sourceLockTimeout.
 const sourceBatchLockTimeout = "20ms"
 
-func (d sourceDialect) InTx(ctx context.Context, batch bool, fn func(tx sourcesql.Querier) error) error {
-	wait := sourceLockTimeout
-	if batch {
-		wait = sourceBatchLockTimeout
+// sourceOrderedLockTimeout bounds the wait of a source's lock statements
+// (WaitOrdered), which lock the rows several closes change in one order
+// (SKU order): a wait for them is a queue behind the shop's transactions
+// that lock in the same order, not a cycle, so it may last longer than a
+// batch's. It stays well under deadlock_timeout, so that a cycle with a
+// shop that locks in no fixed order costs the close (which then runs
+// without its lock statements, row by row) and not the shop.
+const sourceOrderedLockTimeout = "50ms"
+
+// lockTimeout is the lock_timeout of wait.
+func lockTimeout(wait sourcesql.Wait) string {
+	switch wait {
+	case sourcesql.WaitBatch:
+		return sourceBatchLockTimeout
+	case sourcesql.WaitOrdered:
+		return sourceOrderedLockTimeout
 	}
+	return sourceLockTimeout
+}
+
+func (sourceDialect) LockWaitSQL(wait sourcesql.Wait) string {
+	return "SET LOCAL lock_timeout = '" + lockTimeout(wait) + "'"
+}
+
+func (d sourceDialect) InTx(ctx context.Context, wait sourcesql.Wait, fn func(tx sourcesql.Querier) error) error {
 	// One round trip: the BEGIN and the wait, sent as one simple query.
-	return pgx.BeginTxFunc(ctx, d.s.pool, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '" + wait + "'"}, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, d.s.pool, pgx.TxOptions{BeginQuery: "BEGIN; " + d.LockWaitSQL(wait)}, func(tx pgx.Tx) error {
 		return fn(pgQuerier{tx})
 	})
 }

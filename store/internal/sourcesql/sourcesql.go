@@ -76,13 +76,9 @@ type Dialect interface {
 	Quote(ident string) string
 	// DB runs statements on the pool.
 	DB() Querier
-	// InTx runs fn in a transaction, committing when it returns nil.
-	// batch: the transaction closes several rows, and its statements give
-	// up waiting for a lock sooner than a close of one row's (while one
-	// waits, the batch holds the rows it locked before, which the shop's
-	// transactions may be queued for; the row it waited for is closed
-	// alone after).
-	InTx(ctx context.Context, batch bool, fn func(tx Querier) error) error
+	// InTx runs fn in a transaction, committing when it returns nil; its
+	// statements wait for a row lock as wait says (WaitRow or WaitBatch).
+	InTx(ctx context.Context, wait Wait, fn func(tx Querier) error) error
 	// Columns returns the data types (lower case) of the columns of
 	// schema.table by name ("" schema: the connection's own).
 	Columns(ctx context.Context, schema, table string) (map[string]string, error)
@@ -120,12 +116,36 @@ type Dialect interface {
 	// transaction, the shop's, holds a row it needs. Its row is left out
 	// of the close and retried alone (hourglass.SourceBlocked).
 	Blocked(err error) bool
+	// LockWaitSQL is the statement that makes the rest of a transaction's
+	// statements wait for a row lock as wait says, or "" where a wait
+	// cannot change within a transaction (MySQL: every statement of a
+	// source waits its sessions' bound).
+	LockWaitSQL(wait Wait) string
 	// LockKeys is a query that reads the column key of the rows of table
 	// whose key is one of params 1 to n, locking them as an UPDATE of them
 	// would and skipping (not waiting for) those another transaction holds;
 	// it locks no other row (InnoDB locks every row a locking read scans).
 	LockKeys(table, key string, n int) string
 }
+
+// Wait is how long a close's statement waits for a row lock another
+// transaction (the shop's) holds before it gives way; each dialect sets
+// its bound for each.
+type Wait int
+
+const (
+	// WaitRow: a close of one row.
+	WaitRow Wait = iota
+	// WaitBatch: a close of several rows gives way sooner: while one
+	// statement waits, the batch holds the rows it locked before, which the
+	// shop's transactions may queue for; the row it waited for is left out
+	// and closed alone after.
+	WaitBatch
+	// WaitOrdered: the source's lock statements, which take their locks in
+	// one order (the shop's own), so that their waits are a queue, not a
+	// cycle.
+	WaitOrdered
+)
 
 // Table is one source on a database; it implements hourglass.SourceTable.
 type Table struct {
@@ -135,6 +155,7 @@ type Table struct {
 
 	key, deadline, table string // quoted
 	stmts                []hourglass.BoundSQL
+	lock                 []string // the source's lock statements, :keys unbound
 	// qual is the table as messages name it: schema.table, the schema
 	// the database resolved an unqualified name in.
 	qual string
@@ -221,6 +242,11 @@ func Open(ctx context.Context, d Dialect, src hourglass.Source) (*Table, []strin
 	}
 	for i, st := range t.stmts {
 		checks = append(checks, struct{ what, sql string }{fmt.Sprintf("close[%d]", i), st.SQL})
+	}
+	t.lock = src.Lock
+	for i, q := range t.lock {
+		q, _ = hourglass.BindKeys(q, 1, d.Param)
+		checks = append(checks, struct{ what, sql string }{fmt.Sprintf("lock[%d]", i), q})
 	}
 	for _, c := range checks {
 		if err := d.Prepare(ctx, c.sql); err != nil {
@@ -543,6 +569,13 @@ func (t *Table) Close(ctx context.Context, rows []hourglass.DueItem) ([]hourglas
 // alone: the close runs again without it.
 var errRowFailed = errors.New("a row failed")
 
+// errLockGaveWay ends a close's transaction whose lock statement waited
+// past the dialect's bound (LockWait) or lost a deadlock: it names no
+// row, so the close runs again without the lock statements, where each
+// row's own statements name the row that waits (it is left out and
+// retried alone, the others close).
+var errLockGaveWay = errors.New("a lock statement gave way")
+
 // closeTx runs Close's transaction: it locks the rows of the batch the
 // shop does not hold (SkipLocked), then runs every such row's guard,
 // reads the deadlines of the rows whose guard changed one row, then runs
@@ -559,9 +592,14 @@ var errRowFailed = errors.New("a row failed")
 func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []hourglass.SourceResult, deliveries int, err error) {
 	excluded := map[int64]hourglass.SourceResult{}
 	pipe := true
+	lockGaveWay := false
 	for {
 		var failed hourglass.SourceResult
-		err = t.d.InTx(ctx, len(rows) > 1, func(tx Querier) error {
+		wait := WaitRow
+		if len(rows) > 1 {
+			wait = WaitBatch
+		}
+		err = t.d.InTx(ctx, wait, func(tx Querier) error {
 			res, deliveries = res[:0], 0
 			var todo []int // indexes in res of the rows to close
 			for _, r := range rows {
@@ -614,6 +652,11 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 			if err := t.readDeadlines(ctx, tx, res, closing); err != nil {
 				return err
 			}
+			if !lockGaveWay && len(t.lock) > 0 {
+				if err := t.runLock(ctx, tx, wait, res, closing, pipe); err != nil {
+					return err
+				}
+			}
 			var rest []Stmt
 			var owner []int // index in res of each statement's row
 			for _, j := range closing {
@@ -654,10 +697,53 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 			pipe = false
 		case errors.Is(err, errRowFailed):
 			excluded[failed.Key] = failed
+		case errors.Is(err, errLockGaveWay):
+			lockGaveWay = true
 		default:
 			return res, deliveries, err
 		}
 	}
+}
+
+// runLock runs the source's lock statements with :keys bound to the keys
+// of res[j], j in closing, waiting WaitOrdered for their locks, then
+// restores wait (one round trip where the database pipelines). A lock
+// wait past the dialect's bound or a lost deadlock is errLockGaveWay.
+func (t *Table) runLock(ctx context.Context, tx Querier, wait Wait, res []hourglass.SourceResult, closing []int, pipe bool) error {
+	keys := make([]any, len(closing))
+	for i, j := range closing {
+		keys[i] = res[j].Key
+	}
+	var stmts []Stmt
+	ordered, restore := t.d.LockWaitSQL(WaitOrdered), t.d.LockWaitSQL(wait)
+	if ordered != "" {
+		stmts = append(stmts, Stmt{SQL: ordered})
+	}
+	for _, q := range t.lock {
+		q, uses := hourglass.BindKeys(q, len(keys), t.d.Param)
+		args := make([]any, 0, uses*len(keys))
+		for range uses {
+			args = append(args, keys...)
+		}
+		stmts = append(stmts, Stmt{SQL: q, Args: args})
+	}
+	if restore != "" {
+		stmts = append(stmts, Stmt{SQL: restore})
+	}
+	// Only a dialect that sets waits in SQL pipelines them (PostgreSQL's
+	// pipeline takes a SELECT; MySQL's multi-statement packet is for
+	// statements that change rows).
+	_, at, err := execAll(ctx, tx, stmts, pipe && ordered != "")
+	if at < 0 {
+		return nil
+	}
+	if ordered != "" {
+		at--
+	}
+	if errors.Is(err, ErrUnpipelined) || !t.d.Blocked(err) {
+		return fmt.Errorf("lock[%d]: %w", max(at, 0), err)
+	}
+	return fmt.Errorf("lock[%d]: %w: %s", max(at, 0), errLockGaveWay, oneLine(err))
 }
 
 // rowFailed is the outcome of r whose statement i failed with err, when
