@@ -237,7 +237,13 @@ func (e *methodError) Error() string {
 }
 
 // Handler returns the root handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return rootHandler{s} }
+
+// rootHandler is Handler's result: the mux, with its server at hand for the
+// tests (export_test.go).
+type rootHandler struct{ s *Server }
+
+func (h rootHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.mux.ServeHTTP(w, r) }
 
 // wrap adds authentication, the origin and Host checks, the body limit,
 // the byte budget, error rendering and metrics.

@@ -40,7 +40,9 @@ type testServer struct {
 	Token  string
 	Client *api.Client // sends Token
 	HTTP   *http.Client
-	logs   *syncBuffer
+	// Handler is the node's API handler (api.BodyBytesHeld reads it).
+	Handler http.Handler
+	logs    *syncBuffer
 }
 
 type serverConfig struct {
@@ -139,7 +141,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	})
 
 	url = nodetest.URL(n)
-	s := &testServer{URL: url, Token: cfg.Token, Client: api.NewClient(url, cfg.Token, hc), HTTP: hc, logs: logs}
+	s := &testServer{URL: url, Token: cfg.Token, Client: api.NewClient(url, cfg.Token, hc), HTTP: hc, Handler: n.Handler, logs: logs}
 	testenv.Eventually(t, 10*time.Second, "/readyz 200", func() bool {
 		status, _, _ := s.call(t, http.MethodGet, "/readyz", nil, nil)
 		return status == http.StatusOK
