@@ -121,7 +121,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		OpenDelay:     nodetest.Mechanism(t, mechanism, func(db hourglass.Store) delay.Options { return delayOptions(t, mechanism, db, logger) }),
 		Engine:        engine.Config{SweepInterval: 200 * time.Millisecond, SweepGrace: 500 * time.Millisecond},
 		Webhooks:      hooks,
-		Token:         cfg.Token,
+		Tokens:        tokens(cfg.Token),
 		AllowedHosts:  cfg.AllowedHosts,
 		APIObserver:   cfg.Observer,
 		MaxBodyMemory: cfg.MaxBodyMemory,
@@ -147,6 +147,14 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		return status == http.StatusOK
 	})
 	return s
+}
+
+// tokens is the list of one token, or none for "".
+func tokens(token string) []string {
+	if token == "" {
+		return nil
+	}
+	return []string{token}
 }
 
 // delayOptions finds the service a mechanism needs, skipping the test when
