@@ -124,41 +124,26 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 	// (a body holds what it has sent; its bytes bought it 16 s at
 	// api.MinBodyRate).
 	addr := strings.TrimPrefix(s.URL, "http://")
-	hold := func() net.Conn {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(conn, "PUT /v1/products/slow HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", addr, api.MaxBodyBytes, strings.Repeat(" ", api.MaxBodyBytes-1))
-		return conn
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	conn := hold()
-	defer func() { conn.Close() }()
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /v1/products/slow HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", addr, api.MaxBodyBytes, strings.Repeat(" ", api.MaxBodyBytes-1))
+	// Wait until the slow request holds its whole reservation before
+	// sending the others: sent earlier, a big body could take the room
+	// first and the slow request be the one refused.
+	testenv.Eventually(t, 10*time.Second, "the slow body held", func() bool {
+		return api.BodyBytesHeld(s.Handler) >= api.MaxBodyBytes
+	})
 	big := []byte(`{"available":1,"name":"` + strings.Repeat("n", api.MaxBodyBytes-100) + `"}`)
-	// Wait until the slow request holds its reservation: a big body is then
-	// refused; a small one still fits. The big bodies sent meanwhile may
-	// take the room first, and the slow request, refused after BodyWait,
-	// is answered: then it is sent again.
-	var status int
-	var raw []byte
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		start := time.Now()
-		status, _, raw = s.call(t, http.MethodPut, "/v1/products/big", nil, big)
-		if status == http.StatusServiceUnavailable {
-			if waited := time.Since(start); waited < api.BodyWait/2 {
-				t.Errorf("refused after %s, want a wait of about %s", waited, api.BodyWait)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("big body while another is held: %d %s, want 503", status, raw)
-		}
-		conn.SetReadDeadline(time.Now().Add(time.Millisecond))
-		if n, _ := conn.Read(make([]byte, 1)); n > 0 { // the slow request was answered
-			conn.Close()
-			conn = hold()
-		}
+	start := time.Now()
+	status, _, raw := s.call(t, http.MethodPut, "/v1/products/big", nil, big)
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("big body while another is held: %d %s, want 503", status, raw)
+	}
+	if waited := time.Since(start); waited < api.BodyWait/2 {
+		t.Errorf("refused after %s, want a wait of about %s", waited, api.BodyWait)
 	}
 	if !strings.Contains(string(raw), `"code":"unavailable"`) || !strings.Contains(string(raw), "request bodies in flight") {
 		t.Errorf("503 body %s", raw)
@@ -167,6 +152,9 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 		t.Errorf("small body while a big one is held: %d %s", status, raw)
 	}
 	conn.Close() // the held request ends; its reservation comes back
+	testenv.Eventually(t, 10*time.Second, "the slow body's reservation returned", func() bool {
+		return api.BodyBytesHeld(s.Handler) == 0
+	})
 	if status, _, raw := s.call(t, http.MethodPut, "/v1/products/big", nil, big); status != http.StatusBadRequest {
 		t.Errorf("big body after the other ended: %d %s, want 400 (name too long)", status, raw)
 	}

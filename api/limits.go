@@ -67,12 +67,13 @@ func (c *limitConn) Close() error {
 // It is safe for concurrent use.
 type byteBudget struct {
 	mu      sync.Mutex
+	size    int64 // the bytes in all
 	free    int64
 	changed chan struct{} // closed and replaced whenever bytes are returned
 }
 
 func newByteBudget(n int64) *byteBudget {
-	return &byteBudget{free: n, changed: make(chan struct{})}
+	return &byteBudget{size: n, free: n, changed: make(chan struct{})}
 }
 
 // acquire reserves n bytes, waiting up to wait for others to return theirs;

@@ -50,7 +50,7 @@ var openAPIExempt = []string{"408", "500", "503"}
 // API configured, wired like cmd/hourglass's serve: SQLite in a temporary
 // directory, the engine, webhook delivery (loopback allowed, 2 quick
 // retries, at most 3 webhooks), timers limited to 3, alerts, the dashboard,
-// a single-node cluster view, /metrics, and a token.
+// a single-node cluster view, /metrics, two API tokens and a viewer token.
 type fullServer struct {
 	URL    string
 	Server *api.Server
@@ -125,7 +125,8 @@ func startFullServer(t *testing.T) *fullServer {
 	}
 	down := &atomic.Bool{}
 	srv, err := api.NewServer(api.Config{
-		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, Token: openAPIToken,
+		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger,
+		Tokens: []string{openAPIToken, openAPIOldToken}, ViewerTokens: []string{openAPIViewerToken},
 		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 		Sources: oneSource{"shop_orders", []hourglass.BadSourceRow{{Key: "7", Deadline: "-infinity", Reason: hourglass.BadDeadlineOutOfRange, FoundAt: clock.Now()}}},

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,13 +49,22 @@ type Config struct {
 	Engine Engine
 	Clock  hourglass.Clock
 	Logger *slog.Logger
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every /v1 route. Without it, a /v1 request's Host must be an IP
-	// address, localhost, or one of AllowedHosts (403 forbidden otherwise),
-	// so a web page cannot reach the API through DNS rebinding.
-	Token string
+	// Tokens (--api-token), when set, are the operators' tokens: every /v1
+	// route needs one of them, or one of ViewerTokens, as
+	// "Authorization: Bearer <token>" (401 unauthorized otherwise). Several
+	// are accepted at once, so a token can be rotated without a restart of
+	// the clients. Without any, a /v1 request's Host must be an IP address,
+	// localhost, or one of AllowedHosts (403 forbidden otherwise), so a web
+	// page cannot reach the API through DNS rebinding.
+	Tokens []string
+	// ViewerTokens (--viewer-token) read every /v1 route and write none:
+	// with one, a request whose method is not GET or HEAD is answered 403
+	// forbidden. They need Tokens. NewServer refuses an empty token, a
+	// token with white space at either end or a control character, and a
+	// token in both lists (CheckTokens).
+	ViewerTokens []string
 	// AllowedHosts are the host names (without port, case-insensitive) a
-	// /v1 request may name in its Host header when there is no Token, beside
+	// /v1 request may name in its Host header when there is no token, beside
 	// IP addresses and localhost. NewServer refuses an empty name, a port or
 	// a character a host name does not have.
 	AllowedHosts []string
@@ -106,6 +114,9 @@ type Server struct {
 	// or Origin against Host).
 	cross *http.CrossOriginProtection
 	hosts []string // AllowedHosts, normalised
+	// tokens are the SHA-256 digests of Tokens and ViewerTokens, which
+	// every request's is compared with in constant time.
+	tokens []tokenDigest
 	// registered are the routes registered on mux (Routes).
 	registered []Route
 }
@@ -122,9 +133,12 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckTokens(cfg.Tokens, cfg.ViewerTokens); err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux(),
 		bodies: newByteBudget(cmp.Or(cfg.MaxBodyMemory, MaxBodyMemoryDefault)),
-		cross:  http.NewCrossOriginProtection(), hosts: hosts}
+		cross:  http.NewCrossOriginProtection(), hosts: hosts, tokens: digestTokens(cfg.Tokens, cfg.ViewerTokens)}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
@@ -237,7 +251,13 @@ func (e *methodError) Error() string {
 }
 
 // Handler returns the root handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return rootHandler{s} }
+
+// rootHandler is Handler's result: the mux, with its server at hand for the
+// tests (export_test.go).
+type rootHandler struct{ s *Server }
+
+func (h rootHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.mux.ServeHTTP(w, r) }
 
 // wrap adds authentication, the origin and Host checks, the body limit,
 // the byte budget, error rendering and metrics.
@@ -292,11 +312,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h hand
 		if err := s.sameOrigin(r); err != nil {
 			return 0, nil, err
 		}
-		if s.cfg.Token != "" && !s.authorized(r) {
-			return 0, nil, hourglass.Errorf(hourglass.CodeUnauthorized, "missing or wrong bearer token in the Authorization header")
-		}
-		if s.cfg.Token == "" && !s.hostAllowed(r.Host) {
-			return 0, nil, hourglass.Errorf(hourglass.CodeForbidden, "Host %q is not allowed: without an API token, the Host must be an IP address, localhost, or one of the allowed hosts", r.Host)
+		if len(s.tokens) == 0 {
+			if !s.hostAllowed(r.Host) {
+				return 0, nil, hourglass.Errorf(hourglass.CodeForbidden, "Host %q is not allowed: without an API token, the Host must be an IP address, localhost, or one of the allowed hosts", r.Host)
+			}
+		} else {
+			role := s.role(r)
+			if role == roleNone {
+				return 0, nil, hourglass.Errorf(hourglass.CodeUnauthorized, "missing or wrong bearer token in the Authorization header")
+			}
+			// Any method but GET and HEAD is a write, on any /v1 path,
+			// known or not, before its body is read.
+			if role == roleViewer && r.Method != http.MethodGet && r.Method != http.MethodHead {
+				return 0, nil, hourglass.Errorf(hourglass.CodeForbidden, "this token is a viewer's: it reads and cannot write (%s is a write; use an API token)", MethodLabel(r.Method))
+			}
 		}
 	}
 	var body []byte
@@ -361,13 +390,6 @@ func normalizeHosts(hosts []string) ([]string, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// authorized checks the bearer token in constant time. The scheme is
-// case-insensitive (RFC 7235 section 2.1), so "bearer" and "BEARER" work too.
-func (s *Server) authorized(r *http.Request) bool {
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
 }
 
 func (s *Server) renderError(w http.ResponseWriter, r *http.Request, err error) (int, any) {

@@ -40,7 +40,9 @@ type testServer struct {
 	Token  string
 	Client *api.Client // sends Token
 	HTTP   *http.Client
-	logs   *syncBuffer
+	// Handler is the node's API handler (api.BodyBytesHeld reads it).
+	Handler http.Handler
+	logs    *syncBuffer
 }
 
 type serverConfig struct {
@@ -119,7 +121,7 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 		OpenDelay:     nodetest.Mechanism(t, mechanism, func(db hourglass.Store) delay.Options { return delayOptions(t, mechanism, db, logger) }),
 		Engine:        engine.Config{SweepInterval: 200 * time.Millisecond, SweepGrace: 500 * time.Millisecond},
 		Webhooks:      hooks,
-		Token:         cfg.Token,
+		Tokens:        tokens(cfg.Token),
 		AllowedHosts:  cfg.AllowedHosts,
 		APIObserver:   cfg.Observer,
 		MaxBodyMemory: cfg.MaxBodyMemory,
@@ -139,12 +141,20 @@ func startServer(t *testing.T, cfg serverConfig) *testServer {
 	})
 
 	url = nodetest.URL(n)
-	s := &testServer{URL: url, Token: cfg.Token, Client: api.NewClient(url, cfg.Token, hc), HTTP: hc, logs: logs}
+	s := &testServer{URL: url, Token: cfg.Token, Client: api.NewClient(url, cfg.Token, hc), HTTP: hc, Handler: n.Handler, logs: logs}
 	testenv.Eventually(t, 10*time.Second, "/readyz 200", func() bool {
 		status, _, _ := s.call(t, http.MethodGet, "/readyz", nil, nil)
 		return status == http.StatusOK
 	})
 	return s
+}
+
+// tokens is the list of one token, or none for "".
+func tokens(token string) []string {
+	if token == "" {
+		return nil
+	}
+	return []string{token}
 }
 
 // delayOptions finds the service a mechanism needs, skipping the test when

@@ -452,7 +452,7 @@ func TestWebhookRoutesNeedTheToken(t *testing.T) {
 	// Without a WebhookService the routes do not exist, but a miss under /v1
 	// still needs the token. A node always has one: this server is built
 	// by hand, over a store it never reaches.
-	srv, err := api.NewServer(api.Config{Store: struct{ hourglass.Store }{}, Engine: readyScheduler{}, Token: "t0k", Logger: slog.New(slog.DiscardHandler)})
+	srv, err := api.NewServer(api.Config{Store: struct{ hourglass.Store }{}, Engine: readyScheduler{}, Tokens: []string{"t0k"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func startServer(t *testing.T) *server {
 			PollInterval: 50 * time.Millisecond},
 		Alerts:  node.Alerts{Interval: 100 * time.Millisecond},
 		Cluster: node.Cluster{NodeID: "dash-node"},
-		Token:   testToken,
+		Tokens:  []string{testToken},
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	t.Cleanup(func() {

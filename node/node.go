@@ -102,9 +102,12 @@ type Config struct {
 	// EventSinks are the --event-sink URLs: the event log is published to
 	// each (package eventsink; see ValidateEventSink).
 	EventSinks []string
-	// Token, when set, is required on every /v1 request; AllowedHosts are
-	// the host names a /v1 request may name without one (api.Config).
-	Token        string
+	// Tokens (--api-token) read and write every /v1 route, ViewerTokens
+	// (--viewer-token) only read; when there are tokens, every /v1 request
+	// needs one. AllowedHosts are the host names a /v1 request may name
+	// without tokens (api.Config; New refuses what api.CheckTokens does).
+	Tokens       []string
+	ViewerTokens []string
 	AllowedHosts []string
 	// MaxBodyMemory is api.Config's (0: its default). APIObserver, when
 	// set, is told each request besides the node's metrics (a test's).
@@ -187,6 +190,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: Delay %q: want one of %v", cfg.Delay, delay.Names())
 	}
 	if err := cfg.BeforeClose.Validate(); err != nil {
+		return nil, err
+	}
+	if err := api.CheckTokens(cfg.Tokens, cfg.ViewerTokens); err != nil {
 		return nil, err
 	}
 	if err := checkAddr("--addr", cfg.Addr); err != nil {
@@ -327,7 +333,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Engine:        self.ready(eng), // and the database servers' clocks agree
 		Clock:         clock,
 		Logger:        log,
-		Token:         cfg.Token,
+		Tokens:        cfg.Tokens,
+		ViewerTokens:  cfg.ViewerTokens,
 		AllowedHosts:  cfg.AllowedHosts,
 		Observer:      alerts.apiObserver(m, cfg.APIObserver),
 		MaxBodyMemory: cfg.MaxBodyMemory,
@@ -351,7 +358,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		return nil, fmt.Errorf("listen on %s: %w (set --addr to an address of this host)", cfg.Addr, err)
 	}
-	if cfg.Token == "" && !loopback(ln.Addr()) {
+	if len(cfg.Tokens) == 0 && !loopback(ln.Addr()) {
 		log.Warn("hourglass: listening on a non-loopback address without --api-token: anyone who can reach it can read and change orders (browsers are held off by the origin and Host checks, other clients are not); set --api-token", "addr", ln.Addr().String())
 	}
 	n.ln = api.LimitConnections(ln, cfg.MaxConnections)

@@ -68,7 +68,8 @@ func (f databaseFlags) location() string {
 type serveCmd struct {
 	Addr           string `help:"Address to listen on." default:"127.0.0.1:8080" env:"HOURGLASS_ADDR"`
 	databaseFlags  `embed:""`
-	APIToken       string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>'." env:"HOURGLASS_API_TOKEN"`
+	APIToken       string        `help:"If set, every /v1 request must send 'Authorization: Bearer <token>' with one of these tokens (comma-separated, so a token can be rotated: list the new and the old until every client has the new) or a --viewer-token." env:"HOURGLASS_API_TOKEN"`
+	ViewerToken    string        `help:"Tokens (comma-separated) that read every /v1 route and the dashboard and write nothing: a write answers 403 forbidden. Needs --api-token; a token is in one of the two lists, not both." env:"HOURGLASS_VIEWER_TOKEN"`
 	AllowedHosts   []string      `help:"Without --api-token, the host names (comma-separated, no port) a /v1 request's Host header may name besides IP addresses and localhost; others get 403 (DNS rebinding)." env:"HOURGLASS_ALLOWED_HOSTS" sep:","`
 	Window         time.Duration `help:"How far ahead deadlines are held in memory." default:"2m" env:"HOURGLASS_WINDOW"`
 	LoadInterval   time.Duration `help:"How often the next window is paged in from the database." default:"30s" env:"HOURGLASS_LOAD_INTERVAL"`
@@ -197,7 +198,8 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 		Retention:          retention,
 		TimerMax:           s.TimerMax,
 		Cluster:            node.Cluster{NodeID: s.NodeID, LeaseTTL: s.LeaseTTL, MaxDBClockSkew: s.MaxDBClockSkew},
-		Token:              s.APIToken,
+		Tokens:             tokenList(s.APIToken),
+		ViewerTokens:       tokenList(s.ViewerToken),
 		AllowedHosts:       s.AllowedHosts,
 		MaxConnections:     maxConns,
 		ShutdownGrace:      s.ShutdownGrace,
@@ -206,6 +208,21 @@ func (s *serveCmd) config(log *slog.Logger) (node.Config, error) {
 		BeforeClose:        beforeClose,
 		EventSinks:         sinks,
 	}, nil
+}
+
+// tokenList splits a token flag at its commas: "" is no token, and an empty
+// item stays in the list for api.CheckTokens to refuse by its place. A token
+// cannot hold a comma. White space around an item is dropped (as in
+// "old, new"): a header cannot carry it.
+func tokenList(flag string) []string {
+	if flag == "" {
+		return nil
+	}
+	items := strings.Split(flag, ",")
+	for i, t := range items {
+		items[i] = strings.TrimSpace(t)
+	}
+	return items
 }
 
 // maxConnectionsDefault is --max-connections' 0 when the open-file limit is

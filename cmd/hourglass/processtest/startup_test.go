@@ -65,6 +65,10 @@ func TestStartupErrors(t *testing.T) {
 		{"postgres unreachable", []string{"--database-url", "postgres://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
 		{"postgres bad URL", []string{"--database-url", "postgres://hg:secret@%zz/db"}, "postgres"},
 		{"mysql unreachable", []string{"--database-url", "mysql://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
+		// The tokens hold "secret": an error must not show them.
+		{"empty token", []string{"--api-token", "op-secret,,op-secret-2"}, "--api-token: item 2 of 3 is empty"},
+		{"token of both roles", []string{"--api-token", "op-secret", "--viewer-token", "view-secret,op-secret"}, "item 1 of --api-token is also item 2 of --viewer-token"},
+		{"viewer token alone", []string{"--viewer-token", "view-secret"}, "--viewer-token needs --api-token"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
