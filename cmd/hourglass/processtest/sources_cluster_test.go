@@ -54,7 +54,7 @@ func sourceShop(t *testing.T, kind string) (dbURL string, shop hourglasstest.Sho
 	shop.Create(t, true)
 	src := shop.Source("shop_orders")
 	b, err := yaml.Marshal(map[string]any{"sources": []map[string]any{{
-		"name": src.Name, "table": src.Table, "key": src.Key, "deadline": src.Deadline, "pending": src.Pending, "close": src.Close,
+		"name": src.Name, "table": src.Table, "key": src.Key, "deadline": src.Deadline, "pending": src.Pending, "close": src.Close, "lock": src.Lock,
 	}}})
 	if err != nil {
 		t.Fatal(err)
