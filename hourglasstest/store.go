@@ -57,6 +57,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		run  func(*testing.T, StoreHarness)
 	}{
 		{"Orders", exerciseOrders},
+		{"OrderLists", exerciseOrderLists},
 		{"Policy", exercisePolicy},
 		{"Outbox", exerciseOutbox},
 		{"Events", exerciseEvents},

@@ -3,6 +3,7 @@ package sqlq
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,28 +111,145 @@ func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hour
 }
 
 // ListOrdersSQL is ListOrders' statement and arguments (exported for the
-// stores' plan tests). A status reads its range of the orders_status_id
-// index in id order; closed is two such ranges merged: closed orders, and
-// pending ones past their deadline (which the engine is about to close).
+// stores' plan tests). Every filter reads a range of an index in the list's
+// order, so a page costs its size whatever the table's:
+//
+//   - a user's orders: orders_user_id (user_id, id), the user's rows, the
+//     other filters checked on them and, ordered by a time, sorted (a
+//     user's orders are few);
+//   - a status: its range of orders_status_id (status, id) in id order, of
+//     orders_status_deadline (status, deadline, id) by deadline, of
+//     orders_status_created (status, created_at, id) by creation time;
+//     closed is two such ranges merged, closed orders and pending ones past
+//     their deadline (which the engine is about to close);
+//   - a time range and no status: the ranges of that index for every
+//     status, merged (each reads at most a page);
+//   - nothing: the primary key.
 func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 	nowMs := hourglass.UnixMilli(f.Now)
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	byStatus := `SELECT ` + OrderColumns + ` FROM ` + s.d.From("orders", "orders_status_id") + ` WHERE `
+	sort := f.Sort()
+	col, index := "id", "orders_status_id"
+	switch sort {
+	case hourglass.OrderByDeadline:
+		col, index = "deadline", "orders_status_deadline"
+	case hourglass.OrderByCreated:
+		col, index = "created_at", "orders_status_created"
+	}
+	orderBy := ` ORDER BY id LIMIT ?`
+	if col != "id" {
+		orderBy = ` ORDER BY ` + col + `, id LIMIT ?`
+	}
+
+	// The conditions every arm shares: the ranges, the user, the cursor.
+	var (
+		common []string
+		args   []any
+	)
+	bound := func(col, op string, t time.Time) {
+		if !t.IsZero() {
+			common = append(common, col+` `+op+` ?`)
+			args = append(args, ceilMilli(t))
+		}
+	}
+	bound("deadline", ">=", f.DeadlineFrom)
+	bound("deadline", "<", f.DeadlineBefore)
+	bound("created_at", ">=", f.CreatedFrom)
+	bound("created_at", "<", f.CreatedBefore)
+	if f.UserID != "" {
+		common = append(common, `user_id = ?`)
+		args = append(args, f.UserID)
+	}
+	if f.After != 0 {
+		if col == "id" {
+			common = append(common, `id > ?`)
+			args = append(args, f.After)
+		} else {
+			cond, a := s.d.After(col, "id", hourglass.UnixMilli(f.AfterAt), f.After)
+			common = append(common, cond)
+			args = append(args, a...)
+		}
+	}
+
+	// The arms: a stored status each, with the deadline bound that makes
+	// it the view's status.
+	type arm struct {
+		cond string
+		args []any
+	}
+	var arms []arm
 	switch f.Status {
 	case "":
-		return `SELECT ` + OrderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`, []any{f.After, limit}
+		if sort != hourglass.OrderByID && f.UserID == "" {
+			for _, st := range hourglass.States() {
+				arms = append(arms, arm{`status = ?`, []any{string(st)}})
+			}
+		}
 	case hourglass.StatePendingPayment:
-		return byStatus + `status = 'pending_payment' AND id > ? AND deadline > ? ORDER BY id LIMIT ?`, []any{f.After, nowMs, limit}
+		arms = []arm{{`status = 'pending_payment' AND deadline > ?`, []any{nowMs}}}
 	case hourglass.StateClosed:
-		return `SELECT * FROM (SELECT * FROM (` + byStatus + `status = 'closed' AND id > ? ORDER BY id LIMIT ?) c
-UNION ALL SELECT * FROM (` + byStatus + `status = 'pending_payment' AND id > ? AND deadline <= ? ORDER BY id LIMIT ?) p) o
-ORDER BY id LIMIT ?`, []any{f.After, limit, f.After, nowMs, limit, limit}
+		arms = []arm{{`status = 'closed'`, nil}, {`status = 'pending_payment' AND deadline <= ?`, []any{nowMs}}}
 	default:
-		return byStatus + `status = ? AND id > ? ORDER BY id LIMIT ?`, []any{string(f.Status), f.After, limit}
+		arms = []arm{{`status = ?`, []any{string(f.Status)}}}
 	}
+
+	where := func(cond string, condArgs []any) (string, []any) {
+		conds := common
+		if cond != "" {
+			conds = append([]string{cond}, common...)
+		}
+		a := append(append(append([]any(nil), condArgs...), args...), limit)
+		if len(conds) == 0 {
+			return orderBy, a
+		}
+		return ` WHERE ` + strings.Join(conds, ` AND `) + orderBy, a
+	}
+	sel := `SELECT ` + OrderColumns + ` FROM `
+	switch {
+	case f.UserID != "":
+		var cond []string
+		var condArgs []any
+		for _, a := range arms {
+			cond = append(cond, `(`+a.cond+`)`)
+			condArgs = append(condArgs, a.args...)
+		}
+		c := ""
+		if len(cond) > 0 {
+			c = `(` + strings.Join(cond, ` OR `) + `)`
+		}
+		w, a := where(c, condArgs)
+		return sel + s.d.From("orders", "orders_user_id") + w, a
+	case len(arms) == 0:
+		w, a := where("", nil)
+		return sel + `orders` + w, a
+	case len(arms) == 1:
+		w, a := where(arms[0].cond, arms[0].args)
+		return sel + s.d.From("orders", index) + w, a
+	}
+	var (
+		parts   []string
+		allArgs []any
+	)
+	for i, ar := range arms {
+		w, a := where(ar.cond, ar.args)
+		parts = append(parts, `SELECT * FROM (`+sel+s.d.From("orders", index)+w+`) a`+strconv.Itoa(i))
+		allArgs = append(allArgs, a...)
+	}
+	return `SELECT * FROM (` + strings.Join(parts, "\nUNION ALL ") + `) o` + orderBy, append(allArgs, limit)
+}
+
+// ceilMilli is t in unix ms rounded up: a stored time in ms is at or after
+// t exactly when it is at or after ceilMilli(t), and before t exactly when
+// it is before ceilMilli(t).
+func ceilMilli(t time.Time) int64 {
+	ms := hourglass.UnixMilli(t)
+	if hourglass.FromUnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }
 
 // due reads a page of (id, time) rows of PendingDue's shape (TimersDue's
