@@ -437,6 +437,10 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "GET", path: "/v1/orders?status=pending_payment&limit=1", want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?limit=1&after=" + id(paid), want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?status=lost", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/orders?user_id=u3&created_after=2000-01-01T00:00:00Z&limit=1", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders?deadline_after=2000-01-01T00:00:00Z&deadline_before=2999-01-01T00:00:00.5Z&limit=1", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders?deadline_after=2000-01-01T00:00:00Z&after=deadline:946684800000:1", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders?deadline_after=yesterday", invalid: true, want: 400})
 
 	// Timers (at most 3).
 	c.do(req{method: "PUT", path: "/v1/timers/t1", body: `{"delay_ms":600000,"payload":{"cart":"c1"}}`, want: 201})
