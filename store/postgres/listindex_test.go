@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -49,4 +50,33 @@ SELECT 'k' || g, CASE WHEN g % 1000 = 0 THEN 'cancelled' ELSE 'fired' END, g, g,
 			t.Errorf("%s: want a range of %s, not a scan of the table or of %s; plan:\n%s", tc.name, tc.index, tc.scanned, p)
 		}
 	}
+}
+
+// TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
+// combinations users run (sqlq.OrderListPlans) read a range of the index
+// ListOrdersSQL names for them, never the table whole, on 50,000 orders
+// analyzed so the planner chooses by their statistics.
+func TestOrderFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openForPlans(t, sqlq.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
+	for _, c := range sqlq.OrderListPlans(n) {
+		q, args := s.ListOrdersSQL(c.Filter)
+		p := explain(t, s.pool, sqlq.Rebind(q), args...)
+		if !usesIndex(p, c.Index) && (c.Alt == "" || !usesIndex(p, c.Alt)) {
+			t.Errorf("%s: want a range of %s; plan:\n%s", c.Name, c.Index, p)
+		}
+		if strings.Contains(p, "Seq Scan") || strings.Contains(p, "orders_pkey") {
+			t.Errorf("%s: the table is scanned; plan:\n%s", c.Name, p)
+		}
+		t.Logf("%s:\n%s", c.Name, p)
+	}
+}
+
+func pgConcat(a, b string) string { return a + " || " + b }
+
+// usesIndex says whether the plan p reads a range of the orders index.
+func usesIndex(p, index string) bool {
+	return strings.Contains(p, "Index Scan using "+index+" on orders") || strings.Contains(p, "Index Only Scan using "+index+" on orders") ||
+		strings.Contains(p, "Bitmap Index Scan on "+index)
 }

@@ -1,0 +1,85 @@
+package sqlq
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/hourglass/hourglass"
+)
+
+// OrderListPlan is one ListOrders filter the stores' plan tests explain
+// (EXPLAIN, EXPLAIN QUERY PLAN), with the index its statement must read a
+// range of.
+type OrderListPlan struct {
+	Name   string
+	Filter hourglass.OrderFilter
+	Index  string
+	// Alt is another index a planner that chooses (PostgreSQL's) may read
+	// instead, as well: for two ranges, either one's.
+	Alt string
+}
+
+// OrderListPlans are the filters and combinations users run on GET
+// /v1/orders, over a table of n orders (n a multiple of 100) filled as
+// each store's plan test fills it: order g (1..n) of user "u" || (g %
+// (n/5)) (five orders a user), status by g % 200 (0 pending_payment, 1
+// paid, 2 closed, 3 cancelled, 4 shipped, else completed: a shop's orders
+// are mostly done, and a planner reads a frequent status's rows in id
+// order filtered, as cheap for a page), created at g*1000 ms and due
+// 600,000 + (g % 13)*1000 ms later. Ranges are 1 % of the table. Now is
+// half-way, so pending orders in both halves read differently.
+func OrderListPlans(n int) []OrderListPlan {
+	mid, width := n/2*1000, n/100*1000
+	tm := func(ms int) time.Time { return hourglass.FromUnixMilli(int64(ms)) }
+	now := tm(mid + 600000)
+	user := "u" + strconv.Itoa(7)
+	type f = hourglass.OrderFilter
+	const (
+		byID       = "orders_status_id"
+		byDeadline = "orders_status_deadline"
+		byCreated  = "orders_status_created"
+		byUser     = "orders_user_id"
+	)
+	out := []OrderListPlan{
+		{"status paid", f{Status: hourglass.StatePaid}, byID, ""},
+		{"status closed", f{Status: hourglass.StateClosed}, byID, ""},
+		{"user", f{UserID: user}, byUser, ""},
+		{"user and status", f{UserID: user, Status: hourglass.StatePaid}, byUser, ""},
+		{"user and status closed", f{UserID: user, Status: hourglass.StateClosed}, byUser, ""},
+		{"deadline range", f{DeadlineFrom: tm(mid), DeadlineBefore: tm(mid + width)}, byDeadline, ""},
+		{"deadline from", f{DeadlineFrom: tm(mid)}, byDeadline, ""},
+		{"deadline before", f{DeadlineBefore: tm(mid)}, byDeadline, ""},
+		{"deadline and status pending", f{Status: hourglass.StatePendingPayment, DeadlineFrom: tm(mid + 600000), DeadlineBefore: tm(mid + 600000 + width)}, byDeadline, ""},
+		{"deadline and status closed", f{Status: hourglass.StateClosed, DeadlineBefore: tm(mid)}, byDeadline, ""},
+		{"deadline and status paid", f{Status: hourglass.StatePaid, DeadlineFrom: tm(mid)}, byDeadline, ""},
+		{"created range", f{CreatedFrom: tm(mid), CreatedBefore: tm(mid + width)}, byCreated, ""},
+		{"created from", f{CreatedFrom: tm(mid)}, byCreated, ""},
+		{"created and status paid", f{Status: hourglass.StatePaid, CreatedFrom: tm(mid), CreatedBefore: tm(mid + width)}, byCreated, ""},
+		{"created and status closed", f{Status: hourglass.StateClosed, CreatedBefore: tm(mid)}, byCreated, ""},
+		{"deadline and created", f{DeadlineFrom: tm(mid), CreatedFrom: tm(mid - width), CreatedBefore: tm(mid)}, byDeadline, byCreated},
+		{"user and deadline", f{UserID: user, DeadlineFrom: tm(mid)}, byUser, ""},
+		{"user and created", f{UserID: user, CreatedBefore: tm(mid)}, byUser, ""},
+		{"user, status and created", f{UserID: user, Status: hourglass.StateCompleted, CreatedFrom: tm(1000)}, byUser, ""},
+		// Later pages: the cursor is part of the range.
+		{"deadline range, a later page", f{DeadlineFrom: tm(mid), DeadlineBefore: tm(mid + width), After: int64(n/2 - 590), AfterAt: tm(mid + 1000)}, byDeadline, ""},
+		{"created and status, a later page", f{Status: hourglass.StatePaid, CreatedFrom: tm(mid), After: int64(n/2 + 1), AfterAt: tm(mid + 1000)}, byCreated, ""},
+		{"status, a later page", f{Status: hourglass.StatePaid, After: int64(n / 2)}, byID, ""},
+	}
+	for i := range out {
+		out[i].Filter.Now, out[i].Filter.Limit = now, 50
+	}
+	return out
+}
+
+// FillOrdersSQL is the statement that fills orders as OrderListPlans
+// describes, for the plan tests and the list benchmarks: numbers is a FROM
+// item whose column g counts 1..n, concat the store's concatenation of two
+// SQL expressions. The orders' items are an empty list: nothing reserved.
+func FillOrdersSQL(n int, numbers string, concat func(a, b string) string) string {
+	return `INSERT INTO orders (user_id, status, items, created_at, deadline, closed_at, close_reason)
+SELECT ` + concat(`'u'`, `CAST(g % `+strconv.Itoa(max(n/5, 1))+` AS CHAR(20))`) + `,
+	CASE g % 200 WHEN 0 THEN 'pending_payment' WHEN 1 THEN 'paid' WHEN 2 THEN 'closed' WHEN 3 THEN 'cancelled' WHEN 4 THEN 'shipped' ELSE 'completed' END,
+	'[]', g * 1000, g * 1000 + 600000 + (g % 13) * 1000,
+	CASE WHEN g % 200 = 2 THEN g * 1000 + 600000 END, CASE WHEN g % 200 = 2 THEN 'timeout' END
+FROM ` + numbers
+}

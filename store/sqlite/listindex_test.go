@@ -1,0 +1,83 @@
+package sqlite
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/store/internal/sqlq"
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
+)
+
+// TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
+// combinations users run (sqlq.OrderListPlans) search a range of the index
+// ListOrdersSQL names for them (EXPLAIN QUERY PLAN), never scan the orders
+// table or an index whole, on 50,000 orders.
+func TestOrderFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openAt(t, nil)
+	fillOrders(t, s, n)
+	for _, c := range sqlq.OrderListPlans(n) {
+		q, args := s.ListOrdersSQL(c.Filter)
+		plan := queryPlan(t, s, q, args...)
+		searches := 0
+		for _, line := range plan {
+			if !strings.HasPrefix(line, "SEARCH orders") && !strings.HasPrefix(line, "SCAN orders") {
+				continue // the merge of a union's arms, a page each at most
+			}
+			searches++
+			if !strings.HasPrefix(line, "SEARCH orders USING INDEX "+c.Index+" (") && !strings.HasPrefix(line, "SEARCH orders USING COVERING INDEX "+c.Index+" (") {
+				t.Errorf("%s: %q, want a search of a range of %s", c.Name, line, c.Index)
+			}
+		}
+		if searches == 0 {
+			t.Errorf("%s: the plan reads no orders:\n%s", c.Name, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}
+
+// fillOrders fills orders with n rows as sqlq.OrderListPlans describes,
+// and analyzes it.
+func fillOrders(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	numbers := fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, n)
+	err := s.write(tb.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		if err := sqlitex.ExecuteTransient(conn, sqlq.FillOrdersSQL(n, numbers, func(a, b string) string { return a + " || " + b }), nil); err != nil {
+			return err
+		}
+		return sqlitex.ExecuteTransient(conn, `ANALYZE orders`, nil)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// queryPlan returns the details of EXPLAIN QUERY PLAN query, a line each.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	var plan []string
+	err := s.read(t.Context(), func(conn *sqlite.Conn) error {
+		rows, err := connQuerier{conn}.Query(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var id, parent, unused int64
+		var detail string
+		for rows.Next() {
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				return err
+			}
+			plan = append(plan, detail)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
