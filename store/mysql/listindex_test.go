@@ -6,29 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hourglass/hourglass/store/internal/sqlq"
+	"github.com/hourglass/hourglass/store/internal/sqlq/sqlqtest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
 )
 
 // TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
-// combinations users run (sqlq.OrderListPlans) read a range (or a ref) of
+// combinations users run (sqlqtest.OrderListPlans) read a range (or a ref) of
 // the index ListOrdersSQL names for them, never the orders table whole, on
 // 50,000 orders.
 func TestOrderFiltersUseIndexes(t *testing.T) {
 	t.Parallel()
 	const n = 50000
-	s, err := Open(t.Context(), Config{URL: mytest.NewDatabase(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.db.ExecContext(t.Context(), sqlq.FillOrdersSQL(n, numbers(n), myConcat)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.db.ExecContext(t.Context(), `ANALYZE TABLE orders`); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range sqlq.OrderListPlans(n) {
+	s := openFilled(t, n)
+	for _, c := range sqlqtest.OrderListPlans(n) {
 		q, args := s.ListOrdersSQL(c.Filter)
 		rows := explainRows(t, s.db, q, args...)
 		read := 0
@@ -95,4 +85,30 @@ func explainRows(t *testing.T, db *sql.DB, query string, args ...any) []map[stri
 		t.Fatal(err)
 	}
 	return out
+}
+
+// BenchmarkListOrders reads pages of each filter of GET /v1/orders over
+// sqlqtest.BenchOrderListSize orders (HOURGLASS_BENCH_ORDER_LIST; the
+// figures in BENCHMARKS.md are of 1,000,000).
+func BenchmarkListOrders(b *testing.B) {
+	n := sqlqtest.BenchOrderListSize(b)
+	s := openFilled(b, n)
+	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
+}
+
+// openFilled opens a store on a new database with n orders filled as
+// sqlqtest.OrderListPlans describes, analyzed.
+func openFilled(tb testing.TB, n int) *Store {
+	tb.Helper()
+	s, err := Open(tb.Context(), Config{URL: mytest.NewDatabase(tb), MaxConns: 2})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	for _, q := range []string{sqlqtest.FillOrdersSQL(n, numbers(n), myConcat), `ANALYZE TABLE orders`} {
+		if _, err := s.db.ExecContext(tb.Context(), q); err != nil {
+			tb.Fatalf("%.60s…: %v", q, err)
+		}
+	}
+	return s
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
+	"github.com/hourglass/hourglass/store/internal/sqlq/sqlqtest"
 )
 
 // TestStatusListsUseIndexes: GET /v1/orders?status= and GET
@@ -53,14 +54,14 @@ SELECT 'k' || g, CASE WHEN g % 1000 = 0 THEN 'cancelled' ELSE 'fired' END, g, g,
 }
 
 // TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
-// combinations users run (sqlq.OrderListPlans) read a range of the index
+// combinations users run (sqlqtest.OrderListPlans) read a range of the index
 // ListOrdersSQL names for them, never the table whole, on 50,000 orders
 // analyzed so the planner chooses by their statistics.
 func TestOrderFiltersUseIndexes(t *testing.T) {
 	t.Parallel()
 	const n = 50000
-	s := openForPlans(t, sqlq.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
-	for _, c := range sqlq.OrderListPlans(n) {
+	s := openForPlans(t, sqlqtest.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
+	for _, c := range sqlqtest.OrderListPlans(n) {
 		q, args := s.ListOrdersSQL(c.Filter)
 		p := explain(t, s.pool, sqlq.Rebind(q), args...)
 		if !usesIndex(p, c.Index) && (c.Alt == "" || !usesIndex(p, c.Alt)) {
@@ -79,4 +80,13 @@ func pgConcat(a, b string) string { return a + " || " + b }
 func usesIndex(p, index string) bool {
 	return strings.Contains(p, "Index Scan using "+index+" on orders") || strings.Contains(p, "Index Only Scan using "+index+" on orders") ||
 		strings.Contains(p, "Bitmap Index Scan on "+index)
+}
+
+// BenchmarkListOrders reads pages of each filter of GET /v1/orders over
+// sqlqtest.BenchOrderListSize orders (HOURGLASS_BENCH_ORDER_LIST; the
+// figures in BENCHMARKS.md are of 1,000,000).
+func BenchmarkListOrders(b *testing.B) {
+	n := sqlqtest.BenchOrderListSize(b)
+	s := openForPlans(b, sqlqtest.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
+	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
 }

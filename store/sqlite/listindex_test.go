@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hourglass/hourglass/store/internal/sqlq"
+	"github.com/hourglass/hourglass/store/internal/sqlq/sqlqtest"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 )
 
 // TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
-// combinations users run (sqlq.OrderListPlans) search a range of the index
+// combinations users run (sqlqtest.OrderListPlans) search a range of the index
 // ListOrdersSQL names for them (EXPLAIN QUERY PLAN), never scan the orders
 // table or an index whole, on 50,000 orders.
 func TestOrderFiltersUseIndexes(t *testing.T) {
@@ -20,7 +20,7 @@ func TestOrderFiltersUseIndexes(t *testing.T) {
 	const n = 50000
 	s := openAt(t, nil)
 	fillOrders(t, s, n)
-	for _, c := range sqlq.OrderListPlans(n) {
+	for _, c := range sqlqtest.OrderListPlans(n) {
 		q, args := s.ListOrdersSQL(c.Filter)
 		plan := queryPlan(t, s, q, args...)
 		searches := 0
@@ -40,13 +40,13 @@ func TestOrderFiltersUseIndexes(t *testing.T) {
 	}
 }
 
-// fillOrders fills orders with n rows as sqlq.OrderListPlans describes,
+// fillOrders fills orders with n rows as sqlqtest.OrderListPlans describes,
 // and analyzes it.
 func fillOrders(tb testing.TB, s *Store, n int) {
 	tb.Helper()
 	numbers := fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, n)
 	err := s.write(tb.Context(), func(conn *sqlite.Conn, _ time.Time) error {
-		if err := sqlitex.ExecuteTransient(conn, sqlq.FillOrdersSQL(n, numbers, func(a, b string) string { return a + " || " + b }), nil); err != nil {
+		if err := sqlitex.ExecuteTransient(conn, sqlqtest.FillOrdersSQL(n, numbers, func(a, b string) string { return a + " || " + b }), nil); err != nil {
 			return err
 		}
 		return sqlitex.ExecuteTransient(conn, `ANALYZE orders`, nil)
@@ -80,4 +80,14 @@ func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
 		t.Fatal(err)
 	}
 	return plan
+}
+
+// BenchmarkListOrders reads pages of each filter of GET /v1/orders over
+// sqlqtest.BenchOrderListSize orders (HOURGLASS_BENCH_ORDER_LIST; the
+// figures in BENCHMARKS.md are of 1,000,000).
+func BenchmarkListOrders(b *testing.B) {
+	n := sqlqtest.BenchOrderListSize(b)
+	s := openAt(b, nil)
+	fillOrders(b, s, n)
+	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
 }

@@ -1,4 +1,7 @@
-package sqlq
+// Package sqlqtest is what the stores' tests of package sqlq's reads share:
+// the filters their plan tests explain, the rows they fill, the list
+// benchmarks.
+package sqlqtest
 
 import (
 	"strconv"
