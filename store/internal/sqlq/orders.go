@@ -3,6 +3,7 @@ package sqlq
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -124,6 +125,9 @@ func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hour
 //     their deadline (which the engine is about to close);
 //   - a time range and no status: the ranges of that index for every
 //     status, merged (each reads at most a page);
+//   - a deadline and a creation range: the narrower range's index (an
+//     open range is the widest), the other range checked on the way, and
+//     sorted by deadline when that is the creation range;
 //   - nothing: the primary key.
 func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 	nowMs := hourglass.UnixMilli(f.Now)
@@ -138,6 +142,15 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 		col, index = "deadline", "orders_status_deadline"
 	case hourglass.OrderByCreated:
 		col, index = "created_at", "orders_status_created"
+	}
+	if sort == hourglass.OrderByDeadline && (!f.CreatedFrom.IsZero() || !f.CreatedBefore.IsZero()) &&
+		span(f.CreatedFrom, f.CreatedBefore) < span(f.DeadlineFrom, f.DeadlineBefore) {
+		// Both ranges: the narrower one is read, the other checked on the
+		// way. Read by deadline, a narrow creation range would be found
+		// quickly and then the deadline range read on to its end for a
+		// match that never comes; read by creation time, the orders of the
+		// range are sorted by deadline instead (a range's worth at most).
+		index = "orders_status_created"
 	}
 	orderBy := ` ORDER BY id LIMIT ?`
 	if col != "id" {
@@ -239,6 +252,15 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 		allArgs = append(allArgs, a...)
 	}
 	return `SELECT * FROM (` + strings.Join(parts, "\nUNION ALL ") + `) o` + orderBy, append(allArgs, limit)
+}
+
+// span is the length of the range [from, before), a zero bound open: the
+// longest duration when either is.
+func span(from, before time.Time) time.Duration {
+	if from.IsZero() || before.IsZero() {
+		return math.MaxInt64
+	}
+	return max(before.Sub(from), 0)
 }
 
 // ceilMilli is t in unix ms rounded up: a stored time in ms is at or after

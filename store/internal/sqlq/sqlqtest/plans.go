@@ -59,7 +59,9 @@ func OrderListPlans(n int) []OrderListPlan {
 		{"created from", f{CreatedFrom: tm(mid)}, byCreated, ""},
 		{"created and status paid", f{Status: hourglass.StatePaid, CreatedFrom: tm(mid), CreatedBefore: tm(mid + width)}, byCreated, ""},
 		{"created and status closed", f{Status: hourglass.StateClosed, CreatedBefore: tm(mid)}, byCreated, ""},
-		{"deadline and created", f{DeadlineFrom: tm(mid), CreatedFrom: tm(mid - width), CreatedBefore: tm(mid)}, byDeadline, byCreated},
+		// Both ranges: the narrower one is read.
+		{"deadline and created", f{DeadlineFrom: tm(mid), CreatedFrom: tm(mid - width), CreatedBefore: tm(mid)}, byCreated, byDeadline},
+		{"deadline and created, deadline narrower", f{DeadlineFrom: tm(mid), DeadlineBefore: tm(mid + width), CreatedFrom: tm(1000)}, byDeadline, byCreated},
 		{"user and deadline", f{UserID: user, DeadlineFrom: tm(mid)}, byUser, ""},
 		{"user and created", f{UserID: user, CreatedBefore: tm(mid)}, byUser, ""},
 		{"user, status and created", f{UserID: user, Status: hourglass.StateCompleted, CreatedFrom: tm(1000)}, byUser, ""},
