@@ -112,3 +112,47 @@ func openFilled(tb testing.TB, n int) *Store {
 	}
 	return s
 }
+
+// TestTimerFiltersUseIndexes: every filter of GET /v1/timers and the
+// combinations users run (sqlqtest.TimerListPlans) read a range (or a ref)
+// of the index Timers names for them, never the timers table whole, on
+// 50,000 timers.
+func TestTimerFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s, err := Open(t.Context(), Config{URL: mytest.NewDatabase(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, q := range []string{sqlqtest.FillTimersSQL(numbers(n), "timer_key", "X'00'", myConcat), `ANALYZE TABLE timers`} {
+		if _, err := s.db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%.60s…: %v", q, err)
+		}
+	}
+	for _, c := range sqlqtest.TimerListPlans(n) {
+		q, args, err := s.TimersSQL(c.Filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index := c.Index
+		if c.Key {
+			index = "timers_key"
+		}
+		rows := explainRows(t, s.db, q, args...)
+		read := 0
+		for _, r := range rows {
+			if !strings.HasPrefix(r["table"], "timers") {
+				continue // the merge of a union's arms: a page each at most
+			}
+			read++
+			if r["key"] != index || (r["type"] != "range" && r["type"] != "ref") {
+				t.Errorf("%s: timers read as %s through %q, want a range of %s: %v", c.Name, r["type"], r["key"], index, r)
+			}
+		}
+		if read == 0 {
+			t.Errorf("%s: no plan row reads timers: %v", c.Name, rows)
+		}
+		t.Logf("%s: %v", c.Name, rows)
+	}
+}

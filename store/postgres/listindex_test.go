@@ -90,3 +90,34 @@ func BenchmarkListOrders(b *testing.B) {
 	s := openForPlans(b, sqlqtest.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
 	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
 }
+
+// TestTimerFiltersUseIndexes: every filter of GET /v1/timers and the
+// combinations users run (sqlqtest.TimerListPlans) read a range of the
+// index Timers names for them, never the table whole, on 50,000 timers.
+func TestTimerFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openForPlans(t, sqlqtest.FillTimersSQL(fmt.Sprintf("generate_series(1, %d) AS k(g)", n), "key", `'\x00'::bytea`, pgConcat), `ANALYZE timers`)
+	for _, c := range sqlqtest.TimerListPlans(n) {
+		q, args, err := s.TimersSQL(c.Filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := explain(t, s.pool, sqlq.Rebind(q), args...)
+		index := c.Index
+		if c.Key {
+			index = "timers_key_key"
+		}
+		uses := func(index string) bool {
+			return strings.Contains(p, "Index Scan using "+index+" on timers") || strings.Contains(p, "Index Only Scan using "+index+" on timers") ||
+				strings.Contains(p, "Bitmap Index Scan on "+index)
+		}
+		if !uses(index) && (c.Alt == "" || !uses(c.Alt)) {
+			t.Errorf("%s: want a range of %s; plan:\n%s", c.Name, index, p)
+		}
+		if strings.Contains(p, "Seq Scan") || strings.Contains(p, "timers_pkey") {
+			t.Errorf("%s: the table is scanned; plan:\n%s", c.Name, p)
+		}
+		t.Logf("%s:\n%s", c.Name, p)
+	}
+}

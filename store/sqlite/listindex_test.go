@@ -91,3 +91,48 @@ func BenchmarkListOrders(b *testing.B) {
 	fillOrders(b, s, n)
 	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
 }
+
+// TestTimerFiltersUseIndexes: every filter of GET /v1/timers and the
+// combinations users run (sqlqtest.TimerListPlans) search a range of the
+// index Timers names for them, never scan the timers table or an index
+// whole, on 50,000 timers.
+func TestTimerFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openAt(t, nil)
+	numbers := fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, n)
+	err := s.write(t.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		if err := sqlitex.ExecuteTransient(conn, sqlqtest.FillTimersSQL(numbers, "key", "X'00'", func(a, b string) string { return a + " || " + b }), nil); err != nil {
+			return err
+		}
+		return sqlitex.ExecuteTransient(conn, `ANALYZE timers`, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sqlqtest.TimerListPlans(n) {
+		q, args, err := s.TimersSQL(c.Filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index := c.Index
+		if c.Key {
+			index = "sqlite_autoindex_timers_1"
+		}
+		plan := queryPlan(t, s, q, args...)
+		searches := 0
+		for _, line := range plan {
+			if !strings.HasPrefix(line, "SEARCH timers") && !strings.HasPrefix(line, "SCAN timers") {
+				continue
+			}
+			searches++
+			if !strings.HasPrefix(line, "SEARCH timers USING INDEX "+index+" (") && !strings.HasPrefix(line, "SEARCH timers USING COVERING INDEX "+index+" (") {
+				t.Errorf("%s: %q, want a search of a range of %s", c.Name, line, index)
+			}
+		}
+		if searches == 0 {
+			t.Errorf("%s: the plan reads no timers:\n%s", c.Name, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}

@@ -88,3 +88,59 @@ SELECT ` + concat(`'u'`, `CAST(g % `+strconv.Itoa(max(n/5, 1))+` AS CHAR(20))`) 
 	CASE WHEN g % 200 = 2 THEN g * 1000 + 600000 END, CASE WHEN g % 200 = 2 THEN 'timeout' END
 FROM ` + numbers
 }
+
+// TimerListPlan is one Timers filter the stores' plan tests explain, with
+// the index its statement must read a range of.
+type TimerListPlan struct {
+	Name   string
+	Filter hourglass.TimerFilter
+	Index  string
+	// Key names the unique index of the key: a list by key without a
+	// status reads it (its name differs per store).
+	Key bool
+	// Alt is another index a planner that chooses may read instead.
+	Alt string
+}
+
+// TimerListPlans are the filters and combinations users run on GET
+// /v1/timers, over a table of n timers (n a multiple of 100) filled as
+// each store's plan test fills it (FillTimersSQL): timer g (1..n) keyed
+// "c" || (g % 100) || ":" || g (a hundred prefixes), fire_at g*1000 ms,
+// status by g % 200 (0 scheduled, 1 cancelled, else fired).
+func TimerListPlans(n int) []TimerListPlan {
+	mid, width := n/2*1000, n/100*1000
+	tm := func(ms int) time.Time { return hourglass.FromUnixMilli(int64(ms)) }
+	type f = hourglass.TimerFilter
+	const (
+		byKey  = "timers_status_key"
+		byFire = "timers_status_fire_at"
+	)
+	out := []TimerListPlan{
+		{"status", f{Status: hourglass.TimerScheduled}, byKey, false, ""},
+		{"prefix", f{Prefix: "c7:"}, "", true, ""},
+		{"prefix and status", f{Prefix: "c7:", Status: hourglass.TimerCancelled}, byKey, false, ""},
+		{"fire range", f{FireFrom: tm(mid), FireBefore: tm(mid + width)}, byFire, false, ""},
+		{"fire from", f{FireFrom: tm(mid)}, byFire, false, ""},
+		{"fire before and status", f{FireBefore: tm(mid), Status: hourglass.TimerScheduled}, byFire, false, ""},
+		{"fire range and prefix", f{FireFrom: tm(mid), FireBefore: tm(mid + width), Prefix: "c7:"}, byFire, false, byKey},
+		{"fire from and prefix", f{FireFrom: tm(mid), Prefix: "c7:"}, byKey, false, ""},
+		{"fire from, prefix and status", f{FireFrom: tm(mid), Prefix: "c7:", Status: hourglass.TimerScheduled}, byKey, false, ""},
+		{"prefix, a later page", f{Prefix: "c7:", After: "c7:" + strconv.Itoa(n/2+7)}, "", true, ""},
+		{"fire range, a later page", f{FireFrom: tm(mid), FireBefore: tm(mid + width), AfterFireAt: tm(mid + 1000), AfterID: hourglass.TimerIDBase + int64(n/2+1)}, byFire, false, ""},
+	}
+	for i := range out {
+		out[i].Filter.Limit = 50
+	}
+	return out
+}
+
+// FillTimersSQL is the statement that fills timers as TimerListPlans
+// describes: numbers and concat as for FillOrdersSQL, key the timers' key
+// column, hash a literal of the request hash column's type.
+func FillTimersSQL(numbers, key, hash string, concat func(a, b string) string) string {
+	return `INSERT INTO timers (id, ` + key + `, status, fire_at, fired_at, request_hash, created_at, updated_at)
+SELECT ` + strconv.FormatInt(hourglass.TimerIDBase, 10) + ` + g, ` + concat(concat(concat(`'c'`, `CAST(g % 100 AS CHAR(20))`), `':'`), `CAST(g AS CHAR(20))`) + `,
+	CASE g % 200 WHEN 0 THEN 'scheduled' WHEN 1 THEN 'cancelled' ELSE 'fired' END,
+	g * 1000, CASE WHEN g % 200 > 1 THEN g * 1000 END, ` + hash + `, g * 1000, g * 1000
+FROM ` + numbers
+}
