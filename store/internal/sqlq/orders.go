@@ -152,10 +152,19 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 		// range are sorted by deadline instead (a range's worth at most).
 		index = "orders_status_created"
 	}
+	// The deadline as the arms compare and sort it: read through the
+	// creation range, "deadline + 0", which no index serves, so that a
+	// planner that chooses (PostgreSQL's, which counts the two ranges as
+	// independent) does not walk the deadline index instead.
+	deadline := "deadline"
+	if sort == hourglass.OrderByDeadline && index == "orders_status_created" {
+		deadline = "deadline + 0"
+	}
 	orderBy := ` ORDER BY id LIMIT ?`
 	if col != "id" {
 		orderBy = ` ORDER BY ` + col + `, id LIMIT ?`
 	}
+	armOrderBy := strings.Replace(orderBy, "deadline", deadline, 1)
 
 	// The conditions every arm shares: the ranges, the user, the cursor.
 	var (
@@ -168,8 +177,8 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 			args = append(args, ceilMilli(t))
 		}
 	}
-	bound("deadline", ">=", f.DeadlineFrom)
-	bound("deadline", "<", f.DeadlineBefore)
+	bound(deadline, ">=", f.DeadlineFrom)
+	bound(deadline, "<", f.DeadlineBefore)
 	bound("created_at", ">=", f.CreatedFrom)
 	bound("created_at", "<", f.CreatedBefore)
 	if f.UserID != "" {
@@ -181,7 +190,7 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 			common = append(common, `id > ?`)
 			args = append(args, f.After)
 		} else {
-			cond, a := s.d.After(col, "id", hourglass.UnixMilli(f.AfterAt), f.After)
+			cond, a := s.d.After(strings.Replace(col, "deadline", deadline, 1), "id", hourglass.UnixMilli(f.AfterAt), f.After)
 			common = append(common, cond)
 			args = append(args, a...)
 		}
@@ -216,9 +225,9 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 		}
 		a := append(append(append([]any(nil), condArgs...), args...), limit)
 		if len(conds) == 0 {
-			return orderBy, a
+			return armOrderBy, a
 		}
-		return ` WHERE ` + strings.Join(conds, ` AND `) + orderBy, a
+		return ` WHERE ` + strings.Join(conds, ` AND `) + armOrderBy, a
 	}
 	sel := `SELECT ` + OrderColumns + ` FROM `
 	switch {
