@@ -490,6 +490,9 @@ func TestOpenAPI(t *testing.T) {
 		return len(dl.DeadLetters) >= 2
 	})
 	c.do(req{method: "GET", path: "/v1/deadletters?after=x", invalid: true, want: 400})
+	c.do(req{method: "GET", path: fmt.Sprintf("/v1/deadletters?webhook_id=%d&event_type=order.created&failed_after=2000-01-01T00:00:00Z&limit=1", dl.DeadLetters[0].WebhookID), want: 200})
+	c.do(req{method: "GET", path: "/v1/deadletters?failed_before=2999-01-01T00:00:00Z&after=failed_at:946684800000:1", want: 200})
+	c.do(req{method: "GET", path: "/v1/deadletters?failed_after=later", invalid: true, want: 400})
 	c.do(req{method: "POST", path: fmt.Sprintf("/v1/deadletters/%d/retry", dl.DeadLetters[0].ID), want: 202})
 	c.do(req{method: "POST", path: "/v1/deadletters/999999/retry", want: 404})
 	c.do(req{method: "POST", path: "/v1/deadletters/-1/retry", invalid: true, want: 400})

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -67,8 +68,9 @@ func parseQueryTime(q url.Values, name string) (time.Time, error) {
 	return t, nil
 }
 
-// orderCursor is where a page of orders starts: after the order id, whose
-// time in the list's order (its deadline or creation time) is at.
+// orderCursor is where a page of orders (or dead letters) starts: after
+// the id, whose time in the list's order (its deadline, creation or failure
+// time) is at.
 type orderCursor struct {
 	at time.Time
 	id int64
@@ -77,34 +79,36 @@ type orderCursor struct {
 // String is the cursor as a list ordered by sort returns it in next:
 // "<sort>:<unix ms>:<id>", e.g. "deadline:1765015200000:42".
 func (c orderCursor) String(sort hourglass.OrderSort) string {
-	return sort.String() + ":" + strconv.FormatInt(hourglass.UnixMilli(c.at), 10) + ":" + strconv.FormatInt(c.id, 10)
+	return timeCursor(sort.String(), c.at, c.id)
+}
+
+// timeCursor is the next of a list ordered by a time, named name, and then
+// id: "<name>:<unix ms>:<id>".
+func timeCursor(name string, at time.Time, id int64) string {
+	return name + ":" + strconv.FormatInt(hourglass.UnixMilli(at), 10) + ":" + strconv.FormatInt(id, 10)
 }
 
 // parseOrderCursor reads after for a list ordered by a time (sort): the
 // next of the previous page of that list. Absent or empty, the list starts
 // at its beginning. Errors are invalid_argument, naming after.
 func parseOrderCursor(sort hourglass.OrderSort, q url.Values) (orderCursor, error) {
-	v := q.Get("after")
+	return parseTimeCursor(sort.String(), fmt.Sprintf("%s_after or %s_before", sort, sort), q.Get("after"))
+}
+
+// parseTimeCursor reads v, the after of a list ordered by the time name
+// (which the parameters params set) and then id: a timeCursor. Empty, the
+// list starts at its beginning. Errors are invalid_argument, naming after.
+func parseTimeCursor(name, params, v string) (orderCursor, error) {
 	if v == "" {
 		return orderCursor{}, nil
 	}
-	bad := func() (orderCursor, error) {
-		return orderCursor{}, hourglass.Errorf(hourglass.CodeInvalidArgument,
-			"after: a list with %s_after or %s_before is ordered by %s; pass the next of its previous page (%s:<ms>:<id>), got %q",
-			sort, sort, sort, sort, v)
-	}
-	name, rest, ok := strings.Cut(v, ":")
-	if !ok || name != sort.String() {
-		return bad()
-	}
-	msText, idText, ok := strings.Cut(rest, ":")
-	if !ok {
-		return bad()
-	}
+	rest, ok := strings.CutPrefix(v, name+":")
+	msText, idText, ok2 := strings.Cut(rest, ":")
 	ms, err1 := strconv.ParseInt(msText, 10, 64)
 	id, err2 := strconv.ParseInt(idText, 10, 64)
-	if err1 != nil || err2 != nil || ms < 0 || id < 1 {
-		return bad()
+	if !ok || !ok2 || err1 != nil || err2 != nil || ms < 0 || id < 1 {
+		return orderCursor{}, hourglass.Errorf(hourglass.CodeInvalidArgument,
+			"after: a list with %s is ordered by %s; pass the next of its previous page (%s:<ms>:<id>), got %q", params, name, name, v)
 	}
 	return orderCursor{at: hourglass.FromUnixMilli(ms), id: id}, nil
 }
@@ -163,6 +167,66 @@ func (c *Client) FindOrders(ctx context.Context, q OrderQuery) (OrderPageJSON, e
 		return OrderPageJSON{}, err
 	}
 	p := OrderPageJSON{Orders: l.Orders}
+	if l.Next != nil {
+		if err := json.Unmarshal(*l.Next, &p.Next); err != nil { // an id
+			p.Next = string(*l.Next)
+		}
+	}
+	return p, nil
+}
+
+// DeadLetterQuery is the query of GET /v1/deadletters: each field left zero
+// is no filter (see docs/webhooks.md). After is the Next of the previous
+// page.
+type DeadLetterQuery struct {
+	WebhookID                 int64
+	EventType                 string
+	FailedAfter, FailedBefore time.Time // [after, before)
+	Limit                     int
+	After                     string
+}
+
+// Values is q as query parameters.
+func (q DeadLetterQuery) Values() url.Values {
+	v := url.Values{}
+	if q.WebhookID != 0 {
+		v.Set("webhook_id", strconv.FormatInt(q.WebhookID, 10))
+	}
+	if q.EventType != "" {
+		v.Set("event_type", q.EventType)
+	}
+	for name, t := range map[string]time.Time{"failed_after": q.FailedAfter, "failed_before": q.FailedBefore} {
+		if !t.IsZero() {
+			v.Set(name, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	return v
+}
+
+// DeadLetterPageJSON is a page of GET /v1/deadletters read by
+// FindDeadLetters. Next is the after of the next page ("" on the last): an
+// id, or a cursor when the list is ordered by failure time.
+type DeadLetterPageJSON struct {
+	DeadLetters []DeadLetterJSON
+	Next        string
+}
+
+// FindDeadLetters returns one page of the dead letters q selects.
+func (c *Client) FindDeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetterPageJSON, error) {
+	var l struct {
+		DeadLetters []DeadLetterJSON `json:"deadletters"`
+		Next        *json.RawMessage `json:"next"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/v1/deadletters?"+q.Values().Encode(), nil, nil, &l); err != nil {
+		return DeadLetterPageJSON{}, err
+	}
+	p := DeadLetterPageJSON{DeadLetters: l.DeadLetters}
 	if l.Next != nil {
 		if err := json.Unmarshal(*l.Next, &p.Next); err != nil { // an id
 			p.Next = string(*l.Next)

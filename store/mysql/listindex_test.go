@@ -156,3 +156,45 @@ func TestTimerFiltersUseIndexes(t *testing.T) {
 		t.Logf("%s: %v", c.Name, rows)
 	}
 }
+
+// TestDeadLetterFiltersUseIndexes: every filter of GET /v1/deadletters and
+// the combinations users run (sqlqtest.DeadLetterListPlans) read a range of
+// the dead-letter index DeadLettersSQL names for them and each one's event
+// by its primary key, beside 45,000 pending deliveries.
+func TestDeadLetterFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s, err := Open(t.Context(), Config{URL: mytest.NewDatabase(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	setup := sqlqtest.FillDeadLettersSQL(n, numbers, myConcat)
+	for _, q := range append(setup, `ANALYZE TABLE webhooks, events, webhook_deliveries`) {
+		if _, err := s.db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%.60s…: %v", q, err)
+		}
+	}
+	for _, c := range sqlqtest.DeadLetterListPlans(n) {
+		q, args := s.DeadLettersSQL(c.Filter)
+		rows := explainRows(t, s.db, q, args...)
+		var read bool
+		for _, r := range rows {
+			switch r["table"] {
+			case "d":
+				read = true
+				if r["key"] != c.Index || (r["type"] != "range" && r["type"] != "ref") {
+					t.Errorf("%s: deliveries read as %s through %q, want a range of %s: %v", c.Name, r["type"], r["key"], c.Index, r)
+				}
+			case "e":
+				if r["key"] != "PRIMARY" {
+					t.Errorf("%s: events read through %q, not by their primary key: %v", c.Name, r["key"], r)
+				}
+			}
+		}
+		if !read {
+			t.Errorf("%s: no plan row reads the deliveries: %v", c.Name, rows)
+		}
+		t.Logf("%s: %v", c.Name, rows)
+	}
+}

@@ -121,3 +121,29 @@ func TestTimerFiltersUseIndexes(t *testing.T) {
 		t.Logf("%s:\n%s", c.Name, p)
 	}
 }
+
+// TestDeadLetterFiltersUseIndexes: every filter of GET /v1/deadletters and
+// the combinations users run (sqlqtest.DeadLetterListPlans) read a range of
+// the dead-letter index DeadLettersSQL names for them and each one's event
+// by its key, never a table whole, beside 45,000 pending deliveries.
+func TestDeadLetterFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	setup := sqlqtest.FillDeadLettersSQL(n, func(k int) string { return fmt.Sprintf("generate_series(1, %d) AS k(g)", k) }, pgConcat)
+	s := openForPlans(t, append(setup, `ANALYZE webhooks`, `ANALYZE events`, `ANALYZE webhook_deliveries`)...)
+	for _, c := range sqlqtest.DeadLetterListPlans(n) {
+		q, args := s.DeadLettersSQL(c.Filter)
+		p := explain(t, s.pool, sqlq.Rebind(q), args...)
+		uses := func(index string) bool {
+			return index != "" && (strings.Contains(p, "Index Scan using "+index+" on webhook_deliveries") ||
+				strings.Contains(p, "Index Only Scan using "+index+" on webhook_deliveries") || strings.Contains(p, "Bitmap Index Scan on "+index))
+		}
+		if !uses(c.Index) && !uses(c.Alt) {
+			t.Errorf("%s: want a range of %s; plan:\n%s", c.Name, c.Index, p)
+		}
+		if strings.Contains(p, "Seq Scan") || strings.Contains(p, "webhook_deliveries_pkey") || strings.Contains(p, "webhook_deliveries_due") {
+			t.Errorf("%s: a table, or every delivery, is scanned; plan:\n%s", c.Name, p)
+		}
+		t.Logf("%s:\n%s", c.Name, p)
+	}
+}

@@ -136,3 +136,50 @@ func TestTimerFiltersUseIndexes(t *testing.T) {
 		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
 	}
 }
+
+// TestDeadLetterFiltersUseIndexes: every filter of GET /v1/deadletters and
+// the combinations users run (sqlqtest.DeadLetterListPlans) search a range
+// of the dead-letter index DeadLettersSQL names for them and each one's
+// event by its key, beside 45,000 pending deliveries.
+func TestDeadLetterFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openAt(t, nil)
+	numbers := func(k int) string {
+		return fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, k)
+	}
+	err := s.write(t.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		for _, q := range append(sqlqtest.FillDeadLettersSQL(n, numbers, func(a, b string) string { return a + " || " + b }), `ANALYZE`) {
+			if err := sqlitex.ExecuteTransient(conn, q, nil); err != nil {
+				return fmt.Errorf("%.60s…: %w", q, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sqlqtest.DeadLetterListPlans(n) {
+		q, args := s.DeadLettersSQL(c.Filter)
+		plan := queryPlan(t, s, q, args...)
+		read := false
+		for _, line := range plan {
+			switch {
+			case strings.HasPrefix(line, "SEARCH d ") || strings.HasPrefix(line, "SCAN d"):
+				read = true
+				if !strings.HasPrefix(line, "SEARCH d USING INDEX "+c.Index+" (") && !strings.HasPrefix(line, "SEARCH d USING COVERING INDEX "+c.Index+" (") &&
+					line != "SCAN d USING INDEX "+c.Index && line != "SCAN d USING COVERING INDEX "+c.Index {
+					t.Errorf("%s: %q, want a range of %s", c.Name, line, c.Index)
+				}
+			case strings.HasPrefix(line, "SEARCH e ") || strings.HasPrefix(line, "SCAN e"):
+				if !strings.HasPrefix(line, "SEARCH e USING INTEGER PRIMARY KEY") {
+					t.Errorf("%s: %q, want each event by its key", c.Name, line)
+				}
+			}
+		}
+		if !read {
+			t.Errorf("%s: the plan reads no deliveries:\n%s", c.Name, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}

@@ -5,6 +5,7 @@ package sqlqtest
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -143,4 +144,69 @@ SELECT ` + strconv.FormatInt(hourglass.TimerIDBase, 10) + ` + g, ` + concat(conc
 	CASE g % 200 WHEN 0 THEN 'scheduled' WHEN 1 THEN 'cancelled' ELSE 'fired' END,
 	g * 1000, CASE WHEN g % 200 > 1 THEN g * 1000 END, ` + hash + `, g * 1000, g * 1000
 FROM ` + numbers
+}
+
+// DeadLetterListPlan is one DeadLetters filter the stores' plan tests
+// explain, with the index of webhook_deliveries its statement must read a
+// range of (Alt: another a planner that chooses may read instead).
+type DeadLetterListPlan struct {
+	Name   string
+	Filter hourglass.DeadLetterFilter
+	Index  string
+	Alt    string
+}
+
+// DeadLetterListPlans are the filters and combinations users run on GET
+// /v1/deadletters, over n deliveries (n a multiple of 100) filled by
+// FillDeadLettersSQL: delivery g (1..n) of event g (type by g % 7 of
+// hourglass.EventTypes) to webhook 1 (a receiver that was down), but one
+// in a thousand to webhooks 2..10; one in ten dead (g % 10 = 0), failed at
+// g*1000 ms, the others pending (a burst's backlog).
+func DeadLetterListPlans(n int) []DeadLetterListPlan {
+	mid, width := n/2*1000, n/100*1000
+	tm := func(ms int) time.Time { return hourglass.FromUnixMilli(int64(ms)) }
+	type f = hourglass.DeadLetterFilter
+	const (
+		byID      = "webhook_deliveries_dead_id"
+		byWebhook = "webhook_deliveries_dead_webhook"
+		byFailed  = "webhook_deliveries_dead_failed"
+	)
+	out := []DeadLetterListPlan{
+		{"every dead letter", f{}, byID, ""},
+		{"webhook", f{WebhookID: 3}, byWebhook, ""},
+		{"event type", f{EventType: hourglass.EventOrderPaid}, byID, ""},
+		{"webhook and event type", f{WebhookID: 3, EventType: hourglass.EventOrderPaid}, byWebhook, ""},
+		{"failed range", f{FailedFrom: tm(mid), FailedBefore: tm(mid + width)}, byFailed, ""},
+		{"failed from", f{FailedFrom: tm(mid)}, byFailed, ""},
+		{"failed range and webhook", f{FailedFrom: tm(mid), FailedBefore: tm(mid + width), WebhookID: 3}, byFailed, byWebhook},
+		{"failed before and webhook", f{FailedBefore: tm(mid), WebhookID: 3}, byWebhook, ""},
+		{"failed range and event type", f{FailedFrom: tm(mid), FailedBefore: tm(mid + width), EventType: hourglass.EventOrderPaid}, byFailed, ""},
+		{"webhook, a later page", f{WebhookID: 3, After: int64(n / 2)}, byWebhook, ""},
+		{"failed range, a later page", f{FailedFrom: tm(mid), FailedBefore: tm(mid + width), After: int64(n/2 + 10), AfterFailedAt: tm(mid + 10000)}, byFailed, ""},
+	}
+	for i := range out {
+		out[i].Filter.Limit = 50
+	}
+	return out
+}
+
+// FillDeadLettersSQL are the statements that fill webhooks, events and
+// webhook_deliveries as DeadLetterListPlans describes, on a new database
+// (the events' seqs and the webhooks' ids count from 1): numbers(k) is a
+// FROM item whose column g counts 1..k, concat as for FillOrdersSQL.
+func FillDeadLettersSQL(n int, numbers func(k int) string, concat func(a, b string) string) []string {
+	var typ strings.Builder
+	typ.WriteString(`CASE g % 7`)
+	for i, t := range hourglass.EventTypes()[:7] {
+		typ.WriteString(` WHEN ` + strconv.Itoa(i) + ` THEN '` + string(t) + `'`)
+	}
+	typ.WriteString(` END`)
+	return []string{
+		`INSERT INTO webhooks (url, secret, created_at) SELECT ` + concat(`'https://hooks.example.com/'`, `CAST(g AS CHAR(20))`) + `, 's', 0 FROM ` + numbers(10),
+		`INSERT INTO events (id, type, order_id, created_at) SELECT ` + concat(`'evt_'`, `CAST(g AS CHAR(20))`) + `, ` + typ.String() + `, g, g * 1000 FROM ` + numbers(n),
+		`INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at, last_error, failed_at)
+SELECT CASE WHEN g % 1000 = 0 THEN 2 + ((g - g % 1000) / 1000) % 9 ELSE 1 END, g, g, CASE WHEN g % 10 = 0 THEN 'dead' ELSE 'pending' END, 1, g * 1000,
+	CASE WHEN g % 10 = 0 THEN 'HTTP 503' END, CASE WHEN g % 10 = 0 THEN g * 1000 END
+FROM ` + numbers(n),
+	}
 }
