@@ -190,7 +190,7 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 			common = append(common, `id > ?`)
 			args = append(args, f.After)
 		} else {
-			cond, a := s.d.After(strings.Replace(col, "deadline", deadline, 1), "id", hourglass.UnixMilli(f.AfterAt), f.After)
+			cond, a := s.keysetAfter(strings.Replace(col, "deadline", deadline, 1), "id", hourglass.UnixMilli(f.AfterAt), f.After)
 			common = append(common, cond)
 			args = append(args, a...)
 		}
@@ -270,6 +270,15 @@ func span(from, before time.Time) time.Duration {
 		return math.MaxInt64
 	}
 	return max(before.Sub(from), 0)
+}
+
+// keysetAfter is Dialect.After's "(col, idCol) > (at, id)" with "col >=
+// at" beside it: SQLite's form of After (an OR) bounds no index range, and
+// a list's later pages read from the start of their range up to the
+// cursor without it (page 64 of a deadline_before list: 6 ms, not 1).
+func (s *Store) keysetAfter(col, idCol string, at, id int64) (string, []any) {
+	cond, args := s.d.After(col, idCol, at, id)
+	return col + ` >= ? AND ` + cond, append([]any{at}, args...)
 }
 
 // ceilMilli is t in unix ms rounded up: a stored time in ms is at or after

@@ -147,7 +147,7 @@ func (s *Store) TimersSQL(f hourglass.TimerFilter) (string, []any, error) {
 		}
 	}
 	if f.AfterID != 0 {
-		cond, a := s.d.After("fire_at", "id", hourglass.UnixMilli(f.AfterFireAt), f.AfterID)
+		cond, a := s.keysetAfter("fire_at", "id", hourglass.UnixMilli(f.AfterFireAt), f.AfterID)
 		conds = append(conds, cond)
 		args = append(args, a...)
 	}

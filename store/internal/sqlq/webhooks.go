@@ -299,7 +299,7 @@ func (s *Store) DeadLettersSQL(f hourglass.DeadLetterFilter) (string, []any) {
 	}
 	if f.After != 0 {
 		if f.ByFailedAt() {
-			cond, a := s.d.After("d.failed_at", "d.id", hourglass.UnixMilli(f.AfterFailedAt), f.After)
+			cond, a := s.keysetAfter("d.failed_at", "d.id", hourglass.UnixMilli(f.AfterFailedAt), f.After)
 			conds = append(conds, cond)
 			args = append(args, a...)
 		} else {
