@@ -177,9 +177,9 @@ func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 			args = append(args, ceilMilli(t))
 		}
 	}
-	bound(deadline, ">=", f.DeadlineFrom)
+	bound(deadline, ">=", fromCursor(f.DeadlineFrom, sort == hourglass.OrderByDeadline && f.After != 0, f.AfterAt))
 	bound(deadline, "<", f.DeadlineBefore)
-	bound("created_at", ">=", f.CreatedFrom)
+	bound("created_at", ">=", fromCursor(f.CreatedFrom, sort == hourglass.OrderByCreated && f.After != 0, f.AfterAt))
 	bound("created_at", "<", f.CreatedBefore)
 	if f.UserID != "" {
 		common = append(common, `user_id = ?`)
@@ -279,6 +279,16 @@ func span(from, before time.Time) time.Duration {
 func (s *Store) keysetAfter(col, idCol string, at, id int64) (string, []any) {
 	cond, args := s.d.After(col, idCol, at, id)
 	return col + ` >= ? AND ` + cond, append([]any{at}, args...)
+}
+
+// fromCursor is a range's start from, or none when a cursor (set, at at)
+// at or after it starts the range (keysetAfter's "col >= at"): a planner
+// given two lower bounds may seek to the range's start instead.
+func fromCursor(from time.Time, set bool, at time.Time) time.Time {
+	if set && !at.Before(from) {
+		return time.Time{}
+	}
+	return from
 }
 
 // ceilMilli is t in unix ms rounded up: a stored time in ms is at or after

@@ -140,7 +140,7 @@ func (s *Store) TimersSQL(f hourglass.TimerFilter) (string, []any, error) {
 	for _, b := range []struct {
 		op string
 		t  time.Time
-	}{{">=", f.FireFrom}, {"<", f.FireBefore}} {
+	}{{">=", fromCursor(f.FireFrom, f.AfterID != 0, f.AfterFireAt)}, {"<", f.FireBefore}} {
 		if !b.t.IsZero() {
 			conds = append(conds, `fire_at `+b.op+` ?`)
 			args = append(args, ceilMilli(b.t))

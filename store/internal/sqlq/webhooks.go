@@ -291,7 +291,7 @@ func (s *Store) DeadLettersSQL(f hourglass.DeadLetterFilter) (string, []any) {
 	for _, b := range []struct {
 		op string
 		t  time.Time
-	}{{">=", f.FailedFrom}, {"<", f.FailedBefore}} {
+	}{{">=", fromCursor(f.FailedFrom, f.After != 0 && f.ByFailedAt(), f.AfterFailedAt)}, {"<", f.FailedBefore}} {
 		if !b.t.IsZero() {
 			conds = append(conds, `d.failed_at `+b.op+` ?`)
 			args = append(args, ceilMilli(b.t))
