@@ -2,11 +2,8 @@ package api_test
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -74,40 +71,14 @@ func TestFindDeadLetters(t *testing.T) {
 			t.Errorf("%s: the case selects %d of %d dead letters", name, len(w), len(all))
 		}
 		for _, limit := range []int{1, 2, 100} {
-			var got []int64
 			q := q
 			q.Limit = limit
-			for pages := 0; ; pages++ {
-				if pages > len(all) {
-					t.Fatalf("%s limit %d: next never ends", name, limit)
-				}
-				status, _, raw := s.call(t, http.MethodGet, "/v1/deadletters?"+q.Values().Encode(), nil, nil)
-				if status != http.StatusOK {
-					t.Fatalf("%s: status %d, body %s", name, status, raw)
-				}
-				var l struct {
-					DeadLetters []api.DeadLetterJSON
-					Next        json.RawMessage
-				}
-				if err := json.Unmarshal(raw, &l); err != nil {
-					t.Fatal(err)
-				}
-				for _, d := range l.DeadLetters {
-					got = append(got, d.ID)
-				}
-				if string(l.Next) == "null" {
-					break
-				}
-				byTime := !q.FailedAfter.IsZero() || !q.FailedBefore.IsZero()
-				if isCursor := strings.HasPrefix(string(l.Next), `"failed_at:`); isCursor != byTime {
-					t.Errorf("%s: next %s; want a failed_at cursor when ordered by failure time, an id otherwise", name, l.Next)
-				}
+			byTime := !q.FailedAfter.IsZero() || !q.FailedBefore.IsZero()
+			got := pageIDs(t, s, "/v1/deadletters", "deadletters", q.Values(), byTime, len(all), func(after string) (int, string, error) {
+				q.After = after
 				p, err := s.Client.FindDeadLetters(t.Context(), q)
-				if err != nil || len(p.DeadLetters) != len(l.DeadLetters) || p.Next != strings.Trim(string(l.Next), `"`) {
-					t.Errorf("%s: the client read %+v, %v; want next %s", name, p, err, l.Next)
-				}
-				q.After = p.Next
-			}
+				return len(p.DeadLetters), p.Next, err
+			})
 			if !slices.Equal(got, w) {
 				t.Errorf("%s limit %d: %v, want %v", name, limit, got, w)
 			}
@@ -120,7 +91,7 @@ func TestFindDeadLetters(t *testing.T) {
 func TestFindDeadLettersBadInput(t *testing.T) {
 	t.Parallel()
 	s := startWebhookServer(t, "127.0.0.1", time.Second, time.Second, time.Second)
-	for _, tt := range []struct{ query, want string }{
+	checkBadQueries(t, s, "/v1/deadletters", []badQuery{
 		{"webhook_id=abc", "webhook_id"},
 		{"webhook_id=0", "webhook_id"},
 		{"webhook_id=-3", "webhook_id"},
@@ -133,15 +104,5 @@ func TestFindDeadLettersBadInput(t *testing.T) {
 		{"failed_after=2026-12-06T10:00:00Z&after=failed_at:7", "after"},
 		{"limit=0", "limit"},
 		{"webhook=1", "webhook"},
-	} {
-		status, _, raw := s.call(t, http.MethodGet, "/v1/deadletters?"+tt.query, nil, nil)
-		checkError(t, tt.query, status, raw, http.StatusBadRequest, "invalid_argument")
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		json.Unmarshal(raw, &e)
-		if !strings.Contains(e.Error.Message, tt.want) {
-			t.Errorf("%s: message %q does not name %q", tt.query, e.Error.Message, tt.want)
-		}
-	}
+	})
 }

@@ -166,13 +166,20 @@ func (c *Client) FindOrders(ctx context.Context, q OrderQuery) (OrderPageJSON, e
 	if _, err := c.Do(ctx, http.MethodGet, "/v1/orders?"+q.Values().Encode(), nil, nil, &l); err != nil {
 		return OrderPageJSON{}, err
 	}
-	p := OrderPageJSON{Orders: l.Orders}
-	if l.Next != nil {
-		if err := json.Unmarshal(*l.Next, &p.Next); err != nil { // an id
-			p.Next = string(*l.Next)
-		}
+	return OrderPageJSON{Orders: l.Orders, Next: nextString(l.Next)}, nil
+}
+
+// nextString is a page's next as the after of the next page: a cursor
+// string as it is, an id in decimal, "" for null (the last page).
+func nextString(next *json.RawMessage) string {
+	if next == nil {
+		return ""
 	}
-	return p, nil
+	var s string
+	if err := json.Unmarshal(*next, &s); err != nil { // an id
+		return string(*next)
+	}
+	return s
 }
 
 // DeadLetterQuery is the query of GET /v1/deadletters: each field left zero
@@ -226,11 +233,5 @@ func (c *Client) FindDeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLe
 	if _, err := c.Do(ctx, http.MethodGet, "/v1/deadletters?"+q.Values().Encode(), nil, nil, &l); err != nil {
 		return DeadLetterPageJSON{}, err
 	}
-	p := DeadLetterPageJSON{DeadLetters: l.DeadLetters}
-	if l.Next != nil {
-		if err := json.Unmarshal(*l.Next, &p.Next); err != nil { // an id
-			p.Next = string(*l.Next)
-		}
-	}
-	return p, nil
+	return DeadLetterPageJSON{DeadLetters: l.DeadLetters, Next: nextString(l.Next)}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -83,42 +84,14 @@ func TestFindOrders(t *testing.T) {
 			t.Errorf("%s: the case selects every order", name)
 		}
 		for _, limit := range []int{1, 2, 1000} {
-			var got []int64
 			q := q
 			q.Limit = limit
-			for pages := 0; ; pages++ {
-				if pages > len(all) {
-					t.Fatalf("%s limit %d: next never ends", name, limit)
-				}
-				status, _, raw := s.call(t, http.MethodGet, "/v1/orders?"+q.Values().Encode(), nil, nil)
-				if status != http.StatusOK {
-					t.Fatalf("%s: status %d, body %s", name, status, raw)
-				}
-				var l struct {
-					Orders []api.OrderJSON
-					Next   json.RawMessage
-				}
-				if err := json.Unmarshal(raw, &l); err != nil {
-					t.Fatal(err)
-				}
-				for _, o := range l.Orders {
-					got = append(got, o.ID)
-				}
-				if string(l.Next) == "null" {
-					break
-				}
-				var next any
-				json.Unmarshal(l.Next, &next)
-				_, isID := next.(float64)
-				if ordered := !q.DeadlineAfter.IsZero() || !q.DeadlineBefore.IsZero() || !q.CreatedAfter.IsZero() || !q.CreatedBefore.IsZero(); ordered == isID {
-					t.Errorf("%s: next %s; want a cursor string when ordered by a time, an id otherwise", name, l.Next)
-				}
-				p, err := s.Client.FindOrders(t.Context(), q) // the client reads the same page
-				if err != nil || len(p.Orders) != len(l.Orders) || p.Next != strings.Trim(string(l.Next), `"`) {
-					t.Errorf("%s: the client read %+v, %v; want next %s", name, p, err, l.Next)
-				}
-				q.After = p.Next
-			}
+			byTime := !q.DeadlineAfter.IsZero() || !q.DeadlineBefore.IsZero() || !q.CreatedAfter.IsZero() || !q.CreatedBefore.IsZero()
+			got := pageIDs(t, s, "/v1/orders", "orders", q.Values(), byTime, len(all), func(after string) (int, string, error) {
+				q.After = after
+				p, err := s.Client.FindOrders(t.Context(), q)
+				return len(p.Orders), p.Next, err
+			})
 			if !slices.Equal(got, w) {
 				t.Errorf("%s limit %d: %v, want %v", name, limit, got, w)
 			}
@@ -131,7 +104,7 @@ func TestFindOrders(t *testing.T) {
 func TestFindOrdersBadInput(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
-	for _, tt := range []struct{ query, want string }{
+	checkBadQueries(t, s, "/v1/orders", []badQuery{
 		{"status=bogus", "status"},
 		{"status=Paid", "status"},
 		{"user_id=" + strings.Repeat("u", 129), "user_id"},
@@ -154,8 +127,62 @@ func TestFindOrdersBadInput(t *testing.T) {
 		{"created_after=2026-12-06T10:00:00Z&after=created:1765015200000", "after"},
 		{"deadline=2026-12-06T10:00:00Z", "deadline"},
 		{"status=paid&user=alice", "user"},
-	} {
-		status, _, raw := s.call(t, http.MethodGet, "/v1/orders?"+tt.query, nil, nil)
+	})
+}
+
+// pageIDs walks the pages of GET path?v (field: the list's name in the
+// body), after from each next, and returns the ids listed. It checks each
+// next: a cursor string when byTime, else an id; and that client, given
+// the same after, reads the same number of items and the same next.
+func pageIDs(t *testing.T, s *testServer, path, field string, v url.Values, byTime bool, maxPages int,
+	client func(after string) (int, string, error)) []int64 {
+	t.Helper()
+	var got []int64
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > maxPages {
+			t.Fatalf("%s?%s: next never ends", path, v.Encode())
+		}
+		v.Del("after")
+		if after != "" {
+			v.Set("after", after)
+		}
+		status, _, raw := s.call(t, http.MethodGet, path+"?"+v.Encode(), nil, nil)
+		if status != http.StatusOK {
+			t.Fatalf("%s?%s: status %d, body %s", path, v.Encode(), status, raw)
+		}
+		var l map[string]json.RawMessage
+		var items []struct{ ID int64 }
+		if err := json.Unmarshal(raw, &l); err != nil || json.Unmarshal(l[field], &items) != nil {
+			t.Fatalf("%s?%s: body %s", path, v.Encode(), raw)
+		}
+		for _, it := range items {
+			got = append(got, it.ID)
+		}
+		next := l["next"]
+		if string(next) == "null" {
+			return got
+		}
+		if isCursor := strings.HasPrefix(string(next), `"`); isCursor != byTime {
+			t.Errorf("%s?%s: next %s; want a cursor string when ordered by a time, an id otherwise", path, v.Encode(), next)
+		}
+		n, clientNext, err := client(after)
+		if err != nil || n != len(items) || clientNext != strings.Trim(string(next), `"`) {
+			t.Errorf("%s?%s: the client read %d items, next %q, %v; want %d, %s", path, v.Encode(), n, clientNext, err, len(items), next)
+		}
+		after = clientNext
+	}
+}
+
+// badQuery is a query a list refuses with 400 invalid_argument, and what
+// its message must name.
+type badQuery struct{ query, want string }
+
+// checkBadQueries asserts each of cases on GET path.
+func checkBadQueries(t *testing.T, s *testServer, path string, cases []badQuery) {
+	t.Helper()
+	for _, tt := range cases {
+		status, _, raw := s.call(t, http.MethodGet, path+"?"+tt.query, nil, nil)
 		checkError(t, tt.query, status, raw, http.StatusBadRequest, "invalid_argument")
 		var e struct {
 			Error struct{ Message string } `json:"error"`

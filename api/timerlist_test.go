@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -103,7 +102,7 @@ func TestFindTimers(t *testing.T) {
 func TestFindTimersBadInput(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverConfig{})
-	for _, tt := range []struct{ query, want string }{
+	checkBadQueries(t, s, "/v1/timers", []badQuery{
 		{"prefix=a%20b", "prefix"},
 		{"prefix=" + strings.Repeat("p", 201), "prefix"},
 		{"prefix=coupon/", "prefix"},
@@ -114,15 +113,5 @@ func TestFindTimersBadInput(t *testing.T) {
 		{"fire_after=2026-12-06T10:00:00Z&after=fire_at:x:1", "after"},
 		{"fire_after=2026-12-06T10:00:00Z&after=fire_at:1", "after"},
 		{"status=scheduled&fire=2026-12-06T10:00:00Z", "fire"},
-	} {
-		status, _, raw := s.call(t, http.MethodGet, "/v1/timers?"+tt.query, nil, nil)
-		checkError(t, tt.query, status, raw, http.StatusBadRequest, "invalid_argument")
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		json.Unmarshal(raw, &e)
-		if !strings.Contains(e.Error.Message, tt.want) {
-			t.Errorf("%s: message %q does not name %q", tt.query, e.Error.Message, tt.want)
-		}
-	}
+	})
 }
