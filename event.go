@@ -303,6 +303,29 @@ type DeadLetter struct {
 	FailedAt  time.Time
 }
 
+// DeadLetterFilter selects dead letters for WebhookStore.DeadLetters: by
+// id, or by (failure time, id) when a failure range is set. The range is
+// half-open, [FailedFrom, FailedBefore): a zero bound is no bound.
+type DeadLetterFilter struct {
+	WebhookID int64     // 0 for any
+	EventType EventType // "" for any
+	// FailedFrom and FailedBefore bound the failure time (From inclusive,
+	// Before exclusive); either set orders the list by failure time.
+	FailedFrom, FailedBefore time.Time
+	// After is the cursor: only dead letters after the one with id After
+	// in the list's order; by failure time, AfterFailedAt is its failure
+	// time. Unset when After is 0.
+	After         int64
+	AfterFailedAt time.Time
+	Limit         int
+}
+
+// ByFailedAt says the list is ordered by (failure time, id): a failure
+// bound is set.
+func (f DeadLetterFilter) ByFailedAt() bool {
+	return !f.FailedFrom.IsZero() || !f.FailedBefore.IsZero()
+}
+
 // MaxPendingBatch is the most ids DeliveryStore.PendingDeliveries reads at
 // once.
 const MaxPendingBatch = 256
@@ -416,8 +439,9 @@ type WebhookStore interface {
 	// DeleteWebhook removes a webhook with its pending deliveries and dead
 	// letters and returns it. Errors: not_found.
 	DeleteWebhook(ctx context.Context, id int64) (Webhook, error)
-	// DeadLetters returns up to limit dead letters with id > after, by id.
-	DeadLetters(ctx context.Context, after int64, limit int) ([]DeadLetter, error)
+	// DeadLetters returns up to f.Limit dead letters that match f, after
+	// its cursor, by id or by failure time (see DeadLetterFilter).
+	DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
 	// RetryDeadLetter makes a dead letter pending again, due now, with its
 	// attempts reset, and returns when it is due. Errors: not_found (no dead
 	// letter has that id).

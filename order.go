@@ -127,10 +127,73 @@ type CreateOrderParams struct {
 	RequestHash    []byte
 }
 
-// OrderFilter selects orders for Store.ListOrders, in ascending id order.
+// OrderFilter selects orders for Store.ListOrders, in the order Sort
+// names: by id, or by deadline or creation time and then id when a range of
+// that time is set. Each time range is half-open, [From, Before): a zero
+// bound is no bound, so consecutive windows neither overlap nor leave a gap.
+// Every combination is read from an index on every store.
 type OrderFilter struct {
-	Status State // "" for any; filtering uses the View at Now
-	After  int64 // only ids greater than After
-	Limit  int
-	Now    time.Time
+	Status State  // "" for any; filtering uses the View at Now
+	UserID string // "" for any
+	// DeadlineFrom and DeadlineBefore bound the deadline (From inclusive,
+	// Before exclusive); either set orders the list by deadline.
+	DeadlineFrom, DeadlineBefore time.Time
+	// CreatedFrom and CreatedBefore bound the creation time likewise;
+	// either set (and no deadline bound) orders the list by creation time.
+	CreatedFrom, CreatedBefore time.Time
+	// After is the cursor: only orders after the one with id After, in the
+	// list's order. Ordered by a time, AfterAt is that order's time (its
+	// deadline or creation time as the previous page returned it); the
+	// cursor is unset when After is 0.
+	After   int64
+	AfterAt time.Time
+	Limit   int
+	Now     time.Time
+}
+
+// OrderSort is the order of a list of orders.
+type OrderSort int
+
+const (
+	// OrderByID lists by ascending id: no time range is set.
+	OrderByID OrderSort = iota
+	// OrderByDeadline lists by (deadline, id): a deadline bound is set.
+	OrderByDeadline
+	// OrderByCreated lists by (created_at, id): a creation bound is set and
+	// no deadline bound.
+	OrderByCreated
+)
+
+// String is the sort's name, as cursors and messages name it.
+func (s OrderSort) String() string {
+	switch s {
+	case OrderByDeadline:
+		return "deadline"
+	case OrderByCreated:
+		return "created"
+	}
+	return "id"
+}
+
+// Sort is the order the filter lists in.
+func (f OrderFilter) Sort() OrderSort {
+	switch {
+	case !f.DeadlineFrom.IsZero() || !f.DeadlineBefore.IsZero():
+		return OrderByDeadline
+	case !f.CreatedFrom.IsZero() || !f.CreatedBefore.IsZero():
+		return OrderByCreated
+	}
+	return OrderByID
+}
+
+// SortKey is o's time in the sort s (zero for OrderByID): the AfterAt of a
+// cursor at o.
+func (s OrderSort) SortKey(o Order) time.Time {
+	switch s {
+	case OrderByDeadline:
+		return o.Deadline
+	case OrderByCreated:
+		return o.CreatedAt
+	}
+	return time.Time{}
 }

@@ -42,7 +42,8 @@ type Store interface {
 	CreateOrder(ctx context.Context, p CreateOrderParams) (o Order, created bool, err error)
 	// Order returns an order as stored (callers apply Order.View), or ErrNotFound.
 	Order(ctx context.Context, id int64) (Order, error)
-	// ListOrders returns up to f.Limit orders with id > f.After, ascending.
+	// ListOrders returns up to f.Limit orders that match f, after its
+	// cursor, in f.Sort's order (see OrderFilter).
 	ListOrders(ctx context.Context, f OrderFilter) ([]Order, error)
 	// PayOrder moves a pending order whose deadline is after now to paid and
 	// its reserved stock to sold. Paying a paid order again with the same

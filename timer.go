@@ -141,12 +141,30 @@ func ValidateTimerKey(key string) error {
 	return nil
 }
 
-// TimerFilter selects a page of timers for TimerStore.Timers, by key.
+// TimerFilter selects a page of timers for TimerStore.Timers: by key, or
+// by (fire time, id) when a fire range is set. The range is half-open,
+// [FireFrom, FireBefore): a zero bound is no bound. Every combination is
+// read from an index on every store.
 type TimerFilter struct {
 	Status TimerStatus // "" for every status
-	After  string      // only keys greater than After (bytewise)
-	Limit  int         // the most returned; must be positive
+	// Prefix, when set, keeps the keys that start with it.
+	Prefix string
+	// FireFrom and FireBefore bound fire_at (From inclusive, Before
+	// exclusive); either set orders the list by fire time.
+	FireFrom, FireBefore time.Time
+	// After is the cursor of a list by key: only keys greater than After
+	// (bytewise).
+	After string
+	// AfterFireAt and AfterID are the cursor of a list by fire time: only
+	// timers after the one with id AfterID, which fires at AfterFireAt
+	// (unset when AfterID is 0).
+	AfterFireAt time.Time
+	AfterID     int64
+	Limit       int // the most returned; must be positive
 }
+
+// ByFireAt says the list is ordered by (fire time, id): a fire bound is set.
+func (f TimerFilter) ByFireAt() bool { return !f.FireFrom.IsZero() || !f.FireBefore.IsZero() }
 
 // FiredTimer is a timer TimerStore.FireTimers fired.
 type FiredTimer struct {
@@ -183,8 +201,8 @@ type TimerStore interface {
 	ArmTimer(ctx context.Context, p ArmTimerParams) (t Timer, created bool, err error)
 	// Timer returns a timer by key. Errors: not_found.
 	Timer(ctx context.Context, key string) (Timer, error)
-	// Timers returns up to f.Limit timers with key > f.After (and status
-	// f.Status, if set), by key.
+	// Timers returns up to f.Limit timers that match f, after its cursor,
+	// by key or by fire time (see TimerFilter).
 	Timers(ctx context.Context, f TimerFilter) ([]Timer, error)
 	// CancelTimer moves a scheduled timer to cancelled and returns it; a
 	// cancelled one is returned unchanged (idempotent). Errors: not_found,

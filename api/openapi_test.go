@@ -438,6 +438,10 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "GET", path: "/v1/orders?status=pending_payment&limit=1", want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?limit=1&after=" + id(paid), want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?status=lost", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/orders?user_id=u3&created_after=2000-01-01T00:00:00Z&limit=1", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders?deadline_after=2000-01-01T00:00:00Z&deadline_before=2999-01-01T00:00:00.5Z&limit=1", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders?deadline_after=2000-01-01T00:00:00Z&after=deadline:946684800000:1", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders?deadline_after=yesterday", invalid: true, want: 400})
 
 	// Timers (at most 3).
 	c.do(req{method: "PUT", path: "/v1/timers/t1", body: `{"delay_ms":600000,"payload":{"cart":"c1"}}`, want: 201})
@@ -452,6 +456,9 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "GET", path: "/v1/timers?status=scheduled&limit=1", want: 200})
 	c.do(req{method: "GET", path: "/v1/timers?after=t1", want: 200})
 	c.do(req{method: "GET", path: "/v1/timers?status=late", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/timers?prefix=t&fire_after=2000-01-01T00:00:00Z&limit=1", want: 200})
+	c.do(req{method: "GET", path: "/v1/timers?fire_before=2999-01-01T00:00:00Z&after=fire_at:946684800000:1", want: 200})
+	c.do(req{method: "GET", path: "/v1/timers?fire_before=soon", invalid: true, want: 400})
 	c.do(req{method: "DELETE", path: "/v1/timers/t1", want: 200})
 	c.do(req{method: "DELETE", path: "/v1/timers/nope", want: 404})
 	c.do(req{method: "DELETE", path: "/v1/timers/bad%20key", invalid: true, want: 400})
@@ -484,6 +491,9 @@ func TestOpenAPI(t *testing.T) {
 		return len(dl.DeadLetters) >= 2
 	})
 	c.do(req{method: "GET", path: "/v1/deadletters?after=x", invalid: true, want: 400})
+	c.do(req{method: "GET", path: fmt.Sprintf("/v1/deadletters?webhook_id=%d&event_type=order.created&failed_after=2000-01-01T00:00:00Z&limit=1", dl.DeadLetters[0].WebhookID), want: 200})
+	c.do(req{method: "GET", path: "/v1/deadletters?failed_before=2999-01-01T00:00:00Z&after=failed_at:946684800000:1", want: 200})
+	c.do(req{method: "GET", path: "/v1/deadletters?failed_after=later", invalid: true, want: 400})
 	c.do(req{method: "POST", path: fmt.Sprintf("/v1/deadletters/%d/retry", dl.DeadLetters[0].ID), want: 202})
 	c.do(req{method: "POST", path: "/v1/deadletters/999999/retry", want: 404})
 	c.do(req{method: "POST", path: "/v1/deadletters/-1/retry", invalid: true, want: 400})

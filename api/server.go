@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -559,35 +560,52 @@ const MaxListLimit = 1000
 
 func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 	q := r.URL.Query()
-	pg, err := parsePage(q, "order", 50, MaxListLimit, "status")
+	f, err := parseOrderFilter(q)
 	if err != nil {
 		return 0, nil, err
 	}
-	f := hourglass.OrderFilter{Now: s.clock.Now()}
+	sort := f.Sort()
+	var cur orderCursor
+	if sort != hourglass.OrderByID { // after is a cursor, not an id
+		if cur, err = parseOrderCursor(sort, q); err != nil {
+			return 0, nil, err
+		}
+		q = maps.Clone(q)
+		delete(q, "after")
+	}
+	pg, err := parsePage(q, "order", 50, MaxListLimit, orderListParams...)
+	if err != nil {
+		return 0, nil, err
+	}
+	if sort == hourglass.OrderByID {
+		cur.id = pg.after
+	}
+	f.Now = s.clock.Now()
 	if v, ok := s.cfg.Store.(hourglass.OrderViewer); ok { // the clock that decides pays
 		if f.Now, err = v.Now(r.Context()); err != nil {
 			return 0, nil, err
 		}
 	}
-	if v := q.Get("status"); v != "" {
-		st, err := hourglass.ParseState(v)
-		if err != nil {
-			return 0, nil, err
-		}
-		f.Status = st
-	}
 	page := newPage(r, "orders")
-	next, err := fillPage(page, pg.limit, pg.limit, pg.after,
-		func(after int64, n int) ([]hourglass.Order, error) {
-			f.After, f.Limit = after, n
+	next, err := fillPage(page, pg.limit, pg.limit, cur,
+		func(after orderCursor, n int) ([]hourglass.Order, error) {
+			f.After, f.AfterAt, f.Limit = after.id, after.at, n
 			return s.cfg.Store.ListOrders(r.Context(), f)
 		},
 		func(o hourglass.Order) any { return orderJSON(o.View(f.Now)) },
-		func(o hourglass.Order) int64 { return o.ID })
+		func(o hourglass.Order) orderCursor { return orderCursor{at: sort.SortKey(o), id: o.ID} })
 	if err != nil {
 		return 0, nil, err
 	}
-	out, err := page.finish(next)
+	var out encodedJSON
+	switch {
+	case next == nil:
+		out, err = page.finish(nil)
+	case sort == hourglass.OrderByID:
+		out, err = page.finish(next.id)
+	default:
+		out, err = page.finish(next.String(sort))
+	}
 	return http.StatusOK, out, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,7 +171,7 @@ func (s *Server) cancelTimer(r *http.Request, _ []byte) (int, any, error) {
 
 func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
 	q := r.URL.Query()
-	known := []string{"status", "limit", "after"}
+	known := []string{"status", "prefix", "fire_after", "fire_before", "limit", "after"}
 	for k := range q {
 		if !slices.Contains(known, k) {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "unknown query parameter %q (want %s)", k, strings.Join(known, ", "))
@@ -184,32 +185,91 @@ func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
 		}
 		f.Limit = n
 	}
-	if q.Has("after") {
-		f.After = q.Get("after")
-		if err := hourglass.ValidateTimerKey(f.After); err != nil {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a timer key, %s", strings.TrimPrefix(hourglass.ErrorMessage(err), "key: "))
-		}
-	}
 	if q.Get("status") != "" { // empty: every status, as for orders
 		f.Status = hourglass.TimerStatus(q.Get("status"))
 		if !f.Status.Valid() {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", q.Get("status"))
 		}
 	}
+	if v := q.Get("prefix"); v != "" {
+		if err := hourglass.ValidateTimerKey(v); err != nil {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "prefix: must be the start of a timer key, %s", strings.TrimPrefix(hourglass.ErrorMessage(err), "key: "))
+		}
+		f.Prefix = v
+	}
+	var err error
+	if f.FireFrom, err = parseQueryTime(q, "fire_after"); err != nil {
+		return 0, nil, err
+	}
+	if f.FireBefore, err = parseQueryTime(q, "fire_before"); err != nil {
+		return 0, nil, err
+	}
+	var cur timerCursor
+	if f.ByFireAt() {
+		if cur, err = parseTimerCursor(q); err != nil {
+			return 0, nil, err
+		}
+	} else if q.Has("after") {
+		cur.key = q.Get("after")
+		if err := hourglass.ValidateTimerKey(cur.key); err != nil {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "after: must be a timer key, %s", strings.TrimPrefix(hourglass.ErrorMessage(err), "key: "))
+		}
+	}
 	// A timer's payload may be MaxTimerPayload bytes: timerBatch at a
 	// time, a page of 1,000 is never all in memory, and a full page reads
 	// at most one batch past MaxPageBytes.
 	page := newPage(r, "timers")
-	next, err := fillPage(page, f.Limit, timerBatch, f.After,
-		func(after string, n int) ([]hourglass.Timer, error) {
-			f.After, f.Limit = after, n
+	next, err := fillPage(page, f.Limit, timerBatch, cur,
+		func(after timerCursor, n int) ([]hourglass.Timer, error) {
+			f.After, f.AfterFireAt, f.AfterID, f.Limit = after.key, after.at, after.id, n
 			return s.cfg.Timers.Timers(r.Context(), f)
 		},
 		func(t hourglass.Timer) any { return timerJSON(t) },
-		func(t hourglass.Timer) string { return t.Key })
+		func(t hourglass.Timer) timerCursor {
+			if f.ByFireAt() {
+				return timerCursor{at: t.FireAt, id: t.ID}
+			}
+			return timerCursor{key: t.Key}
+		})
 	if err != nil {
 		return 0, nil, err
 	}
-	out, err := page.finish(next)
+	var out encodedJSON
+	switch {
+	case next == nil:
+		out, err = page.finish(nil)
+	case f.ByFireAt():
+		out, err = page.finish("fire_at:" + strconv.FormatInt(hourglass.UnixMilli(next.at), 10) + ":" + strconv.FormatInt(next.id, 10))
+	default:
+		out, err = page.finish(next.key)
+	}
 	return http.StatusOK, out, err
+}
+
+// timerCursor is where a page of timers starts: after the key, or, in a
+// list by fire time, after the timer id that fires at at.
+type timerCursor struct {
+	key string
+	at  time.Time
+	id  int64
+}
+
+// parseTimerCursor reads after for a list by fire time: the next of the
+// previous page of that list, "fire_at:<unix ms>:<id>". Absent or empty,
+// the list starts at its beginning. Errors are invalid_argument, naming
+// after.
+func parseTimerCursor(q url.Values) (timerCursor, error) {
+	v := q.Get("after")
+	if v == "" {
+		return timerCursor{}, nil
+	}
+	rest, ok := strings.CutPrefix(v, "fire_at:")
+	msText, idText, ok2 := strings.Cut(rest, ":")
+	ms, err1 := strconv.ParseInt(msText, 10, 64)
+	id, err2 := strconv.ParseInt(idText, 10, 64)
+	if !ok || !ok2 || err1 != nil || err2 != nil || ms < 0 || id < 1 {
+		return timerCursor{}, hourglass.Errorf(hourglass.CodeInvalidArgument,
+			"after: a list with fire_after or fire_before is ordered by fire time; pass the next of its previous page (fire_at:<ms>:<id>), got %q", v)
+	}
+	return timerCursor{at: hourglass.FromUnixMilli(ms), id: id}, nil
 }

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/hourglass/hourglass"
@@ -19,7 +21,7 @@ type WebhookService interface {
 	Webhooks(ctx context.Context, f hourglass.WebhookFilter) ([]hourglass.Webhook, error)
 	Webhook(ctx context.Context, id int64) (hourglass.Webhook, error)
 	DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhook, error)
-	DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error)
+	DeadLetters(ctx context.Context, f hourglass.DeadLetterFilter) ([]hourglass.DeadLetter, error)
 	// RetryDeadLetter makes a dead letter pending again, due now.
 	RetryDeadLetter(ctx context.Context, id int64) error
 	DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error)
@@ -225,23 +227,65 @@ func (s *Server) deleteWebhook(r *http.Request, body []byte) (int, any, error) {
 }
 
 func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
-	pg, err := parsePage(r.URL.Query(), "dead letter", DeadLetterLimitDefault, MaxDeadLetterLimit)
+	q := r.URL.Query()
+	var (
+		f   hourglass.DeadLetterFilter
+		err error
+	)
+	if v := q.Get("webhook_id"); v != "" {
+		if f.WebhookID, err = parseResourceID("webhook", v); err != nil {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: %s", hourglass.ErrorMessage(err))
+		}
+	}
+	if v := q.Get("event_type"); v != "" {
+		f.EventType = hourglass.EventType(v)
+		if !slices.Contains(hourglass.EventTypes(), f.EventType) {
+			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "event_type: must be one of %v, got %q", hourglass.EventTypes(), v)
+		}
+	}
+	if f.FailedFrom, err = parseQueryTime(q, "failed_after"); err != nil {
+		return 0, nil, err
+	}
+	if f.FailedBefore, err = parseQueryTime(q, "failed_before"); err != nil {
+		return 0, nil, err
+	}
+	var cur orderCursor // the same shape: a time and an id
+	if f.ByFailedAt() {
+		if cur, err = parseTimeCursor("failed_at", "failed_after or failed_before", q.Get("after")); err != nil {
+			return 0, nil, err
+		}
+		q = maps.Clone(q)
+		delete(q, "after")
+	}
+	pg, err := parsePage(q, "dead letter", DeadLetterLimitDefault, MaxDeadLetterLimit, "webhook_id", "event_type", "failed_after", "failed_before")
 	if err != nil {
 		return 0, nil, err
+	}
+	if !f.ByFailedAt() {
+		cur.id = pg.after
 	}
 	// A dead letter holds its receiver's error text (up to tens of KiB):
 	// fetched deadLetterBatch at a time, like timers.
 	page := newPage(r, "deadletters")
-	next, err := fillPage(page, pg.limit, deadLetterBatch, pg.after,
-		func(after int64, n int) ([]hourglass.DeadLetter, error) {
-			return s.cfg.Webhooks.DeadLetters(r.Context(), after, n)
+	next, err := fillPage(page, pg.limit, deadLetterBatch, cur,
+		func(after orderCursor, n int) ([]hourglass.DeadLetter, error) {
+			f.After, f.AfterFailedAt, f.Limit = after.id, after.at, n
+			return s.cfg.Webhooks.DeadLetters(r.Context(), f)
 		},
 		func(d hourglass.DeadLetter) any { return deadLetterJSON(d) },
-		func(d hourglass.DeadLetter) int64 { return d.ID })
+		func(d hourglass.DeadLetter) orderCursor { return orderCursor{at: d.FailedAt, id: d.ID} })
 	if err != nil {
 		return 0, nil, err
 	}
-	out, err := page.finish(next)
+	var out encodedJSON
+	switch {
+	case next == nil:
+		out, err = page.finish(nil)
+	case f.ByFailedAt():
+		out, err = page.finish(timeCursor("failed_at", next.at, next.id))
+	default:
+		out, err = page.finish(next.id)
+	}
 	return http.StatusOK, out, err
 }
 

@@ -57,11 +57,13 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		run  func(*testing.T, StoreHarness)
 	}{
 		{"Orders", exerciseOrders},
+		{"OrderLists", exerciseOrderLists},
 		{"Policy", exercisePolicy},
 		{"Outbox", exerciseOutbox},
 		{"Events", exerciseEvents},
 		{"Webhooks", exerciseWebhooks},
 		{"Deliveries", exerciseDeliveries},
+		{"DeadLetterLists", exerciseDeadLetterLists},
 		{"Stats", exerciseStats},
 		{"Concurrency", exerciseConcurrency},
 		{"Edges", exerciseEdges},

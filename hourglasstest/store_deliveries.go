@@ -355,7 +355,7 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 				t.Fatalf("stale %+v changed the delivery: %+v", stale, got)
 			}
 		}
-		if dls, err := f.db.DeadLetters(f.ctx, 0, 10); err != nil || len(dls) != 0 {
+		if dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10}); err != nil || len(dls) != 0 {
 			t.Fatalf("a stale dead record made a dead letter: %+v, %v", dls, err)
 		}
 
@@ -372,7 +372,7 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		if record(hourglass.AttemptResult{ID: dead.ID, Attempts: 2, OK: true}) {
 			t.Fatal("an attempt recorded on a dead letter")
 		}
-		dls, err := f.db.DeadLetters(f.ctx, 0, 10)
+		dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10})
 		want := hourglass.DeadLetter{ID: dead.ID, WebhookID: w.ID, EventID: dead.EventID, EventType: hourglass.EventOrderCreated,
 			OrderID: dead.OrderID, Attempts: 2, LastError: "HTTP 410: gone", FailedAt: f.clock.Now()}
 		if err != nil || len(dls) != 1 || !sameDeadLetter(dls[0], want) {
@@ -454,7 +454,7 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 			if n > maxPages {
 				t.Fatalf("DeadLetters paging does not end: the cursor does not advance")
 			}
-			page, err := f.db.DeadLetters(f.ctx, after, 2)
+			page, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{After: after, Limit: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -511,7 +511,7 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 			t.Fatalf("a refused DeleteDeadLetter removed a pending delivery: %v", err)
 		}
 		rest := []hourglass.DeadLetter{dead[0], dead[2], dead[4]}
-		if got, err := f.db.DeadLetters(f.ctx, 0, 10); err != nil || !slices.EqualFunc(got, rest, sameDeadLetter) {
+		if got, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10}); err != nil || !slices.EqualFunc(got, rest, sameDeadLetter) {
 			t.Fatalf("dead letters after retry and delete: %+v, %v; want %+v", got, err, rest)
 		}
 		if got := f.deliveryCounts(t); got != [2]int{1, 3} {
@@ -561,7 +561,7 @@ func exerciseDeliveries(t *testing.T, h StoreHarness) {
 		}
 		_, err := f.db.RetryDeadLetter(f.ctx, goneIDs[0])
 		wantCode(t, err, hourglass.CodeNotFound)
-		if dls, err := f.db.DeadLetters(f.ctx, 0, 10); err != nil || len(dls) != 1 || dls[0].ID != keptIDs[0] {
+		if dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10}); err != nil || len(dls) != 1 || dls[0].ID != keptIDs[0] {
 			t.Fatalf("dead letters after delete: %+v, %v", dls, err)
 		}
 		f.create(t, time.Minute, item("A", 1))

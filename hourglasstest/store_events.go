@@ -158,7 +158,7 @@ func exerciseEvents(t *testing.T, h StoreHarness) {
 			}
 		}
 		// What referenced the kept events still works.
-		dls, err := f.db.DeadLetters(f.ctx, 0, 10)
+		dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10})
 		if err != nil || len(dls) != 1 || dls[0].OrderID != keptDead.ID || dls[0].EventType != hourglass.EventOrderCreated {
 			t.Fatalf("dead letters after prune: %+v, %v", dls, err)
 		}

@@ -115,7 +115,7 @@ func exerciseRetention(t *testing.T, h StoreHarness) {
 		if evs := f.events(t, pinned.ID); len(evs) != 1 {
 			t.Errorf("pinned timer's events after prune: %v; want its timer.fired (a dead letter needs it)", eventTypes(evs))
 		}
-		if dls, err := f.db.DeadLetters(f.ctx, 0, 10); err != nil || len(dls) != 1 || dls[0].OrderID != pinned.ID {
+		if dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10}); err != nil || len(dls) != 1 || dls[0].OrderID != pinned.ID {
 			t.Errorf("dead letters after prune: %+v, %v; want the pinned timer's", dls, err)
 		}
 		if evs := f.events(t, order.ID); len(evs) != 1 {
@@ -157,7 +157,7 @@ func exerciseRetention(t *testing.T, h StoreHarness) {
 		trim(3, 1, 1)
 		trim(3, 1000, 1)
 		trim(3, 1000, 0)
-		dls, err := f.db.DeadLetters(f.ctx, 0, 10)
+		dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ func exerciseTimers(t *testing.T, h StoreHarness) {
 
 	exerciseTimersArm(t, setup)
 	exerciseTimersRead(t, setup)
+	exerciseTimerLists(t, setup)
 	exerciseTimersFire(t, setup)
 	exerciseTimersDue(t, setup)
 	exerciseTimersOutbox(t, h)

@@ -202,7 +202,7 @@ func exerciseTimersFire(t *testing.T, setup func(*testing.T) timerFixture) {
 		if rec, err := f.db.RecordAttempt(f.ctx, hourglass.AttemptResult{ID: dead.ID, Error: "HTTP 500"}); !rec.Recorded || err != nil {
 			t.Fatalf("record dead: %v, %v", rec.Recorded, err)
 		}
-		dls, err := f.db.DeadLetters(f.ctx, 0, 10)
+		dls, err := f.db.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10})
 		if err != nil || len(dls) != 1 || dls[0].ID != dead.ID || dls[0].OrderID != direct.ID || dls[0].EventType != hourglass.EventTimerFired || dls[0].EventID != dead.EventID {
 			t.Fatalf("dead letters %+v, %v; want delivery %d of timer %d's timer.fired", dls, err, dead.ID, direct.ID)
 		}

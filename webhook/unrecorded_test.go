@@ -174,7 +174,7 @@ func (f *fixture) subscribeURL(t *testing.T, url string) {
 func (f *fixture) deadLetter(t *testing.T) hourglass.DeadLetter {
 	t.Helper()
 	waitCounts(t, f, 0, 1)
-	dls, err := f.svc.DeadLetters(f.ctx, 0, 10)
+	dls, err := f.svc.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10})
 	if err != nil || len(dls) != 1 {
 		t.Fatalf("dead letters %+v, %v", dls, err)
 	}

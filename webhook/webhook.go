@@ -400,9 +400,10 @@ func (s *Service) DeleteWebhook(ctx context.Context, id int64) (hourglass.Webhoo
 	return w, err
 }
 
-// DeadLetters returns up to limit dead letters with id > after, by id.
-func (s *Service) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
-	return s.store.DeadLetters(ctx, after, limit)
+// DeadLetters returns up to f.Limit dead letters that match f, after its
+// cursor (hourglass.WebhookStore.DeadLetters).
+func (s *Service) DeadLetters(ctx context.Context, f hourglass.DeadLetterFilter) ([]hourglass.DeadLetter, error) {
+	return s.store.DeadLetters(ctx, f)
 }
 
 // RetryDeadLetter makes a dead letter pending again, due now, with its

@@ -415,7 +415,7 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	// The record commits just after the 4th answer.
 	testenv.Eventually(t, 10*time.Second, "a dead letter", func() bool {
 		var err error
-		if dls, err = f.svc.DeadLetters(f.ctx, 0, 10); err != nil {
+		if dls, err = f.svc.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 10}); err != nil {
 			t.Fatal(err)
 		}
 		return len(dls) != 0
@@ -605,7 +605,7 @@ func TestFailures(t *testing.T) {
 			}
 			f.order(t)
 			waitCounts(t, f, 0, 1)
-			dls, _ := f.svc.DeadLetters(f.ctx, 0, 1)
+			dls, _ := f.svc.DeadLetters(f.ctx, hourglass.DeadLetterFilter{Limit: 1})
 			if len(dls) != 1 || dls[0].Attempts != 2 || !strings.Contains(dls[0].LastError, tt.want) {
 				t.Errorf("dead letters %+v, want 2 attempts and an error with %q", dls, tt.want)
 			}

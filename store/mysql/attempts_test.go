@@ -143,7 +143,7 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 	if !res[0].Record.Recorded || !res[1].Record.Recorded || res[1].Record.Next.ID != 0 {
 		t.Fatalf("retry then dead letter: %+v, %+v; want both recorded, no next", res[0].Record, res[1].Record)
 	}
-	dls, err := s.DeadLetters(ctx, 0, 10)
+	dls, err := s.DeadLetters(ctx, hourglass.DeadLetterFilter{Limit: 10})
 	if err != nil || len(dls) != 1 || dls[0].ID != d2[1] || dls[0].Attempts != 2 || dls[0].LastError != "HTTP 410" || !dls[0].FailedAt.Equal(clock.Now()) {
 		t.Fatalf("dead letters = %+v, %v; want d2's second after 2 attempts with its error", dls, err)
 	}

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -18,29 +17,8 @@ func TestPendingDeliveriesReadByKey(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	query, args := s.PendingDeliveriesSQL([]int64{1, 2, 3, 4, 5, 6, 7, 8})
-	rows, err := s.db.QueryContext(t.Context(), "EXPLAIN "+query, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
 	found := false
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		dest := make([]any, len(cols))
-		for i := range vals {
-			dest[i] = &vals[i]
-		}
-		if err := rows.Scan(dest...); err != nil {
-			t.Fatal(err)
-		}
-		row := map[string]string{}
-		for i, c := range cols {
-			row[c] = vals[i].String
-		}
+	for _, row := range explainRows(t, s.db, query, args...) {
 		switch row["table"] {
 		case "d":
 			found = true
@@ -53,9 +31,6 @@ func TestPendingDeliveriesReadByKey(t *testing.T) {
 			}
 		}
 		t.Log(row)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if !found {
 		t.Error("no plan row for the deliveries (d)")

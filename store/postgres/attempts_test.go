@@ -103,7 +103,7 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 	if !dead.record.Recorded || dead.record.Next.ID != 0 {
 		t.Fatalf("dead letter: %+v; want recorded, no next", dead.record)
 	}
-	dls, err := s.DeadLetters(ctx, 0, 10)
+	dls, err := s.DeadLetters(ctx, hourglass.DeadLetterFilter{Limit: 10})
 	if err != nil || len(dls) != 1 || dls[0].ID != d2b || dls[0].Attempts != 2 || dls[0].LastError != "HTTP 410" || dls[0].FailedAt.IsZero() {
 		t.Fatalf("dead letters = %+v, %v; want d2b after 2 attempts with its error", dls, err)
 	}

@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
+	"github.com/hourglass/hourglass/store/internal/sqlq/sqlqtest"
 )
 
 // TestStatusListsUseIndexes: GET /v1/orders?status= and GET
@@ -48,5 +50,100 @@ SELECT 'k' || g, CASE WHEN g % 1000 = 0 THEN 'cancelled' ELSE 'fired' END, g, g,
 		if !strings.Contains(p, tc.index) || strings.Contains(p, "Seq Scan") || strings.Contains(p, tc.scanned) {
 			t.Errorf("%s: want a range of %s, not a scan of the table or of %s; plan:\n%s", tc.name, tc.index, tc.scanned, p)
 		}
+	}
+}
+
+// TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
+// combinations users run (sqlqtest.OrderListPlans) read a range of the index
+// ListOrdersSQL names for them, never the table whole, on 50,000 orders
+// analyzed so the planner chooses by their statistics.
+func TestOrderFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openForPlans(t, sqlqtest.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
+	for _, c := range sqlqtest.OrderListPlans(n) {
+		q, args := s.ListOrdersSQL(c.Filter)
+		p := explain(t, s.pool, sqlq.Rebind(q), args...)
+		if !usesIndex(p, c.Index) && (c.Alt == "" || !usesIndex(p, c.Alt)) {
+			t.Errorf("%s: want a range of %s; plan:\n%s", c.Name, c.Index, p)
+		}
+		if strings.Contains(p, "Seq Scan") || strings.Contains(p, "orders_pkey") {
+			t.Errorf("%s: the table is scanned; plan:\n%s", c.Name, p)
+		}
+		t.Logf("%s:\n%s", c.Name, p)
+	}
+}
+
+func pgConcat(a, b string) string { return a + " || " + b }
+
+// usesIndex says whether the plan p reads a range of the orders index.
+func usesIndex(p, index string) bool {
+	return strings.Contains(p, "Index Scan using "+index+" on orders") || strings.Contains(p, "Index Only Scan using "+index+" on orders") ||
+		strings.Contains(p, "Bitmap Index Scan on "+index)
+}
+
+// BenchmarkListOrders reads pages of each filter of GET /v1/orders over
+// sqlqtest.BenchOrderListSize orders (HOURGLASS_BENCH_ORDER_LIST; the
+// figures in BENCHMARKS.md are of 1,000,000).
+func BenchmarkListOrders(b *testing.B) {
+	n := sqlqtest.BenchOrderListSize(b)
+	s := openForPlans(b, sqlqtest.FillOrdersSQL(n, fmt.Sprintf("generate_series(1, %d) AS k(g)", n), pgConcat), `ANALYZE orders`)
+	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
+}
+
+// TestTimerFiltersUseIndexes: every filter of GET /v1/timers and the
+// combinations users run (sqlqtest.TimerListPlans) read a range of the
+// index Timers names for them, never the table whole, on 50,000 timers.
+func TestTimerFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openForPlans(t, sqlqtest.FillTimersSQL(fmt.Sprintf("generate_series(1, %d) AS k(g)", n), "key", `'\x00'::bytea`, pgConcat), `ANALYZE timers`)
+	for _, c := range sqlqtest.TimerListPlans(n) {
+		q, args, err := s.TimersSQL(c.Filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := explain(t, s.pool, sqlq.Rebind(q), args...)
+		index := c.Index
+		if c.Key {
+			index = "timers_key_key"
+		}
+		uses := func(index string) bool {
+			return strings.Contains(p, "Index Scan using "+index+" on timers") || strings.Contains(p, "Index Only Scan using "+index+" on timers") ||
+				strings.Contains(p, "Bitmap Index Scan on "+index)
+		}
+		if !uses(index) && (c.Alt == "" || !uses(c.Alt)) {
+			t.Errorf("%s: want a range of %s; plan:\n%s", c.Name, index, p)
+		}
+		if strings.Contains(p, "Seq Scan") || strings.Contains(p, "timers_pkey") {
+			t.Errorf("%s: the table is scanned; plan:\n%s", c.Name, p)
+		}
+		t.Logf("%s:\n%s", c.Name, p)
+	}
+}
+
+// TestDeadLetterFiltersUseIndexes: every filter of GET /v1/deadletters and
+// the combinations users run (sqlqtest.DeadLetterListPlans) read a range of
+// the dead-letter index DeadLettersSQL names for them and each one's event
+// by its key, never a table whole, beside 45,000 pending deliveries.
+func TestDeadLetterFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	setup := sqlqtest.FillDeadLettersSQL(n, func(k int) string { return fmt.Sprintf("generate_series(1, %d) AS k(g)", k) }, pgConcat)
+	s := openForPlans(t, append(setup, `ANALYZE webhooks`, `ANALYZE events`, `ANALYZE webhook_deliveries`)...)
+	for _, c := range sqlqtest.DeadLetterListPlans(n) {
+		q, args := s.DeadLettersSQL(c.Filter)
+		p := explain(t, s.pool, sqlq.Rebind(q), args...)
+		uses := func(index string) bool {
+			return index != "" && (strings.Contains(p, "Index Scan using "+index+" on webhook_deliveries") ||
+				strings.Contains(p, "Index Only Scan using "+index+" on webhook_deliveries") || strings.Contains(p, "Bitmap Index Scan on "+index))
+		}
+		if !uses(c.Index) && !uses(c.Alt) {
+			t.Errorf("%s: want a range of %s; plan:\n%s", c.Name, c.Index, p)
+		}
+		if strings.Contains(p, "Seq Scan") || strings.Contains(p, "webhook_deliveries_pkey") || strings.Contains(p, "webhook_deliveries_due") {
+			t.Errorf("%s: a table, or every delivery, is scanned; plan:\n%s", c.Name, p)
+		}
+		t.Logf("%s:\n%s", c.Name, p)
 	}
 }

@@ -90,26 +90,7 @@ func TestConnQuerier(t *testing.T) {
 func TestPendingDeliveriesReadByKey(t *testing.T) {
 	s := openAt(t, nil)
 	query, args := s.PendingDeliveriesSQL([]int64{1, 2, 3, 4, 5, 6, 7, 8})
-	var plan []string
-	err := s.read(t.Context(), func(conn *sqlite.Conn) error {
-		rows, err := connQuerier{conn}.Query(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var id, parent, unused int64
-		var detail string
-		for rows.Next() {
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				return err
-			}
-			plan = append(plan, detail)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := queryPlan(t, s, query, args...)
 	got := strings.Join(plan, "\n")
 	if !strings.Contains(got, "SEARCH d USING INTEGER PRIMARY KEY") || strings.Contains(got, "webhook_deliveries_due") {
 		t.Errorf("the deliveries are not read by their primary key:\n%s", got)

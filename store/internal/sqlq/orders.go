@@ -3,6 +3,8 @@ package sqlq
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,28 +112,194 @@ func (s *Store) ListOrders(ctx context.Context, f hourglass.OrderFilter) ([]hour
 }
 
 // ListOrdersSQL is ListOrders' statement and arguments (exported for the
-// stores' plan tests). A status reads its range of the orders_status_id
-// index in id order; closed is two such ranges merged: closed orders, and
-// pending ones past their deadline (which the engine is about to close).
+// stores' plan tests). Every filter reads a range of an index in the list's
+// order, so a page costs its size whatever the table's:
+//
+//   - a user's orders: orders_user_id (user_id, id), the user's rows, the
+//     other filters checked on them and, ordered by a time, sorted (a
+//     user's orders are few);
+//   - a status: its range of orders_status_id (status, id) in id order, of
+//     orders_status_deadline (status, deadline, id) by deadline, of
+//     orders_status_created (status, created_at, id) by creation time;
+//     closed is two such ranges merged, closed orders and pending ones past
+//     their deadline (which the engine is about to close);
+//   - a time range and no status: the ranges of that index for every
+//     status, merged (each reads at most a page);
+//   - a deadline and a creation range: the narrower range's index (an
+//     open range is the widest), the other range checked on the way, and
+//     sorted by deadline when that is the creation range;
+//   - nothing: the primary key.
 func (s *Store) ListOrdersSQL(f hourglass.OrderFilter) (string, []any) {
 	nowMs := hourglass.UnixMilli(f.Now)
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	byStatus := `SELECT ` + OrderColumns + ` FROM ` + s.d.From("orders", "orders_status_id") + ` WHERE `
+	sort := f.Sort()
+	col, index := "id", "orders_status_id"
+	switch sort {
+	case hourglass.OrderByDeadline:
+		col, index = "deadline", "orders_status_deadline"
+	case hourglass.OrderByCreated:
+		col, index = "created_at", "orders_status_created"
+	}
+	if sort == hourglass.OrderByDeadline && (!f.CreatedFrom.IsZero() || !f.CreatedBefore.IsZero()) &&
+		span(f.CreatedFrom, f.CreatedBefore) < span(f.DeadlineFrom, f.DeadlineBefore) {
+		// Both ranges: the narrower one is read, the other checked on the
+		// way. Read by deadline, a narrow creation range would be found
+		// quickly and then the deadline range read on to its end for a
+		// match that never comes; read by creation time, the orders of the
+		// range are sorted by deadline instead (a range's worth at most).
+		index = "orders_status_created"
+	}
+	// The deadline as the arms compare and sort it: read through the
+	// creation range, "deadline + 0", which no index serves, so that a
+	// planner that chooses (PostgreSQL's, which counts the two ranges as
+	// independent) does not walk the deadline index instead.
+	deadline := "deadline"
+	if sort == hourglass.OrderByDeadline && index == "orders_status_created" {
+		deadline = "deadline + 0"
+	}
+	orderBy := ` ORDER BY id LIMIT ?`
+	if col != "id" {
+		orderBy = ` ORDER BY ` + col + `, id LIMIT ?`
+	}
+	armOrderBy := strings.Replace(orderBy, "deadline", deadline, 1)
+
+	// The conditions every arm shares: the ranges, the user, the cursor.
+	var (
+		common []string
+		args   []any
+	)
+	bound := func(col, op string, t time.Time) {
+		if !t.IsZero() {
+			common = append(common, col+` `+op+` ?`)
+			args = append(args, ceilMilli(t))
+		}
+	}
+	bound(deadline, ">=", fromCursor(f.DeadlineFrom, sort == hourglass.OrderByDeadline && f.After != 0, f.AfterAt))
+	bound(deadline, "<", f.DeadlineBefore)
+	bound("created_at", ">=", fromCursor(f.CreatedFrom, sort == hourglass.OrderByCreated && f.After != 0, f.AfterAt))
+	bound("created_at", "<", f.CreatedBefore)
+	if f.UserID != "" {
+		common = append(common, `user_id = ?`)
+		args = append(args, f.UserID)
+	}
+	if f.After != 0 {
+		if col == "id" {
+			common = append(common, `id > ?`)
+			args = append(args, f.After)
+		} else {
+			cond, a := s.keysetAfter(strings.Replace(col, "deadline", deadline, 1), "id", hourglass.UnixMilli(f.AfterAt), f.After)
+			common = append(common, cond)
+			args = append(args, a...)
+		}
+	}
+
+	// The arms: a stored status each, with the deadline bound that makes
+	// it the view's status.
+	type arm struct {
+		cond string
+		args []any
+	}
+	var arms []arm
 	switch f.Status {
 	case "":
-		return `SELECT ` + OrderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`, []any{f.After, limit}
+		if sort != hourglass.OrderByID && f.UserID == "" {
+			for _, st := range hourglass.States() {
+				arms = append(arms, arm{`status = ?`, []any{string(st)}})
+			}
+		}
 	case hourglass.StatePendingPayment:
-		return byStatus + `status = 'pending_payment' AND id > ? AND deadline > ? ORDER BY id LIMIT ?`, []any{f.After, nowMs, limit}
+		arms = []arm{{`status = 'pending_payment' AND deadline > ?`, []any{nowMs}}}
 	case hourglass.StateClosed:
-		return `SELECT * FROM (SELECT * FROM (` + byStatus + `status = 'closed' AND id > ? ORDER BY id LIMIT ?) c
-UNION ALL SELECT * FROM (` + byStatus + `status = 'pending_payment' AND id > ? AND deadline <= ? ORDER BY id LIMIT ?) p) o
-ORDER BY id LIMIT ?`, []any{f.After, limit, f.After, nowMs, limit, limit}
+		arms = []arm{{`status = 'closed'`, nil}, {`status = 'pending_payment' AND deadline <= ?`, []any{nowMs}}}
 	default:
-		return byStatus + `status = ? AND id > ? ORDER BY id LIMIT ?`, []any{string(f.Status), f.After, limit}
+		arms = []arm{{`status = ?`, []any{string(f.Status)}}}
 	}
+
+	where := func(cond string, condArgs []any) (string, []any) {
+		conds := common
+		if cond != "" {
+			conds = append([]string{cond}, common...)
+		}
+		a := append(append(append([]any(nil), condArgs...), args...), limit)
+		if len(conds) == 0 {
+			return armOrderBy, a
+		}
+		return ` WHERE ` + strings.Join(conds, ` AND `) + armOrderBy, a
+	}
+	sel := `SELECT ` + OrderColumns + ` FROM `
+	switch {
+	case f.UserID != "":
+		var cond []string
+		var condArgs []any
+		for _, a := range arms {
+			cond = append(cond, `(`+a.cond+`)`)
+			condArgs = append(condArgs, a.args...)
+		}
+		c := ""
+		if len(cond) > 0 {
+			c = `(` + strings.Join(cond, ` OR `) + `)`
+		}
+		w, a := where(c, condArgs)
+		return sel + s.d.From("orders", "orders_user_id") + w, a
+	case len(arms) == 0:
+		w, a := where("", nil)
+		return sel + `orders` + w, a
+	case len(arms) == 1:
+		w, a := where(arms[0].cond, arms[0].args)
+		return sel + s.d.From("orders", index) + w, a
+	}
+	var (
+		parts   []string
+		allArgs []any
+	)
+	for i, ar := range arms {
+		w, a := where(ar.cond, ar.args)
+		parts = append(parts, `SELECT * FROM (`+sel+s.d.From("orders", index)+w+`) a`+strconv.Itoa(i))
+		allArgs = append(allArgs, a...)
+	}
+	return `SELECT * FROM (` + strings.Join(parts, "\nUNION ALL ") + `) o` + orderBy, append(allArgs, limit)
+}
+
+// span is the length of the range [from, before), a zero bound open: the
+// longest duration when either is.
+func span(from, before time.Time) time.Duration {
+	if from.IsZero() || before.IsZero() {
+		return math.MaxInt64
+	}
+	return max(before.Sub(from), 0)
+}
+
+// keysetAfter is Dialect.After's "(col, idCol) > (at, id)" with "col >=
+// at" beside it: SQLite's form of After (an OR) bounds no index range, and
+// a list's later pages read from the start of their range up to the
+// cursor without it (page 64 of a deadline_before list: 6 ms, not 1).
+func (s *Store) keysetAfter(col, idCol string, at, id int64) (string, []any) {
+	cond, args := s.d.After(col, idCol, at, id)
+	return col + ` >= ? AND ` + cond, append([]any{at}, args...)
+}
+
+// fromCursor is a range's start from, or none when a cursor (set, at at)
+// at or after it starts the range (keysetAfter's "col >= at"): a planner
+// given two lower bounds may seek to the range's start instead.
+func fromCursor(from time.Time, set bool, at time.Time) time.Time {
+	if set && !at.Before(from) {
+		return time.Time{}
+	}
+	return from
+}
+
+// ceilMilli is t in unix ms rounded up: a stored time in ms is at or after
+// t exactly when it is at or after ceilMilli(t), and before t exactly when
+// it is before ceilMilli(t).
+func ceilMilli(t time.Time) int64 {
+	ms := hourglass.UnixMilli(t)
+	if hourglass.FromUnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }
 
 // due reads a page of (id, time) rows of PendingDue's shape (TimersDue's

@@ -3,6 +3,9 @@ package sqlq
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
@@ -77,8 +80,11 @@ func (s *Store) Timer(ctx context.Context, key string) (hourglass.Timer, error) 
 
 // Timers implements hourglass.TimerStore: one range of the key's unique
 // index, in the keys' bytewise order, or of timers_status_key when
-// f.Status is set. Errors: invalid_argument (a status that is not one, a
-// limit under 1), unavailable.
+// f.Status is set (a prefix narrows the range); ordered by fire time, a
+// range of timers_status_fire_at for the status, or for each status
+// merged, or with a prefix and an open fire range the prefix's range of
+// timers_status_key sorted by fire time. Errors: invalid_argument (a status that is not one, a limit
+// under 1), unavailable.
 func (s *Store) Timers(ctx context.Context, f hourglass.TimerFilter) ([]hourglass.Timer, error) {
 	query, args, err := s.TimersSQL(f)
 	if err != nil {
@@ -109,12 +115,67 @@ func (s *Store) TimersSQL(f hourglass.TimerFilter) (string, []any, error) {
 		return "", nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "limit: must be positive, got %d", f.Limit)
 	}
 	k := s.d.TimerKey
-	if f.Status == "" {
-		return `SELECT ` + s.timerColumns() + ` FROM timers WHERE ` + k + ` > ? ORDER BY ` + k + ` LIMIT ?`,
-			[]any{s.keyArg(f.After), f.Limit}, nil
+	var (
+		conds []string
+		args  []any
+	)
+	if f.Prefix != "" {
+		// A key is of bytes below 0x7f (ValidateTimerKey): the keys that
+		// start with the prefix are [prefix, prefix + 0x7f).
+		conds = append(conds, k+` >= ?`, k+` < ?`)
+		args = append(args, s.keyArg(f.Prefix), s.keyArg(f.Prefix+"\x7f"))
 	}
-	return `SELECT ` + s.timerColumns() + ` FROM ` + s.d.From("timers", "timers_status_key") + ` WHERE status = ? AND ` + k + ` > ? ORDER BY ` + k + ` LIMIT ?`,
-		[]any{string(f.Status), s.keyArg(f.After), f.Limit}, nil
+	if !f.ByFireAt() {
+		conds = append(conds, k+` > ?`)
+		args = append(args, s.keyArg(f.After))
+		from := `timers`
+		if f.Status != "" {
+			from = s.d.From("timers", "timers_status_key")
+			conds = append([]string{`status = ?`}, conds...)
+			args = append([]any{string(f.Status)}, args...)
+		}
+		return `SELECT ` + s.timerColumns() + ` FROM ` + from + ` WHERE ` + strings.Join(conds, ` AND `) + ` ORDER BY ` + k + ` LIMIT ?`,
+			append(args, f.Limit), nil
+	}
+	for _, b := range []struct {
+		op string
+		t  time.Time
+	}{{">=", fromCursor(f.FireFrom, f.AfterID != 0, f.AfterFireAt)}, {"<", f.FireBefore}} {
+		if !b.t.IsZero() {
+			conds = append(conds, `fire_at `+b.op+` ?`)
+			args = append(args, ceilMilli(b.t))
+		}
+	}
+	if f.AfterID != 0 {
+		cond, a := s.keysetAfter("fire_at", "id", hourglass.UnixMilli(f.AfterFireAt), f.AfterID)
+		conds = append(conds, cond)
+		args = append(args, a...)
+	}
+	// A prefix and an open fire range: the prefix's keys are read, sorted
+	// by fire time, rather than the fire range to its end for a prefix
+	// whose timers may all have been listed.
+	index := "timers_status_fire_at"
+	if f.Prefix != "" && (f.FireFrom.IsZero() || f.FireBefore.IsZero()) {
+		index = "timers_status_key"
+	}
+	statuses := []hourglass.TimerStatus{f.Status}
+	if f.Status == "" {
+		statuses = []hourglass.TimerStatus{hourglass.TimerScheduled, hourglass.TimerFired, hourglass.TimerCancelled}
+	}
+	var (
+		parts   []string
+		allArgs []any
+	)
+	for i, st := range statuses {
+		arm := `SELECT ` + s.timerColumns() + ` FROM ` + s.d.From("timers", index) + ` WHERE status = ? AND ` +
+			strings.Join(conds, ` AND `) + ` ORDER BY fire_at, id LIMIT ?`
+		if len(statuses) == 1 {
+			return arm, append(append([]any{string(st)}, args...), f.Limit), nil
+		}
+		parts = append(parts, `SELECT * FROM (`+arm+`) a`+strconv.Itoa(i))
+		allArgs = append(append(append(allArgs, string(st)), args...), f.Limit)
+	}
+	return `SELECT * FROM (` + strings.Join(parts, "\nUNION ALL ") + `) t ORDER BY fire_at, id LIMIT ?`, append(allArgs, f.Limit), nil
 }
 
 // TimersDue implements hourglass.TimerStore: one range of the (status,

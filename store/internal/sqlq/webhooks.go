@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
@@ -240,8 +242,16 @@ func deadLetterDest(dl *hourglass.DeadLetter) ([]any, func()) {
 	}
 }
 
-// DeadLetters implements hourglass.WebhookStore.
-func (s *Store) DeadLetters(ctx context.Context, after int64, limit int) ([]hourglass.DeadLetter, error) {
+// DeadLetters implements hourglass.WebhookStore. Dead letters are read
+// through indexes of dead deliveries only (partial where the store has
+// them), so pending deliveries, however many, are not read past:
+// webhook_deliveries_dead_id in id order, webhook_deliveries_dead_webhook
+// for a webhook's, webhook_deliveries_dead_failed for a failure range (a
+// webhook and a range open on one side: the webhook's, sorted). An event
+// type is checked on the way, through the event's primary key: at most the
+// dead letters retention keeps are read for a rare one.
+func (s *Store) DeadLetters(ctx context.Context, f hourglass.DeadLetterFilter) ([]hourglass.DeadLetter, error) {
+	query, args := s.DeadLettersSQL(f)
 	var (
 		out        []hourglass.DeadLetter
 		dl         hourglass.DeadLetter
@@ -249,14 +259,60 @@ func (s *Store) DeadLetters(ctx context.Context, after int64, limit int) ([]hour
 	)
 	err := s.read(ctx, "list dead letters", func(x q) error {
 		out = out[:0]
-		return x.each(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
-WHERE d.state = 'dead' AND d.id > ? ORDER BY d.id LIMIT ?`, []any{after, max(limit, 0)}, dest, func() error {
+		return x.each(ctx, query, args, dest, func() error {
 			done()
 			out = append(out, dl)
 			return nil
 		})
 	})
 	return out, err
+}
+
+// DeadLettersSQL is DeadLetters' statement and arguments (exported for the
+// stores' plan tests).
+func (s *Store) DeadLettersSQL(f hourglass.DeadLetterFilter) (string, []any) {
+	var (
+		conds = []string{`d.state = 'dead'`}
+		args  []any
+	)
+	index, orderBy := "webhook_deliveries_dead_id", ` ORDER BY d.id LIMIT ?`
+	if f.ByFailedAt() {
+		index, orderBy = "webhook_deliveries_dead_failed", ` ORDER BY d.failed_at, d.id LIMIT ?`
+		if f.WebhookID != 0 && (f.FailedFrom.IsZero() || f.FailedBefore.IsZero()) {
+			index = "webhook_deliveries_dead_webhook"
+		}
+	} else if f.WebhookID != 0 {
+		index = "webhook_deliveries_dead_webhook"
+	}
+	if f.WebhookID != 0 {
+		conds = append(conds, `d.webhook_id = ?`)
+		args = append(args, f.WebhookID)
+	}
+	for _, b := range []struct {
+		op string
+		t  time.Time
+	}{{">=", fromCursor(f.FailedFrom, f.After != 0 && f.ByFailedAt(), f.AfterFailedAt)}, {"<", f.FailedBefore}} {
+		if !b.t.IsZero() {
+			conds = append(conds, `d.failed_at `+b.op+` ?`)
+			args = append(args, ceilMilli(b.t))
+		}
+	}
+	if f.After != 0 {
+		if f.ByFailedAt() {
+			cond, a := s.keysetAfter("d.failed_at", "d.id", hourglass.UnixMilli(f.AfterFailedAt), f.After)
+			conds = append(conds, cond)
+			args = append(args, a...)
+		} else {
+			conds = append(conds, `d.id > ?`)
+			args = append(args, f.After)
+		}
+	}
+	if f.EventType != "" {
+		conds = append(conds, `e.type = ?`)
+		args = append(args, string(f.EventType))
+	}
+	return `SELECT ` + deadLetterColumns + ` FROM ` + s.d.From("webhook_deliveries d", index) + ` JOIN events e ON e.seq = d.event_seq
+WHERE ` + strings.Join(conds, ` AND `) + orderBy, append(args, max(f.Limit, 0))
 }
 
 // RetryDeadLetter implements hourglass.WebhookStore: a compare-and-set from

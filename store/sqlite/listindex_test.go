@@ -1,0 +1,185 @@
+package sqlite
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/store/internal/sqlq/sqlqtest"
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
+)
+
+// TestOrderFiltersUseIndexes: every filter of GET /v1/orders and the
+// combinations users run (sqlqtest.OrderListPlans) search a range of the index
+// ListOrdersSQL names for them (EXPLAIN QUERY PLAN), never scan the orders
+// table or an index whole, on 50,000 orders.
+func TestOrderFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openAt(t, nil)
+	fillOrders(t, s, n)
+	for _, c := range sqlqtest.OrderListPlans(n) {
+		q, args := s.ListOrdersSQL(c.Filter)
+		plan := queryPlan(t, s, q, args...)
+		searches := 0
+		for _, line := range plan {
+			if !strings.HasPrefix(line, "SEARCH orders") && !strings.HasPrefix(line, "SCAN orders") {
+				continue // the merge of a union's arms, a page each at most
+			}
+			searches++
+			if !strings.HasPrefix(line, "SEARCH orders USING INDEX "+c.Index+" (") && !strings.HasPrefix(line, "SEARCH orders USING COVERING INDEX "+c.Index+" (") {
+				t.Errorf("%s: %q, want a search of a range of %s", c.Name, line, c.Index)
+			}
+		}
+		if searches == 0 {
+			t.Errorf("%s: the plan reads no orders:\n%s", c.Name, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}
+
+// fillOrders fills orders with n rows as sqlqtest.OrderListPlans describes,
+// and analyzes it.
+func fillOrders(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	numbers := fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, n)
+	err := s.write(tb.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		if err := sqlitex.ExecuteTransient(conn, sqlqtest.FillOrdersSQL(n, numbers, func(a, b string) string { return a + " || " + b }), nil); err != nil {
+			return err
+		}
+		return sqlitex.ExecuteTransient(conn, `ANALYZE orders`, nil)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// queryPlan returns the details of EXPLAIN QUERY PLAN query, a line each.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	var plan []string
+	err := s.read(t.Context(), func(conn *sqlite.Conn) error {
+		rows, err := connQuerier{conn}.Query(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var id, parent, unused int64
+		var detail string
+		for rows.Next() {
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				return err
+			}
+			plan = append(plan, detail)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// BenchmarkListOrders reads pages of each filter of GET /v1/orders over
+// sqlqtest.BenchOrderListSize orders (HOURGLASS_BENCH_ORDER_LIST; the
+// figures in BENCHMARKS.md are of 1,000,000).
+func BenchmarkListOrders(b *testing.B) {
+	n := sqlqtest.BenchOrderListSize(b)
+	s := openAt(b, nil)
+	fillOrders(b, s, n)
+	sqlqtest.BenchOrderLists(b, n, s.ListOrders)
+}
+
+// TestTimerFiltersUseIndexes: every filter of GET /v1/timers and the
+// combinations users run (sqlqtest.TimerListPlans) search a range of the
+// index Timers names for them, never scan the timers table or an index
+// whole, on 50,000 timers.
+func TestTimerFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openAt(t, nil)
+	numbers := fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, n)
+	err := s.write(t.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		if err := sqlitex.ExecuteTransient(conn, sqlqtest.FillTimersSQL(numbers, "key", "X'00'", func(a, b string) string { return a + " || " + b }), nil); err != nil {
+			return err
+		}
+		return sqlitex.ExecuteTransient(conn, `ANALYZE timers`, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sqlqtest.TimerListPlans(n) {
+		q, args, err := s.TimersSQL(c.Filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index := c.Index
+		if c.Key {
+			index = "sqlite_autoindex_timers_1"
+		}
+		plan := queryPlan(t, s, q, args...)
+		searches := 0
+		for _, line := range plan {
+			if !strings.HasPrefix(line, "SEARCH timers") && !strings.HasPrefix(line, "SCAN timers") {
+				continue
+			}
+			searches++
+			if !strings.HasPrefix(line, "SEARCH timers USING INDEX "+index+" (") && !strings.HasPrefix(line, "SEARCH timers USING COVERING INDEX "+index+" (") {
+				t.Errorf("%s: %q, want a search of a range of %s", c.Name, line, index)
+			}
+		}
+		if searches == 0 {
+			t.Errorf("%s: the plan reads no timers:\n%s", c.Name, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}
+
+// TestDeadLetterFiltersUseIndexes: every filter of GET /v1/deadletters and
+// the combinations users run (sqlqtest.DeadLetterListPlans) search a range
+// of the dead-letter index DeadLettersSQL names for them and each one's
+// event by its key, beside 45,000 pending deliveries.
+func TestDeadLetterFiltersUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 50000
+	s := openAt(t, nil)
+	numbers := func(k int) string {
+		return fmt.Sprintf(`(WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < %d) SELECT g FROM k) k`, k)
+	}
+	err := s.write(t.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		for _, q := range append(sqlqtest.FillDeadLettersSQL(n, numbers, func(a, b string) string { return a + " || " + b }), `ANALYZE`) {
+			if err := sqlitex.ExecuteTransient(conn, q, nil); err != nil {
+				return fmt.Errorf("%.60s…: %w", q, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sqlqtest.DeadLetterListPlans(n) {
+		q, args := s.DeadLettersSQL(c.Filter)
+		plan := queryPlan(t, s, q, args...)
+		read := false
+		for _, line := range plan {
+			switch {
+			case strings.HasPrefix(line, "SEARCH d ") || strings.HasPrefix(line, "SCAN d"):
+				read = true
+				if !strings.HasPrefix(line, "SEARCH d USING INDEX "+c.Index+" (") && !strings.HasPrefix(line, "SEARCH d USING COVERING INDEX "+c.Index+" (") &&
+					line != "SCAN d USING INDEX "+c.Index && line != "SCAN d USING COVERING INDEX "+c.Index {
+					t.Errorf("%s: %q, want a range of %s", c.Name, line, c.Index)
+				}
+			case strings.HasPrefix(line, "SEARCH e ") || strings.HasPrefix(line, "SCAN e"):
+				if !strings.HasPrefix(line, "SEARCH e USING INTEGER PRIMARY KEY") {
+					t.Errorf("%s: %q, want each event by its key", c.Name, line)
+				}
+			}
+		}
+		if !read {
+			t.Errorf("%s: the plan reads no deliveries:\n%s", c.Name, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}
