@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -23,12 +24,19 @@ import (
 //
 // A statement that returns nothing is not sent on its own: txn queues it
 // and sends it in one pipeline (pgx.Batch) with the next statement whose
-// answer the algorithm needs, or with the COMMIT. So a batch of closes is
-// three round trips (BEGIN and the orders' locks; the products' locks and
-// now; the writes and COMMIT), a batch of creates two (BEGIN, the drawn
-// order ids, the products' locks and now; the writes and COMMIT), whatever
-// their number. What is left for one round trip per batch is the lock
-// phase: the products to lock follow from the orders locked.
+// answer the algorithm needs, or with the COMMIT; now, the policy and the
+// subscriptions are read at the end of each lock's pipeline, so Snapshot
+// costs no round trip. A batch of closes or payments is two round trips
+// (BEGIN, the orders' locks, the products' locks and now; the writes and
+// COMMIT), a batch of creates two (BEGIN, the drawn order ids, the
+// products' locks and now; the writes and COMMIT), whatever their number.
+// Creating timers, idempotency keys, pinned webhooks and delivery attempts
+// add a round trip each. PostgreSQL's own statements, beyond one a method:
+// LockOrders also locks the products the batch will ask for (one round
+// trip less for every batch that pays, cancels or closes), and the events
+// are one statement with their deliveries (eventsSQL). What is left for one
+// round trip per batch: the timers' locks and ids, the keys' reads and the
+// attempts' reads in the lock pipeline.
 
 // submit queues o in its lane and waits for its result. Once queued, an
 // op runs even if its ctx ends while it waits, unless its batch has not
@@ -86,8 +94,13 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*batch.Op) (int
 	for _, o := range ops {
 		if o.Kind == batch.Create {
 			t.creates++
+			for _, it := range o.Create.Items {
+				t.skus = append(t.skus, it.SKU)
+			}
 		}
 	}
+	slices.Sort(t.skus)
+	t.skus = slices.Compact(t.skus)
 	out, err := batch.Run(ctx, s.batchConfig(), t, ops)
 	if err != nil {
 		return 0, err
@@ -127,8 +140,13 @@ type txn struct {
 	// creates; those refused leave gaps, as a rolled back insert does).
 	creates int
 	ids     []int64
-	queued  []stmt          // statements that return nothing, not yet sent
-	snap    *batch.Snapshot // read after the latest lock, if any
+	// skus are the SKUs the batch's creates name, sorted: LockOrders locks
+	// them with the products of the pending orders it locked (locked).
+	skus   []string
+	locked plan.Stock
+	asked  map[string]bool // the SKUs whose products locked holds, if they exist
+	queued []stmt          // statements that return nothing, not yet sent
+	snap   *batch.Snapshot // read after the latest lock, if any
 	// events are InsertEvents', sent with their deliveries (eventsSQL) in
 	// the next pipeline but LockWebhooks'; mode is each one's fan-out.
 	events []*batch.Event
@@ -286,9 +304,15 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 	return stored, err
 }
 
+// LockOrders locks the orders and, in the same pipeline, the products the
+// batch will ask LockProducts for (of the pending orders among them and of
+// the creates: pendingProductsLockSQL), in SKU order: the lock phase of a
+// batch of closes or payments is one round trip.
 func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
 	var out []hourglass.Order
-	err := t.lockRead(ctx, stmt{name: "lock orders", sql: `SELECT ` + orderColumns + ` FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
+	stock := plan.Stock{}
+	t.snap = nil
+	err := t.send(ctx, false, stmt{name: "lock orders", sql: `SELECT ` + orderColumns + ` FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
 		args: []any{ids}, read: func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {
@@ -296,8 +320,45 @@ func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, e
 			}
 			out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanOrder(row) })
 			return err
-		}})
-	return out, err
+		}}, t.lockProducts(pendingProductsLockSQL, []any{ids, t.skus}, stock), t.snapshotStmt())
+	if err != nil {
+		return nil, err
+	}
+	t.locked, t.asked = stock, make(map[string]bool, len(stock))
+	for _, sku := range t.skus {
+		t.asked[sku] = true
+	}
+	for _, o := range out {
+		if o.Status == hourglass.StatePendingPayment {
+			for _, it := range o.Items {
+				t.asked[it.SKU] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// pendingProductsLockSQL is productsLockSQL of the SKUs of the pending
+// orders of $1 (locked by the statement before) and of $2, sorted
+// bytewise (COLLATE "C", the products' key's order).
+const pendingProductsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest(ARRAY(SELECT s.sku FROM (
+	SELECT i->>'sku' AS sku FROM orders o CROSS JOIN LATERAL jsonb_array_elements(o.items::jsonb) AS i
+	WHERE o.id = ANY($1::bigint[]) AND (o.status = 'pending_payment') IS TRUE
+	UNION SELECT unnest($2::text[])) AS s ORDER BY s.sku COLLATE "C")) AS k(sku)
+CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
+
+// lockProducts is a statement of productsLockSQL's columns, read into
+// stock.
+func (t *txn) lockProducts(sql string, args []any, stock plan.Stock) stmt {
+	var (
+		sku string
+		p   plan.Product
+	)
+	return query("lock products", sql, args, []any{&sku, &p.Category, &p.Available, &p.Reserved, &p.Sold}, func() error {
+		cp := p
+		stock[sku] = &cp
+		return nil
+	})
 }
 
 // productsLockSQL locks the batch's product rows in SKU order: $1 is
@@ -310,18 +371,19 @@ func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, e
 const productsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest($1::text[]) AS k(sku)
 CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
 
+// LockProducts answers from the products LockOrders locked when they
+// cover skus (they do, unless no order was locked), else locks them.
 func (t *txn) LockProducts(ctx context.Context, skus []string) (plan.Stock, error) {
 	stock := plan.Stock{}
-	var (
-		sku string
-		p   plan.Product
-	)
-	err := t.lockRead(ctx, query("lock products", productsLockSQL, []any{skus}, []any{&sku, &p.Category, &p.Available, &p.Reserved, &p.Sold}, func() error {
-		cp := p
-		stock[sku] = &cp
-		return nil
-	}))
-	return stock, err
+	if t.locked != nil && !slices.ContainsFunc(skus, func(sku string) bool { return !t.asked[sku] }) {
+		for _, sku := range skus {
+			if p := t.locked[sku]; p != nil {
+				stock[sku] = p
+			}
+		}
+		return stock, nil
+	}
+	return stock, t.lockRead(ctx, t.lockProducts(productsLockSQL, []any{skus}, stock))
 }
 
 func (t *txn) lockTimers(ctx context.Context, where string, arg any) ([]*batch.Timer, error) {
