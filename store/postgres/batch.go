@@ -26,15 +26,15 @@ import (
 // and sends it in one pipeline (pgx.Batch) with the next statement whose
 // answer the algorithm needs, or with the COMMIT; now, the policy and the
 // subscriptions are read at the end of each lock's pipeline, so Snapshot
-// costs no round trip. A batch of closes or payments is two round trips
-// (BEGIN, the orders' locks, the products' locks and now; the writes and
-// COMMIT), a batch of creates two (BEGIN, the drawn order ids, the
-// products' locks and now; the writes and COMMIT), whatever their number.
+// costs no round trip. A batch of a few payments or closes is two round
+// trips (BEGIN, the orders' locks, the products' locks and now; the writes
+// and COMMIT), a batch of creates two (BEGIN, the drawn order ids, the
+// products' locks and now; the writes and COMMIT); a batch of more than
+// prelockOrders orders locks its products in a round trip of their own.
 // Creating timers, idempotency keys, pinned webhooks and delivery attempts
 // add a round trip each. PostgreSQL's own statements, beyond one a method:
-// LockOrders also locks the products the batch will ask for (one round
-// trip less for every batch that pays, cancels or closes), and the events
-// are one statement with their deliveries (eventsSQL). What is left for one
+// LockOrders also locks the products of a few orders, and the events are
+// one statement with their deliveries (eventsSQL). What is left for one
 // round trip per batch: the timers' locks and ids, the keys' reads and the
 // attempts' reads in the lock pipeline.
 
@@ -304,15 +304,14 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 	return stored, err
 }
 
-// LockOrders locks the orders and, in the same pipeline, the products the
-// batch will ask LockProducts for (of the pending orders among them and of
-// the creates: pendingProductsLockSQL), in SKU order: the lock phase of a
-// batch of closes or payments is one round trip.
+// LockOrders locks the orders and, when they are at most prelockOrders,
+// in the same pipeline the products the batch will ask LockProducts for
+// (of the pending orders among them and of the creates:
+// pendingProductsLockSQL), in SKU order: the lock phase of a batch of a few
+// payments or closes is one round trip.
 func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
 	var out []hourglass.Order
-	stock := plan.Stock{}
-	t.snap = nil
-	err := t.send(ctx, false, stmt{name: "lock orders", sql: `SELECT ` + orderColumns + ` FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
+	reads := []stmt{{name: "lock orders", sql: `SELECT ` + orderColumns + ` FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
 		args: []any{ids}, read: func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {
@@ -320,9 +319,18 @@ func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, e
 			}
 			out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanOrder(row) })
 			return err
-		}}, t.lockProducts(pendingProductsLockSQL, []any{ids, t.skus}, stock), t.snapshotStmt())
-	if err != nil {
+		}}}
+	var stock plan.Stock
+	if len(ids) <= prelockOrders {
+		stock = plan.Stock{}
+		reads = append(reads, t.lockProducts(pendingProductsLockSQL, []any{ids, t.skus}, stock))
+	}
+	t.snap = nil
+	if err := t.send(ctx, false, append(reads, t.snapshotStmt())...); err != nil {
 		return nil, err
+	}
+	if stock == nil {
+		return out, nil
 	}
 	t.locked, t.asked = stock, make(map[string]bool, len(stock))
 	for _, sku := range t.skus {
@@ -338,11 +346,17 @@ func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, e
 	return out, nil
 }
 
+// prelockOrders is the most orders whose products LockOrders locks:
+// reading their SKUs from the items in SQL cost 1 ms of server time for 512
+// orders (against 0.45 ms to lock the SKUs listed), more than a round trip
+// on a quiet machine, and a batch that large is worth two.
+const prelockOrders = 64
+
 // pendingProductsLockSQL is productsLockSQL of the SKUs of the pending
 // orders of $1 (locked by the statement before) and of $2, sorted
 // bytewise (COLLATE "C", the products' key's order).
 const pendingProductsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest(ARRAY(SELECT s.sku FROM (
-	SELECT i->>'sku' AS sku FROM orders o CROSS JOIN LATERAL jsonb_array_elements(o.items::jsonb) AS i
+	SELECT i->>'sku' AS sku FROM orders o CROSS JOIN LATERAL json_array_elements(o.items::json) AS i
 	WHERE o.id = ANY($1::bigint[]) AND (o.status = 'pending_payment') IS TRUE
 	UNION SELECT unnest($2::text[])) AS s ORDER BY s.sku COLLATE "C")) AS k(sku)
 CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
@@ -459,9 +473,34 @@ SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d FROM unnest($2::bigint[], $3:
 	return nil
 }
 
-// UpdateOrders writes the rows in one statement; "o.id = ANY($1)" keeps
-// the planner to primary-key look-ups (see productsUpdateSQL).
+// UpdateOrders writes one UPDATE … WHERE id = ANY per distinct set of
+// values when there are at most two (a batch of closes is one), else one
+// statement of every row's values: for 512 closes the first took half the
+// server time of the second (8 ms against 16, medians of 30). "o.id =
+// ANY($1)" keeps the planner to primary-key look-ups (see
+// productsUpdateSQL).
 func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
+	type shape struct {
+		status          hourglass.State
+		paid, closed    time.Time
+		reason, payment string
+	}
+	groups := map[shape][]int64{}
+	var order []shape
+	for _, o := range dirty {
+		k := shape{o.Status, o.PaidAt, o.ClosedAt, o.CloseReason, o.PaymentID}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], o.ID)
+	}
+	if len(groups) <= 2 {
+		for _, k := range order {
+			t.queue("update orders", `UPDATE orders SET status = $2, paid_at = $3, closed_at = $4, close_reason = $5, payment_id = $6 WHERE id = ANY($1::bigint[])`,
+				groups[k], string(k.status), nullMs(k.paid), nullMs(k.closed), nullString(k.reason), nullString(k.payment))
+		}
+		return nil
+	}
 	n := len(dirty)
 	ids, status, paid, closed := make([]int64, n), make([]string, n), make([]*int64, n), make([]*int64, n)
 	reason, payment := make([]*string, n), make([]*string, n)
