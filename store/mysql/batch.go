@@ -437,7 +437,8 @@ func (t *txn) InsertEvents(ctx context.Context, events []*batch.Event, now time.
 }
 
 // DeferFanOut writes one fanout_pending row listing seqs.
-func (t *txn) DeferFanOut(ctx context.Context, seqs []int64) error {
+func (t *txn) DeferFanOut(ctx context.Context, events []*batch.Event) error {
+	seqs := batch.Seqs(events)
 	var list []byte
 	for i, seq := range seqs {
 		if i > 0 {
@@ -466,7 +467,8 @@ func (t *txn) InsertDeliveries(ctx context.Context, events []*batch.Event, now t
 // FanOut reads the subscriptions with a shared lock, so that a webhook
 // deleted concurrently waits for this commit and then deletes its
 // deliveries too.
-func (t *txn) FanOut(ctx context.Context, seqs []int64, now time.Time) (int, error) {
+func (t *txn) FanOut(ctx context.Context, events []*batch.Event, now time.Time) (int, error) {
+	seqs := batch.Seqs(events)
 	res, err := t.tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
 SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, ? FROM events e
 JOIN webhook_subscriptions s ON s.type IN (e.type, '*')

@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
 // runTogether queues ops so that one writer batch takes them all, and
 // waits for them.
-func runTogether(t *testing.T, s *Store, ops ...*op) {
+func runTogether(t *testing.T, s *Store, ops ...*batch.Op) {
 	t.Helper()
 	s.w.SubmitAll(context.Background(), writer.Normal, ops)
 	for _, o := range ops {
-		if o.err != nil {
-			t.Fatalf("attempt %+v: %v", o.attempt, o.err)
+		if o.Res.Err != nil {
+			t.Fatalf("attempt %+v: %v", o.Attempt, o.Res.Err)
 		}
 	}
 }
@@ -60,12 +61,12 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 	if d2b < d2a {
 		d2a, d2b = d2b, d2a // the stream's order: created, then cancelled
 	}
-	attempt := func(r hourglass.AttemptResult) *op {
+	attempt := func(r hourglass.AttemptResult) *batch.Op {
 		r.WebhookID = w.ID
-		return &op{kind: opRecordAttempt, attempt: r}
+		return &batch.Op{Kind: batch.Attempt, Attempt: r}
 	}
 	later := time.Now().Add(time.Hour)
-	ops := []*op{
+	ops := []*batch.Op{
 		// Three workers racing on d1's first attempt: only the first counts.
 		attempt(hourglass.AttemptResult{ID: d1, OrderID: o1.ID, OK: true}),
 		attempt(hourglass.AttemptResult{ID: d1, OrderID: o1.ID, Error: "HTTP 500", RetryAt: later}),
@@ -77,11 +78,11 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 	}
 	runTogether(t, s, ops...)
 	for i, want := range []bool{true, false, false, true, false} {
-		if got := ops[i].record.Recorded; got != want {
-			t.Errorf("attempt %d %+v: recorded %v, want %v", i, ops[i].attempt, got, want)
+		if got := ops[i].Res.Record.Recorded; got != want {
+			t.Errorf("attempt %d %+v: recorded %v, want %v", i, ops[i].Attempt, got, want)
 		}
 	}
-	if next := ops[3].record.Next; next.ID != d2b {
+	if next := ops[3].Res.Record.Next; next.ID != d2b {
 		t.Errorf("next of o2's stream = %+v, want delivery %d", next, d2b)
 	}
 	if _, err := s.PendingDelivery(ctx, d1); hourglass.ErrorCode(err) != hourglass.CodeNotFound {
@@ -94,14 +95,14 @@ func TestAttemptsGroupCommitted(t *testing.T) {
 	// A retry and then a dead letter, each with its error, in one batch each.
 	retry := attempt(hourglass.AttemptResult{ID: d2b, OrderID: o2.ID, Error: "HTTP 502", RetryAt: later})
 	runTogether(t, s, retry)
-	if pd, err := s.PendingDelivery(ctx, d2b); err != nil || !retry.record.Recorded || pd.Attempts != 1 ||
+	if pd, err := s.PendingDelivery(ctx, d2b); err != nil || !retry.Res.Record.Recorded || pd.Attempts != 1 ||
 		hourglass.UnixMilli(pd.NextAttemptAt) != hourglass.UnixMilli(later) {
-		t.Fatalf("after a retry: %+v (recorded %v), %v; want 1 attempt, next at %v", pd, retry.record.Recorded, err, later)
+		t.Fatalf("after a retry: %+v (recorded %v), %v; want 1 attempt, next at %v", pd, retry.Res.Record.Recorded, err, later)
 	}
 	dead := attempt(hourglass.AttemptResult{ID: d2b, OrderID: o2.ID, Attempts: 1, Error: "HTTP 410"})
 	runTogether(t, s, dead)
-	if !dead.record.Recorded || dead.record.Next.ID != 0 {
-		t.Fatalf("dead letter: %+v; want recorded, no next", dead.record)
+	if !dead.Res.Record.Recorded || dead.Res.Record.Next.ID != 0 {
+		t.Fatalf("dead letter: %+v; want recorded, no next", dead.Res.Record)
 	}
 	dls, err := s.DeadLetters(ctx, hourglass.DeadLetterFilter{Limit: 10})
 	if err != nil || len(dls) != 1 || dls[0].ID != d2b || dls[0].Attempts != 2 || dls[0].LastError != "HTTP 410" || dls[0].FailedAt.IsZero() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
@@ -55,31 +56,31 @@ func TestBrokenWriteBisected(t *testing.T) {
 	txs = nil
 	mu.Unlock()
 
-	create := func(user string) *op {
-		return &op{kind: opCreate, create: hourglass.CreateOrderParams{UserID: user, Timeout: time.Minute, Items: items}, items: stored.EncodeItems(items)}
+	create := func(user string) *batch.Op {
+		return &batch.Op{Kind: batch.Create, Create: hourglass.CreateOrderParams{UserID: user, Timeout: time.Minute, Items: items}, Items: stored.EncodeItems(items)}
 	}
-	var ops []*op
+	var ops []*batch.Op
 	for i := range 63 {
 		if i == 20 {
-			ops = append(ops, &op{kind: opClose, ids: due})
+			ops = append(ops, &batch.Op{Kind: batch.Close, IDs: due})
 		}
 		ops = append(ops, create("u"))
 	}
 	broken := create("bad\x00user")
-	ops = append(ops[:41], append([]*op{broken}, ops[41:]...)...)
+	ops = append(ops[:41], append([]*batch.Op{broken}, ops[41:]...)...)
 	s.w.SubmitAll(ctx, writer.Normal, ops) // one batch: a writer takes all of them
 
 	for i, o := range ops {
 		switch {
 		case o == broken:
-			if code := hourglass.ErrorCode(o.err); o.err == nil || code != hourglass.CodeInternal {
-				t.Errorf("the broken write returned %v (code %s), want its own internal error", o.err, code)
+			if code := hourglass.ErrorCode(o.Res.Err); o.Res.Err == nil || code != hourglass.CodeInternal {
+				t.Errorf("the broken write returned %v (code %s), want its own internal error", o.Res.Err, code)
 			}
-		case o.err != nil:
-			t.Errorf("write %d (kind %d) failed with its batch: %v", i, o.kind, o.err)
-		case o.kind == opClose && len(o.closed) != len(due):
-			t.Errorf("the close closed %d orders, want %d", len(o.closed), len(due))
-		case o.kind == opCreate && !o.created:
+		case o.Res.Err != nil:
+			t.Errorf("write %d (kind %d) failed with its batch: %v", i, o.Kind, o.Res.Err)
+		case o.Kind == batch.Close && len(o.Res.Closed) != len(due):
+			t.Errorf("the close closed %d orders, want %d", len(o.Res.Closed), len(due))
+		case o.Kind == batch.Create && !o.Res.Created:
 			t.Errorf("create %d: not created", i)
 		}
 	}

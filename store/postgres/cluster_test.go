@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
@@ -146,18 +147,18 @@ func TestWatchCreatedBigBatch(t *testing.T) {
 
 	const n = 2000
 	items := []hourglass.Item{{SKU: "W", Quantity: 1}}
-	ops := make([]*op, n)
+	ops := make([]*batch.Op, n)
 	for i := range ops {
-		ops[i] = &op{kind: opCreate, items: stored.EncodeItems(items),
-			create: hourglass.CreateOrderParams{UserID: fmt.Sprint("u", i), Timeout: time.Hour, Items: items}}
+		ops[i] = &batch.Op{Kind: batch.Create, Items: stored.EncodeItems(items),
+			Create: hourglass.CreateOrderParams{UserID: fmt.Sprint("u", i), Timeout: time.Hour, Items: items}}
 	}
 	b.w.Commit(ctx, ops) // one transaction, as the writer runs a batch
 	want := map[int64]time.Time{}
 	for i, o := range ops {
-		if o.err != nil || !o.created {
-			t.Fatalf("create %d: created %v, %v", i, o.created, o.err)
+		if o.Res.Err != nil || !o.Res.Created {
+			t.Fatalf("create %d: created %v, %v", i, o.Res.Created, o.Res.Err)
 		}
-		want[o.order.ID] = o.order.Deadline
+		want[o.Res.Order.ID] = o.Res.Order.Deadline
 	}
 
 	// On the wire: several payloads, each under the limit.

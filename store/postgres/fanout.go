@@ -31,7 +31,7 @@ const fanOutOneSQL = `WITH p AS (
 SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
 
 // newFanOut returns the loop that creates the webhook deliveries close
-// batches of a burst left in fanout_pending (see writer.go): one close
+// batches of a burst left in fanout_pending (see batch.go): one close
 // batch per statement, in id order, each once the close path here is
 // quiet, so the deliveries exist within moments of the burst's end. Until
 // then the events are durable in the same transactions as the closes, and

@@ -9,6 +9,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
@@ -72,11 +73,11 @@ func TestBurstFanOutDeferred(t *testing.T) {
 	clock.Advance(time.Minute)
 	// Two close batches queued together: with MaxBatch 1 the first runs
 	// with the second queued behind it.
-	ops := []*op{{kind: opClose, ids: ids[0]}, {kind: opClose, ids: ids[1]}}
+	ops := []*batch.Op{{Kind: batch.Close, IDs: ids[0]}, {Kind: batch.Close, IDs: ids[1]}}
 	s.w.SubmitAll(ctx, writer.Urgent, ops)
 	for i, o := range ops {
-		if o.err != nil || len(o.closed) != 3 {
-			t.Fatalf("close batch %d: %d closed, %v", i, len(o.closed), o.err)
+		if o.Res.Err != nil || len(o.Res.Closed) != 3 {
+			t.Fatalf("close batch %d: %d closed, %v", i, len(o.Res.Closed), o.Res.Err)
 		}
 	}
 	// The first batch deferred its close deliveries; the second, the last

@@ -8,10 +8,12 @@
 // hourglass.ClusterStore: membership and partition leases (sqlq.Cluster's
 // SQL), and the created orders announced to the other nodes (cluster.go).
 //
-// Order writes (create, pay, cancel/ship/complete, close) are group-committed:
-// concurrent calls in one process share one transaction and a few pipelined
-// round trips (see writer.go). Everything else, named timers included
-// (timers.go), is one short transaction on the pool. Commits are durable: synchronous_commit is left as the server
+// Order writes (create, pay, cancel/ship/complete, extend, close), the named
+// timers' (arm, cancel, fire) and webhook delivery attempts are
+// group-committed: concurrent calls in one process share one transaction,
+// run by the one write algorithm of store/internal/batch over batch.go's
+// statements, pipelined in a few round trips. Everything else is one short
+// transaction on the pool. Commits are durable: synchronous_commit is left as the server
 // has it (on by default).
 package postgres
 
@@ -35,6 +37,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	redactURL "github.com/hourglass/hourglass/internal/redact"
+	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/sqlq"
 	"github.com/hourglass/hourglass/store/internal/stored"
@@ -235,9 +238,12 @@ type Store struct {
 	requestsWritten chan struct{}
 	origin          string
 
+	// Writes are the group-committed writes (store/internal/batch): orders,
+	// timers and delivery attempts.
+	batch.Writes
 	// w is the group-commit writer (store/internal/writer; the batches'
-	// SQL is writer.go's). It also wakes the delivery engine.
-	w    *writer.Writer[*op]
+	// statements are batch.go's). It also wakes the delivery engine.
+	w    *writer.Writer[*batch.Op]
 	wg   sync.WaitGroup // listener and fanOut
 	stop context.CancelFunc
 
@@ -276,7 +282,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	s.stop, s.closed = stop, bg.Done()
-	s.w = writer.New(writer.Config[*op]{
+	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order}
+	s.w = writer.New(writer.Config[*batch.Op]{
 		Name: "postgres", Log: s.log, Writers: writers, MaxBatch: s.cfg.MaxBatch, Retry: retryPolicy(), Gather: s.cfg.CommitGather,
 		Scrub: func(msg string) string { return scrub(msg, s.cfg.URL) }, Probe: s.probeWrite, ProbeInterval: time.Second,
 		Observe: s.cfg.Observe, ObserveRetry: s.cfg.ObserveRetry, BeforeTx: s.cfg.beforeTx,

@@ -26,7 +26,7 @@ func TestProductLocksAreLookUps(t *testing.T) {
 		skus[i] = fmt.Sprintf("sku-%05d", 1+i*37)
 	}
 	arg := "'{" + strings.Join(skus, ",") + "}'"
-	for i, st := range []struct{ name, sql string }{{"productsLockSQL", productsLockSQL}, {"productsOnlyLock", productsOnlyLock}} {
+	for i, st := range []struct{ name, sql string }{{"productsLockSQL", productsLockSQL}} {
 		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE lock%d(text[]) AS %s", i, st.sql)); err != nil {
 			t.Fatalf("prepare %s: %v", st.name, err)
 		}

@@ -5,13 +5,8 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/store/internal/plan"
-	"github.com/hourglass/hourglass/store/internal/sqlq"
 )
 
 // Timer requests (hourglass.TimerRequestStore): rows a shop's transactions
@@ -19,8 +14,9 @@ import (
 // their own by sqlq (ApplyTimerRequestsIn: FOR UPDATE SKIP LOCKED, so that
 // appliers on several nodes take disjoint batches, and each key's requests
 // in seq order): a request is applied exactly once, whichever process dies
-// when. PostgreSQL's own are the wake-up (the trigger's NOTIFY) and the
-// writes, in rounds of the statements ArmTimer and CancelTimer use.
+// when. PostgreSQL's own is the wake-up (the trigger's NOTIFY); the writes
+// are one group commit batch of ArmTimer's and CancelTimer's ops
+// (writeRequests, batch.go).
 
 // requestsChannel is the NOTIFY channel of timer_requests' trigger for a
 // database and schema (migration 0007 computes the same name).
@@ -51,59 +47,6 @@ func (s *Store) ApplyTimerRequests(ctx context.Context, p hourglass.TimerRequest
 		s.w.Announce(hourglass.DueUpdate{Due: res.Armed, Gone: res.Cancelled})
 	}
 	return res, err
-}
-
-// writeRequests is sqlq.TimerRequestWrites: the requests in rounds (the
-// first request of each key, then the second of a key with two, ...), each
-// round one pgx.Batch of the statements ArmTimer and CancelTimer use
-// (timerWrites), and the timers armed announced to the other processes at
-// the commit.
-func (s *Store) writeRequests(ctx context.Context, x sqlq.Querier, _ time.Time, p plan.TimerRequests) (func(), error) {
-	tx := x.(pgQuerier).q.(pgx.Tx)
-	var armed []*op            // the arms that changed their timer, to announce
-	ops := make([]*op, len(p)) // each running request's, by its place in p
-	// The timers earlier rounds armed: a key armed twice alike in one
-	// batch is left unchanged by its second arm, which must find the
-	// first's timer (armedReadSQL does not read the transaction's own rows).
-	latest := map[string]hourglass.Timer{}
-	for round := range p.Rounds() {
-		tw := &timerWrites{latest: latest}
-		for i, r := range p {
-			if !r.Runs() || r.Round != round {
-				continue
-			}
-			if r.Arm != nil {
-				ops[i] = &op{kind: opArmTimer, arm: newArmArgs(*r.Arm)}
-				tw.arms = append(tw.arms, ops[i])
-			} else {
-				ops[i] = &op{kind: opCancelTimer, key: r.CancelKey}
-				tw.cancels = append(tw.cancels, ops[i])
-			}
-		}
-		b := &pgx.Batch{}
-		tw.queue(b, s.nowArg(), s.cfg.Outbox)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, err
-		}
-		for i, r := range p {
-			if r.Round != round || ops[i] == nil {
-				continue
-			}
-			if err := r.Settle(ops[i].timer, ops[i].err); err != nil {
-				return nil, err
-			}
-		}
-		armed = append(armed, tw.armed...)
-	}
-	// The other nodes hear of the timers armed at the commit, on the
-	// created-orders channel, as of ArmTimer's (writer.go); this node's
-	// engine through the store's due feed.
-	if payloads := s.createdPayloads(nil, armed, nil); len(payloads) > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.createdChannel, payloads); err != nil {
-			return nil, err
-		}
-	}
-	return nil, nil
 }
 
 // wakeRequests fires TimerRequestsWritten without blocking.

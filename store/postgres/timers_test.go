@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
 )
 
 func arm(t *testing.T, s *Store, p hourglass.ArmTimerParams) (hourglass.Timer, bool) {
@@ -75,8 +76,9 @@ func TestArmTimerAnnounced(t *testing.T) {
 // a key armed three times (created once, then unchanged by a repeat, then
 // re-armed), a refused arm beside good ones (it fails alone, and the same
 // key's next arm of the batch creates the timer), an unchanged arm of a
-// timer armed before the batch, cancels after the arms, and two fires
-// listing the same timer (reported once). The batch announces the timers
+// timer armed before the batch, a cancel after its key's arm (decided in
+// queue order, store/internal/batch), and two fires listing the same timer
+// (reported once). The batch announces the timers
 // it changed in one notification, each once, with its last fire time.
 func TestTimerWritesInOneBatch(t *testing.T) {
 	t.Parallel()
@@ -107,8 +109,8 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 			t.Fatalf("the arms before the batch were not announced: %v still missing", pending)
 		}
 	}
-	armOp := func(key string, delay time.Duration, hash string, webhook int64) *op {
-		return &op{kind: opArmTimer, arm: newArmArgs(hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook})}
+	armOp := func(key string, delay time.Duration, hash string, webhook int64) *batch.Op {
+		return &batch.Op{Kind: batch.Arm, Arm: hourglass.ArmTimerParams{Key: key, Delay: delay, RequestHash: []byte(hash), WebhookID: webhook}}
 	}
 	var (
 		a1       = armOp("a", time.Minute, "1", 0)
@@ -118,17 +120,17 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 		b2       = armOp("b", time.Minute, "1", 0)
 		c        = armOp("c", time.Minute, "1", 0)
 		repeat   = armOp("before", time.Hour, "1", 0)
-		cancelC  = &op{kind: opCancelTimer, key: "c"}
-		cancelNo = &op{kind: opCancelTimer, key: "none"}
-		fire1    = &op{kind: opFireTimers, ids: []int64{due.ID}}
-		fire2    = &op{kind: opFireTimers, ids: []int64{due.ID, before.ID}}
+		cancelC  = &batch.Op{Kind: batch.Cancel, Key: "c"}
+		cancelNo = &batch.Op{Kind: batch.Cancel, Key: "none"}
+		fire1    = &batch.Op{Kind: batch.Fire, IDs: []int64{due.ID}}
+		fire2    = &batch.Op{Kind: batch.Fire, IDs: []int64{due.ID, before.ID}}
 	)
-	batch := []*op{a1, a2, fire1, a3, refused, cancelC, b2, c, repeat, cancelNo, fire2}
-	b.w.Commit(ctx, batch)
+	ops := []*batch.Op{a1, a2, fire1, a3, refused, b2, c, cancelC, repeat, cancelNo, fire2}
+	b.w.Commit(ctx, ops)
 
 	for _, tt := range []struct {
 		name    string
-		o       *op
+		o       *batch.Op
 		created bool
 		key     string
 		status  hourglass.TimerStatus
@@ -141,28 +143,28 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 		{"repeat of an earlier arm", repeat, false, "before", hourglass.TimerScheduled},
 		{"cancel of c", cancelC, false, "c", hourglass.TimerCancelled},
 	} {
-		if tt.o.err != nil || tt.o.created != tt.created || tt.o.timer.Key != tt.key || tt.o.timer.Status != tt.status {
-			t.Errorf("%s: %+v created %v err %v; want %s %s, created %v", tt.name, tt.o.timer, tt.o.created, tt.o.err, tt.key, tt.status, tt.created)
+		if tt.o.Res.Err != nil || tt.o.Res.Created != tt.created || tt.o.Res.Timer.Key != tt.key || tt.o.Res.Timer.Status != tt.status {
+			t.Errorf("%s: %+v created %v err %v; want %s %s, created %v", tt.name, tt.o.Res.Timer, tt.o.Res.Created, tt.o.Res.Err, tt.key, tt.status, tt.created)
 		}
 	}
-	if !a2.timer.UpdatedAt.Equal(a1.timer.UpdatedAt) || a2.timer.ID != a1.timer.ID || !a3.timer.FireAt.After(a1.timer.FireAt) {
-		t.Errorf("a: armed %+v, repeated %+v, re-armed %+v", a1.timer, a2.timer, a3.timer)
+	if !a2.Res.Timer.UpdatedAt.Equal(a1.Res.Timer.UpdatedAt) || a2.Res.Timer.ID != a1.Res.Timer.ID || !a3.Res.Timer.FireAt.After(a1.Res.Timer.FireAt) {
+		t.Errorf("a: armed %+v, repeated %+v, re-armed %+v", a1.Res.Timer, a2.Res.Timer, a3.Res.Timer)
 	}
-	if repeat.timer.ID != before.ID || !repeat.timer.UpdatedAt.Equal(before.UpdatedAt) {
-		t.Errorf("repeat of an earlier arm = %+v, want it as armed: %+v", repeat.timer, before)
+	if repeat.Res.Timer.ID != before.ID || !repeat.Res.Timer.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Errorf("repeat of an earlier arm = %+v, want it as armed: %+v", repeat.Res.Timer, before)
 	}
-	if hourglass.ErrorCode(refused.err) != hourglass.CodeInvalidArgument || !strings.Contains(hourglass.ErrorMessage(refused.err), "999999") {
-		t.Errorf("arm with an unknown webhook: %v, want invalid_argument naming it", refused.err)
+	if hourglass.ErrorCode(refused.Res.Err) != hourglass.CodeInvalidArgument || !strings.Contains(hourglass.ErrorMessage(refused.Res.Err), "999999") {
+		t.Errorf("arm with an unknown webhook: %v, want invalid_argument naming it", refused.Res.Err)
 	}
-	if hourglass.ErrorCode(cancelNo.err) != hourglass.CodeNotFound {
-		t.Errorf("cancel of no timer: %v, want not_found", cancelNo.err)
+	if hourglass.ErrorCode(cancelNo.Res.Err) != hourglass.CodeNotFound {
+		t.Errorf("cancel of no timer: %v, want not_found", cancelNo.Res.Err)
 	}
-	if len(fire1.fired) != 1 || fire1.fired[0].ID != due.ID || len(fire2.fired) != 0 || fire1.err != nil || fire2.err != nil {
-		t.Errorf("fires = %+v (%v) and %+v (%v); want the due timer reported by the first only", fire1.fired, fire1.err, fire2.fired, fire2.err)
+	if len(fire1.Res.Fired) != 1 || fire1.Res.Fired[0].ID != due.ID || len(fire2.Res.Fired) != 0 || fire1.Res.Err != nil || fire2.Res.Err != nil {
+		t.Errorf("fires = %+v (%v) and %+v (%v); want the due timer reported by the first only", fire1.Res.Fired, fire1.Res.Err, fire2.Res.Fired, fire2.Res.Err)
 	}
-	for _, o := range []*op{a3, b2, cancelC} {
-		if got, err := b.Timer(ctx, o.timer.Key); err != nil || got.Status != o.timer.Status || !got.FireAt.Equal(o.timer.FireAt) || !got.UpdatedAt.Equal(o.timer.UpdatedAt) {
-			t.Errorf("Timer(%q) = %+v, %v; the batch returned %+v", o.timer.Key, got, err, o.timer)
+	for _, o := range []*batch.Op{a3, b2, cancelC} {
+		if got, err := b.Timer(ctx, o.Res.Timer.Key); err != nil || got.Status != o.Res.Timer.Status || !got.FireAt.Equal(o.Res.Timer.FireAt) || !got.UpdatedAt.Equal(o.Res.Timer.UpdatedAt) {
+			t.Errorf("Timer(%q) = %+v, %v; the batch returned %+v", o.Res.Timer.Key, got, err, o.Res.Timer)
 		}
 	}
 	select {
@@ -170,7 +172,7 @@ func TestTimerWritesInOneBatch(t *testing.T) {
 		// c was armed and then cancelled by cancelC in the batch: the watch
 		// reads the announced ids' deadlines from the database (a notice is
 		// only a hint), where c is no longer scheduled.
-		want := map[int64]time.Time{a3.timer.ID: a3.timer.FireAt, b2.timer.ID: b2.timer.FireAt}
+		want := map[int64]time.Time{a3.Res.Timer.ID: a3.Res.Timer.FireAt, b2.Res.Timer.ID: b2.Res.Timer.FireAt}
 		got := map[int64]time.Time{}
 		for _, tm := range ts {
 			got[tm.ID] = tm.At

@@ -403,7 +403,8 @@ func runs(seqs []int64) [][2]int64 {
 
 // DeferFanOut writes one fanout_pending row per run of consecutive seqs:
 // its events are all order.closed (the only events deferred).
-func (t *txn) DeferFanOut(_ context.Context, seqs []int64) error {
+func (t *txn) DeferFanOut(_ context.Context, events []*batch.Event) error {
+	seqs := batch.Seqs(events)
 	for _, r := range runs(seqs) {
 		stmt := t.conn.Prep(`INSERT OR FAIL INTO fanout_pending (first_seq, last_seq, type) VALUES (?1, ?2, ?3)`)
 		stmt.BindInt64(1, r[0])
@@ -435,7 +436,8 @@ VALUES (?1, ?2, ?3, 'pending', 0, ?4)`)
 // subscribed to each event's type, then those subscribed to "*" (a webhook
 // subscribes to "*" alone or to distinct types, so each matches once;
 // DISTINCT, ORDER BY or IN would cost a temporary table per statement).
-func (t *txn) FanOut(_ context.Context, seqs []int64, now time.Time) (int, error) {
+func (t *txn) FanOut(_ context.Context, events []*batch.Event, now time.Time) (int, error) {
+	seqs := batch.Seqs(events)
 	fanned := 0
 	for _, r := range runs(seqs) {
 		for _, query := range [...]string{

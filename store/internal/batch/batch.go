@@ -261,11 +261,13 @@ type Tx interface {
 	// SetTimers moves timers ids (ascending) to status (fired or
 	// cancelled) at now.
 	SetTimers(ctx context.Context, status hourglass.TimerStatus, ids []int64, now time.Time) error
-	// InsertEvents inserts events at now and sets their Seqs.
+	// InsertEvents inserts events at now and sets their Seqs, or (a Tx
+	// that sends its writes with the commit) keeps them for the statement
+	// that also runs DeferFanOut's, InsertDeliveries' and FanOut's.
 	InsertEvents(ctx context.Context, events []*Event, now time.Time) error
-	// DeferFanOut records the seqs of events whose deliveries the fan-out
+	// DeferFanOut records events (inserted) whose deliveries the fan-out
 	// loop creates later (store/internal/fanout).
-	DeferFanOut(ctx context.Context, seqs []int64) error
+	DeferFanOut(ctx context.Context, events []*Event) error
 	// LockWebhooks share-locks the webhooks of ids (ascending, distinct)
 	// and returns those that exist: a concurrent DeleteWebhook waits for
 	// this commit and then deletes the deliveries made to them.
@@ -273,10 +275,11 @@ type Tx interface {
 	// InsertDeliveries inserts one pending delivery due at now of each
 	// event to its WebhookID.
 	InsertDeliveries(ctx context.Context, events []*Event, now time.Time) error
-	// FanOut inserts the deliveries due at now of the events of seqs to
+	// FanOut inserts the deliveries due at now of events (inserted) to
 	// the webhooks subscribed to them now (share-locking the subscriptions)
-	// and returns how many.
-	FanOut(ctx context.Context, seqs []int64, now time.Time) (int, error)
+	// and returns how many (0 from a Tx that sends it with the commit and
+	// counts them in its Outcome itself).
+	FanOut(ctx context.Context, events []*Event, now time.Time) (int, error)
 	// LockDeliveries locks the pending deliveries of ids (ascending,
 	// distinct).
 	LockDeliveries(ctx context.Context, ids []int64) ([]*Delivery, error)
@@ -680,13 +683,10 @@ func (b *batch) fanOut(ctx context.Context) (out Outcome, err error) {
 	}
 	events := b.events
 	if b.snap.Subscribed && b.cfg.DeferFanOut != nil && b.cfg.DeferFanOut(closes(b.ops)) {
-		var (
-			rest     []*Event
-			deferred []int64
-		)
+		var rest, deferred []*Event
 		for _, e := range events {
 			if e.Type == hourglass.EventOrderClosed && e.WebhookID == 0 {
-				deferred = append(deferred, e.Seq)
+				deferred = append(deferred, e)
 			} else {
 				rest = append(rest, e)
 			}
@@ -699,14 +699,14 @@ func (b *batch) fanOut(ctx context.Context) (out Outcome, err error) {
 		}
 	}
 	var (
-		pinnedIDs []int64
-		seqs      []int64
+		pinnedIDs  []int64
+		subscribed []*Event
 	)
 	for _, e := range events {
 		if e.WebhookID != 0 {
 			pinnedIDs = append(pinnedIDs, e.WebhookID)
 		} else {
-			seqs = append(seqs, e.Seq)
+			subscribed = append(subscribed, e)
 		}
 	}
 	// Webhook rows are locked before subscriptions, in DeleteWebhook's
@@ -730,8 +730,8 @@ func (b *batch) fanOut(ctx context.Context) (out Outcome, err error) {
 			out.Deliveries += len(pinned)
 		}
 	}
-	if len(seqs) > 0 && b.snap.Subscribed {
-		n, err := b.tx.FanOut(ctx, seqs, b.now)
+	if len(subscribed) > 0 && b.snap.Subscribed {
+		n, err := b.tx.FanOut(ctx, subscribed, b.now)
 		if err != nil {
 			return out, err
 		}
@@ -754,6 +754,15 @@ func (b *batch) answer() {
 			b.res[i].Timer.ID = t.T.ID // created by this batch
 		}
 	}
+}
+
+// Seqs returns the Seqs of events.
+func Seqs(events []*Event) []int64 {
+	out := make([]int64, len(events))
+	for i, e := range events {
+		out[i] = e.Seq
+	}
+	return out
 }
 
 func clone(o hourglass.Order) hourglass.Order {
