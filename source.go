@@ -222,24 +222,11 @@ type BoundSQL struct {
 // BindKey replaces each :key outside quotes with param(n) (n from 1), the
 // driver's n-th placeholder ("$1", "?").
 func BindKey(q string, param func(n int) string) BoundSQL {
-	q = strings.TrimSpace(q)
-	var (
-		b      strings.Builder
-		out    BoundSQL
-		quotes quoteState
-	)
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		if quotes.outside(c) && c == ':' && strings.HasPrefix(q[i:], ":key") && (i == 0 || q[i-1] != ':') &&
-			(i+4 == len(q) || !isIdentByte(q[i+4])) {
-			out.Params = append(out.Params, 0)
-			b.WriteString(param(len(out.Params)))
-			i += 3
-			continue
-		}
-		b.WriteByte(c)
-	}
-	out.SQL = b.String()
+	var out BoundSQL
+	out.SQL = replaceName(q, ":key", func(b *strings.Builder) {
+		out.Params = append(out.Params, 0)
+		b.WriteString(param(len(out.Params)))
+	})
 	return out
 }
 
@@ -248,29 +235,39 @@ func BindKey(q string, param func(n int) string) BoundSQL {
 // the statement and how many times :keys occurs: its arguments are the n
 // keys, that many times over.
 func BindKeys(q string, n int, param func(n int) string) (string, int) {
+	uses := 0
+	q = replaceName(q, ":keys", func(b *strings.Builder) {
+		for k := range n {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(param(uses*n + k + 1))
+		}
+		uses++
+	})
+	return q, uses
+}
+
+// replaceName writes q, trimmed, with each occurrence of name (":key")
+// outside quotes, not after another ':' (a cast) and not followed by an
+// identifier's byte, replaced by what write writes.
+func replaceName(q, name string, write func(b *strings.Builder)) string {
 	q = strings.TrimSpace(q)
 	var (
 		b      strings.Builder
-		uses   int
 		quotes quoteState
 	)
 	for i := 0; i < len(q); i++ {
 		c := q[i]
-		if quotes.outside(c) && c == ':' && strings.HasPrefix(q[i:], ":keys") && (i == 0 || q[i-1] != ':') &&
-			(i+5 == len(q) || !isIdentByte(q[i+5])) {
-			for k := range n {
-				if k > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteString(param(uses*n + k + 1))
-			}
-			uses++
-			i += 4
+		if quotes.outside(c) && c == ':' && strings.HasPrefix(q[i:], name) && (i == 0 || q[i-1] != ':') &&
+			(i+len(name) == len(q) || !isIdentByte(q[i+len(name)])) {
+			write(&b)
+			i += len(name) - 1
 			continue
 		}
 		b.WriteByte(c)
 	}
-	return b.String(), uses
+	return b.String()
 }
 
 func isIdentByte(c byte) bool {
