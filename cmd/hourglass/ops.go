@@ -165,6 +165,35 @@ func (l listFlags) pages(env *opsEnv, max int, fetch func(limit int, after strin
 	}
 }
 
+// list writes the items of the pages l asks for, fetched by fetch (given
+// the page size and after, returning the items and the page's next).
+func list[T any](env *opsEnv, l listFlags, max int, cols []cliout.Column[T], fetch func(limit int, after string) ([]T, string, error)) error {
+	out := cliout.NewList(env.stdout, env.format, cols)
+	err := l.pages(env, max, func(limit int, after string) (int, string, error) {
+		items, next, err := fetch(limit, after)
+		if err != nil {
+			return 0, "", err
+		}
+		out.Add(items...)
+		return len(items), next, out.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+// one returns a function that writes the item of a get or an action, or
+// returns its error: one(env, cols)(env.client.Order(ctx, id)).
+func one[T any](env *opsEnv, cols []cliout.Column[T]) func(T, error) error {
+	return func(v T, err error) error {
+		if err != nil {
+			return err
+		}
+		return cliout.WriteOne(env.stdout, env.format, cols, v)
+	}
+}
+
 // parseTime reads an RFC 3339 flag value; "" is the zero time (no filter).
 func parseTime(flag, v string) (time.Time, error) {
 	if v == "" {

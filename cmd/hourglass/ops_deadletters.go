@@ -50,20 +50,11 @@ func (c *deadlettersListCmd) Run(ctx context.Context, env *opsEnv) error {
 	if q.FailedBefore, err = parseTime("--failed-before", c.FailedBefore); err != nil {
 		return err
 	}
-	out := cliout.NewList(env.stdout, env.format, deadLetterColumns)
-	err = c.pages(env, api.MaxDeadLetterLimit, func(limit int, after string) (int, string, error) {
+	return list(env, c.listFlags, api.MaxDeadLetterLimit, deadLetterColumns, func(limit int, after string) ([]api.DeadLetterJSON, string, error) {
 		q.Limit, q.After = limit, after
 		p, err := env.client.FindDeadLetters(ctx, q)
-		if err != nil {
-			return 0, "", err
-		}
-		out.Add(p.DeadLetters...)
-		return len(p.DeadLetters), p.Next, out.Flush()
+		return p.DeadLetters, p.Next, err
 	})
-	if err != nil {
-		return err
-	}
-	return out.Close()
 }
 
 // maxIDs bounds the ids of one retry or delete: one request each.

@@ -36,11 +36,7 @@ type ordersGetCmd struct {
 }
 
 func (c *ordersGetCmd) Run(ctx context.Context, env *opsEnv) error {
-	o, err := env.client.Order(ctx, c.ID)
-	if err != nil {
-		return err
-	}
-	return cliout.WriteOne(env.stdout, env.format, orderColumns, o)
+	return one(env, orderColumns)(env.client.Order(ctx, c.ID))
 }
 
 type ordersListCmd struct {
@@ -70,20 +66,11 @@ func (c *ordersListCmd) Run(ctx context.Context, env *opsEnv) error {
 			return err
 		}
 	}
-	out := cliout.NewList(env.stdout, env.format, orderColumns)
-	err = c.pages(env, api.MaxListLimit, func(limit int, after string) (int, string, error) {
+	return list(env, c.listFlags, api.MaxListLimit, orderColumns, func(limit int, after string) ([]api.OrderJSON, string, error) {
 		q.Limit, q.After = limit, after
 		p, err := env.client.FindOrders(ctx, q)
-		if err != nil {
-			return 0, "", err
-		}
-		out.Add(p.Orders...)
-		return len(p.Orders), p.Next, out.Flush()
+		return p.Orders, p.Next, err
 	})
-	if err != nil {
-		return err
-	}
-	return out.Close()
 }
 
 type ordersExtendCmd struct {
@@ -113,11 +100,7 @@ func (c *ordersExtendCmd) Run(ctx context.Context, env *opsEnv) error {
 	default:
 		return usagef("give one of --deadline and --by")
 	}
-	o, err := env.client.ExtendOrder(ctx, c.ID, req)
-	if err != nil {
-		return err
-	}
-	return cliout.WriteOne(env.stdout, env.format, orderColumns, o)
+	return one(env, orderColumns)(env.client.ExtendOrder(ctx, c.ID, req))
 }
 
 type ordersCancelCmd struct {
@@ -125,9 +108,5 @@ type ordersCancelCmd struct {
 }
 
 func (c *ordersCancelCmd) Run(ctx context.Context, env *opsEnv) error {
-	o, err := env.client.Transition(ctx, c.ID, "cancel")
-	if err != nil {
-		return err
-	}
-	return cliout.WriteOne(env.stdout, env.format, orderColumns, o)
+	return one(env, orderColumns)(env.client.Transition(ctx, c.ID, "cancel"))
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/node/nodetest"
-	"github.com/hourglass/hourglass/store"
 	"github.com/hourglass/hourglass/webhook"
 )
 
@@ -23,8 +22,8 @@ import (
 // first item of a rotation list.
 const opsToken = "ops-token-0123456789"
 
-// opsServer is a real node on loopback (SQLite in a temporary directory)
-// with a token, webhooks to 127.0.0.1 retried quickly, and a client.
+// opsServer is a real node on loopback (on a new database of the store
+// HOURGLASS_TEST_STORE names) with a token, webhooks to 127.0.0.1 retried quickly, and a client.
 type opsServer struct {
 	url    string
 	client *api.Client
@@ -37,7 +36,6 @@ func startOpsServer(t *testing.T) *opsServer {
 		t.Fatal(err)
 	}
 	n := nodetest.Start(t, node.Config{
-		Store:  store.Options{DataDir: t.TempDir()},
 		Engine: engine.Config{SweepInterval: 200 * time.Millisecond, SweepGrace: 500 * time.Millisecond},
 		Webhooks: webhook.Config{Allow: allow, Jitter: -1, Timeout: 5 * time.Second, Retry: []time.Duration{10 * time.Millisecond},
 			PollInterval: 50 * time.Millisecond, Window: 2 * time.Second, LoadInterval: 500 * time.Millisecond},

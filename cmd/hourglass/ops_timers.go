@@ -29,11 +29,7 @@ type timersGetCmd struct {
 }
 
 func (c *timersGetCmd) Run(ctx context.Context, env *opsEnv) error {
-	t, err := env.client.Timer(ctx, c.Key)
-	if err != nil {
-		return err
-	}
-	return cliout.WriteOne(env.stdout, env.format, timerColumns, t)
+	return one(env, timerColumns)(env.client.Timer(ctx, c.Key))
 }
 
 type timersListCmd struct {
@@ -53,20 +49,11 @@ func (c *timersListCmd) Run(ctx context.Context, env *opsEnv) error {
 	if q.FireBefore, err = parseTime("--fire-before", c.FireBefore); err != nil {
 		return err
 	}
-	out := cliout.NewList(env.stdout, env.format, timerColumns)
-	err = c.pages(env, api.MaxTimerLimit, func(limit int, after string) (int, string, error) {
+	return list(env, c.listFlags, api.MaxTimerLimit, timerColumns, func(limit int, after string) ([]api.TimerJSON, string, error) {
 		q.Limit, q.After = limit, after
 		p, err := env.client.FindTimers(ctx, q)
-		if err != nil {
-			return 0, "", err
-		}
-		out.Add(p.Timers...)
-		return len(p.Timers), cliout.Opt(p.Next), out.Flush()
+		return p.Timers, cliout.Opt(p.Next), err
 	})
-	if err != nil {
-		return err
-	}
-	return out.Close()
 }
 
 type timersArmCmd struct {
@@ -107,10 +94,7 @@ func (c *timersArmCmd) Run(ctx context.Context, env *opsEnv) error {
 	}
 	req.WebhookID = c.WebhookID
 	t, _, err := env.client.ArmTimer(ctx, c.Key, req)
-	if err != nil {
-		return err
-	}
-	return cliout.WriteOne(env.stdout, env.format, timerColumns, t)
+	return one(env, timerColumns)(t, err)
 }
 
 type timersCancelCmd struct {
@@ -118,9 +102,5 @@ type timersCancelCmd struct {
 }
 
 func (c *timersCancelCmd) Run(ctx context.Context, env *opsEnv) error {
-	t, err := env.client.CancelTimer(ctx, c.Key)
-	if err != nil {
-		return err
-	}
-	return cliout.WriteOne(env.stdout, env.format, timerColumns, t)
+	return one(env, timerColumns)(env.client.CancelTimer(ctx, c.Key))
 }
