@@ -12,6 +12,7 @@ import (
 
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/engine"
+	"github.com/hourglass/hourglass/internal/cliout"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/node"
 	"github.com/hourglass/hourglass/node/nodetest"
@@ -335,4 +336,35 @@ func TestDeadlettersCommands(t *testing.T) {
 func jsonEqual(raw json.RawMessage, want string) bool {
 	var b bytes.Buffer
 	return json.Compact(&b, raw) == nil && b.String() == want
+}
+
+// TestListFollowsNext: --all follows next across pages (here of 2, the
+// server's largest page being far above a test's list), and --limit bounds
+// the total by asking the last page for what is left.
+func TestListFollowsNext(t *testing.T) {
+	s := startOpsServer(t)
+	orders := s.createOrders(t, "a", "b", "c", "d", "e")
+	for _, tt := range []struct {
+		flags listFlags
+		sizes string // the page sizes asked
+		want  []api.OrderJSON
+	}{
+		{listFlags{All: true}, "[2 2 2]", orders},
+		{listFlags{All: true, Limit: 3}, "[2 1]", orders[:3]},
+		{listFlags{All: true, Limit: 4}, "[2 2]", orders[:4]},
+		{listFlags{Limit: 2}, "[2]", orders[:2]},
+	} {
+		var stdout, stderr bytes.Buffer
+		env := &opsEnv{client: s.client, format: cliout.JSON, stdout: &stdout, stderr: &stderr}
+		var sizes []int
+		err := list(env, tt.flags, 2, orderColumns, func(limit int, after string) ([]api.OrderJSON, string, error) {
+			sizes = append(sizes, limit)
+			p, err := s.client.FindOrders(t.Context(), api.OrderQuery{Limit: limit, After: after})
+			return p.Orders, p.Next, err
+		})
+		var got []api.OrderJSON
+		if err != nil || json.Unmarshal(stdout.Bytes(), &got) != nil || fmt.Sprint(ids(got)) != fmt.Sprint(ids(tt.want)) || fmt.Sprint(sizes) != tt.sizes {
+			t.Errorf("%+v: %v, pages %v, got %s; want %v in pages %s", tt.flags, err, sizes, stdout.String(), ids(tt.want), tt.sizes)
+		}
+	}
 }
