@@ -368,3 +368,18 @@ func TestListFollowsNext(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageExitStatus: any command line kong refuses exits 2 with the
+// error and the usage on stderr, nothing on stdout; --help exits 0.
+func TestUsageExitStatus(t *testing.T) {
+	for _, args := range [][]string{{}, {"serve", "--window", "soon"}, {"orders"}, {"timers", "get"}, {"nonsense"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, &stdout, &stderr); code != 2 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "hourglass: error: ") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"deadletters", "--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "deadletters retry") {
+		t.Errorf("--help: exit %d, stdout %q", code, stdout.String())
+	}
+}
