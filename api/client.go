@@ -253,3 +253,20 @@ func (c *Client) ListTimers(ctx context.Context, status string, limit int, after
 	_, err := c.Do(ctx, http.MethodGet, "/v1/timers?"+q.Encode(), nil, nil, &l)
 	return l, err
 }
+
+// ExtendOrderRequest is the body of POST /v1/orders/{id}/extend: exactly one
+// of Deadline (RFC 3339, the new deadline) and ExtendMs (how much later than
+// the current deadline).
+type ExtendOrderRequest struct {
+	Deadline string `json:"deadline,omitempty"`
+	ExtendMs int64  `json:"extend_ms,omitempty"`
+}
+
+// ExtendOrder moves a pending order's deadline later; the order is refused
+// with code "invalid_transition" when it is not pending or its deadline
+// passed.
+func (c *Client) ExtendOrder(ctx context.Context, id int64, req ExtendOrderRequest) (OrderJSON, error) {
+	var o OrderJSON
+	_, err := c.Do(ctx, http.MethodPost, "/v1/orders/"+strconv.FormatInt(id, 10)+"/extend", nil, req, &o)
+	return o, err
+}

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -29,6 +30,10 @@ type cli struct {
 	Migrate     migrateCmd        `cmd:"" help:"Apply the database's pending schema migrations and exit (serve applies them too)."`
 	Bench       benchmark.Command `cmd:"" help:"Measure delay mechanisms side by side under one workload."`
 	Healthcheck healthcheckCmd    `cmd:"" help:"Probe a running server's /readyz: exit 0 when ready, 1 otherwise (the image's health check)."`
+	// The commands of a running server's API (ops.go).
+	Orders      ordersCmd      `cmd:"" help:"Read, extend and cancel orders on a running server."`
+	Timers      timersCmd      `cmd:"" help:"Read, arm and cancel timers on a running server."`
+	Deadletters deadlettersCmd `cmd:"" help:"List, retry and delete webhook dead letters on a running server."`
 }
 
 // databaseFlags name the database of record; serve and migrate share them.
@@ -95,17 +100,23 @@ type serveCmd struct {
 }
 
 func main() {
-	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("hourglass"),
-		kong.Description("Closes unpaid orders exactly at their deadline and releases their stock."),
-		kong.UsageOnError(),
-	)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command line args and returns the exit status: 0 success, 1
+// a failure of the command, 2 a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c cli
+	kctx, code := parse(&c, args, stdout, stderr)
+	if kctx == nil {
+		return code
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	var err error
-	switch kctx.Command() {
+	switch cmd := kctx.Command(); cmd {
 	case "serve":
 		err = c.Serve.run(ctx, logger)
 	case "migrate":
@@ -113,12 +124,55 @@ func main() {
 	case "bench":
 		err = c.Bench.Run(ctx, logger, nil)
 	default:
-		err = fmt.Errorf("unknown command %q", kctx.Command())
+		if group, ok := c.opsGroup(cmd); ok {
+			return runOps(ctx, kctx, group, stdout, stderr)
+		}
+		err = fmt.Errorf("unknown command %q", cmd)
 	}
 	if err != nil {
 		logger.Error("hourglass: " + err.Error())
-		os.Exit(1)
+		return 1
 	}
+	return 0
+}
+
+// exitPanic carries kong's exit status (--help's 0, a parse error's) out of
+// parse, so that kong never ends the process itself.
+type exitPanic int
+
+// parse parses args into c. It returns the kong context, or nil and the
+// exit status when the command line was --help (0) or wrong (2, with kong's
+// message and usage).
+func parse(c *cli, args []string, stdout, stderr io.Writer) (kctx *kong.Context, code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(exitPanic)
+			if !ok {
+				panic(r)
+			}
+			kctx, code = nil, int(e)
+			if code != 0 {
+				code = 2
+			}
+		}
+	}()
+	parser, err := kong.New(c,
+		kong.Name("hourglass"),
+		kong.Description("Closes unpaid orders exactly at their deadline and releases their stock."),
+		kong.UsageOnError(),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(exitPanic(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "hourglass: %v\n", err)
+		return nil, 2
+	}
+	kctx, err = parser.Parse(args)
+	if err != nil {
+		parser.Stdout = stderr // the usage too: stdout may be piped to a tool
+		parser.FatalIfErrorf(err)
+	}
+	return kctx, 0
 }
 
 // run parses the flags into a node.Config and runs the node until ctx ends.
