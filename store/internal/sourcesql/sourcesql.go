@@ -569,9 +569,9 @@ func (t *Table) Close(ctx context.Context, rows []hourglass.DueItem) ([]hourglas
 // alone: the close runs again without it.
 var errRowFailed = errors.New("a row failed")
 
-// errLockGaveWay ends a close's transaction whose lock statement waited
-// past the dialect's bound (LockWait) or lost a deadlock: it names no
-// row, so the close runs again without the lock statements, where each
+// errLockGaveWay ends a close's transaction whose lock statement failed:
+// waited past the dialect's bound (WaitOrdered), lost a deadlock, or
+// failed on a row's values. It names no row, so the close runs again without the lock statements, where each
 // row's own statements name the row that waits (it is left out and
 // retried alone, the others close).
 var errLockGaveWay = errors.New("a lock statement gave way")
@@ -707,8 +707,8 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 
 // runLock runs the source's lock statements with :keys bound to the keys
 // of res[j], j in closing, waiting WaitOrdered for their locks, then
-// restores wait (one round trip where the database pipelines). A lock
-// wait past the dialect's bound or a lost deadlock is errLockGaveWay.
+// restores wait (one round trip where the database pipelines). Any
+// failure but the context's is errLockGaveWay.
 func (t *Table) runLock(ctx context.Context, tx Querier, wait Wait, res []hourglass.SourceResult, closing []int, pipe bool) error {
 	keys := make([]any, len(closing))
 	for i, j := range closing {
@@ -740,9 +740,12 @@ func (t *Table) runLock(ctx context.Context, tx Querier, wait Wait, res []hourgl
 	if ordered != "" {
 		at--
 	}
-	if errors.Is(err, ErrUnpipelined) || !t.d.Blocked(err) {
+	if ctx.Err() != nil {
 		return fmt.Errorf("lock[%d]: %w", max(at, 0), err)
 	}
+	// Any other failure names no row either (a lock wait, or a value of
+	// one row's that the statement cannot take): the close runs row by
+	// row, where the row's own statements fail it alone.
 	return fmt.Errorf("lock[%d]: %w: %s", max(at, 0), errLockGaveWay, oneLine(err))
 }
 
