@@ -313,6 +313,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	engCfg := cfg.Engine
 	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m, cfg.Engine.Observer)
+	engCfg.Node = self.nodeID()
 	if cfg.BeforeClose.checksOrders(n.gate) {
 		engCfg.Gate = n.gate
 	}

@@ -76,6 +76,7 @@ type Op struct {
 	Arm       hourglass.ArmTimerParams    // Arm
 	Key       string                      // Cancel
 	Attempt   hourglass.AttemptResult     // Attempt
+	By        hourglass.Closer            // Close, Fire: the provenance its events record
 	Res       Result
 }
 
@@ -195,6 +196,8 @@ type Event struct {
 	// subscribed ones).
 	WebhookID int64
 	Seq       int64
+	// By is an order.closed's or timer.fired's provenance (zero: none).
+	By hourglass.Closer
 
 	newIdx int // of a created order: index into the batch's news, else -1
 }
@@ -528,6 +531,7 @@ func (b *batch) decide() error {
 				}
 				cur.Status, cur.ClosedAt, cur.CloseReason = hourglass.StateClosed, b.now, hourglass.CloseReasonTimeout
 				b.changed(lo, hourglass.EventOrderClosed)
+				b.events[len(b.events)-1].By = o.By
 				r.Closed = append(r.Closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: b.now})
 			}
 		case Arm:
@@ -537,6 +541,9 @@ func (b *batch) decide() error {
 		case Fire:
 			var evs []*Event
 			r.Fired, evs, err = b.timers.fire(o.IDs, b.now)
+			for _, e := range evs {
+				e.By = o.By
+			}
 			b.events = append(b.events, evs...)
 		}
 		if err != nil {

@@ -1,0 +1,10 @@
+-- One thing's whole story (issue #39). An order.closed's or timer.fired's
+-- provenance (hourglass.Closer), written with the event in the close's own
+-- transaction: what closed it (cause: deadline, sweeper, recovery,
+-- takeover, check_close, check_failed) and on which node. NULL on every
+-- other event and on the events written before this migration: unknown.
+ALTER TABLE events ADD COLUMN cause TEXT;
+ALTER TABLE events ADD COLUMN node TEXT;
+-- A history reads one subject's (order's, timer's, source row's) events,
+-- latest first, from this index: one more index entry per event written.
+CREATE INDEX events_order_seq ON events (order_id, seq);
