@@ -270,3 +270,25 @@ func (c *Client) ExtendOrder(ctx context.Context, id int64, req ExtendOrderReque
 	_, err := c.Do(ctx, http.MethodPost, "/v1/orders/"+strconv.FormatInt(id, 10)+"/extend", nil, req, &o)
 	return o, err
 }
+
+// OrderHistory returns an order's whole story (GET /v1/orders/{id}/history).
+func (c *Client) OrderHistory(ctx context.Context, id int64) (HistoryJSON, error) {
+	var h HistoryJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/orders/"+strconv.FormatInt(id, 10)+"/history", nil, nil, &h)
+	return h, err
+}
+
+// TimerHistory returns a timer's whole story (GET /v1/timers/{key}/history).
+func (c *Client) TimerHistory(ctx context.Context, key string) (HistoryJSON, error) {
+	var h HistoryJSON
+	_, err := c.Do(ctx, http.MethodGet, timerPath(key)+"/history", nil, nil, &h)
+	return h, err
+}
+
+// SourceRowHistory returns a source row's whole story (GET
+// /v1/sources/{name}/rows/{key}/history).
+func (c *Client) SourceRowHistory(ctx context.Context, source string, key int64) (HistoryJSON, error) {
+	var h HistoryJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/sources/"+url.PathEscape(source)+"/rows/"+strconv.FormatInt(key, 10)+"/history", nil, nil, &h)
+	return h, err
+}

@@ -82,6 +82,11 @@ type Config struct {
 	Sources SourceBadRows
 	// Timers serves /v1/timers when set (timers.go).
 	Timers hourglass.TimerStore
+	// History serves the history routes when set (history.go): the
+	// orders', the timers' with Timers, the source rows' with
+	// SourceCatalog.
+	History       hourglass.HistoryStore
+	SourceCatalog SourceCatalog
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
 	// (timer_requests.go): the store applies timer requests.
 	TimerRequests hourglass.TimerRequestStore
@@ -185,6 +190,7 @@ func (s *Server) routes() {
 	routes = append(routes, s.timerRoutes()...)
 	routes = append(routes, s.timerRequestRoutes()...)
 	routes = append(routes, s.sourceRoutes()...)
+	routes = append(routes, s.historyRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))

@@ -346,6 +346,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Timers:        timers,
 		TimerRequests: db,
 		Sources:       sourceBadRows(n.sources),
+		History:       db,
+		SourceCatalog: sourceCatalog(n.sources),
 	})
 	if err != nil {
 		return nil, err

@@ -161,6 +161,14 @@ func sourceBadRows(r *source.Runner) api.SourceBadRows {
 	return r
 }
 
+// sourceCatalog is the API's list of sources: nil without sources.
+func sourceCatalog(r *source.Runner) api.SourceCatalog {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
 // dashboardSources is the dashboard's source of the Sources card: nil
 // without sources.
 func dashboardSources(r *source.Runner, clock hourglass.Clock) dashboard.SourceStats {
