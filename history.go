@@ -70,7 +70,17 @@ type HistoryDelivery struct {
 // concurrent use. Errors: unavailable.
 type HistoryStore interface {
 	History(ctx context.Context, p HistoryParams) (History, error)
+	// SourceClosedEvents returns up to limit (1 to SourceClosedScanMax)
+	// source.closed events with seq > after, by seq, with their bodies,
+	// through an index of those events only (GET
+	// /v1/sources/{name}/rows?status=closed).
+	SourceClosedEvents(ctx context.Context, after int64, limit int) ([]HistoryEvent, error)
 }
+
+// SourceClosedScanMax is the most source.closed events one list request
+// reads: a page of one source's closed rows may end before its limit, with
+// a next, when other sources' closes fill the read.
+const SourceClosedScanMax = 5000
 
 // Bounded returns p with its bounds applied.
 func (p HistoryParams) Bounded() HistoryParams {

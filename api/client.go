@@ -292,3 +292,33 @@ func (c *Client) SourceRowHistory(ctx context.Context, source string, key int64)
 	_, err := c.Do(ctx, http.MethodGet, "/v1/sources/"+url.PathEscape(source)+"/rows/"+strconv.FormatInt(key, 10)+"/history", nil, nil, &h)
 	return h, err
 }
+
+// SourceRowQuery is the query of GET /v1/sources/{name}/rows: Status is
+// "pending" or "closed"; a zero time is no bound; After is the Next of
+// the previous page.
+type SourceRowQuery struct {
+	Status                        string
+	DeadlineAfter, DeadlineBefore time.Time
+	Limit                         int
+	After                         string
+}
+
+// SourceRows returns one page of a source's rows.
+func (c *Client) SourceRows(ctx context.Context, source string, q SourceRowQuery) (SourceRowListJSON, error) {
+	v := url.Values{"status": {q.Status}}
+	if !q.DeadlineAfter.IsZero() {
+		v.Set("deadline_after", q.DeadlineAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.DeadlineBefore.IsZero() {
+		v.Set("deadline_before", q.DeadlineBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	var out SourceRowListJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/sources/"+url.PathEscape(source)+"/rows?"+v.Encode(), nil, nil, &out)
+	return out, err
+}

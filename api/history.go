@@ -15,11 +15,16 @@ import (
 // deliveries of those events, and its timing: each deadline it had, when
 // it was closed or fired, how late, what closed it and on which node.
 
-// SourceCatalog says which sources this node runs (--sources).
-type SourceCatalog interface {
+// SourceRows reads a node's sources (--sources): which it runs, and
+// their pending rows in the shop's table (source.Runner).
+type SourceRows interface {
 	// HasSource reports whether name is one of the node's sources. Safe
 	// for concurrent use.
 	HasSource(name string) bool
+	// PendingRows returns up to p.Limit pending rows of the source name
+	// due at or before p.Until, strictly after (p.After, p.AfterID) in
+	// (deadline, key) order, bounded in time; ok false: no such source.
+	PendingRows(ctx context.Context, name string, p hourglass.PendingDueParams) (rows []hourglass.DueItem, ok bool, err error)
 }
 
 // Unknown is what a history says of a provenance that was not recorded
@@ -113,8 +118,9 @@ func (s *Server) historyRoutes() []route {
 	if s.cfg.Timers != nil {
 		rs = append(rs, route{"GET", "/v1/timers/{key}/history", s.timerHistory})
 	}
-	if s.cfg.SourceCatalog != nil {
-		rs = append(rs, route{"GET", "/v1/sources/{name}/rows/{key}/history", s.sourceRowHistory})
+	if s.cfg.SourceRows != nil {
+		rs = append(rs, route{"GET", "/v1/sources/{name}/rows/{key}/history", s.sourceRowHistory},
+			route{"GET", "/v1/sources/{name}/rows", s.listSourceRows})
 	}
 	return rs
 }
@@ -164,7 +170,7 @@ func (s *Server) sourceRowHistory(r *http.Request, _ []byte) (int, any, error) {
 		return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "source row key %q: must be an integer from %d to %d, without sign or leading zeros",
 			raw, hourglass.SourceKeyMin, hourglass.SourceKeyMax)
 	}
-	if !s.cfg.SourceCatalog.HasSource(name) {
+	if !s.cfg.SourceRows.HasSource(name) {
 		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "no source %q on this node (--sources)", name)
 	}
 	h, err := s.history(r.Context(), hourglass.SourceEventOrderID(name, key))

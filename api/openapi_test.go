@@ -78,6 +78,14 @@ func (s oneSource) BadRowList(name string) ([]hourglass.BadSourceRow, int64, boo
 
 func (s oneSource) HasSource(name string) bool { return name == s.name }
 
+// PendingRows lists one pending row, key 9, due in an hour.
+func (s oneSource) PendingRows(_ context.Context, name string, p hourglass.PendingDueParams) ([]hourglass.DueItem, bool, error) {
+	if name != s.name {
+		return nil, false, nil
+	}
+	return []hourglass.DueItem{{ID: 9, At: time.Now().Add(time.Hour)}}, true, nil
+}
+
 type readiness struct {
 	*engine.Engine
 	down *atomic.Bool
@@ -128,7 +136,7 @@ func startFullServer(t *testing.T) *fullServer {
 	down := &atomic.Bool{}
 	source := oneSource{"shop_orders", []hourglass.BadSourceRow{{Key: "7", Deadline: "-infinity", Reason: hourglass.BadDeadlineOutOfRange, FoundAt: clock.Now()}}}
 	srv, err := api.NewServer(api.Config{
-		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, History: store, SourceCatalog: source,
+		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, History: store, SourceRows: source,
 		Tokens: []string{openAPIToken, openAPIOldToken}, ViewerTokens: []string{openAPIViewerToken},
 		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
@@ -556,6 +564,10 @@ func TestOpenAPI(t *testing.T) {
 		t.Errorf("source row history = %+v; want its close, 1000 ms late, by unknown", sh)
 	}
 	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows/8/history", want: 404})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows?status=pending&limit=10", want: 200})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows?status=closed&deadline_after=2000-01-01T00:00:00Z&after=seq:0", want: 200})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows?status=lost", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/sources/nope/rows?status=pending", want: 404})
 	c.do(req{method: "GET", path: "/v1/sources/nope/rows/7/history", want: 404})
 	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows/0/history", invalid: true, want: 400})
 

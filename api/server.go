@@ -83,10 +83,10 @@ type Config struct {
 	// Timers serves /v1/timers when set (timers.go).
 	Timers hourglass.TimerStore
 	// History serves the history routes when set (history.go): the
-	// orders', the timers' with Timers, the source rows' with
-	// SourceCatalog.
-	History       hourglass.HistoryStore
-	SourceCatalog SourceCatalog
+	// orders', the timers' with Timers, the source rows' (and their
+	// list) with SourceRows.
+	History    hourglass.HistoryStore
+	SourceRows SourceRows
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
 	// (timer_requests.go): the store applies timer requests.
 	TimerRequests hourglass.TimerRequestStore

@@ -347,7 +347,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		TimerRequests: db,
 		Sources:       sourceBadRows(n.sources),
 		History:       db,
-		SourceCatalog: sourceCatalog(n.sources),
+		SourceRows:    sourceRows(n.sources),
 	})
 	if err != nil {
 		return nil, err

@@ -161,8 +161,8 @@ func sourceBadRows(r *source.Runner) api.SourceBadRows {
 	return r
 }
 
-// sourceCatalog is the API's list of sources: nil without sources.
-func sourceCatalog(r *source.Runner) api.SourceCatalog {
+// sourceRows is the API's reader of the sources' rows: nil without sources.
+func sourceRows(r *source.Runner) api.SourceRows {
 	if r == nil {
 		return nil
 	}

@@ -40,4 +40,16 @@ func TestHistoryUsesIndexes(t *testing.T) {
 		}
 		t.Logf("deliveries: %v", r)
 	}
+	for _, q := range []string{`INSERT INTO events (id, type, order_id, created_at) SELECT CONCAT('evt_s', g), 'source.closed', g, g FROM ` + numbers(100), `ANALYZE TABLE events`} {
+		if _, err := s.db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%.60s…: %v", q, err)
+		}
+	}
+	q, args = s.SourceClosedEventsSQL(n/2, 500)
+	for _, r := range explainRows(t, s.db, q, args...) {
+		if r["key"] != "events_source_closed" || r["type"] != "ref" && r["type"] != "range" || strings.Contains(r["Extra"], "filesort") {
+			t.Errorf("closed source rows read as %s through %q (%s), want a range of events_source_closed: %v", r["type"], r["key"], r["Extra"], r)
+		}
+		t.Logf("source closed: %v", r)
+	}
 }

@@ -31,4 +31,16 @@ func TestHistoryUsesIndexes(t *testing.T) {
 		t.Errorf("history's deliveries: want webhook_deliveries_event; plan:\n%s", p)
 	}
 	t.Logf("deliveries:\n%s", p)
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO events (id, type, order_id, created_at) SELECT 'evt_s' || g, 'source.closed', g, g FROM generate_series(1, 100) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(t.Context(), `ANALYZE events`); err != nil {
+		t.Fatal(err)
+	}
+	q, args = s.SourceClosedEventsSQL(n/2, 500)
+	p = explain(t, s.pool, sqlq.Rebind(q), args...)
+	if !strings.Contains(p, "events_source_closed") || strings.Contains(p, "Seq Scan") {
+		t.Errorf("closed source rows: want events_source_closed; plan:\n%s", p)
+	}
+	t.Logf("source closed:\n%s", p)
 }

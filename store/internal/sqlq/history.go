@@ -2,6 +2,7 @@ package sqlq
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -100,4 +101,36 @@ func (s *Store) HistoryDeliveriesSQL(seqs []int64, limit int) (string, []any) {
 	return `SELECT id, webhook_id, event_seq, state, attempts, next_attempt_at, last_error, failed_at FROM ` +
 		s.d.From("webhook_deliveries", "webhook_deliveries_event") +
 		` WHERE event_seq IN (?` + strings.Repeat(", ?", len(seqs)-1) + `) ORDER BY id LIMIT ?`, args
+}
+
+// SourceClosedEvents implements hourglass.HistoryStore through
+// events_source_closed.
+func (s *Store) SourceClosedEvents(ctx context.Context, after int64, limit int) ([]hourglass.HistoryEvent, error) {
+	if limit < 1 || limit > hourglass.SourceClosedScanMax {
+		return nil, fmt.Errorf("source closed events: limit must be from 1 to %d, got %d", hourglass.SourceClosedScanMax, limit)
+	}
+	query, args := s.SourceClosedEventsSQL(after, limit)
+	var out []hourglass.HistoryEvent
+	err := s.read(ctx, "source closed events", func(x q) error {
+		out = out[:0]
+		var (
+			e       hourglass.HistoryEvent
+			created int64
+		)
+		return x.each(ctx, query, args, []any{&e.Seq, &e.ID, &created, &e.Body}, func() error {
+			ev := e
+			ev.Type, ev.CreatedAt = hourglass.EventSourceClosed, hourglass.FromUnixMilli(created)
+			out = append(out, ev)
+			e.Body = nil
+			return nil
+		})
+	})
+	return out, err
+}
+
+// SourceClosedEventsSQL is SourceClosedEvents' statement (exported for
+// the plan tests).
+func (s *Store) SourceClosedEventsSQL(after int64, limit int) (string, []any) {
+	return `SELECT seq, id, created_at, body FROM ` + s.d.From("events", "events_source_closed") +
+		` WHERE type = 'source.closed' AND seq > ? ORDER BY seq LIMIT ?`, []any{after, limit}
 }

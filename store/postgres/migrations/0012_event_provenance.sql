@@ -9,3 +9,6 @@ ALTER TABLE events ADD COLUMN IF NOT EXISTS node TEXT;
 -- A history reads one subject's (order's, timer's, source row's) events,
 -- latest first, from this index: one more index entry per event written.
 CREATE INDEX IF NOT EXISTS events_order_seq ON events (order_id, seq);
+-- GET /v1/sources/{name}/rows?status=closed pages the source.closed events
+-- by seq: partial, so only those events are written to it.
+CREATE INDEX IF NOT EXISTS events_source_closed ON events (seq) WHERE type = 'source.closed';
