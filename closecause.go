@@ -1,6 +1,10 @@
 package hourglass
 
-import "context"
+import (
+	"context"
+	"strings"
+	"unicode/utf8"
+)
 
 // CloseCause says what closed an order or fired a timer: its provenance,
 // recorded with the order.closed or timer.fired event in the close's own
@@ -33,12 +37,9 @@ const (
 	CauseUnknown CloseCause = "unknown"
 )
 
-// CloseCauseMaxBytes and CloseNodeMaxBytes bound what a store keeps of a
-// Closer (the node id's own limit is cluster's 200 bytes).
-const (
-	CloseCauseMaxBytes = 16
-	CloseNodeMaxBytes  = 200
-)
+// CloseNodeMaxBytes bounds the node id a store keeps of a Closer (a
+// cluster's node ids are at most 200 ASCII characters already).
+const CloseNodeMaxBytes = 200
 
 // Closer is the provenance of a close or a fire: what made it and on which
 // node (Config.NodeID). The zero value is unknown.
@@ -61,15 +62,21 @@ func WithCloser(ctx context.Context, c Closer) context.Context {
 	return context.WithValue(ctx, closerKey{}, c)
 }
 
-// CloserFrom returns the Closer ctx carries (zero: none), each field cut to
-// its bound.
+// CloserFrom returns the Closer ctx carries (zero: none), safe to store:
+// a cause that is not one of the constants above is dropped (with its
+// node), and the node is cut to CloseNodeMaxBytes of valid UTF-8.
 func CloserFrom(ctx context.Context) Closer {
 	c, _ := ctx.Value(closerKey{}).(Closer)
-	if len(c.Cause) > CloseCauseMaxBytes {
-		c.Cause = c.Cause[:CloseCauseMaxBytes]
+	switch c.Cause {
+	case CauseDeadline, CauseSweeper, CauseRecovery, CauseTakeover, CauseCheckClose, CauseCheckFailed:
+	default:
+		return Closer{}
 	}
-	if len(c.Node) > CloseNodeMaxBytes {
-		c.Node = c.Node[:CloseNodeMaxBytes]
+	node := strings.ToValidUTF8(c.Node, "")
+	for len(node) > CloseNodeMaxBytes {
+		_, size := utf8.DecodeLastRuneInString(node)
+		node = node[:len(node)-size]
 	}
+	c.Node = node
 	return c
 }
