@@ -108,4 +108,23 @@ func exerciseHistory(t *testing.T, h StoreHarness) {
 			t.Fatalf("timer history = %+v, want one timer.fired by %+v with its body", got.Events, by)
 		}
 	})
+	t.Run("SourceClosedEvents", func(t *testing.T) {
+		t.Parallel()
+		f := setupStore(t, h)
+		f.product(t, "A", "x", 10)
+		o := f.create(t, time.Second, item("A", 1))
+		f.clock.Set(o.Deadline)
+		f.closeOrders(t, o.ID)
+		// No source closes here (sources live on the shop's database): an
+		// order's events are not among them, and the limit is checked.
+		evs, err := f.db.SourceClosedEvents(f.ctx, 0, 10)
+		if err != nil || len(evs) != 0 {
+			t.Fatalf("SourceClosedEvents = %+v, %v; want none", evs, err)
+		}
+		for _, limit := range []int{0, hourglass.SourceClosedScanMax + 1} {
+			if _, err := f.db.SourceClosedEvents(f.ctx, 0, limit); err == nil {
+				t.Errorf("SourceClosedEvents(limit %d): no error", limit)
+			}
+		}
+	})
 }
