@@ -42,14 +42,13 @@ type HistoryJSON struct {
 	Key    *int64          `json:"key"`
 	Timing TimingJSON      `json:"timing"`
 	// Events are the latest hourglass.HistoryEventsMax events, oldest
-	// first; EventsTruncated says earlier ones were left out.
+	// first, each with its deliveries; EventsTruncated says earlier ones
+	// were left out.
 	Events          []HistoryEventJSON `json:"events"`
 	EventsTruncated bool               `json:"events_truncated"`
-	// Deliveries are the stored webhook deliveries of Events (pending or
-	// dead; a delivered one is deleted when it succeeds), at most
-	// hourglass.HistoryDeliveriesMax.
-	Deliveries          []HistoryDeliveryJSON `json:"deliveries"`
-	DeliveriesTruncated bool                  `json:"deliveries_truncated"`
+	// DeliveriesTruncated says the events had more stored deliveries than
+	// hourglass.HistoryDeliveriesMax, and some were left out.
+	DeliveriesTruncated bool `json:"deliveries_truncated"`
 }
 
 // TimingJSON is when a thing was due and when, how and where it was
@@ -85,26 +84,28 @@ type DeadlineJSON struct {
 // HistoryEventJSON is one event. Deadline is the deadline an
 // order.extended set, a timer.fired's fire_at or a source.closed's
 // deadline; ClosedBy and Node an order.closed's, timer.fired's or
-// source.closed's provenance ("unknown" when not recorded).
+// source.closed's provenance ("unknown" when not recorded). Deliveries
+// are its stored webhook deliveries (pending or dead: a delivered one is
+// deleted when it succeeds), by id.
 type HistoryEventJSON struct {
-	Seq       int64   `json:"seq"`
-	ID        string  `json:"id"`
-	Type      string  `json:"type"`
-	CreatedAt string  `json:"created_at"`
-	Deadline  *string `json:"deadline"`
-	ClosedBy  *string `json:"closed_by"`
-	Node      *string `json:"node"`
+	Seq        int64                 `json:"seq"`
+	ID         string                `json:"id"`
+	Type       string                `json:"type"`
+	CreatedAt  string                `json:"created_at"`
+	Deadline   *string               `json:"deadline"`
+	ClosedBy   *string               `json:"closed_by"`
+	Node       *string               `json:"node"`
+	Deliveries []HistoryDeliveryJSON `json:"deliveries"`
 }
 
 // HistoryDeliveryJSON is one stored delivery of an event: its webhook,
-// state ("pending" or "dead"), the attempts made and the last one's error.
+// state ("pending" or "dead"), how many attempts were made and the last
+// one's error (each attempt is not kept apart).
 type HistoryDeliveryJSON struct {
 	ID            int64   `json:"id"`
-	EventID       string  `json:"event_id"`
-	EventType     string  `json:"event_type"`
 	WebhookID     int64   `json:"webhook_id"`
 	State         string  `json:"state"`
-	Attempts      int     `json:"attempts"`
+	AttemptCount  int     `json:"attempt_count"`
 	NextAttemptAt *string `json:"next_attempt_at"`
 	LastError     *string `json:"last_error"`
 	FailedAt      *string `json:"failed_at"`
@@ -263,24 +264,28 @@ func closes(t hourglass.EventType) bool {
 
 func newHistoryJSON(kind string, h hourglass.History) HistoryJSON {
 	out := HistoryJSON{Kind: kind, Events: make([]HistoryEventJSON, len(h.Events)), EventsTruncated: h.EventsTruncated,
-		Deliveries: make([]HistoryDeliveryJSON, len(h.Deliveries)), DeliveriesTruncated: h.DeliveriesTruncated,
-		Timing: TimingJSON{Deadlines: []DeadlineJSON{}}}
-	bySeq := make(map[int64]hourglass.HistoryEvent, len(h.Events))
+		DeliveriesTruncated: h.DeliveriesTruncated, Timing: TimingJSON{Deadlines: []DeadlineJSON{}}}
+	bySeq := make(map[int64]int, len(h.Events))
 	for i, e := range h.Events {
-		bySeq[e.Seq] = e
-		ev := HistoryEventJSON{Seq: e.Seq, ID: e.ID, Type: string(e.Type), CreatedAt: *formatTime(e.CreatedAt), Deadline: bodyDeadline(e)}
+		bySeq[e.Seq] = i
+		ev := HistoryEventJSON{Seq: e.Seq, ID: e.ID, Type: string(e.Type), CreatedAt: *formatTime(e.CreatedAt), Deadline: bodyDeadline(e),
+			Deliveries: []HistoryDeliveryJSON{}}
 		if closes(e.Type) {
 			ev.ClosedBy, ev.Node = provenance(e.By)
 		}
 		out.Events[i] = ev
 	}
-	for i, d := range h.Deliveries {
-		e := bySeq[d.EventSeq]
-		out.Deliveries[i] = HistoryDeliveryJSON{ID: d.ID, EventID: e.ID, EventType: string(e.Type), WebhookID: d.WebhookID, State: d.State,
-			Attempts: d.Attempts, NextAttemptAt: formatTime(d.NextAttemptAt), LastError: optString(d.LastError), FailedAt: formatTime(d.FailedAt)}
-		if d.State == "dead" {
-			out.Deliveries[i].NextAttemptAt = nil
+	for _, d := range h.Deliveries {
+		i, ok := bySeq[d.EventSeq]
+		if !ok {
+			continue
 		}
+		dj := HistoryDeliveryJSON{ID: d.ID, WebhookID: d.WebhookID, State: d.State, AttemptCount: d.Attempts,
+			NextAttemptAt: formatTime(d.NextAttemptAt), LastError: optString(d.LastError), FailedAt: formatTime(d.FailedAt)}
+		if d.State == "dead" {
+			dj.NextAttemptAt = nil
+		}
+		out.Events[i].Deliveries = append(out.Events[i].Deliveries, dj)
 	}
 	return out
 }

@@ -78,15 +78,12 @@ func writeHistory(env *opsEnv, h api.HistoryJSON) error {
 	out := cliout.NewList(env.stdout, env.format, timelineColumns)
 	for _, e := range h.Events {
 		out.Add(timelineRow{at: e.CreatedAt, what: e.Type, deadline: cliout.Opt(e.Deadline), by: cliout.Opt(e.ClosedBy), node: cliout.Opt(e.Node)})
-		for _, d := range h.Deliveries {
-			if d.EventID != e.ID {
-				continue
-			}
+		for _, d := range e.Deliveries {
 			at := d.NextAttemptAt
 			if d.FailedAt != nil {
 				at = d.FailedAt
 			}
-			detail := fmt.Sprintf("%s, %d attempts", d.State, d.Attempts)
+			detail := fmt.Sprintf("%s, %d attempts", d.State, d.AttemptCount)
 			if d.LastError != nil {
 				detail += ": " + cliout.Truncate(*d.LastError, 80)
 			}
