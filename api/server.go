@@ -185,6 +185,7 @@ func (s *Server) routes() {
 	routes = append(routes, s.timerRoutes()...)
 	routes = append(routes, s.timerRequestRoutes()...)
 	routes = append(routes, s.sourceRoutes()...)
+	routes = append(routes, s.whoamiRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))
