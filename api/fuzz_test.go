@@ -352,3 +352,48 @@ func TestCreateOrderFastTakesTheUsualBody(t *testing.T) {
 		t.Errorf("request hash %x, want %x (fmt's)", p.RequestHash, want)
 	}
 }
+
+// FuzzAppendOrderJSON: the order encoder without reflection writes the
+// bytes encoding/json writes, whatever the strings hold (quotes, control
+// characters, invalid UTF-8, U+2028).
+func FuzzAppendOrderJSON(f *testing.F) {
+	f.Add(int64(42), "u1", "MUG-1", int64(2), "2026-12-06T14:00:00.000Z", "timeout", "", true)
+	f.Add(int64(-1), "a\"b\\c\n\t\x00\x1f<>&", "\u2028\u2029\xff", int64(-7), "", "é", "pay_\x7f", false)
+	f.Fuzz(func(t *testing.T, id int64, user, sku string, qty int64, ts, reason, payment string, items bool) {
+		o := OrderJSON{ID: id, UserID: user, Status: reason, CreatedAt: ts, Deadline: sku}
+		if items {
+			o.Items = []ItemJSON{{SKU: sku, Quantity: qty}, {SKU: user, Quantity: id}}
+			o.ClosedAt, o.CloseReason = &ts, &reason
+		}
+		if payment != "" {
+			o.PaymentID, o.PaidAt = &payment, &user
+		}
+		want, err := marshalJSON(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendOrderJSON(nil, &o); string(got) != string(want) {
+			t.Fatalf("appendOrderJSON:\n%s\nencoding/json:\n%s", got, want)
+		}
+	})
+}
+
+func BenchmarkEncodeOrder(b *testing.B) {
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	o := orderJSON(hourglass.Order{ID: 123456, UserID: "user-12345", Status: hourglass.StatePendingPayment, CreatedAt: now, Deadline: now.Add(30 * time.Minute),
+		Items: []hourglass.Item{{SKU: "MUG-1", Quantity: 2}, {SKU: "TEE-9", Quantity: 1}, {SKU: "CAP-3", Quantity: 5}}})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := marshalJSON(o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			appendOrderJSON(make([]byte, 0, 320+64*len(o.Items)), &o)
+		}
+	})
+}
