@@ -547,46 +547,40 @@
     const out = el('div', { id: 'history' });
     const tm = h.timing || {};
     const pairs = [];
-    const deadlines = tm.deadlines || (tm.deadline ? [tm.deadline] : []);
-    for (const [i, d] of deadlines.entries()) {
-      const at = typeof d === 'string' ? d : d.deadline || d.at;
-      const by = typeof d === 'string' ? '' : d.event_type || d.by || '';
-      pairs.push([deadlines.length > 1 ? 'deadline ' + (i + 1) : 'scheduled', fmtDateTime(at) + (by ? ' (' + by + ')' : '')]);
+    for (const [i, d] of (tm.deadlines || []).entries()) {
+      const by = d.set_by ? ' (' + d.set_by + (d.set_at ? ' at ' + fmtDateTime(d.set_at) : '') + ')' : '';
+      pairs.push(['deadline ' + (i + 1), (d.deadline ? fmtDateTime(d.deadline) : 'not kept') + by]);
     }
-    if (tm.fire_at) pairs.push(['scheduled', fmtDateTime(tm.fire_at)]);
-    const actual = tm.closed_at || tm.fired_at;
-    pairs.push(['actual', actual ? fmtDateTime(actual) : 'not yet']);
-    if (tm.lateness_ms != null) pairs.push(['lateness', fmtMs(tm.lateness_ms)]);
-    const cause = tm.closed_by || tm.cause;
-    pairs.push(['closed by', el('span', { id: 'closed-by' }, cause || (actual ? 'unknown' : '–'))]);
-    pairs.push(['on node', el('span', { id: 'closed-node' }, tm.node || (actual ? 'unknown' : '–'))]);
-    if (tm.check) pairs.push(['payment check', typeof tm.check === 'string' ? tm.check : JSON.stringify(tm.check)]);
-    out.appendChild(card('Timing', fields(pairs)));
+    pairs.push(['scheduled', el('span', { id: 'scheduled' }, tm.deadline ? fmtDateTime(tm.deadline) : '–')]);
+    pairs.push(['actual', el('span', { id: 'actual' }, tm.closed_at ? fmtDateTime(tm.closed_at) : 'not yet')]);
+    pairs.push(['lateness', el('span', { id: 'lateness' }, fmtMs(tm.lateness_ms))]);
+    pairs.push(['closed by', el('span', { id: 'closed-by' }, tm.closed_by || '–')]);
+    pairs.push(['on node', el('span', { id: 'closed-node' }, tm.node || '–')]);
+    out.appendChild(card('Timing: scheduled beside actual', fields(pairs)));
 
     const events = h.events || [];
-    const evRows = [];
-    for (const e of events) {
-      const ds = e.deliveries || [];
-      evRows.push([fmtDateTime(e.created_at), e.type, e.id, ds.length ? ds.length + ' deliver' + (ds.length === 1 ? 'y' : 'ies') : '–']);
-    }
-    const evTable = table(['at', 'event', 'id', 'deliveries'], evRows);
+    const evTable = table(['at', 'event', 'id', 'deadline', 'by', 'deliveries'], events.map((e) => [
+      fmtDateTime(e.created_at), e.type, e.id, e.deadline ? fmtDateTime(e.deadline) : '',
+      e.closed_by ? e.closed_by + (e.node ? ' on ' + e.node : '') : '', String((e.deliveries || []).length),
+    ]));
     evTable.id = 'history-events';
-    out.appendChild(card('Events' + (h.events_truncated ? ' (truncated)' : ''), events.length ? evTable : el('p', { class: 'muted' }, 'none kept')));
+    out.appendChild(card('Events' + (h.events_truncated ? ' (the latest; earlier ones left out)' : ''),
+      events.length ? evTable : el('p', { class: 'muted' }, 'none kept')));
 
     const dRows = [];
     for (const e of events) {
       for (const d of e.deliveries || []) {
         const attempts = d.attempts || [];
-        const last = attempts[attempts.length - 1];
-        dRows.push([e.type, String(d.webhook_id != null ? d.webhook_id : ''), d.state || '', String(attempts.length),
-          attempts.map((a) => fmtDateTime(a.at || a.attempted_at) + ' → ' + (a.status_code || a.status || '') + (a.error ? ' ' + a.error : '') +
-            (a.duration_ms != null ? ' (' + fmtMs(a.duration_ms) + ')' : '')).join('\n'),
-          last && last.error ? last.error : '']);
+        dRows.push([e.type, String(d.webhook_id), d.state, String(d.attempt_count != null ? d.attempt_count : attempts.length),
+          attempts.map((a) => '#' + a.attempt + ' ' + fmtDateTime(a.at) + ' → ' + (a.status_code ? 'HTTP ' + a.status_code : 'no answer') +
+            ' in ' + fmtMs(a.duration_ms) + ' (' + a.outcome + ')' + (a.error ? ': ' + a.error : '')).join('\n'),
+          d.last_error || '']);
       }
     }
     const dTable = table(['event', 'webhook', 'state', 'attempts', 'each attempt', 'last error'], dRows);
     dTable.id = 'history-deliveries';
-    out.appendChild(card('Deliveries', dRows.length ? dTable : el('p', { class: 'muted' }, 'none')));
+    out.appendChild(card('Deliveries' + (h.deliveries_truncated ? ' (some left out)' : ''),
+      dRows.length ? dTable : el('p', { class: 'muted' }, 'none')));
     return out;
   }
 
