@@ -44,7 +44,7 @@
       id: (o) => o.id,
       actions: [
         { action: 'cancel_orders', label: 'Cancel' },
-        { action: 'extend_orders', label: 'Extend', ask: askExtend },
+        { action: 'extend_orders', label: 'Extend', ask: () => { const e = askExtend(); return e && { extend: e }; } },
       ],
     },
     timers: {
@@ -398,7 +398,7 @@
         // The count first: a dry run matches without acting.
         const dry = await api('POST', '/v1/bulk-actions', Object.assign({}, body, { reason: 'count', dry_run: true }));
         const n = dry.status === 200 && dry.body && dry.body.matched != null ? dry.body.matched : null;
-        const what = (n == null ? 'every' : fmt(n)) + ' ' + name + ' matching ' + filterText;
+        const what = (n == null ? 'every' : (dry.body.more ? 'more than ' : '') + fmt(n)) + ' ' + name + ' matching ' + filterText;
         const reason = prompt(a.label + ' ' + what + '? Reason (recorded with the action):', '');
         if (!reason) return;
         const rate = prompt('At most how many per second? (empty: as fast as the store takes them)', '');
