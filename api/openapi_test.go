@@ -534,6 +534,8 @@ func TestOpenAPI(t *testing.T) {
 	// Operations.
 	c.do(req{method: "GET", path: "/v1/dashboard", want: 200})
 	c.do(req{method: "GET", path: "/v1/dashboard?x=1", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/whoami", want: 200})
+	c.do(req{method: "GET", path: "/v1/whoami?x=1", invalid: true, want: 400})
 	c.do(req{method: "GET", path: "/v1/cluster", want: 200})
 	var bad api.SourceBadRowListJSON
 	json.Unmarshal(c.do(req{method: "GET", path: "/v1/sources/shop_orders/bad-rows", want: 200}), &bad)

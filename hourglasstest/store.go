@@ -63,6 +63,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Events", exerciseEvents},
 		{"Webhooks", exerciseWebhooks},
 		{"Deliveries", exerciseDeliveries},
+		{"AttemptLog", exerciseAttemptLog},
 		{"DeadLetterLists", exerciseDeadLetterLists},
 		{"Stats", exerciseStats},
 		{"Concurrency", exerciseConcurrency},

@@ -290,6 +290,9 @@ type Tx interface {
 	UpdateDelivery(ctx context.Context, d *Delivery, now time.Time) error
 	// DeleteDeliveries deletes delivered deliveries.
 	DeleteDeliveries(ctx context.Context, ids []int64) error
+	// InsertAttempts appends recorded attempts to the attempt log
+	// (hourglass.AttemptLog), in the order given.
+	InsertAttempts(ctx context.Context, attempts []hourglass.DeliveryAttempt) error
 	// StreamHeads returns the earliest pending delivery of each of streams.
 	StreamHeads(ctx context.Context, streams []Stream) (map[Stream]hourglass.DeliveryTimer, error)
 	// InsertOutbox writes (or moves) the outbox timers of due.
