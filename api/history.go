@@ -1,9 +1,11 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -27,6 +29,14 @@ type SourceRows interface {
 	PendingRows(ctx context.Context, name string, p hourglass.PendingDueParams) (rows []hourglass.DueItem, ok bool, err error)
 }
 
+// HistorySource is what the history routes read: the events and
+// deliveries (hourglass.HistoryStore) and the attempt log.
+type HistorySource interface {
+	hourglass.HistoryStore
+	// DeliveryAttempts is hourglass.AttemptLog's.
+	DeliveryAttempts(ctx context.Context, orderID int64, limit int) ([]hourglass.DeliveryAttempt, error)
+}
+
 // Unknown is what a history says of a provenance that was not recorded
 // (closes before it was, or by a caller that did not say).
 const Unknown = "unknown"
@@ -47,8 +57,11 @@ type HistoryJSON struct {
 	Events          []HistoryEventJSON `json:"events"`
 	EventsTruncated bool               `json:"events_truncated"`
 	// DeliveriesTruncated says the events had more stored deliveries than
-	// hourglass.HistoryDeliveriesMax, and some were left out.
+	// hourglass.HistoryDeliveriesMax, and some were left out;
+	// AttemptsTruncated that more attempts than hourglass.MaxAttemptsListed
+	// were logged, and the earliest were left out.
 	DeliveriesTruncated bool `json:"deliveries_truncated"`
+	AttemptsTruncated   bool `json:"attempts_truncated"`
 }
 
 // TimingJSON is when a thing was due and when, how and where it was
@@ -85,8 +98,9 @@ type DeadlineJSON struct {
 // order.extended set, a timer.fired's fire_at or a source.closed's
 // deadline; ClosedBy and Node an order.closed's, timer.fired's or
 // source.closed's provenance ("unknown" when not recorded). Deliveries
-// are its stored webhook deliveries (pending or dead: a delivered one is
-// deleted when it succeeds), by id.
+// are its webhook deliveries, by id: those stored (pending, dead) and
+// those the attempt log still tells of (delivered, or gone: a dead letter
+// deleted, or its webhook).
 type HistoryEventJSON struct {
 	Seq        int64                 `json:"seq"`
 	ID         string                `json:"id"`
@@ -98,17 +112,31 @@ type HistoryEventJSON struct {
 	Deliveries []HistoryDeliveryJSON `json:"deliveries"`
 }
 
-// HistoryDeliveryJSON is one stored delivery of an event: its webhook,
-// state ("pending" or "dead"), how many attempts were made and the last
-// one's error (each attempt is not kept apart).
+// HistoryDeliveryJSON is one delivery of an event: its webhook, state
+// ("pending", "dead", "delivered" or "gone"), how many attempts were made,
+// the last one's error, and each attempt the log keeps.
 type HistoryDeliveryJSON struct {
-	ID            int64   `json:"id"`
-	WebhookID     int64   `json:"webhook_id"`
-	State         string  `json:"state"`
-	AttemptCount  int     `json:"attempt_count"`
-	NextAttemptAt *string `json:"next_attempt_at"`
-	LastError     *string `json:"last_error"`
-	FailedAt      *string `json:"failed_at"`
+	ID            int64         `json:"id"`
+	WebhookID     int64         `json:"webhook_id"`
+	State         string        `json:"state"`
+	AttemptCount  int           `json:"attempt_count"`
+	NextAttemptAt *string       `json:"next_attempt_at"`
+	LastError     *string       `json:"last_error"`
+	FailedAt      *string       `json:"failed_at"`
+	Attempts      []AttemptJSON `json:"attempts"`
+}
+
+// AttemptJSON is one logged delivery attempt: its number (1 for the
+// first; a retried dead letter starts again at 1), when, the receiver's
+// HTTP status (null: no answer), how long it took, what came of it
+// ("delivered", "retry", "dead") and its error.
+type AttemptJSON struct {
+	Attempt    int     `json:"attempt"`
+	At         *string `json:"at"`
+	StatusCode *int    `json:"status_code"`
+	DurationMs int64   `json:"duration_ms"`
+	Outcome    string  `json:"outcome"`
+	Error      *string `json:"error"`
 }
 
 func (s *Server) historyRoutes() []route {
@@ -135,11 +163,11 @@ func (s *Server) orderHistory(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	h, err := s.history(r.Context(), id)
+	h, attempts, err := s.history(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := newHistoryJSON("order", h)
+	out := newHistoryJSON("order", h, attempts)
 	out.Order = hourglass.MarshalOrder(o.View(s.clock.Now()))
 	out.Timing = orderTiming(o, h)
 	return http.StatusOK, out, nil
@@ -154,11 +182,11 @@ func (s *Server) timerHistory(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	h, err := s.history(r.Context(), t.ID)
+	h, attempts, err := s.history(r.Context(), t.ID)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := newHistoryJSON("timer", h)
+	out := newHistoryJSON("timer", h, attempts)
 	out.Timer = timerJSON(t)
 	out.Timing = timerTiming(t, h)
 	return http.StatusOK, out, nil
@@ -174,7 +202,7 @@ func (s *Server) sourceRowHistory(r *http.Request, _ []byte) (int, any, error) {
 	if !s.cfg.SourceRows.HasSource(name) {
 		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "no source %q on this node (--sources)", name)
 	}
-	h, err := s.history(r.Context(), hourglass.SourceEventOrderID(name, key))
+	h, attempts, err := s.history(r.Context(), hourglass.SourceEventOrderID(name, key))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -193,7 +221,7 @@ func (s *Server) sourceRowHistory(r *http.Request, _ []byte) (int, any, error) {
 	if len(h.Events) == 0 {
 		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "source %s: row %d: hourglass has not closed it (no source.closed event; it may be pending, unknown or pruned)", name, key)
 	}
-	out := newHistoryJSON("source_row", h)
+	out := newHistoryJSON("source_row", h, attempts)
 	out.Source, out.Key = &name, &key
 	last := closes[len(closes)-1]
 	for i, b := range closes {
@@ -204,9 +232,15 @@ func (s *Server) sourceRowHistory(r *http.Request, _ []byte) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
-// history reads a subject's history at the default bounds.
-func (s *Server) history(ctx context.Context, subject int64) (hourglass.History, error) {
-	return s.cfg.History.History(ctx, hourglass.HistoryParams{Subject: subject})
+// history reads a subject's history and its logged attempts at the
+// default bounds.
+func (s *Server) history(ctx context.Context, subject int64) (hourglass.History, []hourglass.DeliveryAttempt, error) {
+	h, err := s.cfg.History.History(ctx, hourglass.HistoryParams{Subject: subject})
+	if err != nil {
+		return h, nil, err
+	}
+	attempts, err := s.cfg.History.DeliveryAttempts(ctx, subject, hourglass.MaxAttemptsListed)
+	return h, attempts, err
 }
 
 // Bodies a history reads its deadlines from (hourglass's own, stored with
@@ -262,12 +296,14 @@ func closes(t hourglass.EventType) bool {
 	return t == hourglass.EventOrderClosed || t == hourglass.EventTimerFired || t == hourglass.EventSourceClosed
 }
 
-func newHistoryJSON(kind string, h hourglass.History) HistoryJSON {
+func newHistoryJSON(kind string, h hourglass.History, attempts []hourglass.DeliveryAttempt) HistoryJSON {
 	out := HistoryJSON{Kind: kind, Events: make([]HistoryEventJSON, len(h.Events)), EventsTruncated: h.EventsTruncated,
-		DeliveriesTruncated: h.DeliveriesTruncated, Timing: TimingJSON{Deadlines: []DeadlineJSON{}}}
+		DeliveriesTruncated: h.DeliveriesTruncated, AttemptsTruncated: len(attempts) >= hourglass.MaxAttemptsListed,
+		Timing: TimingJSON{Deadlines: []DeadlineJSON{}}}
 	bySeq := make(map[int64]int, len(h.Events))
+	byID := make(map[string]int, len(h.Events))
 	for i, e := range h.Events {
-		bySeq[e.Seq] = i
+		bySeq[e.Seq], byID[e.ID] = i, i
 		ev := HistoryEventJSON{Seq: e.Seq, ID: e.ID, Type: string(e.Type), CreatedAt: *formatTime(e.CreatedAt), Deadline: bodyDeadline(e),
 			Deliveries: []HistoryDeliveryJSON{}}
 		if closes(e.Type) {
@@ -280,13 +316,14 @@ func newHistoryJSON(kind string, h hourglass.History) HistoryJSON {
 		if !ok {
 			continue
 		}
-		dj := HistoryDeliveryJSON{ID: d.ID, WebhookID: d.WebhookID, State: d.State, AttemptCount: d.Attempts,
+		dj := HistoryDeliveryJSON{ID: d.ID, WebhookID: d.WebhookID, State: d.State, AttemptCount: d.Attempts, Attempts: []AttemptJSON{},
 			NextAttemptAt: formatTime(d.NextAttemptAt), LastError: optString(d.LastError), FailedAt: formatTime(d.FailedAt)}
 		if d.State == "dead" {
 			dj.NextAttemptAt = nil
 		}
 		out.Events[i].Deliveries = append(out.Events[i].Deliveries, dj)
 	}
+	addAttempts(&out, byID, attempts)
 	return out
 }
 
@@ -380,4 +417,38 @@ func timerTiming(tm hourglass.Timer, h hourglass.History) TimingJSON {
 		t.ClosedBy, t.Node = provenance(hourglass.Closer{})
 	}
 	return t
+}
+
+// addAttempts hangs each logged attempt on its delivery, and adds the
+// deliveries whose rows are gone (delivered, or deleted) from the attempts
+// alone, each under its event.
+func addAttempts(out *HistoryJSON, byID map[string]int, attempts []hourglass.DeliveryAttempt) {
+	for _, a := range attempts {
+		i, ok := byID[a.EventID]
+		if !ok {
+			continue // an event left out (or another row's)
+		}
+		ds := out.Events[i].Deliveries
+		j := slices.IndexFunc(ds, func(d HistoryDeliveryJSON) bool { return d.ID == a.DeliveryID })
+		if j < 0 {
+			ds = append(ds, HistoryDeliveryJSON{ID: a.DeliveryID, WebhookID: a.WebhookID, Attempts: []AttemptJSON{}})
+			j = len(ds) - 1
+		}
+		d := &ds[j]
+		aj := AttemptJSON{Attempt: a.Attempt, At: formatTime(a.At), DurationMs: a.Duration.Milliseconds(), Outcome: a.Outcome, Error: optString(a.Error)}
+		if a.StatusCode != 0 {
+			aj.StatusCode = &a.StatusCode
+		}
+		d.Attempts = append(d.Attempts, aj)
+		if d.State == "" || d.State == "delivered" || d.State == "gone" { // known from the log alone
+			d.State, d.AttemptCount, d.LastError = "gone", a.Attempt, optString(a.Error)
+			if a.Outcome == hourglass.AttemptDelivered {
+				d.State = "delivered"
+			}
+		}
+		out.Events[i].Deliveries = ds
+	}
+	for i := range out.Events {
+		slices.SortFunc(out.Events[i].Deliveries, func(a, b HistoryDeliveryJSON) int { return cmp.Compare(a.ID, b.ID) })
+	}
 }

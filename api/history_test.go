@@ -3,6 +3,8 @@ package api_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -18,10 +20,18 @@ import (
 // not_found, malformed ones 400 invalid_argument.
 func TestHistory(t *testing.T) {
 	onEveryStore(t, func(t *testing.T) {
-		s := startServer(t, serverConfig{})
+		s := startServer(t, serverConfig{WebhookAllow: "127.0.0.1"})
 		ctx := context.Background()
 		c := s.Client
 		if _, err := c.PutProduct(ctx, "A", "A", "x", 10); err != nil {
+			t.Fatal(err)
+		}
+		// Every order.created is delivered (and its row deleted): the
+		// history still shows the delivery and its attempt, from the log.
+		receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+		t.Cleanup(receiver.Close)
+		hook, err := c.CreateWebhook(ctx, api.CreateWebhookRequest{URL: receiver.URL, Events: []string{"order.created"}, Secret: "a-webhook-secret-of-32-bytes-xxx"})
+		if err != nil {
 			t.Fatal(err)
 		}
 		create := func(timeoutMs int64) api.OrderJSON {
@@ -50,6 +60,14 @@ func TestHistory(t *testing.T) {
 		if h.Kind != "order" || len(h.Events) != 2 || h.Events[0].Type != "order.created" || h.Events[1].Type != "order.closed" {
 			t.Fatalf("history events = %+v", h.Events)
 		}
+		testenv.Eventually(t, 15*time.Second, "the order.created delivery in the history", func() bool {
+			h, _ = c.OrderHistory(ctx, closed.ID)
+			return len(h.Events) == 2 && len(h.Events[0].Deliveries) == 1 && h.Events[0].Deliveries[0].State == "delivered"
+		})
+		if d := h.Events[0].Deliveries[0]; d.WebhookID != hook.ID || d.AttemptCount != 1 || len(d.Attempts) != 1 ||
+			d.Attempts[0].StatusCode == nil || *d.Attempts[0].StatusCode != 200 || d.Attempts[0].Outcome != "delivered" || d.Attempts[0].At == nil {
+			t.Fatalf("order.created's delivery = %+v", d)
+		}
 		tm := h.Timing
 		if len(tm.Deadlines) != 1 || tm.Deadlines[0].Deadline == nil || *tm.Deadlines[0].Deadline != closed.Deadline || *tm.Deadline != closed.Deadline {
 			t.Fatalf("deadlines = %+v, want the one %s", tm.Deadlines, closed.Deadline)
@@ -64,7 +82,7 @@ func TestHistory(t *testing.T) {
 			t.Fatalf("events' provenance = %+v", h.Events)
 		}
 
-		h, err := c.OrderHistory(ctx, extended.ID)
+		h, err = c.OrderHistory(ctx, extended.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,7 +85,7 @@ type Config struct {
 	// History serves the history routes when set (history.go): the
 	// orders', the timers' with Timers, the source rows' (and their
 	// list) with SourceRows.
-	History    hourglass.HistoryStore
+	History    HistorySource
 	SourceRows SourceRows
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
 	// (timer_requests.go): the store applies timer requests.

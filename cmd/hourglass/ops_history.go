@@ -47,8 +47,8 @@ var timingColumns = []cliout.Column[api.TimingJSON]{
 	{Header: "DEADLINES", Cell: func(t api.TimingJSON) string { return fmt.Sprint(len(t.Deadlines)) }},
 }
 
-// timelineRow is one line of a history's timeline: an event, or a
-// delivery of one.
+// timelineRow is one line of a history's timeline: an event, a delivery
+// of one, or an attempt of a delivery.
 type timelineRow struct {
 	at, what, deadline, by, node, detail string
 }
@@ -88,13 +88,24 @@ func writeHistory(env *opsEnv, h api.HistoryJSON) error {
 				detail += ": " + cliout.Truncate(*d.LastError, 80)
 			}
 			out.Add(timelineRow{at: cliout.Opt(at), what: fmt.Sprintf("  delivery %d to webhook %d", d.ID, d.WebhookID), detail: detail})
+			for _, a := range d.Attempts {
+				status := "no answer"
+				if a.StatusCode != nil {
+					status = fmt.Sprintf("HTTP %d", *a.StatusCode)
+				}
+				detail := fmt.Sprintf("%s in %dms (%s)", status, a.DurationMs, a.Outcome)
+				if a.Error != nil {
+					detail += ": " + cliout.Truncate(*a.Error, 80)
+				}
+				out.Add(timelineRow{at: cliout.Opt(a.At), what: fmt.Sprintf("    attempt %d", a.Attempt), detail: detail})
+			}
 		}
 	}
 	if err := out.Close(); err != nil {
 		return err
 	}
-	if h.EventsTruncated || h.DeliveriesTruncated {
-		fmt.Fprintln(env.stderr, "hourglass: the server left earlier events or some deliveries out (its bounds); -o json shows what it sent")
+	if h.EventsTruncated || h.DeliveriesTruncated || h.AttemptsTruncated {
+		fmt.Fprintln(env.stderr, "hourglass: the server left earlier events, some deliveries or earlier attempts out (its bounds); -o json shows what it sent")
 	}
 	return nil
 }
