@@ -140,6 +140,25 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll('#order-actions button').length`); n != 0 {
 		t.Errorf("a closed order's page offers %d actions, want none", n)
 	}
+	// Its timeline: the deadline beside the close, what closed it and on
+	// which node, as GET /v1/orders/{id}/history says; its order.closed
+	// delivery, dead after its three attempts, each one listed.
+	var hist api.HistoryJSON
+	if _, err := s.Client.Do(t.Context(), http.MethodGet, "/v1/orders/"+closedID+"/history", nil, nil, &hist); err != nil {
+		t.Fatal(err)
+	}
+	timeline := eval[map[string]string](t, ctx, `Object.fromEntries(['scheduled', 'actual', 'lateness', 'closed-by', 'closed-node'].map(id => [id, document.getElementById(id).textContent]))`)
+	if hist.Timing.ClosedBy == nil || hist.Timing.Node == nil || timeline["closed-by"] != *hist.Timing.ClosedBy || timeline["closed-node"] != "dash-node" ||
+		*hist.Timing.Node != "dash-node" || !strings.HasSuffix(timeline["scheduled"], " UTC") || !strings.HasSuffix(timeline["actual"], " UTC") {
+		t.Errorf("the order's timeline shows %v; the history says closed by %v on %v", timeline, hist.Timing.ClosedBy, hist.Timing.Node)
+	}
+	if by := timeline["closed-by"]; by != "deadline" && by != "sweeper" {
+		t.Errorf("closed by %q, want the close path or the sweeper", by)
+	}
+	deliveries := eval[[]string](t, ctx, `[...document.querySelectorAll('#history-deliveries tbody tr')].map(tr => [...tr.cells].map(c => c.textContent).join(' | '))`)
+	if len(deliveries) != 1 || !strings.Contains(deliveries[0], "order.closed | 1 | dead | 3 |") || strings.Count(deliveries[0], "HTTP 503") < 3 {
+		t.Errorf("the order's deliveries show %q; want its order.closed dead letter with its 3 attempts, each HTTP 503", deliveries)
+	}
 	screenshot(t, ctx, "console-order.png")
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
 	run(t, ctx, "switch to local time", chromedp.Click(chromedp.CSS(`#localtime`)))
