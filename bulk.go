@@ -157,7 +157,9 @@ type BulkProgress struct {
 	// Lease is how long the owner's lease runs from now.
 	Lease  time.Duration
 	Cursor string
-	// Matched, Done and Failed are added to the action's counts.
+	// Matched, Done and Failed are added to the action's counts; the
+	// store adds to Done the items of the page that changed something and
+	// to Failed those refused.
 	Matched, Done, Failed int64
 	Finish                BulkState // "" while it runs on
 	Error                 string

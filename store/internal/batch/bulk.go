@@ -111,7 +111,16 @@ func RunBulk(ctx context.Context, cfg Config, tx Tx, sq *sqlq.Store, x sqlq.Quer
 		return out, err
 	}
 	if p != nil {
-		if err := sq.WriteBulkProgressIn(ctx, x, p); err != nil {
+		q := *p // p stays as given: the transaction may run again
+		for _, r := range b.Results {
+			switch {
+			case r.Err != nil:
+				q.Failed++
+			case r.Changed:
+				q.Done++
+			}
+		}
+		if err := sq.WriteBulkProgressIn(ctx, x, &q); err != nil {
 			return out, err
 		}
 	}
