@@ -11,6 +11,7 @@ package bulk
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -69,7 +70,9 @@ func RunningKey(action hourglass.BulkActionKind, s Spec) string {
 // NewID returns a new action's id at now: sortable by time (13 hex digits
 // of unix ms), then random, so later actions list first.
 func NewID(now time.Time) string {
-	return fmt.Sprintf("%013x", hourglass.UnixMilli(now)) + hourglass.NewEventID()[:11]
+	var b [5]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return fmt.Sprintf("%013x%x", hourglass.UnixMilli(now), b)
 }
 
 // cursor is where a filtered action resumes: after the timer Key, or
