@@ -91,8 +91,15 @@ type BulkActionListJSON struct {
 type BulkItemJSON struct {
 	ID     json.RawMessage `json:"id"`
 	Done   bool            `json:"done"`
-	Error  *errorJSON      `json:"error"`
+	Error  *ItemErrorJSON  `json:"error"`
 	Result json.RawMessage `json:"result"`
+}
+
+// ItemErrorJSON is why one item of a bulk call was refused: the code and
+// message its single call would have answered.
+type ItemErrorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // BulkIDsJSON is POST /v1/bulk-actions' 200 for ids: each item's result,
@@ -392,7 +399,7 @@ func (s *Server) bulkByIDs(ctx context.Context, p bulkParsed) (int, any, error) 
 		j := BulkItemJSON{ID: p.ids[i], Done: x.Err == nil && x.Changed, Result: json.RawMessage("null")}
 		switch {
 		case x.Err != nil:
-			j.Error = &errorJSON{Code: string(hourglass.ErrorCode(x.Err)), Message: hourglass.ErrorMessage(x.Err)}
+			j.Error = &ItemErrorJSON{Code: string(hourglass.ErrorCode(x.Err)), Message: hourglass.ErrorMessage(x.Err)}
 			out.Failed++
 		case p.items[i].Kind == hourglass.BulkItemCancelTimer:
 			j.Result = timerJSON(x.Timer)
@@ -521,7 +528,7 @@ type TimerBatchResultJSON struct {
 	Key     string          `json:"key"`
 	Op      string          `json:"op"` // arm or cancel
 	Created bool            `json:"created"`
-	Error   *errorJSON      `json:"error"`
+	Error   *ItemErrorJSON  `json:"error"`
 	Timer   json.RawMessage `json:"timer"`
 }
 
@@ -621,7 +628,7 @@ func (s *Server) timerBatch(r *http.Request, body []byte) (int, any, error) {
 			j.Op, j.Key = "cancel", items[i].Key
 		}
 		if x.Err != nil {
-			j.Error = &errorJSON{Code: string(hourglass.ErrorCode(x.Err)), Message: hourglass.ErrorMessage(x.Err)}
+			j.Error = &ItemErrorJSON{Code: string(hourglass.ErrorCode(x.Err)), Message: hourglass.ErrorMessage(x.Err)}
 		} else {
 			j.Timer = timerJSON(x.Timer)
 		}
