@@ -71,11 +71,15 @@ type BulkActionJSON struct {
 	Reason     string  `json:"reason"`
 	Rate       int     `json:"rate"`
 	Error      string  `json:"error,omitempty"`
+	// Node is the runner holding the action (its node id, then a random
+	// part), null when none does (finished, or its lease ran out).
+	Node *string `json:"node"`
 }
 
 func bulkActionJSON(a hourglass.BulkAction) BulkActionJSON {
 	return BulkActionJSON{ID: a.ID, Action: string(a.Action), State: string(a.State), Matched: a.Matched, Done: a.Done, Failed: a.Failed,
-		CreatedAt: a.CreatedAt.UTC().Format(TimeFormat), FinishedAt: formatTime(a.FinishedAt), Reason: a.Reason, Rate: a.Rate, Error: a.Error}
+		CreatedAt: a.CreatedAt.UTC().Format(TimeFormat), FinishedAt: formatTime(a.FinishedAt), Reason: a.Reason, Rate: a.Rate, Error: a.Error,
+		Node: optString(a.Owner)}
 }
 
 // BulkActionListJSON is the body of GET /v1/bulk-actions.
