@@ -66,6 +66,7 @@ func TestBulkBadInput(t *testing.T) {
 		{"rate zero", "POST", "/v1/bulk-actions", `{"action":"cancel_orders","reason":"r","filter":{},"rate":0}`, 400, "invalid_argument", "rate"},
 		{"extend without extend", "POST", "/v1/bulk-actions", `{"action":"extend_orders","reason":"r","ids":[1]}`, 400, "invalid_argument", "extend"},
 		{"extend for a cancel", "POST", "/v1/bulk-actions", `{"action":"cancel_orders","reason":"r","ids":[1],"extend":{"extend_ms":1000}}`, 400, "invalid_argument", "extend"},
+		{"extend by deadline range", "POST", "/v1/bulk-actions", `{"action":"extend_orders","reason":"r","filter":{"deadline_before":"2030-01-01T00:00:00Z"},"extend":{"extend_ms":1000}}`, 400, "invalid_argument", "deadline_before"},
 		{"bad extend", "POST", "/v1/bulk-actions", `{"action":"extend_orders","reason":"r","ids":[1],"extend":{"extend_ms":0}}`, 400, "invalid_argument", "extend_ms"},
 		{"unknown field", "POST", "/v1/bulk-actions", `{"action":"cancel_orders","reason":"r","ids":[1],"force":true}`, 400, "invalid_argument", "force"},
 		{"not JSON", "POST", "/v1/bulk-actions", `action=cancel`, 400, "invalid_argument", "JSON"},

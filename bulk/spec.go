@@ -47,6 +47,11 @@ func (s Spec) Check(action hourglass.BulkActionKind) error {
 			if err := s.Extend.Validate(); err != nil {
 				return err
 			}
+			// A list by deadline pages by the deadline each extension
+			// moves: an order extended would come round again.
+			if !s.Orders.DeadlineFrom.IsZero() || !s.Orders.DeadlineBefore.IsZero() {
+				return hourglass.Errorf(hourglass.CodeInvalidArgument, "filter: extend_orders cannot select by deadline_after or deadline_before (each extension moves the order within that range); select by status, user_id, created_after or created_before")
+			}
 		}
 	case hourglass.BulkRetryDeadLetters, hourglass.BulkDeleteDeadLetters:
 		ok = s.DeadLetters != nil && s.Timers == nil && s.Orders == nil && s.Extend == nil
