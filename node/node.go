@@ -303,7 +303,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.Webhooks, err = webhook.New(db, whCfg); err != nil {
 		return nil, err
 	}
-	if n.bulk, err = newBulk(db, cfg.Cluster.NodeID, n.Webhooks, clock, log); err != nil {
+	if n.bulk, err = newBulk(db, cfg.Cluster.NodeID, n.Webhooks, m, clock, log); err != nil {
 		return nil, err
 	}
 	// The cluster's leader prunes; every node bounds the timers it creates.
