@@ -571,15 +571,7 @@ func (s *Server) timerBatch(r *http.Request, body []byte) (int, any, error) {
 	webhooks := map[int64]string{}
 	for i, a := range req.Arm {
 		where := fmt.Sprintf("arm[%d]", i)
-		ta := hourglass.TimerArm{Key: a.Key, DelayMs: a.DelayMs, Payload: a.Payload, WebhookID: a.WebhookID}
-		if a.FireAt != nil {
-			t, err := time.Parse(time.RFC3339Nano, *a.FireAt)
-			if err != nil {
-				return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: fire_at: %q is not an RFC 3339 time (e.g. 2026-11-24T10:00:00.000Z)", where, *a.FireAt)
-			}
-			ta.FireAt = &t
-		}
-		p, err := ta.Params(now)
+		p, err := armTimerRequest{FireAt: a.FireAt, DelayMs: a.DelayMs, Payload: a.Payload, WebhookID: a.WebhookID}.params(a.Key, now)
 		if err != nil {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "%s: %s", where, hourglass.ErrorMessage(err))
 		}

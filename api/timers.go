@@ -81,6 +81,12 @@ func DecodeArmTimer(key string, body []byte, now time.Time) (hourglass.ArmTimerP
 	if err := decodeJSON(body, &req, false); err != nil {
 		return hourglass.ArmTimerParams{}, err
 	}
+	return req.params(key, now)
+}
+
+// params checks the arm of key that req asks for at now (DecodeArmTimer;
+// each arm of POST /v1/timers/batch).
+func (req armTimerRequest) params(key string, now time.Time) (hourglass.ArmTimerParams, error) {
 	a := hourglass.TimerArm{Key: key, DelayMs: req.DelayMs, Payload: req.Payload, WebhookID: req.WebhookID}
 	if req.FireAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *req.FireAt)

@@ -22,27 +22,14 @@ func (s *Store) ApplyBulk(ctx context.Context, items []hourglass.BulkItem, p *ho
 		out batch.Outcome
 	)
 	err := s.Store.DB().Write(ctx, "apply bulk", sqlq.Normal, func(x sqlq.Querier) error {
-		t := &txn{s: s, tx: x.(sqlQuerier).q.(*sql.Tx)}
 		var err error
-		if out, err = batch.RunBulk(ctx, s.batchConfig(), t, s.Store, x, items, p, &b); err != nil {
-			return err
-		}
-		return nil
+		out, err = batch.RunBulk(ctx, s.batchConfig(), &txn{s: s, tx: x.(sqlQuerier).q.(*sql.Tx)}, s.Store, x, items, p, &b)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	var u hourglass.DueUpdate
-	b.Due(&u)
-	if !u.Empty() {
-		s.w.Announce(u)
-	}
-	if out.Deliveries > 0 {
-		s.w.NotifyDeliveries()
-	}
-	if out.Deferred {
-		s.fanOut.Wake()
-	}
+	b.Committed(out, s.w.Announce, s.w.NotifyDeliveries, s.fanOut.Wake)
 	return b.Results, nil
 }
 

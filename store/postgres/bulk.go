@@ -34,17 +34,7 @@ func (s *Store) ApplyBulk(ctx context.Context, items []hourglass.BulkItem, p *ho
 	if err != nil {
 		return nil, err
 	}
-	var u hourglass.DueUpdate
-	b.Due(&u)
-	if !u.Empty() {
-		s.w.Announce(u)
-	}
-	if out.Deliveries > 0 {
-		s.w.NotifyDeliveries()
-	}
-	if out.Deferred {
-		s.fanOut.Wake()
-	}
+	b.Committed(out, s.w.Announce, s.w.NotifyDeliveries, s.fanOut.Wake)
 	return b.Results, nil
 }
 

@@ -31,12 +31,7 @@ func (s *Store) ApplyBulk(ctx context.Context, items []hourglass.BulkItem, p *ho
 	if err := s.w.Submit(ctx, writer.Normal, w); err != nil {
 		return nil, err
 	}
-	if out.Deliveries > 0 {
-		s.w.NotifyDeliveries()
-	}
-	if out.Deferred {
-		s.fanOut.Wake()
-	}
+	b.Committed(out, nil, s.w.NotifyDeliveries, s.fanOut.Wake) // the writer announced b.Due
 	return b.Results, nil
 }
 

@@ -55,6 +55,26 @@ func (b *Bulk) Due(u *hourglass.DueUpdate) {
 	}
 }
 
+// Committed says, after the commit, what the bulk changed: what is due to
+// announce (nil: the writer announces it itself, through Due), and the
+// delivery engine and the fan-out to wake when the events created
+// deliveries or deferred them.
+func (b *Bulk) Committed(out Outcome, announce func(hourglass.DueUpdate), deliveries, deferred func()) {
+	if announce != nil {
+		var u hourglass.DueUpdate
+		b.Due(&u)
+		if !u.Empty() {
+			announce(u)
+		}
+	}
+	if out.Deliveries > 0 {
+		deliveries()
+	}
+	if out.Deferred {
+		deferred()
+	}
+}
+
 // RunBulk runs items (and p, if set) in the dialect's open transaction:
 // tx for the ops, x for sqlq's statements. It sets b afresh (a transaction
 // may run again). Refusals are the items' results; an error means the
