@@ -196,6 +196,10 @@ type BulkStore interface {
 	// its runner's ApplyBulk is refused (bulk_lease_lost). A finished action
 	// is returned as it is. Errors: not_found.
 	StopBulkAction(ctx context.Context, id string) (BulkAction, error)
+	// ReleaseBulkAction gives up owner's lease of a running action (a node
+	// shutting down), so another node claims it at once; nothing when
+	// owner does not hold it.
+	ReleaseBulkAction(ctx context.Context, id, owner string) error
 	// PruneBulkActions deletes up to limit actions that finished before
 	// before, and returns how many.
 	PruneBulkActions(ctx context.Context, before time.Time, limit int) (int, error)

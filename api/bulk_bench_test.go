@@ -41,7 +41,9 @@ func BenchmarkTimerBatch1000(b *testing.B) {
 		}
 	}
 	slices.Sort(took)
-	at := func(q float64) float64 { return float64(took[min(len(took)-1, int(q*float64(len(took))))].Microseconds()) / 1000 }
+	at := func(q float64) float64 {
+		return float64(took[min(len(took)-1, int(q*float64(len(took))))].Microseconds()) / 1000
+	}
 	b.ReportMetric(at(0.50), "p50-ms")
 	b.ReportMetric(at(0.99), "p99-ms")
 	b.ReportMetric(1000*float64(b.N)/b.Elapsed().Seconds(), "arms/s")

@@ -198,8 +198,26 @@ func (r *Runner) prune(ctx context.Context, now time.Time) {
 }
 
 // run runs the claimed action a until it finishes, its lease is lost (a
-// stop, or another node took it over after a stall) or ctx ends.
+// stop, or another node took it over after a stall) or ctx ends: then it
+// releases the lease, so another node takes the action over at once.
 func (r *Runner) run(ctx context.Context, a hourglass.BulkAction) {
+	defer func() {
+		if ctx.Err() == nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		if err := r.cfg.Store.ReleaseBulkAction(rctx, a.ID, r.cfg.Owner); err != nil {
+			r.cfg.Log.Warn("bulk: release an action on shutdown (another node takes it when its lease runs out)", "bulk_action", a.ID, "err", err)
+		}
+	}()
+	r.runAction(ctx, a)
+}
+
+// releaseTimeout bounds the release of a lease on shutdown.
+const releaseTimeout = 2 * time.Second
+
+func (r *Runner) runAction(ctx context.Context, a hourglass.BulkAction) {
 	log := r.cfg.Log.With("bulk_action", a.ID, "action", a.Action)
 	var spec Spec
 	err := json.Unmarshal(a.Spec, &spec)

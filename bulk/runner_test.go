@@ -159,6 +159,17 @@ func (d *dying) ApplyBulk(ctx context.Context, items []hourglass.BulkItem, p *ho
 	return res, err
 }
 
+// ReleaseBulkAction fails once the node is dead: a killed node releases
+// nothing.
+func (d *dying) ReleaseBulkAction(ctx context.Context, id, owner string) error {
+	select {
+	case <-d.dead:
+		return errDead
+	default:
+		return d.Store.ReleaseBulkAction(ctx, id, owner)
+	}
+}
+
 // TestTakeOverAfterDeath: node A dies after its third page committed;
 // once A's lease runs out node B claims the action and finishes it from
 // the page after, so every order is cancelled exactly once (one
@@ -214,6 +225,37 @@ func TestTakeOverAfterDeath(t *testing.T) {
 		if cancelled != 1 {
 			t.Fatalf("order %d: %d order.cancelled events, want 1", id, cancelled)
 		}
+	}
+}
+
+// TestReleaseOnShutdown: a runner stopped (its node shut down) releases
+// its lease, so another claims the action at once, without waiting for
+// the lease to run out, and finishes it.
+func TestReleaseOnShutdown(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.armTimers(t, "t:", 30)
+	a := f.create(t, hourglass.BulkCancelTimers, scheduledPrefix("t:"), 5)
+	rA, stopA := f.start(t, f.db, "node-a", 100)
+	rA.Wake()
+	f.waitFor(t, a.ID, "5 done", func(a hourglass.BulkAction) bool { return a.Done >= 5 })
+	stopA()
+	if got, _ := f.db.BulkAction(f.ctx, a.ID); got.Owner != "" || got.State != hourglass.BulkRunning {
+		t.Fatalf("after node-a stopped: %+v", got)
+	}
+	rB, _ := f.start(t, f.db, "node-b", 100)
+	rB.Wake()
+	f.waitFor(t, a.ID, "node-b holds it", func(a hourglass.BulkAction) bool { return a.Owner == "node-b" })
+	for {
+		got, _ := f.db.BulkAction(f.ctx, a.ID)
+		if got.State != hourglass.BulkRunning {
+			if got.State != hourglass.BulkDone || got.Done != 30 {
+				t.Fatalf("finished: %+v", got)
+			}
+			return
+		}
+		f.clock.Advance(time.Second) // the rate's waits, on the fake clock
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

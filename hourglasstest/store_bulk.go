@@ -191,8 +191,22 @@ func exerciseBulk(t *testing.T, h StoreHarness) {
 		if err != nil || !created {
 			t.Fatalf("create again: %v %v", created, err)
 		}
-		if _, ok, err := f.db.ClaimBulkAction(f.ctx, "node-a", time.Second); err != nil || !ok {
+		if _, ok, err := f.db.ClaimBulkAction(f.ctx, "node-b", time.Minute); err != nil || !ok {
 			t.Fatalf("claim b2: %v %v", ok, err)
+		}
+		// node-b shuts down: its release lets node-a claim at once; a
+		// release by another owner changes nothing.
+		if err := f.db.ReleaseBulkAction(f.ctx, "b2", "node-a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := f.db.ClaimBulkAction(f.ctx, "node-a", time.Second); ok {
+			t.Fatal("claimed a lease another owner released on its behalf")
+		}
+		if err := f.db.ReleaseBulkAction(f.ctx, "b2", "node-b"); err != nil {
+			t.Fatal(err)
+		}
+		if c, ok, err := f.db.ClaimBulkAction(f.ctx, "node-a", time.Second); err != nil || !ok || c.ID != "b2" {
+			t.Fatalf("claim b2 after its release: %+v %v %v", c, ok, err)
 		}
 		f.clock.Set(Epoch.Add(20 * time.Second))
 		if _, err := f.db.ApplyBulk(f.ctx, nil, &hourglass.BulkProgress{ID: "b2", Owner: "node-a", Finish: hourglass.BulkDone}); err != nil {

@@ -89,11 +89,18 @@ func (s *Store) CreateBulkAction(ctx context.Context, a hourglass.BulkAction) (h
 	}
 	err := s.write(ctx, "create bulk action", Normal, func(x q) error {
 		created = false
-		if found, err := running(x); err != nil || found {
+		// The running rows, locked first: two creates racing near the
+		// limit count one after the other (and, on MySQL, this locking
+		// read comes before any snapshot the transaction reads in).
+		n := 0
+		var id string
+		if err := x.each(ctx, `SELECT id FROM bulk_actions WHERE state = 'running'`+s.forUpdate(), nil, []any{&id}, func() error {
+			n++
+			return nil
+		}); err != nil {
 			return err
 		}
-		var n int64
-		if _, err := x.row(ctx, `SELECT count(*) FROM bulk_actions WHERE state = 'running'`, nil, &n); err != nil {
+		if found, err := running(x); err != nil || found {
 			return err
 		}
 		if n >= hourglass.MaxBulkRunning {
@@ -221,6 +228,15 @@ updated_at = ?, finished_at = ? WHERE id = ? AND state = 'running'`, now, now, i
 		err = hourglass.Errorf(hourglass.CodeNotFound, "bulk action %q not found", id)
 	}
 	return a, err
+}
+
+// ReleaseBulkAction implements hourglass.BulkStore: one conditional
+// UPDATE clearing owner's lease.
+func (s *Store) ReleaseBulkAction(ctx context.Context, id, owner string) error {
+	return s.write(ctx, "release bulk action", Normal, func(x q) error {
+		_, err := x.exec(ctx, `UPDATE bulk_actions SET owner = NULL, lease_until = NULL WHERE id = ? AND owner = ? AND state = 'running'`, id, owner)
+		return err
+	})
 }
 
 // PruneBulkActions implements hourglass.BulkStore along
