@@ -177,25 +177,38 @@ func (s *Store) BulkActions(ctx context.Context, before string, limit int) ([]ho
 
 // ClaimBulkAction implements hourglass.BulkStore: the oldest running
 // action whose lease expired is read, then taken by a compare-and-set on
-// its owner and lease, so two nodes racing for it cannot both win.
+// its owner and lease, so two nodes racing for it cannot both win (the
+// loser finds none this time and looks again at its next poll).
 func (s *Store) ClaimBulkAction(ctx context.Context, owner string, lease time.Duration) (hourglass.BulkAction, bool, error) {
 	var (
 		a  hourglass.BulkAction
 		ok bool
 	)
+	// Most looks find nothing to claim: a read first, no write
+	// transaction every second on every node.
+	const free = `state = 'running' AND (lease_until IS NULL OR lease_until < ?)`
+	var (
+		id    string
+		found bool
+	)
+	if err := s.read(ctx, "look for a bulk action", func(x q) error {
+		now, err := s.now(ctx, x)
+		if err != nil {
+			return err
+		}
+		found, err = x.row(ctx, `SELECT id FROM bulk_actions WHERE `+free+` ORDER BY id LIMIT 1`, []any{now}, &id)
+		return err
+	}); err != nil || !found {
+		return a, false, err
+	}
 	err := s.write(ctx, "claim bulk action", Normal, func(x q) error {
 		ok = false
 		now, err := s.now(ctx, x)
 		if err != nil {
 			return err
 		}
-		var id string
-		found, err := x.row(ctx, `SELECT id FROM bulk_actions WHERE state = 'running' AND (lease_until IS NULL OR lease_until < ?) ORDER BY id LIMIT 1`, []any{now}, &id)
-		if err != nil || !found {
-			return err
-		}
 		n, err := x.exec(ctx, `UPDATE bulk_actions SET owner = ?, lease_until = ?, updated_at = ?
-WHERE id = ? AND state = 'running' AND (lease_until IS NULL OR lease_until < ?)`, owner, now+lease.Milliseconds(), now, id, now)
+WHERE id = ? AND `+free, owner, now+lease.Milliseconds(), now, id, now)
 		if err != nil || n == 0 {
 			return err
 		}
