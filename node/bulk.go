@@ -3,7 +3,9 @@ package node
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"log/slog"
+	"strings"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/bulk"
@@ -22,7 +24,7 @@ func newBulk(db hourglass.Database, nodeID string, hooks *webhook.Service, m *me
 	if !ok {
 		tc = hourglass.SystemClock{} // sleeps only: leases are the database's time
 	}
-	owner := cmp.Or(nodeID, cluster.DefaultNodeID()) + "/" + hourglass.NewEventID()[:8]
+	owner := cmp.Or(nodeID, cluster.DefaultNodeID()) + "/" + strings.ToLower(rand.Text()[:8])
 	return bulk.New(bulk.Config{Store: db, Owner: owner, Clock: tc, Log: log, Retried: hooks.Retried, Observe: m.BulkRunning})
 }
 
