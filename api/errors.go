@@ -21,6 +21,8 @@ var statusByCode = map[hourglass.Code]int{
 	hourglass.CodeRequestTimeout:       http.StatusRequestTimeout,
 	hourglass.CodeLimitExceeded:        http.StatusConflict,
 	hourglass.CodeTimerFired:           http.StatusConflict,
+	hourglass.CodeTooManyBulkActions:   http.StatusTooManyRequests,
+	hourglass.CodeBulkLeaseLost:        http.StatusConflict,
 	hourglass.CodeUnavailable:          http.StatusServiceUnavailable,
 	hourglass.CodeInternal:             http.StatusInternalServerError,
 }

@@ -138,7 +138,7 @@ func startFullServer(t *testing.T) *fullServer {
 	srv, err := api.NewServer(api.Config{
 		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, History: store, SourceRows: source,
 		Tokens: []string{openAPIToken, openAPIOldToken}, ViewerTokens: []string{openAPIViewerToken},
-		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store,
+		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store, Bulk: store,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
 		Sources: source,
 	})
@@ -530,6 +530,30 @@ func TestOpenAPI(t *testing.T) {
 		t.Errorf("rejected timer requests = %+v; want the one written", rejected)
 	}
 	c.do(req{method: "GET", path: "/v1/timer-requests/rejected?limit=0", invalid: true, want: 400})
+
+	// Bulk actions (no runner here: a filtered action stays running) and
+	// timer batches (--timer-max is 3, and t1 to t3 exist).
+	c.do(req{method: "POST", path: "/v1/timers/batch", body: `{"arm":[{"key":"t1","delay_ms":600000,"payload":{"a":1}}],"cancel":["t3","nope"]}`, want: 200})
+	c.do(req{method: "POST", path: "/v1/timers/batch", body: `{"arm":[{"key":"b9","delay_ms":600000}]}`, want: 409})
+	c.do(req{method: "POST", path: "/v1/timers/batch", body: `{"arm":[{"key":"t1","delay_ms":1}],"cancel":["t1"]}`, want: 400})
+	c.do(req{method: "POST", path: "/v1/bulk-actions", body: `{"action":"cancel_timers","reason":"r","ids":["t1","nope"]}`, want: 200})
+	c.do(req{method: "POST", path: "/v1/bulk-actions", body: `{"action":"cancel_orders","reason":"r","filter":{"user_id":"u1"},"dry_run":true}`, want: 200})
+	c.do(req{method: "POST", path: "/v1/bulk-actions", body: `{"action":"nope","reason":"r","ids":[1]}`, invalid: true, want: 400})
+	var ba api.BulkActionJSON
+	json.Unmarshal(c.do(req{method: "POST", path: "/v1/bulk-actions", body: `{"action":"delete_deadletters","reason":"r","filter":{"event_type":"order.created"},"rate":10}`, want: 202}), &ba)
+	c.do(req{method: "POST", path: "/v1/bulk-actions", body: `{"action":"delete_deadletters","reason":"r","filter":{"event_type":"order.created"},"rate":10}`, want: 200})
+	c.do(req{method: "GET", path: "/v1/bulk-actions/" + ba.ID, want: 200})
+	c.do(req{method: "GET", path: "/v1/bulk-actions/nope", want: 404})
+	c.do(req{method: "GET", path: "/v1/bulk-actions/bad%20id", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/bulk-actions?limit=1", want: 200})
+	c.do(req{method: "GET", path: "/v1/bulk-actions?limit=0", invalid: true, want: 400})
+	for i := range hourglass.MaxBulkRunning - 1 {
+		c.do(req{method: "POST", path: "/v1/bulk-actions", body: fmt.Sprintf(`{"action":"cancel_timers","reason":"r","filter":{"prefix":"p%d"}}`, i), want: 202})
+	}
+	c.do(req{method: "POST", path: "/v1/bulk-actions", body: `{"action":"cancel_timers","reason":"r","filter":{"prefix":"q"}}`, want: 429})
+	c.do(req{method: "POST", path: "/v1/bulk-actions/" + ba.ID + "/stop", want: 200})
+	c.do(req{method: "POST", path: "/v1/bulk-actions/nope/stop", want: 404})
+	c.do(req{method: "POST", path: "/v1/bulk-actions/bad%20id/stop", invalid: true, want: 400})
 
 	// Operations.
 	c.do(req{method: "GET", path: "/v1/dashboard", want: 200})

@@ -87,6 +87,11 @@ type Config struct {
 	// list) with SourceRows.
 	History    HistorySource
 	SourceRows SourceRows
+	// Bulk serves /v1/bulk-actions and, with Timers, POST /v1/timers/batch
+	// when set (bulk.go); BulkWake, if set, is called after a filtered
+	// action was created (the node's runner claims it at once).
+	Bulk     BulkBackend
+	BulkWake func()
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
 	// (timer_requests.go): the store applies timer requests.
 	TimerRequests hourglass.TimerRequestStore
@@ -192,6 +197,7 @@ func (s *Server) routes() {
 	routes = append(routes, s.sourceRoutes()...)
 	routes = append(routes, s.historyRoutes()...)
 	routes = append(routes, s.whoamiRoutes()...)
+	routes = append(routes, s.bulkRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))
@@ -200,9 +206,21 @@ func (s *Server) routes() {
 	}
 	for path, methods := range allowed {
 		allow := strings.Join(methods, ", ")
-		s.mux.Handle(path, s.wrap(path, true, func(r *http.Request, _ []byte) (int, any, error) {
+		h := s.wrap(path, true, func(r *http.Request, _ []byte) (int, any, error) {
 			return 0, nil, &methodError{allow: allow, method: r.Method}
-		}))
+		})
+		if !withinAnother(path, allowed) {
+			s.mux.Handle(path, h)
+			continue
+		}
+		// A path another route's pattern also matches (/v1/timers/batch,
+		// /v1/timers/{key}) leaves that route its methods: a 405 for the
+		// others only.
+		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodPatch} {
+			if !slices.Contains(methods, m) && !slices.Contains(allowed[patternOf(path, allowed)], m) {
+				s.mux.Handle(m+" "+path, h)
+			}
+		}
 	}
 	probes := []string{"/healthz", "/readyz", OpenAPIPath}
 	if s.cfg.Metrics != nil {
@@ -243,6 +261,38 @@ func (s *Server) routes() {
 	// disclosed to anonymous callers.
 	s.mux.Handle("/v1/", s.wrap(OtherLabel, true, notFound))
 	s.mux.Handle("/", s.wrap(OtherLabel, false, notFound))
+}
+
+// withinAnother reports whether another path of paths, one with a
+// wildcard segment, matches path too.
+func withinAnother(path string, paths map[string][]string) bool {
+	return patternOf(path, paths) != ""
+}
+
+// patternOf returns the other path of paths whose pattern matches path
+// ("" for none).
+func patternOf(path string, paths map[string][]string) string {
+	segs := strings.Split(path, "/")
+	for other := range paths {
+		if other == path {
+			continue
+		}
+		os := strings.Split(other, "/")
+		if len(os) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range os {
+			if os[i] != segs[i] && !strings.HasPrefix(os[i], "{") {
+				match = false
+				break
+			}
+		}
+		if match {
+			return other
+		}
+	}
+	return ""
 }
 
 // notReady is /readyz's 503: an answer to a probe, expected during start-up

@@ -81,6 +81,12 @@ func DecodeArmTimer(key string, body []byte, now time.Time) (hourglass.ArmTimerP
 	if err := decodeJSON(body, &req, false); err != nil {
 		return hourglass.ArmTimerParams{}, err
 	}
+	return req.params(key, now)
+}
+
+// params checks the arm of key that req asks for at now (DecodeArmTimer;
+// each arm of POST /v1/timers/batch).
+func (req armTimerRequest) params(key string, now time.Time) (hourglass.ArmTimerParams, error) {
 	a := hourglass.TimerArm{Key: key, DelayMs: req.DelayMs, Payload: req.Payload, WebhookID: req.WebhookID}
 	if req.FireAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *req.FireAt)
@@ -169,6 +175,35 @@ func (s *Server) cancelTimer(r *http.Request, _ []byte) (int, any, error) {
 	return http.StatusOK, timerJSON(t), nil
 }
 
+// timerListParams are GET /v1/timers' filters, beside limit and after.
+var timerListParams = []string{"status", "prefix", "fire_after", "fire_before"}
+
+// parseTimerFilter reads GET /v1/timers' filters from q: an empty value is
+// no filter. Errors are invalid_argument, naming the parameter.
+func parseTimerFilter(q url.Values) (hourglass.TimerFilter, error) {
+	var f hourglass.TimerFilter
+	if q.Get("status") != "" { // empty: every status, as for orders
+		f.Status = hourglass.TimerStatus(q.Get("status"))
+		if !f.Status.Valid() {
+			return f, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", q.Get("status"))
+		}
+	}
+	if v := q.Get("prefix"); v != "" {
+		if err := hourglass.ValidateTimerKey(v); err != nil {
+			return f, hourglass.Errorf(hourglass.CodeInvalidArgument, "prefix: must be the start of a timer key, %s", strings.TrimPrefix(hourglass.ErrorMessage(err), "key: "))
+		}
+		f.Prefix = v
+	}
+	var err error
+	if f.FireFrom, err = parseQueryTime(q, "fire_after"); err != nil {
+		return f, err
+	}
+	if f.FireBefore, err = parseQueryTime(q, "fire_before"); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
 func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
 	q := r.URL.Query()
 	known := []string{"status", "prefix", "fire_after", "fire_before", "limit", "after"}
@@ -185,25 +220,12 @@ func (s *Server) listTimers(r *http.Request, _ []byte) (int, any, error) {
 		}
 		f.Limit = n
 	}
-	if q.Get("status") != "" { // empty: every status, as for orders
-		f.Status = hourglass.TimerStatus(q.Get("status"))
-		if !f.Status.Valid() {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "status: must be scheduled, fired or cancelled, got %q", q.Get("status"))
-		}
-	}
-	if v := q.Get("prefix"); v != "" {
-		if err := hourglass.ValidateTimerKey(v); err != nil {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "prefix: must be the start of a timer key, %s", strings.TrimPrefix(hourglass.ErrorMessage(err), "key: "))
-		}
-		f.Prefix = v
-	}
-	var err error
-	if f.FireFrom, err = parseQueryTime(q, "fire_after"); err != nil {
+	filter, err := parseTimerFilter(q)
+	if err != nil {
 		return 0, nil, err
 	}
-	if f.FireBefore, err = parseQueryTime(q, "fire_before"); err != nil {
-		return 0, nil, err
-	}
+	filter.Limit = f.Limit
+	f = filter
 	var cur timerCursor
 	if f.ByFireAt() {
 		if cur, err = parseTimerCursor(q); err != nil {

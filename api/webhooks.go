@@ -226,27 +226,42 @@ func (s *Server) deleteWebhook(r *http.Request, body []byte) (int, any, error) {
 	return http.StatusOK, webhookJSON(w), nil
 }
 
-func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
-	q := r.URL.Query()
+// deadLetterListParams are GET /v1/deadletters' filters, beside limit and
+// after.
+var deadLetterListParams = []string{"webhook_id", "event_type", "failed_after", "failed_before"}
+
+// parseDeadLetterFilter reads GET /v1/deadletters' filters from q: an
+// empty value is no filter. Errors are invalid_argument, naming the
+// parameter.
+func parseDeadLetterFilter(q url.Values) (hourglass.DeadLetterFilter, error) {
 	var (
 		f   hourglass.DeadLetterFilter
 		err error
 	)
 	if v := q.Get("webhook_id"); v != "" {
 		if f.WebhookID, err = parseResourceID("webhook", v); err != nil {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: %s", hourglass.ErrorMessage(err))
+			return f, hourglass.Errorf(hourglass.CodeInvalidArgument, "webhook_id: %s", hourglass.ErrorMessage(err))
 		}
 	}
 	if v := q.Get("event_type"); v != "" {
 		f.EventType = hourglass.EventType(v)
 		if !slices.Contains(hourglass.EventTypes(), f.EventType) {
-			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "event_type: must be one of %v, got %q", hourglass.EventTypes(), v)
+			return f, hourglass.Errorf(hourglass.CodeInvalidArgument, "event_type: must be one of %v, got %q", hourglass.EventTypes(), v)
 		}
 	}
 	if f.FailedFrom, err = parseQueryTime(q, "failed_after"); err != nil {
-		return 0, nil, err
+		return f, err
 	}
 	if f.FailedBefore, err = parseQueryTime(q, "failed_before"); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
+	q := r.URL.Query()
+	f, err := parseDeadLetterFilter(q)
+	if err != nil {
 		return 0, nil, err
 	}
 	var cur orderCursor // the same shape: a time and an id
@@ -257,7 +272,7 @@ func (s *Server) listDeadLetters(r *http.Request, _ []byte) (int, any, error) {
 		q = maps.Clone(q)
 		delete(q, "after")
 	}
-	pg, err := parsePage(q, "dead letter", DeadLetterLimitDefault, MaxDeadLetterLimit, "webhook_id", "event_type", "failed_after", "failed_before")
+	pg, err := parsePage(q, "dead letter", DeadLetterLimitDefault, MaxDeadLetterLimit, deadLetterListParams...)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -75,6 +75,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Retention", exerciseRetention},
 		{"Extend", exerciseExtend},
 		{"History", exerciseHistory},
+		{"Bulk", exerciseBulk},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()

@@ -36,6 +36,7 @@ type Metrics struct {
 	alertsFiring   *prometheus.GaugeVec
 	closeBacklog   prometheus.Gauge
 	deadLetters    prometheus.Gauge
+	bulkRunning    prometheus.Gauge
 	deliveries     *prometheus.CounterVec
 	deliveryLag    prometheus.Histogram
 	fanoutPending  prometheus.Gauge
@@ -142,10 +143,14 @@ func New(pending func() int) *Metrics {
 			Name: "hourglass_webhook_dead_letters",
 			Help: "Webhook deliveries in the dead-letter list (failed their last attempt), counted at each alert evaluation.",
 		}),
+		bulkRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hourglass_bulk_actions_running",
+			Help: "Filtered bulk actions this node runs now (it holds their lease); summed over the nodes, those running.",
+		}),
 	}
 	reg.MustRegister(m.closeLateness, m.closed, m.fireLateness, m.fired, m.closeFailures, m.sweeperFound, m.sweeperRecover, m.stale, m.schedFailures,
 		m.requests, m.requestLatency, m.commitWrites, m.commitLatency, m.dbRetries, m.alertsFiring, m.closeBacklog, m.deadLetters,
-		m.deliveries, m.deliveryLag, m.fanoutPending,
+		m.bulkRunning, m.deliveries, m.deliveryLag, m.fanoutPending,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hourglass_timers_pending",
 			Help: "Timers held in the in-memory wheel (pending orders due within the window).",
@@ -241,6 +246,9 @@ func (m *Metrics) CloseBacklog(n int) { m.closeBacklog.Set(float64(n)) }
 
 // DeadLetters implements alert.Observer: it sets hourglass_webhook_dead_letters.
 func (m *Metrics) DeadLetters(n int) { m.deadLetters.Set(float64(n)) }
+
+// BulkRunning sets how many bulk actions this node runs (bulk.Config.Observe).
+func (m *Metrics) BulkRunning(n int) { m.bulkRunning.Set(float64(n)) }
 
 // Names returns the names of the metric families the registry exposes now
 // (histograms as their base name), for checking references to them.

@@ -26,6 +26,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/beforeclose"
+	"github.com/hourglass/hourglass/bulk"
 	"github.com/hourglass/hourglass/cluster"
 	"github.com/hourglass/hourglass/delay"
 	"github.com/hourglass/hourglass/engine"
@@ -165,6 +166,7 @@ type Node struct {
 	applier   *requests.Applier // nil: the store does not apply timer requests
 	sources   *source.Runner    // nil: no --sources
 	sinks     *eventSinks       // --event-sink
+	bulk      *bulk.Runner      // filtered bulk actions
 	ln        net.Listener
 	stopDebug context.CancelFunc
 	ran       bool
@@ -301,6 +303,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.Webhooks, err = webhook.New(db, whCfg); err != nil {
 		return nil, err
 	}
+	if n.bulk, err = newBulk(db, cfg.Cluster.NodeID, n.Webhooks, m, clock, log); err != nil {
+		return nil, err
+	}
 	// The cluster's leader prunes; every node bounds the timers it creates.
 	rCfg := cfg.Retention
 	rCfg.Leader, rCfg.Clock, rCfg.Logger, rCfg.Observer = self.leader, clock, log, m
@@ -348,6 +353,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Sources:       sourceBadRows(n.sources),
 		History:       db,
 		SourceRows:    sourceRows(n.sources),
+		Bulk:          db,
+		BulkWake:      n.bulk.Wake,
 	})
 	if err != nil {
 		return nil, err
@@ -405,6 +412,7 @@ func (n *Node) Run(ctx context.Context) error {
 	gateStopped := startGate(engCtx, n.cfg.BeforeClose, n.gate)
 	sourcesStopped := startSources(engCtx, n.sources)
 	sinksStopped := n.sinks.start(engCtx)
+	bulkStopped := startBulk(engCtx, n.bulk)
 	// Webhook delivery stops first on shutdown, on its own context: its
 	// attempts in flight are cancelled (and sent again after the next
 	// start), so a slow receiver cannot hold the shutdown past its grace.
@@ -440,6 +448,7 @@ func (n *Node) Run(ctx context.Context) error {
 	gateStopped()
 	sourcesStopped()
 	sinksStopped()
+	bulkStopped()
 	if !waitUntil(shutCtx, webhooksStopped) {
 		log.Warn("hourglass: webhook delivery did not stop within --shutdown-grace; closing anyway (its deliveries stay pending and are sent after the next start)")
 	}

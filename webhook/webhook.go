@@ -420,6 +420,16 @@ func (s *Service) RetryDeadLetter(ctx context.Context, id int64) error {
 	return nil
 }
 
+// Retried schedules dead letters that a bulk action made pending again
+// (hourglass.BulkStore.ApplyBulk), as RetryDeadLetter schedules its one.
+// Safe for concurrent use.
+func (s *Service) Retried(ts []hourglass.DeliveryTimer) {
+	s.reads.dropAll() // later events of their orders now wait for them
+	for _, t := range ts {
+		s.schedule(t, true)
+	}
+}
+
 // DeleteDeadLetter removes a dead letter and returns it. Errors: not_found.
 func (s *Service) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
 	return s.store.DeleteDeadLetter(ctx, id)

@@ -34,6 +34,7 @@ type cli struct {
 	Orders      ordersCmd      `cmd:"" help:"Read, extend and cancel orders on a running server."`
 	Timers      timersCmd      `cmd:"" help:"Read, arm and cancel timers on a running server."`
 	Deadletters deadlettersCmd `cmd:"" help:"List, retry and delete webhook dead letters on a running server."`
+	Bulk        bulkCmd        `cmd:"" help:"List, follow and stop bulk actions on a running server."`
 }
 
 // databaseFlags name the database of record; serve and migrate share them.

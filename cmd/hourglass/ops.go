@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -29,8 +30,8 @@ type ordersCmd struct {
 	opsFlags `embed:""`
 	Get      ordersGetCmd     `cmd:"" help:"Print an order."`
 	List     ordersListCmd    `cmd:"" help:"List orders, by id or (with a deadline or creation range) by that time."`
-	Extend   ordersExtendCmd  `cmd:"" help:"Move a pending_payment order's deadline later."`
-	Cancel   ordersCancelCmd  `cmd:"" help:"Cancel a pending_payment order (its stock is released)."`
+	Extend   ordersExtendCmd  `cmd:"" help:"Move a pending_payment order's deadline later (or, with a filter, of every order it selects)."`
+	Cancel   ordersCancelCmd  `cmd:"" help:"Cancel a pending_payment order (or, with a filter, every order it selects; their stock is released)."`
 	History  ordersHistoryCmd `cmd:"" help:"Print an order's story: its timing (deadlines, when, how late, by what and on which node it closed) and its events and deliveries."`
 }
 
@@ -39,15 +40,15 @@ type timersCmd struct {
 	Get      timersGetCmd     `cmd:"" help:"Print a timer."`
 	List     timersListCmd    `cmd:"" help:"List timers, by key or (with a fire range) by fire time."`
 	Arm      timersArmCmd     `cmd:"" help:"Arm (create or re-arm) a timer."`
-	Cancel   timersCancelCmd  `cmd:"" help:"Cancel a timer that has not fired."`
+	Cancel   timersCancelCmd  `cmd:"" help:"Cancel a timer that has not fired (or, with a filter, every timer it selects)."`
 	History  timersHistoryCmd `cmd:"" help:"Print a timer's story: its timing (fire times, when, how late, by what and on which node it fired) and its events and deliveries."`
 }
 
 type deadlettersCmd struct {
 	opsFlags `embed:""`
 	List     deadlettersListCmd   `cmd:"" help:"List webhook dead letters, by id or (with a failure range) by failure time."`
-	Retry    deadlettersRetryCmd  `cmd:"" help:"Send dead letters again (due now, attempts reset)."`
-	Delete   deadlettersDeleteCmd `cmd:"" help:"Delete dead letters."`
+	Retry    deadlettersRetryCmd  `cmd:"" help:"Send dead letters again (due now, attempts reset), by id or every one a filter selects."`
+	Delete   deadlettersDeleteCmd `cmd:"" help:"Delete dead letters, by id or every one a filter selects."`
 }
 
 // opsGroup returns the flags of the API command group cmd is in.
@@ -59,6 +60,8 @@ func (c *cli) opsGroup(cmd string) (opsFlags, bool) {
 		return c.Timers.opsFlags, true
 	case "deadletters":
 		return c.Deadletters.opsFlags, true
+	case "bulk":
+		return c.Bulk.opsFlags, true
 	}
 	return opsFlags{}, false
 }
@@ -70,6 +73,7 @@ type opsEnv struct {
 	format cliout.Format
 	stdout io.Writer
 	stderr io.Writer
+	stdin  io.Reader // a bulk action's question on a terminal
 }
 
 // usageError is a flag value the command refuses before asking the server
@@ -99,6 +103,7 @@ func runOps(ctx context.Context, kctx *kong.Context, f opsFlags, stdout, stderr 
 		format: cliout.Format(f.Output),
 		stdout: stdout,
 		stderr: stderr,
+		stdin:  os.Stdin,
 	}
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	err := kctx.Run(env)

@@ -60,14 +60,58 @@ func (c *deadlettersListCmd) Run(ctx context.Context, env *opsEnv) error {
 // maxIDs bounds the ids of one retry or delete: one request each.
 const maxIDs = 1000
 
+// deadLetterFilter are the filter flags that turn deadletters retry and
+// delete into a bulk action: GET /v1/deadletters' filters.
+type deadLetterFilter struct {
+	WebhookID    int64  `help:"Filter: this webhook's dead letters."`
+	EventType    string `help:"Filter: dead letters of this event type (e.g. order.closed)."`
+	FailedAfter  string `help:"Filter: dead letters that failed at or after this RFC 3339 time." placeholder:"RFC3339"`
+	FailedBefore string `help:"Filter: dead letters that failed before this RFC 3339 time." placeholder:"RFC3339"`
+}
+
+// bulk returns whether the command acts on the filter (then the request
+// for action) rather than on ids: exactly one of them.
+func (d deadLetterFilter) bulk(ids []int64, action string) (bool, api.BulkRequest, error) {
+	if d.WebhookID < 0 {
+		return false, api.BulkRequest{}, usagef("--webhook-id must not be negative, got %d", d.WebhookID)
+	}
+	f := filter{}
+	if d.WebhookID > 0 {
+		f["webhook_id"] = fmt.Sprint(d.WebhookID)
+	}
+	f.set("event_type", d.EventType)
+	if err := f.time("--failed-after", "failed_after", d.FailedAfter); err != nil {
+		return false, api.BulkRequest{}, err
+	}
+	if err := f.time("--failed-before", "failed_before", d.FailedBefore); err != nil {
+		return false, api.BulkRequest{}, err
+	}
+	switch {
+	case len(f) > 0 && len(ids) > 0:
+		return false, api.BulkRequest{}, usagef("give ids or a filter, not both")
+	case len(f) == 0 && len(ids) == 0:
+		return false, api.BulkRequest{}, usagef("give dead letters' ids, or a filter (--webhook-id, --event-type, --failed-after, --failed-before)")
+	}
+	return len(f) > 0, api.BulkRequest{Action: action, Filter: f}, nil
+}
+
 type deadlettersRetryCmd struct {
-	IDs []int64 `arg:"" name:"id" help:"The dead letters' ids (at most 1000)."`
+	IDs              []int64 `arg:"" optional:"" name:"id" help:"The dead letters' ids (at most 1000), or give a filter."`
+	deadLetterFilter `embed:""`
+	bulkFlags        `embed:""`
 }
 
 // Run retries each id in turn; one that fails is reported on stderr and the
 // others are still tried (exit status 1 if any failed). The output is a
-// list, one item per id retried.
+// list, one item per id retried. With a filter flag it retries every dead
+// letter the filter selects as a bulk action (runBulk).
 func (c *deadlettersRetryCmd) Run(ctx context.Context, env *opsEnv) error {
+	if bulk, req, err := c.bulk(c.IDs, "retry_deadletters"); err != nil || bulk {
+		if err != nil {
+			return err
+		}
+		return runBulk(ctx, env, c.bulkFlags, "dead letters", req)
+	}
 	out := cliout.NewList(env.stdout, env.format, retryColumns)
 	return eachID(env, c.IDs, out, func(id int64) (api.RetryJSON, error) {
 		if err := env.client.RetryDeadLetter(ctx, id); err != nil {
@@ -79,12 +123,21 @@ func (c *deadlettersRetryCmd) Run(ctx context.Context, env *opsEnv) error {
 }
 
 type deadlettersDeleteCmd struct {
-	IDs []int64 `arg:"" name:"id" help:"The dead letters' ids (at most 1000)."`
+	IDs              []int64 `arg:"" optional:"" name:"id" help:"The dead letters' ids (at most 1000), or give a filter."`
+	deadLetterFilter `embed:""`
+	bulkFlags        `embed:""`
 }
 
 // Run deletes each id in turn, as retry does; the output is the deleted
-// dead letters.
+// dead letters. With a filter flag it deletes every dead letter the filter
+// selects as a bulk action (runBulk).
 func (c *deadlettersDeleteCmd) Run(ctx context.Context, env *opsEnv) error {
+	if bulk, req, err := c.bulk(c.IDs, "delete_deadletters"); err != nil || bulk {
+		if err != nil {
+			return err
+		}
+		return runBulk(ctx, env, c.bulkFlags, "dead letters", req)
+	}
 	out := cliout.NewList(env.stdout, env.format, deadLetterColumns)
 	return eachID(env, c.IDs, out, func(id int64) (api.DeadLetterJSON, error) {
 		return env.client.DeleteDeadLetter(ctx, id)

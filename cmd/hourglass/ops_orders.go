@@ -74,9 +74,54 @@ func (c *ordersListCmd) Run(ctx context.Context, env *opsEnv) error {
 }
 
 type ordersExtendCmd struct {
-	ID       int64         `arg:"" help:"The order's id."`
-	Deadline string        `help:"The new deadline, an RFC 3339 time later than the current one." placeholder:"RFC3339" xor:"extend"`
-	By       time.Duration `help:"How much later than the current deadline (e.g. 30m)." xor:"extend"`
+	ID          int64         `arg:"" optional:"" help:"The order's id (or give a filter)."`
+	Deadline    string        `help:"The new deadline, an RFC 3339 time later than the current one." placeholder:"RFC3339" xor:"extend"`
+	By          time.Duration `help:"How much later than the current deadline (e.g. 30m)." xor:"extend"`
+	orderFilter `embed:""`
+	bulkFlags   `embed:""`
+}
+
+// orderFilter are the filter flags that turn orders cancel and extend into
+// a bulk action: GET /v1/orders' filters.
+type orderFilter struct {
+	Status         string `help:"Filter: orders in this status (default: pending_payment)."`
+	UserID         string `help:"Filter: this user's orders."`
+	DeadlineAfter  string `help:"Filter: orders whose deadline is at or after this RFC 3339 time." placeholder:"RFC3339"`
+	DeadlineBefore string `help:"Filter: orders whose deadline is before this RFC 3339 time." placeholder:"RFC3339"`
+	CreatedAfter   string `help:"Filter: orders created at or after this RFC 3339 time." placeholder:"RFC3339"`
+	CreatedBefore  string `help:"Filter: orders created before this RFC 3339 time." placeholder:"RFC3339"`
+}
+
+// filter returns the flags given as the API's filter.
+func (o orderFilter) filter() (filter, error) {
+	f := filter{}
+	f.set("status", o.Status)
+	f.set("user_id", o.UserID)
+	for _, t := range []struct{ flag, name, v string }{
+		{"--deadline-after", "deadline_after", o.DeadlineAfter},
+		{"--deadline-before", "deadline_before", o.DeadlineBefore},
+		{"--created-after", "created_after", o.CreatedAfter},
+		{"--created-before", "created_before", o.CreatedBefore},
+	} {
+		if err := f.time(t.flag, t.name, t.v); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// target says whether a command acts on the order id or on the filter f:
+// exactly one of them.
+func target(id int64, f filter) (bulk bool, err error) {
+	switch {
+	case len(f) > 0 && id != 0:
+		return false, usagef("give an order id or a filter, not both")
+	case len(f) > 0:
+		return true, nil
+	case id == 0:
+		return false, usagef("give an order id, or a filter (--status, --user-id, --deadline-after, --deadline-before, --created-after, --created-before)")
+	}
+	return false, nil
 }
 
 func (c *ordersExtendCmd) Run(ctx context.Context, env *opsEnv) error {
@@ -100,13 +145,38 @@ func (c *ordersExtendCmd) Run(ctx context.Context, env *opsEnv) error {
 	default:
 		return usagef("give one of --deadline and --by")
 	}
+	f, err := c.filter()
+	if err != nil {
+		return err
+	}
+	if bulk, err := target(c.ID, f); err != nil || bulk {
+		if err != nil {
+			return err
+		}
+		return runBulk(ctx, env, c.bulkFlags, "orders", api.BulkRequest{Action: "extend_orders", Filter: f,
+			Extend: &api.ExtendRequest{Deadline: req.Deadline, ExtendMs: req.ExtendMs}})
+	}
 	return one(env, orderColumns)(env.client.ExtendOrder(ctx, c.ID, req))
 }
 
 type ordersCancelCmd struct {
-	ID int64 `arg:"" help:"The order's id."`
+	ID          int64 `arg:"" optional:"" help:"The order's id (or give a filter)."`
+	orderFilter `embed:""`
+	bulkFlags   `embed:""`
 }
 
+// Run cancels the order ID, or, with a filter flag, every order the
+// filter selects as a bulk action (runBulk).
 func (c *ordersCancelCmd) Run(ctx context.Context, env *opsEnv) error {
+	f, err := c.filter()
+	if err != nil {
+		return err
+	}
+	if bulk, err := target(c.ID, f); err != nil || bulk {
+		if err != nil {
+			return err
+		}
+		return runBulk(ctx, env, c.bulkFlags, "orders", api.BulkRequest{Action: "cancel_orders", Filter: f})
+	}
 	return one(env, orderColumns)(env.client.Transition(ctx, c.ID, "cancel"))
 }

@@ -383,3 +383,84 @@ func TestUsageExitStatus(t *testing.T) {
 		t.Errorf("--help: exit %d, stdout %q", code, stdout.String())
 	}
 }
+
+// TestBulkCommands: a filter flag turns timers cancel, orders cancel and
+// extend, and deadletters retry into a bulk action: without --reason or
+// --yes it refuses (exit 2, the count printed), with them it runs to done
+// with its progress on stderr and the action on stdout; bulk list, get and
+// stop read and stop them.
+func TestBulkCommands(t *testing.T) {
+	t.Setenv("HOURGLASS_API_TOKEN", opsToken)
+	s := startOpsServer(t)
+	batch := api.TimerBatchRequest{}
+	for i := range 30 {
+		d := int64(3_600_000)
+		batch.Arm = append(batch.Arm, api.TimerBatchArm{Key: fmt.Sprintf("coupon:spring:%02d", i), DelayMs: &d})
+	}
+	if _, err := s.client.TimerBatch(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	s.fails(t, 2, "--reason is required", "timers", "cancel", "--prefix", "coupon:spring:", "--yes")
+	s.fails(t, 2, "30 timers match", "timers", "cancel", "--prefix", "coupon:spring:", "--reason", "campaign ended")
+	s.fails(t, 2, "not both", "timers", "cancel", "k", "--prefix", "coupon:")
+	s.fails(t, 2, "give a timer's key, or a filter", "timers", "cancel")
+	s.fails(t, 2, "--fire-after", "timers", "cancel", "--fire-after", "soon", "--reason", "r", "--yes")
+	s.fails(t, 1, "invalid_argument", "timers", "cancel", "--prefix", "a b", "--reason", "r", "--yes")
+	if tm, err := s.client.Timer(t.Context(), "coupon:spring:00"); err != nil || tm.Status != "scheduled" {
+		t.Fatalf("after refusals: %+v %v", tm, err)
+	}
+	code, stdout, stderr := s.run(t, "timers", "cancel", "--prefix", "coupon:spring:", "--reason", "campaign ended", "--yes", "-o", "json")
+	var a api.BulkActionJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &a) != nil || a.State != "done" || a.Done != 30 || a.Action != "cancel_timers" {
+		t.Fatalf("cancel by prefix: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "bulk action "+a.ID+" done: 30 of 30") {
+		t.Errorf("progress on stderr: %q", stderr)
+	}
+	if tm, _ := s.client.Timer(t.Context(), "coupon:spring:29"); tm.Status != "cancelled" {
+		t.Errorf("coupon:spring:29 %s", tm.Status)
+	}
+
+	orders := s.createOrders(t, "ann", "bob", "ann", "bob")
+	code, stdout, stderr = s.run(t, "orders", "cancel", "--user-id", "ann", "--reason", "fraud", "--yes", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(stdout), &a) != nil || a.Done != 2 {
+		t.Fatalf("orders cancel --user-id ann: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+	s.ok(t, &a, "orders", "extend", "--user-id", "bob", "--by", "10m", "--reason", "support", "--yes")
+	if a.Done != 2 || a.Action != "extend_orders" {
+		t.Fatalf("orders extend --user-id bob: %+v", a)
+	}
+	var o api.OrderJSON
+	s.ok(t, &o, "orders", "get", fmt.Sprint(orders[1].ID))
+	if o.Deadline == orders[1].Deadline {
+		t.Errorf("bob's order not extended: %s", o.Deadline)
+	}
+	s.fails(t, 2, "not both", "orders", "cancel", "1", "--user-id", "ann")
+	s.fails(t, 2, "give an order id, or a filter", "orders", "cancel")
+	code, _, stderr = s.run(t, "deadletters", "retry", "--event-type", "order.created", "--reason", "r", "--yes")
+	if code != 0 || !strings.Contains(stderr, "no dead letters match") {
+		t.Errorf("retry with none: exit %d, stderr %q", code, stderr)
+	}
+	s.fails(t, 2, "give ids or a filter, not both", "deadletters", "delete", "1", "--webhook-id", "2")
+
+	var list []api.BulkActionJSON
+	s.ok(t, &list, "bulk", "list")
+	if len(list) != 3 || list[0].Action != "extend_orders" || list[2].Action != "cancel_timers" {
+		t.Fatalf("bulk list: %+v", list)
+	}
+	lines := s.table(t, "ID ACTION STATE MATCHED DONE FAILED CREATED FINISHED REASON", "bulk", "list")
+	if len(lines) != 4 {
+		t.Errorf("bulk list table: %q", lines)
+	}
+	var got api.BulkActionJSON
+	s.ok(t, &got, "bulk", "get", list[2].ID)
+	if got.ID != list[2].ID || got.Reason != "campaign ended" {
+		t.Errorf("bulk get: %+v", got)
+	}
+	s.ok(t, &got, "bulk", "stop", list[2].ID) // finished: as it is
+	if got.State != "done" {
+		t.Errorf("bulk stop of a finished one: %+v", got)
+	}
+	s.fails(t, 1, "hourglass: not_found: ", "bulk", "get", "0123abc")
+	s.fails(t, 1, "hourglass: invalid_argument: ", "bulk", "stop", "a b")
+}

@@ -98,9 +98,33 @@ func (c *timersArmCmd) Run(ctx context.Context, env *opsEnv) error {
 }
 
 type timersCancelCmd struct {
-	Key string `arg:"" help:"The timer's key."`
+	Key        string `arg:"" optional:"" help:"The timer's key (or give a filter)."`
+	Status     string `help:"Filter: timers in this status (default: scheduled)."`
+	Prefix     string `help:"Filter: timers whose key starts with this."`
+	FireAfter  string `help:"Filter: timers firing at or after this RFC 3339 time." placeholder:"RFC3339"`
+	FireBefore string `help:"Filter: timers firing before this RFC 3339 time." placeholder:"RFC3339"`
+	bulkFlags  `embed:""`
 }
 
+// Run cancels the timer Key, or, with a filter flag, every timer the
+// filter selects as a bulk action (runBulk).
 func (c *timersCancelCmd) Run(ctx context.Context, env *opsEnv) error {
+	f := filter{}
+	f.set("status", c.Status)
+	f.set("prefix", c.Prefix)
+	if err := f.time("--fire-after", "fire_after", c.FireAfter); err != nil {
+		return err
+	}
+	if err := f.time("--fire-before", "fire_before", c.FireBefore); err != nil {
+		return err
+	}
+	switch {
+	case len(f) > 0 && c.Key != "":
+		return usagef("give a key or a filter, not both")
+	case len(f) > 0:
+		return runBulk(ctx, env, c.bulkFlags, "timers", api.BulkRequest{Action: "cancel_timers", Filter: f})
+	case c.Key == "":
+		return usagef("give a timer's key, or a filter (--prefix, --status, --fire-after, --fire-before)")
+	}
 	return one(env, timerColumns)(env.client.CancelTimer(ctx, c.Key))
 }

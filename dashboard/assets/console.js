@@ -228,6 +228,7 @@
   let renders = 0;
   function rendered(page) {
     document.body.dataset.page = page;
+    document.body.dataset.view = location.hash; // the address this render drew
     document.body.dataset.rendered = String(++renders);
     if ($('status').textContent === 'loading…') setStatus('');
   }

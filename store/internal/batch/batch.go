@@ -85,6 +85,7 @@ type Result struct {
 	Order    hourglass.Order
 	Created  bool  // Create: a new order; Arm: a new timer
 	Extended bool  // Extend: the deadline moved (not a repeat)
+	Changed  bool  // Cancel: the timer was scheduled (not a repeat)
 	Replay   int64 // an idempotent replay: the answer is the stored order with this id
 	Closed   []hourglass.ClosedOrder
 	Timer    hourglass.Timer         // Arm, Cancel

@@ -130,6 +130,7 @@ func (bt *timers) cancel(key string, now time.Time) (*Timer, Result) {
 	case hourglass.TimerScheduled:
 		t.T.Status, t.T.UpdatedAt = hourglass.TimerCancelled, now
 		t.dirty = true
+		return t, Result{Timer: t.T, Changed: true}
 	}
 	return t, Result{Timer: t.T}
 }

@@ -267,6 +267,10 @@ type Store struct {
 // New returns the SQL of db, written in d.
 func New(d Dialect, db DB) *Store { return &Store{d: d, db: db} }
 
+// DB returns the database s runs on: a store's own transactions that run
+// sqlq's statements in them (ApplyBulk).
+func (s *Store) DB() DB { return s.db }
+
 // q is a Querier that rebinds for the dialect.
 type q struct {
 	Querier

@@ -319,28 +319,34 @@ WHERE ` + strings.Join(conds, ` AND `) + orderBy, append(args, max(f.Limit, 0))
 // dead to pending, due at the database's now (Dialect.Now). Errors:
 // not_found, unavailable.
 func (s *Store) RetryDeadLetter(ctx context.Context, id int64) (hourglass.DeliveryTimer, error) {
+	var t hourglass.DeliveryTimer
+	err := s.write(ctx, "retry dead letter", Normal, func(x q) error {
+		var err error
+		t, err = s.retryDeadLetterIn(ctx, x, id)
+		return err
+	})
+	return t, err
+}
+
+// retryDeadLetterIn is RetryDeadLetter in the transaction x: not_found
+// when id is not a dead letter (nothing written).
+func (s *Store) retryDeadLetterIn(ctx context.Context, x q, id int64) (hourglass.DeliveryTimer, error) {
 	const update = `UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = %s,
 last_error = NULL, failed_at = NULL WHERE id = ? AND state = 'dead'`
-	var at int64
-	err := s.write(ctx, "retry dead letter", Normal, func(x q) error {
-		var (
-			found bool
-			err   error
-		)
-		if s.d.Returning {
-			found, err = x.row(ctx, fmt.Sprintf(update, s.d.Now)+` RETURNING next_attempt_at`, []any{s.db.NowArg(), id}, &at)
-		} else if at, err = s.now(ctx, x); err == nil {
-			var n int64
-			n, err = x.exec(ctx, fmt.Sprintf(update, "?"), at, id)
-			found = n > 0
-		}
-		if err != nil || !found {
-			return errOr(err, plan.DeadLetterNotFound(id))
-		}
-		return nil
-	})
-	if err != nil {
-		return hourglass.DeliveryTimer{}, err
+	var (
+		at    int64
+		found bool
+		err   error
+	)
+	if s.d.Returning {
+		found, err = x.row(ctx, fmt.Sprintf(update, s.d.Now)+` RETURNING next_attempt_at`, []any{s.db.NowArg(), id}, &at)
+	} else if at, err = s.now(ctx, x); err == nil {
+		var n int64
+		n, err = x.exec(ctx, fmt.Sprintf(update, "?"), at, id)
+		found = n > 0
+	}
+	if err != nil || !found {
+		return hourglass.DeliveryTimer{}, errOr(err, plan.DeadLetterNotFound(id))
 	}
 	return hourglass.DeliveryTimer{ID: id, At: hourglass.FromUnixMilli(at)}, nil
 }
@@ -348,23 +354,29 @@ last_error = NULL, failed_at = NULL WHERE id = ? AND state = 'dead'`
 // DeleteDeadLetter implements hourglass.WebhookStore: the dead letter is
 // read, then deleted if it is still dead. Errors: not_found, unavailable.
 func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) (hourglass.DeadLetter, error) {
+	var dl hourglass.DeadLetter
+	err := s.write(ctx, "delete dead letter", Normal, func(x q) error {
+		var err error
+		dl, err = s.deleteDeadLetterIn(ctx, x, id)
+		return err
+	})
+	return dl, err
+}
+
+// deleteDeadLetterIn is DeleteDeadLetter in the transaction x: not_found
+// when id is not a dead letter (nothing written).
+func (s *Store) deleteDeadLetterIn(ctx context.Context, x q, id int64) (hourglass.DeadLetter, error) {
 	var (
 		dl         hourglass.DeadLetter
 		dest, done = deadLetterDest(&dl)
 	)
-	err := s.write(ctx, "delete dead letter", Normal, func(x q) error {
-		found, err := x.row(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
+	found, err := x.row(ctx, `SELECT `+deadLetterColumns+` FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq
 WHERE d.state = 'dead' AND d.id = ?`, []any{id}, dest...)
-		if err != nil || !found {
-			return errOr(err, plan.DeadLetterNotFound(id))
-		}
-		if n, err := x.exec(ctx, `DELETE FROM webhook_deliveries WHERE id = ? AND state = 'dead'`, id); err != nil || n == 0 {
-			return errOr(err, plan.DeadLetterNotFound(id))
-		}
-		return nil
-	})
-	if err != nil {
-		return hourglass.DeadLetter{}, err
+	if err != nil || !found {
+		return dl, errOr(err, plan.DeadLetterNotFound(id))
+	}
+	if n, err := x.exec(ctx, `DELETE FROM webhook_deliveries WHERE id = ? AND state = 'dead'`, id); err != nil || n == 0 {
+		return dl, errOr(err, plan.DeadLetterNotFound(id))
 	}
 	done()
 	return dl, nil
