@@ -164,9 +164,10 @@ type Gate interface {
 	// close (a conditional close, as every close: an order paid meanwhile
 	// is left alone), or settles it otherwise (paid, extended), or leaves
 	// it pending (its check keeps failing; the sweeper hands it over
-	// again). cause is the check's decision (hourglass.CauseCheckClose or
-	// CauseCheckFailed), recorded with the close. It must bound its own work (drop what it cannot hold: the
-	// sweeper brings it back) and be safe for concurrent use. It returns
+	// again), passing close the check's decision (hourglass.CauseCheckClose
+	// or CauseCheckFailed), which the close records. It must bound its own
+	// work (drop what it cannot hold: the sweeper brings it back) and be
+	// safe for concurrent use. It returns
 	// how many of orders it took that it did not hold already: a sweep
 	// stops paging at a page of none, so that orders held pending while
 	// their checks fail are not all read again at every sweep (they are
