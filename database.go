@@ -56,6 +56,7 @@ type Database interface {
 	DueFeed
 	EventLog
 	TimerRequestStore
+	ReminderStore
 	OrderViewer
 	// OrderEvents returns the events of an order that have not been pruned,
 	// in the order they were written (for tests and debugging: it may scan).

@@ -73,6 +73,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Timers", exerciseTimers},
 		{"Retention", exerciseRetention},
 		{"Extend", exerciseExtend},
+		{"Reminders", exerciseReminders},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()
