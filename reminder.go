@@ -118,9 +118,9 @@ type RemindedOrder struct {
 	// SentAt is when its order.expiring committed (the transaction's now);
 	// zero when it was skipped.
 	SentAt time.Time
-	// Skipped: its time passed while the order's deadline passed too (the
-	// process was down, or the reminder was late past the deadline): no
-	// event was written, and it will not be sent.
+	// Skipped: it was due but will never be sent: its order was paid,
+	// cancelled or closed first, or its deadline passed too (the process
+	// was down). No event was written.
 	Skipped bool
 }
 
@@ -128,14 +128,15 @@ type RemindedOrder struct {
 // implements it; methods are safe for concurrent use.
 type ReminderStore interface {
 	// RemindOrders settles, in one transaction, the reminder of each listed
-	// order (order ids) that is still pending with a reminder due at or
-	// before now: one whose deadline is after now gets its order.expiring
-	// event (and its deliveries); one whose deadline passed is skipped.
-	// Either way the reminder is cleared, so it is sent at most once per
-	// deadline (ExtendOrder sets a new one). An order paid, cancelled or
-	// closed, without a reminder, or not yet due is left alone and not
-	// reported: the check and the event are one step on the locked row.
-	// Idempotent. Errors: unavailable.
+	// order (order ids) due at or before now: an order still pending with
+	// its deadline after now gets its order.expiring event (and its
+	// deliveries); any other (paid, cancelled, closed, or past its
+	// deadline) is reported Skipped, with no event. Either way the
+	// reminder is cleared, so it is sent at most once per deadline
+	// (ExtendOrder sets a new one). An order without a reminder (none, or
+	// settled already) or not yet due is left alone and not reported. The
+	// check and the event are one step on the locked row. Idempotent.
+	// Errors: unavailable.
 	RemindOrders(ctx context.Context, ids []int64) ([]RemindedOrder, error)
 	// RemindersDue returns up to p.Limit pending orders' reminders due at
 	// or before p.Until, as DueItems of ReminderID(order id) at RemindAt,

@@ -353,13 +353,13 @@ func Rearm(o hourglass.Order, now time.Time) time.Time {
 }
 
 // Reminds decides the reminder of the locked order cur (nil: none) at
-// now: send when it is pending with a reminder due (RemindAt at or before
-// now) and its deadline still ahead; skip when its reminder is due but its
-// deadline passed too (it closes instead); neither for an order paid,
-// cancelled, closed, without a reminder (sent already) or not yet due.
+// now, once it is due (RemindAt set, at or before now): send when the
+// order is pending and its deadline still ahead; otherwise skip (it was
+// paid, cancelled or closed first, or its deadline passed too: it will
+// never be sent). Neither for an order without a reminder (none, or sent
+// or skipped already) or not yet due.
 func Reminds(cur *hourglass.Order, now time.Time) (send, skip bool) {
-	if cur == nil || cur.Status != hourglass.StatePendingPayment || cur.RemindAt.IsZero() ||
-		hourglass.UnixMilli(cur.RemindAt) > hourglass.UnixMilli(now) {
+	if cur == nil || cur.RemindAt.IsZero() || hourglass.UnixMilli(cur.RemindAt) > hourglass.UnixMilli(now) {
 		return false, false
 	}
 	if cur.Payable(now) {
