@@ -127,7 +127,7 @@ func TestRemindersRecovery(t *testing.T) {
 	f, rec := remindSetup(t, clock)
 	overdue := f.create(t, 0) // reminds at 20 s, closes at 30 s
 	clock.Advance(15 * time.Second)
-	ahead := f.create(t, 0) // reminds at 35 s, closes at 45 s
+	ahead := f.create(t, 0)         // reminds at 35 s, closes at 45 s
 	clock.Advance(25 * time.Second) // 40 s: both reminders passed, the first deadline too
 	e, err := New(f.store, Config{Clock: clock, Observer: rec})
 	if err != nil {
