@@ -68,15 +68,19 @@ const EventOrderExpiring EventType = "order.expiring"
 
 // RemindLead returns the reminder lead of an order whose items have these
 // categories: the longest lead among the categories that set one (the
-// earliest nudge any of them asks for), else RemindBefore; 0 means none.
+// earliest nudge any of them asks for; a category set to 0 asks for
+// none), else RemindBefore; 0 means none.
 func (p Policy) RemindLead(categories []string) time.Duration {
-	var best time.Duration
+	var (
+		best  time.Duration
+		found bool
+	)
 	for _, c := range categories {
-		if d, ok := p.RemindCategories[c]; ok && d > best {
-			best = d
+		if d, ok := p.RemindCategories[c]; ok {
+			best, found = max(best, d), true
 		}
 	}
-	if best != 0 {
+	if found {
 		return best
 	}
 	return p.RemindBefore

@@ -101,6 +101,10 @@ type OrderListJSON struct {
 type PolicyJSON struct {
 	DefaultTimeoutMs int64            `json:"default_timeout_ms"`
 	Categories       map[string]int64 `json:"categories"`
+	// RemindBeforeMs and RemindBeforeCategories are the reminder leads
+	// (order.expiring): the default and a category's; 0 is none.
+	RemindBeforeMs         int64            `json:"remind_before_ms"`
+	RemindBeforeCategories map[string]int64 `json:"remind_before_categories"`
 }
 
 // decodeJSON strictly decodes one JSON object from body into v: unknown
@@ -158,7 +162,8 @@ type createOrderRequest struct {
 		SKU      *string `json:"sku"`
 		Quantity *int64  `json:"quantity"`
 	} `json:"items"`
-	TimeoutMs *int64 `json:"timeout_ms"`
+	TimeoutMs      *int64 `json:"timeout_ms"`
+	RemindBeforeMs *int64 `json:"remind_before_ms"`
 }
 
 // DecodeCreateOrder parses and validates a POST /v1/orders body. It returns
@@ -204,12 +209,24 @@ func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
 		}
 		p.Timeout = time.Duration(ms) * time.Millisecond
 	}
+	if req.RemindBeforeMs != nil {
+		lead, err := decodeRemindBefore("remind_before_ms", *req.RemindBeforeMs)
+		if err != nil {
+			return hourglass.CreateOrderParams{}, err
+		}
+		if p.RemindBefore = lead; lead == 0 {
+			p.RemindBefore = hourglass.NoReminder
+		}
+	}
 	// The hash covers the request's meaning, not its bytes, so whitespace or
 	// key order do not make a retry look like a different request.
 	h := sha256.New()
 	fmt.Fprintf(h, "%q\x00%d\x00", p.UserID, p.Timeout.Milliseconds())
 	for _, it := range p.Items {
 		fmt.Fprintf(h, "%s\x00%d\x00", it.SKU, it.Quantity)
+	}
+	if req.RemindBeforeMs != nil { // only when given: older hashes stay valid
+		fmt.Fprintf(h, "remind_before_ms\x00%d\x00", *req.RemindBeforeMs)
 	}
 	p.RequestHash = h.Sum(nil)
 	return p, nil
@@ -244,8 +261,10 @@ type payRequest struct {
 }
 
 type putPolicyRequest struct {
-	DefaultTimeoutMs *int64           `json:"default_timeout_ms"`
-	Categories       map[string]int64 `json:"categories"`
+	DefaultTimeoutMs       *int64           `json:"default_timeout_ms"`
+	Categories             map[string]int64 `json:"categories"`
+	RemindBeforeMs         *int64           `json:"remind_before_ms"`
+	RemindBeforeCategories map[string]int64 `json:"remind_before_categories"`
 }
 
 func decodePutPolicy(body []byte) (hourglass.Policy, error) {
@@ -270,6 +289,9 @@ func decodePutPolicy(body []byte) (hourglass.Policy, error) {
 		return hourglass.Policy{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "default_timeout_ms: must be between %d and %d, got %d",
 			hourglass.MinTimeout.Milliseconds(), hourglass.MaxTimeout.Milliseconds(), ms)
 	}
+	if err := decodePolicyReminders(req, &p); err != nil {
+		return hourglass.Policy{}, err
+	}
 	return p, p.Validate()
 }
 
@@ -277,6 +299,10 @@ func policyJSON(p hourglass.Policy) PolicyJSON {
 	out := PolicyJSON{DefaultTimeoutMs: p.DefaultTimeout.Milliseconds(), Categories: map[string]int64{}}
 	for c, d := range p.Categories {
 		out.Categories[c] = d.Milliseconds()
+	}
+	out.RemindBeforeMs, out.RemindBeforeCategories = p.RemindBefore.Milliseconds(), map[string]int64{}
+	for c, d := range p.RemindCategories {
+		out.RemindBeforeCategories[c] = d.Milliseconds()
 	}
 	return out
 }
