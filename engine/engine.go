@@ -208,7 +208,7 @@ type Engine struct {
 	cfg    Config
 	store  Store
 	timers TimerStore // nil: the store keeps no timers
-	rem    reminders
+	rem    *reminders
 	outbox hourglass.Outbox
 	tobs   TimerObserver
 	sched  hourglass.Scheduler
@@ -298,7 +298,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	if to, ok := e.obs.(TimerObserver); ok {
 		e.tobs = to
 	}
-	e.rem = newReminders(store, e.obs)
+	e.rem = newReminders(store, e.obs, e.log)
 	sources := []window.Source{store.PendingDue}
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
@@ -546,6 +546,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		run(e.recover)
 	}
 	run(e.sweepLoop)
+	run(func(ctx context.Context) {
+		e.rem.run(ctx, e.supervisor(func(err error, retryIn time.Duration) {
+			e.log.Error("engine: sending reminders failed; retrying", "retry_in", retryIn, "err", err)
+		}))
+	})
 	if e.info.Feed == hourglass.FeedWindow {
 		select {
 		case <-e.firstPage:
@@ -608,7 +613,10 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 // store call closes the orders among them, one fires the clients' timers;
 // each is an idempotent compare-and-set.
 func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
-	var orders, timers, reminders []int64
+	var (
+		orders, timers []int64
+		reminders      []hourglass.DueItem
+	)
 	for _, t := range due {
 		// A timer of a partition this node lost is the new owner's now
 		// (it loaded it, or a Partitioned broker hands it over): dropped,
@@ -620,18 +628,15 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
 		case hourglass.DueTimer:
 			timers = append(timers, t.ID)
 		case hourglass.DueReminder:
-			reminders = append(reminders, hourglass.ReminderOrderID(t.ID))
+			reminders = append(reminders, t)
 		default:
 			orders = append(orders, t.ID)
 		}
 	}
-	if len(orders) == 0 && len(timers) == 0 && len(reminders) == 0 {
+	// Reminders go to their sender: never gated, never in the closes' way.
+	e.rem.enqueue(reminders)
+	if len(orders) == 0 && len(timers) == 0 {
 		return nil
-	}
-	// Reminders are not orders' closes: never gated, sent first.
-	sent, err := e.rem.send(ctx, reminders, false)
-	if err != nil {
-		return err
 	}
 	if e.cfg.Gate != nil && len(orders) > 0 {
 		e.cfg.Gate.Hold(orders, e.closeGated(false))
@@ -647,7 +652,7 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	}
 	e.lastFront.Store(front)
 	e.lastDelivery.Store(hourglass.UnixMilli(e.clock.Now()))
-	if stale := len(orders) + len(timers) + len(reminders) - done - sent; stale > 0 {
+	if stale := len(orders) + len(timers) - done; stale > 0 {
 		e.obs.Stale(stale)
 	}
 	return nil
@@ -921,7 +926,7 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
 	}
-	sources = e.rem.sources(sources)
+	sources = e.rem.sweepSources(sources)
 	for _, due := range sources {
 		// Paged by cursor: an order the gate holds stays pending, so a
 		// page is not emptied by its closes.

@@ -103,10 +103,11 @@ func (o *Op) Err() error { return o.Res.Err }
 
 // Lane is where o waits: closes and fires urgent (their lateness is what
 // hourglass is measured by), attempts low (only into room closes and API
-// writes leave), the rest normal.
+// writes leave), the rest normal (reminders too: a burst of them must not
+// make the closes due beside them late).
 func (o *Op) Lane() writer.Lane {
 	switch o.Kind {
-	case Close, Fire, Remind:
+	case Close, Fire:
 		return writer.Urgent
 	case Attempt:
 		return writer.Low
