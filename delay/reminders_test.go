@@ -9,12 +9,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/delay"
-	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/internal/testenv"
-	"github.com/hourglass/hourglass/node"
-	"github.com/hourglass/hourglass/node/nodetest"
-	"github.com/hourglass/hourglass/store"
-	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // TestEveryMechanismSendsReminders (issue 41): for every mechanism Open
@@ -43,15 +38,7 @@ func testMechanismSendsReminders(t *testing.T, name string) {
 	ctx := t.Context()
 	logger := slog.New(slog.DiscardHandler)
 	obs := &remindCounter{}
-	n := nodetest.Start(t, node.Config{
-		Store:     store.Options{URL: storetest.URL(t)},
-		Delay:     name,
-		DelayFeed: delay.FeedOf(name),
-		OpenDelay: nodetest.Mechanism(t, name, func(db hourglass.Store) delay.Options { return mechanismOptions(t, name, db, logger) }),
-		Engine:    engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
-		Logger:    logger,
-	})
-	db := n.Store
+	db := startMechanismNode(t, name, obs, logger).Store
 	if _, err := db.PutProduct(ctx, hourglass.Product{SKU: "R", Name: "R", Available: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
