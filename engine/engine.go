@@ -298,7 +298,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	if to, ok := e.obs.(TimerObserver); ok {
 		e.tobs = to
 	}
-	e.rem = newReminders(store, e.obs, e.log)
+	e.rem = newReminders(store, e.obs, e.log, e.clock, e.sched)
 	sources := []window.Source{store.PendingDue}
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)

@@ -25,6 +25,10 @@ const (
 	// RemindSenders is how many RemindOrders calls run at once: a store's
 	// writer commits them together.
 	RemindSenders = 4
+	// RemindYieldMax is how long a sender waits at most, before each
+	// batch, while the close path has due deadlines queued: closes first,
+	// but a reminder is never starved.
+	RemindYieldMax = 100 * time.Millisecond
 	// RemindQueueMax is the most reminders delivered and waiting to be
 	// sent; beyond it a delivery's reminders are dropped, and the sweeper
 	// sends them from the database (their remind_at stays set).
@@ -48,6 +52,10 @@ type reminders struct {
 	store hourglass.ReminderStore // nil: the store sends none
 	obs   ReminderObserver        // nil: not told
 	log   *slog.Logger
+	clock hourglass.TimerClock
+	// busy reports whether the close path has due items queued (nil: the
+	// mechanism does not say).
+	busy func() bool
 
 	mu       sync.Mutex
 	queue    []hourglass.DueItem // delivered, not yet sent, about in due order
@@ -55,8 +63,11 @@ type reminders struct {
 	wake     chan struct{}
 }
 
-func newReminders(store Store, obs Observer, log *slog.Logger) *reminders {
-	r := &reminders{log: log, wake: make(chan struct{}, 1), inFlight: map[int]time.Time{}}
+func newReminders(store Store, obs Observer, log *slog.Logger, clock hourglass.TimerClock, sched hourglass.Scheduler) *reminders {
+	r := &reminders{log: log, clock: clock, wake: make(chan struct{}, 1), inFlight: map[int]time.Time{}}
+	if q, ok := sched.(interface{ Queued() int }); ok {
+		r.busy = func() bool { return q.Queued() > 0 }
+	}
 	r.store, _ = store.(hourglass.ReminderStore) // optional: a store without reminders only closes
 	r.obs, _ = obs.(ReminderObserver)            // optional
 	return r
@@ -144,6 +155,7 @@ func (r *reminders) run(ctx context.Context, sup timing.Supervisor) {
 func (r *reminders) sender(ctx context.Context, w int, sup timing.Supervisor) {
 	sup.Run(ctx, func(ctx context.Context) error {
 		for {
+			r.yield(ctx)
 			r.mu.Lock()
 			n := min(len(r.queue), RemindBatch)
 			batch := slices.Clone(r.queue[:n])
@@ -180,6 +192,17 @@ func (r *reminders) sender(ctx context.Context, w int, sup timing.Supervisor) {
 			}
 		}
 	})
+}
+
+// yield waits, up to RemindYieldMax, while the close path has due items
+// queued, so that a burst of reminders takes the database only when the
+// closes due beside it do not need it.
+func (r *reminders) yield(ctx context.Context) {
+	for waited := time.Duration(0); r.busy != nil && r.busy() && waited < RemindYieldMax; waited += 2 * time.Millisecond {
+		if timing.Sleep(ctx, r.clock, 2*time.Millisecond) != nil {
+			return
+		}
+	}
 }
 
 // send settles the reminders of orders (order ids) and returns how many
