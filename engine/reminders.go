@@ -21,10 +21,12 @@ type ReminderObserver interface {
 // Reminder sending limits.
 const (
 	// RemindBatch is the most reminders one RemindOrders call settles.
-	RemindBatch = 1024
+	RemindBatch = 256
 	// RemindSenders is how many RemindOrders calls run at once: a store's
-	// writer commits them together.
-	RemindSenders = 4
+	// writer commits them together. With RemindBatch, a reminder
+	// transaction holds about a close batch (CloseBatchDefault), so a
+	// close due meanwhile waits for at most one of them.
+	RemindSenders = 2
 	// RemindYieldMax is how long a sender waits at most, before each
 	// batch, while the close path has due deadlines queued: closes first,
 	// but a reminder is never starved.
