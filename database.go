@@ -56,6 +56,7 @@ type Database interface {
 	DueFeed
 	EventLog
 	TimerRequestStore
+	ReminderStore
 	OrderViewer
 	HistoryStore
 	AttemptLog

@@ -76,6 +76,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Extend", exerciseExtend},
 		{"History", exerciseHistory},
 		{"Bulk", exerciseBulk},
+		{"Reminders", exerciseReminders},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()
