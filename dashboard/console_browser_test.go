@@ -274,6 +274,31 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	screenshot(t, viewer, "console-viewer.png")
 
+	// A filtered bulk retry from the operator's dead-letter list: asked for
+	// a reason (and no rate), it opens the action's page, which follows it
+	// to done; the list is then empty and the receiver got each event.
+	openPage(t, ctx, "#/deadletters", "deadletters")
+	run(t, ctx, "answer the prompts", chromedp.Evaluate[any](`window.prompt = (q) => q.startsWith('Retry') ? 'receiver back' : ''; null`))
+	run(t, ctx, "click Retry all matching", chromedp.Click(chromedp.CSS(`#bulkbar button.bulk-all.retry_deadletters`)))
+	testenv.Eventually(t, 30*time.Second, "the bulk action's page shows it done", func() bool {
+		return eval[bool](t, ctx, `document.body.dataset.page === 'bulk-action' && document.getElementById('bulk-state').textContent === 'done'`)
+	})
+	if done := eval[string](t, ctx, `document.getElementById('bulk-done').textContent`); done != "3" {
+		t.Errorf("the bulk retry's page shows %s done, want 3", done)
+	}
+	if back := eval[string](t, ctx, `[...document.querySelectorAll('#console a')].map(a => a.textContent).join()`); back != "all bulk actions" {
+		t.Errorf("the bulk action's page links %q, want its way back to the list", back)
+	}
+	screenshot(t, ctx, "console-bulk.png")
+	testenv.Eventually(t, 20*time.Second, "no dead letters left", func() bool {
+		_, err := s.Client.Do(t.Context(), http.MethodGet, "/v1/deadletters", nil, nil, &dead)
+		return err == nil && len(dead.DeadLetters) == 0
+	})
+	openPage(t, ctx, "#/bulk", "bulk")
+	if rows := eval[int](t, ctx, `document.querySelectorAll('#bulk-table tbody tr').length`); rows != 1 {
+		t.Errorf("the bulk actions list shows %d, want the one retry", rows)
+	}
+
 	if errs := pageErrors(); len(errs) > 0 {
 		t.Errorf("page errors:\n%s", strings.Join(errs, "\n"))
 	}
