@@ -58,6 +58,8 @@ type Database interface {
 	TimerRequestStore
 	OrderViewer
 	BulkStore
+	HistoryStore
+	AttemptLog
 	// OrderEvents returns the events of an order that have not been pruned,
 	// in the order they were written (for tests and debugging: it may scan).
 	OrderEvents(ctx context.Context, orderID int64) ([]EventRecord, error)

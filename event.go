@@ -403,6 +403,15 @@ type AttemptResult struct {
 	// WebhookID and OrderID name the delivery's event stream, whose next
 	// delivery RecordAttempt returns once this one is resolved.
 	WebhookID, OrderID int64
+	// What the attempt log keeps of it (AttemptLog), besides the above:
+	// when it was sent, how long it took, the receiver's HTTP status (0:
+	// no answer, or an outcome recorded again after a failed record), and
+	// its event. Zero values are kept as unknown.
+	At         time.Time
+	Duration   time.Duration
+	StatusCode int
+	EventID    string
+	EventType  EventType
 }
 
 // Resolves reports whether recording r ends its delivery: delivered, or

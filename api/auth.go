@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode"
+
+	"github.com/hourglass/hourglass"
 )
 
 // role is what a request's bearer token lets it do.
@@ -98,4 +100,31 @@ func CheckTokens(operators, viewers []string) error {
 		return fmt.Errorf("api: --viewer-token needs --api-token: without an API token the API asks for no token at all, and a viewer's would limit nothing")
 	}
 	return nil
+}
+
+// whoamiRoutes returns GET /v1/whoami: the role of the caller's token, so
+// the console can leave out the actions a viewer cannot take. The server
+// still refuses them; this only spares the viewer buttons that answer 403.
+func (s *Server) whoamiRoutes() []route {
+	return []route{{"GET", "/v1/whoami", s.getWhoami}}
+}
+
+// whoamiJSON is the body of GET /v1/whoami. Role is "operator" (reads and
+// writes: an API token, or any allowed caller when no token is set) or
+// "viewer" (a --viewer-token: reads only).
+type whoamiJSON struct {
+	Role string `json:"role"`
+}
+
+func (s *Server) getWhoami(r *http.Request, _ []byte) (int, any, error) {
+	if r.URL.RawQuery != "" {
+		return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "GET /v1/whoami takes no query parameters")
+	}
+	// The middleware let the request in: without tokens it is an allowed
+	// caller, who may write; with them, its token is an operator's or a
+	// viewer's.
+	if len(s.tokens) > 0 && s.role(r) == roleViewer {
+		return http.StatusOK, whoamiJSON{Role: "viewer"}, nil
+	}
+	return http.StatusOK, whoamiJSON{Role: "operator"}, nil
 }

@@ -270,3 +270,55 @@ func (c *Client) ExtendOrder(ctx context.Context, id int64, req ExtendOrderReque
 	_, err := c.Do(ctx, http.MethodPost, "/v1/orders/"+strconv.FormatInt(id, 10)+"/extend", nil, req, &o)
 	return o, err
 }
+
+// OrderHistory returns an order's whole story (GET /v1/orders/{id}/history).
+func (c *Client) OrderHistory(ctx context.Context, id int64) (HistoryJSON, error) {
+	var h HistoryJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/orders/"+strconv.FormatInt(id, 10)+"/history", nil, nil, &h)
+	return h, err
+}
+
+// TimerHistory returns a timer's whole story (GET /v1/timers/{key}/history).
+func (c *Client) TimerHistory(ctx context.Context, key string) (HistoryJSON, error) {
+	var h HistoryJSON
+	_, err := c.Do(ctx, http.MethodGet, timerPath(key)+"/history", nil, nil, &h)
+	return h, err
+}
+
+// SourceRowHistory returns a source row's whole story (GET
+// /v1/sources/{name}/rows/{key}/history).
+func (c *Client) SourceRowHistory(ctx context.Context, source string, key int64) (HistoryJSON, error) {
+	var h HistoryJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/sources/"+url.PathEscape(source)+"/rows/"+strconv.FormatInt(key, 10)+"/history", nil, nil, &h)
+	return h, err
+}
+
+// SourceRowQuery is the query of GET /v1/sources/{name}/rows: Status is
+// "pending" or "closed"; a zero time is no bound; After is the Next of
+// the previous page.
+type SourceRowQuery struct {
+	Status                        string
+	DeadlineAfter, DeadlineBefore time.Time
+	Limit                         int
+	After                         string
+}
+
+// SourceRows returns one page of a source's rows.
+func (c *Client) SourceRows(ctx context.Context, source string, q SourceRowQuery) (SourceRowListJSON, error) {
+	v := url.Values{"status": {q.Status}}
+	if !q.DeadlineAfter.IsZero() {
+		v.Set("deadline_after", q.DeadlineAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.DeadlineBefore.IsZero() {
+		v.Set("deadline_before", q.DeadlineBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	var out SourceRowListJSON
+	_, err := c.Do(ctx, http.MethodGet, "/v1/sources/"+url.PathEscape(source)+"/rows?"+v.Encode(), nil, nil, &out)
+	return out, err
+}

@@ -22,20 +22,23 @@ func TestFindDeadLetters(t *testing.T) {
 	created := s.createWebhook(t, rc.URL, "order.created")
 	every := s.createWebhook(t, rc.URL, "*")
 	s.putProduct(t, "mug", "kitchen", 10)
-	for i := range 3 {
+	// Each order's dead letters before the next order: their failed_at
+	// times then differ between orders (on a fast run all seven could
+	// fail within one millisecond, and no time range would split them).
+	var all []api.DeadLetterJSON
+	for i, total := range []int{2, 5, 7} {
 		o := s.createOrder(t, fmt.Sprintf(`{"user_id":"u%d","items":[{"sku":"mug","quantity":1}]}`, i))
 		if i == 1 {
 			if _, err := s.Client.Transition(t.Context(), o.ID, "cancel"); err != nil {
 				t.Fatal(err)
 			}
 		}
+		testenv.Eventually(t, 20*time.Second, fmt.Sprint(total, " dead letters"), func() bool {
+			l, err := s.Client.DeadLetters(t.Context(), 100, 0)
+			all = l.DeadLetters
+			return err == nil && len(all) == total
+		})
 	}
-	var all []api.DeadLetterJSON
-	testenv.Eventually(t, 20*time.Second, "seven dead letters", func() bool {
-		l, err := s.Client.DeadLetters(t.Context(), 100, 0)
-		all = l.DeadLetters
-		return err == nil && len(all) == 7
-	})
 	failed := func(d api.DeadLetterJSON) time.Time { return apiTimeOf(t, d.FailedAt) }
 	byFailed := slices.Clone(all)
 	slices.SortFunc(byFailed, func(a, b api.DeadLetterJSON) int {

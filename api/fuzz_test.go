@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -287,4 +289,111 @@ func FuzzDecodeArmTimer(f *testing.F) {
 // FuzzDecodeEmpty: the bodies of cancel, ship and complete (empty or {}).
 func FuzzDecodeEmpty(f *testing.F) {
 	fuzzDecoder(f, func(body []byte) (struct{}, error) { return struct{}{}, decodeEmpty(body) }, func(*testing.T, struct{}) {})
+}
+
+// FuzzCreateOrderFast: the one-pass decoder of the usual POST /v1/orders
+// body answers exactly as the general path (strict scan, encoding/json,
+// checks) does: the same parameters and hash, or the same refusal.
+func FuzzCreateOrderFast(f *testing.F) {
+	for _, s := range []string{
+		`{"user_id":"user-12345","items":[{"sku":"MUG-1","quantity":2},{"sku":"TEE-9","quantity":1}],"timeout_ms":1800000}`,
+		` { "items" : [ { "quantity" : 3 , "sku" : "A" } ] , "user_id" : "u" } `,
+		`{"user_id":"ü-ser","items":[{"sku":"A","quantity":1}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":-0}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":1e3}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":1.0}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":01}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":999999999999999999999}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":1}],"timeout_ms":-5}`,
+		`{"user_id":"u","user_id":"v","items":[{"sku":"A","quantity":1}]}`,
+		`{"user_id":"u","items":[{"sku":"A","sku":"B","quantity":1}]}`,
+		`{"user_id":"u\u0041","items":[{"sku":"A","quantity":1}]}`,
+		`{"user_id":null,"items":[{"sku":"A","quantity":1}]}`,
+		`{"USER_ID":"u","items":[{"sku":"A","quantity":1}]}`,
+		`{"user_id":"u","items":[]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":1},{"sku":"A","quantity":1}]}`,
+		`{"user_id":"","items":[{"sku":"A","quantity":1}]}`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":1}]} x`,
+		`{"user_id":"u","items":[{"sku":"A","quantity":1}],}`,
+		"{\"user_id\":\"\xff\",\"items\":[{\"sku\":\"A\",\"quantity\":1}]}",
+		`{}`, `[]`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, gotErr := DecodeCreateOrder(body)
+		want, wantErr := decodeCreateOrderGeneral(body)
+		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+			t.Fatalf("%q: error %v; the general path's %v", body, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: %+v; the general path's %+v", body, got, want)
+		}
+	})
+}
+
+// TestCreateOrderFastTakesTheUsualBody: the body clients send goes the fast
+// way (so the benchmark measures it), and its hash is the one fmt wrote
+// before the fast path (a stored idempotency key still matches).
+func TestCreateOrderFastTakesTheUsualBody(t *testing.T) {
+	body := []byte(`{"user_id":"user 1 ü","items":[{"sku":"MUG-1","quantity":2},{"sku":"TEE-9","quantity":1}],"timeout_ms":1800000}`)
+	if _, ok := createOrderFast(body); !ok {
+		t.Fatalf("the usual body does not take the fast path")
+	}
+	p, err := DecodeCreateOrder(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\x00%d\x00", "user 1 ü", int64(1800000))
+	fmt.Fprintf(h, "%s\x00%d\x00", "MUG-1", int64(2))
+	fmt.Fprintf(h, "%s\x00%d\x00", "TEE-9", int64(1))
+	if want := h.Sum(nil); !bytes.Equal(p.RequestHash, want) {
+		t.Errorf("request hash %x, want %x (fmt's)", p.RequestHash, want)
+	}
+}
+
+// FuzzAppendOrderJSON: the order encoder without reflection writes the
+// bytes encoding/json writes, whatever the strings hold (quotes, control
+// characters, invalid UTF-8, U+2028).
+func FuzzAppendOrderJSON(f *testing.F) {
+	f.Add(int64(42), "u1", "MUG-1", int64(2), "2026-12-06T14:00:00.000Z", "timeout", "", true)
+	f.Add(int64(-1), "a\"b\\c\n\t\x00\x1f<>&", "\u2028\u2029\xff", int64(-7), "", "é", "pay_\x7f", false)
+	f.Fuzz(func(t *testing.T, id int64, user, sku string, qty int64, ts, reason, payment string, items bool) {
+		o := OrderJSON{ID: id, UserID: user, Status: reason, CreatedAt: ts, Deadline: sku}
+		if items {
+			o.Items = []ItemJSON{{SKU: sku, Quantity: qty}, {SKU: user, Quantity: id}}
+			o.ClosedAt, o.CloseReason = &ts, &reason
+		}
+		if payment != "" {
+			o.PaymentID, o.PaidAt = &payment, &user
+		}
+		want, err := marshalJSON(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendOrderJSON(nil, &o); string(got) != string(want) {
+			t.Fatalf("appendOrderJSON:\n%s\nencoding/json:\n%s", got, want)
+		}
+	})
+}
+
+func BenchmarkEncodeOrder(b *testing.B) {
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	o := orderJSON(hourglass.Order{ID: 123456, UserID: "user-12345", Status: hourglass.StatePendingPayment, CreatedAt: now, Deadline: now.Add(30 * time.Minute),
+		Items: []hourglass.Item{{SKU: "MUG-1", Quantity: 2}, {SKU: "TEE-9", Quantity: 1}, {SKU: "CAP-3", Quantity: 5}}})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := marshalJSON(o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			appendOrderJSON(make([]byte, 0, 320+64*len(o.Items)), &o)
+		}
+	})
 }

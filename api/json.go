@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"reflect"
 	"strconv"
@@ -166,6 +165,22 @@ type createOrderRequest struct {
 // meaning, used to recognise a repeat of the same request. Every error is an
 // invalid_argument *hourglass.Error.
 func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
+	if o, ok := createOrderFast(body); ok {
+		if err := hourglass.ValidateUserID(o.userID); err != nil {
+			return hourglass.CreateOrderParams{}, err
+		}
+		var ms *int64
+		if o.hasTimeout {
+			ms = &o.timeoutMs
+		}
+		return finishCreateOrder(o.userID, o.items, ms)
+	}
+	return decodeCreateOrderGeneral(body)
+}
+
+// decodeCreateOrderGeneral is DecodeCreateOrder for every body: the strict
+// scan, encoding/json, then the checks.
+func decodeCreateOrderGeneral(body []byte) (hourglass.CreateOrderParams, error) {
 	var req createOrderRequest
 	if err := decodeJSON(body, &req, false); err != nil {
 		return hourglass.CreateOrderParams{}, err
@@ -192,12 +207,18 @@ func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
 		}
 		items[i] = hourglass.Item{SKU: *it.SKU, Quantity: *it.Quantity}
 	}
+	return finishCreateOrder(*req.UserID, items, req.TimeoutMs)
+}
+
+// finishCreateOrder validates a create's items and timeout (the user id was)
+// and returns its parameters with the hash of its meaning.
+func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs *int64) (hourglass.CreateOrderParams, error) {
 	if err := hourglass.ValidateItems(items); err != nil {
 		return hourglass.CreateOrderParams{}, err
 	}
-	p := hourglass.CreateOrderParams{UserID: *req.UserID, Items: items}
-	if req.TimeoutMs != nil {
-		ms := *req.TimeoutMs
+	p := hourglass.CreateOrderParams{UserID: userID, Items: items}
+	if timeoutMs != nil {
+		ms := *timeoutMs
 		if ms < hourglass.MinTimeout.Milliseconds() || ms > hourglass.MaxTimeout.Milliseconds() {
 			return hourglass.CreateOrderParams{}, hourglass.Errorf(hourglass.CodeInvalidArgument,
 				"timeout_ms: must be between %d and %d, got %d", hourglass.MinTimeout.Milliseconds(), hourglass.MaxTimeout.Milliseconds(), ms)
@@ -205,13 +226,22 @@ func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
 		p.Timeout = time.Duration(ms) * time.Millisecond
 	}
 	// The hash covers the request's meaning, not its bytes, so whitespace or
-	// key order do not make a retry look like a different request.
-	h := sha256.New()
-	fmt.Fprintf(h, "%q\x00%d\x00", p.UserID, p.Timeout.Milliseconds())
+	// key order do not make a retry look like a different request. Its
+	// bytes are fmt's "%q\x00%d\x00" then "%s\x00%d\x00" per item, written
+	// without fmt.
+	buf := make([]byte, 0, 64+32*len(items))
+	buf = strconv.AppendQuote(buf, p.UserID)
+	buf = append(buf, 0)
+	buf = strconv.AppendInt(buf, p.Timeout.Milliseconds(), 10)
+	buf = append(buf, 0)
 	for _, it := range p.Items {
-		fmt.Fprintf(h, "%s\x00%d\x00", it.SKU, it.Quantity)
+		buf = append(buf, it.SKU...)
+		buf = append(buf, 0)
+		buf = strconv.AppendInt(buf, it.Quantity, 10)
+		buf = append(buf, 0)
 	}
-	p.RequestHash = h.Sum(nil)
+	sum := sha256.Sum256(buf)
+	p.RequestHash = sum[:]
 	return p, nil
 }
 

@@ -76,6 +76,16 @@ func (s oneSource) BadRowList(name string) ([]hourglass.BadSourceRow, int64, boo
 	return s.rows, int64(len(s.rows)), true
 }
 
+func (s oneSource) HasSource(name string) bool { return name == s.name }
+
+// PendingRows lists one pending row, key 9, due in an hour.
+func (s oneSource) PendingRows(_ context.Context, name string, p hourglass.PendingDueParams) ([]hourglass.DueItem, bool, error) {
+	if name != s.name {
+		return nil, false, nil
+	}
+	return []hourglass.DueItem{{ID: 9, At: time.Now().Add(time.Hour)}}, true, nil
+}
+
 type readiness struct {
 	*engine.Engine
 	down *atomic.Bool
@@ -124,12 +134,13 @@ func startFullServer(t *testing.T) *fullServer {
 		t.Fatalf("retention.LimitTimers: %v", err)
 	}
 	down := &atomic.Bool{}
+	source := oneSource{"shop_orders", []hourglass.BadSourceRow{{Key: "7", Deadline: "-infinity", Reason: hourglass.BadDeadlineOutOfRange, FoundAt: clock.Now()}}}
 	srv, err := api.NewServer(api.Config{
-		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger,
+		Store: store, Engine: readiness{eng, down}, Clock: clock, Logger: logger, History: store, SourceRows: source,
 		Tokens: []string{openAPIToken, openAPIOldToken}, ViewerTokens: []string{openAPIViewerToken},
 		Observer: m, Metrics: m.Handler(), Webhooks: hooks, Dashboard: src, Timers: timers, TimerRequests: store, Bulk: store,
 		Cluster: cluster.Single{ID: "openapi-node", Addr: "127.0.0.1:0", StartedAt: clock.Now(), Clock: clock},
-		Sources: oneSource{"shop_orders", []hourglass.BadSourceRow{{Key: "7", Deadline: "-infinity", Reason: hourglass.BadDeadlineOutOfRange, FoundAt: clock.Now()}}},
+		Sources: source,
 	})
 	if err != nil {
 		t.Fatalf("api.NewServer: %v", err)
@@ -547,6 +558,8 @@ func TestOpenAPI(t *testing.T) {
 	// Operations.
 	c.do(req{method: "GET", path: "/v1/dashboard", want: 200})
 	c.do(req{method: "GET", path: "/v1/dashboard?x=1", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/whoami", want: 200})
+	c.do(req{method: "GET", path: "/v1/whoami?x=1", invalid: true, want: 400})
 	c.do(req{method: "GET", path: "/v1/cluster", want: 200})
 	var bad api.SourceBadRowListJSON
 	json.Unmarshal(c.do(req{method: "GET", path: "/v1/sources/shop_orders/bad-rows", want: 200}), &bad)
@@ -554,6 +567,35 @@ func TestOpenAPI(t *testing.T) {
 		t.Errorf("bad rows = %+v; want the one listed", bad)
 	}
 	c.do(req{method: "GET", path: "/v1/sources/nope/bad-rows", invalid: true, want: 404})
+
+	// Histories: an order closed at its deadline, one extended, a fired
+	// timer, and a source row closed (its event written as a source's
+	// close writes it: sources need PostgreSQL or MySQL).
+	c.do(req{method: "GET", path: "/v1/orders/" + id(paid) + "/history", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders/" + id(extended) + "/history", want: 200})
+	c.do(req{method: "GET", path: "/v1/orders/999999/history", want: 404})
+	c.do(req{method: "GET", path: "/v1/orders/01/history", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/timers/t2/history", want: 200})
+	c.do(req{method: "GET", path: "/v1/timers/nope/history", want: 404})
+	c.do(req{method: "GET", path: "/v1/timers/bad%20key/history", invalid: true, want: 400})
+	closedAt := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := shop.Exec(`INSERT INTO events (id, type, order_id, created_at, body) VALUES ('evt_source', 'source.closed', ?, ?, ?)`,
+		hourglass.SourceEventOrderID("shop_orders", 7), hourglass.UnixMilli(closedAt),
+		string(hourglass.MarshalSourceEvent("evt_source", "shop_orders", 7, closedAt.Add(-time.Second), closedAt))); err != nil {
+		t.Fatal(err)
+	}
+	var sh api.HistoryJSON
+	json.Unmarshal(c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows/7/history", want: 200}), &sh)
+	if len(sh.Events) != 1 || sh.Timing.LatenessMs == nil || *sh.Timing.LatenessMs != 1000 || *sh.Timing.ClosedBy != api.Unknown {
+		t.Errorf("source row history = %+v; want its close, 1000 ms late, by unknown", sh)
+	}
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows/8/history", want: 404})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows?status=pending&limit=10", want: 200})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows?status=closed&deadline_after=2000-01-01T00:00:00Z&after=seq:0", want: 200})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows?status=lost", invalid: true, want: 400})
+	c.do(req{method: "GET", path: "/v1/sources/nope/rows?status=pending", want: 404})
+	c.do(req{method: "GET", path: "/v1/sources/nope/rows/7/history", want: 404})
+	c.do(req{method: "GET", path: "/v1/sources/shop_orders/rows/0/history", invalid: true, want: 400})
 
 	// Every /v1 route: 401 without the token, 403 from another site's
 	// page, and 413 for a body over 1 MiB where it takes one.

@@ -175,6 +175,15 @@ func TestViewerToken(t *testing.T) {
 			t.Errorf("viewer %s %s: %d %s; want %d", tt.method, tt.path, status, body, tt.want)
 		}
 	}
+	// GET /v1/whoami tells each token's role, so the console shows a
+	// viewer no action.
+	for tok, want := range map[string]string{openAPIViewerToken: "viewer", openAPIOldToken: "operator"} {
+		status, body := rolesCall(t, s, c, "GET", "/v1/whoami", tok)
+		var who struct{ Role string }
+		if err := json.Unmarshal(body, &who); status != http.StatusOK || err != nil || who.Role != want {
+			t.Errorf("GET /v1/whoami with the %s's token: %d %s; want 200 role %q", want, status, body, want)
+		}
+	}
 	// An API token still writes.
 	if status, body := rolesCall(t, s, c, "POST", "/v1/orders/1/cancel", openAPIOldToken); status != http.StatusOK {
 		t.Errorf("operator's cancel: %d %s", status, body)

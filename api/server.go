@@ -87,6 +87,11 @@ type Config struct {
 	// action was created (the node's runner claims it at once).
 	Bulk     BulkBackend
 	BulkWake func()
+	// History serves the history routes when set (history.go): the
+	// orders', the timers' with Timers, the source rows' (and their
+	// list) with SourceRows.
+	History    HistorySource
+	SourceRows SourceRows
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
 	// (timer_requests.go): the store applies timer requests.
 	TimerRequests hourglass.TimerRequestStore
@@ -191,6 +196,8 @@ func (s *Server) routes() {
 	routes = append(routes, s.timerRequestRoutes()...)
 	routes = append(routes, s.sourceRoutes()...)
 	routes = append(routes, s.bulkRoutes()...)
+	routes = append(routes, s.historyRoutes()...)
+	routes = append(routes, s.whoamiRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))
@@ -489,11 +496,16 @@ func (s *Server) encodeHeld(r *http.Request, held *hold, v any) ([]byte, error) 
 	if b, ok := v.(encodedJSON); ok {
 		return b, nil
 	}
-	b, err := marshalJSON(v)
-	if err != nil {
-		return nil, fmt.Errorf("api: encoding the response: %w", err)
+	var b []byte
+	if o, ok := v.(OrderJSON); ok { // the hottest answer, without reflection
+		b = append(appendOrderJSON(make([]byte, 0, 320+64*len(o.Items)), &o), '\n')
+	} else {
+		var err error
+		if b, err = marshalJSON(v); err != nil {
+			return nil, fmt.Errorf("api: encoding the response: %w", err)
+		}
+		b = append(b, '\n')
 	}
-	b = append(b, '\n')
 	if !held.take(r.Context(), int64(cap(b)), BodyWait) {
 		return nil, hourglass.Errorf(hourglass.CodeUnavailable, "too many responses in flight; retry shortly")
 	}

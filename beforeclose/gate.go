@@ -95,10 +95,11 @@ type Gate struct {
 	held map[int64]struct{}
 }
 
-// orderJob is one due order and the engine's close for it.
+// orderJob is one due order and the engine's close for it, told the
+// check's decision (recorded as the close's cause).
 type orderJob struct {
 	id    int64
-	close func(ctx context.Context, orders []int64) error
+	close func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error
 }
 
 // NewGate returns a Gate. Errors: an invalid configuration (its Checker's,
@@ -220,7 +221,7 @@ func later(a, b time.Time) time.Time {
 // queues those not held yet and returns how many it took; an order the
 // queue (or HeldMax) has no room for is left to the sweeper. Each is
 // held once, however often the scheduler and the sweeper hand it over.
-func (g *Gate) Hold(orders []int64, close func(ctx context.Context, orders []int64) error) (taken int) {
+func (g *Gate) Hold(orders []int64, close func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error) (taken int) {
 	for _, id := range orders {
 		g.mu.Lock()
 		_, held := g.held[id]
@@ -311,7 +312,11 @@ func (g *Gate) checkOrder(ctx context.Context, j orderJob) {
 		Apply: func(ctx context.Context, a Answer) error { return g.settle(ctx, j.id, a) }})
 	switch {
 	case v.Close:
-		if err := j.close(ctx, []int64{j.id}); err != nil {
+		cause := hourglass.CauseCheckClose
+		if v.Err != nil {
+			cause = hourglass.CauseCheckFailed // on error: close
+		}
+		if err := j.close(ctx, []int64{j.id}, cause); err != nil {
 			g.log.Warn("beforeclose: payment check: close failed; the sweeper hands the order over again", "order", j.id, "err", err)
 		}
 	case v.Err != nil && !v.Cancelled:

@@ -33,7 +33,10 @@ type server struct {
 	logs   *syncBuffer
 }
 
-const testToken = "s3cret-token"
+const (
+	testToken       = "s3cret-token"
+	testViewerToken = "v1ewer-token"
+)
 
 func startServer(t *testing.T) *server {
 	t.Helper()
@@ -47,10 +50,11 @@ func startServer(t *testing.T) *server {
 		Engine: engine.Config{SweepInterval: 100 * time.Millisecond, SweepGrace: 300 * time.Millisecond},
 		Webhooks: webhook.Config{Allow: allow, Retry: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, Jitter: -1,
 			PollInterval: 50 * time.Millisecond},
-		Alerts:  node.Alerts{Interval: 100 * time.Millisecond},
-		Cluster: node.Cluster{NodeID: "dash-node"},
-		Tokens:  []string{testToken},
-		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Alerts:       node.Alerts{Interval: 100 * time.Millisecond},
+		Cluster:      node.Cluster{NodeID: "dash-node"},
+		Tokens:       []string{testToken},
+		ViewerTokens: []string{testViewerToken},
+		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,9 @@ type Config struct {
 	// sweeper, start-up recovery) hands it the due orders instead of
 	// closing them. Timers are not orders and are never gated.
 	Gate Gate
+	// Node is this node's id, recorded with every close and fire the
+	// engine makes (hourglass.Closer).
+	Node string
 	// Clock gives now and times the engine's loops (default the system
 	// clock).
 	Clock    hourglass.Clock
@@ -160,13 +164,14 @@ type Gate interface {
 	// close (a conditional close, as every close: an order paid meanwhile
 	// is left alone), or settles it otherwise (paid, extended), or leaves
 	// it pending (its check keeps failing; the sweeper hands it over
-	// again). It must bound its own work (drop what it cannot hold: the
+	// again). cause is the check's decision (hourglass.CauseCheckClose or
+	// CauseCheckFailed), recorded with the close. It must bound its own work (drop what it cannot hold: the
 	// sweeper brings it back) and be safe for concurrent use. It returns
 	// how many of orders it took that it did not hold already: a sweep
 	// stops paging at a page of none, so that orders held pending while
 	// their checks fail are not all read again at every sweep (they are
 	// the earliest due, so they fill the first pages).
-	Hold(orders []int64, close func(ctx context.Context, orders []int64) error) (taken int)
+	Hold(orders []int64, close func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error) (taken int)
 }
 
 // TimerObserver is an optional interface of an Observer: Fired is called
@@ -567,7 +572,7 @@ func (e *Engine) recover(ctx context.Context) {
 	})
 	err := sup.Run(ctx, func(ctx context.Context) error {
 		// Run again after a failed reclaim, the sweep finds nothing left.
-		recovered, err := e.sweep(ctx, 0)
+		recovered, err := e.sweep(ctx, 0, hourglass.CauseRecovery)
 		if recovered > 0 {
 			e.log.Info("engine: closed orders whose deadline passed while hourglass was down", "orders", recovered)
 		}
@@ -623,7 +628,7 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
 		e.cfg.Gate.Hold(orders, e.closeGated(false))
 		orders = nil
 	}
-	done, err := e.expire(ctx, orders, timers, false)
+	done, err := e.expireDelivered(ctx, due, orders, timers)
 	if err != nil {
 		return err
 	}
@@ -639,11 +644,47 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	return nil
 }
 
+// expireDelivered expires what the scheduler delivered: at the deadline,
+// or, for a deadline that passed before this process started (the first
+// window load pages those into the scheduler), as start-up recovery.
+func (e *Engine) expireDelivered(ctx context.Context, due []hourglass.DueItem, orders, timers []int64) (int, error) {
+	started := e.started.Load()
+	if !slices.ContainsFunc(due, func(t hourglass.DueItem) bool { return hourglass.UnixMilli(t.At) < started }) {
+		return e.expire(ctx, orders, timers, false, hourglass.CauseDeadline)
+	}
+	early := map[int64]bool{}
+	for _, t := range due {
+		if hourglass.UnixMilli(t.At) < started {
+			early[t.ID] = true
+		}
+	}
+	split := func(ids []int64) (before, after []int64) {
+		for _, id := range ids {
+			if early[id] {
+				before = append(before, id)
+			} else {
+				after = append(after, id)
+			}
+		}
+		return before, after
+	}
+	ro, do := split(orders)
+	rt, dt := split(timers)
+	n, err := e.expire(ctx, ro, rt, false, hourglass.CauseRecovery)
+	if err != nil {
+		return n, err
+	}
+	m, err := e.expire(ctx, do, dt, false, hourglass.CauseDeadline)
+	return n + m, err
+}
+
 // expire closes the listed orders and fires the listed timers that are
-// still due, tells the observer, and returns how many it closed or fired.
-// On error the caller retries them all (both are idempotent).
-func (e *Engine) expire(ctx context.Context, orders, timers []int64, swept bool) (int, error) {
+// still due, tells the observer, and returns how many it closed or fired;
+// cause (and the node) is recorded with each close and fire. On error the
+// caller retries them all (both are idempotent).
+func (e *Engine) expire(ctx context.Context, orders, timers []int64, swept bool, cause hourglass.CloseCause) (int, error) {
 	n := 0
+	ctx = hourglass.WithCloser(ctx, hourglass.Closer{Cause: cause, Node: e.cfg.Node})
 	if len(orders) > 0 {
 		closed, err := e.store.CloseOrders(ctx, orders)
 		if err != nil {
@@ -673,10 +714,11 @@ func (e *Engine) expire(ctx context.Context, orders, timers []int64, swept bool)
 
 // closeGated returns the close function the Gate calls for orders whose
 // check let them close: they close (and are observed) as the scheduler's
-// or the sweeper's (swept) closes are; those no longer due are stale.
-func (e *Engine) closeGated(swept bool) func(ctx context.Context, orders []int64) error {
-	return func(ctx context.Context, orders []int64) error {
-		n, err := e.expire(ctx, orders, nil, swept)
+// or the sweeper's (swept) closes are, recorded with the check's decision
+// as their cause; those no longer due are stale.
+func (e *Engine) closeGated(swept bool) func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error {
+	return func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error {
+		n, err := e.expire(ctx, orders, nil, swept, cause)
 		if err != nil {
 			return err
 		}
@@ -781,7 +823,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			continue
 		}
 		last = now
-		if _, err := e.sweep(ctx, grace); err != nil && ctx.Err() == nil {
+		if _, err := e.sweep(ctx, grace, hourglass.CauseSweeper); err != nil && ctx.Err() == nil {
 			e.log.Error("engine: sweep failed; retrying at the next interval", "err", err)
 		}
 	}
@@ -794,7 +836,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 // again, so that they fire on time here.
 func (e *Engine) takeOver(ctx context.Context, parts hourglass.Parts) error {
 	now := e.clock.Now()
-	if _, err := e.sweepIn(ctx, now, parts); err != nil {
+	if _, err := e.sweepIn(ctx, now, parts, hourglass.CauseTakeover); err != nil {
 		return err
 	}
 	return e.reclaim(ctx, now, parts)
@@ -893,13 +935,13 @@ func minTime(a, b time.Time) time.Time {
 // many it closed. Normally it finds none: each one it finds is a timer the
 // scheduler lost or was late with (or a restart's backlog when the
 // scheduler is not fed a window).
-func (e *Engine) sweep(ctx context.Context, grace time.Duration) (int, error) {
-	return e.sweepIn(ctx, e.sweepUntil(grace), e.parts.Owned())
+func (e *Engine) sweep(ctx context.Context, grace time.Duration, cause hourglass.CloseCause) (int, error) {
+	return e.sweepIn(ctx, e.sweepUntil(grace), e.parts.Owned(), cause)
 }
 
 // sweepIn closes every pending order of parts due at or before until, and
-// fires every such timer.
-func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.Parts) (int, error) {
+// fires every such timer, recording cause with each.
+func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.Parts, cause hourglass.CloseCause) (int, error) {
 	total, found := 0, 0
 	defer func() { e.obs.Swept(found) }()
 	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error){e.store.PendingDue}
@@ -933,7 +975,7 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 				gateTookNone = e.cfg.Gate.Hold(orders, e.closeGated(true)) == 0
 				orders = nil
 			}
-			n, err := e.expire(ctx, orders, timers, true)
+			n, err := e.expire(ctx, orders, timers, true, cause)
 			total += n
 			if err != nil {
 				return total, err

@@ -298,7 +298,7 @@ func TestBurstClosedByClosePath(t *testing.T) {
 			if stuck {
 				clock.Advance(BacklogGraceDefault)
 			}
-			swept, err := e.sweep(context.WithValue(f.ctx, ungated{}, true), e.cfg.SweepGrace)
+			swept, err := e.sweep(context.WithValue(f.ctx, ungated{}, true), e.cfg.SweepGrace, hourglass.CauseSweeper)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,11 +19,11 @@ type holdGate struct {
 	onlyNew bool
 	handed  map[int64]int
 	calls   int
-	closeFn func(ctx context.Context, orders []int64) error
+	closeFn func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error
 	changed chan struct{}
 }
 
-func (g *holdGate) Hold(orders []int64, closeFn func(ctx context.Context, orders []int64) error) (taken int) {
+func (g *holdGate) Hold(orders []int64, closeFn func(ctx context.Context, orders []int64, cause hourglass.CloseCause) error) (taken int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls++
@@ -120,14 +120,14 @@ func TestGateHoldsEveryClose(t *testing.T) {
 	for i, o := range due {
 		ids[i] = o.ID
 	}
-	if err := closeFn(f.ctx, ids); err != nil {
+	if err := closeFn(f.ctx, ids, hourglass.CauseCheckClose); err != nil {
 		t.Fatal(err)
 	}
 	if c, swept, _ := f.rec.counts(); c != len(due) || swept != len(due) {
 		t.Fatalf("after the gate's close: %d closed (%d swept), want %d swept closes", c, swept, len(due))
 	}
 	// Closing them again is a no-op, counted stale.
-	if err := closeFn(f.ctx, ids[:10]); err != nil || f.rec.staleCount() != 10 {
+	if err := closeFn(f.ctx, ids[:10], hourglass.CauseCheckClose); err != nil || f.rec.staleCount() != 10 {
 		t.Fatalf("second close: %v, %d stale; want 10 stale", err, f.rec.staleCount())
 	}
 	cancel()
@@ -152,7 +152,7 @@ func TestGateFullStopsSweep(t *testing.T) {
 	e := f.engine(t, Config{Gate: gate, CloseBatch: 100})
 	for i, want := range []int{3, 1} { // first every page; then the first only
 		before := gate.calls
-		if _, err := e.sweep(f.ctx, 0); err != nil {
+		if _, err := e.sweep(f.ctx, 0, hourglass.CauseSweeper); err != nil {
 			t.Fatal(err)
 		}
 		if got := gate.calls - before; got != want {

@@ -63,6 +63,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Events", exerciseEvents},
 		{"Webhooks", exerciseWebhooks},
 		{"Deliveries", exerciseDeliveries},
+		{"AttemptLog", exerciseAttemptLog},
 		{"DeadLetterLists", exerciseDeadLetterLists},
 		{"Stats", exerciseStats},
 		{"Concurrency", exerciseConcurrency},
@@ -74,6 +75,7 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Retention", exerciseRetention},
 		{"Extend", exerciseExtend},
 		{"Bulk", exerciseBulk},
+		{"History", exerciseHistory},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()

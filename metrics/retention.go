@@ -32,7 +32,7 @@ func newRetentionMetrics(reg *prometheus.Registry) retentionMetrics {
 		}),
 	}
 	reg.MustRegister(r.pruned, r.dropped, r.timers, r.timersRefused)
-	for _, kind := range []string{"idempotency_keys", "timers", "timer_events", "events", "cluster_nodes", "timer_request_errors"} {
+	for _, kind := range []string{"idempotency_keys", "timers", "timer_events", "events", "cluster_nodes", "timer_request_errors", "delivery_attempts"} {
 		r.pruned.WithLabelValues(kind)
 	}
 	return r

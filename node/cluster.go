@@ -118,6 +118,18 @@ func (n *member) ownership() cluster.Ownership {
 // leader reports whether this node does the cluster's once-only chores.
 func (n *member) leader() bool { return n.m == nil || n.m.Leader() }
 
+// nodeID is this node's id, as the cluster knows it (recorded with each
+// close: hourglass.Closer).
+func (n *member) nodeID() string {
+	if n.m != nil {
+		return n.m.NodeID()
+	}
+	if s, ok := n.view.(cluster.Single); ok {
+		return s.ID
+	}
+	return ""
+}
+
 // run takes part in the cluster until ctx ends (then it releases its
 // partitions); wait blocks until it has.
 func (n *member) run(ctx context.Context) (wait func()) {

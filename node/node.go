@@ -318,6 +318,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	engCfg := cfg.Engine
 	engCfg.Scheduler, engCfg.Clock, engCfg.Logger, engCfg.Observer = sched, clock, log, alerts.engineObserver(m, cfg.Engine.Observer)
+	engCfg.Node = self.nodeID()
 	if cfg.BeforeClose.checksOrders(n.gate) {
 		engCfg.Gate = n.gate
 	}
@@ -352,6 +353,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Sources:       sourceBadRows(n.sources),
 		Bulk:          db,
 		BulkWake:      n.bulk.Wake,
+		History:       db,
+		SourceRows:    sourceRows(n.sources),
 	})
 	if err != nil {
 		return nil, err

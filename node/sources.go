@@ -161,6 +161,14 @@ func sourceBadRows(r *source.Runner) api.SourceBadRows {
 	return r
 }
 
+// sourceRows is the API's reader of the sources' rows: nil without sources.
+func sourceRows(r *source.Runner) api.SourceRows {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
 // dashboardSources is the dashboard's source of the Sources card: nil
 // without sources.
 func dashboardSources(r *source.Runner, clock hourglass.Clock) dashboard.SourceStats {

@@ -51,6 +51,9 @@ const (
 	// could not be applied (timer_request_errors), pruned after
 	// TimerRetention like fired timers.
 	KindRejectedTimerRequests = "timer_request_errors"
+	// KindDeliveryAttempts are the attempt log's rows (hourglass.AttemptLog),
+	// pruned after EventRetention like the events.
+	KindDeliveryAttempts = "delivery_attempts"
 )
 
 // Store is what the Pruner needs of the database. A store that also
@@ -58,6 +61,8 @@ const (
 type Store interface {
 	hourglass.RetentionStore
 	PruneEvents(ctx context.Context, before time.Time, limit int) (int, error)
+	// PruneDeliveryAttempts is hourglass.AttemptLog's.
+	PruneDeliveryAttempts(ctx context.Context, before time.Time, limit int) (int, error)
 	// PruneRejectedTimerRequests is hourglass.TimerRequestStore's.
 	PruneRejectedTimerRequests(ctx context.Context, before time.Time, limit int) (int, error)
 }
@@ -177,7 +182,7 @@ func (p *Pruner) Run(ctx context.Context) error {
 
 // Report is what one round deleted, by kind (DeadLetters: dropped).
 type Report struct {
-	IdempotencyKeys, Timers, TimerEvents, Events, DeadLetters, Nodes, RejectedTimerRequests int
+	IdempotencyKeys, Timers, TimerEvents, Events, DeadLetters, Nodes, RejectedTimerRequests, DeliveryAttempts int
 }
 
 // Prune runs one round now: each kind in batches until a batch deletes
@@ -214,6 +219,9 @@ func (p *Pruner) Prune(ctx context.Context) Report {
 		r.Events = p.drain(ctx, KindEvents, func(limit int) (int, error) {
 			return p.store.PruneEvents(ctx, now.Add(-d), limit)
 		})
+		r.DeliveryAttempts = p.drain(ctx, KindDeliveryAttempts, func(limit int) (int, error) {
+			return p.store.PruneDeliveryAttempts(ctx, now.Add(-d), limit)
+		})
 	}
 	if p.nodes != nil {
 		r.Nodes = p.drain(ctx, KindNodes, func(limit int) (int, error) {
@@ -222,7 +230,7 @@ func (p *Pruner) Prune(ctx context.Context) Report {
 	}
 	if r != (Report{}) {
 		p.log.Info("retention: pruned", "idempotency_keys", r.IdempotencyKeys, "timers", r.Timers, "timer_events", r.TimerEvents,
-			"events", r.Events, "dead_letters_dropped", r.DeadLetters, "cluster_nodes", r.Nodes, "timer_request_errors", r.RejectedTimerRequests)
+			"events", r.Events, "dead_letters_dropped", r.DeadLetters, "cluster_nodes", r.Nodes, "timer_request_errors", r.RejectedTimerRequests, "delivery_attempts", r.DeliveryAttempts)
 	}
 	return r
 }

@@ -674,7 +674,7 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 	}
 	if u.outcome != "" {
 		// Sent already, resolved, but not recorded: record it, do not send.
-		next, force := s.record(ctx, d, u.made-1, u.outcome == OutcomeDelivered, u.reason, u.fails)
+		next, force := s.record(ctx, d, u.made-1, u.outcome == OutcomeDelivered, u.reason, u.fails, sentAttempt{})
 		return next, force, nil
 	}
 	if d.BlockedBy.ID != 0 {
@@ -694,20 +694,32 @@ func (s *Service) attempt(ctx context.Context, id int64) (next hourglass.Deliver
 			lo.WebhookDeliveryLag(s.clock.Now().Sub(d.EventCreatedAt))
 		}
 	}
-	ok, reason := s.send(ctx, d, made+1)
+	start := s.clock.Now()
+	ok, reason, status := s.send(ctx, d, made+1)
+	sent := sentAttempt{at: start, took: s.clock.Now().Sub(start), status: status}
 	if ctx.Err() != nil {
 		return hourglass.DeliveryTimer{}, false, nil // cancelled by shutdown: not an attempt
 	}
-	return hourglass.DeliveryTimer{}, false, func() (hourglass.DeliveryTimer, bool) { return s.record(ctx, d, made, ok, reason, -1) }
+	return hourglass.DeliveryTimer{}, false, func() (hourglass.DeliveryTimer, bool) { return s.record(ctx, d, made, ok, reason, -1, sent) }
+}
+
+// sentAttempt is what the attempt log keeps of an attempt besides its
+// outcome: when it was sent, how long it took, the HTTP status (0: none).
+// The zero value is an outcome recorded again, whose sending is unknown.
+type sentAttempt struct {
+	at     time.Time
+	took   time.Duration
+	status int
 }
 
 // record records the outcome of d's attempt number made+1 (made attempts
 // before it, recorded or not) and returns what attempt returns. fails is
 // how many records of this outcome failed before, or -1 for an attempt just
 // made.
-func (s *Service) record(ctx context.Context, d hourglass.PendingDelivery, made int, ok bool, reason string, fails int) (hourglass.DeliveryTimer, bool) {
+func (s *Service) record(ctx context.Context, d hourglass.PendingDelivery, made int, ok bool, reason string, fails int, sent sentAttempt) (hourglass.DeliveryTimer, bool) {
 	id := d.ID
-	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, WebhookID: d.WebhookID, OrderID: d.OrderID}
+	r := hourglass.AttemptResult{ID: id, Attempts: d.Attempts, OK: ok, WebhookID: d.WebhookID, OrderID: d.OrderID,
+		At: sent.at, Duration: sent.took, StatusCode: sent.status, EventID: d.EventID, EventType: d.EventType}
 	outcome := OutcomeDelivered
 	if !ok {
 		reason = SanitizeText(reason, MaxErrorLen)
@@ -877,17 +889,17 @@ const maxErrorBody = 256
 
 // send POSTs the event as attempt number attempt and reports whether the
 // receiver answered 2xx, or why not (text sanitised: see SanitizeText).
-func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt int) (bool, string) {
+func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt int) (ok bool, reason string, status int) {
 	// Checked again at delivery: the allow-list may have changed since the
 	// webhook was created.
 	if err := s.cfg.Allow.CheckURL(d.URL); err != nil {
-		return false, hourglass.ErrorMessage(err)
+		return false, hourglass.ErrorMessage(err), 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
-		return false, "building the request: " + redact.Scrub(err.Error(), d.URL)
+		return false, "building the request: " + redact.Scrub(err.Error(), d.URL), 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "hourglass-webhooks/1")
@@ -902,15 +914,15 @@ func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt
 		// and query tokens: the text is logged and kept in last_error.
 		text := redact.Scrub(err.Error(), d.URL)
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return false, fmt.Sprintf("no response within %s: %s", s.cfg.Timeout, text)
+			return false, fmt.Sprintf("no response within %s: %s", s.cfg.Timeout, text), 0
 		}
-		return false, text
+		return false, text, 0
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection can be reused
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return true, ""
+		return true, "", resp.StatusCode
 	}
 	// The receiver's bytes may be anything: UTF-16 error text with NULs
 	// (which PostgreSQL refuses), invalid UTF-8, terminal escapes.
@@ -918,7 +930,7 @@ func (s *Service) send(ctx context.Context, d hourglass.PendingDelivery, attempt
 	if text := strings.TrimSpace(decodeBody(head, maxErrorBody)); text != "" {
 		msg += ": " + text
 	}
-	return false, msg
+	return false, msg, resp.StatusCode
 }
 
 func isTimeout(err error) bool {

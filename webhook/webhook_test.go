@@ -391,6 +391,24 @@ func TestFailsThreeTimesThenDelivered(t *testing.T) {
 	if ws, _ := f.svc.Webhooks(f.ctx, hourglass.WebhookFilter{Limit: 10}); len(ws) != 1 || ws[0].ID != w.ID {
 		t.Errorf("webhooks %+v", ws)
 	}
+	// The attempt log keeps all four, the delivered one included (its
+	// delivery row is gone), each with what the receiver answered.
+	log, err := f.store.DeliveryAttempts(f.ctx, o.ID, 0)
+	if err != nil || len(log) != 4 {
+		t.Fatalf("attempt log of order %d: %+v, %v; want 4 attempts", o.ID, log, err)
+	}
+	for i, a := range log {
+		wantCode, wantOutcome := http.StatusInternalServerError, hourglass.AttemptRetry
+		if i == 3 {
+			wantCode, wantOutcome = http.StatusNoContent, hourglass.AttemptDelivered
+		}
+		sent := reqs[i].at
+		if a.Attempt != i+1 || a.StatusCode != wantCode || a.Outcome != wantOutcome || a.EventID != ev || a.WebhookID != w.ID ||
+			a.EventType != hourglass.EventOrderCreated || (wantOutcome == hourglass.AttemptRetry) != strings.HasPrefix(a.Error, "HTTP 500") ||
+			a.At.IsZero() || a.At.After(sent.Add(time.Millisecond)) || sent.Sub(a.At) > time.Second || a.Duration < 0 {
+			t.Errorf("logged attempt %d: %+v; want attempt %d, %d %s, sent at %v", i+1, a, i+1, wantCode, wantOutcome, sent)
+		}
+	}
 }
 
 // TestDeadLetterAndRetry: a receiver that always fails ends in the dead

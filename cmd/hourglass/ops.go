@@ -28,18 +28,20 @@ type opsFlags struct {
 // (ops_orders.go, ops_timers.go, ops_deadletters.go).
 type ordersCmd struct {
 	opsFlags `embed:""`
-	Get      ordersGetCmd    `cmd:"" help:"Print an order."`
-	List     ordersListCmd   `cmd:"" help:"List orders, by id or (with a deadline or creation range) by that time."`
-	Extend   ordersExtendCmd `cmd:"" help:"Move a pending_payment order's deadline later (or, with a filter, of every order it selects)."`
-	Cancel   ordersCancelCmd `cmd:"" help:"Cancel a pending_payment order (or, with a filter, every order it selects; their stock is released)."`
+	Get      ordersGetCmd     `cmd:"" help:"Print an order."`
+	List     ordersListCmd    `cmd:"" help:"List orders, by id or (with a deadline or creation range) by that time."`
+	Extend   ordersExtendCmd  `cmd:"" help:"Move a pending_payment order's deadline later (or, with a filter, of every order it selects)."`
+	Cancel   ordersCancelCmd  `cmd:"" help:"Cancel a pending_payment order (or, with a filter, every order it selects; their stock is released)."`
+	History  ordersHistoryCmd `cmd:"" help:"Print an order's story: its timing (deadlines, when, how late, by what and on which node it closed) and its events and deliveries."`
 }
 
 type timersCmd struct {
 	opsFlags `embed:""`
-	Get      timersGetCmd    `cmd:"" help:"Print a timer."`
-	List     timersListCmd   `cmd:"" help:"List timers, by key or (with a fire range) by fire time."`
-	Arm      timersArmCmd    `cmd:"" help:"Arm (create or re-arm) a timer."`
-	Cancel   timersCancelCmd `cmd:"" help:"Cancel a timer that has not fired (or, with a filter, every timer it selects)."`
+	Get      timersGetCmd     `cmd:"" help:"Print a timer."`
+	List     timersListCmd    `cmd:"" help:"List timers, by key or (with a fire range) by fire time."`
+	Arm      timersArmCmd     `cmd:"" help:"Arm (create or re-arm) a timer."`
+	Cancel   timersCancelCmd  `cmd:"" help:"Cancel a timer that has not fired (or, with a filter, every timer it selects)."`
+	History  timersHistoryCmd `cmd:"" help:"Print a timer's story: its timing (fire times, when, how late, by what and on which node it fired) and its events and deliveries."`
 }
 
 type deadlettersCmd struct {

@@ -5,64 +5,13 @@
 
 (() => {
   const POLL_MS = 2000;
-  const TOKEN_KEY = 'hourglass.token';
   const SVG = 'http://www.w3.org/2000/svg';
-  const $ = (id) => document.getElementById(id);
-
-  // The token: from ?token= once (then removed from the address bar and
-  // history), else from this tab's sessionStorage, else asked for on a 401.
-  let token = sessionStorage.getItem(TOKEN_KEY) || '';
-  const params = new URLSearchParams(location.search);
-  if (params.has('token')) {
-    token = params.get('token');
-    sessionStorage.setItem(TOKEN_KEY, token);
-    params.delete('token');
-    const q = params.toString();
-    history.replaceState(null, '', location.pathname + (q ? '?' + q : '') + location.hash);
-  }
-
-  class Unauthorized extends Error {}
-
-  // api sends a request with the token and returns {status, body}; a 401
-  // throws Unauthorized.
-  async function api(method, path) {
-    const headers = { 'Accept': 'application/json' };
-    if (token) headers['Authorization'] = 'Bearer ' + token;
-    const resp = await fetch(path, { method, headers, cache: 'no-store' });
-    let body = null;
-    try { body = await resp.json(); } catch (_) { /* not JSON */ }
-    if (resp.status === 401) throw new Unauthorized((body && body.error && body.error.message) || 'unauthorized');
-    return { status: resp.status, body };
-  }
-
-  function errorText(r) {
-    return (r.body && r.body.error) ? r.body.error.code + ': ' + r.body.error.message : 'HTTP ' + r.status;
-  }
-
-  function setStatus(text, isError) {
-    const el = $('status');
-    el.textContent = text;
-    el.classList.toggle('error', !!isError);
-  }
-
-  const fmt = (n) => Number(n).toLocaleString('en-US');
+  const { $, api, errorText, setStatus, el, fmt, fmtTime, Unauthorized, handleError, canWrite, loadRole } = window.hourglass;
 
   function fmtSeconds(s) {
     if (s === 0) return '0';
     if (s < 1) return +(s * 1000).toPrecision(3) + ' ms';
     return +s.toPrecision(3) + ' s';
-  }
-
-  function fmtTime(iso) {
-    const d = new Date(iso);
-    return isNaN(d) ? iso : d.toLocaleTimeString('en-GB', { hour12: false });
-  }
-
-  function el(tag, attrs, text) {
-    const e = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-    if (text !== undefined) e.textContent = text;
-    return e;
   }
 
   function svgEl(tag, attrs, text) {
@@ -273,9 +222,11 @@
       tr.appendChild(el('td', {}, fmtTime(dl.failed_at)));
       tr.appendChild(el('td', { class: 'err' }, dl.last_error || ''));
       const td = el('td');
-      const b = el('button', { class: 'retry', type: 'button', 'data-id': String(dl.id) }, 'Retry');
-      b.addEventListener('click', () => retry(dl.id, b));
-      td.appendChild(b);
+      if (canWrite()) { // a viewer is shown no action
+        const b = el('button', { class: 'retry', type: 'button', 'data-id': String(dl.id) }, 'Retry');
+        b.addEventListener('click', () => retry(dl.id, b));
+        td.appendChild(b);
+      }
       tr.appendChild(td);
       tbody.appendChild(tr);
     }
@@ -335,33 +286,8 @@
     }
   }
 
-  function askToken(message) {
-    $('token-form').hidden = false;
-    $('main').hidden = true;
-    $('token-error').textContent = message || '';
-    setStatus('needs the API token', true);
-    $('token-input').focus();
-  }
-
-  function handleError(e) {
-    if (e instanceof Unauthorized) {
-      askToken(token ? 'The token was refused.' : '');
-      return;
-    }
-    setStatus('update failed: ' + e.message, true);
-  }
-
-  $('token-form').addEventListener('submit', (ev) => {
-    ev.preventDefault();
-    token = $('token-input').value.trim();
-    sessionStorage.setItem(TOKEN_KEY, token);
-    $('token-input').value = '';
-    $('token-form').hidden = true;
-    $('main').hidden = false;
-    poll();
-  });
-
   async function refresh() {
+    await loadRole();
     const r = await api('GET', '/v1/dashboard');
     if (r.status !== 200) throw new Error(errorText(r));
     render(r.body);
@@ -371,9 +297,12 @@
     document.body.dataset.updated = r.body.now; // for tests: a render finished
   }
 
-  let timer = null;
+  // The dashboard polls only while it is shown (console.js shows it at
+  // #/ and stops it on every other page).
+  let timer = null, running = false;
   async function poll() {
     clearTimeout(timer);
+    if (!running) return;
     let again = true;
     try {
       await refresh();
@@ -381,8 +310,13 @@
       handleError(e);
       again = !(e instanceof Unauthorized); // wait for the token form
     }
-    if (again) timer = setTimeout(poll, POLL_MS);
+    if (again && running) timer = setTimeout(poll, POLL_MS);
   }
 
-  poll();
+  window.hourglass.dashboard = {
+    start() { $('main').hidden = false; running = true; poll(); },
+    stop() { running = false; clearTimeout(timer); $('main').hidden = true; },
+    running: () => running,
+  };
+  window.hourglass.onResume(() => { if (running) { $('main').hidden = false; poll(); } });
 })();

@@ -414,16 +414,26 @@ func (t *txn) InsertEvents(ctx context.Context, events []*batch.Event, now time.
 		// Orders' events mostly have no body: a statement without one
 		// leaves the column out.
 		withBody := slices.ContainsFunc(part, func(e *batch.Event) bool { return e.Body != nil })
-		args := make([]any, 0, 5*len(part))
+		// A close's or fire's provenance (hourglass.Closer) likewise.
+		withBy := slices.ContainsFunc(part, func(e *batch.Event) bool { return e.By.Cause != "" })
+		args := make([]any, 0, 7*len(part))
 		for _, e := range part {
 			args = append(args, e.ID, string(e.Type), e.Subject, nowMs)
 			if withBody {
 				args = append(args, nullBytes(e.Body))
 			}
+			if withBy {
+				args = append(args, nullString(string(e.By.Cause)), nullString(e.By.Node))
+			}
 		}
 		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
-		if withBody {
+		switch {
+		case withBody && withBy:
+			query = `INSERT INTO events (id, type, order_id, created_at, body, cause, node) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?, ?, ?)`)
+		case withBody:
 			query = `INSERT INTO events (id, type, order_id, created_at, body) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?)`)
+		case withBy:
+			query = `INSERT INTO events (id, type, order_id, created_at, cause, node) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?, ?, ?)`)
 		}
 		res, err := t.tx.ExecContext(ctx, query, args...)
 		if err == nil {

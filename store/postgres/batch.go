@@ -653,14 +653,15 @@ func (t *txn) FanOut(_ context.Context, events []*batch.Event, _ time.Time) (int
 // by each one's mode ($6): to the webhooks subscribed now (fan), to its
 // own webhook $7 (pinned), or left to the fan-out loop in one
 // fanout_pending row (defer); and, when it created deliveries, NOTIFYs
-// the other processes on $8 at commit. It returns the deliveries created
+// the other processes on $8 at commit; $9 and $10 are a close's or fire's
+// provenance (hourglass.Closer; NULL: none). It returns the deliveries created
 // for subscriptions. The deliveries' foreign key share-locks their
 // webhooks, so a concurrent DeleteWebhook waits for this commit.
 const eventsSQL = `WITH v AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS v(id, type, order_id, body, mode, hook, n)
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $9::text[], $10::text[]) WITH ORDINALITY AS v(id, type, order_id, body, mode, hook, cause, node, n)
 ), e AS (
-	INSERT INTO events (id, type, order_id, created_at, body)
-	SELECT v.id, v.type, v.order_id, $1, v.body FROM v ORDER BY v.n
+	INSERT INTO events (id, type, order_id, created_at, body, cause, node)
+	SELECT v.id, v.type, v.order_id, $1, v.body, v.cause, v.node FROM v ORDER BY v.n
 	RETURNING seq, id
 ), x AS (
 	SELECT e.seq, v.type, v.order_id, v.mode, v.hook FROM e JOIN v ON v.id = e.id
@@ -683,7 +684,15 @@ func (t *txn) eventsStmt() stmt {
 	n := len(t.events)
 	ids, types, orders := make([]string, n), make([]string, n), make([]int64, n)
 	bodies, modes, hooks := make([]*string, n), make([]string, n), make([]*int64, n)
+	causes, nodes := make([]*string, n), make([]*string, n)
 	for i, e := range t.events {
+		if e.By.Cause != "" {
+			c := string(e.By.Cause)
+			causes[i] = &c
+			if e.By.Node != "" {
+				nodes[i] = &e.By.Node
+			}
+		}
 		ids[i], types[i], orders[i], modes[i] = e.ID, string(e.Type), e.Subject, t.mode[e]
 		if e.Body != nil {
 			b := string(e.Body)
@@ -693,7 +702,7 @@ func (t *txn) eventsStmt() stmt {
 			hooks[i] = &e.WebhookID
 		}
 	}
-	return stmt{name: "insert events", sql: eventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, modes, hooks, t.s.channel},
+	return stmt{name: "insert events", sql: eventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, modes, hooks, t.s.channel, causes, nodes},
 		read: func(br pgx.BatchResults) error {
 			var fanned, notified int64
 			err := br.QueryRow().Scan(&fanned, &notified)

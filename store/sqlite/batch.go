@@ -373,6 +373,12 @@ func (t *txn) InsertEvents(_ context.Context, events []*batch.Event, now time.Ti
 			stmt = t.conn.Prep(`INSERT OR FAIL INTO events (id, type, order_id, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)`)
 			stmt.BindText(5, string(e.Body))
 		}
+		if e.By.Cause != "" { // a close's or fire's provenance
+			stmt = t.conn.Prep(`INSERT OR FAIL INTO events (id, type, order_id, created_at, body, cause, node) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`)
+			bindNullText(stmt, 5, string(e.Body))
+			stmt.BindText(6, string(e.By.Cause))
+			bindNullText(stmt, 7, e.By.Node)
+		}
 		stmt.BindText(1, e.ID)
 		stmt.BindText(2, string(e.Type))
 		stmt.BindInt64(3, e.Subject)

@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -58,6 +60,52 @@ func BenchmarkHTTPCreateOrders(b *testing.B) {
 			<-p.exited
 		})
 	}
+	// The ceiling: a no-op net/http server (testdata/ceiling) that decodes
+	// the same body and answers an order-shaped 201, driven by the same
+	// client in the same run. hourglass's orders/s over the ceiling's is
+	// what issue 40 judges (>= 0.6); run the two alternated with -count.
+	b.Run("ceiling", func(b *testing.B) {
+		url, pid := startCeiling(b)
+		cpu0, err := procCPU(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchmarkCreates(b, url, 1000)
+		if cpu, err := procCPU(pid); err == nil {
+			b.ReportMetric((cpu-cpu0)*1e6/float64(b.N), "server-cpu-us/order")
+		}
+	})
+}
+
+// startCeiling builds and starts testdata/ceiling on a free loopback port
+// and returns its URL and pid; it is killed when b ends.
+func startCeiling(b *testing.B) (string, int) {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "ceiling")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/ceiling").CombinedOutput(); err != nil {
+		b.Fatalf("go build testdata/ceiling: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "-addr", addr)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	url := "http://" + addr
+	testenv.Eventually(b, 10*time.Second, "the ceiling server answers", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return url, cmd.Process.Pid
 }
 
 func benchmarkCreates(b *testing.B, url string, skus int) {

@@ -3,6 +3,9 @@ package batch
 import (
 	"context"
 	"slices"
+	"time"
+
+	"github.com/hourglass/hourglass"
 )
 
 // attempts applies the batch's webhook delivery attempts (Attempt ops,
@@ -33,6 +36,7 @@ func (b *batch) attempts(ctx context.Context) error {
 		locked[d.ID] = d
 	}
 	var resolved []int // ops whose recorded attempt resolved their delivery
+	var logged []hourglass.DeliveryAttempt
 	for i, o := range b.ops {
 		if o.Kind != Attempt {
 			continue
@@ -44,6 +48,7 @@ func (b *batch) attempts(ctx context.Context) error {
 		}
 		b.res[i].Record.Recorded = true
 		d.touched = true
+		logged = append(logged, logEntry(r, d.Attempts+1))
 		switch {
 		case r.OK:
 			d.gone = true
@@ -73,6 +78,11 @@ func (b *batch) attempts(ctx context.Context) error {
 			return err
 		}
 	}
+	if len(logged) > 0 {
+		if err := b.tx.InsertAttempts(ctx, logged); err != nil {
+			return err
+		}
+	}
 	if len(resolved) == 0 {
 		return nil
 	}
@@ -94,4 +104,27 @@ func (b *batch) attempts(ctx context.Context) error {
 		b.res[i].Record.Next = heads[Stream{r.WebhookID, r.OrderID}]
 	}
 	return nil
+}
+
+// logEntry is the attempt log's record of r, the delivery's attempt number
+// attempt. Text is cut to what the log keeps (hourglass.MaxAttemptError).
+func logEntry(r hourglass.AttemptResult, attempt int) hourglass.DeliveryAttempt {
+	a := hourglass.DeliveryAttempt{OrderID: r.OrderID, DeliveryID: r.ID, WebhookID: r.WebhookID, EventID: r.EventID,
+		EventType: r.EventType, Attempt: attempt, At: r.At, Duration: max(r.Duration, 0), StatusCode: r.StatusCode}
+	switch {
+	case r.OK:
+		a.Outcome = hourglass.AttemptDelivered
+	case r.RetryAt.IsZero():
+		a.Outcome, a.Error = hourglass.AttemptDead, r.Error
+	default:
+		a.Outcome, a.Error = hourglass.AttemptRetry, r.Error
+	}
+	if len(a.Error) > hourglass.MaxAttemptError {
+		a.Error = hourglass.TruncateText(a.Error, hourglass.MaxAttemptError)
+	}
+	if a.At.IsZero() {
+		a.Duration = 0 // recorded again after a failed record: its sending is unknown
+	}
+	a.Duration = a.Duration.Truncate(time.Millisecond)
+	return a
 }

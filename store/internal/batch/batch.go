@@ -76,6 +76,7 @@ type Op struct {
 	Arm       hourglass.ArmTimerParams    // Arm
 	Key       string                      // Cancel
 	Attempt   hourglass.AttemptResult     // Attempt
+	By        hourglass.Closer            // Close, Fire: the provenance its events record
 	Res       Result
 }
 
@@ -196,6 +197,8 @@ type Event struct {
 	// subscribed ones).
 	WebhookID int64
 	Seq       int64
+	// By is an order.closed's or timer.fired's provenance (zero: none).
+	By hourglass.Closer
 
 	newIdx int // of a created order: index into the batch's news, else -1
 }
@@ -288,6 +291,9 @@ type Tx interface {
 	UpdateDelivery(ctx context.Context, d *Delivery, now time.Time) error
 	// DeleteDeliveries deletes delivered deliveries.
 	DeleteDeliveries(ctx context.Context, ids []int64) error
+	// InsertAttempts appends recorded attempts to the attempt log
+	// (hourglass.AttemptLog), in the order given.
+	InsertAttempts(ctx context.Context, attempts []hourglass.DeliveryAttempt) error
 	// StreamHeads returns the earliest pending delivery of each of streams.
 	StreamHeads(ctx context.Context, streams []Stream) (map[Stream]hourglass.DeliveryTimer, error)
 	// InsertOutbox writes (or moves) the outbox timers of due.
@@ -529,6 +535,7 @@ func (b *batch) decide() error {
 				}
 				cur.Status, cur.ClosedAt, cur.CloseReason = hourglass.StateClosed, b.now, hourglass.CloseReasonTimeout
 				b.changed(lo, hourglass.EventOrderClosed)
+				b.events[len(b.events)-1].By = o.By
 				r.Closed = append(r.Closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: b.now})
 			}
 		case Arm:
@@ -538,6 +545,9 @@ func (b *batch) decide() error {
 		case Fire:
 			var evs []*Event
 			r.Fired, evs, err = b.timers.fire(o.IDs, b.now)
+			for _, e := range evs {
+				e.By = o.By
+			}
 			b.events = append(b.events, evs...)
 		}
 		if err != nil {

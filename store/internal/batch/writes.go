@@ -91,14 +91,15 @@ func (w Writes) TransitionOrder(ctx context.Context, id int64, a hourglass.Actio
 	return r.Order, r.Err
 }
 
-// CloseOrders implements hourglass.Store. Closes jump the queue of API
-// writes; a batch releases each product's stock with one statement however
+// CloseOrders implements hourglass.Store. The provenance ctx carries
+// (hourglass.WithCloser) is recorded with each order.closed. Closes jump
+// the queue of API writes; a batch releases each product's stock with one statement however
 // many of its orders close.
 func (w Writes) CloseOrders(ctx context.Context, ids []int64) ([]hourglass.ClosedOrder, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	r := w.Queue(ctx, &Op{Kind: Close, IDs: ids})
+	r := w.Queue(ctx, &Op{Kind: Close, IDs: ids, By: hourglass.CloserFrom(ctx)})
 	return r.Closed, r.Err
 }
 
@@ -144,7 +145,7 @@ func (w Writes) FireTimers(ctx context.Context, ids []int64) ([]hourglass.FiredT
 		return nil, nil
 	}
 	slices.Sort(ids)
-	r := w.Queue(ctx, &Op{Kind: Fire, IDs: slices.Compact(ids)})
+	r := w.Queue(ctx, &Op{Kind: Fire, IDs: slices.Compact(ids), By: hourglass.CloserFrom(ctx)})
 	return r.Fired, r.Err
 }
 
