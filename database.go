@@ -56,10 +56,11 @@ type Database interface {
 	DueFeed
 	EventLog
 	TimerRequestStore
+	ReminderStore
 	OrderViewer
-	BulkStore
 	HistoryStore
 	AttemptLog
+	BulkStore
 	// OrderEvents returns the events of an order that have not been pruned,
 	// in the order they were written (for tests and debugging: it may scan).
 	OrderEvents(ctx context.Context, orderID int64) ([]EventRecord, error)

@@ -39,7 +39,7 @@ const EventTypeAll EventType = "*"
 // EventTypes lists every event type: an order's, in lifecycle order, then
 // a timer's, then a source row's.
 func EventTypes() []EventType {
-	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventOrderExtended, EventTimerFired, EventSourceClosed}
+	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventOrderExtended, EventOrderExpiring, EventTimerFired, EventSourceClosed}
 }
 
 // Valid reports whether t is a known event type (EventTypeAll is not one).
@@ -96,7 +96,7 @@ type Event struct {
 // events of the order, rendered from the row, show the latest deadline.
 func (o Order) AsOf(t EventType) Order {
 	switch t {
-	case EventOrderCreated, EventOrderExtended:
+	case EventOrderCreated, EventOrderExtended, EventOrderExpiring:
 		o.Status = StatePendingPayment
 		o.PaidAt, o.ClosedAt, o.CloseReason, o.PaymentID = time.Time{}, time.Time{}, "", ""
 	case EventOrderPaid:

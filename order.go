@@ -29,6 +29,12 @@ type Order struct {
 	ClosedAt    time.Time // when the close (status + stock release) committed
 	CloseReason string
 	PaymentID   string
+	// RemindBefore and RemindAt are the order's reminder lead and when its
+	// order.expiring is due (zero: none, or already sent). The store's
+	// write path keeps them (CreateOrder's and ExtendOrder's answers carry
+	// them); reads (Order, ListOrders) leave them zero.
+	RemindBefore time.Duration
+	RemindAt     time.Time
 }
 
 // Payable reports whether o can be paid at now: it is pending and now is
@@ -120,6 +126,9 @@ type CreateOrderParams struct {
 	// Timeout, when non-zero, overrides the policy; it must be within
 	// MinTimeout..MaxTimeout.
 	Timeout time.Duration
+	// RemindBefore, when non-zero, overrides the policy's reminder lead
+	// (Policy.RemindLead): MinTimeout..MaxTimeout, or NoReminder.
+	RemindBefore time.Duration
 	// IdempotencyKey, when set, makes the create idempotent: the same key
 	// with the same RequestHash returns the first order; another hash fails
 	// with ErrIdempotencyKeyReused.

@@ -18,6 +18,10 @@ const (
 type Policy struct {
 	DefaultTimeout time.Duration            // zero means the package DefaultTimeout
 	Categories     map[string]time.Duration // category → timeout
+	// RemindBefore is the default reminder lead (0: no reminder), and
+	// RemindCategories a category's own (RemindLead).
+	RemindBefore     time.Duration
+	RemindCategories map[string]time.Duration
 }
 
 // Timeout returns the timeout of an order whose items have these categories.
@@ -60,6 +64,28 @@ func (p Policy) Validate() error {
 			return err
 		}
 		if err := ValidateTimeout("categories."+c, d); err != nil {
+			return err
+		}
+	}
+	return p.validateReminders()
+}
+
+// validateReminders checks the reminder leads of p.
+func (p Policy) validateReminders() error {
+	if err := ValidateRemindBefore("remind_before_ms", p.RemindBefore); err != nil {
+		return err
+	}
+	if len(p.RemindCategories) > 1000 {
+		return Errorf(CodeInvalidArgument, "remind_before_categories: at most 1000, got %d", len(p.RemindCategories))
+	}
+	for c, d := range p.RemindCategories {
+		if c == "" || len(c) > 64 {
+			return Errorf(CodeInvalidArgument, "remind_before_categories: name %q must be 1 to 64 bytes", c)
+		}
+		if err := CheckText("remind_before_categories: a name", c); err != nil {
+			return err
+		}
+		if err := ValidateRemindBefore("remind_before_categories."+c, d); err != nil {
 			return err
 		}
 	}

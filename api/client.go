@@ -110,6 +110,8 @@ type CreateOrderRequest struct {
 	UserID    string     `json:"user_id"`
 	Items     []ItemJSON `json:"items"`
 	TimeoutMs int64      `json:"timeout_ms,omitempty"`
+	// RemindBeforeMs, when set, is the order's own reminder lead (0: none).
+	RemindBeforeMs *int64 `json:"remind_before_ms,omitempty"`
 }
 
 // CreateOrder creates an order; idempotencyKey may be empty. It returns the

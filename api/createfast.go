@@ -9,9 +9,10 @@ import (
 
 // createOrderFast is the one pass that decodes the usual POST /v1/orders
 // body: an object of user_id, items (objects of exactly sku and quantity)
-// and, optionally, timeout_ms, each key once, strings without escapes and
-// of valid UTF-8, integers without sign tricks, fraction or exponent. It
-// reads each byte once and allocates only the values it returns.
+// and, optionally, timeout_ms and remind_before_ms, each key once,
+// strings without escapes and of valid UTF-8, integers without sign
+// tricks, fraction or exponent. It reads each byte once and allocates only
+// the values it returns.
 //
 // ok is false for anything else, well-formed or not (an escape, a null, a
 // key in another order of case, a duplicate, a number it does not take):
@@ -50,6 +51,12 @@ func createOrderFast(b []byte) (fastOrder, bool) {
 				return o, false
 			}
 			o.timeoutMs, o.hasTimeout = ms, true
+		case "remind_before_ms":
+			ms, ok := p.int()
+			if !ok || o.hasRemind {
+				return o, false
+			}
+			o.remindMs, o.hasRemind = ms, true
 		default:
 			return o, false
 		}
@@ -69,6 +76,8 @@ type fastOrder struct {
 	items      []hourglass.Item
 	timeoutMs  int64
 	hasTimeout bool
+	remindMs   int64
+	hasRemind  bool
 }
 
 // fastScanner reads the JSON createOrderFast takes, failing (false) on

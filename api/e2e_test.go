@@ -289,10 +289,11 @@ func TestTimeoutPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get policy: %v", err)
 	}
-	if want := (api.PolicyJSON{DefaultTimeoutMs: 1800000, Categories: map[string]int64{}}); !reflect.DeepEqual(p, want) {
+	if want := (api.PolicyJSON{DefaultTimeoutMs: 1800000, Categories: map[string]int64{}, RemindBeforeCategories: map[string]int64{}}); !reflect.DeepEqual(p, want) {
 		t.Errorf("initial policy = %+v, want %+v", p, want)
 	}
-	want := api.PolicyJSON{DefaultTimeoutMs: 600000, Categories: map[string]int64{"virtual": 2000, "physical": 5000}}
+	want := api.PolicyJSON{DefaultTimeoutMs: 600000, Categories: map[string]int64{"virtual": 2000, "physical": 5000},
+		RemindBeforeMs: 60000, RemindBeforeCategories: map[string]int64{"virtual": 0, "physical": 3000}}
 	if _, err := s.Client.PutPolicy(ctx, want); err != nil {
 		t.Fatalf("put policy: %v", err)
 	}

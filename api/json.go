@@ -100,6 +100,10 @@ type OrderListJSON struct {
 type PolicyJSON struct {
 	DefaultTimeoutMs int64            `json:"default_timeout_ms"`
 	Categories       map[string]int64 `json:"categories"`
+	// RemindBeforeMs and RemindBeforeCategories are the reminder leads
+	// (order.expiring): the default and a category's; 0 is none.
+	RemindBeforeMs         int64            `json:"remind_before_ms"`
+	RemindBeforeCategories map[string]int64 `json:"remind_before_categories"`
 }
 
 // decodeJSON strictly decodes one JSON object from body into v: unknown
@@ -157,7 +161,8 @@ type createOrderRequest struct {
 		SKU      *string `json:"sku"`
 		Quantity *int64  `json:"quantity"`
 	} `json:"items"`
-	TimeoutMs *int64 `json:"timeout_ms"`
+	TimeoutMs      *int64 `json:"timeout_ms"`
+	RemindBeforeMs *int64 `json:"remind_before_ms"`
 }
 
 // DecodeCreateOrder parses and validates a POST /v1/orders body. It returns
@@ -169,11 +174,14 @@ func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
 		if err := hourglass.ValidateUserID(o.userID); err != nil {
 			return hourglass.CreateOrderParams{}, err
 		}
-		var ms *int64
+		var ms, remind *int64
 		if o.hasTimeout {
 			ms = &o.timeoutMs
 		}
-		return finishCreateOrder(o.userID, o.items, ms)
+		if o.hasRemind {
+			remind = &o.remindMs
+		}
+		return finishCreateOrder(o.userID, o.items, ms, remind)
 	}
 	return decodeCreateOrderGeneral(body)
 }
@@ -207,12 +215,13 @@ func decodeCreateOrderGeneral(body []byte) (hourglass.CreateOrderParams, error) 
 		}
 		items[i] = hourglass.Item{SKU: *it.SKU, Quantity: *it.Quantity}
 	}
-	return finishCreateOrder(*req.UserID, items, req.TimeoutMs)
+	return finishCreateOrder(*req.UserID, items, req.TimeoutMs, req.RemindBeforeMs)
 }
 
-// finishCreateOrder validates a create's items and timeout (the user id was)
+// finishCreateOrder validates a create's items, timeout and reminder lead
+// (the user id was)
 // and returns its parameters with the hash of its meaning.
-func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs *int64) (hourglass.CreateOrderParams, error) {
+func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs, remindMs *int64) (hourglass.CreateOrderParams, error) {
 	if err := hourglass.ValidateItems(items); err != nil {
 		return hourglass.CreateOrderParams{}, err
 	}
@@ -224,6 +233,15 @@ func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs *int64) 
 				"timeout_ms: must be between %d and %d, got %d", hourglass.MinTimeout.Milliseconds(), hourglass.MaxTimeout.Milliseconds(), ms)
 		}
 		p.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	if remindMs != nil {
+		lead, err := decodeRemindBefore("remind_before_ms", *remindMs)
+		if err != nil {
+			return hourglass.CreateOrderParams{}, err
+		}
+		if p.RemindBefore = lead; lead == 0 {
+			p.RemindBefore = hourglass.NoReminder
+		}
 	}
 	// The hash covers the request's meaning, not its bytes, so whitespace or
 	// key order do not make a retry look like a different request. Its
@@ -238,6 +256,11 @@ func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs *int64) 
 		buf = append(buf, it.SKU...)
 		buf = append(buf, 0)
 		buf = strconv.AppendInt(buf, it.Quantity, 10)
+		buf = append(buf, 0)
+	}
+	if remindMs != nil { // only when given: older hashes stay valid
+		buf = append(buf, "remind_before_ms\x00"...)
+		buf = strconv.AppendInt(buf, *remindMs, 10)
 		buf = append(buf, 0)
 	}
 	sum := sha256.Sum256(buf)
@@ -274,8 +297,10 @@ type payRequest struct {
 }
 
 type putPolicyRequest struct {
-	DefaultTimeoutMs *int64           `json:"default_timeout_ms"`
-	Categories       map[string]int64 `json:"categories"`
+	DefaultTimeoutMs       *int64           `json:"default_timeout_ms"`
+	Categories             map[string]int64 `json:"categories"`
+	RemindBeforeMs         *int64           `json:"remind_before_ms"`
+	RemindBeforeCategories map[string]int64 `json:"remind_before_categories"`
 }
 
 func decodePutPolicy(body []byte) (hourglass.Policy, error) {
@@ -300,6 +325,9 @@ func decodePutPolicy(body []byte) (hourglass.Policy, error) {
 		return hourglass.Policy{}, hourglass.Errorf(hourglass.CodeInvalidArgument, "default_timeout_ms: must be between %d and %d, got %d",
 			hourglass.MinTimeout.Milliseconds(), hourglass.MaxTimeout.Milliseconds(), ms)
 	}
+	if err := decodePolicyReminders(req, &p); err != nil {
+		return hourglass.Policy{}, err
+	}
 	return p, p.Validate()
 }
 
@@ -307,6 +335,10 @@ func policyJSON(p hourglass.Policy) PolicyJSON {
 	out := PolicyJSON{DefaultTimeoutMs: p.DefaultTimeout.Milliseconds(), Categories: map[string]int64{}}
 	for c, d := range p.Categories {
 		out.Categories[c] = d.Milliseconds()
+	}
+	out.RemindBeforeMs, out.RemindBeforeCategories = p.RemindBefore.Milliseconds(), map[string]int64{}
+	for c, d := range p.RemindCategories {
+		out.RemindBeforeCategories[c] = d.Milliseconds()
 	}
 	return out
 }

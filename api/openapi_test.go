@@ -445,7 +445,9 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "POST", path: "/v1/orders/" + id(extended) + "/extend", body: `{"extend_ms":1000,"deadline":"2000-01-01T00:00:00.000Z"}`, invalid: true, want: 400})
 	c.do(req{method: "POST", path: "/v1/orders/999999/extend", body: `{"extend_ms":1000}`, want: 404})
 	c.do(req{method: "POST", path: "/v1/orders/" + id(cancelled) + "/extend", body: `{"extend_ms":1000}`, want: 409})
-	create("u4", 1000, "", 201) // closes at its deadline: order.closed
+	create("u4", 1000, "", 201)                                                                                                                                         // closes at its deadline: order.closed
+	c.do(req{method: "POST", path: "/v1/orders", body: `{"user_id":"u6","items":[{"sku":"sku-1","quantity":1}],"timeout_ms":3000,"remind_before_ms":1500}`, want: 201}) // order.expiring
+	c.do(req{method: "POST", path: "/v1/orders", body: `{"user_id":"u6","items":[{"sku":"sku-1","quantity":1}],"remind_before_ms":999}`, want: 400})
 	c.do(req{method: "GET", path: "/v1/orders?status=pending_payment&limit=1", want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?limit=1&after=" + id(paid), want: 200})
 	c.do(req{method: "GET", path: "/v1/orders?status=lost", invalid: true, want: 400})
@@ -491,7 +493,7 @@ func TestOpenAPI(t *testing.T) {
 	c.do(req{method: "DELETE", path: "/v1/timers/t2", want: 409})
 
 	// Every event type reaches the receiver.
-	allTypes := []string{"order.created", "order.paid", "order.cancelled", "order.closed", "order.shipped", "order.completed", "order.extended", "timer.fired"}
+	allTypes := []string{"order.created", "order.paid", "order.cancelled", "order.closed", "order.shipped", "order.completed", "order.extended", "order.expiring", "timer.fired"}
 	testenv.Eventually(t, 15*time.Second, "a delivery of every event type", func() bool { return rc.has(allTypes) })
 
 	// Dead letters, from the failing webhook.

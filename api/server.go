@@ -82,16 +82,16 @@ type Config struct {
 	Sources SourceBadRows
 	// Timers serves /v1/timers when set (timers.go).
 	Timers hourglass.TimerStore
-	// Bulk serves /v1/bulk-actions and, with Timers, POST /v1/timers/batch
-	// when set (bulk.go); BulkWake, if set, is called after a filtered
-	// action was created (the node's runner claims it at once).
-	Bulk     BulkBackend
-	BulkWake func()
 	// History serves the history routes when set (history.go): the
 	// orders', the timers' with Timers, the source rows' (and their
 	// list) with SourceRows.
 	History    HistorySource
 	SourceRows SourceRows
+	// Bulk serves /v1/bulk-actions and, with Timers, POST /v1/timers/batch
+	// when set (bulk.go); BulkWake, if set, is called after a filtered
+	// action was created (the node's runner claims it at once).
+	Bulk     BulkBackend
+	BulkWake func()
 	// TimerRequests serves GET /v1/timer-requests/rejected when set
 	// (timer_requests.go): the store applies timer requests.
 	TimerRequests hourglass.TimerRequestStore
@@ -195,9 +195,9 @@ func (s *Server) routes() {
 	routes = append(routes, s.timerRoutes()...)
 	routes = append(routes, s.timerRequestRoutes()...)
 	routes = append(routes, s.sourceRoutes()...)
-	routes = append(routes, s.bulkRoutes()...)
 	routes = append(routes, s.historyRoutes()...)
 	routes = append(routes, s.whoamiRoutes()...)
+	routes = append(routes, s.bulkRoutes()...)
 	allowed := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, true, rt.h))

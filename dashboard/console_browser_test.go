@@ -27,9 +27,10 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 // rendered (console.js stamps body.dataset.rendered after each render).
 func openPage(t *testing.T, ctx context.Context, hash, page string) {
 	t.Helper()
-	before := eval[string](t, ctx, `document.body.dataset.rendered || ''`)
 	run(t, ctx, "go to "+hash, chromedp.Evaluate[any](`location.hash = `+strconv.Quote(hash)+`; null`))
-	waitRendered(t, ctx, page, before)
+	testenv.Eventually(t, 15*time.Second, "the console renders "+hash, func() bool {
+		return eval[bool](t, ctx, `document.body.dataset.page === `+strconv.Quote(page)+` && document.body.dataset.view === location.hash`)
+	})
 }
 
 // waitRendered waits until page has rendered after the render stamped before.
@@ -140,6 +141,25 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll('#order-actions button').length`); n != 0 {
 		t.Errorf("a closed order's page offers %d actions, want none", n)
 	}
+	// Its timeline: the deadline beside the close, what closed it and on
+	// which node, as GET /v1/orders/{id}/history says; its order.closed
+	// delivery, dead after its three attempts, each one listed.
+	var hist api.HistoryJSON
+	if _, err := s.Client.Do(t.Context(), http.MethodGet, "/v1/orders/"+closedID+"/history", nil, nil, &hist); err != nil {
+		t.Fatal(err)
+	}
+	timeline := eval[map[string]string](t, ctx, `Object.fromEntries(['scheduled', 'actual', 'lateness', 'closed-by', 'closed-node'].map(id => [id, document.getElementById(id).textContent]))`)
+	if hist.Timing.ClosedBy == nil || hist.Timing.Node == nil || timeline["closed-by"] != *hist.Timing.ClosedBy || timeline["closed-node"] != "dash-node" ||
+		*hist.Timing.Node != "dash-node" || !strings.HasSuffix(timeline["scheduled"], " UTC") || !strings.HasSuffix(timeline["actual"], " UTC") {
+		t.Errorf("the order's timeline shows %v; the history says closed by %v on %v", timeline, hist.Timing.ClosedBy, hist.Timing.Node)
+	}
+	if by := timeline["closed-by"]; by != "deadline" && by != "sweeper" {
+		t.Errorf("closed by %q, want the close path or the sweeper", by)
+	}
+	deliveries := eval[[]string](t, ctx, `[...document.querySelectorAll('#history-deliveries tbody tr')].map(tr => [...tr.cells].map(c => c.textContent).join(' | '))`)
+	if len(deliveries) != 1 || !strings.Contains(deliveries[0], "order.closed | 1 | dead | 3 |") || strings.Count(deliveries[0], "HTTP 503") < 3 {
+		t.Errorf("the order's deliveries show %q; want its order.closed dead letter with its 3 attempts, each HTTP 503", deliveries)
+	}
 	screenshot(t, ctx, "console-order.png")
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
 	run(t, ctx, "switch to local time", chromedp.Click(chromedp.CSS(`#localtime`)))
@@ -160,9 +180,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	run(t, ctx, "accept the confirm", chromedp.Evaluate[any](`window.confirm = () => true; null`))
 	run(t, ctx, "click Cancel order", chromedp.Click(chromedp.CSS(`#order-actions button.cancel`)))
 	waitRendered(t, ctx, "order", before)
-	if o, err := s.Client.Order(t.Context(), pid); err != nil || o.Status != "cancelled" {
-		t.Errorf("after Cancel order on its page: %+v %v; want cancelled", o, err)
-	}
+	testenv.Eventually(t, 10*time.Second, "the order is cancelled", func() bool {
+		o, err := s.Client.Order(t.Context(), pid)
+		return err == nil && o.Status == "cancelled"
+	})
 
 	// A timer prefix search lists the timers under it; a whole key opens
 	// the timer's page (a key with a colon is not taken for source:key when
@@ -184,9 +205,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
 	run(t, ctx, "click Cancel timer", chromedp.Click(chromedp.CSS(`#timer-actions button.cancel`)))
 	waitRendered(t, ctx, "timer", before)
-	if tm, err := s.Client.Timer(t.Context(), "coupon:spring:2"); err != nil || tm.Status != "cancelled" {
-		t.Errorf("after Cancel timer: %+v %v; want cancelled", tm, err)
-	}
+	testenv.Eventually(t, 10*time.Second, "the timer is cancelled", func() bool {
+		tm, err := s.Client.Timer(t.Context(), "coupon:spring:2")
+		return err == nil && tm.Status == "cancelled"
+	})
 
 	// Dead letters: retry one from its row once the receiver is fixed.
 	openPage(t, ctx, "#/deadletters", "deadletters")
@@ -251,6 +273,31 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("a viewer's retry from the page: %v, want 403", status)
 	}
 	screenshot(t, viewer, "console-viewer.png")
+
+	// A filtered bulk retry from the operator's dead-letter list: asked for
+	// a reason (and no rate), it opens the action's page, which follows it
+	// to done; the list is then empty and the receiver got each event.
+	openPage(t, ctx, "#/deadletters", "deadletters")
+	run(t, ctx, "answer the prompts", chromedp.Evaluate[any](`window.prompt = (q) => q.startsWith('Retry') ? 'receiver back' : ''; null`))
+	run(t, ctx, "click Retry all matching", chromedp.Click(chromedp.CSS(`#bulkbar button.bulk-all.retry_deadletters`)))
+	testenv.Eventually(t, 30*time.Second, "the bulk action's page shows it done", func() bool {
+		return eval[bool](t, ctx, `document.body.dataset.page === 'bulk-action' && document.getElementById('bulk-state').textContent === 'done'`)
+	})
+	if done := eval[string](t, ctx, `document.getElementById('bulk-done').textContent`); done != "3" {
+		t.Errorf("the bulk retry's page shows %s done, want 3", done)
+	}
+	if back := eval[string](t, ctx, `[...document.querySelectorAll('#console a')].map(a => a.textContent).join()`); back != "all bulk actions" {
+		t.Errorf("the bulk action's page links %q, want its way back to the list", back)
+	}
+	screenshot(t, ctx, "console-bulk.png")
+	testenv.Eventually(t, 20*time.Second, "no dead letters left", func() bool {
+		_, err := s.Client.Do(t.Context(), http.MethodGet, "/v1/deadletters", nil, nil, &dead)
+		return err == nil && len(dead.DeadLetters) == 0
+	})
+	openPage(t, ctx, "#/bulk", "bulk")
+	if rows := eval[int](t, ctx, `document.querySelectorAll('#bulk-table tbody tr').length`); rows != 1 {
+		t.Errorf("the bulk actions list shows %d, want the one retry", rows)
+	}
 
 	if errs := pageErrors(); len(errs) > 0 {
 		t.Errorf("page errors:\n%s", strings.Join(errs, "\n"))

@@ -56,14 +56,7 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 	// test's namespace and services (and its broker objects destroyed at
 	// the end).
 	obs := &firedCounter{}
-	n := nodetest.Start(t, node.Config{
-		Store:     store.Options{URL: storetest.URL(t)},
-		Delay:     name,
-		DelayFeed: delay.FeedOf(name),
-		OpenDelay: nodetest.Mechanism(t, name, func(db hourglass.Store) delay.Options { return mechanismOptions(t, name, db, logger) }),
-		Engine:    engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
-		Logger:    logger,
-	})
+	n := startMechanismNode(t, name, obs, logger)
 	db, eng := n.Store, n.Engine
 	if _, err := db.PutProduct(ctx, hourglass.Product{SKU: "M", Name: "M", Available: 1 << 20}); err != nil {
 		t.Fatal(err)
@@ -236,6 +229,21 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 	if byMech == 0 {
 		t.Errorf("%s fired no timer itself: the sweeper fired all %d", name, bySweep)
 	}
+}
+
+// startMechanismNode starts a node as serve starts one, its mechanism
+// opened with this test's namespace and services (and its broker objects
+// destroyed at the end), a sweep every 200 ms told to obs.
+func startMechanismNode(t *testing.T, name string, obs engine.Observer, logger *slog.Logger) *node.Node {
+	t.Helper()
+	return nodetest.Start(t, node.Config{
+		Store:     store.Options{URL: storetest.URL(t)},
+		Delay:     name,
+		DelayFeed: delay.FeedOf(name),
+		OpenDelay: nodetest.Mechanism(t, name, func(db hourglass.Store) delay.Options { return mechanismOptions(t, name, db, logger) }),
+		Engine:    engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
+		Logger:    logger,
+	})
 }
 
 // mechanismOptions finds the service a mechanism needs, skipping the test

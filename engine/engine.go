@@ -164,9 +164,10 @@ type Gate interface {
 	// close (a conditional close, as every close: an order paid meanwhile
 	// is left alone), or settles it otherwise (paid, extended), or leaves
 	// it pending (its check keeps failing; the sweeper hands it over
-	// again). cause is the check's decision (hourglass.CauseCheckClose or
-	// CauseCheckFailed), recorded with the close. It must bound its own work (drop what it cannot hold: the
-	// sweeper brings it back) and be safe for concurrent use. It returns
+	// again), passing close the check's decision (hourglass.CauseCheckClose
+	// or CauseCheckFailed), which the close records. It must bound its own
+	// work (drop what it cannot hold: the sweeper brings it back) and be
+	// safe for concurrent use. It returns
 	// how many of orders it took that it did not hold already: a sweep
 	// stops paging at a page of none, so that orders held pending while
 	// their checks fail are not all read again at every sweep (they are
@@ -213,6 +214,7 @@ type Engine struct {
 	cfg    Config
 	store  Store
 	timers TimerStore // nil: the store keeps no timers
+	rem    *reminders
 	outbox hourglass.Outbox
 	tobs   TimerObserver
 	sched  hourglass.Scheduler
@@ -302,9 +304,14 @@ func New(store Store, cfg Config) (*Engine, error) {
 	if to, ok := e.obs.(TimerObserver); ok {
 		e.tobs = to
 	}
+	e.rem = newReminders(store, e.obs, e.log, e.clock, e.sched)
 	sources := []window.Source{store.PendingDue}
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
+	}
+	if e.rem.store != nil {
+		// First: a reminder falls due before its order's deadline.
+		sources = append([]window.Source{e.rem.store.RemindersDue}, sources...)
 	}
 	if e.info.Feed == hourglass.FeedOutbox {
 		ob, ok := store.(hourglass.Outbox)
@@ -545,6 +552,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		run(e.recover)
 	}
 	run(e.sweepLoop)
+	run(func(ctx context.Context) {
+		e.rem.run(ctx, e.supervisor(func(err error, retryIn time.Duration) {
+			e.log.Error("engine: sending reminders failed; retrying", "retry_in", retryIn, "err", err)
+		}))
+	})
 	if e.info.Feed == hourglass.FeedWindow {
 		select {
 		case <-e.firstPage:
@@ -607,7 +619,10 @@ func (e *Engine) schedulerLoop(ctx context.Context) {
 // store call closes the orders among them, one fires the clients' timers;
 // each is an idempotent compare-and-set.
 func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
-	var orders, timers []int64
+	var (
+		orders, timers []int64
+		reminders      []hourglass.DueItem
+	)
 	for _, t := range due {
 		// A timer of a partition this node lost is the new owner's now
 		// (it loaded it, or a Partitioned broker hands it over): dropped,
@@ -615,12 +630,17 @@ func (e *Engine) deliver(ctx context.Context, due []hourglass.DueItem) error {
 		if !e.parts.Has(t.ID) {
 			continue
 		}
-		if hourglass.IsTimerID(t.ID) {
+		switch t.Kind() {
+		case hourglass.DueTimer:
 			timers = append(timers, t.ID)
-		} else {
+		case hourglass.DueReminder:
+			reminders = append(reminders, t)
+		default:
 			orders = append(orders, t.ID)
 		}
 	}
+	// Reminders go to their sender: never gated, never in the closes' way.
+	e.rem.enqueue(reminders)
 	if len(orders) == 0 && len(timers) == 0 {
 		return nil
 	}
@@ -855,6 +875,7 @@ func (e *Engine) reclaim(ctx context.Context, now time.Time, parts hourglass.Par
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
 	}
+	sources = e.rem.sources(sources)
 	n := 0
 	for _, due := range sources {
 		p := hourglass.PendingDueParams{Until: now.Add(r.ReclaimHorizon()), Limit: e.cfg.RelayBatch, Parts: parts}
@@ -948,6 +969,7 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
 	}
+	sources = e.rem.sweepSources(sources)
 	for _, due := range sources {
 		// Paged by cursor: an order the gate holds stays pending, so a
 		// page is not emptied by its closes.
@@ -958,13 +980,21 @@ func (e *Engine) sweepIn(ctx context.Context, until time.Time, parts hourglass.P
 				return total, err
 			}
 			found += len(page)
-			var orders, timers []int64
+			var orders, timers, reminders []int64
 			for _, t := range page {
-				if hourglass.IsTimerID(t.ID) {
+				switch t.Kind() {
+				case hourglass.DueTimer:
 					timers = append(timers, t.ID)
-				} else {
+				case hourglass.DueReminder:
+					reminders = append(reminders, hourglass.ReminderOrderID(t.ID))
+				default:
 					orders = append(orders, t.ID)
 				}
+			}
+			sent, err := e.rem.send(ctx, reminders, true)
+			total += sent
+			if err != nil {
+				return total, err
 			}
 			if len(page) > 0 {
 				last := page[len(page)-1]

@@ -74,8 +74,9 @@ func ExerciseStore(t *testing.T, h StoreHarness) {
 		{"Timers", exerciseTimers},
 		{"Retention", exerciseRetention},
 		{"Extend", exerciseExtend},
-		{"Bulk", exerciseBulk},
 		{"History", exerciseHistory},
+		{"Bulk", exerciseBulk},
+		{"Reminders", exerciseReminders},
 	} {
 		t.Run(area.name, func(t *testing.T) {
 			t.Parallel()

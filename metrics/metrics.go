@@ -47,6 +47,8 @@ type Metrics struct {
 	sources        sourceMetrics
 	// noticesRejected is hourglass_notices_rejected_total (notices.go).
 	noticesRejected *prometheus.CounterVec
+	// reminders are order reminders' (reminders.go).
+	reminders reminderMetrics
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -164,6 +166,7 @@ func New(pending func() int) *Metrics {
 	m.beforeClose = newBeforeCloseMetrics(reg)
 	m.sources = newSourceMetrics(reg)
 	m.noticesRejected = newNoticesRejected(reg)
+	m.reminders = newReminderMetrics(reg)
 	// Pre-create the label values so the series exist from the start.
 	m.closed.WithLabelValues("scheduler")
 	m.closed.WithLabelValues("sweeper")

@@ -351,10 +351,10 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Timers:        timers,
 		TimerRequests: db,
 		Sources:       sourceBadRows(n.sources),
-		Bulk:          db,
-		BulkWake:      n.bulk.Wake,
 		History:       db,
 		SourceRows:    sourceRows(n.sources),
+		Bulk:          db,
+		BulkWake:      n.bulk.Wake,
 	})
 	if err != nil {
 		return nil, err

@@ -106,6 +106,13 @@
     return a;
   }
 
+  // para is a paragraph holding nodes (el's text is text only).
+  function para(...nodes) {
+    const p = el('p');
+    p.append(...nodes);
+    return p;
+  }
+
   function button(text, cls, onClick) {
     const b = el('button', { type: 'button', class: cls }, text);
     b.addEventListener('click', async () => {
@@ -228,6 +235,7 @@
   let renders = 0;
   function rendered(page) {
     document.body.dataset.page = page;
+    document.body.dataset.view = location.hash; // the address this render drew
     document.body.dataset.rendered = String(++renders);
     if ($('status').textContent === 'loading…') setStatus('');
   }
@@ -527,7 +535,7 @@
   async function sourceRowPage(token, name, key) {
     const hist = await historyCard('/v1/sources/' + encodeURIComponent(name) + '/rows/' + encodeURIComponent(key) + '/history');
     if (token !== pageToken) return;
-    view().replaceChildren(card('Source ' + name + ', row ' + key, el('p', {}, link('#/sources/' + encodeURIComponent(name) + '/rows', 'all rows of ' + name))), hist);
+    view().replaceChildren(card('Source ' + name + ', row ' + key, para(link('#/sources/' + encodeURIComponent(name) + '/rows', 'all rows of ' + name))), hist);
     rendered('source-row');
   }
 
@@ -630,7 +638,7 @@
     if (b.node) pairs.push(['running on', b.node]);
     if (b.error) pairs.push(['error', b.error]);
     pairs.push(['created', fmtDateTime(b.created_at)], ['finished', fmtDateTime(b.finished_at)]);
-    view().replaceChildren(card('Bulk action ' + b.id, fields(pairs), actions), el('p', {}, link('#/bulk', 'all bulk actions')));
+    view().replaceChildren(card('Bulk action ' + b.id, fields(pairs), actions), para(link('#/bulk', 'all bulk actions')));
     rendered('bulk-action');
     if (b.state === 'running') again(token, BULK_POLL_MS, () => bulkPage(token, id));
   }

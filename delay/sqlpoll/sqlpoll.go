@@ -77,6 +77,13 @@ type TimerStore interface {
 	TimersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
 }
 
+// ReminderStore is an optional interface of a Store that sends order
+// reminders (hourglass.ReminderStore): each scan delivers the reminders
+// due as well, before the orders (a reminder precedes its deadline).
+type ReminderStore interface {
+	RemindersDue(ctx context.Context, p hourglass.PendingDueParams) ([]hourglass.DueItem, error)
+}
+
 // Config configures a Scheduler; zero values mean the defaults.
 type Config struct {
 	// Store is the order database to scan. Required.
@@ -195,6 +202,9 @@ func jitter(d time.Duration) time.Duration {
 func (s *Scheduler) scan(ctx context.Context, deliver hourglass.Deliver) error {
 	until := s.clock.Now()
 	sources := []func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error){s.store.PendingDue}
+	if rs, ok := s.store.(ReminderStore); ok {
+		sources = append([]func(context.Context, hourglass.PendingDueParams) ([]hourglass.DueItem, error){rs.RemindersDue}, sources...)
+	}
 	if ts, ok := s.store.(TimerStore); ok {
 		sources = append(sources, ts.TimersDue)
 	}

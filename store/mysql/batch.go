@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 )
 
@@ -120,8 +121,8 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 
 func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
 	var out []hourglass.Order
-	if err := eachRow(ctx, t.tx, `SELECT `+orderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(ids), func(rows *sql.Rows) error {
-		o, err := scanOrder(rows)
+	if err := eachRow(ctx, t.tx, `SELECT `+orderColumns+`, `+stored.ReminderColumns+` FROM orders WHERE id IN (…) ORDER BY id FOR UPDATE`, anys(ids), func(rows *sql.Rows) error {
+		o, err := scanLockedOrder(rows)
 		out = append(out, o)
 		return err
 	}); err != nil {
@@ -234,12 +235,13 @@ func (t *txn) inserted(res sql.Result, n int, set func(j int, id int64)) error {
 }
 
 func (t *txn) InsertOrders(ctx context.Context, orders []batch.NewOrder, now time.Time) error {
-	args := make([]any, 0, 4*len(orders))
+	args := make([]any, 0, 6*len(orders))
 	for _, n := range orders {
-		args = append(args, n.Order.UserID, n.Items, hourglass.UnixMilli(now), hourglass.UnixMilli(n.Order.Deadline))
+		args = append(args, n.Order.UserID, n.Items, hourglass.UnixMilli(now), hourglass.UnixMilli(n.Order.Deadline),
+			stored.RemindAtArg(n.Order.RemindAt), n.Order.RemindBefore.Milliseconds())
 	}
-	res, err := t.tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline) VALUES `+
-		rowsOf(len(orders), `(?, 'pending_payment', ?, ?, ?)`), args...)
+	res, err := t.tx.ExecContext(ctx, `INSERT INTO orders (user_id, status, items, created_at, deadline, remind_at, remind_before_ms) VALUES `+
+		rowsOf(len(orders), `(?, 'pending_payment', ?, ?, ?, ?, ?)`), args...)
 	if err == nil {
 		err = t.inserted(res, len(orders), func(j int, id int64) { orders[j].Order.ID = id })
 	}

@@ -311,13 +311,13 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 // payments or closes is one round trip.
 func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
 	var out []hourglass.Order
-	reads := []stmt{{name: "lock orders", sql: `SELECT ` + orderColumns + ` FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
+	reads := []stmt{{name: "lock orders", sql: `SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
 		args: []any{ids}, read: func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {
 				return err
 			}
-			out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanOrder(row) })
+			out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (hourglass.Order, error) { return scanLockedOrder(row) })
 			return err
 		}}}
 	var stock plan.Stock
@@ -461,15 +461,17 @@ func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.
 	}
 	n := len(orders)
 	ids, users, items, deadlines := make([]int64, n), make([]string, n), make([]string, n), make([]int64, n)
+	remindAt, remindBefore := make([]*int64, n), make([]int64, n)
 	for i := range orders {
 		orders[i].Order.ID = t.ids[i]
 		o := &orders[i]
 		ids[i], users[i], items[i], deadlines[i] = o.Order.ID, o.Order.UserID, o.Items, hourglass.UnixMilli(o.Order.Deadline)
+		remindAt[i], remindBefore[i] = nullMs(o.Order.RemindAt), o.Order.RemindBefore.Milliseconds()
 	}
 	t.ids = t.ids[n:]
-	t.queue("insert orders", `INSERT INTO orders (id, user_id, status, items, created_at, deadline)
-SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS v(id, u, it, d)`,
-		hourglass.UnixMilli(now), ids, users, items, deadlines)
+	t.queue("insert orders", `INSERT INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms)
+SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d, v.ra, v.rb FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[]) AS v(id, u, it, d, ra, rb)`,
+		hourglass.UnixMilli(now), ids, users, items, deadlines, remindAt, remindBefore)
 	return nil
 }
 

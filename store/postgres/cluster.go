@@ -216,25 +216,31 @@ func (s *Store) onCreated(payload string) {
 	s.watches.push(ids, false)
 }
 
-// dueByIDSQL reads the deadlines of the pending orders ($1) and scheduled
-// timers ($2) among the ids a notice named: primary-key look-ups.
+// dueByIDSQL reads the deadlines of the pending orders ($1), the fire
+// times of the scheduled timers ($2) and the reminders of pending orders
+// ($3, order ids; answered as reminder ids) among the ids a notice named:
+// primary-key look-ups.
 const dueByIDSQL = `SELECT id, deadline FROM orders WHERE id = ANY($1) AND status = 'pending_payment'
-UNION ALL SELECT id, fire_at FROM timers WHERE id = ANY($2) AND status = 'scheduled'`
+UNION ALL SELECT id, fire_at FROM timers WHERE id = ANY($2) AND status = 'scheduled'
+UNION ALL SELECT id + $4, remind_at FROM orders WHERE id = ANY($3) AND status = 'pending_payment' AND remind_at IS NOT NULL`
 
 // dueByID returns the due items among ids as the database holds them, in
 // statements of at most dueByIDBatch ids.
 func (s *Store) dueByID(ctx context.Context, ids []int64) ([]hourglass.DueItem, error) {
 	var out []hourglass.DueItem
 	for chunk := range slices.Chunk(ids, dueByIDBatch) {
-		var orders, timers []int64
+		var orders, timers, reminders []int64
 		for _, id := range chunk {
-			if id >= hourglass.TimerIDBase {
+			switch hourglass.DueKindOf(id) {
+			case hourglass.DueTimer:
 				timers = append(timers, id)
-			} else {
+			case hourglass.DueReminder:
+				reminders = append(reminders, hourglass.ReminderOrderID(id))
+			default:
 				orders = append(orders, id)
 			}
 		}
-		rows, err := s.pool.Query(ctx, dueByIDSQL, orders, timers)
+		rows, err := s.pool.Query(ctx, dueByIDSQL, orders, timers, reminders, hourglass.ReminderIDBase)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: read the announced orders' deadlines: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/fanout"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/stored"
 	"github.com/hourglass/hourglass/store/internal/writer"
 	"zombiezen.com/go/sqlite"
 )
@@ -116,12 +117,13 @@ func (t *txn) StoredKeys(_ context.Context, keys []string) (map[string]plan.Stor
 func (t *txn) LockOrders(_ context.Context, ids []int64) ([]hourglass.Order, error) {
 	out := make([]hourglass.Order, 0, len(ids))
 	for _, id := range ids {
-		stmt := t.conn.Prep(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?1`)
+		stmt := t.conn.Prep(`SELECT ` + orderColumns + `, ` + stored.ReminderColumns + ` FROM orders WHERE id = ?1`)
 		stmt.BindInt64(1, id)
 		var scanErr error
 		if _, err := step(stmt, func(st *sqlite.Stmt) {
 			var o hourglass.Order
 			o, scanErr = scanOrder(st)
+			scanReminder(st, 10, &o)
 			out = append(out, o)
 		}); err != nil {
 			return nil, fmt.Errorf("sqlite: read orders: %w", err)
@@ -213,11 +215,13 @@ func (t *txn) Snapshot(context.Context) (batch.Snapshot, error) {
 func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.Time) error {
 	for i := range orders {
 		o := &orders[i].Order
-		stmt := t.conn.Prep(`INSERT OR FAIL INTO orders (user_id, status, items, created_at, deadline) VALUES (?1, 'pending_payment', ?2, ?3, ?4)`)
+		stmt := t.conn.Prep(`INSERT OR FAIL INTO orders (user_id, status, items, created_at, deadline, remind_at, remind_before_ms) VALUES (?1, 'pending_payment', ?2, ?3, ?4, ?5, ?6)`)
 		stmt.BindText(1, o.UserID)
 		stmt.BindText(2, orders[i].Items)
 		stmt.BindInt64(3, hourglass.UnixMilli(now))
 		stmt.BindInt64(4, hourglass.UnixMilli(o.Deadline))
+		bindNullTime(stmt, 5, o.RemindAt)
+		stmt.BindInt64(6, o.RemindBefore.Milliseconds())
 		if err := exec(stmt, "insert order"); err != nil {
 			return err
 		}

@@ -59,6 +59,7 @@ const (
 	Cancel                 // CancelTimer
 	Fire                   // FireTimers
 	Attempt                // RecordAttempt: a webhook delivery attempt's outcome
+	Remind                 // RemindOrders (reminders.go)
 )
 
 // Op is one write waiting for a writer; Res is its answer once its Submit
@@ -72,7 +73,7 @@ type Op struct {
 	Late      bool                        // Pay: PayDueOrder (no deadline check)
 	Extend    hourglass.ExtendOrderParams // Extend
 	Action    hourglass.Action            // Transition
-	IDs       []int64                     // Close; Fire (timer ids, ascending, distinct)
+	IDs       []int64                     // Close, Remind (order ids); Fire (timer ids, ascending, distinct)
 	Arm       hourglass.ArmTimerParams    // Arm
 	Key       string                      // Cancel
 	Attempt   hourglass.AttemptResult     // Attempt
@@ -92,6 +93,8 @@ type Result struct {
 	Fired    []hourglass.FiredTimer  // Fire
 	Record   hourglass.AttemptRecord // Attempt
 	Err      error
+
+	Reminded []hourglass.RemindedOrder // Remind
 }
 
 // Fail implements writer.Write.
@@ -102,7 +105,8 @@ func (o *Op) Err() error { return o.Res.Err }
 
 // Lane is where o waits: closes and fires urgent (their lateness is what
 // hourglass is measured by), attempts low (only into room closes and API
-// writes leave), the rest normal.
+// writes leave), the rest normal (reminders too: a burst of them must not
+// make the closes due beside them late).
 func (o *Op) Lane() writer.Lane {
 	switch o.Kind {
 	case Close, Fire:
@@ -118,6 +122,7 @@ func (o *Op) Lane() writer.Lane {
 // replay changes nothing.
 func (o *Op) Due(u *hourglass.DueUpdate) {
 	r := &o.Res
+	reminderDue(o, u)
 	switch o.Kind {
 	case Create:
 		if r.Created && r.Replay == 0 {
@@ -255,6 +260,9 @@ type Tx interface {
 	UpdateOrders(ctx context.Context, orders []*hourglass.Order) error
 	// ExtendOrder writes an order's new deadline.
 	ExtendOrder(ctx context.Context, id int64, deadline time.Time) error
+	// SetRemindAt writes the remind_at of orders ids (locked, ascending):
+	// at, or NULL when at is zero (sent, skipped or none).
+	SetRemindAt(ctx context.Context, at time.Time, ids []int64) error
 	// UpdateProducts writes the stock of the products the batch changed
 	// (stock.Changed()).
 	UpdateProducts(ctx context.Context, stock plan.Stock) error
@@ -349,6 +357,8 @@ type batch struct {
 	sameAs   []int    // a create answered by an earlier create of the batch (its news index), else -1
 	timerOf  []*Timer // the timer an arm's or cancel's result names
 	events   []*Event
+
+	reminders
 }
 
 // locked is an order row locked by the batch, changed in memory.
@@ -393,6 +403,9 @@ func (b *batch) collect() {
 			b.orderIDs = append(b.orderIDs, o.ID)
 		case Close:
 			b.orderIDs = append(b.orderIDs, o.IDs...)
+		case Remind:
+			b.orderIDs = append(b.orderIDs, o.IDs...)
+			b.remindOnly = true
 		case Arm:
 			b.timerKeys = append(b.timerKeys, o.Arm.Key)
 			if o.Arm.WebhookID != 0 {
@@ -439,8 +452,9 @@ func (b *batch) lock(ctx context.Context) (err error) {
 			}
 		}
 	}
+	stockOf := b.stockOrders()
 	for _, lo := range b.orders {
-		if lo.o.Status == hourglass.StatePendingPayment {
+		if lo.o.Status == hourglass.StatePendingPayment && stockOf(lo.o.ID) {
 			for _, it := range lo.o.Items {
 				skus = append(skus, it.SKU)
 			}
@@ -497,6 +511,7 @@ func (b *batch) decide() error {
 			extend, repeat, target, err := plan.Extend(row(lo), o.Extend, b.now)
 			if r.Err = err; extend {
 				lo.o.Deadline = target
+				b.rearm(lo)
 				b.extended = append(b.extended, lo)
 				// The body is the snapshot now: the deadline it set must
 				// survive a later extension (hourglass.Order.AsOf).
@@ -538,6 +553,8 @@ func (b *batch) decide() error {
 				b.events[len(b.events)-1].By = o.By
 				r.Closed = append(r.Closed, hourglass.ClosedOrder{OrderID: id, Deadline: cur.Deadline, ClosedAt: b.now})
 			}
+		case Remind:
+			r.Reminded = b.remind(o.IDs)
 		case Arm:
 			b.timerOf[i], *r = b.timers.arm(o.Arm, b.now)
 		case Cancel:
@@ -623,6 +640,9 @@ func (b *batch) write(ctx context.Context) (out Outcome, err error) {
 			return out, err
 		}
 	}
+	if err := b.writeReminders(ctx); err != nil {
+		return out, err
+	}
 	if err := b.timers.write(ctx, tx, b.now); err != nil {
 		return out, err
 	}
@@ -644,6 +664,7 @@ func (b *batch) write(ctx context.Context) (out Outcome, err error) {
 			due = append(due, hourglass.DueItem{ID: lo.o.ID, At: lo.o.Deadline})
 		}
 	}
+	due = b.remindersDue(due)
 	if b.cfg.Outbox && len(due) > 0 {
 		if err := tx.InsertOutbox(ctx, due); err != nil {
 			return out, err

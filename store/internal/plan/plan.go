@@ -29,7 +29,12 @@ func ValidateCreate(p hourglass.CreateOrderParams) error {
 		return err
 	}
 	if p.Timeout != 0 {
-		return hourglass.ValidateTimeout("timeout_ms", p.Timeout)
+		if err := hourglass.ValidateTimeout("timeout_ms", p.Timeout); err != nil {
+			return err
+		}
+	}
+	if p.RemindBefore != hourglass.NoReminder {
+		return hourglass.ValidateRemindBefore("remind_before_ms", p.RemindBefore)
 	}
 	return nil
 }
@@ -184,8 +189,8 @@ func (a *Admission) Create(p hourglass.CreateOrderParams) (Decision, error) {
 		}
 		categories = append(categories, prod.Category)
 	}
-	timeout := p.Timeout
-	if timeout == 0 {
+	timeout, lead := p.Timeout, p.RemindBefore
+	if timeout == 0 || lead == 0 {
 		if a.policy == nil {
 			policy, err := a.Policy()
 			if err != nil {
@@ -193,8 +198,14 @@ func (a *Admission) Create(p hourglass.CreateOrderParams) (Decision, error) {
 			}
 			a.policy = &policy
 		}
-		timeout = a.policy.Timeout(categories)
+		if timeout == 0 {
+			timeout = a.policy.Timeout(categories)
+		}
+		if lead == 0 {
+			lead = a.policy.RemindLead(categories)
+		}
 	}
+	lead = max(lead, 0) // NoReminder
 	if err := a.Stock.Move(p.Items, Available, Reserved); err != nil {
 		return d, err
 	}
@@ -212,6 +223,8 @@ func (a *Admission) Create(p hourglass.CreateOrderParams) (Decision, error) {
 		CreatedAt: a.Now,
 		Deadline:  a.Now.Add(timeout.Truncate(time.Millisecond)),
 	}
+	d.Order.RemindBefore = lead.Truncate(time.Millisecond)
+	d.Order.RemindAt = hourglass.RemindAt(d.Order.CreatedAt, d.Order.Deadline, d.Order.RemindBefore)
 	return d, nil
 }
 
@@ -325,4 +338,32 @@ func Extend(cur *hourglass.Order, p hourglass.ExtendOrderParams, now time.Time) 
 			field, target.Format(hourglass.TimeFormat), now.UTC().Format(hourglass.TimeFormat))
 	}
 	return true, false, target, nil
+}
+
+// Rearm returns the reminder of pending order o after its deadline moved
+// at now: its lead before the new deadline if that is still ahead of now,
+// else none. An order extended before its reminder gets it at the new
+// time; one extended after it gets one again for the new deadline.
+func Rearm(o hourglass.Order, now time.Time) time.Time {
+	at := hourglass.RemindAt(o.CreatedAt, o.Deadline, o.RemindBefore)
+	if at.IsZero() || hourglass.UnixMilli(at) <= hourglass.UnixMilli(now) {
+		return time.Time{}
+	}
+	return at
+}
+
+// Reminds decides the reminder of the locked order cur (nil: none) at
+// now, once it is due (RemindAt set, at or before now): send when the
+// order is pending and its deadline still ahead; otherwise skip (it was
+// paid, cancelled or closed first, or its deadline passed too: it will
+// never be sent). Neither for an order without a reminder (none, or sent
+// or skipped already) or not yet due.
+func Reminds(cur *hourglass.Order, now time.Time) (send, skip bool) {
+	if cur == nil || cur.RemindAt.IsZero() || hourglass.UnixMilli(cur.RemindAt) > hourglass.UnixMilli(now) {
+		return false, false
+	}
+	if cur.Payable(now) {
+		return true, false
+	}
+	return false, true
 }

@@ -138,6 +138,8 @@ func (r *OrderRow) Order() (hourglass.Order, error) {
 type policyJSON struct {
 	DefaultTimeoutMs int64            `json:"default_timeout_ms"`
 	Categories       map[string]int64 `json:"categories"`
+	RemindBeforeMs   int64            `json:"remind_before_ms,omitempty"`
+	RemindCategories map[string]int64 `json:"remind_before_categories,omitempty"`
 }
 
 // EncodePolicy returns the stored text of p. It cannot fail for a policy
@@ -146,6 +148,13 @@ func EncodePolicy(p hourglass.Policy) (string, error) {
 	j := policyJSON{DefaultTimeoutMs: p.DefaultTimeout.Milliseconds(), Categories: make(map[string]int64, len(p.Categories))}
 	for c, d := range p.Categories {
 		j.Categories[c] = d.Milliseconds()
+	}
+	j.RemindBeforeMs = p.RemindBefore.Milliseconds()
+	for c, d := range p.RemindCategories {
+		if j.RemindCategories == nil {
+			j.RemindCategories = make(map[string]int64, len(p.RemindCategories))
+		}
+		j.RemindCategories[c] = d.Milliseconds()
 	}
 	raw, err := json.Marshal(j)
 	if err != nil {
@@ -168,6 +177,13 @@ func DecodePolicy(raw string) (hourglass.Policy, error) {
 	p.DefaultTimeout = time.Duration(j.DefaultTimeoutMs) * time.Millisecond
 	for c, ms := range j.Categories {
 		p.Categories[c] = time.Duration(ms) * time.Millisecond
+	}
+	p.RemindBefore = time.Duration(j.RemindBeforeMs) * time.Millisecond
+	for c, ms := range j.RemindCategories {
+		if p.RemindCategories == nil {
+			p.RemindCategories = make(map[string]time.Duration, len(j.RemindCategories))
+		}
+		p.RemindCategories[c] = time.Duration(ms) * time.Millisecond
 	}
 	return p, nil
 }
