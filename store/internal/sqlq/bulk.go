@@ -8,7 +8,7 @@ import (
 )
 
 // Bulk actions (hourglass.BulkStore): the bulk_actions table (migration
-// 0014 on SQLite and MySQL, 0013 on PostgreSQL). A running action's row
+// 0015 on SQLite and MySQL, 0014 on PostgreSQL). A running action's row
 // carries the runner's lease (owner, lease_until) and its progress
 // (resume_at, matched, done, failed); every change of it is one
 // conditional UPDATE, and a page of items commits with its progress in one
