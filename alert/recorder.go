@@ -38,6 +38,10 @@ type second struct {
 	// lag from requested_at to the commit that applied them.
 	requestsApplied, requestsRejected int64
 	requestLag                        [len(LatenessBounds) + 1]int64
+	// Order reminders sent and skipped, and the sent ones' lateness
+	// (sent_at − remind_at).
+	reminded, remindSkipped int64
+	remindLateness          [len(LatenessBounds) + 1]int64
 }
 
 // Recorder keeps the last RecorderSpan of close-path activity in one-second
@@ -189,6 +193,10 @@ type Activity struct {
 	// Lateness's buckets.
 	RequestsApplied, RequestsRejected int64
 	RequestLag                        []int64
+	// Reminded and RemindSkipped count order reminders sent and skipped
+	// per second; RemindLateness the sent ones' sent_at − remind_at over
+	// the span, in Lateness's buckets.
+	Reminded, RemindSkipped, RemindLateness []int64
 }
 
 // Activity returns the last span of activity up to now, in whole seconds
@@ -210,6 +218,7 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		DeliveryLag:  make([]int64, len(LatenessBounds)+1),
 		RequestLag:   make([]int64, len(LatenessBounds)+1),
 	}
+	a.Reminded, a.RemindSkipped, a.RemindLateness = make([]int64, n), make([]int64, n), make([]int64, len(LatenessBounds)+1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range n {
@@ -232,6 +241,10 @@ func (r *Recorder) Activity(now time.Time, span time.Duration) Activity {
 		a.RequestsRejected += s.requestsRejected
 		for j, c := range s.requestLag {
 			a.RequestLag[j] += c
+		}
+		a.Reminded[i], a.RemindSkipped[i] = s.reminded, s.remindSkipped
+		for j, c := range s.remindLateness {
+			a.RemindLateness[j] += c
 		}
 	}
 	return a
@@ -275,4 +288,18 @@ func Quantile(q float64, counts []int64) float64 {
 		return lo + (hi-lo)*(rank-prev)/float64(c)
 	}
 	return math.NaN() // unreachable: cum reaches total >= rank
+}
+
+// Reminded implements engine.ReminderObserver: one order reminder sent
+// (its lateness being sent_at − remind_at) or skipped.
+func (r *Recorder) Reminded(x hourglass.RemindedOrder, _ bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.slot()
+	if x.Skipped {
+		s.remindSkipped++
+		return
+	}
+	s.reminded++
+	s.remindLateness[latenessBucket(x.SentAt.Sub(x.RemindAt).Seconds())]++
 }

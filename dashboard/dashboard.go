@@ -178,6 +178,18 @@ type Snapshot struct {
 	// Sources are the shops' own tables this node closes (--sources), in
 	// the file's order; null without sources.
 	Sources []SourceStat `json:"sources"`
+	// Reminders are the order reminders (order.expiring) this node sent
+	// and skipped per second, and the sent ones' lateness, over the
+	// rates' span.
+	Reminders Reminders `json:"reminders"`
+}
+
+// Reminders summarises order reminders: Sent and Skipped per second,
+// Lateness (sent_at − remind_at) over the span.
+type Reminders struct {
+	Sent     []int64  `json:"sent"`
+	Skipped  []int64  `json:"skipped"`
+	Lateness Lateness `json:"lateness"`
 }
 
 // SourceStats reports the sources this node closes (source.Runner, through
@@ -344,6 +356,8 @@ func (s *Source) take(ctx context.Context, now time.Time) (*Snapshot, error) {
 		snap.Orders[string(st)] = counts[st]
 	}
 	a := s.cfg.Activity.Activity(now, RatesSpan)
+	snap.Reminders = Reminders{Sent: a.Reminded, Skipped: a.RemindSkipped, Lateness: Lateness{WindowSeconds: len(a.Reminded),
+		BoundsSeconds: alert.LatenessBounds[:], Counts: a.RemindLateness, P99Seconds: alert.Quantile(0.99, a.RemindLateness)}}
 	snap.Rates = Rates{From: formatTime(a.From), StepSeconds: 1, Closes: a.Closed, Creates: a.Created, CloseFailures: a.Failed}
 	snap.Lateness = Lateness{
 		WindowSeconds: len(a.Closed),

@@ -87,7 +87,7 @@ func TestSnapshotMatchesAPI(t *testing.T) {
 	}
 	var fields map[string]json.RawMessage
 	mustJSON(t, raw, &fields)
-	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "delivery_lag", "due", "fanout_pending", "lateness", "now", "orders", "overdue", "rates", "sources", "timer_requests", "timers"}; !slices.Equal(got, wantKeys) {
+	if got, wantKeys := slices.Sorted(maps.Keys(fields)), []string{"alerts", "dead_letters", "delivery_lag", "due", "fanout_pending", "lateness", "now", "orders", "overdue", "rates", "reminders", "sources", "timer_requests", "timers"}; !slices.Equal(got, wantKeys) {
 		t.Errorf("top-level keys %v, want %v", got, wantKeys)
 	}
 	var snap dashboard.Snapshot

@@ -270,6 +270,50 @@ func exerciseReminders(t *testing.T, h StoreHarness) {
 		}
 	})
 
+	// Partitions: a node reads only the reminders of its partitions (a
+	// reminder's partition is its order's), and its feed tells a payment's
+	// reminder gone.
+	t.Run("PartitionsAndFeed", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		var (
+			mu   sync.Mutex
+			gone []int64
+		)
+		if feed, ok := f.db.(hourglass.DueFeed); ok {
+			ctx, cancel := context.WithCancel(f.ctx)
+			wait := feed.WatchDue(ctx, func(u hourglass.DueUpdate) {
+				mu.Lock()
+				defer mu.Unlock()
+				gone = append(gone, u.Gone...)
+			})
+			t.Cleanup(func() { cancel(); wait() })
+		}
+		a, b := f.create(t, 0, item("A", 1)), f.create(t, 0, item("A", 1))
+		if hourglass.PartitionOf(hourglass.ReminderID(a.ID)) != hourglass.PartitionOf(a.ID) {
+			t.Fatalf("reminder %d is in partition %d, its order %d in %d", hourglass.ReminderID(a.ID), hourglass.PartitionOf(hourglass.ReminderID(a.ID)), a.ID, hourglass.PartitionOf(a.ID))
+		}
+		want := []hourglass.DueItem{{ID: hourglass.ReminderID(b.ID), At: b.RemindAt}}
+		if hourglass.PartitionOf(a.ID) == hourglass.PartitionOf(b.ID) { // ids that step by 64
+			want = append([]hourglass.DueItem{{ID: hourglass.ReminderID(a.ID), At: a.RemindAt}}, want...)
+		}
+		due, err := f.db.RemindersDue(f.ctx, hourglass.PendingDueParams{Until: farFuture, Limit: 10, Parts: hourglass.Parts{hourglass.PartitionOf(b.ID)}})
+		if err != nil || !slices.Equal(due, want) {
+			t.Fatalf("RemindersDue of order %d's partition = %+v, %v; want only its reminder", b.ID, due, err)
+		}
+		if due, err := f.db.RemindersDue(f.ctx, hourglass.PendingDueParams{Until: farFuture, Limit: 10, Parts: hourglass.Parts{}}); err != nil || len(due) != 0 {
+			t.Fatalf("RemindersDue of no partition = %+v, %v", due, err)
+		}
+		f.pay(t, a.ID, "pay-a")
+		if _, ok := f.db.(hourglass.DueFeed); ok {
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Contains(gone, hourglass.ReminderID(a.ID)) {
+				t.Errorf("due feed: gone %v after the payment, want reminder %d", gone, hourglass.ReminderID(a.ID))
+			}
+		}
+	})
+
 	t.Run("Leads", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

@@ -186,6 +186,14 @@
       $('timer-fires').textContent = avg(last10(tm.fires)).toFixed(1);
       latenessChart($('timer-lateness-chart'), $('timer-lateness-p99'), tm.lateness, 'fires');
     }
+
+    // Order reminders (order.expiring), sent and skipped.
+    const rm = d.reminders;
+    if (rm) {
+      $('reminders-sent').textContent = avg(last10(rm.sent)).toFixed(1);
+      $('reminders-skipped').textContent = avg(last10(rm.skipped)).toFixed(1);
+      latenessChart($('reminder-lateness-chart'), $('reminder-lateness-p99'), rm.lateness, 'reminders');
+    }
   }
 
   // latenessChart draws a lateness histogram (closes' or timers') and its p99.
