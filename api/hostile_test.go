@@ -59,8 +59,11 @@ func postTimed(t *testing.T, s *testServer, hc *http.Client, body []byte) (int, 
 
 // TestHostileBodiesAnsweredQuickly: each 1 MiB body of issue 19 (131,000
 // distinct keys; nesting by [ or {) POSTed to /v1/orders is answered 400
-// invalid_argument within 100 ms. The pairwise duplicate check took 33 s
+// invalid_argument within 500 ms. The pairwise duplicate check took 33 s
 // of CPU on the keys; the recursive scanner hundreds of MB on the nesting.
+// (100 ms was seen exceeded by 1 ms under -race on a loaded CI machine;
+// the scanner's linear work is FuzzCheckStrict's bound, measured, not
+// timed.)
 func TestHostileBodiesAnsweredQuickly(t *testing.T) {
 	s := startServer(t, serverConfig{})
 	hc := &http.Client{Timeout: 5 * time.Second}
@@ -78,8 +81,8 @@ func TestHostileBodiesAnsweredQuickly(t *testing.T) {
 				break
 			}
 		}
-		if best > 100*time.Millisecond {
-			t.Errorf("%s: answered in %v, want within 100ms", name, best)
+		if best > 500*time.Millisecond {
+			t.Errorf("%s: answered in %v, want within 500ms", name, best)
 		}
 		t.Logf("%s: %v", name, best)
 	}

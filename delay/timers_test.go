@@ -236,12 +236,18 @@ func testMechanismFiresTimers(t *testing.T, name string) {
 // destroyed at the end), a sweep every 200 ms told to obs.
 func startMechanismNode(t *testing.T, name string, obs engine.Observer, logger *slog.Logger) *node.Node {
 	t.Helper()
+	return startMechanismNodeWith(t, name, engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs}, logger)
+}
+
+// startMechanismNodeWith is startMechanismNode with the engine's settings.
+func startMechanismNodeWith(t *testing.T, name string, eng engine.Config, logger *slog.Logger) *node.Node {
+	t.Helper()
 	return nodetest.Start(t, node.Config{
 		Store:     store.Options{URL: storetest.URL(t)},
 		Delay:     name,
 		DelayFeed: delay.FeedOf(name),
 		OpenDelay: nodetest.Mechanism(t, name, func(db hourglass.Store) delay.Options { return mechanismOptions(t, name, db, logger) }),
-		Engine:    engine.Config{SweepInterval: 200 * time.Millisecond, Observer: obs},
+		Engine:    eng,
 		Logger:    logger,
 	})
 }

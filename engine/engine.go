@@ -310,8 +310,12 @@ func New(store Store, cfg Config) (*Engine, error) {
 		sources = append(sources, e.timers.TimersDue)
 	}
 	if e.rem.store != nil {
-		// First: a reminder falls due before its order's deadline.
-		sources = append([]window.Source{e.rem.store.RemindersDue}, sources...)
+		// Last: the first page of the orders is what Ready waits for
+		// (OnPage below). A reminder is loaded before it falls due all the
+		// same, within the same load; one already due at start-up is sent
+		// only if its deadline is still ahead, so an order closed first
+		// cannot be reminded.
+		sources = append(sources, e.rem.store.RemindersDue)
 	}
 	if e.info.Feed == hourglass.FeedOutbox {
 		ob, ok := store.(hourglass.Outbox)
