@@ -310,12 +310,10 @@ func New(store Store, cfg Config) (*Engine, error) {
 		sources = append(sources, e.timers.TimersDue)
 	}
 	if e.rem.store != nil {
-		// Last: the first page of the orders is what Ready waits for
-		// (OnPage below). A reminder is loaded before it falls due all the
-		// same, within the same load; one already due at start-up is sent
-		// only if its deadline is still ahead, so an order closed first
-		// cannot be reminded.
-		sources = append(sources, e.rem.store.RemindersDue)
+		// First: a reminder falls due before its order's deadline, and one
+		// already due at start-up must be settled (sent, or skipped when
+		// the deadline passed too) before its order closes.
+		sources = append([]window.Source{e.rem.store.RemindersDue}, sources...)
 	}
 	if e.info.Feed == hourglass.FeedOutbox {
 		ob, ok := store.(hourglass.Outbox)
@@ -361,7 +359,14 @@ func New(store Store, cfg Config) (*Engine, error) {
 			Parts:        e.parts,
 			OnPage: func(loadedTo int64) {
 				e.loadedTo.Store(loadedTo)
-				e.firstPageDone()
+				// loadedTo is the least progress of the sources: above
+				// the loader's initial horizon once every source (the
+				// reminders, the orders, the timers) has its first page
+				// with the scheduler. Ready waits for that, not for the
+				// reminders' page alone.
+				if loadedTo > window.InitialHorizon {
+					e.firstPageDone()
+				}
 			},
 			OnFirstLoad: func() {
 				// The first load finished (or failed: the sweeper takes

@@ -22,7 +22,10 @@ type SchedulerHarness struct {
 	// the scheduler in t.Cleanup.
 	New func(t *testing.T, ns string) hourglass.Scheduler
 	// MaxLateness is the latest a delivery may be after its deadline in the
-	// suite's light load (default 2 s); measured lateness is logged.
+	// suite's light load (default 3 s: Kafka's was seen 2.35 s late under
+	// -race beside the default tier's store suites); measured lateness is
+	// logged. It tells late from lost, not fast from slow: the benchmarks
+	// measure lateness.
 	MaxLateness time.Duration
 	// Redelivery is how long an unacknowledged delivery may take to come
 	// back after its consumer died (a visibility timeout, a broker's
@@ -39,7 +42,7 @@ type SchedulerHarness struct {
 func ExerciseScheduler(t *testing.T, h SchedulerHarness) {
 	testenv.RequireDefault(t)
 	if h.MaxLateness == 0 {
-		h.MaxLateness = 2 * time.Second
+		h.MaxLateness = 3 * time.Second
 	}
 	if h.Redelivery == 0 {
 		h.Redelivery = 10 * time.Second

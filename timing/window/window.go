@@ -125,7 +125,7 @@ func New(cfg Config) *Loader {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.horizon = -1 << 62 // nothing offered is accepted until the first load
+	l.horizon = InitialHorizon // nothing offered is accepted until the first load
 	return l
 }
 
@@ -137,6 +137,11 @@ func (l *Loader) Wake() {
 	default:
 	}
 }
+
+// InitialHorizon is a Loader's horizon before its first load, unix ms:
+// below every time. OnPage reports it (as the least progress) until every
+// source has had a page.
+const InitialHorizon = -1 << 62
 
 // Horizon returns the horizon, unix ms: every pending item due at or before
 // it is with the scheduler (or being loaded, or offered).
