@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
-	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/delay"
+	"github.com/hourglass/hourglass/engine"
 	"github.com/hourglass/hourglass/internal/testenv"
 )
 
