@@ -24,7 +24,8 @@ import (
 // table by deadline, paged and bounded by a deadline range, leaving out a
 // row whose deadline cannot be read; its closed rows from hourglass's
 // source.closed events; and a closed row's history says when and how
-// late. Unknown sources are 404, bad parameters 400.
+// late, and that its deadline closed it on this node. Unknown sources are
+// 404, bad parameters 400.
 func TestSourceRows(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"postgres", "mysql"} {
@@ -44,7 +45,8 @@ func TestSourceRows(t *testing.T) {
 			shop.Create(t, true)
 			shop.PutStock(t, "A", 100)
 			n, err := node.New(context.Background(), node.Config{Addr: "127.0.0.1:0", Store: store.Options{URL: dbURL, Schema: schema},
-				Sources: []hourglass.Source{shop.Source("shop_orders")}, TimerMax: 1000, Logger: slog.New(slog.DiscardHandler)})
+				Sources: []hourglass.Source{shop.Source("shop_orders")}, TimerMax: 1000, Cluster: node.Cluster{NodeID: "rows-" + kind},
+				Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +71,7 @@ func TestSourceRows(t *testing.T) {
 				list, err = c.SourceRows(ctx, "shop_orders", api.SourceRowQuery{Status: "closed"})
 				return err == nil && len(list.Rows) == 1
 			})
-			if r := list.Rows[0]; r.Key != closed || r.Status != "closed" || r.ClosedAt == nil || *r.ClosedBy != api.Unknown || list.Next != nil {
+			if r := list.Rows[0]; r.Key != closed || r.Status != "closed" || r.ClosedAt == nil || *r.ClosedBy != string(hourglass.CauseDeadline) || *r.Node != "rows-"+kind || list.Next != nil {
 				t.Fatalf("closed rows = %+v", list)
 			}
 
@@ -103,6 +105,9 @@ func TestSourceRows(t *testing.T) {
 			h, err := c.SourceRowHistory(ctx, "shop_orders", closed)
 			if err != nil || h.Kind != "source_row" || len(h.Events) != 1 || h.Timing.LatenessMs == nil || *h.Timing.LatenessMs < 0 {
 				t.Fatalf("history of the closed row = %+v, %v", h, err)
+			}
+			if by, node := h.Timing.ClosedBy, h.Timing.Node; by == nil || *by != string(hourglass.CauseDeadline) || node == nil || *node != "rows-"+kind {
+				t.Fatalf("history of the closed row: closed by %v on %v; want deadline on rows-%s", by, node, kind)
 			}
 
 			for _, tc := range []struct {

@@ -47,6 +47,7 @@ func openSources(ctx context.Context, cfg Config, db hourglass.Database, self *m
 		Ownership:     self.ownership(),
 		Observer:      m,
 		Checker:       check,
+		Node:          self.nodeID(),
 		Clock:         clock,
 		Logger:        log,
 	})

@@ -30,7 +30,7 @@ type checkRequest struct {
 	Deadline string `json:"deadline"`
 }
 
-// Check implements Checker. close: the row may be closed now; otherwise
+// Check implements Checker. close (not ""): the row may be closed now; otherwise
 // retryAt is when to look at it again (zero: leave it to the sweeper,
 // which asks again once it is overdue by the grace). row.At is the row's
 // first deadline (the shop's column, before any extension).
@@ -45,7 +45,7 @@ type checkRequest struct {
 //     retried with backoff (beforeclose.RetryMin doubling, RetryMax
 //     apart); the row stays pending, or, with before_close_on_error:
 //     close, is closed after before_close_max_failures failures in a row.
-func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (bool, time.Time) {
+func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (hourglass.CloseCause, time.Time) {
 	body, _ := json.Marshal(checkRequest{Source: src.Name, Key: row.ID, Deadline: row.At.UTC().Format(hourglass.TimeFormat)}) // cannot fail
 	v := p.Gate.Check(ctx, beforeclose.Request{
 		Key:     "source:" + src.Name + ":" + strconv.FormatInt(row.ID, 10),
@@ -56,7 +56,13 @@ func (p PaymentCheck) Check(ctx context.Context, src hourglass.Source, row hourg
 		Subject: "row",
 		Attrs:   []any{"source", src.Name, "key", row.ID},
 	})
-	return v.Close, v.RetryAt
+	switch {
+	case v.Close && v.Err != nil:
+		return hourglass.CauseCheckFailed, time.Time{}
+	case v.Close:
+		return hourglass.CauseCheckClose, time.Time{}
+	}
+	return "", v.RetryAt
 }
 
 // FailingSince is the gate's (the before_close_failures alert).

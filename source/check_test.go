@@ -153,7 +153,7 @@ type askedChecker struct {
 	asked map[int64][]time.Time
 }
 
-func (c *askedChecker) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (bool, time.Time) {
+func (c *askedChecker) Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (hourglass.CloseCause, time.Time) {
 	c.mu.Lock()
 	c.asked[row.ID] = append(c.asked[row.ID], row.At)
 	c.mu.Unlock()
@@ -271,16 +271,16 @@ func TestPaymentCheckCap(t *testing.T) {
 	src := hourglass.Source{Name: "s", BeforeClose: rcv.URL, BeforeCloseOnError: "close", BeforeCloseMaxFailures: 2}
 	row := hourglass.DueItem{ID: 1, At: first}
 	cap := first.Add(beforeclose.MaxExtension)
-	if ok, at := check.Check(t.Context(), src, row); ok || !at.Equal(cap) {
-		t.Fatalf("Check = %t, %s; want extended to the cap %s", ok, at, cap)
+	if cause, at := check.Check(t.Context(), src, row); cause != "" || !at.Equal(cap) {
+		t.Fatalf("Check = %q, %s; want extended to the cap %s", cause, at, cap)
 	}
 	clock.Set(cap)
-	ok, at := check.Check(t.Context(), src, row)
-	if ok || !at.Equal(cap.Add(beforeclose.RetryMin)) {
-		t.Fatalf("Check at the cap = %t, %s; want a failed check retried in %s", ok, at, beforeclose.RetryMin)
+	cause, at := check.Check(t.Context(), src, row)
+	if cause != "" || !at.Equal(cap.Add(beforeclose.RetryMin)) {
+		t.Fatalf("Check at the cap = %q, %s; want a failed check retried in %s", cause, at, beforeclose.RetryMin)
 	}
 	clock.Set(at)
-	if ok, _ := check.Check(t.Context(), src, row); !ok {
-		t.Fatal("the second failure in a row did not close the row (before_close_max_failures 2)")
+	if cause, _ := check.Check(t.Context(), src, row); cause != hourglass.CauseCheckFailed {
+		t.Fatalf("the second failure in a row: Check = %q, want %q (before_close_max_failures 2, on error: close)", cause, hourglass.CauseCheckFailed)
 	}
 }

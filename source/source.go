@@ -77,9 +77,11 @@ type Observer interface {
 // Checker asks a payment provider before a close (package beforeclose
 // implements it; nil: close without asking).
 type Checker interface {
-	// Check asks whether the row may be closed now: close (true), or not
-	// yet (false) with when to look at it again.
-	Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (closeNow bool, retryAt time.Time)
+	// Check asks whether the row may be closed now: close with the
+	// cause the close records (hourglass.CauseCheckClose: answered close;
+	// CauseCheckFailed: failed too often with on error: close), or not yet
+	// ("") with when to look at it again.
+	Check(ctx context.Context, src hourglass.Source, row hourglass.DueItem) (close hourglass.CloseCause, retryAt time.Time)
 }
 
 // Config configures a Runner. Zero values mean the defaults.
@@ -101,10 +103,13 @@ type Config struct {
 	// transactions, its closes retried, before an ERROR and the
 	// source_row_blocked alert (--source-blocked-alert).
 	BlockedAlert time.Duration
-	Checker      Checker
-	Observer     Observer
-	Clock        hourglass.Clock
-	Logger       *slog.Logger
+	// Node is this node's id, recorded with each close beside its cause
+	// (hourglass.Closer).
+	Node     string
+	Checker  Checker
+	Observer Observer
+	Clock    hourglass.Clock
+	Logger   *slog.Logger
 }
 
 // Runner runs every source of a node.
@@ -242,7 +247,12 @@ type runner struct {
 	bad      badRows
 	// blocked holds the rows whose last close met the shop's lock;
 	// closeAlone closes them, aloneSem bounding how many at once.
-	blocked  blockedRows
+	blocked blockedRows
+	// causes tells what each close records as its cause; causesP holds
+	// it for the ownership callback, which may run before newRunner
+	// returns.
+	causes   *causes
+	causesP  atomic.Pointer[causes]
 	aloneSem chan struct{}
 	aloneWG  sync.WaitGroup
 }
@@ -252,11 +262,17 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 		aloneSem: make(chan struct{}, aloneConcurrency)}
 	s.sched = timerloop.NewWheel(timerloop.Config{Name: "source " + src.Name, Clock: cfg.Clock, Logger: s.log,
 		Dispatch: dispatch.Config{Workers: 2, Batch: 500, RetryMax: retryMax, Logger: s.log, Clock: cfg.Clock}})
+	started := s.clock.Now()
 	s.parts = cluster.Track(cfg.Ownership, func() {
+		if c := s.loadCauses(); c != nil {
+			c.own(cfg.Ownership.Owned(), s.clock.Now())
+		}
 		if s.load != nil {
 			s.load.Wake()
 		}
 	})
+	s.causesP.Store(newCauses(started, s.parts.Owned()))
+	s.causes = s.loadCauses()
 	s.load = window.New(window.Config{
 		Name:         "source " + src.Name,
 		Sources:      []window.Source{t.Due},
@@ -276,6 +292,8 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 	cfg.Observer.SourceLockWaits(src.Name, 0)
 	return s
 }
+
+func (s *runner) loadCauses() *causes { return s.causesP.Load() }
 
 // maybeStarted closes started once the largest key was read and the
 // first window loaded.
@@ -360,17 +378,26 @@ func (s *runner) deliver(ctx context.Context, due []hourglass.DueItem) error {
 		return false
 	})
 	if len(rows) > 0 {
-		res, err := s.table.Close(ctx, rows)
-		if err != nil {
-			if len(alone) > 0 {
-				_ = s.schedule(ctx, alone)
+		order, groups := s.causes.byCause(rows)
+		for _, cause := range order {
+			res, err := s.close(ctx, cause, groups[cause])
+			if err != nil {
+				if len(alone) > 0 {
+					_ = s.schedule(ctx, alone)
+				}
+				return err // the dispatcher retries the batch (a close already committed changes nothing)
 			}
-			return err // the dispatcher retries the batch
+			s.handle(ctx, res)
 		}
-		s.handle(ctx, res)
 	}
 	s.closeAlone(ctx, alone)
 	return nil
+}
+
+// close closes rows in one transaction, recording cause and this node
+// with each close (hourglass.Closer).
+func (s *runner) close(ctx context.Context, cause hourglass.CloseCause, rows []hourglass.DueItem) ([]hourglass.SourceResult, error) {
+	return s.table.Close(hourglass.WithCloser(ctx, hourglass.Closer{Cause: cause, Node: s.cfg.Node}), rows)
 }
 
 // closeAlone closes each of rows in a transaction of its own, in the
@@ -388,7 +415,7 @@ func (s *runner) closeAlone(ctx context.Context, rows []hourglass.DueItem) {
 				return
 			}
 			defer func() { <-s.aloneSem }()
-			res, err := s.table.Close(ctx, []hourglass.DueItem{r})
+			res, err := s.close(ctx, s.causes.of(r), []hourglass.DueItem{r})
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("source: closing a row alone failed; retrying", "key", r.ID, "err", err)
@@ -420,12 +447,13 @@ func (s *runner) check(ctx context.Context, rows, later []hourglass.DueItem) (cl
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			first := s.extended.first(r.ID, r.At) // asked with the row's own deadline
-			ok, retryAt := s.cfg.Checker.Check(ctx, s.src, hourglass.DueItem{ID: r.ID, At: first})
+			cause, retryAt := s.cfg.Checker.Check(ctx, s.src, hourglass.DueItem{ID: r.ID, At: first})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case ok:
+			case cause != "":
 				s.extended.forget(r.ID)
+				s.causes.mark(r.ID, cause)
 				closeNow = append(closeNow, r)
 			case !retryAt.IsZero():
 				if retryAt.After(r.At) {
@@ -448,6 +476,9 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 			if d, reported := s.blocked.done(r.Key, now); reported {
 				s.log.Info("source: a row the shop's transactions kept locked is no longer blocked", "key", r.Key, "blocked_for", d.Round(time.Millisecond))
 			}
+		}
+		if r.Outcome == hourglass.SourceClosed || r.Outcome == hourglass.SourceNoop {
+			s.causes.done(r.Key)
 		}
 		switch r.Outcome {
 		case hourglass.SourceClosed:
@@ -661,6 +692,9 @@ func (s *runner) sweep(ctx context.Context) {
 				s.cfg.Observer.SourceRecovered(s.src.Name, len(lost))
 				s.stats.swept.Add(int64(len(lost)))
 				s.log.Warn("source: sweeper found rows past their deadline and grace; closing them", "rows", len(lost))
+				for _, r := range lost {
+					s.causes.mark(r.ID, hourglass.CauseSweeper)
+				}
 				_ = s.schedule(ctx, lost)
 			}
 			if len(rows) < pageSize {

@@ -425,7 +425,8 @@ func (t *txn) InsertEvents(ctx context.Context, events []*batch.Event, now time.
 				args = append(args, nullBytes(e.Body))
 			}
 			if withBy {
-				args = append(args, nullString(string(e.By.Cause)), nullString(e.By.Node))
+				cause, node := closerColumns(e.By)
+				args = append(args, cause, node)
 			}
 		}
 		query := `INSERT INTO events (id, type, order_id, created_at) VALUES ` + rowsOf(len(part), `(?, ?, ?, ?)`)
@@ -615,6 +616,15 @@ func nullMs(t time.Time) any {
 		return nil
 	}
 	return hourglass.UnixMilli(t)
+}
+
+// closerColumns are an event's cause and node columns: NULL when the
+// close's provenance is unknown (the node NULL when not named too).
+func closerColumns(by hourglass.Closer) (cause, node any) {
+	if by.Cause == "" {
+		return nil, nil
+	}
+	return string(by.Cause), nullString(by.Node)
 }
 
 func nullString(s string) any {

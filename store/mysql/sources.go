@@ -269,15 +269,16 @@ func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, ev
 	if err != nil || inc <= 0 {
 		return 0, fmt.Errorf("read auto_increment_increment: %v", err)
 	}
-	args := make([]any, 0, 5*len(evs))
+	args := make([]any, 0, 7*len(evs))
 	for _, e := range evs {
-		args = append(args, e.ID, string(hourglass.EventSourceClosed), e.OrderID, e.At, e.Body)
+		cause, node := closerColumns(e.By)
+		args = append(args, e.ID, string(hourglass.EventSourceClosed), e.OrderID, e.At, e.Body, cause, node)
 	}
 	q, ok := tx.(sqlQuerier)
 	if !ok {
 		return 0, fmt.Errorf("not a MySQL transaction")
 	}
-	res, err := q.q.ExecContext(ctx, `INSERT INTO events (id, type, order_id, created_at, body) VALUES `+rowsOf(len(evs), `(?, ?, ?, ?, ?)`), args...)
+	res, err := q.q.ExecContext(ctx, `INSERT INTO events (id, type, order_id, created_at, body, cause, node) VALUES `+rowsOf(len(evs), `(?, ?, ?, ?, ?, ?, ?)`), args...)
 	if err != nil {
 		return 0, fmt.Errorf("insert events: %w", err)
 	}

@@ -682,19 +682,27 @@ const eventsSQL = `WITH v AS (
 )
 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
 
+// closerColumns are an event's cause and node columns: NULL when the
+// close's provenance is unknown (the node NULL when not named too).
+func closerColumns(by hourglass.Closer) (cause, node *string) {
+	if by.Cause == "" {
+		return nil, nil
+	}
+	c := string(by.Cause)
+	if by.Node != "" {
+		n := by.Node
+		node = &n
+	}
+	return &c, node
+}
+
 func (t *txn) eventsStmt() stmt {
 	n := len(t.events)
 	ids, types, orders := make([]string, n), make([]string, n), make([]int64, n)
 	bodies, modes, hooks := make([]*string, n), make([]string, n), make([]*int64, n)
 	causes, nodes := make([]*string, n), make([]*string, n)
 	for i, e := range t.events {
-		if e.By.Cause != "" {
-			c := string(e.By.Cause)
-			causes[i] = &c
-			if e.By.Node != "" {
-				nodes[i] = &e.By.Node
-			}
-		}
+		causes[i], nodes[i] = closerColumns(e.By)
 		ids[i], types[i], orders[i], modes[i] = e.ID, string(e.Type), e.Subject, t.mode[e]
 		if e.Body != nil {
 			b := string(e.Body)

@@ -217,10 +217,10 @@ func (d sourceDialect) NowMs(ctx context.Context, tx sourcesql.Querier) (int64, 
 // the event's time, and NOTIFYs other processes' delivery engines at
 // commit when it wrote any.
 const sourceEventsSQL = `WITH v AS (
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS v(id, order_id, at, body)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $6::text[], $7::text[]) AS v(id, order_id, at, body, cause, node)
 ), e AS (
-	INSERT INTO events (id, type, order_id, created_at, body)
-	SELECT v.id, 'source.closed', v.order_id, v.at, v.body FROM v
+	INSERT INTO events (id, type, order_id, created_at, body, cause, node)
+	SELECT v.id, 'source.closed', v.order_id, v.at, v.body, v.cause, v.node FROM v
 	RETURNING seq, order_id, created_at
 ), d AS (
 	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
@@ -234,10 +234,12 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
 
 func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, evs []sourcesql.Event) (int, error) {
 	ids, orders, at, bodies := make([]string, len(evs)), make([]int64, len(evs)), make([]int64, len(evs)), make([]string, len(evs))
+	causes, nodes := make([]*string, len(evs)), make([]*string, len(evs))
 	for i, e := range evs {
 		ids[i], orders[i], at[i], bodies[i] = e.ID, e.OrderID, e.At, string(e.Body)
+		causes[i], nodes[i] = closerColumns(e.By)
 	}
-	rows, err := tx.Query(ctx, sourceEventsSQL, ids, orders, at, bodies, d.s.channel)
+	rows, err := tx.Query(ctx, sourceEventsSQL, ids, orders, at, bodies, d.s.channel, causes, nodes)
 	if err != nil {
 		return 0, err
 	}

@@ -66,6 +66,9 @@ type Event struct {
 	OrderID int64 // hourglass.SourceEventOrderID
 	At      int64 // unix ms
 	Body    []byte
+	// By is the close's provenance (hourglass.CloserFrom the close's
+	// context): the events' cause and node columns, NULL when unknown.
+	By hourglass.Closer
 }
 
 // Dialect is what differs between databases.
@@ -677,12 +680,13 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 				return fmt.Errorf("read now: %w", err)
 			}
 			closedAt := hourglass.FromUnixMilli(now)
+			by := hourglass.CloserFrom(ctx)
 			evs := make([]Event, len(closing))
 			for i, j := range closing {
 				res[j].Outcome, res[j].ClosedAt = hourglass.SourceClosed, closedAt
 				id := hourglass.NewEventID()
 				evs[i] = Event{ID: id, OrderID: hourglass.SourceEventOrderID(t.src.Name, res[j].Key), At: now,
-					Body: hourglass.MarshalSourceEvent(id, t.src.Name, res[j].Key, res[j].Deadline, closedAt)}
+					Body: hourglass.MarshalSourceEvent(id, t.src.Name, res[j].Key, res[j].Deadline, closedAt), By: by}
 			}
 			deliveries, err = t.d.WriteEvents(ctx, tx, evs)
 			if err != nil {
