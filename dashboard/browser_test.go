@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,6 +106,17 @@ func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 		t.Fatalf("browser: %s: %v", what, err)
 	}
 	return v
+}
+
+// click clicks the element sel selects (waiting up to 10 s for it), in
+// the page's own event loop: a list the page re-renders on its live
+// refresh may replace the element between a lookup and a click sent from
+// outside ("Could not find node with given id").
+func click(t *testing.T, ctx context.Context, what, sel string) {
+	t.Helper()
+	q, _ := json.Marshal(sel) // a string: cannot fail
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%s); if (!el) return false; el.click(); return true })()`, q)
+	testenv.Eventually(t, 10*time.Second, what, func() bool { return run(t, ctx, what, chromedp.Evaluate[bool](js)) })
 }
 
 // shownCounts returns the order counts the page shows, by status.
@@ -274,7 +286,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	fixed.Store(true)
 	rows := shownDeadLetters(t, ctx)
 	target := rows[0]
-	run(t, ctx, "click Retry", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadletters tbody tr[data-id="%s"] button.retry`, target))))
+	click(t, ctx, "click Retry", fmt.Sprintf(`#deadletters tbody tr[data-id="%s"] button.retry`, target))
 	testenv.Eventually(t, 10*time.Second, "the retried dead letter leaves the list", func() bool {
 		rows := shownDeadLetters(t, ctx)
 		return len(rows) == 2 && !slices.Contains(rows, target)
@@ -302,12 +314,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, "token form shown", formShown)
 	run(t, tab, "type a wrong token", chromedp.SendKeys(chromedp.CSS("#token-input"), "wrong-token"))
-	run(t, tab, "click Connect", chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	click(t, tab, "click Connect", `#token-form button[type="submit"]`)
 	testenv.Eventually(t, 10*time.Second, "wrong token refused", func() bool {
 		return formShown() && run(t, tab, "read token error", chromedp.Evaluate[string](`document.getElementById('token-error').textContent`)) == "The token was refused."
 	})
 	run(t, tab, "type the token", chromedp.SendKeys(chromedp.CSS("#token-input"), s.Token))
-	run(t, tab, "click Connect", chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	click(t, tab, "click Connect", `#token-form button[type="submit"]`)
 	testenv.Eventually(t, 10*time.Second, "the page shows the orders after the token", func() bool {
 		got := shownCounts(t, tab)
 		return !formShown() && got["pending_payment"] == want["pending_payment"] && got["paid"] == want["paid"]

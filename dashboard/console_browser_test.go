@@ -115,7 +115,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The filter form writes the address: paid orders of u1.
 	run(t, ctx, "choose paid", chromedp.SetValue(chromedp.CSS(`#orders-filters select[name=status]`), "paid"))
 	before := eval[string](t, ctx, `document.body.dataset.rendered`)
-	run(t, ctx, "find", chromedp.Click(chromedp.CSS(`#orders-filters button[type=submit]`)))
+	click(t, ctx, "find", `#orders-filters button[type=submit]`)
 	waitRendered(t, ctx, "orders", before)
 	if h := eval[string](t, ctx, `location.hash`); h != "#/orders?status=paid" {
 		t.Errorf("after Find the address is %q, want #/orders?status=paid", h)
@@ -162,12 +162,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "console-order.png")
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
-	run(t, ctx, "switch to local time", chromedp.Click(chromedp.CSS(`#localtime`)))
+	click(t, ctx, "switch to local time", `#localtime`)
 	waitRendered(t, ctx, "order", before)
 	if text := eval[string](t, ctx, `document.querySelector('#console table.fields').textContent`); strings.Contains(text, " UTC") {
 		t.Errorf("with local time on, the order page still shows UTC: %q", text)
 	}
-	run(t, ctx, "switch back to UTC", chromedp.Click(chromedp.CSS(`#localtime`)))
+	click(t, ctx, "switch back to UTC", `#localtime`)
 
 	// A pending order: cancel it from its page.
 	pending, err := s.Client.ListOrders(t.Context(), "pending_payment", 100, 0)
@@ -178,7 +178,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	openPage(t, ctx, fmt.Sprintf("#/orders/%d", pid), "order")
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
 	run(t, ctx, "accept the confirm", chromedp.Evaluate[any](`window.confirm = () => true; null`))
-	run(t, ctx, "click Cancel order", chromedp.Click(chromedp.CSS(`#order-actions button.cancel`)))
+	click(t, ctx, "click Cancel order", `#order-actions button.cancel`)
 	waitRendered(t, ctx, "order", before)
 	testenv.Eventually(t, 10*time.Second, "the order is cancelled", func() bool {
 		o, err := s.Client.Order(t.Context(), pid)
@@ -203,7 +203,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("search for a timer key went to %q", h)
 	}
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
-	run(t, ctx, "click Cancel timer", chromedp.Click(chromedp.CSS(`#timer-actions button.cancel`)))
+	click(t, ctx, "click Cancel timer", `#timer-actions button.cancel`)
 	waitRendered(t, ctx, "timer", before)
 	testenv.Eventually(t, 10*time.Second, "the timer is cancelled", func() bool {
 		tm, err := s.Client.Timer(t.Context(), "coupon:spring:2")
@@ -230,7 +230,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	fixed.Store(true)
 	before = eval[string](t, ctx, `document.body.dataset.rendered`)
-	run(t, ctx, "click Retry", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadletters-table tr[data-id="%s"] button.retry`, rows[0]))))
+	click(t, ctx, "click Retry", fmt.Sprintf(`#deadletters-table tr[data-id="%s"] button.retry`, rows[0]))
 	waitRendered(t, ctx, "deadletters", before)
 	if got := rowIDs(t, ctx, "deadletters-table"); len(got) != 3 || slices.Contains(got, rows[0]) {
 		t.Errorf("after Retry the console lists %v; want the 3 others", got)
@@ -279,7 +279,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// to done; the list is then empty and the receiver got each event.
 	openPage(t, ctx, "#/deadletters", "deadletters")
 	run(t, ctx, "answer the prompts", chromedp.Evaluate[any](`window.prompt = (q) => q.startsWith('Retry') ? 'receiver back' : ''; null`))
-	run(t, ctx, "click Retry all matching", chromedp.Click(chromedp.CSS(`#bulkbar button.bulk-all.retry_deadletters`)))
+	click(t, ctx, "click Retry all matching", `#bulkbar button.bulk-all.retry_deadletters`)
 	testenv.Eventually(t, 30*time.Second, "the bulk action's page shows it done", func() bool {
 		return eval[bool](t, ctx, `document.body.dataset.page === 'bulk-action' && document.getElementById('bulk-state').textContent === 'done'`)
 	})

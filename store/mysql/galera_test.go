@@ -11,6 +11,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/migrate"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
@@ -22,6 +23,10 @@ import (
 // one on node 1 and the other on node 2.
 func TestGaleraConformance(t *testing.T) {
 	t.Parallel()
+	// In the Matrix tier (every other store): the whole suite on three
+	// nodes costs the cluster minutes of CPU, and its Go side is
+	// MariaDB's, which the Default tier runs under -race.
+	testenv.Require(t, testenv.Matrix)
 	galeratest.Nodes(t)
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
 		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {

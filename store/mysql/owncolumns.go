@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 )
@@ -37,10 +38,21 @@ const (
 // error only when it could not tell: a missing privilege is logged (WARN)
 // and the store opens without the trigger.
 func ensureOwnColumns(ctx context.Context, t *target, log *slog.Logger) error {
+	// On Galera a read of information_schema beside another database's
+	// DDL (total order isolation) can be aborted with 1213: read again.
 	exists := func() (bool, error) {
 		var n int
-		if err := t.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TRIGGERS
-WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?`, ownColumnsTrigger).Scan(&n); err != nil {
+		var err error
+		for attempt := 1; ; attempt++ {
+			err = t.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TRIGGERS
+WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?`, ownColumnsTrigger).Scan(&n)
+			var me *gomysql.MySQLError
+			if err == nil || attempt == 5 || !errors.As(err, &me) || me.Number != 1213 || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+		}
+		if err != nil {
 			return false, fmt.Errorf("look for the trigger %s: %w", ownColumnsTrigger, err)
 		}
 		return n > 0, nil

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
@@ -31,6 +32,10 @@ func TestSourcesConformance(t *testing.T) {
 // certification), the shop on node 3, in a database of its own.
 func TestGaleraSourcesConformance(t *testing.T) {
 	t.Parallel()
+	// In the Matrix tier (every other store): the whole suite on three
+	// nodes costs the cluster minutes of CPU, and its Go side is
+	// MariaDB's, which the Default tier runs under -race.
+	testenv.Require(t, testenv.Matrix)
 	galeratest.Nodes(t)
 	hourglasstest.ExerciseSources(t, hourglasstest.SourceHarness{
 		Open: func(t *testing.T) (a, b hourglasstest.SourceDB, shop hourglasstest.Shop) {
