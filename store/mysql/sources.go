@@ -335,8 +335,9 @@ func (sourceDialect) LockKeys(table, key string, n int) string {
 // InsertNew: an update that sets a column to itself changes no row, and
 // the source pool counts changed rows (ClientFoundRows off): 0 when the
 // key exists. Unlike INSERT IGNORE it turns no other error into a warning.
-func (d sourceDialect) InsertNew(table string, cols []string) string {
-	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s = %s", table, strings.Join(cols, ", "), placeholders(len(cols)), cols[0], cols[0])
+func (d sourceDialect) InsertNew(table string, cols []string, rows int) string {
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON DUPLICATE KEY UPDATE %s = %s", table, strings.Join(cols, ", "),
+		rowsOf(rows, "("+placeholders(len(cols))+")"), cols[0], cols[0])
 }
 
 // DeleteSome: MySQL's DELETE takes a LIMIT.

@@ -284,12 +284,16 @@ func (d sourceDialect) LockKeys(table, key string, n int) string {
 }
 
 // InsertNew: ON CONFLICT DO NOTHING counts no row when the key exists.
-func (d sourceDialect) InsertNew(table string, cols []string) string {
-	ps := make([]string, len(cols))
-	for i := range ps {
-		ps[i] = d.Param(i + 1)
+func (d sourceDialect) InsertNew(table string, cols []string, rows int) string {
+	vals := make([]string, rows)
+	for r := range vals {
+		ps := make([]string, len(cols))
+		for i := range ps {
+			ps[i] = d.Param(r*len(cols) + i + 1)
+		}
+		vals[r] = "(" + strings.Join(ps, ", ") + ")"
 	}
-	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", table, strings.Join(cols, ", "), strings.Join(ps, ", "))
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON CONFLICT DO NOTHING", table, strings.Join(cols, ", "), strings.Join(vals, ", "))
 }
 
 // DeleteSome: PostgreSQL's DELETE has no LIMIT; the rows are picked by

@@ -3,6 +3,7 @@ package sourcesql
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -46,7 +47,7 @@ func (t *Table) Remind(ctx context.Context, rows []hourglass.DueItem) ([]hourgla
 	)
 	for attempt := 1; ; attempt++ {
 		res, deliveries, err = t.remindTx(ctx, rows)
-		if err == nil || !t.d.Aborts(err) || attempt == closeAttempts || ctx.Err() != nil {
+		if err == nil || !t.d.Aborts(err) && !errors.Is(err, errReminderRace) || attempt == closeAttempts || ctx.Err() != nil {
 			break
 		}
 	}
@@ -59,8 +60,8 @@ func (t *Table) Remind(ctx context.Context, rows []hourglass.DueItem) ([]hourgla
 
 // remindTx is Remind's transaction: lock the rows the shop does not hold,
 // read those still pending, read now, record each reminder due with its
-// deadline unchanged (one statement a row, pipelined), then write the
-// events of those recorded for the first time whose deadline is ahead.
+// deadline unchanged (recordReminders), then write the events of those
+// recorded for the first time whose deadline is ahead.
 func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []hourglass.SourceReminded, deliveries int, err error) {
 	lead := t.src.RemindBefore
 	err = t.d.InTx(ctx, WaitRow, func(tx Querier) error {
@@ -99,11 +100,7 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 		if err != nil {
 			return fmt.Errorf("read now: %w", err)
 		}
-		ins := t.d.InsertNew(RemindersTable, reminderColumns)
-		var (
-			marks  []Stmt
-			marked []int // index in res of each mark
-		)
+		var marked []int // indexes in res of the reminders due with their deadline
 		for i := range res {
 			r := &res[i]
 			cur, ok := pending[r.Key]
@@ -118,23 +115,22 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 				// Early by the database's clock: not yet (never early).
 				r.Outcome = hourglass.SourceReminderNotDue
 			default:
-				marks = append(marks, Stmt{SQL: ins, Args: []any{t.src.Name, r.Key, hourglass.UnixMilli(r.Deadline)}})
 				marked = append(marked, i)
 			}
 		}
-		if len(marks) == 0 {
+		if len(marked) == 0 {
 			return nil
 		}
-		counts, at, err := execAll(ctx, tx, marks, true)
-		if at >= 0 {
-			return fmt.Errorf("record the reminders: %w", err)
+		fresh, err := t.recordReminders(ctx, tx, res, marked)
+		if err != nil {
+			return err
 		}
 		sentAt := hourglass.FromUnixMilli(now)
 		var evs []Event
-		for k, i := range marked {
+		for _, i := range marked {
 			r := &res[i]
 			switch {
-			case counts[k] == 0:
+			case !fresh[i]:
 				r.Outcome = hourglass.SourceReminderDone
 			case hourglass.UnixMilli(r.Deadline) <= now:
 				r.Outcome = hourglass.SourceReminderSkipped // recorded: counted once
@@ -154,6 +150,71 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 		return nil
 	})
 	return res, deliveries, err
+}
+
+// errReminderRace ends a reminder's transaction whose record another
+// transaction committed between its read and its insert: run again, the
+// read sees it.
+var errReminderRace = errors.New("another transaction recorded one of the reminders meanwhile")
+
+// recordReminders records the reminders res[i], i in marked, in
+// RemindersTable and returns those recorded by this transaction (by
+// index), in two statements whatever their number: the records that exist,
+// then one insert of the others. An insert that finds one committed
+// meanwhile is errReminderRace.
+func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass.SourceReminded, marked []int) (map[int]bool, error) {
+	type rec struct{ key, deadline int64 }
+	args := []any{t.src.Name}
+	var keys, deadlines []string
+	seenDeadline := map[int64]bool{}
+	for _, i := range marked {
+		keys, args = append(keys, t.d.Param(len(args)+1)), append(args, res[i].Key)
+	}
+	for _, i := range marked {
+		if d := hourglass.UnixMilli(res[i].Deadline); !seenDeadline[d] {
+			seenDeadline[d] = true
+			deadlines, args = append(deadlines, t.d.Param(len(args)+1)), append(args, d)
+		}
+	}
+	// Params in the text's order (MySQL's are positional).
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT row_key, deadline_ms FROM %s WHERE source_name = %s AND row_key IN (%s) AND deadline_ms IN (%s)",
+		RemindersTable, t.d.Param(1), strings.Join(keys, ", "), strings.Join(deadlines, ", ")), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the recorded reminders: %w", err)
+	}
+	recorded := map[rec]bool{}
+	for rows.Next() {
+		var r rec
+		if err := rows.Scan(&r.key, &r.deadline); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the recorded reminders: %w", err)
+		}
+		recorded[r] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the recorded reminders: %w", err)
+	}
+	fresh := map[int]bool{}
+	args = args[:0]
+	for _, i := range marked {
+		r := rec{res[i].Key, hourglass.UnixMilli(res[i].Deadline)}
+		if !recorded[r] {
+			fresh[i] = true
+			args = append(args, t.src.Name, r.key, r.deadline)
+		}
+	}
+	if len(fresh) == 0 {
+		return fresh, nil
+	}
+	n, err := tx.Exec(ctx, t.d.InsertNew(RemindersTable, reminderColumns, len(fresh)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("record the reminders: %w", err)
+	}
+	if n != int64(len(fresh)) {
+		return nil, errReminderRace
+	}
+	return fresh, nil
 }
 
 // PruneReminders implements hourglass.SourceTable.

@@ -131,11 +131,11 @@ type Dialect interface {
 	// would and skipping (not waiting for) those another transaction holds;
 	// it locks no other row (InnoDB locks every row a locking read scans).
 	LockKeys(table, key string, n int) string
-	// InsertNew is an INSERT of one row of cols (params 1 to len(cols))
-	// into table that changes nothing, and counts no row changed, when a
-	// row with its primary key exists (committed, or committed by the
-	// transaction it waited for).
-	InsertNew(table string, cols []string) string
+	// InsertNew is an INSERT of rows rows of cols (params 1 to
+	// rows*len(cols), row by row) into table that changes nothing, and
+	// counts no row changed, for a row whose primary key exists
+	// (committed, or committed by the transaction it waited for).
+	InsertNew(table string, cols []string, rows int) string
 	// DeleteSome is a DELETE of at most limit rows of table matching
 	// where (whose params it keeps), in no particular order.
 	DeleteSome(table, where string, limit int) string
