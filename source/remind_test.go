@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/api"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/source"
@@ -158,6 +161,18 @@ func deadline(t *testing.T, shop hourglasstest.Shop, id int64) time.Time {
 // to source.closed only.
 func TestSourceReminderSent(t *testing.T) {
 	const lead = time.Second
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The body's schema only: a webhooks entry for source.expiring waits
+	// for api's TestOpenAPI to exempt it as it does source.closed (a
+	// source needs PostgreSQL or MySQL; that test runs on SQLite).
+	ref := doc.Components.Schemas["SourceReminderEvent"]
+	if ref == nil || ref.Value == nil {
+		t.Fatal("the OpenAPI document has no SourceReminderEvent schema")
+	}
+	schema := ref.Value
 	for name, open := range shops() {
 		t.Run(name, func(t *testing.T) {
 			db, shop := open(t)
@@ -187,6 +202,13 @@ func TestSourceReminderSent(t *testing.T) {
 				t.Fatalf("%d reminders; want one", len(got))
 			}
 			checkOnTime(t, got[0], id, due, lead)
+			var body any
+			if err := json.Unmarshal(got[0].raw, &body); err != nil {
+				t.Fatal(err)
+			}
+			if err := schema.VisitJSON(body, openapi3.EnableJSONSchema2020()); err != nil {
+				t.Errorf("the body breaks the OpenAPI document: %v\n%s", err, got[0].raw)
+			}
 			t.Logf("%s: reminder written %s after its remind_at", name, got[0].CreatedAt.Sub(got[0].RemindAt))
 			if sent, skipped := obs.reminded(); sent != 1 || skipped != 0 {
 				t.Errorf("counted %d sent, %d skipped; want 1 and 0", sent, skipped)
