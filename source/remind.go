@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +51,20 @@ type reminders struct {
 	// paged is set once the loader's first page is with the wheel (or
 	// its first load failed: started must not wait for it).
 	paged atomic.Bool
+	// loaded is closed when the loader's first load ended (or failed):
+	// the close path starts closing then (waitLoaded).
+	loaded     chan struct{}
+	loadedOnce sync.Once
+
+	// retrying holds the deadline of each reminder armed again after the
+	// shop held its row or the database's clock was behind: the wheel
+	// holds it at its retry time, not at deadline − lead. At most maxHeld.
+	mu       sync.Mutex
+	retrying map[int64]time.Time
 }
 
 func newReminders(s *runner) *reminders {
-	r := &reminders{s: s, lead: s.src.RemindBefore}
+	r := &reminders{s: s, lead: s.src.RemindBefore, retrying: map[int64]time.Time{}, loaded: make(chan struct{})}
 	r.sched = timerloop.NewWheel(timerloop.Config{Name: "source " + s.src.Name + " reminders", Clock: s.cfg.Clock, Logger: s.log,
 		Dispatch: dispatch.Config{Workers: 2, Batch: 500, RetryMax: retryMax, Logger: s.log, Clock: s.cfg.Clock}})
 	// A tracker of its own: each loader takes the partitions it gains.
@@ -75,10 +86,13 @@ func newReminders(s *runner) *reminders {
 				r.firstPage()
 			}
 		},
-		OnFirstLoad: r.firstPage,
-		Parts:       parts,
-		Clock:       s.cfg.Clock,
-		Logger:      s.log,
+		OnFirstLoad: func() {
+			r.firstPage()
+			r.loadedOnce.Do(func() { close(r.loaded) })
+		},
+		Parts:  parts,
+		Clock:  s.cfg.Clock,
+		Logger: s.log,
 	})
 	r.loadP.Store(r.load)
 	for _, outcome := range []string{"sent", "skipped"} {
@@ -90,6 +104,20 @@ func newReminders(s *runner) *reminders {
 func (r *reminders) firstPage() {
 	r.paged.Store(true)
 	r.s.maybeStarted()
+}
+
+// waitLoaded returns once the loader's first load ended (or ctx did).
+// The close path waits for it before it closes anything: a row pending at
+// start is then read by the reminders' loader before a close can take it
+// out of the pending rows, so a reminder whose time passed while hourglass
+// was down is sent or counted skipped, never lost unseen (the engine
+// pages order reminders before deadlines for the same reason). Rows due
+// meanwhile are held and closed as soon as it ends.
+func (r *reminders) waitLoaded(ctx context.Context) {
+	select {
+	case <-r.loaded:
+	case <-ctx.Done():
+	}
 }
 
 // run times the reminders until ctx ends.
@@ -158,11 +186,19 @@ func (r *reminders) moved(ctx context.Context, key int64, deadline, now time.Tim
 func (r *reminders) deliver(ctx context.Context, due []hourglass.DueItem) error {
 	defer r.load.Released()
 	rows := make([]hourglass.DueItem, 0, len(due))
+	r.mu.Lock()
 	for _, d := range due {
+		deadline, retry := r.retrying[d.ID]
+		if retry {
+			delete(r.retrying, d.ID)
+		} else {
+			deadline = d.At.Add(r.lead)
+		}
 		if r.s.parts.Has(d.ID) {
-			rows = append(rows, hourglass.DueItem{ID: d.ID, At: d.At.Add(r.lead)})
+			rows = append(rows, hourglass.DueItem{ID: d.ID, At: deadline})
 		}
 	}
+	r.mu.Unlock()
 	if len(rows) == 0 {
 		return nil
 	}
@@ -186,7 +222,9 @@ func (r *reminders) deliver(ctx context.Context, due []hourglass.DueItem) error 
 		case hourglass.SourceReminderMoved:
 			again = append(again, hourglass.DueItem{ID: x.Key, At: x.RemindAt})
 		case hourglass.SourceReminderBlocked, hourglass.SourceReminderNotDue:
-			again = append(again, hourglass.DueItem{ID: x.Key, At: later(x.RemindAt, now)})
+			if r.retry(x.Key, x.Deadline) {
+				again = append(again, hourglass.DueItem{ID: x.Key, At: later(x.RemindAt, now)})
+			}
 		}
 	}
 	if sent > 0 {
@@ -200,6 +238,21 @@ func (r *reminders) deliver(ctx context.Context, due []hourglass.DueItem) error 
 		_ = r.sched.Schedule(ctx, again)
 	}
 	return nil
+}
+
+// retry records the deadline of a reminder armed again at another time
+// than deadline − lead, and reports whether there was room (beyond
+// maxHeld such reminders, one more is dropped with a warning: never
+// sent, rather than sent for a wrong deadline).
+func (r *reminders) retry(key int64, deadline time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.retrying[key]; !ok && len(r.retrying) >= maxHeld {
+		r.s.log.Warn("source: too many reminders waiting for a retry; dropping one", "key", key, "deadline", deadline)
+		return false
+	}
+	r.retrying[key] = deadline
+	return true
 }
 
 // pruneReminders deletes a page of the source's settled reminders a day

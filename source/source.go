@@ -337,7 +337,12 @@ func (s *runner) run(ctx context.Context) {
 	s.maybeStarted()
 	var wg sync.WaitGroup
 	parts := []func(context.Context){
-		func(ctx context.Context) { _ = s.sched.Run(ctx, s.deliver) },
+		func(ctx context.Context) {
+			if s.rem != nil {
+				s.rem.waitLoaded(ctx)
+			}
+			_ = s.sched.Run(ctx, s.deliver)
+		},
 		s.load.Run,
 		func(ctx context.Context) { s.tail(ctx, last) },
 		s.sweep,

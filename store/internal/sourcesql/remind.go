@@ -100,7 +100,10 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 		if err != nil {
 			return fmt.Errorf("read now: %w", err)
 		}
-		var marked []int // indexes in res of the reminders due with their deadline
+		var (
+			marked []int // indexes in res of the reminders due with their deadline
+			gone   []int // of those whose row is no longer pending
+		)
 		for i := range res {
 			r := &res[i]
 			cur, ok := pending[r.Key]
@@ -109,6 +112,7 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 				r.Outcome = hourglass.SourceReminderBlocked
 			case !ok:
 				r.Outcome = hourglass.SourceReminderSkipped
+				gone = append(gone, i)
 			case !cur.Equal(r.Deadline):
 				r.Outcome, r.Deadline, r.RemindAt = hourglass.SourceReminderMoved, cur, cur.Add(-lead)
 			case hourglass.UnixMilli(r.RemindAt) > now:
@@ -118,12 +122,19 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 				marked = append(marked, i)
 			}
 		}
-		if len(marked) == 0 {
+		if len(marked) == 0 && len(gone) == 0 {
 			return nil
 		}
-		fresh, err := t.recordReminders(ctx, tx, res, marked)
+		recorded, fresh, err := t.recordReminders(ctx, tx, res, gone, marked)
 		if err != nil {
 			return err
+		}
+		// A row gone whose reminder was settled (sent, by another node or
+		// before a restart) is not skipped now: counted once.
+		for _, i := range gone {
+			if recorded[i] {
+				res[i].Outcome = hourglass.SourceReminderDone
+			}
 		}
 		sentAt := hourglass.FromUnixMilli(now)
 		var evs []Event
@@ -157,20 +168,21 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 // read sees it.
 var errReminderRace = errors.New("another transaction recorded one of the reminders meanwhile")
 
-// recordReminders records the reminders res[i], i in marked, in
-// RemindersTable and returns those recorded by this transaction (by
-// index), in two statements whatever their number: the records that exist,
-// then one insert of the others. An insert that finds one committed
-// meanwhile is errReminderRace.
-func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass.SourceReminded, marked []int) (map[int]bool, error) {
+// recordReminders reads which of the reminders res[i], i in check or
+// marked, are recorded in RemindersTable, records those of marked that are
+// not, and returns both sets (by index in res), in two statements whatever
+// their number. An insert that finds one committed meanwhile is
+// errReminderRace.
+func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass.SourceReminded, check, marked []int) (recorded, fresh map[int]bool, err error) {
 	type rec struct{ key, deadline int64 }
+	all := append(slices.Clone(check), marked...)
 	args := []any{t.src.Name}
 	var keys, deadlines []string
 	seenDeadline := map[int64]bool{}
-	for _, i := range marked {
+	for _, i := range all {
 		keys, args = append(keys, t.d.Param(len(args)+1)), append(args, res[i].Key)
 	}
-	for _, i := range marked {
+	for _, i := range all {
 		if d := hourglass.UnixMilli(res[i].Deadline); !seenDeadline[d] {
 			seenDeadline[d] = true
 			deadlines, args = append(deadlines, t.d.Param(len(args)+1)), append(args, d)
@@ -180,41 +192,45 @@ func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT row_key, deadline_ms FROM %s WHERE source_name = %s AND row_key IN (%s) AND deadline_ms IN (%s)",
 		RemindersTable, t.d.Param(1), strings.Join(keys, ", "), strings.Join(deadlines, ", ")), args...)
 	if err != nil {
-		return nil, fmt.Errorf("read the recorded reminders: %w", err)
+		return nil, nil, fmt.Errorf("read the recorded reminders: %w", err)
 	}
-	recorded := map[rec]bool{}
+	found := map[rec]bool{}
 	for rows.Next() {
 		var r rec
 		if err := rows.Scan(&r.key, &r.deadline); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read the recorded reminders: %w", err)
+			return nil, nil, fmt.Errorf("read the recorded reminders: %w", err)
 		}
-		recorded[r] = true
+		found[r] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the recorded reminders: %w", err)
+		return nil, nil, fmt.Errorf("read the recorded reminders: %w", err)
 	}
-	fresh := map[int]bool{}
+	recorded, fresh = map[int]bool{}, map[int]bool{}
+	for _, i := range all {
+		if found[rec{res[i].Key, hourglass.UnixMilli(res[i].Deadline)}] {
+			recorded[i] = true
+		}
+	}
 	args = args[:0]
 	for _, i := range marked {
-		r := rec{res[i].Key, hourglass.UnixMilli(res[i].Deadline)}
-		if !recorded[r] {
+		if !recorded[i] {
 			fresh[i] = true
-			args = append(args, t.src.Name, r.key, r.deadline)
+			args = append(args, t.src.Name, res[i].Key, hourglass.UnixMilli(res[i].Deadline))
 		}
 	}
 	if len(fresh) == 0 {
-		return fresh, nil
+		return recorded, fresh, nil
 	}
 	n, err := tx.Exec(ctx, t.d.InsertNew(RemindersTable, reminderColumns, len(fresh)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("record the reminders: %w", err)
+		return nil, nil, fmt.Errorf("record the reminders: %w", err)
 	}
 	if n != int64(len(fresh)) {
-		return nil, errReminderRace
+		return nil, nil, errReminderRace
 	}
-	return fresh, nil
+	return recorded, fresh, nil
 }
 
 // PruneReminders implements hourglass.SourceTable.
