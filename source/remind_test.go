@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -356,9 +357,25 @@ func TestSourceReminderOnce(t *testing.T) {
 				shop.DB.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+shop.T("orders")+" WHERE status = 'UNPAID'").Scan(&left)
 				return left == 0
 			})
+			var late []time.Duration
 			for _, id := range ids {
-				if got := reminders(t, db, id); len(got) != 1 {
+				got := reminders(t, db, id)
+				if len(got) != 1 {
 					t.Errorf("row %d: %d reminders from two runners; want 1", id, len(got))
+					continue
+				}
+				if got[0].CreatedAt.Before(got[0].RemindAt) {
+					t.Errorf("row %d: reminded at %s, before its remind_at %s", id, got[0].CreatedAt, got[0].RemindAt)
+				}
+				late = append(late, got[0].CreatedAt.Sub(got[0].RemindAt))
+			}
+			if len(late) > 0 {
+				slices.Sort(late)
+				p99 := late[min(len(late)*99/100, len(late)-1)]
+				t.Logf("%s: %d reminders from two runners, lateness p50 %s p99 %s max %s", name, len(late), late[len(late)/2], p99, late[len(late)-1])
+				// Tells late from lost; the two runners contend for each row.
+				if p99 > time.Second && !raceEnabled {
+					t.Errorf("reminder lateness p99 %s; want under 1 s", p99)
 				}
 			}
 			sa, ka := a.reminded()
