@@ -389,17 +389,16 @@ type SourceTable interface {
 	// one transaction, in key order: a row still pending with that
 	// deadline, still ahead, gets its source.expiring event and webhook
 	// deliveries (SourceReminderSent); one pending with that deadline
-	// passed is SourceReminderSkipped; one no longer pending is
-	// SourceReminderSkipped too; one pending with another deadline is
-	// SourceReminderMoved (Deadline says which: arm that one); one locked
-	// by another transaction is SourceReminderBlocked (nothing read:
-	// retry), one not yet due by the database's clock
-	// SourceReminderNotDue. A reminder settled (sent or skipped with its deadline
-	// passed) is recorded in the same transaction under (source, key,
-	// deadline), so it is settled at most once, whichever node or retry
-	// comes second (SourceReminderDone). Errors: a database error that
-	// ends the transaction (nothing committed; a retry is safe). The
-	// source must have a RemindBefore.
+	// passed, or no longer pending, is SourceReminderSkipped; one pending
+	// with another deadline is SourceReminderMoved (Deadline says which:
+	// arm that one); one locked by another transaction is
+	// SourceReminderBlocked and one not yet due by the database's clock
+	// SourceReminderNotDue (nothing written: retry). A reminder settled
+	// (sent or skipped) is recorded in the same transaction under
+	// (source, key, deadline), so it is settled at most once, whichever
+	// node or retry comes second (SourceReminderDone). Errors: a database
+	// error that ends the transaction (nothing committed; a retry is
+	// safe). The source must have a RemindBefore.
 	Remind(ctx context.Context, rows []DueItem) ([]SourceReminded, error)
 	// PruneReminders deletes up to limit of the source's settled
 	// reminders whose deadline is before before, and returns how many.

@@ -211,6 +211,8 @@ func TestSourceReminderSent(t *testing.T) {
 				t.Errorf("the body breaks the OpenAPI document: %v\n%s", err, got[0].raw)
 			}
 			t.Logf("%s: reminder written %s after its remind_at", name, got[0].CreatedAt.Sub(got[0].RemindAt))
+			// Counted once Remind returned, just after its commit.
+			testenv.Eventually(t, 5*time.Second, "the reminder counted", func() bool { sent, _ := obs.reminded(); return sent > 0 })
 			if sent, skipped := obs.reminded(); sent != 1 || skipped != 0 {
 				t.Errorf("counted %d sent, %d skipped; want 1 and 0", sent, skipped)
 			}

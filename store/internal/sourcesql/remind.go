@@ -23,7 +23,7 @@ import (
 // RemindersTable is hourglass's table of settled source reminders
 // (PostgreSQL's migration 0016, MySQL's 0017): one row per (source_name,
 // deadline_ms, row_key), written in the transaction of the reminder's
-// event, or of its skip when the deadline had passed.
+// event, or of its skip.
 const RemindersTable = "source_reminders"
 
 // reminderColumns are RemindersTable's columns, in InsertNew's order.
@@ -125,14 +125,15 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 		if len(marked) == 0 && len(gone) == 0 {
 			return nil
 		}
-		recorded, fresh, err := t.recordReminders(ctx, tx, res, gone, marked)
+		// A row gone is recorded too, so that its skip is counted once
+		// whichever node comes second; one whose reminder was settled
+		// already (sent by another node, or before a restart) is Done.
+		fresh, err := t.recordReminders(ctx, tx, res, append(slices.Clone(gone), marked...))
 		if err != nil {
 			return err
 		}
-		// A row gone whose reminder was settled (sent, by another node or
-		// before a restart) is not skipped now: counted once.
 		for _, i := range gone {
-			if recorded[i] {
+			if !fresh[i] {
 				res[i].Outcome = hourglass.SourceReminderDone
 			}
 		}
@@ -168,21 +169,20 @@ func (t *Table) remindTx(ctx context.Context, rows []hourglass.DueItem) (res []h
 // read sees it.
 var errReminderRace = errors.New("another transaction recorded one of the reminders meanwhile")
 
-// recordReminders reads which of the reminders res[i], i in check or
-// marked, are recorded in RemindersTable, records those of marked that are
-// not, and returns both sets (by index in res), in two statements whatever
-// their number. An insert that finds one committed meanwhile is
-// errReminderRace.
-func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass.SourceReminded, check, marked []int) (recorded, fresh map[int]bool, err error) {
+// recordReminders records the reminders res[i], i in idx, in
+// RemindersTable and returns those this transaction recorded (by index in
+// res; the others were recorded already), in two statements whatever
+// their number: a read of those recorded, then one insert of the rest. An
+// insert that finds one committed meanwhile is errReminderRace.
+func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass.SourceReminded, idx []int) (fresh map[int]bool, err error) {
 	type rec struct{ key, deadline int64 }
-	all := append(slices.Clone(check), marked...)
 	args := []any{t.src.Name}
 	var keys, deadlines []string
 	seenDeadline := map[int64]bool{}
-	for _, i := range all {
+	for _, i := range idx {
 		keys, args = append(keys, t.d.Param(len(args)+1)), append(args, res[i].Key)
 	}
-	for _, i := range all {
+	for _, i := range idx {
 		if d := hourglass.UnixMilli(res[i].Deadline); !seenDeadline[d] {
 			seenDeadline[d] = true
 			deadlines, args = append(deadlines, t.d.Param(len(args)+1)), append(args, d)
@@ -192,45 +192,40 @@ func (t *Table) recordReminders(ctx context.Context, tx Querier, res []hourglass
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT row_key, deadline_ms FROM %s WHERE source_name = %s AND row_key IN (%s) AND deadline_ms IN (%s)",
 		RemindersTable, t.d.Param(1), strings.Join(keys, ", "), strings.Join(deadlines, ", ")), args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the recorded reminders: %w", err)
+		return nil, fmt.Errorf("read the recorded reminders: %w", err)
 	}
 	found := map[rec]bool{}
 	for rows.Next() {
 		var r rec
 		if err := rows.Scan(&r.key, &r.deadline); err != nil {
 			rows.Close()
-			return nil, nil, fmt.Errorf("read the recorded reminders: %w", err)
+			return nil, fmt.Errorf("read the recorded reminders: %w", err)
 		}
 		found[r] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read the recorded reminders: %w", err)
+		return nil, fmt.Errorf("read the recorded reminders: %w", err)
 	}
-	recorded, fresh = map[int]bool{}, map[int]bool{}
-	for _, i := range all {
-		if found[rec{res[i].Key, hourglass.UnixMilli(res[i].Deadline)}] {
-			recorded[i] = true
-		}
-	}
+	fresh = map[int]bool{}
 	args = args[:0]
-	for _, i := range marked {
-		if !recorded[i] {
+	for _, i := range idx {
+		if r := (rec{res[i].Key, hourglass.UnixMilli(res[i].Deadline)}); !found[r] {
 			fresh[i] = true
-			args = append(args, t.src.Name, res[i].Key, hourglass.UnixMilli(res[i].Deadline))
+			args = append(args, t.src.Name, r.key, r.deadline)
 		}
 	}
 	if len(fresh) == 0 {
-		return recorded, fresh, nil
+		return fresh, nil
 	}
 	n, err := tx.Exec(ctx, t.d.InsertNew(RemindersTable, reminderColumns, len(fresh)), args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("record the reminders: %w", err)
+		return nil, fmt.Errorf("record the reminders: %w", err)
 	}
 	if n != int64(len(fresh)) {
-		return nil, nil, errReminderRace
+		return nil, errReminderRace
 	}
-	return recorded, fresh, nil
+	return fresh, nil
 }
 
 // PruneReminders implements hourglass.SourceTable.

@@ -1,7 +1,7 @@
 -- Source reminders (issue #41, Source.RemindBefore): one row per reminder
 -- of a shop's row settled, written in the transaction of its
--- source.expiring event (or of its skip, when the row's deadline had
--- passed too): source, row key and the deadline it was for (unix ms, as
+-- source.expiring event (or of its skip: the row no longer pending, or
+-- its deadline passed too): source, row key and the deadline it was for (unix ms, as
 -- hourglass rounds it up). The primary key, not timing, keeps a reminder
 -- to once per (source, key, deadline): a retry, a restart or another node
 -- after a partition moved inserts nothing (ON DUPLICATE KEY UPDATE of
