@@ -121,3 +121,13 @@ func UnixMilli(t time.Time) int64 { return t.UnixMilli() }
 
 // FromUnixMilli returns the UTC time of unix milliseconds ms.
 func FromUnixMilli(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// CeilMilli returns t rounded up to the millisecond, in UTC: a deadline of
+// finer precision as hourglass times it (never early).
+func CeilMilli(t time.Time) time.Time {
+	ms := UnixMilli(t)
+	if t.After(FromUnixMilli(ms)) {
+		ms++
+	}
+	return FromUnixMilli(ms)
+}

@@ -32,6 +32,12 @@ const (
 // table (a source, see Source), in the close's transaction.
 const EventSourceClosed EventType = "source.closed"
 
+// EventSourceExpiring is a source row's reminder (Source.RemindBefore): the
+// row is still pending and closes at its deadline, RemindBefore from the
+// reminder's time. Written at most once per (source, key, deadline), in a
+// transaction that checks the row is still pending with that deadline.
+const EventSourceExpiring EventType = "source.expiring"
+
 // EventTypeAll subscribes a webhook to every event type, including types
 // added in later versions.
 const EventTypeAll EventType = "*"
@@ -39,7 +45,7 @@ const EventTypeAll EventType = "*"
 // EventTypes lists every event type: an order's, in lifecycle order, then
 // a timer's, then a source row's.
 func EventTypes() []EventType {
-	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventOrderExtended, EventOrderExpiring, EventTimerFired, EventSourceClosed}
+	return []EventType{EventOrderCreated, EventOrderPaid, EventOrderCancelled, EventOrderClosed, EventOrderShipped, EventOrderCompleted, EventOrderExtended, EventOrderExpiring, EventTimerFired, EventSourceClosed, EventSourceExpiring}
 }
 
 // Valid reports whether t is a known event type (EventTypeAll is not one).

@@ -18,9 +18,9 @@ func TestEventForEveryState(t *testing.T) {
 		seen[e] = true
 	}
 	// Every event type is an order's transition but the timer's, the
-	// source row's, order.extended and order.expiring (a pending order
+	// source row's two, order.extended and order.expiring (a pending order
 	// stays pending).
-	if len(seen) != len(EventTypes())-4 || seen[EventTimerFired] || seen[EventSourceClosed] || seen[EventOrderExtended] || seen[EventOrderExpiring] {
+	if len(seen) != len(EventTypes())-5 || seen[EventTimerFired] || seen[EventSourceClosed] || seen[EventSourceExpiring] || seen[EventOrderExtended] || seen[EventOrderExpiring] {
 		t.Errorf("%d states map to %d of %d event types", len(States()), len(seen), len(EventTypes()))
 	}
 	if EventTypeAll.Valid() || EventFor("nope") != "" {

@@ -64,7 +64,16 @@ type Source struct {
 	BeforeClose            string
 	BeforeCloseOnError     string
 	BeforeCloseMaxFailures int
+	// RemindBefore, when positive, is the lead of the rows' reminders: a
+	// pending row gets one source.expiring event at its deadline minus
+	// RemindBefore (0: none). Whole milliseconds, 1s to
+	// MaxSourceRemindBefore.
+	RemindBefore time.Duration
 }
+
+// MaxSourceRemindBefore bounds Source.RemindBefore (the longest order
+// timeout, MaxTimeout, as an order's reminder lead).
+const MaxSourceRemindBefore = MaxTimeout
 
 var (
 	sourceNameRE = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
@@ -157,6 +166,9 @@ func (s Source) Validate() error {
 	}
 	if s.BeforeClose == "" && (s.BeforeCloseOnError != "" || s.BeforeCloseMaxFailures != 0) {
 		return bad("before_close_on_error", "applies only with before_close")
+	}
+	if d := s.RemindBefore; d != 0 && (d < MinTimeout || d > MaxSourceRemindBefore || d%time.Millisecond != 0) {
+		return bad("remind_before", "must be 0 or absent (no reminder), or whole milliseconds from %s to %s (7 days), got %s", MinTimeout, MaxSourceRemindBefore, d)
 	}
 	return nil
 }
@@ -372,12 +384,66 @@ type SourceTable interface {
 	// others close without it. Another database error that ends the
 	// transaction (a lost connection) is returned, and nothing committed.
 	Close(ctx context.Context, rows []DueItem) ([]SourceResult, error)
+	// Remind settles the reminder of each of rows (ID the row's key, At
+	// the deadline it was armed for, rounded up to the millisecond), in
+	// one transaction, in key order: a row still pending with that
+	// deadline, still ahead, gets its source.expiring event and webhook
+	// deliveries (SourceReminderSent); one pending with that deadline
+	// passed, or no longer pending, is SourceReminderSkipped; one pending
+	// with another deadline is SourceReminderMoved (Deadline says which:
+	// arm that one); one locked by another transaction is
+	// SourceReminderBlocked and one not yet due by the database's clock
+	// SourceReminderNotDue (nothing written: retry). A reminder settled
+	// (sent or skipped) is recorded in the same transaction under
+	// (source, key, deadline), so it is settled at most once, whichever
+	// node or retry comes second (SourceReminderDone). Errors: a database
+	// error that ends the transaction (nothing committed; a retry is
+	// safe). The source must have a RemindBefore.
+	Remind(ctx context.Context, rows []DueItem) ([]SourceReminded, error)
+	// PruneReminders deletes up to limit of the source's settled
+	// reminders whose deadline is before before, and returns how many.
+	PruneReminders(ctx context.Context, before time.Time, limit int) (int, error)
 	// BadRows returns up to limit pending rows that the reads above skip
 	// because their key or deadline cannot be read or lies outside the
 	// range (SourceKeyMin, SourceDeadlineMinMs and their maxima): those the
 	// database finds by range (through the key's and the deadline's
 	// indexes), and those the reads met since the last call.
 	BadRows(ctx context.Context, limit int) ([]BadSourceRow, error)
+}
+
+// SourceRemindOutcome is what Remind did with one row's reminder.
+type SourceRemindOutcome int
+
+// Outcomes of a source row's reminder.
+const (
+	// SourceReminderSent: its source.expiring event was written.
+	SourceReminderSent SourceRemindOutcome = iota + 1
+	// SourceReminderSkipped: due but never to be sent: the row is no
+	// longer pending, or its deadline passed too (after a restart).
+	SourceReminderSkipped
+	// SourceReminderDone: settled already for this deadline (by an
+	// earlier attempt or another node); nothing written.
+	SourceReminderDone
+	// SourceReminderMoved: the row is pending with another deadline
+	// (Deadline); nothing written.
+	SourceReminderMoved
+	// SourceReminderBlocked: another transaction (the shop's) holds the
+	// row; nothing written, try again soon.
+	SourceReminderBlocked
+	// SourceReminderNotDue: not yet due by the database's clock (a
+	// reminder is never early); nothing written, try again soon.
+	SourceReminderNotDue
+)
+
+// SourceReminded reports one reminder Remind looked at.
+type SourceReminded struct {
+	Key     int64
+	Outcome SourceRemindOutcome
+	// Deadline is the deadline the reminder was for (Moved: the row's
+	// deadline now); RemindAt is Deadline minus the lead.
+	Deadline, RemindAt time.Time
+	// SentAt is the database's time of the event (Sent).
+	SentAt time.Time
 }
 
 // SourceIDBase is the first id of a source row's events where an order's
@@ -398,6 +464,25 @@ func SourceEventOrderID(source string, key int64) int64 {
 	x := h.Sum64() ^ uint64(key)*0x9E3779B97F4A7C15
 	x ^= x >> 31
 	return SourceIDBase + int64(x&(1<<61-1))
+}
+
+type sourceReminderJSON struct {
+	ID        string    `json:"id"`
+	Type      EventType `json:"type"`
+	CreatedAt string    `json:"created_at"`
+	Source    string    `json:"source"`
+	Key       int64     `json:"key"`
+	Deadline  string    `json:"deadline"`
+	RemindAt  string    `json:"remind_at"`
+}
+
+// MarshalSourceReminderEvent returns the body of a source.expiring event
+// written at createdAt: {"id","type","created_at","source","key",
+// "deadline","remind_at"}. It cannot fail.
+func MarshalSourceReminderEvent(id, source string, key int64, createdAt, deadline, remindAt time.Time) []byte {
+	b, _ := json.Marshal(sourceReminderJSON{ID: id, Type: EventSourceExpiring, CreatedAt: formatTime(createdAt), Source: source, Key: key,
+		Deadline: formatTime(deadline), RemindAt: formatTime(remindAt)}) // strings and ints: cannot fail
+	return b
 }
 
 type sourceEventJSON struct {

@@ -70,8 +70,8 @@ type Message struct {
 	ID   string
 	Type hourglass.EventType
 	// Key is the order's id in decimal, a timer's key (timer.fired) or
-	// "<source>:<row key>" (source.closed): the key whose messages stay in
-	// order (Kafka's record key).
+	// "<source>:<row key>" (source.closed, source.expiring): the key whose
+	// messages stay in order (Kafka's record key).
 	Key string
 	// Seq is the event's position in the log; Partition its hourglass
 	// partition (PartitionOf of the order or timer id).
@@ -585,8 +585,8 @@ func messageOf(e hourglass.EventRecord, part int) Message {
 }
 
 // keyOf returns an event's ordering key: a timer's key for timer.fired
-// and "<source>:<key>" for source.closed (their bodies name them), else
-// the order's id in decimal.
+// and "<source>:<key>" for source.closed and source.expiring (their
+// bodies name them), else the order's id in decimal.
 func keyOf(e hourglass.EventRecord) string {
 	switch e.Type {
 	case hourglass.EventTimerFired:
@@ -598,7 +598,7 @@ func keyOf(e hourglass.EventRecord) string {
 		if json.Unmarshal(e.Body, &b) == nil && b.Timer.Key != "" {
 			return b.Timer.Key
 		}
-	case hourglass.EventSourceClosed:
+	case hourglass.EventSourceClosed, hourglass.EventSourceExpiring:
 		var b struct {
 			Source string `json:"source"`
 			Key    *int64 `json:"key"`

@@ -23,6 +23,8 @@ func TestKeyOf(t *testing.T) {
 			Body: hourglass.MarshalTimerEvent("evt_1", hourglass.Timer{ID: timerID, Key: "coupon:42", Status: hourglass.TimerFired, FireAt: at, FiredAt: at})}, "coupon:42"},
 		{hourglass.EventRecord{Type: hourglass.EventSourceClosed, OrderID: srcID,
 			Body: hourglass.MarshalSourceEvent("evt_2", "shop_orders", 42, at, at)}, "shop_orders:42"},
+		{hourglass.EventRecord{Type: hourglass.EventSourceExpiring, OrderID: srcID,
+			Body: hourglass.MarshalSourceReminderEvent("evt_3", "shop_orders", 42, at, at, at.Add(-time.Minute))}, "shop_orders:42"},
 		{hourglass.EventRecord{Type: hourglass.EventTimerFired, OrderID: timerID, Body: []byte(`not json`)}, "4611686018427387911"},
 	} {
 		if got := keyOf(c.e); got != c.want {

@@ -14,6 +14,7 @@ type sourceMetrics struct {
 	lateness                                      *prometheus.HistogramVec
 	held                                          *prometheus.GaugeVec
 	badRows                                       *prometheus.CounterVec
+	reminders                                     *prometheus.CounterVec
 }
 
 func newSourceMetrics(reg *prometheus.Registry) sourceMetrics {
@@ -40,7 +41,10 @@ func newSourceMetrics(reg *prometheus.Registry) sourceMetrics {
 		Help: "Pending rows of a source skipped because their key or deadline cannot be read or lies out of range, each counted once when found, by reason."},
 		[]string{"source", "reason"})
 	s.lockWaits = counter("hourglass_source_lock_waits_total", "Closes of a row that met a lock another transaction (the shop's) held: the row was left out of its batch, the others closed, and it is retried alone.")
-	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held, s.badRows, s.lockWaits)
+	s.reminders = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hourglass_source_reminders_total",
+		Help: "Reminders of a source's rows (remind_before) settled, by outcome: sent (source.expiring written) or skipped (due but never sent: the row was no longer pending, or its deadline had passed too, as after a restart)."},
+		[]string{"source", "outcome"})
+	reg.MustRegister(s.closed, s.noops, s.guardErrors, s.failed, s.recovered, s.lateness, s.held, s.badRows, s.lockWaits, s.reminders)
 	return s
 }
 
@@ -80,6 +84,12 @@ func (m *Metrics) SourceHeld(source string, n int) {
 // series exist (at zero) before its first lock wait.
 func (m *Metrics) SourceLockWaits(source string, n int) {
 	m.sources.lockWaits.WithLabelValues(source).Add(float64(n))
+}
+
+// SourceReminders implements source.Observer: n 0 makes the outcome's
+// series exist (at zero) before it first counts.
+func (m *Metrics) SourceReminders(source, outcome string, n int) {
+	m.sources.reminders.WithLabelValues(source, outcome).Add(float64(n))
 }
 
 // SourceConfigured makes every metric of the source named appear at zero,

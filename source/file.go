@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -34,6 +35,8 @@ type fileSource struct {
 	BeforeClose            string   `yaml:"before_close"`
 	BeforeCloseOnError     string   `yaml:"before_close_on_error"`
 	BeforeCloseMaxFailures int      `yaml:"before_close_max_failures"`
+	// RemindBefore is a Go duration ("10m", "90s"); "" or absent: none.
+	RemindBefore string `yaml:"remind_before"`
 }
 
 // Load reads a --sources file (YAML: a list under "sources") and validates
@@ -90,9 +93,17 @@ func Parse(b []byte) ([]hourglass.Source, error) {
 				return nil, fmt.Errorf("sources[%d] (%s): %s is required", i, s.Name, req.key)
 			}
 		}
+		var lead time.Duration
+		if s.RemindBefore != "" {
+			d, err := time.ParseDuration(s.RemindBefore)
+			if err != nil {
+				return nil, fmt.Errorf("source %s: remind_before: %q is not a duration; want one such as 10m or 90s (0 for none)", cmp.Or(s.Name, "(unnamed)"), s.RemindBefore)
+			}
+			lead = d
+		}
 		out[i] = hourglass.Source{Name: s.Name, Table: s.Table, Key: s.Key, Deadline: s.Deadline, DeadlineUnit: s.DeadlineUnit,
 			Pending: s.Pending, Close: s.Close, Lock: s.Lock, BeforeClose: s.BeforeClose, BeforeCloseOnError: s.BeforeCloseOnError,
-			BeforeCloseMaxFailures: s.BeforeCloseMaxFailures}
+			BeforeCloseMaxFailures: s.BeforeCloseMaxFailures, RemindBefore: lead}
 	}
 	if err := hourglass.ValidateSources(out); err != nil {
 		return nil, err

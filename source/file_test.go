@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hourglass/hourglass/source"
 )
@@ -35,6 +36,13 @@ func TestLoad(t *testing.T) {
 	}
 	if len(srcs) != 1 || srcs[0].Name != "shop_orders" || srcs[0].Table != "shop.orders" || len(srcs[0].Close) != 2 || len(srcs[0].Lock) != 1 || srcs[0].BeforeClose == "" {
 		t.Errorf("Load = %+v", srcs)
+	}
+	if srcs[0].RemindBefore != 0 {
+		t.Errorf("RemindBefore %s without remind_before; want 0", srcs[0].RemindBefore)
+	}
+	srcs, err = source.Parse([]byte(strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: 10m", 1)))
+	if err != nil || srcs[0].RemindBefore != 10*time.Minute {
+		t.Errorf("remind_before: 10m: %+v, %v; want RemindBefore 10m", srcs, err)
 	}
 	if _, err := source.Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "--sources") {
 		t.Errorf("a missing file: %v", err)
@@ -69,6 +77,12 @@ func TestParseRefusals(t *testing.T) {
 		{"bad on_error", strings.Replace(goodYAML, "before_close:", "before_close_on_error: never\n    before_close:", 1), "before_close_on_error"},
 		{"twice", goodYAML + strings.TrimPrefix(goodYAML, "sources:\n"), "used twice"},
 		{"not yaml", "sources: [", "yaml"},
+		{"remind_before not a duration", strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: ten minutes", 1), `source shop_orders: remind_before: "ten minutes" is not a duration`},
+		{"remind_before a bare number", strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: 600", 1), `source shop_orders: remind_before: "600" is not a duration`},
+		{"remind_before negative", strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: -5m", 1), "source shop_orders: remind_before: must be 0 or absent (no reminder), or whole milliseconds from 1s to 168h0m0s (7 days), got -5m0s"},
+		{"remind_before too long", strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: 169h", 1), "source shop_orders: remind_before: must be 0 or absent"},
+		{"remind_before too short", strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: 10ms", 1), "source shop_orders: remind_before: must be 0 or absent"},
+		{"remind_before not whole ms", strings.Replace(goodYAML, "key: id", "key: id\n    remind_before: 1.0005s", 1), "source shop_orders: remind_before: must be 0 or absent"},
 	} {
 		_, err := source.Parse([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "fileSource") {

@@ -73,6 +73,7 @@ type observer struct {
 	lateness                                         []time.Duration
 	noops, guardErrors, failed, recovered, lockWaits int
 	bad                                              map[string]int // by reason
+	reminders                                        map[string]int // by outcome
 }
 
 func (o *observer) SourceClosed(_ string, d time.Duration) {
@@ -101,6 +102,22 @@ func (o *observer) SourceLockWaits(_ string, n int) {
 	o.mu.Lock()
 	o.lockWaits += n
 	o.mu.Unlock()
+}
+
+func (o *observer) SourceReminders(_, outcome string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.reminders == nil {
+		o.reminders = map[string]int{}
+	}
+	o.reminders[outcome] += n
+}
+
+// reminded returns the reminders counted sent and skipped.
+func (o *observer) reminded() (sent, skipped int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.reminders["sent"], o.reminders["skipped"]
 }
 
 func (o *observer) quantile(q float64) time.Duration {

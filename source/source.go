@@ -72,6 +72,11 @@ type Observer interface {
 	// held (SourceBlocked); n is 0 once at start, so that the count is
 	// there before the first.
 	SourceLockWaits(source string, n int)
+	// SourceReminders counts n reminders settled, by outcome: "sent" (a
+	// source.expiring written) or "skipped" (never to be sent: the row was
+	// no longer pending, or its deadline had passed too); n is 0 for each
+	// at start when the source has reminders.
+	SourceReminders(source, outcome string, n int)
 }
 
 // Checker asks a payment provider before a close (package beforeclose
@@ -255,6 +260,8 @@ type runner struct {
 	causesP  atomic.Pointer[causes]
 	aloneSem chan struct{}
 	aloneWG  sync.WaitGroup
+	// rem times the rows' reminders (nil without RemindBefore).
+	rem *reminders
 }
 
 func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runner {
@@ -286,6 +293,9 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 		Clock:        cfg.Clock,
 		Logger:       s.log,
 	})
+	if src.RemindBefore > 0 {
+		s.rem = newReminders(s)
+	}
 	for _, reason := range hourglass.BadSourceReasons() {
 		cfg.Observer.SourceBadRows(src.Name, reason, 0) // in /metrics from the start
 	}
@@ -295,10 +305,10 @@ func newRunner(cfg Config, src hourglass.Source, t hourglass.SourceTable) *runne
 
 func (s *runner) loadCauses() *causes { return s.causesP.Load() }
 
-// maybeStarted closes started once the largest key was read and the
-// first window loaded.
+// maybeStarted closes started once the largest key was read, the first
+// window loaded and the reminders' first page (if any) scheduled.
 func (s *runner) maybeStarted() {
-	if s.keyRead.Load() && s.loaded.Load() {
+	if s.keyRead.Load() && s.loaded.Load() && (s.rem == nil || s.rem.paged.Load()) {
 		s.startedOnce.Do(func() { close(s.started) })
 	}
 }
@@ -307,10 +317,7 @@ func (s *runner) maybeStarted() {
 // the millisecond (a deadline of finer precision is never closed early).
 func (s *runner) schedule(ctx context.Context, rows []hourglass.DueItem) error {
 	for i, r := range rows {
-		ms := hourglass.UnixMilli(r.At)
-		if r.At.After(hourglass.FromUnixMilli(ms)) {
-			rows[i].At = hourglass.FromUnixMilli(ms + 1)
-		}
+		rows[i].At = hourglass.CeilMilli(r.At)
 	}
 	return s.sched.Schedule(ctx, rows)
 }
@@ -329,14 +336,23 @@ func (s *runner) run(ctx context.Context) {
 	s.keyRead.Store(true)
 	s.maybeStarted()
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context){
-		func(ctx context.Context) { _ = s.sched.Run(ctx, s.deliver) },
+	parts := []func(context.Context){
+		func(ctx context.Context) {
+			if s.rem != nil {
+				s.rem.waitLoaded(ctx)
+			}
+			_ = s.sched.Run(ctx, s.deliver)
+		},
 		s.load.Run,
 		func(ctx context.Context) { s.tail(ctx, last) },
 		s.sweep,
 		s.report,
 		s.watchBad,
-	} {
+	}
+	if s.rem != nil {
+		parts = append(parts, s.rem.run)
+	}
+	for _, f := range parts {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
@@ -491,6 +507,9 @@ func (s *runner) handle(ctx context.Context, res []hourglass.SourceResult) {
 				// Extended by the shop, or not yet due by the database's
 				// clock: look again at its deadline, or soon.
 				again = append(again, hourglass.DueItem{ID: r.Key, At: later(r.Deadline, now)})
+				if s.rem != nil {
+					s.rem.moved(ctx, r.Key, r.Deadline, now)
+				}
 			}
 		case hourglass.SourceGuardError:
 			s.cfg.Observer.SourceGuardError(s.src.Name)
@@ -589,6 +608,9 @@ func (s *runner) offer(ctx context.Context, rows []hourglass.DueItem) error {
 	}
 	if len(mine) == 0 {
 		return nil
+	}
+	if s.rem != nil {
+		s.rem.offer(ctx, mine)
 	}
 	_, err := s.load.Offer(ctx, mine)
 	return err
@@ -703,6 +725,7 @@ func (s *runner) sweep(ctx context.Context) {
 			last := rows[len(rows)-1]
 			p.After, p.AfterID = last.At, last.ID
 		}
+		s.pruneReminders(ctx, now)
 	}
 }
 
@@ -718,11 +741,12 @@ func (s *runner) report(ctx context.Context) {
 
 type nopObserver struct{}
 
-func (nopObserver) SourceClosed(string, time.Duration) {}
-func (nopObserver) SourceNoop(string)                  {}
-func (nopObserver) SourceGuardError(string)            {}
-func (nopObserver) SourceFailed(string)                {}
-func (nopObserver) SourceRecovered(string, int)        {}
-func (nopObserver) SourceHeld(string, int)             {}
-func (nopObserver) SourceBadRows(string, string, int)  {}
-func (nopObserver) SourceLockWaits(string, int)        {}
+func (nopObserver) SourceClosed(string, time.Duration)  {}
+func (nopObserver) SourceNoop(string)                   {}
+func (nopObserver) SourceGuardError(string)             {}
+func (nopObserver) SourceFailed(string)                 {}
+func (nopObserver) SourceRecovered(string, int)         {}
+func (nopObserver) SourceHeld(string, int)              {}
+func (nopObserver) SourceBadRows(string, string, int)   {}
+func (nopObserver) SourceLockWaits(string, int)         {}
+func (nopObserver) SourceReminders(string, string, int) {}

@@ -254,8 +254,8 @@ func (d sourceDialect) NowMs(ctx context.Context, tx sourcesql.Querier) (int64, 
 
 // WriteEvents inserts the events in one statement (consecutive seqs, step
 // auto_increment_increment, as the order batches rely on), then their
-// deliveries to every webhook subscribed to source.closed or "*", due at
-// the event's time. Other processes find them by their due scan.
+// deliveries to every webhook subscribed to the event's type or "*", due
+// at the event's time. Other processes find them by their due scan.
 func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, evs []sourcesql.Event) (int, error) {
 	rows, err := tx.Query(ctx, `SELECT @@auto_increment_increment`)
 	if err != nil {
@@ -272,7 +272,7 @@ func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, ev
 	args := make([]any, 0, 7*len(evs))
 	for _, e := range evs {
 		cause, node := closerColumns(e.By)
-		args = append(args, e.ID, string(hourglass.EventSourceClosed), e.OrderID, e.At, e.Body, cause, node)
+		args = append(args, e.ID, string(e.Type), e.OrderID, e.At, e.Body, cause, node)
 	}
 	q, ok := tx.(sqlQuerier)
 	if !ok {
@@ -292,7 +292,7 @@ func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, ev
 	}
 	n, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
 SELECT s.webhook_id, e.seq, e.order_id, 'pending', 0, e.created_at FROM events e
-JOIN webhook_subscriptions s ON s.type IN ('source.closed', '*')
+JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
 WHERE e.seq IN (`+placeholders(len(seqs))+`) LOCK IN SHARE MODE`, seqs...)
 	if err != nil {
 		return 0, fmt.Errorf("insert deliveries: %w", err)
@@ -330,4 +330,17 @@ func (sourceDialect) LockKeys(table, key string, n int) string {
 		parts[i] = part
 	}
 	return strings.Join(parts, " UNION ALL ")
+}
+
+// InsertNew: an update that sets a column to itself changes no row, and
+// the source pool counts changed rows (ClientFoundRows off): 0 when the
+// key exists. Unlike INSERT IGNORE it turns no other error into a warning.
+func (d sourceDialect) InsertNew(table string, cols []string, rows int) string {
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON DUPLICATE KEY UPDATE %s = %s", table, strings.Join(cols, ", "),
+		rowsOf(rows, "("+placeholders(len(cols))+")"), cols[0], cols[0])
+}
+
+// DeleteSome: MySQL's DELETE takes a LIMIT.
+func (sourceDialect) DeleteSome(table, where string, limit int) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE %s LIMIT %d", table, where, limit)
 }

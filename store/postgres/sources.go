@@ -212,20 +212,20 @@ func (d sourceDialect) NowMs(ctx context.Context, tx sourcesql.Querier) (int64, 
 	return ms, rows.Scan(&ms)
 }
 
-// sourceEventsSQL writes the events with their bodies and their
-// deliveries to every webhook subscribed to source.closed or "*", due at
-// the event's time, and NOTIFYs other processes' delivery engines at
-// commit when it wrote any.
+// sourceEventsSQL writes the events with their types and bodies and
+// their deliveries to every webhook subscribed to the event's type or
+// "*", due at the event's time, and NOTIFYs other processes' delivery
+// engines at commit when it wrote any.
 const sourceEventsSQL = `WITH v AS (
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $6::text[], $7::text[]) AS v(id, order_id, at, body, cause, node)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $6::text[], $7::text[], $8::text[]) AS v(id, order_id, at, body, cause, node, type)
 ), e AS (
 	INSERT INTO events (id, type, order_id, created_at, body, cause, node)
-	SELECT v.id, 'source.closed', v.order_id, v.at, v.body, v.cause, v.node FROM v
-	RETURNING seq, order_id, created_at
+	SELECT v.id, v.type, v.order_id, v.at, v.body, v.cause, v.node FROM v
+	RETURNING seq, type, order_id, created_at
 ), d AS (
 	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
 	SELECT s.webhook_id, e.seq, e.order_id, 'pending', e.created_at
-	FROM e JOIN webhook_subscriptions s ON s.type IN ('source.closed', '*')
+	FROM e JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
 	RETURNING 1
 ), n AS (
 	SELECT pg_notify($5, '') FROM (SELECT 1 FROM d LIMIT 1) AS x
@@ -234,12 +234,12 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM n)`
 
 func (d sourceDialect) WriteEvents(ctx context.Context, tx sourcesql.Querier, evs []sourcesql.Event) (int, error) {
 	ids, orders, at, bodies := make([]string, len(evs)), make([]int64, len(evs)), make([]int64, len(evs)), make([]string, len(evs))
-	causes, nodes := make([]*string, len(evs)), make([]*string, len(evs))
+	causes, nodes, types := make([]*string, len(evs)), make([]*string, len(evs)), make([]string, len(evs))
 	for i, e := range evs {
-		ids[i], orders[i], at[i], bodies[i] = e.ID, e.OrderID, e.At, string(e.Body)
+		ids[i], orders[i], at[i], bodies[i], types[i] = e.ID, e.OrderID, e.At, string(e.Body), string(e.Type)
 		causes[i], nodes[i] = closerColumns(e.By)
 	}
-	rows, err := tx.Query(ctx, sourceEventsSQL, ids, orders, at, bodies, d.s.channel, causes, nodes)
+	rows, err := tx.Query(ctx, sourceEventsSQL, ids, orders, at, bodies, d.s.channel, causes, nodes, types)
 	if err != nil {
 		return 0, err
 	}
@@ -281,4 +281,23 @@ func (d sourceDialect) LockKeys(table, key string, n int) string {
 		ps[i] = d.Param(i + 1)
 	}
 	return fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR NO KEY UPDATE SKIP LOCKED", key, table, key, strings.Join(ps, ", "))
+}
+
+// InsertNew: ON CONFLICT DO NOTHING counts no row when the key exists.
+func (d sourceDialect) InsertNew(table string, cols []string, rows int) string {
+	vals := make([]string, rows)
+	for r := range vals {
+		ps := make([]string, len(cols))
+		for i := range ps {
+			ps[i] = d.Param(r*len(cols) + i + 1)
+		}
+		vals[r] = "(" + strings.Join(ps, ", ") + ")"
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON CONFLICT DO NOTHING", table, strings.Join(cols, ", "), strings.Join(vals, ", "))
+}
+
+// DeleteSome: PostgreSQL's DELETE has no LIMIT; the rows are picked by
+// their ctid.
+func (sourceDialect) DeleteSome(table, where string, limit int) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %s WHERE %s LIMIT %d))", table, table, where, limit)
 }

@@ -60,8 +60,10 @@ func execAll(ctx context.Context, tx Querier, stmts []Stmt, pipe bool) ([]int64,
 	return counts, -1, nil
 }
 
-// Event is a source.closed event to write with its deliveries.
+// Event is a source row's event (source.closed, source.expiring) to
+// write with its deliveries.
 type Event struct {
+	Type    hourglass.EventType
 	ID      string
 	OrderID int64 // hourglass.SourceEventOrderID
 	At      int64 // unix ms
@@ -93,7 +95,7 @@ type Dialect interface {
 	// NowMs reads the database's now, unix ms, in tx.
 	NowMs(ctx context.Context, tx Querier) (int64, error)
 	// WriteEvents writes evs with their webhook deliveries (to webhooks
-	// subscribed to source.closed or "*") in tx; it returns the
+	// subscribed to each event's type or "*") in tx; it returns the
 	// deliveries written.
 	WriteEvents(ctx context.Context, tx Querier, evs []Event) (int, error)
 	// Committed is told the deliveries a committed close wrote (it wakes
@@ -129,6 +131,14 @@ type Dialect interface {
 	// would and skipping (not waiting for) those another transaction holds;
 	// it locks no other row (InnoDB locks every row a locking read scans).
 	LockKeys(table, key string, n int) string
+	// InsertNew is an INSERT of rows rows of cols (params 1 to
+	// rows*len(cols), row by row) into table that changes nothing, and
+	// counts no row changed, for a row whose primary key exists
+	// (committed, or committed by the transaction it waited for).
+	InsertNew(table string, cols []string, rows int) string
+	// DeleteSome is a DELETE of at most limit rows of table matching
+	// where (whose params it keeps), in no particular order.
+	DeleteSome(table, where string, limit int) string
 }
 
 // Wait is how long a close's statement waits for a row lock another
@@ -685,7 +695,7 @@ func (t *Table) closeTx(ctx context.Context, rows []hourglass.DueItem) (res []ho
 			for i, j := range closing {
 				res[j].Outcome, res[j].ClosedAt = hourglass.SourceClosed, closedAt
 				id := hourglass.NewEventID()
-				evs[i] = Event{ID: id, OrderID: hourglass.SourceEventOrderID(t.src.Name, res[j].Key), At: now,
+				evs[i] = Event{Type: hourglass.EventSourceClosed, ID: id, OrderID: hourglass.SourceEventOrderID(t.src.Name, res[j].Key), At: now,
 					Body: hourglass.MarshalSourceEvent(id, t.src.Name, res[j].Key, res[j].Deadline, closedAt), By: by}
 			}
 			deliveries, err = t.d.WriteEvents(ctx, tx, evs)
