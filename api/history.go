@@ -206,29 +206,41 @@ func (s *Server) sourceRowHistory(r *http.Request, _ []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	// Another row's events may share the id (a hash): keep this row's.
+	// Another row's events may share the id (a hash): keep this row's,
+	// its reminders (source.expiring) and its closes.
 	kept := h.Events[:0]
-	var closes []sourceBody
+	var (
+		closes    []sourceBody
+		lastClose = -1
+	)
 	for _, e := range h.Events {
 		var b sourceBody
-		if e.Type != hourglass.EventSourceClosed || json.Unmarshal(e.Body, &b) != nil || b.Source != name || b.Key != key {
+		if e.Type != hourglass.EventSourceClosed && e.Type != hourglass.EventSourceExpiring ||
+			json.Unmarshal(e.Body, &b) != nil || b.Source != name || b.Key != key {
 			continue
 		}
 		kept = append(kept, e)
-		closes = append(closes, b)
+		if e.Type == hourglass.EventSourceClosed {
+			closes, lastClose = append(closes, b), len(kept)-1
+		}
 	}
 	h.Events = kept
 	if len(h.Events) == 0 {
-		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "source %s: row %d: hourglass has not closed it (no source.closed event; it may be pending, unknown or pruned)", name, key)
+		return 0, nil, hourglass.Errorf(hourglass.CodeNotFound, "source %s: row %d: hourglass has neither reminded nor closed it (no source.expiring or source.closed event; it may be pending, unknown or pruned)", name, key)
 	}
 	out := newHistoryJSON("source_row", h, attempts)
 	out.Source, out.Key = &name, &key
-	last := closes[len(closes)-1]
-	for i, b := range closes {
-		out.Timing.Deadlines = append(out.Timing.Deadlines, DeadlineJSON{Deadline: optString(b.Deadline), SetBy: "source", SetAt: formatTime(h.Events[i].CreatedAt)})
+	for _, e := range h.Events {
+		if e.Type == hourglass.EventSourceClosed {
+			out.Timing.Deadlines = append(out.Timing.Deadlines, DeadlineJSON{Deadline: bodyDeadline(e), SetBy: "source", SetAt: formatTime(e.CreatedAt)})
+		}
 	}
-	deadline, _ := time.Parse(time.RFC3339Nano, last.Deadline)
-	closeTiming(&out.Timing, deadline, h.Events[len(h.Events)-1])
+	if lastClose < 0 { // reminded, not closed yet: its deadline as the reminder saw it
+		out.Timing.Deadline = bodyDeadline(h.Events[len(h.Events)-1])
+		return http.StatusOK, out, nil
+	}
+	deadline, _ := time.Parse(time.RFC3339Nano, closes[len(closes)-1].Deadline)
+	closeTiming(&out.Timing, deadline, h.Events[lastClose])
 	return http.StatusOK, out, nil
 }
 
@@ -264,7 +276,8 @@ type (
 )
 
 // bodyDeadline returns the deadline an event's stored body names: an
-// order.extended's, a timer.fired's fire_at, a source.closed's.
+// order.extended's, a timer.fired's fire_at, a source.closed's or
+// source.expiring's.
 func bodyDeadline(e hourglass.HistoryEvent) *string {
 	if len(e.Body) == 0 {
 		return nil
@@ -281,7 +294,7 @@ func bodyDeadline(e hourglass.HistoryEvent) *string {
 		if json.Unmarshal(e.Body, &b) == nil {
 			d = b.Timer.FireAt
 		}
-	case hourglass.EventSourceClosed:
+	case hourglass.EventSourceClosed, hourglass.EventSourceExpiring:
 		var b sourceBody
 		if json.Unmarshal(e.Body, &b) == nil {
 			d = b.Deadline
