@@ -61,7 +61,10 @@ func TestSourceRows(t *testing.T) {
 				bad = "'0000-00-00 00:00:00'"
 			}
 			shop.BadOrder(t, 0, bad)
-			closed := shop.Order(t, "u", 200*time.Millisecond, "A", 1)
+			// Due once the node serves (its first partitions owned): a
+			// row due before that closes as start-up recovery.
+			testenv.Eventually(t, 30*time.Second, "the node ready", func() bool { return n.Engine.Ready() })
+			closed := shop.Order(t, "u", 1500*time.Millisecond, "A", 1)
 			soon := shop.Order(t, "u", time.Hour, "A", 1)
 			later := shop.Order(t, "u", 2*time.Hour, "A", 1)
 			c := api.NewClient("http://"+n.Addr().String(), "", nil)
@@ -72,7 +75,7 @@ func TestSourceRows(t *testing.T) {
 				return err == nil && len(list.Rows) == 1
 			})
 			if r := list.Rows[0]; r.Key != closed || r.Status != "closed" || r.ClosedAt == nil || *r.ClosedBy != string(hourglass.CauseDeadline) || *r.Node != "rows-"+kind || list.Next != nil {
-				t.Fatalf("closed rows = %+v", list)
+				t.Fatalf("closed rows = %+v (closed by %s on %s; want deadline on rows-%s)", list, deref(r.ClosedBy), deref(r.Node), kind)
 			}
 
 			var keys []int64
@@ -131,4 +134,11 @@ func TestSourceRows(t *testing.T) {
 			}
 		})
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

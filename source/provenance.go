@@ -19,23 +19,29 @@ const maxMarked = 100000
 // this node gained its partition), else its deadline. Safe for concurrent
 // use.
 type causes struct {
-	started time.Time
-
-	mu     sync.Mutex
-	owned  hourglass.Parts // as last seen (nil: every partition)
+	mu sync.Mutex
+	// started is when the runner started, or, in a cluster, first owned
+	// a partition: a row due before it waited for this node to start.
+	started   time.Time
+	everOwned bool
+	owned     hourglass.Parts // as last seen (nil: every partition)
 	gained [hourglass.Partitions]time.Time
 	marked map[int64]hourglass.CloseCause // by the sweeper or a check, until closed
 }
 
 func newCauses(started time.Time, owned hourglass.Parts) *causes {
-	return &causes{started: started, owned: slices.Clone(owned), marked: map[int64]hourglass.CloseCause{}}
+	return &causes{started: started, everOwned: owned == nil || len(owned) > 0, owned: slices.Clone(owned), marked: map[int64]hourglass.CloseCause{}}
 }
 
 // own records the partitions owned from now: those not owned before were
-// gained at now.
+// gained at now, but the first a node owns are its start, not a takeover.
 func (c *causes) own(owned hourglass.Parts, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.everOwned && len(owned) > 0 {
+		c.everOwned, c.started, c.owned = true, now, slices.Clone(owned)
+		return
+	}
 	for _, p := range owned {
 		if c.owned != nil && !slices.Contains(c.owned, p) {
 			c.gained[p] = now

@@ -54,4 +54,24 @@ func TestCauses(t *testing.T) {
 	if got := c.of(row); got != hourglass.CauseRecovery {
 		t.Errorf("after its close settled: %q, want recovery", got)
 	}
+
+	// In a cluster a node starts owning nothing: its first partitions are
+	// its start (rows due before: recovery), the later ones takeovers.
+	c = newCauses(start, hourglass.Parts{})
+	first, second := start.Add(time.Second), start.Add(time.Minute)
+	c.own(hourglass.Parts{0}, first)
+	c.own(hourglass.Parts{0, 1}, second)
+	for _, tc := range []struct {
+		name string
+		row  hourglass.DueItem
+		want hourglass.CloseCause
+	}{
+		{"due before the first partitions", hourglass.DueItem{ID: a, At: start.Add(500 * time.Millisecond)}, hourglass.CauseRecovery},
+		{"due after them", hourglass.DueItem{ID: a, At: first.Add(time.Second)}, hourglass.CauseDeadline},
+		{"due before a later gain", hourglass.DueItem{ID: b, At: first.Add(time.Second)}, hourglass.CauseTakeover},
+	} {
+		if got := c.of(tc.row); got != tc.want {
+			t.Errorf("cluster: %s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"maps"
@@ -89,7 +90,7 @@ func (sourceDialect) Param(int) string { return "?" }
 func (sourceDialect) Quote(ident string) string {
 	return "`" + strings.ReplaceAll(ident, "`", "``") + "`"
 }
-func (d sourceDialect) DB() sourcesql.Querier { return sqlQuerier{d.db} }
+func (d sourceDialect) DB() sourcesql.Querier { return sqlQuerier{q: d.db} }
 
 // sqlQuerier adapts a pool or a transaction.
 type sqlQuerier struct {
@@ -97,6 +98,10 @@ type sqlQuerier struct {
 		QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 		ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 	}
+	// conn is the connection a source's transaction (q) runs on, nil on
+	// a pool: ExecAll reads each statement's row count through it (the
+	// driver's mysql.Result, which database/sql's result hides).
+	conn *sql.Conn
 }
 
 type sqlRows struct{ *sql.Rows }
@@ -131,17 +136,55 @@ func (q sqlQuerier) ExecAll(ctx context.Context, stmts []sourcesql.Stmt) ([]int6
 			sb.WriteString(st.SQL)
 			args = append(args, st.Args...)
 		}
-		res, err := q.q.ExecContext(ctx, sb.String(), args...)
+		all, err := q.execMulti(ctx, sb.String(), args)
 		if err != nil {
 			return counts, start, fmt.Errorf("%w: %w", sourcesql.ErrUnpipelined, err)
 		}
-		all, ok := res.(interface{ AllRowsAffected() []int64 })
-		if !ok || len(all.AllRowsAffected()) != len(part) {
-			return counts, start, fmt.Errorf("%w: the server answered fewer statements than sent", sourcesql.ErrUnpipelined)
+		if len(all) != len(part) {
+			return counts, start, fmt.Errorf("%w: the server answered %d statements of %d sent", sourcesql.ErrUnpipelined, len(all), len(part))
 		}
-		counts = append(counts, all.AllRowsAffected()...)
+		counts = append(counts, all...)
 	}
 	return counts, -1, nil
+}
+
+// execMulti runs statements sent as one (multiStatements) on the
+// transaction's connection and returns each one's row count. database/sql
+// wraps the driver's result in one that has only the last statement's
+// count, so the statements go to the driver itself, on the connection the
+// transaction holds (between its statements: database/sql serialises
+// both on the connection's lock).
+func (q sqlQuerier) execMulti(ctx context.Context, query string, args []any) ([]int64, error) {
+	if q.conn == nil {
+		return nil, errors.New("statements sent as one need a transaction's connection")
+	}
+	var counts []int64
+	err := q.conn.Raw(func(dc any) error {
+		ex, ok := dc.(driver.ExecerContext)
+		if !ok {
+			return fmt.Errorf("the driver's connection (%T) cannot execute", dc)
+		}
+		named := make([]driver.NamedValue, len(args))
+		for i, a := range args {
+			named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+			if c, ok := dc.(driver.NamedValueChecker); ok {
+				if err := c.CheckNamedValue(&named[i]); err != nil {
+					return fmt.Errorf("argument %d: %w", i+1, err)
+				}
+			}
+		}
+		res, err := ex.ExecContext(ctx, query, named)
+		if err != nil {
+			return err
+		}
+		r, ok := res.(gomysql.Result)
+		if !ok {
+			return fmt.Errorf("the driver's result (%T) has no count per statement", res)
+		}
+		counts = r.AllRowsAffected()
+		return nil
+	})
+	return counts, err
 }
 
 func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -167,11 +210,16 @@ func (sourceDialect) LockWaitSQL(sourcesql.Wait) string { return "" }
 
 // InTx: a batch waits as long as one row (sourceLockWait is MySQL's least).
 func (d sourceDialect) InTx(ctx context.Context, _ sourcesql.Wait, fn func(tx sourcesql.Querier) error) error {
-	tx, err := d.db.BeginTx(ctx, nil)
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
-	if err := fn(sqlQuerier{tx}); err != nil {
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(sqlQuerier{q: tx, conn: conn}); err != nil {
 		tx.Rollback()
 		return err
 	}

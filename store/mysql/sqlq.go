@@ -48,11 +48,11 @@ var sqlDialect = sqlq.Dialect{
 type sqlDB struct{ s *Store }
 
 func (d sqlDB) Read(ctx context.Context, op string, fn func(q sqlq.Querier) error) error {
-	return fail(op, fn(sqlQuerier{d.s.db}))
+	return fail(op, fn(sqlQuerier{q: d.s.db}))
 }
 
 func (d sqlDB) Write(ctx context.Context, op string, _ sqlq.Lane, fn func(q sqlq.Querier) error) error {
-	return d.s.inTx(ctx, op, func(tx *sql.Tx) error { return fn(sqlQuerier{tx}) })
+	return d.s.inTx(ctx, op, func(tx *sql.Tx) error { return fn(sqlQuerier{q: tx}) })
 }
 
 func (d sqlDB) NowArg() any { return d.s.nowArg() }

@@ -26,13 +26,7 @@ func (s *Store) History(ctx context.Context, p hourglass.HistoryParams) (hourgla
 		)
 		err := x.each(ctx, evQuery, evArgs, []any{&e.Seq, &e.ID, &typ, &created, &e.Body, &cause, &node}, func() error {
 			ev := e
-			ev.Type, ev.CreatedAt = hourglass.EventType(typ), hourglass.FromUnixMilli(created)
-			if cause != nil {
-				ev.By.Cause = hourglass.CloseCause(*cause)
-			}
-			if node != nil {
-				ev.By.Node = *node
-			}
+			ev.Type, ev.CreatedAt, ev.By = hourglass.EventType(typ), hourglass.FromUnixMilli(created), closerOf(cause, node)
 			h.Events = append(h.Events, ev)
 			e.Body, cause, node = nil, nil, nil
 			return nil
@@ -114,14 +108,15 @@ func (s *Store) SourceClosedEvents(ctx context.Context, after int64, limit int) 
 	err := s.read(ctx, "source closed events", func(x q) error {
 		out = out[:0]
 		var (
-			e       hourglass.HistoryEvent
-			created int64
+			e           hourglass.HistoryEvent
+			created     int64
+			cause, node *string
 		)
-		return x.each(ctx, query, args, []any{&e.Seq, &e.ID, &created, &e.Body}, func() error {
+		return x.each(ctx, query, args, []any{&e.Seq, &e.ID, &created, &e.Body, &cause, &node}, func() error {
 			ev := e
-			ev.Type, ev.CreatedAt = hourglass.EventSourceClosed, hourglass.FromUnixMilli(created)
+			ev.Type, ev.CreatedAt, ev.By = hourglass.EventSourceClosed, hourglass.FromUnixMilli(created), closerOf(cause, node)
 			out = append(out, ev)
-			e.Body = nil
+			e.Body, cause, node = nil, nil, nil
 			return nil
 		})
 	})
@@ -131,6 +126,19 @@ func (s *Store) SourceClosedEvents(ctx context.Context, after int64, limit int) 
 // SourceClosedEventsSQL is SourceClosedEvents' statement (exported for
 // the plan tests).
 func (s *Store) SourceClosedEventsSQL(after int64, limit int) (string, []any) {
-	return `SELECT seq, id, created_at, body FROM ` + s.d.From("events", "events_source_closed") +
+	return `SELECT seq, id, created_at, body, cause, node FROM ` + s.d.From("events", "events_source_closed") +
 		` WHERE type = 'source.closed' AND seq > ? ORDER BY seq LIMIT ?`, []any{after, limit}
+}
+
+// closerOf is an event's provenance from its cause and node columns (NULL:
+// not recorded).
+func closerOf(cause, node *string) hourglass.Closer {
+	var c hourglass.Closer
+	if cause != nil {
+		c.Cause = hourglass.CloseCause(*cause)
+	}
+	if node != nil {
+		c.Node = *node
+	}
+	return c
 }
