@@ -84,6 +84,14 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		natsgo.MaxReconnects(-1),
 		natsgo.ReconnectWait(250*time.Millisecond),
 		natsgo.RetryOnFailedConnect(false),
+		// No reconnect buffer: a publish while disconnected fails at once.
+		// With one, an attempt's messages that missed the cut waited in it
+		// and reached the stream after the reconnect, ahead of the retry
+		// of the same batch's earlier messages the cut lost: a key's
+		// events out of order (seen in the sinks' outage test). The sink
+		// retries the batch from the database, in order, and JetStream
+		// drops the copies already stored (Nats-Msg-Id).
+		natsgo.ReconnectBufSize(-1),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("nats sink %s: connect: %w", name, err)
