@@ -466,25 +466,17 @@ func SourceEventOrderID(source string, key int64) int64 {
 	return SourceIDBase + int64(x&(1<<61-1))
 }
 
-type sourceReminderJSON struct {
-	ID        string    `json:"id"`
-	Type      EventType `json:"type"`
-	CreatedAt string    `json:"created_at"`
-	Source    string    `json:"source"`
-	Key       int64     `json:"key"`
-	Deadline  string    `json:"deadline"`
-	RemindAt  string    `json:"remind_at"`
-}
-
 // MarshalSourceReminderEvent returns the body of a source.expiring event
 // written at createdAt: {"id","type","created_at","source","key",
 // "deadline","remind_at"}. It cannot fail.
 func MarshalSourceReminderEvent(id, source string, key int64, createdAt, deadline, remindAt time.Time) []byte {
-	b, _ := json.Marshal(sourceReminderJSON{ID: id, Type: EventSourceExpiring, CreatedAt: formatTime(createdAt), Source: source, Key: key,
+	b, _ := json.Marshal(sourceEventJSON{ID: id, Type: EventSourceExpiring, CreatedAt: formatTime(createdAt), Source: source, Key: key,
 		Deadline: formatTime(deadline), RemindAt: formatTime(remindAt)}) // strings and ints: cannot fail
 	return b
 }
 
+// sourceEventJSON is a source row's event body: a source.closed carries
+// closed_at, a source.expiring remind_at.
 type sourceEventJSON struct {
 	ID        string    `json:"id"`
 	Type      EventType `json:"type"`
@@ -492,7 +484,8 @@ type sourceEventJSON struct {
 	Source    string    `json:"source"`
 	Key       int64     `json:"key"`
 	Deadline  string    `json:"deadline"`
-	ClosedAt  string    `json:"closed_at"`
+	ClosedAt  string    `json:"closed_at,omitempty"`
+	RemindAt  string    `json:"remind_at,omitempty"`
 }
 
 // MarshalSourceEvent returns the body of a source.closed event:

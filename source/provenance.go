@@ -25,8 +25,8 @@ type causes struct {
 	started   time.Time
 	everOwned bool
 	owned     hourglass.Parts // as last seen (nil: every partition)
-	gained [hourglass.Partitions]time.Time
-	marked map[int64]hourglass.CloseCause // by the sweeper or a check, until closed
+	gained    [hourglass.Partitions]time.Time
+	marked    map[int64]hourglass.CloseCause // by the sweeper or a check, until closed
 }
 
 func newCauses(started time.Time, owned hourglass.Parts) *causes {
