@@ -496,16 +496,11 @@ func (s *Server) encodeHeld(r *http.Request, held *hold, v any) ([]byte, error) 
 	if b, ok := v.(encodedJSON); ok {
 		return b, nil
 	}
-	var b []byte
-	if o, ok := v.(OrderJSON); ok { // the hottest answer, without reflection
-		b = append(appendOrderJSON(make([]byte, 0, 320+64*len(o.Items)), &o), '\n')
-	} else {
-		var err error
-		if b, err = marshalJSON(v); err != nil {
-			return nil, fmt.Errorf("api: encoding the response: %w", err)
-		}
-		b = append(b, '\n')
+	b, err := encodeValue(v)
+	if err != nil {
+		return nil, fmt.Errorf("api: encoding the response: %w", err)
 	}
+	b = append(b, '\n')
 	if !held.take(r.Context(), int64(cap(b)), BodyWait) {
 		return nil, hourglass.Errorf(hourglass.CodeUnavailable, "too many responses in flight; retry shortly")
 	}
@@ -589,9 +584,9 @@ func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
 		return 0, nil, err
 	}
 	if !created {
-		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+		return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 	}
-	return http.StatusCreated, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusCreated, orderAnswer(o.View(s.clock.Now())), nil
 }
 
 func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
@@ -607,13 +602,13 @@ func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, orderJSON(o), nil
+		return http.StatusOK, orderAnswer(o), nil
 	}
 	o, err := s.cfg.Store.Order(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 }
 
 // MaxListLimit is the largest page of GET /v1/orders (a page also ends at
@@ -654,7 +649,7 @@ func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 			f.After, f.AfterAt, f.Limit = after.id, after.at, n
 			return s.cfg.Store.ListOrders(r.Context(), f)
 		},
-		func(o hourglass.Order) any { return orderJSON(o.View(f.Now)) },
+		func(o hourglass.Order) any { return orderAnswer(o.View(f.Now)) },
 		func(o hourglass.Order) orderCursor { return orderCursor{at: sort.SortKey(o), id: o.ID} })
 	if err != nil {
 		return 0, nil, err
@@ -687,7 +682,7 @@ func (s *Server) payOrder(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 }
 
 func (s *Server) transition(a hourglass.Action) handlerFunc {
@@ -703,7 +698,7 @@ func (s *Server) transition(a hourglass.Action) handlerFunc {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+		return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 	}
 }
 
