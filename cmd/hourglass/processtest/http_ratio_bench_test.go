@@ -33,6 +33,10 @@ const createClients = 64
 // of each server's CPU per order. Run with -benchtime Nx (20000x: about
 // 2 s of hourglass a round).
 //
+// HOURGLASS_BENCH_BASELINE=path adds a third server to the rounds, the
+// hourglass binary at path (an earlier build, on a database of its own),
+// and reports its rate and ratio beside: a before and after in one run.
+//
 // HOURGLASS_BENCH_SERVER_PROFILE=dir also writes both servers' CPU
 // profiles, taken over the first HOURGLASS_BENCH_PROFILE_SECONDS (30 by
 // default) of the rounds, to dir/hourglass.pprof and dir/ceiling.pprof;
@@ -52,6 +56,10 @@ func benchmarkCeilingRatio(b *testing.B) {
 		newCreateLoad(b, "hourglass", p.url, p.cmd.Process.Pid, 1000),
 		newCreateLoad(b, "ceiling", ceilURL, ceilPID, 1000),
 	}
+	if baseline := os.Getenv("HOURGLASS_BENCH_BASELINE"); baseline != "" {
+		bp := startHourglass(b, "baseline", baseline, filepath.Join(b.TempDir(), "baseline"), "--database-url", storetest.URL(b))
+		servers = append(servers, newCreateLoad(b, "baseline", bp.url, bp.cmd.Process.Pid, 1000))
+	}
 	// Connections are opened and both servers' code paths warmed before
 	// the clock starts.
 	for _, s := range servers {
@@ -70,7 +78,7 @@ func benchmarkCeilingRatio(b *testing.B) {
 	}
 	rates := make([][]float64, len(servers))
 	cpus := make([][]float64, len(servers))
-	var ratios []float64
+	var ratios, baseRatios []float64
 	b.ResetTimer()
 	for round := range rounds {
 		rate := make([]float64, len(servers))
@@ -83,6 +91,10 @@ func benchmarkCeilingRatio(b *testing.B) {
 		}
 		ratios = append(ratios, rate[0]/rate[1])
 		b.Logf("round %d: hourglass %.0f orders/s, ceiling %.0f orders/s, ratio %.3f", round+1, rate[0], rate[1], rate[0]/rate[1])
+		if len(servers) > 2 {
+			baseRatios = append(baseRatios, rate[2]/rate[1])
+			b.Logf("round %d: baseline %.0f orders/s, ratio %.3f", round+1, rate[2], rate[2]/rate[1])
+		}
 	}
 	b.StopTimer()
 	profiles.Wait()
@@ -91,6 +103,11 @@ func benchmarkCeilingRatio(b *testing.B) {
 	b.ReportMetric(median(ratios), "ratio")
 	b.ReportMetric(median(cpus[0]), "server-cpu-us/order")
 	b.ReportMetric(median(cpus[1]), "ceiling-cpu-us/order")
+	if len(servers) > 2 {
+		b.ReportMetric(median(rates[2]), "baseline-orders/s")
+		b.ReportMetric(median(baseRatios), "baseline-ratio")
+		b.ReportMetric(median(cpus[2]), "baseline-cpu-us/order")
+	}
 	b.ReportMetric(0, "ns/op") // rounds of two servers: ns/op means nothing
 }
 
