@@ -158,14 +158,17 @@ var errBodyTooSlow = hourglass.Errorf(hourglass.CodeRequestTimeout,
 // Clock (which may be a database's or a test's). Not safe for concurrent use.
 type bodyPacer struct {
 	body  io.Reader
-	rc    *http.ResponseController
+	rc    http.ResponseController
 	start time.Time
 	read  int64
 	noDL  bool // the connection takes no read deadlines
 }
 
 func newBodyPacer(w http.ResponseWriter, body io.Reader) *bodyPacer {
-	return &bodyPacer{body: body, rc: http.NewResponseController(w), start: time.Now()}
+	// The controller is held by value, in the pacer readBody keeps on its
+	// stack: NewResponseController's pointer would cost every request an
+	// allocation.
+	return &bodyPacer{body: body, rc: *http.NewResponseController(w), start: time.Now()}
 }
 
 // due returns when the body falls behind the pace.

@@ -322,10 +322,11 @@ func (h rootHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.mux
 func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.clock.Now()
-		held := &hold{budget: s.bodies}
+		holds := &requestHolds{response: hold{budget: s.bodies}, body: hold{budget: s.bodies}}
+		held := &holds.response
 		defer held.releaseAll()
 		r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
-		status, v, err := s.serve(w, r, auth, h)
+		status, v, err := s.serve(w, r, auth, h, &holds.body)
 		var b []byte
 		if err == nil {
 			b, err = s.encodeHeld(r, held, v)
@@ -357,7 +358,12 @@ func MethodLabel(method string) string {
 	return OtherLabel
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h handlerFunc) (status int, v any, err error) {
+// requestHolds are one request's holds in the byte budget, allocated
+// together: its response's, held until the answer is written, and its
+// body's, until the handler returns.
+type requestHolds struct{ response, body hold }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h handlerFunc, bodyHeld *hold) (status int, v any, err error) {
 	defer func() {
 		// A panic in a handler is a bug; answer 500 rather than drop the
 		// connection, and log it with the stack's first line.
@@ -390,7 +396,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h hand
 	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet {
 		// The body's bytes are held until the handler returns; the
 		// response's, until it is written.
-		bodyHeld := &hold{budget: s.bodies}
 		defer bodyHeld.releaseAll()
 		if body, err = readBody(w, r, bodyHeld); err != nil {
 			return 0, nil, err
