@@ -70,5 +70,5 @@ func (s *Server) extendOrder(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 }

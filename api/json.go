@@ -247,7 +247,8 @@ func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs, remindM
 	// key order do not make a retry look like a different request. Its
 	// bytes are fmt's "%q\x00%d\x00" then "%s\x00%d\x00" per item, written
 	// without fmt.
-	buf := make([]byte, 0, 64+32*len(items))
+	var stack [128]byte // one item's fits: the hash's input stays off the heap
+	buf := stack[:0]
 	buf = strconv.AppendQuote(buf, p.UserID)
 	buf = append(buf, 0)
 	buf = strconv.AppendInt(buf, p.Timeout.Milliseconds(), 10)

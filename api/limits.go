@@ -69,7 +69,8 @@ type byteBudget struct {
 	mu      sync.Mutex
 	size    int64 // the bytes in all
 	free    int64
-	changed chan struct{} // closed and replaced whenever bytes are returned
+	waiting int           // acquires waiting on changed
+	changed chan struct{} // closed and replaced when bytes are returned while some wait
 }
 
 func newByteBudget(n int64) *byteBudget {
@@ -88,28 +89,38 @@ func (b *byteBudget) acquire(ctx context.Context, n int64, wait time.Duration) b
 			return true
 		}
 		changed := b.changed
+		b.waiting++
 		b.mu.Unlock()
 		if timeout == nil {
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			timeout = t.C
 		}
+		var woken bool
 		select {
 		case <-changed:
+			woken = true
 		case <-timeout:
-			return false
 		case <-ctx.Done():
+		}
+		b.mu.Lock()
+		b.waiting--
+		b.mu.Unlock()
+		if !woken {
 			return false
 		}
 	}
 }
 
-// release returns n bytes.
+// release returns n bytes and wakes the acquires waiting, if any: every
+// request returns its bytes, and most find no one waiting.
 func (b *byteBudget) release(n int64) {
 	b.mu.Lock()
 	b.free += n
-	close(b.changed)
-	b.changed = make(chan struct{})
+	if b.waiting > 0 {
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}
 	b.mu.Unlock()
 }
 
@@ -147,14 +158,17 @@ var errBodyTooSlow = hourglass.Errorf(hourglass.CodeRequestTimeout,
 // Clock (which may be a database's or a test's). Not safe for concurrent use.
 type bodyPacer struct {
 	body  io.Reader
-	rc    *http.ResponseController
+	rc    http.ResponseController
 	start time.Time
 	read  int64
 	noDL  bool // the connection takes no read deadlines
 }
 
 func newBodyPacer(w http.ResponseWriter, body io.Reader) *bodyPacer {
-	return &bodyPacer{body: body, rc: http.NewResponseController(w), start: time.Now()}
+	// The controller is held by value, in the pacer readBody keeps on its
+	// stack: NewResponseController's pointer would cost every request an
+	// allocation.
+	return &bodyPacer{body: body, rc: *http.NewResponseController(w), start: time.Now()}
 }
 
 // due returns when the body falls behind the pace.

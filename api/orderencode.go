@@ -2,57 +2,85 @@ package api
 
 import (
 	"strconv"
+	"time"
 	"unicode/utf8"
+
+	"github.com/hourglass/hourglass"
 )
 
-// appendOrderJSON appends o as marshalJSON writes it, byte for byte, without
-// reflection: the order is the answer of the hottest routes (create, get,
-// pay), and encoding/json spends more on finding its fields than on writing
-// them. FuzzAppendOrderJSON holds the two to the same bytes.
-func appendOrderJSON(b []byte, o *OrderJSON) []byte {
+// orderAnswer is a route's answer of one order, as Order.View shows it:
+// encodeValue writes it with appendOrder, without building an OrderJSON.
+type orderAnswer hourglass.Order
+
+// appendOrder appends o as marshalJSON writes orderJSON(o), byte for byte,
+// without reflection and without formatting its times into strings of
+// their own: the order is the answer of the hottest routes (create, get,
+// pay) and the items of a list page. FuzzAppendOrder holds the two to the
+// same bytes.
+func appendOrder(b []byte, o *hourglass.Order) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, o.ID, 10)
 	b = append(b, `,"user_id":`...)
 	b = appendJSONString(b, o.UserID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, o.Status)
-	b = append(b, `,"items":`...)
-	if o.Items == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, it := range o.Items {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"sku":`...)
-			b = appendJSONString(b, it.SKU)
-			b = append(b, `,"quantity":`...)
-			b = strconv.AppendInt(b, it.Quantity, 10)
-			b = append(b, '}')
+	b = appendJSONString(b, string(o.Status))
+	b = append(b, `,"items":[`...)
+	for i, it := range o.Items {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		b = append(b, ']')
+		b = append(b, `{"sku":`...)
+		b = appendJSONString(b, it.SKU)
+		b = append(b, `,"quantity":`...)
+		b = strconv.AppendInt(b, it.Quantity, 10)
+		b = append(b, '}')
 	}
-	b = append(b, `,"created_at":`...)
-	b = appendJSONString(b, o.CreatedAt)
+	b = append(b, `],"created_at":`...)
+	b = appendTime(b, o.CreatedAt)
 	b = append(b, `,"deadline":`...)
-	b = appendJSONString(b, o.Deadline)
+	b = appendTime(b, o.Deadline)
 	b = append(b, `,"paid_at":`...)
-	b = appendOptString(b, o.PaidAt)
+	b = appendOptTime(b, o.PaidAt)
 	b = append(b, `,"closed_at":`...)
-	b = appendOptString(b, o.ClosedAt)
+	b = appendOptTime(b, o.ClosedAt)
 	b = append(b, `,"close_reason":`...)
-	b = appendOptString(b, o.CloseReason)
+	b = appendOptText(b, o.CloseReason)
 	b = append(b, `,"payment_id":`...)
-	b = appendOptString(b, o.PaymentID)
+	b = appendOptText(b, o.PaymentID)
 	return append(b, '}')
 }
 
-func appendOptString(b []byte, s *string) []byte {
-	if s == nil {
+// appendTime appends t in TimeFormat as a JSON string (its bytes need no
+// escaping).
+func appendTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"')
+}
+
+// appendOptTime is appendTime, or null for the zero time (formatTime).
+func appendOptTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
 		return append(b, "null"...)
 	}
-	return appendJSONString(b, *s)
+	return appendTime(b, t)
+}
+
+// appendOptText is appendJSONString, or null for "" (optString).
+func appendOptText(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, s)
+}
+
+// encodeValue encodes v as marshalJSON does, an orderAnswer with
+// appendOrder.
+func encodeValue(v any) ([]byte, error) {
+	if o, ok := v.(orderAnswer); ok {
+		return appendOrder(make([]byte, 0, 320+64*len(o.Items)), (*hourglass.Order)(&o)), nil
+	}
+	return marshalJSON(v)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -83,7 +83,7 @@ func newPage(r *http.Request, field string) *pageBuilder {
 // item is always added, waiting up to BodyWait for room. Errors:
 // unavailable (no room for the first item), internal (encoding).
 func (p *pageBuilder) add(v any) (bool, error) {
-	item, err := marshalJSON(v)
+	item, err := encodeValue(v)
 	if err != nil {
 		return false, fmt.Errorf("api: encoding a list item: %w", err)
 	}

@@ -322,10 +322,11 @@ func (h rootHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.mux
 func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.clock.Now()
-		held := &hold{budget: s.bodies}
+		holds := &requestHolds{response: hold{budget: s.bodies}, body: hold{budget: s.bodies}}
+		held := &holds.response
 		defer held.releaseAll()
 		r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
-		status, v, err := s.serve(w, r, auth, h)
+		status, v, err := s.serve(w, r, auth, h, &holds.body)
 		var b []byte
 		if err == nil {
 			b, err = s.encodeHeld(r, held, v)
@@ -357,7 +358,12 @@ func MethodLabel(method string) string {
 	return OtherLabel
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h handlerFunc) (status int, v any, err error) {
+// requestHolds are one request's holds in the byte budget, allocated
+// together: its response's, held until the answer is written, and its
+// body's, until the handler returns.
+type requestHolds struct{ response, body hold }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h handlerFunc, bodyHeld *hold) (status int, v any, err error) {
 	defer func() {
 		// A panic in a handler is a bug; answer 500 rather than drop the
 		// connection, and log it with the stack's first line.
@@ -390,7 +396,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, auth bool, h hand
 	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet {
 		// The body's bytes are held until the handler returns; the
 		// response's, until it is written.
-		bodyHeld := &hold{budget: s.bodies}
 		defer bodyHeld.releaseAll()
 		if body, err = readBody(w, r, bodyHeld); err != nil {
 			return 0, nil, err
@@ -496,16 +501,11 @@ func (s *Server) encodeHeld(r *http.Request, held *hold, v any) ([]byte, error) 
 	if b, ok := v.(encodedJSON); ok {
 		return b, nil
 	}
-	var b []byte
-	if o, ok := v.(OrderJSON); ok { // the hottest answer, without reflection
-		b = append(appendOrderJSON(make([]byte, 0, 320+64*len(o.Items)), &o), '\n')
-	} else {
-		var err error
-		if b, err = marshalJSON(v); err != nil {
-			return nil, fmt.Errorf("api: encoding the response: %w", err)
-		}
-		b = append(b, '\n')
+	b, err := encodeValue(v)
+	if err != nil {
+		return nil, fmt.Errorf("api: encoding the response: %w", err)
 	}
+	b = append(b, '\n')
 	if !held.take(r.Context(), int64(cap(b)), BodyWait) {
 		return nil, hourglass.Errorf(hourglass.CodeUnavailable, "too many responses in flight; retry shortly")
 	}
@@ -589,9 +589,9 @@ func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
 		return 0, nil, err
 	}
 	if !created {
-		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+		return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 	}
-	return http.StatusCreated, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusCreated, orderAnswer(o.View(s.clock.Now())), nil
 }
 
 func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
@@ -607,13 +607,13 @@ func (s *Server) getOrder(r *http.Request, _ []byte) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, orderJSON(o), nil
+		return http.StatusOK, orderAnswer(o), nil
 	}
 	o, err := s.cfg.Store.Order(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 }
 
 // MaxListLimit is the largest page of GET /v1/orders (a page also ends at
@@ -654,7 +654,7 @@ func (s *Server) listOrders(r *http.Request, _ []byte) (int, any, error) {
 			f.After, f.AfterAt, f.Limit = after.id, after.at, n
 			return s.cfg.Store.ListOrders(r.Context(), f)
 		},
-		func(o hourglass.Order) any { return orderJSON(o.View(f.Now)) },
+		func(o hourglass.Order) any { return orderAnswer(o.View(f.Now)) },
 		func(o hourglass.Order) orderCursor { return orderCursor{at: sort.SortKey(o), id: o.ID} })
 	if err != nil {
 		return 0, nil, err
@@ -687,7 +687,7 @@ func (s *Server) payOrder(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+	return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 }
 
 func (s *Server) transition(a hourglass.Action) handlerFunc {
@@ -703,7 +703,7 @@ func (s *Server) transition(a hourglass.Action) handlerFunc {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, orderJSON(o.View(s.clock.Now())), nil
+		return http.StatusOK, orderAnswer(o.View(s.clock.Now())), nil
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hourglass/hourglass"
@@ -49,6 +50,11 @@ type Metrics struct {
 	noticesRejected *prometheus.CounterVec
 	// reminders are order reminders' (reminders.go).
 	reminders reminderMetrics
+	// requestSeries holds each route, method and code's series of
+	// requests and requestLatency once bound (requestKey →
+	// *requestSeries). The API's labels come from fixed sets, so it is as
+	// bounded as the series are.
+	requestSeries sync.Map
 }
 
 // New registers every collector on a new registry. pending reports the
@@ -219,10 +225,35 @@ func (m *Metrics) SchedulerFailed(error) { m.schedFailures.Inc() }
 // Swept implements engine.Observer.
 func (m *Metrics) Swept(found int) { m.sweeperFound.Add(float64(found)) }
 
-// ObserveRequest records one API request.
+// requestKey names one series of hourglass_http_requests_total.
+type requestKey struct {
+	route, method string
+	code          int
+}
+
+// requestSeries are the series one request's observation updates, bound to
+// their labels.
+type requestSeries struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// ObserveRequest records one API request. It binds a route, method and
+// code's series on their first request and reuses them after: every
+// request of the API passes here, and WithLabelValues hashes and checks
+// its labels each time.
 func (m *Metrics) ObserveRequest(route, method string, code int, d time.Duration) {
-	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
-	m.requestLatency.WithLabelValues(route, method).Observe(d.Seconds())
+	k := requestKey{route: route, method: method, code: code}
+	v, ok := m.requestSeries.Load(k)
+	if !ok {
+		v, _ = m.requestSeries.LoadOrStore(k, &requestSeries{
+			count:   m.requests.WithLabelValues(route, method, strconv.Itoa(code)),
+			latency: m.requestLatency.WithLabelValues(route, method),
+		})
+	}
+	s := v.(*requestSeries)
+	s.count.Inc()
+	s.latency.Observe(d.Seconds())
 }
 
 // ObserveCommit records one group commit of the store.

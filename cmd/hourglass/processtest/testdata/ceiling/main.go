@@ -12,6 +12,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 )
@@ -36,7 +37,13 @@ type order struct {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "address to listen on")
+	debugAddr := flag.String("debug-addr", "", "address to serve the runtime profiles on (none when empty)")
 	flag.Parse()
+	if *debugAddr != "" {
+		debug := http.NewServeMux()
+		debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		go func() { log.Fatal(http.ListenAndServe(*debugAddr, debug)) }()
+	}
 	var ids atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /v1/products/{sku}", func(w http.ResponseWriter, r *http.Request) {
