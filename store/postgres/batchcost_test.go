@@ -53,18 +53,6 @@ func backendNanos(tb testing.TB, s *Store) time.Duration {
 func BenchmarkCreateBatch(b *testing.B) {
 	s := openForPlans(b, thousandProducts...)
 	ctx := context.Background()
-	if os.Getenv("PGFAST_LOG") != "" {
-		if _, err := s.pool.Exec(ctx, `DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET log_min_duration_statement = 0', current_database()); END$$`); err != nil {
-			b.Fatal(err)
-		}
-		s.pool.Reset()
-	}
-	if os.Getenv("PGFAST_GENERIC") != "" {
-		if _, err := s.pool.Exec(ctx, `DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET plan_cache_mode = force_generic_plan', current_database()); END$$`); err != nil {
-			b.Fatal(err)
-		}
-		s.pool.Reset()
-	}
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("creates=%d", n), func(b *testing.B) {
 			ops := make([]*batch.Op, n)
