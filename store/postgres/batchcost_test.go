@@ -12,23 +12,14 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/stored"
-	"github.com/jackc/pgx/v5"
 )
 
 // backendNanos returns the CPU time used so far by the server processes
 // connected to s's database, from /proc/<pid>/schedstat (nanoseconds), or
 // 0 when the server is not on this machine.
 func backendNanos(tb testing.TB, s *Store) time.Duration {
-	rows, err := s.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var total time.Duration
-	for _, pid := range pids {
+	for _, pid := range backendPIDs(tb, s) {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
 		if err != nil {
 			return 0
