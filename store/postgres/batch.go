@@ -24,12 +24,14 @@ import (
 //
 // A statement that returns nothing is not sent on its own: txn queues it
 // and sends it in one pipeline (pgx.Batch) with the next statement whose
-// answer the algorithm needs, or with the COMMIT; now, the policy and the
-// subscriptions are read at the end of each lock's pipeline, so Snapshot
-// costs no round trip. A batch of a few payments or closes is two round
-// trips (BEGIN, the orders' locks, the products' locks and now; the writes
-// and COMMIT), a batch of creates two (BEGIN, the drawn order ids, the
-// products' locks and now; the writes and COMMIT); a batch of more than
+// answer the algorithm needs, or with the COMMIT, joined with the other
+// queued writes into one statement where they write different tables
+// (combine.go); now, the policy, the subscriptions and a batch's new order
+// ids are read at the end of each lock's pipeline, so Snapshot costs no
+// round trip. A batch of a few payments or closes is two round trips
+// (BEGIN, the orders' locks, the products' locks and now; the writes and
+// COMMIT), a batch of creates two (BEGIN, the products' locks, now and the
+// order ids; one statement of writes and COMMIT); a batch of more than
 // prelockOrders orders locks its products in a round trip of their own.
 // Creating timers, idempotency keys, pinned webhooks and delivery attempts
 // add a round trip each. PostgreSQL's own statements, beyond one a method:
@@ -241,11 +243,12 @@ func query(name, sql string, args []any, dest []any, scan func() error) stmt {
 // snapshotSQL reads now (after the locks), the policy and whether any
 // webhook subscription exists; snapshotIDsSQL also draws $3 order ids
 // from the sequence $2, for the batch's creates (those refused leave gaps,
-// as a rolled back insert does), once per batch.
+// as a rolled back insert does), once per batch; $3 is read through a
+// sub-select, so that its plan is made once (see productsLockSQL).
 const (
 	snapshotSQL = `SELECT COALESCE($1::bigint, ` + dbNow + `), (SELECT value FROM settings WHERE name = 'policy'),
 	EXISTS (SELECT 1 FROM webhook_subscriptions)`
-	snapshotIDsSQL = snapshotSQL + `, ARRAY(SELECT nextval($2::regclass) FROM generate_series(1, $3::int))`
+	snapshotIDsSQL = snapshotSQL + `, ARRAY(SELECT nextval($2::regclass) FROM generate_series(1, (SELECT $3::int)))`
 )
 
 func (t *txn) snapshotStmt() stmt {
@@ -397,8 +400,11 @@ func (t *txn) lockProducts(sql string, args []any, stock plan.Stock) stmt {
 // the statistics. "IN (SELECT unnest($1))" hash-joined a sequential scan of
 // every product, in the custom and the generic plan alike: on 1,000
 // products, 0.085 ms a batch against 0.02 ms, paid once per commit, so
-// most where batches are small (several nodes).
-const productsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest($1::text[]) AS k(sku)
+// most where batches are small (several nodes). The array is read through
+// a sub-select so that a custom plan cannot count its elements: both plans
+// then cost the same, the generic one is kept, and the statement is not
+// planned again at each batch (0.145 ms of planning, EXPLAIN ANALYZE).
+const productsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest((SELECT $1::text[])) AS k(sku)
 CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
 
 // LockProducts answers from the products LockOrders locked when they
