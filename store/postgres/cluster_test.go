@@ -368,20 +368,25 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// backendPIDs returns the server processes connected to s's database.
+func backendPIDs(tb testing.TB, s *Store) []int32 {
+	rows, err := s.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pids
+}
+
 // backendCPU returns the CPU time used so far by the server processes
 // connected to s's database, read from /proc/<pid>/stat (utime and stime,
 // in ticks of 1/100 s), or 0 when the server is not on this machine.
 func backendCPU(b *testing.B, s *Store) time.Duration {
-	rows, err := s.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		b.Fatal(err)
-	}
 	var ticks int64
-	for _, pid := range pids {
+	for _, pid := range backendPIDs(b, s) {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			return 0

@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/batch"
+	"github.com/hourglass/hourglass/store/internal/stored"
+)
+
+// backendNanos returns the CPU time used so far by the server processes
+// connected to s's database, from /proc/<pid>/schedstat (nanoseconds), or
+// 0 when the server is not on this machine.
+func backendNanos(tb testing.TB, s *Store) time.Duration {
+	var total time.Duration
+	for _, pid := range backendPIDs(tb, s) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			return 0
+		}
+		f := strings.Fields(string(stat))
+		if len(f) == 0 {
+			return 0
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0
+		}
+		total += time.Duration(ns)
+	}
+	return total
+}
+
+// BenchmarkCreateBatch runs batches of n creates (one item each, over
+// 1,000 products) through the group commit's dialect, one batch at a time,
+// and reports the server's CPU per batch (server-µs/batch): the fixed cost
+// of a batch is its value at n=1, the per-create part its slope.
+func BenchmarkCreateBatch(b *testing.B) {
+	s := openForPlans(b, thousandProducts...)
+	ctx := context.Background()
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("creates=%d", n), func(b *testing.B) {
+			ops := make([]*batch.Op, n)
+			run := func(i int) {
+				for j := range ops {
+					items := []hourglass.Item{{SKU: fmt.Sprintf("sku-%05d", 1+(i*n+j)%1000), Quantity: 1}}
+					ops[j] = &batch.Op{Kind: batch.Create, Create: hourglass.CreateOrderParams{UserID: "u", Timeout: time.Hour, Items: items},
+						Items: stored.EncodeItems(items)}
+				}
+				if _, err := (dialect{s}).Run(ctx, ops); err != nil {
+					b.Fatal(err)
+				}
+				for _, o := range ops {
+					if o.Res.Err != nil {
+						b.Fatal(o.Res.Err)
+					}
+				}
+			}
+			for i := range 20 { // every statement prepared and its plan settled
+				run(i)
+			}
+			server := -backendNanos(b, s)
+			b.ResetTimer()
+			for i := range b.N {
+				run(i)
+			}
+			b.StopTimer()
+			if server += backendNanos(b, s); server > 0 {
+				b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-µs/batch")
+			}
+		})
+	}
+}
