@@ -210,7 +210,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 	for g := range 64 {
 		calWG.Go(func() {
 			for i := g; i < probes/2; i += 64 {
-				o, err := target.Create(ctx, probeSKU, 1, 10*time.Minute)
+				o, err := target.Create(ctx, probeSKU, 1, 10*time.Minute, 0)
 				if err != nil {
 					calErr <- err
 					return
@@ -253,7 +253,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 						rate, i, w.Orders, left.Round(time.Millisecond), hourglass.MinTimeout)
 					return
 				}
-				o, err := target.Create(ctx, sku, 1, left)
+				o, err := target.Create(ctx, sku, 1, left, 0)
 				if err != nil {
 					errs <- err
 					return
@@ -296,7 +296,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 					return
 				case <-t.C:
 				}
-				target.Create(trickleCtx, trickleSKU, 1, time.Second) //nolint:errcheck // a failed create only trickles less
+				target.Create(trickleCtx, trickleSKU, 1, time.Second, 0) //nolint:errcheck // a failed create only trickles less
 			}
 		})
 	}
@@ -352,7 +352,7 @@ func RunBurst(ctx context.Context, sys System, databaseURL string, w BurstWorklo
 	}
 	if w.ProbeRate > 0 {
 		probeWG.Go(func() {
-			probe(func() error { _, err := target.Create(probeCtx, probeSKU, 1, 10*time.Minute); return err }, &createLat)
+			probe(func() error { _, err := target.Create(probeCtx, probeSKU, 1, 10*time.Minute, 0); return err }, &createLat)
 		})
 		probeWG.Go(func() {
 			probe(func() error {

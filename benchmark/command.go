@@ -28,6 +28,7 @@ type Command struct {
 	RaceFraction  float64       `help:"Share of payments aimed at the deadline ± --race-jitter, to stress the pay/close race." default:"0.2"`
 	RaceJitter    time.Duration `help:"Spread of racing payments around the deadline." default:"5ms"`
 	Grace         time.Duration `help:"An order not closed by deadline + grace counts as lost by the mechanism." default:"5s"`
+	RemindBefore  time.Duration `help:"Create every order with this reminder lead (remind_before_ms, e.g. half the --timeout) and measure its order.expiring (issue #41), read back from each order's history: lateness (created_at − remind_at) beside the closes', and none early, none for an order paid before its reminder time, none twice, none missing. 0: no reminders." name:"remind-before"`
 	Backends      string        `help:"Comma-separated delay mechanisms to run in-process, one after another." default:"wheel,heap,gotimer,sqlpoll"`
 	Target        []string      `help:"Drive a running server over its API instead (black-box), e.g. http://127.0.0.1:8080. Repeat it for the nodes of a cluster: requests go round-robin over them."`
 	APIToken      string        `help:"Token for --target." env:"HOURGLASS_API_TOKEN"`
@@ -52,7 +53,7 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		return err
 	}
 	w := Workload{Rate: b.Rate, Duration: b.Duration, Timeouts: timeouts, PayFraction: b.PayFraction,
-		RaceFraction: b.RaceFraction, RaceJitter: b.RaceJitter, Grace: b.Grace, Seed: b.Seed}
+		RaceFraction: b.RaceFraction, RaceJitter: b.RaceJitter, Grace: b.Grace, RemindBefore: b.RemindBefore, Seed: b.Seed}
 	if err := w.Validate(); err != nil {
 		return err
 	}
@@ -68,6 +69,9 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 		defer pprof.StopCPUProfile()
 	}
 	if b.Burst > 0 {
+		if b.RemindBefore > 0 {
+			return fmt.Errorf("--remind-before runs with the steady workload: drop --burst")
+		}
 		return b.runBurst(ctx, log)
 	}
 	kinds, err := ParseKinds(b.Kind)
@@ -88,6 +92,9 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 	if slices.Contains(kinds, KindOrders) {
 		fmt.Fprintf(os.Stderr, "workload: %d orders/s for %s, timeouts %s, %.0f%% paid (%.0f%% of those at the deadline ±%s)\n",
 			w.Rate, w.Duration, timeouts, 100*w.PayFraction, 100*w.RaceFraction, w.RaceJitter)
+		if w.RemindBefore > 0 {
+			fmt.Fprintf(os.Stderr, "reminders: order.expiring %s before each deadline\n", w.RemindBefore)
+		}
 	}
 	if slices.Contains(kinds, KindTimers) {
 		fmt.Fprintf(os.Stderr, "workload: %d timers armed/s for %s, delays %s\n", w.Rate, w.Duration, timeouts)
@@ -185,6 +192,9 @@ func (b *Command) Run(ctx context.Context, log *slog.Logger, peers []System) err
 	}
 	if len(report.Results) > 0 {
 		report.WriteTable(os.Stdout)
+	}
+	if hasReminders(report.Results) {
+		report.WriteReminderTable(os.Stdout)
 	}
 	if len(report.Timers) > 0 {
 		report.WriteTimerTable(os.Stdout)

@@ -24,12 +24,37 @@ func NewHTTPTarget(baseURL, token string) *HTTPTarget {
 }
 
 // Create implements Target.
-func (t *HTTPTarget) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
-	o, _, err := t.client.CreateOrder(ctx, api.CreateOrderRequest{UserID: "bench", Items: []api.ItemJSON{{SKU: sku, Quantity: qty}}, TimeoutMs: timeout.Milliseconds()}, "")
+func (t *HTTPTarget) Create(ctx context.Context, sku string, qty int64, timeout, remindBefore time.Duration) (hourglass.Order, error) {
+	req := api.CreateOrderRequest{UserID: "bench", Items: []api.ItemJSON{{SKU: sku, Quantity: qty}}, TimeoutMs: timeout.Milliseconds()}
+	if remindBefore != 0 {
+		req.RemindBeforeMs = new(remindBefore.Milliseconds())
+	}
+	o, _, err := t.client.CreateOrder(ctx, req, "")
 	if err != nil {
 		return hourglass.Order{}, err
 	}
 	return fromJSON(o)
+}
+
+// Expiring implements Target: the order's history (GET
+// /v1/orders/{id}/history), its order.expiring events' created_at.
+func (t *HTTPTarget) Expiring(ctx context.Context, id int64) ([]time.Time, error) {
+	h, err := t.client.OrderHistory(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for _, e := range h.Events {
+		if e.Type != string(hourglass.EventOrderExpiring) {
+			continue
+		}
+		at, err := time.Parse(api.TimeFormat, e.CreatedAt)
+		if err != nil {
+			return nil, fmt.Errorf("order %d: event %s: %w", id, e.ID, err)
+		}
+		out = append(out, at)
+	}
+	return out, nil
 }
 
 // Pay implements Target.
@@ -114,8 +139,13 @@ func (r *RoundRobin) pick() Target {
 }
 
 // Create implements Target.
-func (r *RoundRobin) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
-	return r.pick().Create(ctx, sku, qty, timeout)
+func (r *RoundRobin) Create(ctx context.Context, sku string, qty int64, timeout, remindBefore time.Duration) (hourglass.Order, error) {
+	return r.pick().Create(ctx, sku, qty, timeout, remindBefore)
+}
+
+// Expiring implements Target.
+func (r *RoundRobin) Expiring(ctx context.Context, id int64) ([]time.Time, error) {
+	return r.pick().Expiring(ctx, id)
 }
 
 // Pay implements Target.

@@ -24,9 +24,14 @@ func (c *countingTarget) count(method string) {
 	c.calls[method]++
 }
 
-func (c *countingTarget) Create(context.Context, string, int64, time.Duration) (hourglass.Order, error) {
+func (c *countingTarget) Create(context.Context, string, int64, time.Duration, time.Duration) (hourglass.Order, error) {
 	c.count("create")
 	return hourglass.Order{}, nil
+}
+
+func (c *countingTarget) Expiring(context.Context, int64) ([]time.Time, error) {
+	c.count("expiring")
+	return nil, nil
 }
 
 func (c *countingTarget) Pay(context.Context, int64) (bool, error) {
@@ -57,7 +62,7 @@ func TestRoundRobin(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 30 {
 		wg.Go(func() {
-			rr.Create(ctx, "SKU", 1, time.Second)
+			rr.Create(ctx, "SKU", 1, time.Second, 0)
 			rr.Pay(ctx, 1)
 		})
 	}

@@ -39,7 +39,7 @@ func RunInProcess(ctx context.Context, sys System, databaseURL string, w Workloa
 		return Result{System: sys.Name}, err
 	}
 	defer run.drop()
-	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db}, w, progress, obs.sweptCount, obs.noopCount)
+	res, err := Drive(ctx, sys.Name, &storeTarget{store: run.db, history: run.db}, w, progress, obs.sweptCount, obs.noopCount)
 	run.stop()
 	if err != nil {
 		return res, err
@@ -180,13 +180,32 @@ func bytesPerTimer(ctx context.Context, sys System, store hourglass.Store, n int
 // storeTarget drives the in-process store exactly as the API handlers do;
 // the store announces what is due to the engine (hourglass.DueFeed).
 type storeTarget struct {
-	store  hourglass.Store
-	timers hourglass.TimerStore // for the timers workload
+	store   hourglass.Store
+	history hourglass.HistoryStore // for Expiring
+	timers  hourglass.TimerStore   // for the timers workload
 }
 
-func (t *storeTarget) Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error) {
-	o, _, err := t.store.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "bench", Items: []hourglass.Item{{SKU: sku, Quantity: qty}}, Timeout: timeout})
+func (t *storeTarget) Create(ctx context.Context, sku string, qty int64, timeout, remindBefore time.Duration) (hourglass.Order, error) {
+	o, _, err := t.store.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "bench", Items: []hourglass.Item{{SKU: sku, Quantity: qty}}, Timeout: timeout, RemindBefore: remindBefore})
 	return o, err
+}
+
+// Expiring implements Target from the order's stored history.
+func (t *storeTarget) Expiring(ctx context.Context, id int64) ([]time.Time, error) {
+	if t.history == nil {
+		return nil, fmt.Errorf("order %d: this target reads no histories", id)
+	}
+	h, err := t.history.History(ctx, hourglass.HistoryParams{Subject: id})
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for _, e := range h.Events {
+		if e.Type == hourglass.EventOrderExpiring {
+			out = append(out, e.CreatedAt)
+		}
+	}
+	return out, nil
 }
 
 func (t *storeTarget) Pay(ctx context.Context, id int64) (bool, error) {

@@ -23,6 +23,7 @@ type Report struct {
 		PayFraction  float64 `json:"pay_fraction"`
 		RaceFraction float64 `json:"race_fraction"`
 		Grace        string  `json:"grace"`
+		RemindBefore string  `json:"remind_before,omitempty"`
 	} `json:"workload"`
 	Baseline string   `json:"baseline"`
 	Results  []Result `json:"results"`
@@ -47,6 +48,9 @@ func NewReport(w Workload, started time.Time, m Machine) *Report {
 	r.Workload.PayFraction = w.PayFraction
 	r.Workload.RaceFraction = w.RaceFraction
 	r.Workload.Grace = w.Grace.String()
+	if w.RemindBefore > 0 {
+		r.Workload.RemindBefore = w.RemindBefore.String()
+	}
 	return r
 }
 

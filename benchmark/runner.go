@@ -19,8 +19,13 @@ import (
 // Target is a system under test as the workload sees it: the in-process
 // engine with one delay mechanism, or a running server over HTTP.
 type Target interface {
-	// Create places an order of qty units of sku with the timeout.
-	Create(ctx context.Context, sku string, qty int64, timeout time.Duration) (hourglass.Order, error)
+	// Create places an order of qty units of sku with the timeout and,
+	// when remindBefore is not zero, that reminder lead (its order.expiring
+	// due at deadline − remindBefore); zero leaves the lead to the policy.
+	Create(ctx context.Context, sku string, qty int64, timeout, remindBefore time.Duration) (hourglass.Order, error)
+	// Expiring returns the created_at of each order.expiring event of order
+	// id, oldest first, as its history stores them.
+	Expiring(ctx context.Context, id int64) ([]time.Time, error)
 	// Pay pays an order; paid is false when the order was not payable.
 	Pay(ctx context.Context, id int64) (paid bool, err error)
 	// Order reads an order as stored (not its View).
@@ -65,8 +70,11 @@ type Result struct {
 	// mechanisms; 0 when not measured (a broker holds the timers).
 	BytesPerPendingTimer float64 `json:"bytes_per_pending_timer,omitempty"`
 	PendingCount         int     `json:"pending_count,omitempty"`
-	Error                string  `json:"error,omitempty"`
-	lateness             []time.Duration
+	// Reminders are the order.expiring figures of a run with a reminder
+	// lead (Workload.RemindBefore); nil without one.
+	Reminders *ReminderResult `json:"reminders,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	lateness  []time.Duration
 }
 
 // Progress is told how many orders were created so far out of the total.
@@ -116,7 +124,7 @@ func Drive(ctx context.Context, name string, target Target, w Workload, progress
 			defer wg.Done()
 			defer inflight.Add(-1)
 			t0 := time.Now()
-			o, err := target.Create(ctx, sku, 1, timeout)
+			o, err := target.Create(ctx, sku, 1, timeout, w.RemindBefore)
 			lat := time.Since(t0)
 			if err != nil {
 				fail(fmt.Errorf("create: %w", err))
@@ -217,6 +225,18 @@ func Drive(ctx context.Context, name string, target Target, w Workload, progress
 		}
 	}
 	res.Lateness = Summarize(res.lateness)
+	if w.RemindBefore > 0 {
+		if progress != nil {
+			progress(name, total, total, "checking reminders")
+		}
+		expiring, err := readExpiring(ctx, target, final)
+		if err != nil {
+			return res, err
+		}
+		m, violations := CheckReminders(w.RemindBefore, final, expiring)
+		res.Reminders = &m
+		res.Violations = append(res.Violations, violations...)
+	}
 	if swept != nil {
 		res.Recovered = swept()
 		res.Lost = max(res.Lost, res.Recovered)

@@ -75,6 +75,14 @@ func (t Timeouts) Draw(r *rand.Rand) time.Duration {
 	return (t.Min + time.Duration(r.Int64N(int64(t.Max-t.Min)+1))).Truncate(time.Millisecond)
 }
 
+// Shortest returns the smallest timeout Draw can return.
+func (t Timeouts) Shortest() time.Duration {
+	if t.Mix {
+		return scaled(5*time.Minute, t.Scale)
+	}
+	return t.Min
+}
+
 // Longest returns the largest timeout Draw can return.
 func (t Timeouts) Longest() time.Duration {
 	if t.Mix {
@@ -107,7 +115,11 @@ type Workload struct {
 	// Grace: an order not closed by its deadline + Grace counts as lost by
 	// the mechanism (the sweeper, or nothing, closed it).
 	Grace time.Duration
-	Seed  uint64
+	// RemindBefore, when set, is every order's reminder lead: its
+	// order.expiring is due at deadline − RemindBefore (issue #41), and the
+	// run measures the reminders too (Result.Reminders).
+	RemindBefore time.Duration
+	Seed         uint64
 }
 
 // Validate checks the workload, naming the flag at fault.
@@ -123,6 +135,13 @@ func (w Workload) Validate() error {
 		return fmt.Errorf("--race-fraction must be in [0, 1], got %v", w.RaceFraction)
 	case w.Grace < 100*time.Millisecond:
 		return fmt.Errorf("--grace must be at least 100ms, got %s", w.Grace)
+	case w.RemindBefore < 0 || w.RemindBefore%time.Millisecond != 0:
+		return fmt.Errorf("--remind-before must be 0 (none) or a positive whole number of ms, got %s", w.RemindBefore)
+	case w.RemindBefore > 0 && w.RemindBefore >= w.Timeouts.Shortest():
+		return fmt.Errorf("--remind-before %s must be shorter than the shortest --timeout (%s): a longer lead sends no reminder", w.RemindBefore, w.Timeouts.Shortest())
+	}
+	if err := hourglass.ValidateRemindBefore("--remind-before", w.RemindBefore); err != nil {
+		return err
 	}
 	return nil
 }

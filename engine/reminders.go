@@ -20,12 +20,14 @@ type ReminderObserver interface {
 
 // Reminder sending limits.
 const (
-	// RemindBatch is the most reminders one RemindOrders call settles.
-	RemindBatch = 256
-	// RemindSenders is how many RemindOrders calls run at once: a store's
-	// writer commits them together. With RemindBatch, a reminder
-	// transaction holds about a close batch (CloseBatchDefault), so a
-	// close due meanwhile waits for at most one of them.
+	// RemindBatch is the most reminders one RemindOrders call settles:
+	// about what a store commits of a burst's closes in one transaction
+	// (SQLite's urgent budget), so a close due meanwhile waits for at most
+	// one such transaction, and a burst of reminders pays a commit per
+	// RemindBatch of them, not per 256 (docs/benchmarks/reminders.md).
+	RemindBatch = 1024
+	// RemindSenders is how many RemindOrders calls run at once: while one
+	// commits, the next waits in the writer's queue.
 	RemindSenders = 2
 	// RemindYieldMax is how long a sender waits at most, before each
 	// batch, while the close path has due deadlines queued: closes first,
