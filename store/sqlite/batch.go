@@ -215,37 +215,47 @@ func (t *txn) Snapshot(context.Context) (batch.Snapshot, error) {
 }
 
 // InsertOrders writes the orders with one multi-row INSERT per chunk of up
-// to maxRows (rows), giving them the ids SQLite would, one above the
+// to maxRows rows (insertRows), giving them the ids SQLite would, one above the
 // largest, explicitly: one statement's cursors stay open across its rows,
 // so each index insert appends from where the last one ended instead of
 // each statement opening five cursors and seeking from the root
 // (docs/benchmarks/sqlite-create.md).
 func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.Time) error {
-	next, err := t.nextRowID(`SELECT max(id) FROM orders`)
-	if err != nil {
-		return err
-	}
-	for len(orders) > 0 {
-		n := chunkRows(len(orders))
-		stmt := t.conn.Prep(valuesSQL(`INSERT OR FAIL INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms) VALUES `,
-			`(?, ?, 'pending_payment', ?, ?, ?, ?, ?)`, n))
-		for i := range n {
+	return t.insertRows("orders", `SELECT max(id) FROM orders`,
+		`INSERT OR FAIL INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms) VALUES `,
+		`(?, ?, 'pending_payment', ?, ?, ?, ?, ?)`, 7, len(orders), func(stmt *sqlite.Stmt, p, i int, id int64) {
 			o := &orders[i].Order
-			o.ID = next + int64(i)
-			p := i * 7
-			stmt.BindInt64(p+1, o.ID)
+			o.ID = id
+			stmt.BindInt64(p+1, id)
 			stmt.BindText(p+2, o.UserID)
 			stmt.BindText(p+3, orders[i].Items)
 			stmt.BindInt64(p+4, hourglass.UnixMilli(now))
 			stmt.BindInt64(p+5, hourglass.UnixMilli(o.Deadline))
 			bindNullTime(stmt, p+6, o.RemindAt)
 			stmt.BindInt64(p+7, o.RemindBefore.Milliseconds())
+		})
+}
+
+// insertRows inserts rows rows of cols parameters each into table, with one
+// insert…VALUES row, row, … per chunk (chunkRows), the first row's key one
+// above the largest maxQuery reads and the others following it. bind binds
+// row i (its key id) from parameter p+1.
+func (t *txn) insertRows(table, maxQuery, insert, row string, cols, rows int, bind func(stmt *sqlite.Stmt, p, i int, id int64)) error {
+	next, err := t.nextRowID(maxQuery)
+	if err != nil {
+		return err
+	}
+	for done := 0; done < rows; {
+		n := chunkRows(rows - done)
+		stmt := t.conn.Prep(valuesSQL(insert, row, n))
+		for k := range n {
+			bind(stmt, k*cols, done+k, next+int64(k))
 		}
 		if _, err := step(stmt, nil); err != nil {
-			return fmt.Errorf("sqlite: insert %d orders from %d: %w", n, next, err)
+			return fmt.Errorf("sqlite: insert %d %s from %d: %w", n, table, next, err)
 		}
 		next += int64(n)
-		orders = orders[n:]
+		done += n
 	}
 	return nil
 }
@@ -436,18 +446,12 @@ func (t *txn) SetTimers(_ context.Context, status hourglass.TimerStatus, ids []i
 // an event has not (body; cause and node but on a close or fire) is
 // written NULL, as omitting it did.
 func (t *txn) InsertEvents(_ context.Context, events []*batch.Event, now time.Time) error {
-	next, err := t.nextRowID(`SELECT max(seq) FROM events`)
-	if err != nil {
-		return err
-	}
-	for len(events) > 0 {
-		n := chunkRows(len(events))
-		stmt := t.conn.Prep(valuesSQL(`INSERT OR FAIL INTO events (seq, id, type, order_id, created_at, body, cause, node) VALUES `,
-			`(?, ?, ?, ?, ?, ?, ?, ?)`, n))
-		for i, e := range events[:n] {
-			e.Seq = next + int64(i)
-			p := i * 8
-			stmt.BindInt64(p+1, e.Seq)
+	return t.insertRows("events", `SELECT max(seq) FROM events`,
+		`INSERT OR FAIL INTO events (seq, id, type, order_id, created_at, body, cause, node) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?)`, 8, len(events), func(stmt *sqlite.Stmt, p, i int, seq int64) {
+			e := events[i]
+			e.Seq = seq
+			stmt.BindInt64(p+1, seq)
 			stmt.BindText(p+2, e.ID)
 			stmt.BindText(p+3, string(e.Type))
 			stmt.BindInt64(p+4, e.Subject)
@@ -466,14 +470,7 @@ func (t *txn) InsertEvents(_ context.Context, events []*batch.Event, now time.Ti
 				stmt.BindNull(p + 7)
 				stmt.BindNull(p + 8)
 			}
-		}
-		if _, err := step(stmt, nil); err != nil {
-			return fmt.Errorf("sqlite: write %d events from %s of %d: %w", n, events[0].Type, events[0].Subject, err)
-		}
-		next += int64(n)
-		events = events[n:]
-	}
-	return nil
+		})
 }
 
 // runs splits seqs (ascending) into runs of consecutive seqs, [first, last]
