@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -80,10 +79,11 @@ func newDatabase(t testing.TB, raw string, tmpl Template) string {
 	db := Admin(t, raw)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var from string
+	var from template
 	if tmpl.Key != "" {
 		var err error
-		if from, err = processTemplates.get(ctx, raw, tmpl); err != nil {
+		from, err = processTemplates.Get(raw+"\x00"+tmpl.Key, func() (template, error) { return buildTemplate(ctx, raw, tmpl) })
+		if err != nil {
 			t.Fatalf("mytest: %v", err)
 		}
 	}
@@ -98,8 +98,8 @@ func newDatabase(t testing.TB, raw string, tmpl Template) string {
 			t.Errorf("mytest: drop database %s: %v", name, err)
 		}
 	})
-	if from != "" {
-		if err := copyDatabase(ctx, db, from, name); err != nil {
+	if from.name != "" {
+		if err := copyDatabase(ctx, db, from.name, name); err != nil {
 			t.Fatalf("mytest: %v", err)
 		}
 	}
@@ -120,58 +120,34 @@ func randomName(prefix string) string {
 // templatePrefix begins the name of every template database.
 const templatePrefix = "hg_tmpl_"
 
-// processTemplates are this test process's template databases. It is
-// package state because a template serves every test of the process (the
-// process is the unit a template's cost is paid once in), and tests reach
-// it through the package's functions only.
-var processTemplates = &templates{built: map[string]*template{}}
+// processTemplates are the template databases of this test process (one
+// per server and Template.Key, each with the session holding its named
+// lock), kept in package state as each serves all the process's tests.
+var processTemplates testenv.OnceEach[template]
 
-// templates maps a server and a Template's Key to its template database.
-type templates struct {
-	mu    sync.Mutex
-	built map[string]*template
-}
-
-// template is one template database, built once.
 type template struct {
-	once sync.Once
 	name string
-	err  error
-	hold *sql.Conn // the session whose named lock says the process lives
-}
-
-// get returns the name of tmpl's template database on the server at raw,
-// building it on the first call; a failed build fails every later call.
-func (ts *templates) get(ctx context.Context, raw string, tmpl Template) (string, error) {
-	ts.mu.Lock()
-	tp := ts.built[raw+"\x00"+tmpl.Key]
-	if tp == nil {
-		tp = &template{}
-		ts.built[raw+"\x00"+tmpl.Key] = tp
-	}
-	ts.mu.Unlock()
-	tp.once.Do(func() { tp.name, tp.hold, tp.err = buildTemplate(ctx, raw, tmpl) })
-	return tp.name, tp.err
+	hold *sql.Conn
 }
 
 // buildTemplate drops the templates of processes that are gone, then
 // creates a template database, holding its named lock on a connection kept
 // open for the rest of the process, and runs Prepare on it.
-func buildTemplate(ctx context.Context, raw string, tmpl Template) (string, *sql.Conn, error) {
+func buildTemplate(ctx context.Context, raw string, tmpl Template) (template, error) {
 	name := randomName(templatePrefix)
 	cfg, err := myurl.Parse(raw)
 	if err != nil {
-		return "", nil, err
+		return template{}, err
 	}
 	cfg.InterpolateParams = true
 	connector, err := gomysql.NewConnector(cfg)
 	if err != nil {
-		return "", nil, err
+		return template{}, err
 	}
 	db := sql.OpenDB(connector)
-	fail := func(err error) (string, *sql.Conn, error) {
+	fail := func(err error) (template, error) {
 		db.Close()
-		return "", nil, fmt.Errorf("build template %s: %w", name, err)
+		return template{}, fmt.Errorf("build template %s: %w", name, err)
 	}
 	// One session, never returned to the pool: it is closed, and the lock
 	// released, when the process ends.
@@ -203,7 +179,7 @@ func buildTemplate(ctx context.Context, raw string, tmpl Template) (string, *sql
 		hold.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+name+"`")
 		return fail(err)
 	}
-	return name, hold, nil
+	return template{name, hold}, nil
 }
 
 // staleTemplates are the template databases on the server whose named

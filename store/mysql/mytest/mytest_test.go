@@ -70,7 +70,7 @@ func TestNewDatabaseFrom(t *testing.T) {
 	if prepared != 1 {
 		t.Fatalf("Prepare ran %d times for two copies, want once", prepared)
 	}
-	from, err := processTemplates.get(t.Context(), raw, tmpl)
+	from, err := templateOf(t, raw, tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestStaleTemplateDropped(t *testing.T) {
 	admin := Admin(t, raw)
 	ctx := t.Context()
 	live := Template{Key: t.Name() + " live", Prepare: func(context.Context, string) error { return nil }}
-	kept, err := processTemplates.get(ctx, raw, live)
+	kept, err := templateOf(t, raw, live)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +140,11 @@ func TestStaleTemplateDropped(t *testing.T) {
 	if !exists(kept) {
 		t.Errorf("the live template %s was dropped", kept)
 	}
+}
+
+// templateOf is the name of tmpl's template database on the server at
+// raw, which it builds if this process has not.
+func templateOf(t *testing.T, raw string, tmpl Template) (string, error) {
+	tp, err := processTemplates.Get(raw+"\x00"+tmpl.Key, func() (template, error) { return buildTemplate(t.Context(), raw, tmpl) })
+	return tp.name, err
 }

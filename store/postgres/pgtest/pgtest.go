@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,11 +86,11 @@ func newDatabase(t testing.TB, tmpl Template) string {
 	defer cancel()
 	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if tmpl.Key != "" {
-		from, err := processTemplates.get(ctx, admin, tmpl)
+		from, err := processTemplates.Get(admin+"\x00"+tmpl.Key, func() (template, error) { return buildTemplate(ctx, admin, tmpl) })
 		if err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
-		create += " TEMPLATE " + pgx.Identifier{from}.Sanitize()
+		create += " TEMPLATE " + pgx.Identifier{from.name}.Sanitize()
 	}
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
@@ -127,39 +126,15 @@ func newDatabase(t testing.TB, tmpl Template) string {
 // templatePrefix begins the name of every template database.
 const templatePrefix = "hg_tmpl_"
 
-// processTemplates are this test process's template databases. It is
-// package state because a template serves every test of the process (the
-// process is the unit a template's cost is paid once in), and tests reach
-// it through the package's functions only.
-var processTemplates = &templates{built: map[string]*template{}}
+// processTemplates holds, by server and Template.Key, the template
+// databases this test process built, with the session that keeps each
+// one's advisory lock: package state, since a template is built once for
+// every test of the process.
+var processTemplates testenv.OnceEach[template]
 
-// templates maps a server and a Template's Key to its template database.
-type templates struct {
-	mu    sync.Mutex
-	built map[string]*template
-}
-
-// template is one template database, built once.
 type template struct {
-	once sync.Once
 	name string
-	err  error
-	hold *pgx.Conn // the session whose advisory lock says the process lives
-}
-
-// get returns the name of tmpl's template database on the server at
-// admin, building it on the first call; a failed build fails every later
-// call.
-func (ts *templates) get(ctx context.Context, admin string, tmpl Template) (string, error) {
-	ts.mu.Lock()
-	tp := ts.built[admin+"\x00"+tmpl.Key]
-	if tp == nil {
-		tp = &template{}
-		ts.built[admin+"\x00"+tmpl.Key] = tp
-	}
-	ts.mu.Unlock()
-	tp.once.Do(func() { tp.name, tp.hold, tp.err = buildTemplate(ctx, admin, tmpl) })
-	return tp.name, tp.err
+	hold *pgx.Conn
 }
 
 // lockKey is the advisory lock key of the template database name.
@@ -172,18 +147,18 @@ func lockKey(name string) int64 {
 // creates a template database, holding its advisory lock on a session kept
 // open for the rest of the process, runs Prepare on it and marks it a
 // template.
-func buildTemplate(ctx context.Context, admin string, tmpl Template) (string, *pgx.Conn, error) {
+func buildTemplate(ctx context.Context, admin string, tmpl Template) (template, error) {
 	var r [6]byte
 	rand.Read(r[:])
 	name := templatePrefix + hex.EncodeToString(r[:])
 	quoted := pgx.Identifier{name}.Sanitize()
 	hold, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		return "", nil, fmt.Errorf("build template %s: %w", name, err)
+		return template{}, fmt.Errorf("build template %s: %w", name, err)
 	}
-	fail := func(err error) (string, *pgx.Conn, error) {
+	fail := func(err error) (template, error) {
 		hold.Close(context.Background())
-		return "", nil, fmt.Errorf("build template %s: %w", name, err)
+		return template{}, fmt.Errorf("build template %s: %w", name, err)
 	}
 	if _, err := hold.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey(name)); err != nil {
 		return fail(err)
@@ -213,7 +188,7 @@ func buildTemplate(ctx context.Context, admin string, tmpl Template) (string, *p
 			return fail(err)
 		}
 	}
-	return name, hold, nil
+	return template{name, hold}, nil
 }
 
 // dropStale drops the template databases whose advisory lock no session

@@ -54,7 +54,7 @@ func TestStaleTemplateDropped(t *testing.T) {
 	admin := AdminURL(t)
 	ctx := t.Context()
 	noop := func(context.Context, string) error { return nil }
-	kept, err := processTemplates.get(ctx, admin, Template{Key: t.Name() + " live", Prepare: noop})
+	kept, err := templateOf(t, admin, Template{Key: t.Name() + " live", Prepare: noop})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,4 +91,11 @@ func TestStaleTemplateDropped(t *testing.T) {
 	if !exists(kept) {
 		t.Errorf("the live template %s was dropped", kept)
 	}
+}
+
+// templateOf is the name of tmpl's template database on the server at
+// admin, which it builds if this process has not.
+func templateOf(t *testing.T, admin string, tmpl Template) (string, error) {
+	tp, err := processTemplates.Get(admin+"\x00"+tmpl.Key, func() (template, error) { return buildTemplate(t.Context(), admin, tmpl) })
+	return tp.name, err
 }
