@@ -215,28 +215,40 @@ func copyDatabase(ctx context.Context, db *sql.DB, from, to string) error {
 	defer conn.Close()
 	// The connection is the pool's again afterwards: leave it as it was.
 	defer conn.ExecContext(context.Background(), "SET SESSION foreign_key_checks = DEFAULT, sql_mode = DEFAULT")
+	// On Galera a statement beside another database's DDL (total order
+	// isolation) can be aborted with 1213: each is run again.
+	exec := func(query string, args ...any) error {
+		return again(ctx, func() error { _, err := conn.ExecContext(ctx, query, args...); return err })
+	}
+	row := func(query string, dest ...any) error {
+		return again(ctx, func() error { return conn.QueryRowContext(ctx, query).Scan(dest...) })
+	}
+	list := func(query string, args ...any) (out []string, err error) {
+		err = again(ctx, func() error { out, err = column(ctx, conn, query, args...); return err })
+		return out, err
+	}
 	for _, stmt := range []string{"USE `" + to + "`", "SET SESSION foreign_key_checks = 0"} {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+		if err := exec(stmt); err != nil {
 			return fmt.Errorf("copy template %s: %w", from, err)
 		}
 	}
-	tables, err := column(ctx, conn, `SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME`, from)
+	tables, err := list(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME`, from)
 	if err != nil {
 		return fmt.Errorf("copy template %s: %w", from, err)
 	}
 	for _, table := range tables {
 		var name, create string
-		if err := conn.QueryRowContext(ctx, "SHOW CREATE TABLE `"+from+"`.`"+table+"`").Scan(&name, &create); err != nil {
+		if err := row("SHOW CREATE TABLE `"+from+"`.`"+table+"`", &name, &create); err != nil {
 			return fmt.Errorf("copy template %s: %w", from, err)
 		}
-		if _, err := conn.ExecContext(ctx, create); err != nil {
+		if err := exec(create); err != nil {
 			return fmt.Errorf("copy template %s: table %s: %w", from, table, err)
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO `"+table+"` SELECT * FROM `"+from+"`.`"+table+"`"); err != nil {
+		if err := exec("INSERT INTO `" + table + "` SELECT * FROM `" + from + "`.`" + table + "`"); err != nil {
 			return fmt.Errorf("copy template %s: rows of %s: %w", from, table, err)
 		}
 	}
-	triggers, err := column(ctx, conn, `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?
+	triggers, err := list(`SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?
 ORDER BY EVENT_OBJECT_TABLE, ACTION_TIMING, EVENT_MANIPULATION, ACTION_ORDER`, from)
 	if err != nil {
 		return fmt.Errorf("copy template %s: %w", from, err)
@@ -245,17 +257,35 @@ ORDER BY EVENT_OBJECT_TABLE, ACTION_TIMING, EVENT_MANIPULATION, ACTION_ORDER`, f
 		// Trigger, sql_mode, SQL Original Statement, and character sets.
 		var name, mode, create string
 		var rest [4]any
-		if err := conn.QueryRowContext(ctx, "SHOW CREATE TRIGGER `"+from+"`.`"+trigger+"`").Scan(&name, &mode, &create, &rest[0], &rest[1], &rest[2], &rest[3]); err != nil {
+		if err := row("SHOW CREATE TRIGGER `"+from+"`.`"+trigger+"`", &name, &mode, &create, &rest[0], &rest[1], &rest[2], &rest[3]); err != nil {
 			return fmt.Errorf("copy template %s: trigger %s: %w", from, trigger, err)
 		}
-		if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = ?", mode); err != nil {
+		if err := exec("SET SESSION sql_mode = ?", mode); err != nil {
 			return fmt.Errorf("copy template %s: trigger %s: %w", from, trigger, err)
 		}
-		if _, err := conn.ExecContext(ctx, create); err != nil {
+		if err := exec(create); err != nil {
 			return fmt.Errorf("copy template %s: trigger %s: %w", from, trigger, err)
 		}
 	}
 	return nil
+}
+
+// again runs f until it returns anything but MySQL's 1213 (a deadlock,
+// which Galera also reports when it aborts a statement beside another
+// one's DDL), five times at most, waiting a little longer each time.
+func again(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		var me *gomysql.MySQLError
+		if err == nil || attempt == 5 || !errors.As(err, &me) || me.Number != 1213 {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // column runs query, which selects one string column, and returns its
