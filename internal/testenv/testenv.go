@@ -3,7 +3,8 @@
 // (Require, EveryCase, Store, Delay), a real service to talk to (ServiceURL), a proxy that can cut a client off it
 // (Proxy), and one way to wait for a condition that comes true in real time
 // (Eventually), or for an instant of the wall clock that a test against real
-// processes is paced by (Until, Phase).
+// processes is paced by (Until, Phase), and what a test process builds once
+// for all its tests (OnceEach).
 //
 // It imports only the standard library, so any package's tests (and the
 // test-support packages under store/) may use it without importing the

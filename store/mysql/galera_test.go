@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // TestGaleraConformance runs the conformance suite on a 3-node Galera
@@ -30,10 +31,10 @@ func TestGaleraConformance(t *testing.T) {
 	galeratest.Nodes(t)
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
 		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {
-			return open(t, galeratest.NewDatabase(t)[0], o.Clock, o.Outbox)
+			return open(t, galeratest.NewDatabaseFrom(t, storetest.MySQLMigrated())[0], o.Clock, o.Outbox)
 		},
 		OpenShared: func(t *testing.T, o hourglasstest.StoreOptions) (a, b hourglass.Database) {
-			urls := galeratest.NewDatabase(t)
+			urls := galeratest.NewDatabaseFrom(t, storetest.MySQLMigrated())
 			return open(t, urls[0], o.Clock, o.Outbox), open(t, urls[1], o.Clock, o.Outbox)
 		},
 	})

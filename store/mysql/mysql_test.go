@@ -8,6 +8,7 @@ import (
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // open opens a store on url, closed in t.Cleanup.
@@ -29,10 +30,10 @@ func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
 		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {
-			return open(t, mytest.NewDatabase(t), o.Clock, o.Outbox)
+			return open(t, mytest.NewDatabaseFrom(t, storetest.MySQLMigrated()), o.Clock, o.Outbox)
 		},
 		OpenShared: func(t *testing.T, o hourglasstest.StoreOptions) (a, b hourglass.Database) {
-			url := mytest.NewDatabase(t)
+			url := mytest.NewDatabaseFrom(t, storetest.MySQLMigrated())
 			return open(t, url, o.Clock, o.Outbox), open(t, url, o.Clock, o.Outbox)
 		},
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/storetest"
 	"github.com/hourglass/hourglass/txtimer"
 )
 
@@ -65,7 +66,7 @@ func TestTimerRequestsConformance(t *testing.T) {
 	hourglasstest.ExerciseTimerRequests(t, hourglasstest.TimerRequestHarness{
 		OwnColumns: true,
 		Open: func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table) {
-			url := mytest.NewDatabase(t)
+			url := mytest.NewDatabaseFrom(t, storetest.MySQLMigrated())
 			sa, sb := open(t, url, nil, false), open(t, url, nil, false)
 			return sa, sb, sa, shopDB(t, mytest.NewDatabase(t)), requestTable(t, url)
 		},
@@ -86,7 +87,7 @@ func TestGaleraTimerRequestsConformance(t *testing.T) {
 	hourglasstest.ExerciseTimerRequests(t, hourglasstest.TimerRequestHarness{
 		OwnColumns: true,
 		Open: func(t *testing.T) (a, b hourglass.TimerRequestStore, timers hourglass.TimerStore, shop *sql.DB, table txtimer.Table) {
-			urls, shops := galeratest.NewDatabase(t), galeratest.NewDatabase(t)
+			urls, shops := galeratest.NewDatabaseFrom(t, storetest.MySQLMigrated()), galeratest.NewDatabase(t)
 			sa, sb := open(t, urls[0], nil, false), open(t, urls[1], nil, false)
 			table = requestTable(t, urls[0])
 			awaitTable(t, shops[2], table.Name)

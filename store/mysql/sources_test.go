@@ -8,6 +8,7 @@ import (
 	"github.com/hourglass/hourglass/store/mysql/galeratest"
 	"github.com/hourglass/hourglass/store/mysql/internal/myurl"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // TestSourcesConformance runs the suite with the shop's tables in a
@@ -17,7 +18,7 @@ func TestSourcesConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseSources(t, hourglasstest.SourceHarness{
 		Open: func(t *testing.T) (a, b hourglasstest.SourceDB, shop hourglasstest.Shop) {
-			url, shopURL := mytest.NewDatabase(t), mytest.NewDatabase(t)
+			url, shopURL := mytest.NewDatabaseFrom(t, storetest.MySQLMigrated()), mytest.NewDatabase(t)
 			cfg, err := myurl.Parse(shopURL)
 			if err != nil {
 				t.Fatal(err)
@@ -39,7 +40,7 @@ func TestGaleraSourcesConformance(t *testing.T) {
 	galeratest.Nodes(t)
 	hourglasstest.ExerciseSources(t, hourglasstest.SourceHarness{
 		Open: func(t *testing.T) (a, b hourglasstest.SourceDB, shop hourglasstest.Shop) {
-			urls, shops := galeratest.NewDatabase(t), galeratest.NewDatabase(t)
+			urls, shops := galeratest.NewDatabaseFrom(t, storetest.MySQLMigrated()), galeratest.NewDatabase(t)
 			cfg, err := myurl.Parse(shops[2])
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
+	"github.com/hourglass/hourglass/store/storetest"
 )
 
 // testMaxConns keeps each test's pool small: tests run in parallel against
@@ -29,10 +30,10 @@ func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	hourglasstest.ExerciseStore(t, hourglasstest.StoreHarness{
 		Open: func(t *testing.T, o hourglasstest.StoreOptions) hourglass.Database {
-			return open(t, pgtest.NewDatabase(t), o.Clock, o.Outbox)
+			return open(t, pgtest.NewDatabaseFrom(t, storetest.PostgresMigrated("")), o.Clock, o.Outbox)
 		},
 		OpenShared: func(t *testing.T, o hourglasstest.StoreOptions) (a, b hourglass.Database) {
-			url := pgtest.NewDatabase(t)
+			url := pgtest.NewDatabaseFrom(t, storetest.PostgresMigrated(""))
 			return open(t, url, o.Clock, o.Outbox), open(t, url, o.Clock, o.Outbox)
 		},
 	})

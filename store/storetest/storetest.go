@@ -6,13 +6,16 @@ package storetest
 
 import (
 	"cmp"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/hourglass/hourglass/internal/testenv"
 	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/mysql"
 	"github.com/hourglass/hourglass/store/mysql/mytest"
+	"github.com/hourglass/hourglass/store/postgres"
 	"github.com/hourglass/hourglass/store/postgres/pgtest"
 )
 
@@ -43,4 +46,32 @@ func URL(t testing.TB) string {
 	}
 	t.Fatalf("store %q: want sqlite, postgres or mysql (%s)", kind, testenv.StoreEnv)
 	return ""
+}
+
+// PostgresMigrated is the pgtest template of a database postgres.Migrate
+// brought to the current schema, with hourglass's tables in schema (""
+// for public): a store opened on a copy (pgtest.NewDatabaseFrom) finds
+// every migration applied, as on a new database it migrated itself.
+func PostgresMigrated(schema string) pgtest.Template {
+	return pgtest.Template{
+		Key: "postgres.Migrate, schema " + schema,
+		Prepare: func(ctx context.Context, url string) error {
+			_, err := postgres.Migrate(ctx, postgres.Config{URL: url, Schema: schema, MaxConns: 2})
+			return err
+		},
+	}
+}
+
+// MySQLMigrated is the mytest template of a database mysql.Migrate
+// brought to the current schema (its trigger included): a store opened on
+// a copy (mytest.NewDatabaseFrom) finds every migration applied, as on a
+// new database it migrated itself.
+func MySQLMigrated() mytest.Template {
+	return mytest.Template{
+		Key: "mysql.Migrate",
+		Prepare: func(ctx context.Context, url string) error {
+			_, err := mysql.Migrate(ctx, mysql.Config{URL: url, MaxConns: 2})
+			return err
+		},
+	}
 }

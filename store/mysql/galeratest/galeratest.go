@@ -136,3 +136,46 @@ func NewDatabase(t testing.TB) []string {
 	}
 	return out
 }
+
+// NewDatabaseFrom is NewDatabase for a database that starts as a copy of
+// tmpl (mytest.Template), made on node 1 from a template database there;
+// it returns once every node has applied the copy.
+func NewDatabaseFrom(t testing.TB, tmpl mytest.Template) []string {
+	t.Helper()
+	nodes := Nodes(t)
+	first := mytest.NewDatabaseFromOn(t, nodes[0], tmpl)
+	cfg, err := myurl.Parse(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := []string{first}
+	for _, raw := range nodes[1:] {
+		u, err := myurl.WithDatabase(raw, cfg.DBName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, u)
+		// A read with wsrep_sync_wait waits until the node has applied
+		// every write set the cluster committed before it: the copy's
+		// tables and rows, made on node 1.
+		conn, err := mytest.Admin(t, raw).Conn(ctx)
+		if err != nil {
+			t.Fatalf("galeratest: %s: %v", myurl.Redact(raw), err)
+		}
+		var n int
+		_, err = conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1")
+		if err == nil {
+			err = conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?`, cfg.DBName).Scan(&n)
+		}
+		if err == nil {
+			_, err = conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = DEFAULT")
+		}
+		conn.Close()
+		if err != nil || n != 1 {
+			t.Fatalf("galeratest: database %s on %s: %d found, %v", cfg.DBName, myurl.Redact(raw), n, err)
+		}
+	}
+	return out
+}
