@@ -246,7 +246,7 @@ func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.
 // above the largest maxQuery reads and the others following it. bind binds
 // row i (its key id) from parameter p+1.
 func (t *txn) insertRows(table, maxQuery, insert, row string, cols, rows int, bind func(stmt *sqlite.Stmt, p, i int, id int64)) error {
-	next, err := t.nextRowID(maxQuery)
+	next, err := t.nextRowID(maxQuery, rows)
 	if err != nil {
 		return err
 	}
@@ -294,13 +294,13 @@ func valuesSQL(insert, row string, n int) string {
 }
 
 // nextRowID is one above the largest rowid query (a max) reads, as SQLite
-// would assign it, or an error once none is left.
-func (t *txn) nextRowID(query string) (int64, error) {
+// would assign it, or an error when fewer than rows ids are left above it.
+func (t *txn) nextRowID(query string, rows int) (int64, error) {
 	var last int64
 	if _, err := step(t.conn.Prep(query), func(st *sqlite.Stmt) { last = st.ColumnInt64(0) }); err != nil {
 		return 0, fmt.Errorf("sqlite: %s: %w", query, err)
 	}
-	if last >= math.MaxInt64-maxRows {
+	if last > math.MaxInt64-int64(rows) {
 		return 0, fmt.Errorf("sqlite: %s: no id left above %d", query, last)
 	}
 	return last + 1, nil
