@@ -21,10 +21,12 @@ import (
 // store/internal/batch (as MySQL's do), over txn: SQLite's statements on the
 // writer's connection. One writer goroutine owns the file, so "lock" reads
 // the row; each statement names one row by its key (a prepared statement
-// SQLite caches, no round trip), and every write is OR FAIL: a failed
-// constraint fails the whole batch anyway (then bisected), so a statement
-// needs no statement journal of its own, whose 64 KiB chunk, too large for
-// the allocator ballast (ballast.go), cost an mmap and a munmap each.
+// SQLite caches, no round trip; a method looks it up once, before its loop
+// over the keys, since the connection's cache hashes the whole text), and
+// every write is OR FAIL: a failed constraint fails the whole batch anyway
+// (then bisected), so a statement needs no statement journal of its own,
+// whose 64 KiB chunk, too large for the allocator ballast (ballast.go), cost
+// an mmap and a munmap each.
 
 // submit queues o in its lane, weighted like a close when it is urgent,
 // and waits for its result.
@@ -107,8 +109,8 @@ func bindNullTime(stmt *sqlite.Stmt, i int, t time.Time) {
 
 func (t *txn) StoredKeys(_ context.Context, keys []string) (map[string]plan.StoredKey, error) {
 	out := make(map[string]plan.StoredKey, len(keys))
+	stmt := t.conn.Prep(`SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1`)
 	for _, key := range keys {
-		stmt := t.conn.Prep(`SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1`)
 		stmt.BindText(1, key)
 		if _, err := step(stmt, func(st *sqlite.Stmt) {
 			k := plan.StoredKey{Hash: make([]byte, st.ColumnLen(0)), OrderID: st.ColumnInt64(1)}
@@ -123,8 +125,8 @@ func (t *txn) StoredKeys(_ context.Context, keys []string) (map[string]plan.Stor
 
 func (t *txn) LockOrders(_ context.Context, ids []int64) ([]hourglass.Order, error) {
 	out := make([]hourglass.Order, 0, len(ids))
+	stmt := t.conn.Prep(`SELECT ` + orderColumns + `, ` + stored.ReminderColumns + ` FROM orders WHERE id = ?1`)
 	for _, id := range ids {
-		stmt := t.conn.Prep(`SELECT ` + orderColumns + `, ` + stored.ReminderColumns + ` FROM orders WHERE id = ?1`)
 		stmt.BindInt64(1, id)
 		var scanErr error
 		if _, err := step(stmt, func(st *sqlite.Stmt) {
@@ -144,8 +146,8 @@ func (t *txn) LockOrders(_ context.Context, ids []int64) ([]hourglass.Order, err
 
 func (t *txn) LockProducts(_ context.Context, skus []string) (plan.Stock, error) {
 	stock := make(plan.Stock, len(skus))
+	stmt := t.conn.Prep(`SELECT category, available, reserved, sold FROM products WHERE sku = ?1`)
 	for _, sku := range skus {
-		stmt := t.conn.Prep(`SELECT category, available, reserved, sold FROM products WHERE sku = ?1`)
 		stmt.BindText(1, sku)
 		if _, err := step(stmt, func(st *sqlite.Stmt) {
 			stock[sku] = &plan.Product{Category: st.ColumnText(0), Available: st.ColumnInt64(1), Reserved: st.ColumnInt64(2), Sold: st.ColumnInt64(3)}
@@ -171,8 +173,8 @@ func lockTimer(stmt *sqlite.Stmt, out []*batch.Timer) ([]*batch.Timer, error) {
 }
 
 func (t *txn) LockTimerKeys(_ context.Context, keys []string) (out []*batch.Timer, err error) {
+	stmt := t.conn.Prep(`SELECT ` + timerColumns + `, request_hash FROM timers WHERE key = ?1`)
 	for _, key := range keys {
-		stmt := t.conn.Prep(`SELECT ` + timerColumns + `, request_hash FROM timers WHERE key = ?1`)
 		stmt.BindText(1, key)
 		if out, err = lockTimer(stmt, out); err != nil {
 			return nil, err
@@ -182,8 +184,8 @@ func (t *txn) LockTimerKeys(_ context.Context, keys []string) (out []*batch.Time
 }
 
 func (t *txn) LockTimerIDs(_ context.Context, ids []int64) (out []*batch.Timer, err error) {
+	stmt := t.conn.Prep(`SELECT ` + timerColumns + `, request_hash FROM timers WHERE id = ?1 AND status = 'scheduled'`)
 	for _, id := range ids {
-		stmt := t.conn.Prep(`SELECT ` + timerColumns + `, request_hash FROM timers WHERE id = ?1 AND status = 'scheduled'`)
 		stmt.BindInt64(1, id)
 		if out, err = lockTimer(stmt, out); err != nil {
 			return nil, err
@@ -194,8 +196,8 @@ func (t *txn) LockTimerIDs(_ context.Context, ids []int64) (out []*batch.Timer, 
 
 func (t *txn) Webhooks(_ context.Context, ids []int64) (map[int64]bool, error) {
 	out := make(map[int64]bool, len(ids))
+	stmt := t.conn.Prep(`SELECT 1 FROM webhooks WHERE id = ?1`)
 	for _, id := range ids {
-		stmt := t.conn.Prep(`SELECT 1 FROM webhooks WHERE id = ?1`)
 		stmt.BindInt64(1, id)
 		found, err := step(stmt, nil)
 		if err != nil {
@@ -226,38 +228,77 @@ func (t *txn) Snapshot(context.Context) (batch.Snapshot, error) {
 // each statement opening five cursors and seeking from the root
 // (docs/benchmarks/sqlite-create.md).
 func (t *txn) InsertOrders(_ context.Context, orders []batch.NewOrder, now time.Time) error {
-	return t.insertRows("orders", `SELECT max(id) FROM orders`,
-		`INSERT OR FAIL INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms) VALUES `,
-		`(?, ?, 'pending_payment', ?, ?, ?, ?, ?)`, 7, len(orders), func(stmt *sqlite.Stmt, p, i int, id int64) {
-			o := &orders[i].Order
-			o.ID = id
-			stmt.BindInt64(p+1, id)
-			stmt.BindText(p+2, o.UserID)
-			stmt.BindText(p+3, orders[i].Items)
-			stmt.BindInt64(p+4, hourglass.UnixMilli(now))
-			stmt.BindInt64(p+5, hourglass.UnixMilli(o.Deadline))
-			bindNullTime(stmt, p+6, o.RemindAt)
-			stmt.BindInt64(p+7, o.RemindBefore.Milliseconds())
-		})
+	return t.insertRows(&t.s.orderRows, len(orders), func(stmt *sqlite.Stmt, p, i int, id int64) {
+		o := &orders[i].Order
+		o.ID = id
+		stmt.BindInt64(p+1, id)
+		stmt.BindText(p+2, o.UserID)
+		stmt.BindText(p+3, orders[i].Items)
+		stmt.BindInt64(p+4, hourglass.UnixMilli(now))
+		stmt.BindInt64(p+5, hourglass.UnixMilli(o.Deadline))
+		bindNullTime(stmt, p+6, o.RemindAt)
+		stmt.BindInt64(p+7, o.RemindBefore.Milliseconds())
+	})
 }
 
-// insertRows inserts rows rows of cols parameters each into table, with one
-// insert…VALUES row, row, … per chunk (chunkRows), the first row's key one
-// above the largest maxQuery reads and the others following it. bind binds
-// row i (its key id) from parameter p+1.
-func (t *txn) insertRows(table, maxQuery, insert, row string, cols, rows int, bind func(stmt *sqlite.Stmt, p, i int, id int64)) error {
-	next, err := t.nextRowID(maxQuery, rows)
+// orderRows is InsertOrders' multi-row INSERT.
+func orderRows() rowsInsert {
+	return newRowsInsert("orders", `SELECT max(id) FROM orders`,
+		`INSERT OR FAIL INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms) VALUES `,
+		`(?, ?, 'pending_payment', ?, ?, ?, ?, ?)`, 7)
+}
+
+// rowsInsert is one table's multi-row INSERT (insertRows): its text for
+// each chunk size chunkRows returns, built once per store, so that a batch
+// does not build the text of each chunk again only for the connection's
+// statement cache to look it up.
+type rowsInsert struct {
+	table    string
+	maxQuery string // the largest key so far (a max)
+	cols     int    // parameters per row
+	sql      [len(chunkSizes)]string
+}
+
+// chunkSizes are the chunk sizes chunkRows returns, largest first.
+var chunkSizes = [...]int{maxRows, 16, 4, 1}
+
+// newRowsInsert is the INSERT of rows of cols parameters each into table:
+// insert followed by row, comma-separated, once per row of a chunk.
+func newRowsInsert(table, maxQuery, insert, row string, cols int) rowsInsert {
+	r := rowsInsert{table: table, maxQuery: maxQuery, cols: cols}
+	for i, n := range chunkSizes {
+		r.sql[i] = valuesSQL(insert, row, n)
+	}
+	return r
+}
+
+// chunkSQL is the INSERT of a chunk of n rows (a size chunkRows returns).
+func (r *rowsInsert) chunkSQL(n int) string {
+	for i, c := range chunkSizes {
+		if c == n {
+			return r.sql[i]
+		}
+	}
+	panic(fmt.Sprintf("sqlite: no %d-row INSERT of %s", n, r.table))
+}
+
+// insertRows inserts rows rows into ins's table, with one insert…VALUES
+// row, row, … per chunk (chunkRows), the first row's key one above the
+// largest ins.maxQuery reads and the others following it. bind binds row i
+// (its key id) from parameter p+1.
+func (t *txn) insertRows(ins *rowsInsert, rows int, bind func(stmt *sqlite.Stmt, p, i int, id int64)) error {
+	next, err := t.nextRowID(ins.maxQuery, rows)
 	if err != nil {
 		return err
 	}
 	for done := 0; done < rows; {
 		n := chunkRows(rows - done)
-		stmt := t.conn.Prep(valuesSQL(insert, row, n))
+		stmt := t.conn.Prep(ins.chunkSQL(n))
 		for k := range n {
-			bind(stmt, k*cols, done+k, next+int64(k))
+			bind(stmt, k*ins.cols, done+k, next+int64(k))
 		}
 		if _, err := step(stmt, nil); err != nil {
-			return fmt.Errorf("sqlite: insert %d %s from %d: %w", n, table, next, err)
+			return fmt.Errorf("sqlite: insert %d %s from %d: %w", n, ins.table, next, err)
 		}
 		next += int64(n)
 		done += n
@@ -271,7 +312,7 @@ const maxRows = 64
 
 // chunkRows is how many of n rows the next multi-row INSERT writes.
 func chunkRows(n int) int {
-	for _, c := range [...]int{maxRows, 16, 4} {
+	for _, c := range chunkSizes {
 		if n >= c {
 			return c
 		}
@@ -368,9 +409,9 @@ func (t *txn) ExtendOrder(_ context.Context, id int64, deadline time.Time) error
 
 // UpdateProducts writes each changed product once, in SKU order.
 func (t *txn) UpdateProducts(_ context.Context, stock plan.Stock) error {
+	stmt := t.conn.Prep(`UPDATE OR FAIL products SET available = available + ?2, reserved = reserved + ?3, sold = sold + ?4 WHERE sku = ?1`)
 	for _, sku := range stock.Changed() {
 		d := stock[sku].Delta
-		stmt := t.conn.Prep(`UPDATE OR FAIL products SET available = available + ?2, reserved = reserved + ?3, sold = sold + ?4 WHERE sku = ?1`)
 		stmt.BindText(1, sku)
 		stmt.BindInt64(2, d[plan.Available])
 		stmt.BindInt64(3, d[plan.Reserved])
@@ -402,9 +443,9 @@ func bindTimer(stmt *sqlite.Stmt, bt *batch.Timer) {
 // InsertTimers gives each timer the next id above every timer's, from
 // hourglass.TimerIDBase.
 func (t *txn) InsertTimers(_ context.Context, timers []*batch.Timer) error {
-	for _, bt := range timers {
-		stmt := t.conn.Prep(`INSERT OR FAIL INTO timers (id, key, status, fire_at, fired_at, payload, webhook_id, request_hash, updated_at, created_at)
+	stmt := t.conn.Prep(`INSERT OR FAIL INTO timers (id, key, status, fire_at, fired_at, payload, webhook_id, request_hash, updated_at, created_at)
 VALUES ((SELECT coalesce(max(id), ?9 - 1) + 1 FROM timers), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10)`)
+	for _, bt := range timers {
 		stmt.BindText(1, bt.T.Key)
 		bindTimer(stmt, bt)
 		stmt.BindInt64(9, hourglass.TimerIDBase)
@@ -418,9 +459,9 @@ VALUES ((SELECT coalesce(max(id), ?9 - 1) + 1 FROM timers), ?1, ?2, ?3, ?4, ?5, 
 }
 
 func (t *txn) RearmTimers(_ context.Context, timers []*batch.Timer) error {
-	for _, bt := range timers {
-		stmt := t.conn.Prep(`UPDATE OR FAIL timers SET status = ?2, fire_at = ?3, fired_at = ?4, payload = ?5, webhook_id = ?6, request_hash = ?7, updated_at = ?8
+	stmt := t.conn.Prep(`UPDATE OR FAIL timers SET status = ?2, fire_at = ?3, fired_at = ?4, payload = ?5, webhook_id = ?6, request_hash = ?7, updated_at = ?8
 WHERE id = ?1`)
+	for _, bt := range timers {
 		stmt.BindInt64(1, bt.T.ID)
 		bindTimer(stmt, bt)
 		if err := exec(stmt, fmt.Sprintf("re-arm timer %q", bt.T.Key)); err != nil {
@@ -435,8 +476,8 @@ func (t *txn) SetTimers(_ context.Context, status hourglass.TimerStatus, ids []i
 	if status == hourglass.TimerFired {
 		query = `UPDATE OR FAIL timers SET status = 'fired', fired_at = ?2, updated_at = ?2 WHERE id = ?1`
 	}
+	stmt := t.conn.Prep(query)
 	for _, id := range ids {
-		stmt := t.conn.Prep(query)
 		stmt.BindInt64(1, id)
 		stmt.BindInt64(2, hourglass.UnixMilli(now))
 		if err := exec(stmt, fmt.Sprintf("set timer %d %s", id, status)); err != nil {
@@ -451,31 +492,36 @@ func (t *txn) SetTimers(_ context.Context, status hourglass.TimerStatus, ids []i
 // an event has not (body; cause and node but on a close or fire) is
 // written NULL, as omitting it did.
 func (t *txn) InsertEvents(_ context.Context, events []*batch.Event, now time.Time) error {
-	return t.insertRows("events", `SELECT max(seq) FROM events`,
+	return t.insertRows(&t.s.eventRows, len(events), func(stmt *sqlite.Stmt, p, i int, seq int64) {
+		e := events[i]
+		e.Seq = seq
+		stmt.BindInt64(p+1, seq)
+		stmt.BindText(p+2, e.ID)
+		stmt.BindText(p+3, string(e.Type))
+		stmt.BindInt64(p+4, e.Subject)
+		stmt.BindInt64(p+5, hourglass.UnixMilli(now))
+		switch {
+		case e.By.Cause != "": // a close's or fire's provenance
+			bindNullText(stmt, p+6, string(e.Body))
+			stmt.BindText(p+7, string(e.By.Cause))
+			bindNullText(stmt, p+8, e.By.Node)
+		case e.Body != nil:
+			stmt.BindText(p+6, string(e.Body))
+			stmt.BindNull(p + 7)
+			stmt.BindNull(p + 8)
+		default:
+			stmt.BindNull(p + 6)
+			stmt.BindNull(p + 7)
+			stmt.BindNull(p + 8)
+		}
+	})
+}
+
+// eventRows is InsertEvents' multi-row INSERT.
+func eventRows() rowsInsert {
+	return newRowsInsert("events", `SELECT max(seq) FROM events`,
 		`INSERT OR FAIL INTO events (seq, id, type, order_id, created_at, body, cause, node) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?, ?)`, 8, len(events), func(stmt *sqlite.Stmt, p, i int, seq int64) {
-			e := events[i]
-			e.Seq = seq
-			stmt.BindInt64(p+1, seq)
-			stmt.BindText(p+2, e.ID)
-			stmt.BindText(p+3, string(e.Type))
-			stmt.BindInt64(p+4, e.Subject)
-			stmt.BindInt64(p+5, hourglass.UnixMilli(now))
-			switch {
-			case e.By.Cause != "": // a close's or fire's provenance
-				bindNullText(stmt, p+6, string(e.Body))
-				stmt.BindText(p+7, string(e.By.Cause))
-				bindNullText(stmt, p+8, e.By.Node)
-			case e.Body != nil:
-				stmt.BindText(p+6, string(e.Body))
-				stmt.BindNull(p + 7)
-				stmt.BindNull(p + 8)
-			default:
-				stmt.BindNull(p + 6)
-				stmt.BindNull(p + 7)
-				stmt.BindNull(p + 8)
-			}
-		})
+		`(?, ?, ?, ?, ?, ?, ?, ?)`, 8)
 }
 
 // runs splits seqs (ascending) into runs of consecutive seqs, [first, last]
@@ -511,9 +557,9 @@ func (t *txn) DeferFanOut(_ context.Context, events []*batch.Event) error {
 }
 
 func (t *txn) InsertDeliveries(_ context.Context, events []*batch.Event, now time.Time) error {
-	for _, e := range events {
-		stmt := t.conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
+	stmt := t.conn.Prep(`INSERT OR FAIL INTO webhook_deliveries (webhook_id, event_seq, order_id, state, attempts, next_attempt_at)
 VALUES (?1, ?2, ?3, 'pending', 0, ?4)`)
+	for _, e := range events {
 		stmt.BindInt64(1, e.WebhookID)
 		stmt.BindInt64(2, e.Seq)
 		stmt.BindInt64(3, e.Subject)
@@ -554,8 +600,8 @@ SELECT w.webhook_id, e.seq, e.order_id, 'pending', 0, ?3 FROM events e, webhook_
 
 func (t *txn) LockDeliveries(_ context.Context, ids []int64) ([]*batch.Delivery, error) {
 	var out []*batch.Delivery
+	stmt := t.conn.Prep(`SELECT attempts, next_attempt_at FROM webhook_deliveries WHERE id = ?1 AND state = 'pending'`)
 	for _, id := range ids {
-		stmt := t.conn.Prep(`SELECT attempts, next_attempt_at FROM webhook_deliveries WHERE id = ?1 AND state = 'pending'`)
 		stmt.BindInt64(1, id)
 		if _, err := step(stmt, func(st *sqlite.Stmt) {
 			out = append(out, &batch.Delivery{ID: id, Attempts: int(st.ColumnInt64(0)), NextAt: hourglass.FromUnixMilli(st.ColumnInt64(1))})
@@ -581,8 +627,8 @@ func (t *txn) UpdateDelivery(_ context.Context, d *batch.Delivery, now time.Time
 }
 
 func (t *txn) DeleteDeliveries(_ context.Context, ids []int64) error {
+	stmt := t.conn.Prep(`DELETE FROM webhook_deliveries WHERE id = ?1`)
 	for _, id := range ids {
-		stmt := t.conn.Prep(`DELETE FROM webhook_deliveries WHERE id = ?1`)
 		stmt.BindInt64(1, id)
 		if err := exec(stmt, fmt.Sprintf("delete delivery %d", id)); err != nil {
 			return err
@@ -606,9 +652,9 @@ func (t *txn) StreamHeads(_ context.Context, streams []batch.Stream) (map[batch.
 }
 
 func (t *txn) InsertOutbox(_ context.Context, due []hourglass.DueItem) error {
-	for _, d := range due {
-		stmt := t.conn.Prep(`INSERT OR FAIL INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
+	stmt := t.conn.Prep(`INSERT OR FAIL INTO timer_outbox (order_id, deadline) VALUES (?1, ?2)
 ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
+	for _, d := range due {
 		stmt.BindInt64(1, d.ID)
 		stmt.BindInt64(2, hourglass.UnixMilli(d.At))
 		if err := exec(stmt, fmt.Sprintf("write outbox timer of %d", d.ID)); err != nil {
@@ -619,8 +665,8 @@ ON CONFLICT (order_id) DO UPDATE SET deadline = excluded.deadline`)
 }
 
 func (t *txn) InsertKeys(_ context.Context, keys []batch.IdempotencyKey, now time.Time) error {
+	stmt := t.conn.Prep(`INSERT OR FAIL INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
 	for _, k := range keys {
-		stmt := t.conn.Prep(`INSERT OR FAIL INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)`)
 		stmt.BindText(1, k.Key)
 		stmt.BindBytes(2, k.Hash)
 		stmt.BindInt64(3, k.OrderID)

@@ -106,6 +106,9 @@ type Store struct {
 	// on the write connection.
 	w      *writer.Writer[*op]
 	policy stored.PolicyCache
+	// orderRows and eventRows are the multi-row INSERTs of a batch's orders
+	// and events (batch.go), built once.
+	orderRows, eventRows rowsInsert
 	// webhooks counts webhooks (events.go).
 	webhooks webhookCounter
 
@@ -180,7 +183,7 @@ func Open(cfg Config) (*Store, error) {
 	cfg.FileName = cmp.Or(cfg.FileName, FileNameDefault)
 	cfg.ReadPoolSize = cmp.Or(cfg.ReadPoolSize, ReadPoolSizeDefault)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
-	s := &Store{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
+	s := &Store{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, orderRows: orderRows(), eventRows: eventRows()}
 	s.Store = sqlq.New(sqlDialect, sqlDB{s})
 	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order}
 	if s.clock == nil {
