@@ -104,17 +104,13 @@ func (o *Op) Fail(err error) { o.Res = Result{Err: err} }
 func (o *Op) Err() error { return o.Res.Err }
 
 // Lane is where o waits: closes and fires urgent (their lateness is what
-// hourglass is measured by), reminders soon (after the closes, so a burst
-// of them cannot make a close late; before the API writes, so a backlog of
-// creates cannot hold one past its order's deadline, when it is skipped),
-// attempts low (only into room closes and API writes leave), the rest
-// normal.
+// hourglass is measured by), attempts low (only into room closes and API
+// writes leave), the rest normal (reminders too: a burst of them must not
+// make the closes due beside them late).
 func (o *Op) Lane() writer.Lane {
 	switch o.Kind {
 	case Close, Fire:
 		return writer.Urgent
-	case Remind:
-		return writer.Soon
 	case Attempt:
 		return writer.Low
 	}

@@ -19,8 +19,8 @@ type reminders struct {
 	remindSet  []*locked
 }
 
-// RemindOrders implements hourglass.ReminderStore: in the writer's soon
-// lane (after the closes, before the API writes: Op.Lane); each listed order's reminder is sent (its
+// RemindOrders implements hourglass.ReminderStore: in the API writes' lane
+// (the closes go first); each listed order's reminder is sent (its
 // order.expiring event and deliveries) or skipped and cleared, on the
 // locked row, by plan.Reminds. Ids that are not order ids are ignored.
 func (w Writes) RemindOrders(ctx context.Context, ids []int64) ([]hourglass.RemindedOrder, error) {

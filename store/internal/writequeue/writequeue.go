@@ -1,11 +1,9 @@
 // Package writequeue is the queue in front of a store's group-commit
 // writers: writes wait in it, and each writer takes what is waiting as one
 // batch for one transaction. Urgent writes (closes) are taken before normal
-// ones (API writes), so a burst of creates cannot make a deadline late;
-// soon ones (reminders) between the two, so a backlog of creates cannot
-// make a reminder miss its order's deadline, nor a burst of reminders a
-// close late; and low ones (bookkeeping such as recording webhook delivery
-// attempts) come last, so a backlog of them cannot make the API slow.
+// ones (API writes), so a burst of creates cannot make a deadline late, and
+// low ones (bookkeeping such as recording webhook delivery attempts) come
+// last, so a backlog of them cannot make the API slow.
 package writequeue
 
 import (
@@ -18,7 +16,7 @@ import (
 type Queue[T any] struct {
 	mu             sync.Mutex
 	urgent, normal []T
-	soon, low      []T
+	low            []T
 	closed         bool
 	ready          chan struct{} // holds a token while there is work or after Close
 	// weight and budget bound the urgent items of one batch (see
@@ -71,26 +69,6 @@ func (q *Queue[T]) wake() {
 	}
 }
 
-// PushSoon queues items together, in order, behind every urgent item and
-// ahead of every normal one. Unlike urgent items they do not count against
-// the budget (NewBudgeted): a writer takes every soon item its batch has
-// room for, so a few producers' batches (the reminder senders') share one
-// transaction. Normal items are not starved as long as the soon ones come
-// from a bounded number of producers, each waiting for its answer: a batch
-// then always has room for them. It returns false, queueing nothing, once
-// the queue is closed.
-func (q *Queue[T]) PushSoon(items ...T) bool {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return false
-	}
-	q.soon = append(q.soon, items...)
-	q.mu.Unlock()
-	q.wake()
-	return true
-}
-
 // PushLow queues item behind every urgent and normal item: a writer takes
 // it only into a batch with room left after those. It returns false,
 // queueing nothing, once the queue is closed.
@@ -106,11 +84,11 @@ func (q *Queue[T]) PushLow(item T) bool {
 	return true
 }
 
-// Len returns how many items are waiting (urgent, soon, normal and low).
+// Len returns how many items are waiting (urgent, normal and low).
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.urgent) + len(q.soon) + len(q.normal) + len(q.low)
+	return len(q.urgent) + len(q.normal) + len(q.low)
 }
 
 // Urgent returns how many urgent items are waiting.
@@ -130,9 +108,8 @@ func (q *Queue[T]) Close() {
 }
 
 // Take blocks until there is work and appends up to max items to batch,
-// urgent first, then soon, then normal, then low, each in the order they
-// were pushed. It returns batch unchanged (empty) once the queue is closed
-// and drained.
+// urgent first, then normal, then low, each in the order they were pushed. It returns batch unchanged
+// (empty) once the queue is closed and drained.
 func (q *Queue[T]) Take(batch []T, max int) []T {
 	for {
 		q.mu.Lock()
@@ -142,17 +119,13 @@ func (q *Queue[T]) Take(batch []T, max int) []T {
 		}
 		batch = append(batch, q.urgent[:n]...)
 		q.urgent = shift(q.urgent, n)
-		s := min(max-n, len(q.soon))
-		batch = append(batch, q.soon[:s]...)
-		q.soon = shift(q.soon, s)
-		n += s
 		m := min(max-n, len(q.normal))
 		batch = append(batch, q.normal[:m]...)
 		q.normal = shift(q.normal, m)
 		l := min(max-n-m, len(q.low))
 		batch = append(batch, q.low[:l]...)
 		q.low = shift(q.low, l)
-		closed, more := q.closed, len(q.urgent)+len(q.soon)+len(q.normal)+len(q.low) > 0
+		closed, more := q.closed, len(q.urgent)+len(q.normal)+len(q.low) > 0
 		q.mu.Unlock()
 		if more || closed {
 			q.wake() // another writer may take the rest, or see the close

@@ -132,36 +132,6 @@ func TestLowLast(t *testing.T) {
 	}
 }
 
-// TestSoonBetweenUrgentAndNormal: soon items are taken after the urgent
-// ones and before the normal ones, in order, outside the urgent budget, so
-// that two producers' soon items share a batch the budget filled.
-func TestSoonBetweenUrgentAndNormal(t *testing.T) {
-	q := NewBudgeted(func(i int) int { return i }, 10)
-	q.Push(1, false)
-	q.PushSoon(50, 51)
-	q.Push(10, true)
-	q.PushSoon(60)
-	q.Push(3, true) // over the budget with 10
-	if got := q.Len(); got != 6 {
-		t.Fatalf("Len() = %d, want 6", got)
-	}
-	if got := q.Take(nil, 100); !slices.Equal(got, []int{10, 50, 51, 60, 1}) {
-		t.Fatalf("first batch %v, want the urgent items under the budget, every soon one, then the normal one", got)
-	}
-	q.Push(2, false)
-	q.PushSoon(70, 71)
-	if got := q.Take(nil, 2); !slices.Equal(got, []int{3, 70}) {
-		t.Fatalf("second batch %v, want the urgent item, then the oldest soon one (at most 2)", got)
-	}
-	if got := q.Take(nil, 2); !slices.Equal(got, []int{71, 2}) {
-		t.Fatalf("third batch %v, want the soon item before the normal one", got)
-	}
-	q.Close()
-	if q.PushSoon(80) {
-		t.Fatal("PushSoon after Close accepted an item")
-	}
-}
-
 // TestWait: Wait returns true for a push (or one no Take answered yet),
 // false when a stop fires first, and takes nothing.
 func TestWait(t *testing.T) {

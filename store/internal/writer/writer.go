@@ -1,8 +1,8 @@
 // Package writer is the one group-commit writer of the stores: writes queue
-// in lanes (store/internal/writequeue: closes and fires urgent, reminders
-// soon, API writes normal, bookkeeping low), a few goroutines each take
-// what waits as one batch and hand it to the store's dialect to run as one
-// transaction. Around that one call it does everything the stores share:
+// in lanes (store/internal/writequeue: closes and fires urgent, API writes
+// normal, bookkeeping low), a few goroutines each take what waits as one
+// batch and hand it to the store's dialect to run as one transaction. Around
+// that one call it does everything the stores share:
 //
 //   - a write whose caller gave up before its batch began is skipped;
 //   - a transaction rolled back by a race with another (a deadlock, a
@@ -167,14 +167,6 @@ const (
 	// room the others leave in a batch, so a backlog of them cannot slow
 	// the API.
 	Low
-	// Soon writes (reminders: due before a deadline, and useless after it)
-	// are taken after the urgent ones and before the normal ones, outside
-	// the urgent budget (Config.UrgentBudget), so a backlog of API writes
-	// cannot hold a reminder past its order's deadline, a burst of them
-	// cannot make a close late, and the few callers' batches share a
-	// transaction. Its callers must be few and wait for their answers
-	// (writequeue.Queue.PushSoon), so the API writes are not starved.
-	Soon
 )
 
 // Config configures New. Name, Log and Retry.Attempts are required.
@@ -198,11 +190,11 @@ type Config[T Write] struct {
 	// commit_delay does when commit_siblings transactions are active: it
 	// waits while writes keep coming, each within Gather/4 of the one
 	// before, for at most Gather in all, until the batch is full. A batch
-	// with an urgent or soon write (a close, a fire, a reminder) never
-	// waits, and such a write ends a wait. Fewer, larger transactions cost
-	// the database and the node less per write: a node among several,
-	// which gets a share of the clients, otherwise commits small batches
-	// (docs/benchmarks/several-nodes.md). 0: no wait.
+	// with an urgent write (a close, a fire) never waits, and an urgent
+	// write ends a wait. Fewer, larger transactions cost the database and
+	// the node less per write: a node among several, which gets a share of
+	// the clients, otherwise commits small batches (docs/benchmarks/
+	// several-nodes.md). 0: no wait.
 	Gather time.Duration
 	// LowGather, when positive, is Gather for a batch of Low writes only
 	// (bookkeeping no request waits on: webhook attempt records, the
@@ -347,13 +339,10 @@ func (w *Writer[T]) SubmitAll(ctx context.Context, lane Lane, writes []T) []erro
 	return errs
 }
 
-// push queues es in lane, together (Urgent, Soon, Normal) or each behind
-// the others (Low). It returns false once the queue is closed.
+// push queues es in lane, together (Urgent, Normal) or each behind the
+// others (Low). It returns false once the queue is closed.
 func (w *Writer[T]) push(es []*entry[T], lane Lane) bool {
-	switch lane {
-	case Soon:
-		return w.queue.PushSoon(es...)
-	case Urgent, Normal:
+	if lane != Low {
 		return w.queue.PushAll(es, lane == Urgent)
 	}
 	for _, e := range es {
@@ -416,8 +405,8 @@ func (w *Writer[T]) loop() {
 // gather returns batch with the writes that came while it waited for them
 // (Config.Gather, or LowGather for a batch of Low writes only): while each
 // came within a quarter of that of the one before, for at most that, until
-// the batch is full or holds a write that ends the wait (an urgent or a
-// soon one; in a Low batch, any other).
+// the batch is full or holds a write that ends the wait (an urgent one; in
+// a Low batch, any other).
 func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
 	d, ends := w.cfg.Gather, anyUrgent[T]
 	if w.cfg.LowGather > 0 && (d <= 0 || w.cfg.LowGather < d) && allLow(batch) {
@@ -469,11 +458,10 @@ func anyNotLow[T Write](entries []*entry[T]) bool {
 	return false
 }
 
-// anyUrgent reports whether entries hold an urgent or a soon write: one
-// that does not wait for more API writes.
+// anyUrgent reports whether entries hold an urgent write.
 func anyUrgent[T Write](entries []*entry[T]) bool {
 	for _, e := range entries {
-		if e.lane == Urgent || e.lane == Soon {
+		if e.lane == Urgent {
 			return true
 		}
 	}

@@ -274,36 +274,6 @@ func TestGather(t *testing.T) {
 	}
 }
 
-// TestSoonEndsGather: a soon write (a reminder) ends a gathering wait and
-// joins the batch, as an urgent one does, and a batch holding one does
-// not wait.
-func TestSoonEndsGather(t *testing.T) {
-	t.Parallel()
-	r := newGatherRig(t, Config[*write]{MaxBatch: 4, Gather: time.Minute})
-	txs, submit, taken := r.txs, r.submit, r.taken
-
-	<-submit(Normal, 2) // a batch of two
-	normal := submit(Normal, 1)
-	taken()
-	start := time.Now()
-	<-submit(Soon, 2)
-	<-normal
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("a soon write committed %s after it came, want at once (Gather is a minute)", took)
-	}
-	if got := txs(); !slices.Equal(got, []int{2, 3}) {
-		t.Fatalf("transactions %v, want [2 3]: the soon writes end the wait and join the batch", got)
-	}
-	start = time.Now()
-	<-submit(Soon, 2) // after a batch of three: a batch of soon writes does not wait
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("a batch of soon writes committed after %s, want at once", took)
-	}
-	if got := txs(); !slices.Equal(got, []int{2, 3, 2}) {
-		t.Fatalf("transactions %v, want [2 3 2]", got)
-	}
-}
-
 // TestLowGather: with LowGather alone, a batch of Low writes after a batch
 // of several waits for more Low writes, any other write ends the wait and
 // joins the batch, and API writes never wait.
