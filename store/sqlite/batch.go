@@ -49,16 +49,7 @@ func (s *Store) runBatch(ctx context.Context, conn *sqlite.Conn, ops []*batch.Op
 	if err != nil {
 		return out, err
 	}
-	closed := 0 // and reminded: their events fan out as a close's do
-	for _, o := range ops {
-		closed += len(o.Res.Closed)
-		for _, r := range o.Res.Reminded {
-			if !r.Skipped {
-				closed++
-			}
-		}
-	}
-	s.fannedOut(out.Deliveries, closed)
+	s.fannedOut(out.Deliveries, out.Fanned)
 	return out, nil
 }
 

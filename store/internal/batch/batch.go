@@ -328,6 +328,11 @@ type Outcome struct {
 	Deliveries int
 	// Deferred: the batch left deliveries to the fan-out loop.
 	Deferred bool
+	// Fanned is how many orders the batch closed or sent a reminder of:
+	// each such event fans out to every subscription, so a store weighs
+	// a close batch by Deliveries per Fanned order (SQLite's urgent
+	// budget).
+	Fanned int
 }
 
 // batch is one attempt of a batch's transaction: what it locked and read,
@@ -388,7 +393,23 @@ func Run(ctx context.Context, cfg Config, tx Tx, ops []*Op) (Outcome, error) {
 	for i, o := range ops {
 		o.Res = b.res[i]
 	}
+	out.Fanned = fanned(ops)
 	return out, nil
+}
+
+// fanned returns how many orders ops closed or sent a reminder of
+// (Outcome.Fanned).
+func fanned(ops []*Op) int {
+	n := 0
+	for _, o := range ops {
+		n += len(o.Res.Closed)
+		for _, r := range o.Res.Reminded {
+			if !r.Skipped {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // collect lists the rows the batch's ops name.

@@ -48,6 +48,11 @@ const BurstCloses = 512
 // closes waiting behind it, is part of a burst, and so leaves its close
 // events' deliveries to a Loop. A writer that takes every queued close into
 // one transaction sees none queued behind it; its batch's size says it.
+// Reminders sent in the same write do not count: only the close events'
+// deliveries are deferred (a close event is its order's last, so no later
+// event of the order is delivered before it; a reminder's is not), and a
+// batch of reminders alone defers nothing. A store that weighs a write by
+// its deliveries counts both (batch.Outcome.Fanned).
 func Burst(queued, closes int) bool { return closes > 0 && (queued > 0 || closes >= BurstCloses) }
 
 // Queue is what a Loop watches of the store's write queue

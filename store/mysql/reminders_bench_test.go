@@ -1,0 +1,109 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/mysql/mytest"
+)
+
+// BenchmarkRemindOrdersBurst sends the reminders of a backlog of orders all
+// reminded at one instant through RemindOrders, in batches of the given
+// size with the given callers, and reports reminders per second; the same
+// orders' closes (CloseOrders, with the same batches and callers) are
+// measured alternately, so the two per-item costs compare within one run
+// (as SQLite's benchmark of the same name):
+//
+//	go test -run '^$' -bench RemindOrdersBurst -benchtime 1x ./store/mysql/
+func BenchmarkRemindOrdersBurst(b *testing.B) {
+	for _, c := range []struct{ batch, callers int }{{512, 2}, {1024, 2}, {2048, 2}, {1024, 4}} {
+		for _, what := range []string{"remind", "close"} {
+			b.Run(fmt.Sprintf("%s/batch=%d/callers=%d", what, c.batch, c.callers), func(b *testing.B) {
+				const n = 100_000
+				clock := hourglasstest.NewClock(hourglasstest.Epoch)
+				s, err := Open(context.Background(), Config{URL: mytest.NewDatabase(b), Clock: clock})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				ctx := context.Background()
+				for i := range b.N {
+					b.StopTimer()
+					first := seedRemindBurst(b, s, fmt.Sprintf("SKU%d", i), n, clock.Now(), clock.Now().Add(time.Minute))
+					clock.Advance(time.Millisecond)
+					if what == "close" {
+						clock.Advance(time.Minute)
+					}
+					b.StartTimer()
+					start := time.Now()
+					var wg sync.WaitGroup
+					next := make(chan int64)
+					for range c.callers {
+						wg.Go(func() {
+							for lo := range next {
+								ids := make([]int64, 0, c.batch)
+								for id := lo; id < min(lo+int64(c.batch), first+n); id++ {
+									ids = append(ids, id)
+								}
+								var done int
+								var err error
+								if what == "close" {
+									var closed []hourglass.ClosedOrder
+									closed, err = s.CloseOrders(ctx, ids)
+									done = len(closed)
+								} else {
+									r, e := s.RemindOrders(ctx, ids)
+									done, err = len(r), e
+								}
+								if err != nil || done != len(ids) {
+									b.Errorf("%s: %d of %d: %v", what, done, len(ids), err)
+								}
+							}
+						})
+					}
+					for lo := first; lo < first+n; lo += int64(c.batch) {
+						next <- lo
+					}
+					close(next)
+					wg.Wait()
+					b.ReportMetric(n/time.Since(start).Seconds(), what+"s/s")
+				}
+			})
+		}
+	}
+}
+
+// seedRemindBurst inserts n pending orders of one unit of a new product
+// sku, reminded at remindAt and due at deadline, with one statement, and
+// returns the first one's id (the ids are consecutive).
+func seedRemindBurst(tb testing.TB, s *Store, sku string, n int, remindAt, deadline time.Time) (firstID int64) {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: sku, Name: sku, Category: "physical", Available: int64(n)}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM orders`).Scan(&firstID); err != nil {
+		tb.Fatal(err)
+	}
+	ms := hourglass.UnixMilli
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms)
+SELECT ? + g - 1, 'burst', 'pending_payment', ?, ?, ?, ?, ? FROM ` + numbers(n),
+			[]any{firstID, stored.EncodeItems([]hourglass.Item{{SKU: sku, Quantity: 1}}), ms(remindAt), ms(deadline), ms(remindAt), deadline.Sub(remindAt).Milliseconds()}},
+		{`UPDATE products SET available = available - ?, reserved = reserved + ? WHERE sku = ?`, []any{n, n, sku}},
+	} {
+		if _, err := s.db.ExecContext(ctx, q.sql, q.args...); err != nil {
+			tb.Fatalf("%.60s…: %v", q.sql, err)
+		}
+	}
+	return firstID
+}
