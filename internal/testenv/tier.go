@@ -41,7 +41,8 @@ const (
 	// needs a broker at HOURGLASS_TEST_KAFKA_URL or 127.0.0.1:9092.
 	Matrix Tier = "matrix"
 	// Outage is the tests that stop and restart a shared service (Redis,
-	// RabbitMQ, NATS): run them alone, with -p 1.
+	// RabbitMQ, NATS): run them with -p 1, and nothing that uses those
+	// services beside them (the Brokers tier, the Matrix tier's mechanisms).
 	Outage Tier = "outage"
 	// Full is the tests at full size that the Default tier runs smaller
 	// (the shops' orders tables at 200 orders a second for 10 s and a burst
