@@ -29,13 +29,20 @@ const (
 	// without it, and under it only the test's own side is slower, which
 	// checks nothing more and eats the bounds.
 	Processes Tier = "processes"
+	// Brokers is the tests of the Processes kind (nodes of the built
+	// binary, time bounds, without -race) whose nodes use the shared
+	// brokers (Redis, RabbitMQ, NATS), which the Outage tier stops: a
+	// separate tier so that the other Processes tests can run beside the
+	// Outage tier and these not.
+	Brokers Tier = "brokers"
 	// Matrix is the end-to-end tests (those that call EveryCase) on every
 	// store and every delay mechanism other than the default ones: each
 	// mechanism on SQLite, each server store on the wheel. The Kafka case
 	// needs a broker at HOURGLASS_TEST_KAFKA_URL or 127.0.0.1:9092.
 	Matrix Tier = "matrix"
 	// Outage is the tests that stop and restart a shared service (Redis,
-	// RabbitMQ, NATS): run them alone, with -p 1.
+	// RabbitMQ, NATS): run them with -p 1, and nothing that uses those
+	// services beside them (the Brokers tier, the Matrix tier's mechanisms).
 	Outage Tier = "outage"
 	// Full is the tests at full size that the Default tier runs smaller
 	// (the shops' orders tables at 200 orders a second for 10 s and a burst
@@ -47,7 +54,7 @@ const (
 const TierEnv = "HOURGLASS_TEST_TIER"
 
 // Tiers lists every tier, the default first.
-func Tiers() []Tier { return []Tier{Default, Processes, Matrix, Outage, Full} }
+func Tiers() []Tier { return []Tier{Default, Processes, Brokers, Matrix, Outage, Full} }
 
 // Selected reports whether the run covers tier: whether TierEnv lists it,
 // or, unset or empty, whether tier is Default.

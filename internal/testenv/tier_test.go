@@ -15,6 +15,7 @@ func TestSelected(t *testing.T) {
 		{"processes", []Tier{Processes}},
 		{" matrix , default ", []Tier{Default, Matrix}},
 		{"outage,full", []Tier{Outage, Full}},
+		{"processes,brokers", []Tier{Processes, Brokers}},
 	} {
 		t.Run(tt.env, func(t *testing.T) {
 			t.Setenv(TierEnv, tt.env)

@@ -32,7 +32,7 @@ import (
 // redis,rabbitmq,nats,kafka); the conformance suite's
 // OwnersShareThePartitions checks the same ownership in every go test run.
 func TestClusterBrokers(t *testing.T) {
-	testenv.Require(t, testenv.Processes)
+	testenv.Require(t, testenv.Brokers)
 	v := os.Getenv("HOURGLASS_TEST_BROKERS")
 	if v == "" {
 		t.Skip("set HOURGLASS_TEST_BROKERS=redis,rabbitmq,nats to run brokers on 1 and 3 nodes of the built binary (about 1.5 min each)")

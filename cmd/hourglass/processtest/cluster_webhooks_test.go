@@ -46,9 +46,10 @@ import (
 // to the sweeper (and, on NATS, where the new owner's re-publish of a
 // killed node's timers was dropped as a duplicate). The namespace is the
 // test's own and is dropped at the end (a SIGKILL can leave an in-flight
-// set or held messages behind).
+// set or held messages behind). Every case uses Redis (the sink, or the
+// mechanism too): the test is in the Brokers tier.
 func TestClusterWebhooks(t *testing.T) {
-	testenv.Require(t, testenv.Processes)
+	testenv.Require(t, testenv.Brokers)
 	const ttl = 2 * time.Second
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {

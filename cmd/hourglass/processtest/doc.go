@@ -9,6 +9,7 @@
 // Each test states its tier (internal/testenv): the Default tier's run in
 // `go test -race ./...`, on SQLite; the Processes tier's (several nodes with
 // time bounds, the SIGKILL tests that read back 10,000 timers or events)
-// run without -race, with HOURGLASS_TEST_TIER=processes; the Matrix tier
+// run without -race, with HOURGLASS_TEST_TIER=processes (brokers for those
+// whose nodes use Redis, RabbitMQ or NATS); the Matrix tier
 // runs the one-process tests on PostgreSQL and MariaDB. See docs/testing.md.
 package processtest

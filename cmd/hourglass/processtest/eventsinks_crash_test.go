@@ -84,10 +84,10 @@ type bus struct {
 // event of every order whose create was acknowledged (and of every timer
 // armed) is on every bus, at least once, in order per key after dropping
 // duplicates by id; the duplicates are counted. On every store: SQLite in
-// the Processes tier, the server stores in the Matrix tier
+// the Brokers tier, the server stores in the Matrix tier
 // (testenv.EveryCase).
 func TestEventSinksSurviveKill(t *testing.T) {
-	testenv.EveryCase(t, testenv.Processes, stores, nil, testEventSinksSurviveKill)
+	testenv.EveryCase(t, testenv.Brokers, stores, nil, testEventSinksSurviveKill)
 }
 
 func testEventSinksSurviveKill(t *testing.T) {

@@ -75,9 +75,10 @@ func sourceShop(t *testing.T, kind string) (dbURL string, shop hourglasstest.Sho
 // the killed node that fell due while it was down are closed within
 // --lease-ttl + 1 s (three nodes) or within 5 s of the restart (one node).
 // The nodes' delay mechanism (the wheel, or Redis) times hourglass's own
-// orders; sources time their rows in memory either way.
+// orders; sources time their rows in memory either way. The Redis case is
+// in the Brokers tier, the others in the Processes tier.
 func TestSourcesKill(t *testing.T) {
-	testenv.Require(t, testenv.Processes)
+	testenv.Require(t, testenv.Processes, testenv.Brokers)
 	type variant struct {
 		kind  string
 		n     int
@@ -91,6 +92,11 @@ func TestSourcesKill(t *testing.T) {
 	for _, v := range variants {
 		kind, n := v.kind, v.n
 		t.Run(fmt.Sprintf("%s/%d_nodes/%s", kind, n, v.delay), func(t *testing.T) {
+			if v.delay == "wheel" {
+				testenv.Require(t, testenv.Processes)
+			} else {
+				testenv.Require(t, testenv.Brokers)
+			}
 			const ttl = 2 * time.Second
 			dbURL, shop, file := sourceShop(t, kind)
 			skus := []string{"A", "B", "C", "D", "E", "F", "G", "H"}
