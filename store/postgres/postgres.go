@@ -326,6 +326,14 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Schema != "" && cfg.Schema != "public" {
 		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	}
+	// The planner takes an index wherever one serves (unless the URL says
+	// otherwise): a generic plan kept for a connection's life was costed
+	// on statistics taken while its table was small, where a sequential
+	// scan, or one per key of a look-up, is cheapest; the table outgrows
+	// it (see batch.go's reads and locks by key).
+	if _, ok := pc.ConnConfig.RuntimeParams["enable_seqscan"]; !ok {
+		pc.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	}
 	// Sessions are in UTC (unless the URL says otherwise), so that a
 	// source's TIMESTAMP deadlines, which hold UTC, compare with now() as
 	// the shop meant (hourglass's own times are unix ms, zone-free).
