@@ -18,11 +18,11 @@ import (
 
 // seqScanOfRows matches a plan line that reads one of the tables that grow
 // with the traffic whole.
-var seqScanOfRows = regexp.MustCompile(`Seq Scan on (orders|events|timers|webhook_deliveries|idempotency_keys|timer_outbox|fanout_pending|products)\b`)
+var seqScanOfRows = regexp.MustCompile(`Seq Scan on (orders|events|timers|webhook_deliveries|idempotency_keys|timer_outbox|fanout_pending|products|timer_requests)\b`)
 
 // TestWriterPlansUseIndexes: every statement the store prepared while it
 // created, paid, closed and reminded orders, armed, cancelled and fired
-// timers and recorded delivery attempts keeps an index path in its generic
+// timers (also from timer_requests) and recorded delivery attempts keeps an index path in its generic
 // plan, made while its tables were small and never analyzed (autovacuum
 // off, or a new table's first minute). pgx prepares each statement once a
 // connection and PostgreSQL keeps a generic plan for the connection's
@@ -199,6 +199,16 @@ func writerWorkload(t *testing.T, s *Store) {
 	}
 	if _, err := s.dueByID(ctx, announced); err != nil {
 		t.Fatal(err)
+	}
+	// The timer_requests applier: arms and cancels a shop inserted.
+	if _, err := s.pool.Exec(ctx, `INSERT INTO timer_requests (timer_key, action, delay_ms)
+SELECT 'r' || (g % 24), CASE WHEN g % 3 = 0 THEN 'cancel' ELSE 'arm' END, 3600000 FROM generate_series(1, 48) g`); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := s.ApplyTimerRequests(ctx, hourglass.TimerRequestsParams{Limit: 12, Room: hourglass.NoTimerLimit}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := s.OutboxBatch(ctx, 100, hourglass.Parts{})
 	if err != nil {
