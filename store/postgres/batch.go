@@ -346,6 +346,11 @@ CROSS JOIN LATERAL (SELECT x.key, x.request_hash, x.order_id FROM idempotency_ke
 //     (ARRAY[k.col])": a join condition no hash or merge join can use, so
 //     the plan is a nested loop, whose cheapest inner side is the look-up.
 //     (An UPDATE's FROM item cannot be LATERAL to its target.)
+//
+// No shape survives statistics taken while a table was small (an ANALYZE
+// of a new database): a look-up of one key then costs more than reading
+// the table, once per key. So the store's connections also forbid a
+// sequential scan where an index serves (enable_seqscan, postgres.go).
 
 // sortedKeys returns keys sorted, without duplicates, in a new slice: a
 // lock's order.
@@ -545,13 +550,13 @@ SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d, v.ra, v.rb FROM unnest($2::b
 }
 
 // UpdateOrders writes the largest set of orders that take the same values
-// (a batch's closes) with one UPDATE … WHERE id = ANY, and the rest, if
+// (a batch's closes) with one UPDATE of a list of ids, and the rest, if
 // any, likewise when they share their values too, else with one statement
 // of every row's values: for 512 closes the first took half the server
 // time of the second (8 ms against 16, medians of 30), and a batch of
 // closes with a few payments, each its own payment id, keeps it for its
-// closes. "o.id = ANY($1)" keeps the planner to primary-key look-ups (see
-// productsUpdateSQL).
+// closes. Both join the ids with "o.id = ANY (ARRAY[k.id])": one
+// primary-key look-up each (see "Reads and locks by key").
 func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
 	type shape struct {
 		status          hourglass.State
@@ -603,12 +608,12 @@ func (t *txn) ExtendOrder(_ context.Context, id int64, deadline time.Time) error
 	return nil
 }
 
-// productsUpdateSQL writes each SKU's row once. Its join alone was planned
-// as a hash join over a sequential scan of every product, in the custom
-// and the generic plan; "p.sku = ANY($1)" restricts the product side to
-// the batch's SKUs (an index scan, or on a small table a scan that
-// filters): on 1,000 products, 8 SKUs, about 90 µs less server CPU per
-// commit (BenchmarkProductsUpdate). The rows are locked already, so the
+// productsUpdateSQL writes each SKU's row once. Its join "p.sku = d.sku"
+// was planned as a hash join over a sequential scan of every product, in
+// the custom and the generic plan (BenchmarkProductsUpdate: on 1,000
+// products, 8 SKUs, 90 µs more server CPU per commit than reading the
+// batch's SKUs alone); "p.sku = ANY (ARRAY[d.sku])" is one look-up of the
+// key per SKU (see "Reads and locks by key"). The rows are locked already, so the
 // UPDATE's own order is free.
 const productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = ANY (ARRAY[d.sku])`
