@@ -326,6 +326,20 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Schema != "" && cfg.Schema != "public" {
 		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	}
+	// The planner takes an index wherever one serves (unless the URL says
+	// otherwise): a generic plan kept for a connection's life was costed
+	// on statistics taken while its table was small, where a sequential
+	// scan, or one per key of a look-up, is cheapest; the table outgrows
+	// it (see batch.go's reads and locks by key). And no JIT (unless the
+	// URL says otherwise): a statement whose only path is a sequential
+	// scan (the 64 leases, a shop's table) is costed above jit_above_cost
+	// once sequential scans are disabled, and compiling it took a second
+	// each time; hourglass's statements are short.
+	for name, value := range map[string]string{"enable_seqscan": "off", "jit": "off"} {
+		if _, ok := pc.ConnConfig.RuntimeParams[name]; !ok {
+			pc.ConnConfig.RuntimeParams[name] = value
+		}
+	}
 	// Sessions are in UTC (unless the URL says otherwise), so that a
 	// source's TIMESTAMP deadlines, which hold UTC, compare with now() as
 	// the shop meant (hourglass's own times are unix ms, zone-free).
