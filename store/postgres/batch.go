@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -316,54 +315,13 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 		key string
 		k   plan.StoredKey
 	)
-	err := t.lockRead(ctx, query("read idempotency keys", `SELECT k.key, k.request_hash, k.order_id FROM unnest($1::text[]) AS want(key)
-CROSS JOIN LATERAL (SELECT x.key, x.request_hash, x.order_id FROM idempotency_keys x WHERE x.key = want.key OFFSET 0) k`,
+	err := t.lockRead(ctx, query("read idempotency keys", `SELECT key, request_hash, order_id FROM idempotency_keys WHERE key = ANY($1::text[])`,
 		[]any{keys}, []any{&key, &k.Hash, &k.OrderID}, func() error {
 			stored[key] = plan.StoredKey{Hash: k.Hash, OrderID: k.OrderID}
 			return nil
 		}))
 	return stored, err
 }
-
-// Reads and locks by key. pgx prepares each statement once a connection,
-// and after five executions PostgreSQL keeps a generic plan, costed on the
-// table as it was then, for the connection's life: nothing invalidates it
-// but an ANALYZE (or DDL), which never comes where autovacuum is off, and
-// a new table is not analyzed for its first minute anyway. Costed on a
-// table of a few pages never analyzed, "id = ANY($1)" is a sequential
-// scan, whatever the index; kept while the table grows to 100,000 rows,
-// each lock of a batch read them all (issue #40,
-// docs/benchmarks/postgres-speed.md). So the statements here that read or
-// write rows by key have shapes whose only sensible plan is one
-// primary-key look-up per key, at any table size:
-//
-//   - a read or a lock is unnest($1) AS k CROSS JOIN LATERAL (SELECT …
-//     WHERE key = k.key FOR UPDATE, or OFFSET 0): a subquery that is not
-//     flattened, run once per element with its key as a parameter. A lock
-//     takes its rows in the array's order, sorted by the caller
-//     (sortedKeys) where the order matters.
-//   - an UPDATE or a DELETE joins unnest($1) AS k with "col = ANY
-//     (ARRAY[k.col])": a join condition no hash or merge join can use, so
-//     the plan is a nested loop, whose cheapest inner side is the look-up.
-//     (An UPDATE's FROM item cannot be LATERAL to its target.)
-//
-// No shape survives statistics taken while a table was small (an ANALYZE
-// of a new database): a look-up of one key then costs more than reading
-// the table, once per key. So the store's connections also forbid a
-// sequential scan where an index serves (enable_seqscan, postgres.go).
-
-// sortedKeys returns keys sorted, without duplicates, in a new slice: a
-// lock's order.
-func sortedKeys[K cmp.Ordered](keys []K) []K {
-	out := slices.Clone(keys)
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// lockOrdersSQL locks the orders $1 (sorted: sortedKeys), one primary-key
-// look-up each, in the array's order.
-const lockOrdersSQL = `SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms FROM unnest((SELECT $1::bigint[])) AS k(id)
-CROSS JOIN LATERAL (SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms FROM orders o WHERE o.id = k.id FOR UPDATE) o`
 
 // LockOrders locks the orders and, when they are at most prelockOrders,
 // in the same pipeline the products the batch will ask LockProducts for
@@ -372,8 +330,7 @@ CROSS JOIN LATERAL (SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms
 // payments or closes is one round trip.
 func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
 	var out []hourglass.Order
-	ids = sortedKeys(ids)
-	reads := []stmt{{name: "lock orders", sql: lockOrdersSQL,
+	reads := []stmt{{name: "lock orders", sql: `SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
 		args: []any{ids}, read: func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {
@@ -418,9 +375,8 @@ const prelockOrders = 64
 // orders of $1 (locked by the statement before) and of $2, sorted
 // bytewise (COLLATE "C", the products' key's order).
 const pendingProductsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest(ARRAY(SELECT s.sku FROM (
-	SELECT i->>'sku' AS sku FROM unnest($1::bigint[]) AS w(id)
-	CROSS JOIN LATERAL (SELECT o.items FROM orders o WHERE o.id = w.id AND (o.status = 'pending_payment') IS TRUE OFFSET 0) o
-	CROSS JOIN LATERAL json_array_elements(o.items::json) AS i
+	SELECT i->>'sku' AS sku FROM orders o CROSS JOIN LATERAL json_array_elements(o.items::json) AS i
+	WHERE o.id = ANY($1::bigint[]) AND (o.status = 'pending_payment') IS TRUE
 	UNION SELECT unnest($2::text[])) AS s ORDER BY s.sku COLLATE "C")) AS k(sku)
 CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
 
@@ -466,17 +422,9 @@ func (t *txn) LockProducts(ctx context.Context, skus []string) (plan.Stock, erro
 	return stock, t.lockRead(ctx, t.lockProducts(productsLockSQL, []any{skus}, stock))
 }
 
-// lockTimersSQL locks the timers of the array $1 (sorted: sortedKeys) of
-// type typ whose column col is the array's element, and that match cond,
-// one look-up of col's unique index each, in the array's order.
-func lockTimersSQL(col, typ, cond string) string {
-	return `SELECT ` + timerColumns + `, t.request_hash FROM unnest((SELECT $1::` + typ + `[])) AS k(v)
-CROSS JOIN LATERAL (SELECT ` + timerColumns + `, t.request_hash FROM timers t WHERE t.` + col + ` = k.v` + cond + ` FOR UPDATE) t`
-}
-
-func (t *txn) lockTimers(ctx context.Context, sql string, arg any) ([]*batch.Timer, error) {
+func (t *txn) lockTimers(ctx context.Context, where string, arg any) ([]*batch.Timer, error) {
 	var out []*batch.Timer
-	err := t.lockRead(ctx, stmt{name: "lock timers", sql: sql,
+	err := t.lockRead(ctx, stmt{name: "lock timers", sql: `SELECT ` + timerColumns + `, t.request_hash FROM timers t WHERE ` + where + ` FOR UPDATE`,
 		args: []any{arg}, read: func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {
@@ -498,13 +446,13 @@ func (t *txn) lockTimers(ctx context.Context, sql string, arg any) ([]*batch.Tim
 // it, and the others find its row.
 func (t *txn) LockTimerKeys(ctx context.Context, keys []string) ([]*batch.Timer, error) {
 	t.queue("lock timer keys", keyLockSQL, timerLockClass, keys)
-	return t.lockTimers(ctx, lockTimersSQL("key", "text", ""), sortedKeys(keys))
+	return t.lockTimers(ctx, `t.key = ANY($1::text[]) ORDER BY t.key`, keys)
 }
 
 // LockTimerIDs wraps the state test in IS TRUE so that only the primary
 // key serves it, never the (status, fire_at) index.
 func (t *txn) LockTimerIDs(ctx context.Context, ids []int64) ([]*batch.Timer, error) {
-	return t.lockTimers(ctx, lockTimersSQL("id", "bigint", ` AND (t.status = 'scheduled') IS TRUE`), sortedKeys(ids))
+	return t.lockTimers(ctx, `t.id = ANY($1::bigint[]) AND (t.status = 'scheduled') IS TRUE ORDER BY t.id`, ids)
 }
 
 func (t *txn) Webhooks(ctx context.Context, ids []int64) (map[int64]bool, error) {
@@ -550,13 +498,13 @@ SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d, v.ra, v.rb FROM unnest($2::b
 }
 
 // UpdateOrders writes the largest set of orders that take the same values
-// (a batch's closes) with one UPDATE of a list of ids, and the rest, if
+// (a batch's closes) with one UPDATE … WHERE id = ANY, and the rest, if
 // any, likewise when they share their values too, else with one statement
 // of every row's values: for 512 closes the first took half the server
 // time of the second (8 ms against 16, medians of 30), and a batch of
 // closes with a few payments, each its own payment id, keeps it for its
-// closes. Both join the ids with "o.id = ANY (ARRAY[k.id])": one
-// primary-key look-up each (see "Reads and locks by key").
+// closes. "o.id = ANY($1)" keeps the planner to primary-key look-ups (see
+// productsUpdateSQL).
 func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
 	type shape struct {
 		status          hourglass.State
@@ -573,8 +521,7 @@ func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
 		groups[k] = append(groups[k], o.ID)
 	}
 	same := func(k shape) {
-		t.queue("update orders", `UPDATE orders o SET status = $2, paid_at = $3, closed_at = $4, close_reason = $5, payment_id = $6
-FROM unnest($1::bigint[]) AS k(id) WHERE o.id = ANY (ARRAY[k.id])`,
+		t.queue("update orders", `UPDATE orders SET status = $2, paid_at = $3, closed_at = $4, close_reason = $5, payment_id = $6 WHERE id = ANY($1::bigint[])`,
 			groups[k], string(k.status), nullMs(k.paid), nullMs(k.closed), nullString(k.reason), nullString(k.payment))
 	}
 	if len(groups) <= 2 {
@@ -599,7 +546,7 @@ FROM unnest($1::bigint[]) AS k(id) WHERE o.id = ANY (ARRAY[k.id])`,
 	}
 	t.queue("update orders", `UPDATE orders o SET status = v.s, paid_at = v.p, closed_at = v.c, close_reason = v.r, payment_id = v.pay
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) AS v(id, s, p, c, r, pay)
-WHERE o.id = ANY (ARRAY[v.id])`, ids, status, paid, closed, reason, payment)
+WHERE o.id = v.id AND o.id = ANY($1::bigint[])`, ids, status, paid, closed, reason, payment)
 	return nil
 }
 
@@ -608,15 +555,15 @@ func (t *txn) ExtendOrder(_ context.Context, id int64, deadline time.Time) error
 	return nil
 }
 
-// productsUpdateSQL writes each SKU's row once. Its join "p.sku = d.sku"
-// was planned as a hash join over a sequential scan of every product, in
-// the custom and the generic plan (BenchmarkProductsUpdate: on 1,000
-// products, 8 SKUs, 90 µs more server CPU per commit than reading the
-// batch's SKUs alone); "p.sku = ANY (ARRAY[d.sku])" is one look-up of the
-// key per SKU (see "Reads and locks by key"). The rows are locked already, so the
+// productsUpdateSQL writes each SKU's row once. Its join alone was planned
+// as a hash join over a sequential scan of every product, in the custom
+// and the generic plan; "p.sku = ANY($1)" restricts the product side to
+// the batch's SKUs (an index scan, or on a small table a scan that
+// filters): on 1,000 products, 8 SKUs, about 90 µs less server CPU per
+// commit (BenchmarkProductsUpdate). The rows are locked already, so the
 // UPDATE's own order is free.
 const productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = ANY (ARRAY[d.sku])`
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku AND p.sku = ANY($1::text[])`
 
 func (t *txn) UpdateProducts(_ context.Context, stock plan.Stock) error {
 	skus := stock.Changed()
@@ -690,14 +637,14 @@ func (t *txn) RearmTimers(_ context.Context, timers []*batch.Timer) error {
 	a := newTimerArgs(timers)
 	t.queue("re-arm timers", `UPDATE timers t SET status = v.s, fire_at = v.f, fired_at = v.fd, payload = v.p, webhook_id = v.w, request_hash = v.h, updated_at = v.u
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::bigint[]) AS v(id, s, f, fd, p, w, h, u)
-WHERE t.id = ANY (ARRAY[v.id])`, a.ids, a.status, a.fireAt, a.firedAt, a.payloads, a.hooks, a.hashes, a.upd)
+WHERE t.id = v.id AND t.id = ANY($1::bigint[])`, a.ids, a.status, a.fireAt, a.firedAt, a.payloads, a.hooks, a.hashes, a.upd)
 	return nil
 }
 
 func (t *txn) SetTimers(_ context.Context, status hourglass.TimerStatus, ids []int64, now time.Time) error {
-	query := `UPDATE timers t SET status = 'cancelled', updated_at = $1 FROM unnest($2::bigint[]) AS k(id) WHERE t.id = ANY (ARRAY[k.id])`
+	query := `UPDATE timers SET status = 'cancelled', updated_at = $1 WHERE id = ANY($2::bigint[])`
 	if status == hourglass.TimerFired {
-		query = `UPDATE timers t SET status = 'fired', fired_at = $1, updated_at = $1 FROM unnest($2::bigint[]) AS k(id) WHERE t.id = ANY (ARRAY[k.id])`
+		query = `UPDATE timers SET status = 'fired', fired_at = $1, updated_at = $1 WHERE id = ANY($2::bigint[])`
 	}
 	t.queue("set timers "+string(status), query, hourglass.UnixMilli(now), ids)
 	return nil
@@ -837,9 +784,8 @@ func (t *txn) LockDeliveries(ctx context.Context, ids []int64) ([]*batch.Deliver
 		d   batch.Delivery
 		at  int64
 	)
-	err := t.send(ctx, false, query("lock deliveries", `SELECT d.id, d.attempts, d.next_attempt_at FROM unnest((SELECT $1::bigint[])) AS k(id)
-CROSS JOIN LATERAL (SELECT id, attempts, next_attempt_at FROM webhook_deliveries
-	WHERE id = k.id AND (state = 'pending') IS TRUE FOR UPDATE) d`, []any{sortedKeys(ids)}, []any{&d.ID, &d.Attempts, &at}, func() error {
+	err := t.send(ctx, false, query("lock deliveries", `SELECT id, attempts, next_attempt_at FROM webhook_deliveries
+WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id FOR UPDATE`, []any{ids}, []any{&d.ID, &d.Attempts, &at}, func() error {
 		cp := d
 		cp.NextAt = hourglass.FromUnixMilli(at)
 		out = append(out, &cp)
@@ -860,7 +806,7 @@ func (t *txn) UpdateDelivery(_ context.Context, d *batch.Delivery, now time.Time
 }
 
 func (t *txn) DeleteDeliveries(_ context.Context, ids []int64) error {
-	t.queue("record attempts", `DELETE FROM webhook_deliveries d USING unnest($1::bigint[]) AS k(id) WHERE d.id = ANY (ARRAY[k.id])`, ids)
+	t.queue("record attempts", `DELETE FROM webhook_deliveries WHERE id = ANY($1::bigint[])`, ids)
 	return nil
 }
 

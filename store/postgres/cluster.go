@@ -219,13 +219,10 @@ func (s *Store) onCreated(payload string) {
 // dueByIDSQL reads the deadlines of the pending orders ($1), the fire
 // times of the scheduled timers ($2) and the reminders of pending orders
 // ($3, order ids; answered as reminder ids) among the ids a notice named:
-// primary-key look-ups, one a key whatever the statistics (see batch.go).
-const dueByIDSQL = `SELECT o.id, o.deadline FROM unnest($1::bigint[]) AS k(id)
-	CROSS JOIN LATERAL (SELECT id, deadline FROM orders WHERE id = k.id AND (status = 'pending_payment') IS TRUE OFFSET 0) o
-UNION ALL SELECT t.id, t.fire_at FROM unnest($2::bigint[]) AS k(id)
-	CROSS JOIN LATERAL (SELECT id, fire_at FROM timers WHERE id = k.id AND (status = 'scheduled') IS TRUE OFFSET 0) t
-UNION ALL SELECT r.id + $4, r.remind_at FROM unnest($3::bigint[]) AS k(id)
-	CROSS JOIN LATERAL (SELECT id, remind_at FROM orders WHERE id = k.id AND (status = 'pending_payment') IS TRUE AND remind_at IS NOT NULL OFFSET 0) r`
+// primary-key look-ups.
+const dueByIDSQL = `SELECT id, deadline FROM orders WHERE id = ANY($1) AND status = 'pending_payment'
+UNION ALL SELECT id, fire_at FROM timers WHERE id = ANY($2) AND status = 'scheduled'
+UNION ALL SELECT id + $4, remind_at FROM orders WHERE id = ANY($3) AND status = 'pending_payment' AND remind_at IS NOT NULL`
 
 // dueByID returns the due items among ids as the database holds them, in
 // statements of at most dueByIDBatch ids.

@@ -22,8 +22,7 @@ const fanOutOneSQL = `WITH p AS (
 ), d AS (
 	INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at)
 	SELECT s.webhook_id, e.seq, e.order_id, 'pending', GREATEST(e.created_at, COALESCE($2::bigint, ` + dbNow + `))
-	FROM p CROSS JOIN LATERAL unnest(p.seqs) AS x(seq)
-	CROSS JOIN LATERAL (SELECT e.seq, e.order_id, e.type, e.created_at FROM events e WHERE e.seq = x.seq OFFSET 0) e
+	FROM p CROSS JOIN LATERAL unnest(p.seqs) AS x(seq) JOIN events e ON e.seq = x.seq
 	JOIN webhook_subscriptions s ON s.type IN (e.type, '*')
 	RETURNING 1
 ), n AS (

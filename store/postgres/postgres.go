@@ -327,14 +327,18 @@ func connect(ctx context.Context, cfg Config) (*Store, error) {
 		pc.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	}
 	// The planner takes an index wherever one serves (unless the URL says
-	// otherwise): a generic plan kept for a connection's life was costed
-	// on statistics taken while its table was small, where a sequential
-	// scan, or one per key of a look-up, is cheapest; the table outgrows
-	// it (see batch.go's reads and locks by key). And no JIT (unless the
-	// URL says otherwise): a statement whose only path is a sequential
-	// scan (the 64 leases, a shop's table) is costed above jit_above_cost
-	// once sequential scans are disabled, and compiling it took a second
-	// each time; hourglass's statements are short.
+	// otherwise). pgx prepares each statement once a connection, and
+	// PostgreSQL keeps the generic plan it costs after five executions for
+	// the connection's life; costed on a table that was small and never
+	// analyzed (autovacuum off, a new table's first minute) or analyzed
+	// while small, "id = ANY($1)" is a sequential scan, which the table
+	// outgrows: at 5,000 orders/s each lock of a batch read every order
+	// (docs/benchmarks/postgres-speed.md). TestWriterPlansUseIndexes holds
+	// every statement of the write path to an index path. No JIT either
+	// (unless the URL says otherwise): a statement whose only path is a
+	// sequential scan (the 64 leases, a shop's table) is costed above
+	// jit_above_cost once sequential scans are disabled, and compiling it
+	// took a second each time; hourglass's statements are short.
 	for name, value := range map[string]string{"enable_seqscan": "off", "jit": "off"} {
 		if _, ok := pc.ConnConfig.RuntimeParams[name]; !ok {
 			pc.ConnConfig.RuntimeParams[name] = value

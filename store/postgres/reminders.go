@@ -22,7 +22,6 @@ func scanLockedOrder(row pgx.Row) (hourglass.Order, error) {
 // SetRemindAt writes the remind_at of ids with one statement, sent with
 // the batch's others.
 func (t *txn) SetRemindAt(_ context.Context, at time.Time, ids []int64) error {
-	t.queue(fmt.Sprintf("set the reminder of %d orders", len(ids)), `UPDATE orders o SET remind_at = $2
-FROM unnest($1::bigint[]) AS k(id) WHERE o.id = ANY (ARRAY[k.id])`, ids, nullMs(at))
+	t.queue(fmt.Sprintf("set the reminder of %d orders", len(ids)), `UPDATE orders SET remind_at = $2 WHERE id = ANY($1::bigint[])`, ids, nullMs(at))
 	return nil
 }

@@ -22,9 +22,6 @@ var sqlDialect = sqlq.Dialect{
 	ByID: func(table, alias string) string {
 		return `unnest(?::bigint[]) AS want(id) CROSS JOIN LATERAL (SELECT * FROM ` + table + ` x WHERE x.id = want.id OFFSET 0) ` + alias
 	},
-	LeftJoinByID: func(table, alias, id, cond string) string {
-		return `LEFT JOIN LATERAL (SELECT * FROM ` + table + ` x WHERE x.id = ` + id + ` AND ` + cond + ` OFFSET 0) ` + alias + ` ON true`
-	},
 
 	FanoutLists: func(seq string) string { return seq + ` = ANY (p.seqs)` },
 	Returning:   true,

@@ -102,14 +102,6 @@ type Dialect struct {
 	// read of 8 deliveries instead of about 1 ms (docs/benchmarks/
 	// webhooks.md).
 	ByID func(table, alias string) string
-	// LeftJoinByID, when set, is the LEFT JOIN that reads the row of table
-	// (as alias) whose id is the expression id, when cond holds, by one
-	// primary-key look-up for each row joined; unset, it is "LEFT JOIN
-	// table alias ON alias.id = id AND cond". PostgreSQL, whose cached
-	// generic plan was costed on a table of a few pages never analyzed,
-	// hash-joined a sequential scan of every order instead, as long as
-	// the connection lived (docs/benchmarks/postgres-speed.md).
-	LeftJoinByID func(table, alias, id, cond string) string
 	// ByKey follows the alias of a table read by primary key with ByID
 	// unset: the hint that keeps the planner to that key (SQLite's " NOT
 	// INDEXED", MySQL's " FORCE INDEX (PRIMARY)"). Asked for "id IN (…) AND

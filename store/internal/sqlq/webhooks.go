@@ -519,10 +519,6 @@ func (s *Store) PendingDeliveriesSQL(ids []int64) (string, []any) {
 		where, args = in(s.d, "d.id", ids)
 		where += " AND"
 	}
-	order := `LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL`
-	if s.d.LeftJoinByID != nil {
-		order = s.d.LeftJoinByID("orders", "o", "d.order_id", "e.body IS NULL")
-	}
 	// The stream's earlier pending delivery, one seek each: correlated
 	// scalar subqueries, whose plan is that seek on every database, where
 	// a join on the row they find was a hash join over every delivery on
@@ -535,6 +531,6 @@ func (s *Store) PendingDeliveriesSQL(ids []int64) (string, []any) {
 	return `SELECT ` + pendingOrderColumns + `, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
 	d.attempts, d.next_attempt_at, ` + earlier("id") + `, ` + earlier("next_attempt_at") + `
 FROM ` + from + ` JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
-` + order + `
+LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
 WHERE ` + where + ` d.state = 'pending'`, args
 }
