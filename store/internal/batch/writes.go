@@ -45,6 +45,9 @@ func (w *Writes) CreateOrder(ctx context.Context, p hourglass.CreateOrderParams)
 	o.Kind = Create
 	o.Create = p
 	o.Items = stored.EncodeItems(p.Items)
+	// The id reads crypto/rand: in the caller's goroutine, not the writer's
+	// (a replay's or a refused create's id goes unused).
+	o.EventID = hourglass.NewEventID()
 	r := w.queue(ctx, o)
 	if r.Err != nil {
 		return hourglass.Order{}, false, r.Err
