@@ -43,11 +43,11 @@ import (
 // submit queues o in its lane and waits for its result. Once queued, an
 // op runs even if its ctx ends while it waits, unless its batch has not
 // begun when ctx ends: then it is skipped and ctx.Err() returned.
-func (s *Store) submit(ctx context.Context, o *batch.Op) batch.Result {
+func (s *Store) submit(ctx context.Context, o *batch.Op) error {
 	if err := s.w.Submit(ctx, o.Lane(), o); err != nil {
-		return batch.Result{Err: err}
+		return err
 	}
-	return o.Res
+	return o.Res.Err
 }
 
 // retryPolicy is PostgreSQL's: a serialization failure or a deadlock rolls

@@ -30,15 +30,15 @@ import (
 
 // submit queues o in its lane, weighted like a close when it is urgent,
 // and waits for its result.
-func (s *Store) submit(ctx context.Context, o *batch.Op) batch.Result {
+func (s *Store) submit(ctx context.Context, o *batch.Op) error {
 	w := &op{b: o}
 	if o.Lane() == writer.Urgent {
 		w.orders = s.urgentWeight(len(o.IDs))
 	}
 	if err := s.w.Submit(ctx, o.Lane(), w); err != nil {
-		return batch.Result{Err: err}
+		return err
 	}
-	return o.Res
+	return o.Res.Err
 }
 
 // runBatch runs ops (a run of consecutive batch writes of the writer's

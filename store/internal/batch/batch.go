@@ -68,6 +68,7 @@ type Op struct {
 	Kind      Kind
 	Create    hourglass.CreateOrderParams // Create
 	Items     string                      // Create: the items as stored (stored.EncodeItems)
+	EventID   string                      // Create: its order.created's id, made by the caller, off the writer
 	ID        int64                       // Pay, Transition, Extend
 	PaymentID string                      // Pay
 	Late      bool                        // Pay: PayDueOrder (no deadline check)
@@ -624,7 +625,7 @@ func (b *batch) create(i int, admit *plan.Admission) error {
 		b.sameAs[i] = d.SameAs
 	default:
 		b.newOf[i] = len(b.news)
-		b.events = append(b.events, &Event{Type: hourglass.EventOrderCreated, newIdx: len(b.news)})
+		b.events = append(b.events, &Event{ID: o.EventID, Type: hourglass.EventOrderCreated, newIdx: len(b.news)})
 		b.news = append(b.news, NewOrder{Order: *d.Order, Items: o.Items, Key: o.Create.IdempotencyKey, Hash: o.Create.RequestHash})
 	}
 	return nil

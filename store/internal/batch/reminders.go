@@ -23,13 +23,13 @@ type reminders struct {
 // (the closes go first); each listed order's reminder is sent (its
 // order.expiring event and deliveries) or skipped and cleared, on the
 // locked row, by plan.Reminds. Ids that are not order ids are ignored.
-func (w Writes) RemindOrders(ctx context.Context, ids []int64) ([]hourglass.RemindedOrder, error) {
+func (w *Writes) RemindOrders(ctx context.Context, ids []int64) ([]hourglass.RemindedOrder, error) {
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return id <= 0 || id >= hourglass.ReminderIDBase })
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	slices.Sort(ids)
-	r := w.Queue(ctx, &Op{Kind: Remind, IDs: slices.Compact(ids)})
+	r := w.queue(ctx, &Op{Kind: Remind, IDs: slices.Compact(ids)})
 	return r.Reminded, r.Err
 }
 
