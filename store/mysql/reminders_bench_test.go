@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +31,6 @@ func BenchmarkRemindOrdersBurst(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { s.Close() })
-				ctx := context.Background()
 				for i := range b.N {
 					b.StopTimer()
 					first := seedRemindBurst(b, s, fmt.Sprintf("SKU%d", i), n, clock.Now(), clock.Now().Add(time.Minute))
@@ -41,38 +39,7 @@ func BenchmarkRemindOrdersBurst(b *testing.B) {
 						clock.Advance(time.Minute)
 					}
 					b.StartTimer()
-					start := time.Now()
-					var wg sync.WaitGroup
-					next := make(chan int64)
-					for range c.callers {
-						wg.Go(func() {
-							for lo := range next {
-								ids := make([]int64, 0, c.batch)
-								for id := lo; id < min(lo+int64(c.batch), first+n); id++ {
-									ids = append(ids, id)
-								}
-								var done int
-								var err error
-								if what == "close" {
-									var closed []hourglass.ClosedOrder
-									closed, err = s.CloseOrders(ctx, ids)
-									done = len(closed)
-								} else {
-									r, e := s.RemindOrders(ctx, ids)
-									done, err = len(r), e
-								}
-								if err != nil || done != len(ids) {
-									b.Errorf("%s: %d of %d: %v", what, done, len(ids), err)
-								}
-							}
-						})
-					}
-					for lo := first; lo < first+n; lo += int64(c.batch) {
-						next <- lo
-					}
-					close(next)
-					wg.Wait()
-					b.ReportMetric(n/time.Since(start).Seconds(), what+"s/s")
+					b.ReportMetric(hourglasstest.SettleBurst(b, s, what == "close", first, n, c.batch, c.callers), what+"s/s")
 				}
 			})
 		}

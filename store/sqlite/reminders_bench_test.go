@@ -3,11 +3,9 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
@@ -27,7 +25,6 @@ func BenchmarkRemindOrdersBurst(b *testing.B) {
 				const n = 100_000
 				clock := hourglasstest.NewClock(hourglasstest.Epoch)
 				s := openAt(b, clock)
-				ctx := context.Background()
 				for range b.N {
 					b.StopTimer()
 					first := seedBurst(b, s, fmt.Sprintf("SKU%d", b.N), n, clock.Now().Add(time.Minute))
@@ -37,38 +34,7 @@ func BenchmarkRemindOrdersBurst(b *testing.B) {
 						clock.Advance(time.Minute)
 					}
 					b.StartTimer()
-					start := time.Now()
-					var wg sync.WaitGroup
-					next := make(chan int64)
-					for range c.callers {
-						wg.Go(func() {
-							for lo := range next {
-								ids := make([]int64, 0, c.batch)
-								for id := lo; id < min(lo+int64(c.batch), first+n); id++ {
-									ids = append(ids, id)
-								}
-								var done int
-								var err error
-								if what == "close" {
-									var closed []hourglass.ClosedOrder
-									closed, err = s.CloseOrders(ctx, ids)
-									done = len(closed)
-								} else {
-									r, e := s.RemindOrders(ctx, ids)
-									done, err = len(r), e
-								}
-								if err != nil || done != len(ids) {
-									b.Errorf("%s: %d of %d: %v", what, done, len(ids), err)
-								}
-							}
-						})
-					}
-					for lo := first; lo < first+n; lo += int64(c.batch) {
-						next <- lo
-					}
-					close(next)
-					wg.Wait()
-					b.ReportMetric(n/time.Since(start).Seconds(), what+"s/s")
+					b.ReportMetric(hourglasstest.SettleBurst(b, s, what == "close", first, n, c.batch, c.callers), what+"s/s")
 				}
 			})
 		}
