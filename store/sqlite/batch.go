@@ -240,7 +240,7 @@ func orderRows() rowsInsert {
 }
 
 // rowsInsert is one table's multi-row INSERT (insertRows): its text for
-// each chunk size chunkRows returns, built once per store, so that a batch
+// each chunk size (chunkSizes), built once per store, so that a batch
 // does not build the text of each chunk again only for the connection's
 // statement cache to look it up.
 type rowsInsert struct {
@@ -250,7 +250,7 @@ type rowsInsert struct {
 	sql      [len(chunkSizes)]string
 }
 
-// chunkSizes are the chunk sizes chunkRows returns, largest first.
+// chunkSizes are the sizes of a multi-row INSERT, largest first, down to 1.
 var chunkSizes = [...]int{maxRows, 16, 4, 1}
 
 // newRowsInsert is the INSERT of rows of cols parameters each into table:
@@ -263,18 +263,8 @@ func newRowsInsert(table, maxQuery, insert, row string, cols int) rowsInsert {
 	return r
 }
 
-// chunkSQL is the INSERT of a chunk of n rows (a size chunkRows returns).
-func (r *rowsInsert) chunkSQL(n int) string {
-	for i, c := range chunkSizes {
-		if c == n {
-			return r.sql[i]
-		}
-	}
-	panic(fmt.Sprintf("sqlite: no %d-row INSERT of %s", n, r.table))
-}
-
 // insertRows inserts rows rows into ins's table, with one insert…VALUES
-// row, row, … per chunk (chunkRows), the first row's key one above the
+// row, row, … per chunk (chunk), the first row's key one above the
 // largest ins.maxQuery reads and the others following it. bind binds row i
 // (its key id) from parameter p+1.
 func (t *txn) insertRows(ins *rowsInsert, rows int, bind func(stmt *sqlite.Stmt, p, i int, id int64)) error {
@@ -283,8 +273,9 @@ func (t *txn) insertRows(ins *rowsInsert, rows int, bind func(stmt *sqlite.Stmt,
 		return err
 	}
 	for done := 0; done < rows; {
-		n := chunkRows(rows - done)
-		stmt := t.conn.Prep(ins.chunkSQL(n))
+		c := chunk(rows - done)
+		n := chunkSizes[c]
+		stmt := t.conn.Prep(ins.sql[c])
 		for k := range n {
 			bind(stmt, k*ins.cols, done+k, next+int64(k))
 		}
@@ -297,18 +288,18 @@ func (t *txn) insertRows(ins *rowsInsert, rows int, bind func(stmt *sqlite.Stmt,
 	return nil
 }
 
-// maxRows bounds a multi-row INSERT: with the smaller chunks (chunkRows) a
+// maxRows bounds a multi-row INSERT: with the smaller chunks (chunkSizes) a
 // table has four statement shapes in the connection's cache.
 const maxRows = 64
 
-// chunkRows is how many of n rows the next multi-row INSERT writes.
-func chunkRows(n int) int {
-	for _, c := range chunkSizes {
-		if n >= c {
-			return c
-		}
+// chunk is the index in chunkSizes of the next multi-row INSERT's size for
+// n rows left (n ≥ 1): the largest that n fills.
+func chunk(n int) int {
+	i := 0
+	for chunkSizes[i] > n {
+		i++
 	}
-	return 1
+	return i
 }
 
 // valuesSQL is insert followed by n copies of row, comma-separated.
