@@ -89,7 +89,8 @@ func BenchmarkCloseBatchGrown(b *testing.B) {
 	b.Run("never analyzed", func(b *testing.B) { closeBatchGrown(b, false, 300, 16) })
 	b.Run("analyzed at 300", func(b *testing.B) { closeBatchGrown(b, true, 300, 16) })
 	// The plans made on the grown table, as when a burst comes on a full
-	// one: what the look-up per key costs against the plans it replaced.
+	// one: a large batch's cost with plans that never saw the table
+	// small, beside the two cases above.
 	b.Run("planned at 100,000, 512 closes", func(b *testing.B) { closeBatchGrown(b, false, 100000, 512) })
 }
 

@@ -62,24 +62,21 @@ func BenchmarkBareCommit(b *testing.B) {
 }
 
 // BenchmarkProductsUpdate measures a batch's stock UPDATE on 1,000 products
-// as the writer runs it (productsUpdateSQL: a look-up per SKU) and as it
-// was before: its join alone, which the planner made a hash join over
-// every product, and the join restricted to the batch's SKUs by "p.sku =
-// ANY($1)". Each transaction is BEGIN, the UPDATE and COMMIT, with
+// as the writer runs it (productsUpdateSQL) and as it was before, its join
+// alone: what the planner's hash join over every product cost the server
+// per commit. Each transaction is BEGIN, the UPDATE and COMMIT, with
 // synchronous_commit off so that the flush's cost does not drown the
 // difference.
 func BenchmarkProductsUpdate(b *testing.B) {
 	s := openForPlans(b, thousandProducts...)
-	const perKey = "p.sku = ANY (ARRAY[d.sku])"
-	if !strings.HasSuffix(productsUpdateSQL, perKey) {
-		b.Fatal("productsUpdateSQL no longer ends with its look-up per SKU: update this benchmark")
+	const restriction = " AND p.sku = ANY($1::text[])"
+	if !strings.HasSuffix(productsUpdateSQL, restriction) {
+		b.Fatal("productsUpdateSQL no longer ends with its restriction to the batch's SKUs: update this benchmark")
 	}
-	join := strings.TrimSuffix(productsUpdateSQL, perKey) + "p.sku = d.sku"
 	for _, n := range []int{8, 28} {
 		for _, sql := range []struct{ name, sql string }{
 			{"productsUpdateSQL", productsUpdateSQL},
-			{"join-alone", join},
-			{"join-and-any", join + " AND p.sku = ANY($1::text[])"},
+			{"join-alone", strings.TrimSuffix(productsUpdateSQL, restriction)},
 		} {
 			b.Run(fmt.Sprintf("skus=%d/%s", n, sql.name), func(b *testing.B) {
 				skus, delta := make([]string, n), make([]int64, n) // a delta of 0: the rows stay as they are
