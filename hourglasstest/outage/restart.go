@@ -18,6 +18,32 @@ type closeLog struct {
 	mu     sync.Mutex
 	closes map[int64][]hourglass.ClosedOrder
 	swept  map[int64]bool
+	// failures are the first errors the engines reported (failed closes,
+	// a failed scheduler), logged at the end: a late close is explained
+	// by them or by the machine.
+	failures []string
+}
+
+// failed records one engine error, at most 20.
+func (l *closeLog) failed(what string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) < 20 {
+		l.failures = append(l.failures, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), what, err))
+	}
+}
+
+// unpaidClosed counts the orders not in paid that were closed.
+func (l *closeLog) unpaidClosed(paid map[int64]bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for id := range l.closes {
+		if !paid[id] {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *closeLog) Closed(c hourglass.ClosedOrder, swept bool) {
@@ -26,10 +52,10 @@ func (l *closeLog) Closed(c hourglass.ClosedOrder, swept bool) {
 	l.closes[c.OrderID] = append(l.closes[c.OrderID], c)
 	l.swept[c.OrderID] = swept
 }
-func (l *closeLog) Stale(int)              {}
-func (l *closeLog) CloseFailed(int, error) {}
-func (l *closeLog) Swept(int)              {}
-func (l *closeLog) SchedulerFailed(error)  {}
+func (l *closeLog) Stale(int)                    {}
+func (l *closeLog) CloseFailed(n int, err error) { l.failed(fmt.Sprintf("close of %d failed", n), err) }
+func (l *closeLog) Swept(int)                    {}
+func (l *closeLog) SchedulerFailed(err error)    { l.failed("scheduler failed", err) }
 
 // process is one run of hourglass: store, scheduler and engine.
 type process struct {
@@ -89,10 +115,14 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 		initial = 1_000_000
 		// The bound is for a loaded CI machine under -race: gotimer's
 		// orders due just after the restart were seen 1.5 s late at load
-		// average 5.7, and 2.8 s with the default tier's store suites
-		// beside it (not by the sweeper, whose 10 s grace is the check
-		// that the mechanism lost nothing).
-		maxLate = 4 * time.Second
+		// average 5.7, 2.8 s with the default tier's store suites beside
+		// it, and once 5.3 s (CI of 2026-12-07, where 300 creates took
+		// 8 s; a stall of the whole second process, every later order
+		// closed at one instant). Below the sweeper's 10 s grace, whose
+		// flag is the check that the mechanism lost nothing; the second
+		// phase ends once every unpaid order is closed, so the bound
+		// costs nothing when the machine keeps up.
+		maxLate = 8 * time.Second
 	)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -151,7 +181,24 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 		t.Errorf("the new scheduler holds no timers after the first load")
 	}
 	last := created[len(created)-1].Deadline
-	testenv.Phase(t, time.Until(last.Add(maxLate)), "the second process closes the rest: past the last deadline and the allowed lateness")
+	// Until every unpaid order is closed and a second more (a duplicate
+	// close would come then: a redelivery, the sweeper), at least past
+	// the last deadline and at most past the allowed lateness.
+	t.Logf("phase: the second process closes the rest (at most %s)", time.Until(last.Add(maxLate)).Round(time.Millisecond))
+	unpaid := len(created) - len(paid)
+	for log.unpaidClosed(paid) < unpaid && time.Now().Before(last.Add(maxLate)) {
+		if !testenv.Until(t.Context(), time.Now().Add(20*time.Millisecond)) {
+			t.Fatal("the test ended first")
+		}
+	}
+	end := time.Now().Add(time.Second)
+	if end.Before(last.Add(time.Second)) {
+		end = last.Add(time.Second)
+	}
+	if end.After(last.Add(maxLate)) {
+		end = last.Add(maxLate)
+	}
+	testenv.Until(t.Context(), end)
 	second.stop()
 
 	store, err := sqlite.Open(sqlite.Config{Dir: dir})
@@ -162,6 +209,7 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	var before, during, after int
+	var worst time.Duration // the latest close of an order due after the restart
 	for _, c := range created {
 		o, err := store.Order(ctx, c.ID)
 		if err != nil {
@@ -187,6 +235,7 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 			during++ // closed by the start-up recovery
 		default:
 			after++
+			worst = max(worst, late)
 			if log.swept[c.ID] || late > maxLate {
 				t.Errorf("order %d due after the restart was closed %s late (by the sweeper: %v)", c.ID, late, log.swept[c.ID])
 			}
@@ -202,5 +251,8 @@ func Restart(t *testing.T, open func() hourglass.Scheduler) {
 	if after == 0 {
 		t.Errorf("no order fell due after the restart: the test proves nothing")
 	}
-	t.Logf("unpaid orders closed: %d before the stop, %d due during the downtime, %d after the restart by the reloaded scheduler", before, during, after)
+	for _, f := range log.failures {
+		t.Logf("engine: %s", f)
+	}
+	t.Logf("unpaid orders closed: %d before the stop, %d due during the downtime, %d after the restart by the reloaded scheduler (the latest %s late)", before, during, after, worst)
 }
