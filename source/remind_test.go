@@ -347,8 +347,8 @@ func TestSourceReminderOnce(t *testing.T) {
 			shop.PutStock(t, "A", 1000)
 			src := remindingSource(shop, lead)
 			a, b := &observer{}, &observer{}
-			start(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: a})
-			start(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: b})
+			stopA := start(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: a})
+			stopB := start(t, source.Config{Store: db, Sources: []hourglass.Source{src}, Observer: b})
 			const n = 40
 			ids := make([]int64, n)
 			for i := range ids {
@@ -386,7 +386,12 @@ func TestSourceReminderOnce(t *testing.T) {
 				t.Errorf("runners counted %d+%d sent, %d+%d skipped; want %d sent between them", sa, sb, ka, kb, n)
 			}
 
-			// Remind itself, as a retry or another node would call it.
+			// Remind itself, as a retry or another node would call it,
+			// with the runners stopped: they would send the reminder of
+			// the row moved within its lead below before these calls do
+			// on a loaded machine (Remind #1 then answers Done).
+			stopA()
+			stopB()
 			tbl, _, err := db.OpenSource(t.Context(), src)
 			if err != nil {
 				t.Fatal(err)
@@ -398,8 +403,10 @@ func TestSourceReminderOnce(t *testing.T) {
 				t.Fatalf("Remind an hour early = %+v, %v; want not due", res, err)
 			}
 			// A reminder is due at remind_at: make it so by moving the
-			// deadline within the lead.
-			shop.Exec(t, "UPDATE "+shop.T("orders")+" SET expire_at = "+shop.Now()+" + "+msInterval(shop, 500)+" WHERE id = ?", id)
+			// deadline within the lead, as late in it as can be (the calls
+			// below must come before the deadline, or the reminder is
+			// skipped).
+			shop.Exec(t, "UPDATE "+shop.T("orders")+" SET expire_at = "+shop.Now()+" + "+msInterval(shop, int(lead.Milliseconds())-100)+" WHERE id = ?", id)
 			due = deadline(t, shop, id)
 			res, err = tbl.Remind(t.Context(), []hourglass.DueItem{{ID: id, At: due.Add(time.Hour)}})
 			if err != nil || len(res) != 1 || res[0].Outcome != hourglass.SourceReminderMoved || !res[0].Deadline.Equal(due) {
