@@ -29,6 +29,7 @@ export async function createOrder(base: string, token: string): Promise<Order> {
 // tsc --strict. It skips, saying why, when npm or the npm registry is not
 // there.
 func TestOpenAPITypeScriptClient(t *testing.T) {
+	t.Parallel() // a minute of npm and tsc, waiting on nothing of the others'
 	npm, err := exec.LookPath("npm")
 	if err != nil {
 		t.Skip("npm not found: no TypeScript toolchain to compile a generated client (apt-get install npm)")
