@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -671,6 +672,39 @@ func TestAuthToken(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if status, _, raw := s.call(t, http.MethodGet, path, http.Header{"Authorization": nil}, nil); status != http.StatusOK {
 			t.Errorf("GET %s without a token: status %d, body %s", path, status, raw)
+		}
+	}
+}
+
+// TestAnswerLengths checks that small answers (counted by net/http) and
+// large ones (by writeJSON) are sent with their Content-Length, a HEAD's
+// included.
+func TestAnswerLengths(t *testing.T) {
+	s := startServer(t, serverConfig{})
+	s.putProduct(t, "LEN-1", "physical", 100)
+	for range 8 {
+		s.createOrder(t, `{"user_id":"u","items":[{"sku":"LEN-1","quantity":1}],"timeout_ms":600000}`)
+	}
+	for _, tc := range []struct {
+		method, path string
+		small        bool // at most the answer writeJSON leaves to net/http
+	}{
+		{http.MethodGet, "/v1/orders?limit=1", true},
+		{http.MethodGet, "/v1/orders?limit=8", false},
+		{http.MethodGet, "/v1/orders/999999", true}, // a 404
+		{http.MethodHead, "/v1/orders?limit=1", true},
+		{http.MethodHead, "/v1/orders?limit=8", false},
+	} {
+		status, header, raw := s.call(t, tc.method, tc.path, nil, nil)
+		if status != http.StatusOK && status != http.StatusNotFound {
+			t.Fatalf("%s %s: status %d, body %s", tc.method, tc.path, status, raw)
+		}
+		n, err := strconv.Atoi(header.Get("Content-Length"))
+		if err != nil || n == 0 || (tc.method == http.MethodGet && n != len(raw)) {
+			t.Errorf("%s %s: Content-Length %q, body of %d bytes", tc.method, tc.path, header.Get("Content-Length"), len(raw))
+		}
+		if small := n <= 1024; small != tc.small {
+			t.Errorf("%s %s: an answer of %d bytes; the case wants one on the other side of 1 KiB", tc.method, tc.path, n)
 		}
 	}
 }

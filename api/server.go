@@ -130,6 +130,9 @@ type Server struct {
 	tokens []tokenDigest
 	// registered are the routes registered on mux (Routes).
 	registered []Route
+	// jsonType is every answer's Content-Type value, one slice shared by
+	// their headers (net/http only reads it).
+	jsonType []string
 }
 
 // NewServer returns a server; Handler returns its http.Handler.
@@ -149,7 +152,8 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, mux: http.NewServeMux(),
 		bodies: newByteBudget(cmp.Or(cfg.MaxBodyMemory, MaxBodyMemoryDefault)),
-		cross:  http.NewCrossOriginProtection(), hosts: hosts, tokens: digestTokens(cfg.Tokens, cfg.ViewerTokens)}
+		cross:  http.NewCrossOriginProtection(), hosts: hosts, tokens: digestTokens(cfg.Tokens, cfg.ViewerTokens),
+		jsonType: []string{"application/json"}}
 	if s.clock == nil {
 		s.clock = hourglass.SystemClock{}
 	}
@@ -325,7 +329,12 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 		holds := &requestHolds{response: hold{budget: s.bodies}, body: hold{budget: s.bodies}}
 		held := &holds.response
 		defer held.releaseAll()
-		r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			// A list page (newPage: reads only) holds its bytes as it
+			// builds them; the other requests' answers are held by
+			// encodeHeld, so they skip the request's copy this costs.
+			r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
+		}
 		status, v, err := s.serve(w, r, auth, h, &holds.body)
 		var b []byte
 		if err == nil {
@@ -335,7 +344,7 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 			status, v = s.renderError(w, r, err)
 			b = encodeJSON(v)
 		}
-		writeJSON(w, status, b)
+		s.writeJSON(w, status, b)
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.ObserveRequest(route, MethodLabel(r.Method), status, s.clock.Now().Sub(start))
 		}
@@ -534,10 +543,21 @@ func encodeJSON(v any) []byte {
 	return append(b, '\n')
 }
 
-// writeJSON writes b, a JSON value ending with a newline.
-func writeJSON(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+// bufferedAnswer is the largest answer writeJSON leaves net/http to count:
+// net/http holds the first 2 KiB a handler writes, and when the handler
+// returns with its whole answer held it sends the Content-Length itself,
+// counted without a string or a header slice of the handler's. A larger
+// answer (a list page) is announced here, so it is never sent chunked.
+const bufferedAnswer = 1 << 10
+
+// writeJSON writes b, a JSON value ending with a newline, with its
+// Content-Type and (see bufferedAnswer) its Content-Length.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h["Content-Type"] = s.jsonType
+	if len(b) > bufferedAnswer {
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	}
 	w.WriteHeader(status)
 	w.Write(b)
 }

@@ -209,6 +209,11 @@ func (s *testServer) call(t *testing.T, method, path string, header http.Header,
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s %s: Content-Type %q, want application/json", method, path, ct)
 	}
+	// Every answer is sent with its length, never chunked, whether
+	// writeJSON or net/http counted it.
+	if len(resp.TransferEncoding) > 0 || (method != http.MethodHead && resp.ContentLength != int64(len(raw))) {
+		t.Errorf("%s %s: Content-Length %d, Transfer-Encoding %q for an answer of %d bytes, want its length", method, path, resp.ContentLength, resp.TransferEncoding, len(raw))
+	}
 	return resp.StatusCode, resp.Header, raw
 }
 
