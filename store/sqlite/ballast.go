@@ -25,10 +25,22 @@ import (
 // delivery, two reads per attempt while closes commit, spent half its CPU
 // there. pcachePinnedPages pages of that class keep one slot each for the
 // process's life, so the others are reused instead.
+//
+// One pinned slot is not enough for the classes of 1 KiB to 16 KiB, whose
+// allocator pages hold 3 to 63 slots: long-lived allocations (a cached
+// statement's program, a connection's buffers) fill the pinned page, and the
+// next page of the class was mapped and unmapped again, mostly under b-tree
+// rebalances. A node under `hourglass bench` at 5,000 orders/s made about
+// 960 mmaps a second (each with two munmaps to align it, and one to free
+// it); with classPinnedPages pages of each of those classes, one in 3 s.
 var pinAllocatorPages = sync.OnceFunc(func() {
 	tls := libc.NewTLS()
 	for size := 16; size <= 16<<10; size *= 2 {
-		libc.Xmalloc(tls, libc.Tsize_t(size))
+		if size >= 1<<10 {
+			pinPages(tls, size, classPinnedPages)
+		} else {
+			libc.Xmalloc(tls, libc.Tsize_t(size))
+		}
 	}
 	pinPages(tls, pcacheEntrySize, pcachePinnedPages)
 })
@@ -42,7 +54,10 @@ const (
 	// writer's cache (2 MiB by default) and the read connections' (256 KiB
 	// each, see Open).
 	pcachePinnedPages = 128
-	allocatorPage     = 64 << 10
+	// classPinnedPages pages of each class from 1 KiB to 16 KiB (2.5 MiB
+	// of address space at most, of which a few pages each are touched).
+	classPinnedPages = 8
+	allocatorPage    = 64 << 10
 )
 
 // pinPages keeps n allocator pages of size's class mapped: it allocates

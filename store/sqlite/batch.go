@@ -342,14 +342,22 @@ func (t *txn) UpdateOrders(_ context.Context, orders []*hourglass.Order) error {
 		for n < len(orders) && sameUpdate(orders[0], orders[n]) {
 			n++
 		}
-		stmt := t.conn.Prep(`UPDATE OR FAIL orders NOT INDEXED SET status = ?2, paid_at = ?3, closed_at = ?4, close_reason = ?5, payment_id = ?6
-WHERE id IN (SELECT value FROM json_each(?1))`)
 		o := orders[0]
-		ids := make([]int64, n)
-		for k := range n {
-			ids[k] = orders[k].ID
+		var stmt *sqlite.Stmt
+		if n == 1 {
+			// A pay (its own payment_id) or a lone close: by the key, without
+			// the IN list's JSON and ephemeral table.
+			stmt = t.conn.Prep(`UPDATE OR FAIL orders SET status = ?2, paid_at = ?3, closed_at = ?4, close_reason = ?5, payment_id = ?6 WHERE id = ?1`)
+			stmt.BindInt64(1, o.ID)
+		} else {
+			stmt = t.conn.Prep(`UPDATE OR FAIL orders NOT INDEXED SET status = ?2, paid_at = ?3, closed_at = ?4, close_reason = ?5, payment_id = ?6
+WHERE id IN (SELECT value FROM json_each(?1))`)
+			ids := make([]int64, n)
+			for k := range n {
+				ids[k] = orders[k].ID
+			}
+			stmt.BindText(1, idList(ids))
 		}
-		stmt.BindText(1, idList(ids))
 		stmt.BindText(2, string(o.Status))
 		bindNullTime(stmt, 3, o.PaidAt)
 		bindNullTime(stmt, 4, o.ClosedAt)
