@@ -25,7 +25,7 @@ import (
 // A statement that returns nothing is not sent on its own: txn queues it
 // and sends it in one pipeline (pgx.Batch) with the next statement whose
 // answer the algorithm needs, or with the COMMIT, joined with the other
-// queued writes into one statement where they write different tables
+// queued writes into one statement where one statement can hold them
 // (combine.go); now, the policy, the subscriptions and a batch's new order
 // ids are read at the end of each lock's pipeline, so Snapshot costs no
 // round trip. A batch of a few payments or closes is two round trips
@@ -143,8 +143,9 @@ type stmt struct {
 	args []any
 	read func(br pgx.BatchResults) error
 	// target is the table a queued write changes: combine may join it
-	// with its neighbours (combine.go). "": it runs alone.
+	// with its neighbours (combine.go), by kind. "": it runs alone.
 	target string
+	kind   writeKind
 	// with and cols: a statement "WITH with SELECT cols" that answers
 	// counts, which answer takes; combine joins its CTEs.
 	with   string
@@ -182,7 +183,8 @@ var _ batch.Tx = (*txn)(nil)
 
 // queue queues a statement that returns nothing.
 func (t *txn) queue(name, sql string, args ...any) {
-	t.queued = append(t.queued, stmt{name: name, sql: sql, args: args, target: writeTarget(sql)})
+	target, kind := writeTarget(sql)
+	t.queued = append(t.queued, stmt{name: name, sql: sql, args: args, target: target, kind: kind})
 }
 
 // send sends, in one pipeline, BEGIN (first pipeline only), the queued
@@ -775,10 +777,10 @@ func (t *txn) eventsStmt() stmt {
 		}
 	}
 	if !slices.ContainsFunc(modes, func(m string) bool { return m != "" }) {
-		return stmt{name: "insert events", sql: plainEventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, causes, nodes}, target: "events"}
+		return stmt{name: "insert events", sql: plainEventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, causes, nodes}, target: "events", kind: addsRows}
 	}
 	st := stmt{name: "insert events", sql: eventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, modes, hooks, t.s.channel, causes, nodes},
-		target: "events", with: eventsCTEs, cols: []string{eventsFanned, eventsNotified}, answer: func(counts []int64) { t.fanned = int(counts[0]) }}
+		target: "events", kind: addsRows, with: eventsCTEs, cols: []string{eventsFanned, eventsNotified}, answer: func(counts []int64) { t.fanned = int(counts[0]) }}
 	st.read = func(br pgx.BatchResults) error {
 		counts := make([]int64, 2)
 		err := scanCounts(br, counts)
