@@ -25,7 +25,7 @@ import (
 // A statement that returns nothing is not sent on its own: txn queues it
 // and sends it in one pipeline (pgx.Batch) with the next statement whose
 // answer the algorithm needs, or with the COMMIT, joined with the other
-// queued writes into one statement where they write different tables
+// queued writes into one statement where one statement can hold them
 // (combine.go); now, the policy, the subscriptions and a batch's new order
 // ids are read at the end of each lock's pipeline, so Snapshot costs no
 // round trip. A batch of a few payments or closes is two round trips
@@ -39,6 +39,18 @@ import (
 // one statement with their deliveries (eventsSQL). What is left for one
 // round trip per batch: the timers' locks and ids, the keys' reads and the
 // attempts' reads in the lock pipeline.
+//
+// A key array is read through a sub-select, "id = ANY((SELECT
+// $1::bigint[])::bigint[])", wherever a batch's array is often short. pgx
+// prepares each statement once a connection, and PostgreSQL keeps the
+// generic plan only when it costs no more than the custom ones; a generic
+// plan counts 10 elements in a parameter array, a custom one the real
+// number, so for batches of fewer than 10 keys the custom plan always
+// looked cheaper and the statement was planned again at every execution
+// (the orders' lock: 200 custom plans in 200 batches, 48 against 111 µs of
+// bind; docs/benchmarks/postgres-speed.md). Through the sub-select neither
+// plan can count the elements, both are the same index look-ups, and the
+// generic one is kept.
 
 // submit queues o in its lane and waits for its result. Once queued, an
 // op runs even if its ctx ends while it waits, unless its batch has not
@@ -131,8 +143,9 @@ type stmt struct {
 	args []any
 	read func(br pgx.BatchResults) error
 	// target is the table a queued write changes: combine may join it
-	// with its neighbours (combine.go). "": it runs alone.
+	// with its neighbours (combine.go), by kind. "": it runs alone.
 	target string
+	kind   writeKind
 	// with and cols: a statement "WITH with SELECT cols" that answers
 	// counts, which answer takes; combine joins its CTEs.
 	with   string
@@ -170,7 +183,8 @@ var _ batch.Tx = (*txn)(nil)
 
 // queue queues a statement that returns nothing.
 func (t *txn) queue(name, sql string, args ...any) {
-	t.queued = append(t.queued, stmt{name: name, sql: sql, args: args, target: writeTarget(sql)})
+	target, kind := writeTarget(sql)
+	t.queued = append(t.queued, stmt{name: name, sql: sql, args: args, target: target, kind: kind})
 }
 
 // send sends, in one pipeline, BEGIN (first pipeline only), the queued
@@ -315,7 +329,7 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 		key string
 		k   plan.StoredKey
 	)
-	err := t.lockRead(ctx, query("read idempotency keys", `SELECT key, request_hash, order_id FROM idempotency_keys WHERE key = ANY($1::text[])`,
+	err := t.lockRead(ctx, query("read idempotency keys", `SELECT key, request_hash, order_id FROM idempotency_keys WHERE key = ANY((SELECT $1::text[])::text[])`,
 		[]any{keys}, []any{&key, &k.Hash, &k.OrderID}, func() error {
 			stored[key] = plan.StoredKey{Hash: k.Hash, OrderID: k.OrderID}
 			return nil
@@ -330,7 +344,7 @@ func (t *txn) StoredKeys(ctx context.Context, keys []string) (map[string]plan.St
 // payments or closes is one round trip.
 func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, error) {
 	var out []hourglass.Order
-	reads := []stmt{{name: "lock orders", sql: `SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms FROM orders o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id FOR UPDATE`,
+	reads := []stmt{{name: "lock orders", sql: `SELECT ` + orderColumns + `, o.remind_at, o.remind_before_ms FROM orders o WHERE o.id = ANY((SELECT $1::bigint[])::bigint[]) ORDER BY o.id FOR UPDATE`,
 		args: []any{ids}, read: func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {
@@ -372,13 +386,12 @@ func (t *txn) LockOrders(ctx context.Context, ids []int64) ([]hourglass.Order, e
 const prelockOrders = 64
 
 // pendingProductsLockSQL is productsLockSQL of the SKUs of the pending
-// orders of $1 (locked by the statement before) and of $2, sorted
-// bytewise (COLLATE "C", the products' key's order).
-const pendingProductsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest(ARRAY(SELECT s.sku FROM (
-	SELECT i->>'sku' AS sku FROM orders o CROSS JOIN LATERAL json_array_elements(o.items::json) AS i
-	WHERE o.id = ANY($1::bigint[]) AND (o.status = 'pending_payment') IS TRUE
-	UNION SELECT unnest($2::text[])) AS s ORDER BY s.sku COLLATE "C")) AS k(sku)
-CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
+// orders of $1 (locked by the statement before) and of $2.
+const pendingProductsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p
+WHERE p.sku = ANY(ARRAY(SELECT i->>'sku' FROM orders o CROSS JOIN LATERAL json_array_elements(o.items::json) AS i
+	WHERE o.id = ANY((SELECT $1::bigint[])::bigint[]) AND (o.status = 'pending_payment') IS TRUE
+	UNION SELECT unnest($2::text[])))
+ORDER BY p.sku FOR UPDATE`
 
 // lockProducts is a statement of productsLockSQL's columns, read into
 // stock.
@@ -394,18 +407,18 @@ func (t *txn) lockProducts(sql string, args []any, stock plan.Stock) stmt {
 	})
 }
 
-// productsLockSQL locks the batch's product rows in SKU order: $1 is
-// sorted, and each SKU is one primary-key look-up (a LATERAL subquery with
-// its own FOR UPDATE, run once per element in the array's order), whatever
-// the statistics. "IN (SELECT unnest($1))" hash-joined a sequential scan of
-// every product, in the custom and the generic plan alike: on 1,000
-// products, 0.085 ms a batch against 0.02 ms, paid once per commit, so
-// most where batches are small (several nodes). The array is read through
-// a sub-select so that a custom plan cannot count its elements: both plans
-// then cost the same, the generic one is kept, and the statement is not
-// planned again at each batch (0.145 ms of planning, EXPLAIN ANALYZE).
-const productsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM unnest((SELECT $1::text[])) AS k(sku)
-CROSS JOIN LATERAL (SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p WHERE p.sku = k.sku FOR UPDATE) p`
+// productsLockSQL locks the batch's product rows ($1) in SKU order (the
+// primary key's, bytewise: sku is COLLATE "C"): one scan of the primary
+// key for the array, whose rows come in key order, locked as they come
+// (LockRows over the Index Scan, no Sort), whatever the statistics with
+// enable_seqscan off. "IN (SELECT unnest($1))" hash-joined a sequential
+// scan of every product (0.085 ms a batch on 1,000 products against 0.02
+// ms); a LATERAL look-up per SKU (unnest … CROSS JOIN LATERAL (… FOR
+// UPDATE)) cost 75 µs to this one's 44 for 8 SKUs (EXPLAIN ANALYZE, generic
+// plans). The array is read through a sub-select so that the generic plan
+// is kept (see the top of this file).
+const productsLockSQL = `SELECT p.sku, p.category, p.available, p.reserved, p.sold FROM products p
+WHERE p.sku = ANY((SELECT $1::text[])::text[]) ORDER BY p.sku FOR UPDATE`
 
 // LockProducts answers from the products LockOrders locked when they
 // cover skus (they do, unless no order was locked), else locks them.
@@ -446,13 +459,13 @@ func (t *txn) lockTimers(ctx context.Context, where string, arg any) ([]*batch.T
 // it, and the others find its row.
 func (t *txn) LockTimerKeys(ctx context.Context, keys []string) ([]*batch.Timer, error) {
 	t.queue("lock timer keys", keyLockSQL, timerLockClass, keys)
-	return t.lockTimers(ctx, `t.key = ANY($1::text[]) ORDER BY t.key`, keys)
+	return t.lockTimers(ctx, `t.key = ANY((SELECT $1::text[])::text[]) ORDER BY t.key`, keys)
 }
 
 // LockTimerIDs wraps the state test in IS TRUE so that only the primary
 // key serves it, never the (status, fire_at) index.
 func (t *txn) LockTimerIDs(ctx context.Context, ids []int64) ([]*batch.Timer, error) {
-	return t.lockTimers(ctx, `t.id = ANY($1::bigint[]) AND (t.status = 'scheduled') IS TRUE ORDER BY t.id`, ids)
+	return t.lockTimers(ctx, `t.id = ANY((SELECT $1::bigint[])::bigint[]) AND (t.status = 'scheduled') IS TRUE ORDER BY t.id`, ids)
 }
 
 func (t *txn) Webhooks(ctx context.Context, ids []int64) (map[int64]bool, error) {
@@ -503,8 +516,8 @@ SELECT v.id, v.u, 'pending_payment', v.it, $1, v.d, v.ra, v.rb FROM unnest($2::b
 // of every row's values: for 512 closes the first took half the server
 // time of the second (8 ms against 16, medians of 30), and a batch of
 // closes with a few payments, each its own payment id, keeps it for its
-// closes. "o.id = ANY($1)" keeps the planner to primary-key look-ups (see
-// productsUpdateSQL).
+// closes. "o.id = ANY(…)" keeps the planner to primary-key look-ups (see
+// productsUpdateSQL), its array read through a sub-select (above).
 func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
 	type shape struct {
 		status          hourglass.State
@@ -521,7 +534,7 @@ func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
 		groups[k] = append(groups[k], o.ID)
 	}
 	same := func(k shape) {
-		t.queue("update orders", `UPDATE orders SET status = $2, paid_at = $3, closed_at = $4, close_reason = $5, payment_id = $6 WHERE id = ANY($1::bigint[])`,
+		t.queue("update orders", `UPDATE orders SET status = $2, paid_at = $3, closed_at = $4, close_reason = $5, payment_id = $6 WHERE id = ANY((SELECT $1::bigint[])::bigint[])`,
 			groups[k], string(k.status), nullMs(k.paid), nullMs(k.closed), nullString(k.reason), nullString(k.payment))
 	}
 	if len(groups) <= 2 {
@@ -546,7 +559,7 @@ func (t *txn) UpdateOrders(_ context.Context, dirty []*hourglass.Order) error {
 	}
 	t.queue("update orders", `UPDATE orders o SET status = v.s, paid_at = v.p, closed_at = v.c, close_reason = v.r, payment_id = v.pay
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) AS v(id, s, p, c, r, pay)
-WHERE o.id = v.id AND o.id = ANY($1::bigint[])`, ids, status, paid, closed, reason, payment)
+WHERE o.id = v.id AND o.id = ANY((SELECT $1::bigint[])::bigint[])`, ids, status, paid, closed, reason, payment)
 	return nil
 }
 
@@ -561,9 +574,13 @@ func (t *txn) ExtendOrder(_ context.Context, id int64, deadline time.Time) error
 // the batch's SKUs (an index scan, or on a small table a scan that
 // filters): on 1,000 products, 8 SKUs, about 90 µs less server CPU per
 // commit (BenchmarkProductsUpdate). The rows are locked already, so the
-// UPDATE's own order is free.
+// UPDATE's own order is free. The array is read through a sub-select (see
+// the top of this file): on a products table never analyzed (a new
+// database, autovacuum off) the joined write of a batch of creates was
+// otherwise planned at every execution (0 generic, 12 custom plans; 0.16
+// ms of planning a batch, EXPLAIN EXECUTE).
 const productsUpdateSQL = `UPDATE products p SET available = p.available + d.da, reserved = p.reserved + d.dr, sold = p.sold + d.ds
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku AND p.sku = ANY($1::text[])`
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, da, dr, ds) WHERE p.sku = d.sku AND p.sku = ANY((SELECT $1::text[])::text[])`
 
 func (t *txn) UpdateProducts(_ context.Context, stock plan.Stock) error {
 	skus := stock.Changed()
@@ -637,14 +654,14 @@ func (t *txn) RearmTimers(_ context.Context, timers []*batch.Timer) error {
 	a := newTimerArgs(timers)
 	t.queue("re-arm timers", `UPDATE timers t SET status = v.s, fire_at = v.f, fired_at = v.fd, payload = v.p, webhook_id = v.w, request_hash = v.h, updated_at = v.u
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::bigint[]) AS v(id, s, f, fd, p, w, h, u)
-WHERE t.id = v.id AND t.id = ANY($1::bigint[])`, a.ids, a.status, a.fireAt, a.firedAt, a.payloads, a.hooks, a.hashes, a.upd)
+WHERE t.id = v.id AND t.id = ANY((SELECT $1::bigint[])::bigint[])`, a.ids, a.status, a.fireAt, a.firedAt, a.payloads, a.hooks, a.hashes, a.upd)
 	return nil
 }
 
 func (t *txn) SetTimers(_ context.Context, status hourglass.TimerStatus, ids []int64, now time.Time) error {
-	query := `UPDATE timers SET status = 'cancelled', updated_at = $1 WHERE id = ANY($2::bigint[])`
+	query := `UPDATE timers SET status = 'cancelled', updated_at = $1 WHERE id = ANY((SELECT $2::bigint[])::bigint[])`
 	if status == hourglass.TimerFired {
-		query = `UPDATE timers SET status = 'fired', fired_at = $1, updated_at = $1 WHERE id = ANY($2::bigint[])`
+		query = `UPDATE timers SET status = 'fired', fired_at = $1, updated_at = $1 WHERE id = ANY((SELECT $2::bigint[])::bigint[])`
 	}
 	t.queue("set timers "+string(status), query, hourglass.UnixMilli(now), ids)
 	return nil
@@ -763,10 +780,10 @@ func (t *txn) eventsStmt() stmt {
 		}
 	}
 	if !slices.ContainsFunc(modes, func(m string) bool { return m != "" }) {
-		return stmt{name: "insert events", sql: plainEventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, causes, nodes}, target: "events"}
+		return stmt{name: "insert events", sql: plainEventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, causes, nodes}, target: "events", kind: addsRows}
 	}
 	st := stmt{name: "insert events", sql: eventsSQL, args: []any{hourglass.UnixMilli(t.at), ids, types, orders, bodies, modes, hooks, t.s.channel, causes, nodes},
-		target: "events", with: eventsCTEs, cols: []string{eventsFanned, eventsNotified}, answer: func(counts []int64) { t.fanned = int(counts[0]) }}
+		target: "events", kind: addsRows, with: eventsCTEs, cols: []string{eventsFanned, eventsNotified}, answer: func(counts []int64) { t.fanned = int(counts[0]) }}
 	st.read = func(br pgx.BatchResults) error {
 		counts := make([]int64, 2)
 		err := scanCounts(br, counts)
@@ -785,7 +802,7 @@ func (t *txn) LockDeliveries(ctx context.Context, ids []int64) ([]*batch.Deliver
 		at  int64
 	)
 	err := t.send(ctx, false, query("lock deliveries", `SELECT id, attempts, next_attempt_at FROM webhook_deliveries
-WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id FOR UPDATE`, []any{ids}, []any{&d.ID, &d.Attempts, &at}, func() error {
+WHERE id = ANY((SELECT $1::bigint[])::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id FOR UPDATE`, []any{ids}, []any{&d.ID, &d.Attempts, &at}, func() error {
 		cp := d
 		cp.NextAt = hourglass.FromUnixMilli(at)
 		out = append(out, &cp)
@@ -806,7 +823,7 @@ func (t *txn) UpdateDelivery(_ context.Context, d *batch.Delivery, now time.Time
 }
 
 func (t *txn) DeleteDeliveries(_ context.Context, ids []int64) error {
-	t.queue("record attempts", `DELETE FROM webhook_deliveries WHERE id = ANY($1::bigint[])`, ids)
+	t.queue("record attempts", `DELETE FROM webhook_deliveries WHERE id = ANY((SELECT $1::bigint[])::bigint[])`, ids)
 	return nil
 }
 

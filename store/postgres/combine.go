@@ -20,27 +20,58 @@ import (
 // none sees another's rows; that is safe for writes to different tables
 // whose rows the batch has locked (or inserts), and foreign keys are
 // checked at the end of the statement, as between separate statements.
-// Two writes to one table (an extension and a payment of the same order)
-// could touch one row twice, which one statement cannot do: the second
-// starts a new statement. A statement that must run before a read (an
-// advisory lock) has no target and is never joined.
+// Two updates or deletes of one table (an extension and a payment of the
+// same order) could touch one row twice, which one statement cannot do:
+// the second starts a new statement. A plain INSERT adds rows that no
+// other sub-statement's snapshot holds, and every UPDATE and DELETE the
+// writer queues names rows by the keys of rows it read (locked) earlier in
+// the transaction, never one the batch inserts: so an INSERT joins a run
+// that updates its table, and the reverse (a batch's creates and closes
+// are one statement). An upsert (INSERT … ON CONFLICT) probes the rows
+// the others insert, so it shares its table with no other sub-statement.
+// A statement that must run before a read (an advisory lock) has no target
+// and is never joined.
+
+// writeKind is how a queued write changes its table (writeTarget).
+type writeKind int
+
+const (
+	addsRows    writeKind = iota + 1 // a plain INSERT
+	changesRows                      // an UPDATE, a DELETE, a NOTIFY
+	upsertsRows                      // INSERT … ON CONFLICT
+)
 
 // writeTarget returns the table a queued statement writes (INSERT INTO t,
-// UPDATE t, DELETE FROM t), "pg_notify" for an announcement, or "" for a
-// statement that runs on its own.
-func writeTarget(sql string) string {
+// UPDATE t, DELETE FROM t) and how, "pg_notify" for an announcement, or ""
+// for a statement that runs on its own.
+func writeTarget(sql string) (string, writeKind) {
 	f := strings.Fields(sql)
 	switch {
 	case len(f) >= 3 && f[0] == "INSERT" && f[1] == "INTO":
-		return f[2]
+		if strings.Contains(sql, "ON CONFLICT") {
+			return f[2], upsertsRows
+		}
+		return f[2], addsRows
 	case len(f) >= 2 && f[0] == "UPDATE":
-		return f[1]
+		return f[1], changesRows
 	case len(f) >= 3 && f[0] == "DELETE" && f[1] == "FROM":
-		return f[2]
+		return f[2], changesRows
 	case len(f) >= 2 && f[0] == "SELECT" && strings.HasPrefix(f[1], "pg_notify("):
-		return "pg_notify"
+		return "pg_notify", changesRows
 	}
-	return ""
+	return "", 0
+}
+
+// joins reports whether a write of kind joins a run whose writes to the
+// same table are of the kinds in had.
+func joins(kind writeKind, had map[writeKind]bool) bool {
+	switch kind {
+	case addsRows:
+		return !had[upsertsRows]
+	case changesRows:
+		return !had[changesRows] && !had[upsertsRows]
+	}
+	return len(had) == 0
 }
 
 // param matches a statement's parameters ($1, $2, …): the batch's SQL has
@@ -59,12 +90,13 @@ func renumber(sql string, offset int) string {
 }
 
 // combine returns all with each run of joinable statements (a target,
-// none repeated in the run) replaced by one statement, in order.
+// and joins with the run's other writes to it) replaced by one statement,
+// in order.
 func combine(all []stmt) []stmt {
 	var (
 		out  []stmt
 		run  []stmt
-		seen = map[string]bool{}
+		kept = map[string]map[writeKind]bool{} // the run's kinds of write, by target
 	)
 	end := func() {
 		if len(run) == 1 {
@@ -73,7 +105,7 @@ func combine(all []stmt) []stmt {
 			out = append(out, joined(run))
 		}
 		run = run[:0:0]
-		clear(seen)
+		clear(kept)
 	}
 	for _, st := range all {
 		t := st.target
@@ -82,10 +114,13 @@ func combine(all []stmt) []stmt {
 			out = append(out, st)
 			continue
 		}
-		if seen[t] {
+		if !joins(st.kind, kept[t]) {
 			end()
 		}
-		seen[t] = true
+		if kept[t] == nil {
+			kept[t] = map[writeKind]bool{}
+		}
+		kept[t][st.kind] = true
 		run = append(run, st)
 	}
 	end()

@@ -69,7 +69,7 @@ func BenchmarkBareCommit(b *testing.B) {
 // difference.
 func BenchmarkProductsUpdate(b *testing.B) {
 	s := openForPlans(b, thousandProducts...)
-	const restriction = " AND p.sku = ANY($1::text[])"
+	const restriction = " AND p.sku = ANY((SELECT $1::text[])::text[])"
 	if !strings.HasSuffix(productsUpdateSQL, restriction) {
 		b.Fatal("productsUpdateSQL no longer ends with its restriction to the batch's SKUs: update this benchmark")
 	}
@@ -89,5 +89,62 @@ func BenchmarkProductsUpdate(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkTxShape measures what a transaction's shape costs the server
+// beside its statements' work, each transaction writing one row durably
+// (synchronous_commit on): a round trip and a trivial statement, each on
+// top of a bare commit. A group commit's fixed cost is its round trips and
+// statements at these prices, plus what its statements do.
+func BenchmarkTxShape(b *testing.B) {
+	s := openForPlans(b, `CREATE TABLE bare_commit (id bigint PRIMARY KEY, v bigint NOT NULL)`)
+	const upsert = `INSERT INTO bare_commit AS t VALUES ($1, 1) ON CONFLICT (id) DO UPDATE SET v = t.v + 1`
+	for _, shape := range []struct {
+		name string
+		// pipelines are sent one after another, each one round trip;
+		// "upsert" takes the row's id.
+		pipelines [][]string
+	}{
+		{"autocommit", [][]string{{upsert}}},
+		{"begin+commit", [][]string{{"BEGIN", upsert, "COMMIT"}}},
+		{"begin+select+commit", [][]string{{"BEGIN", "SELECT 1", upsert, "COMMIT"}}},
+		{"two-round-trips", [][]string{{"BEGIN", "SELECT 1"}, {upsert, "COMMIT"}}},
+	} {
+		b.Run(shape.name, func(b *testing.B) {
+			ctx := context.Background()
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Release()
+			run := func(i int) {
+				for _, p := range shape.pipelines {
+					batch := &pgx.Batch{}
+					for _, sql := range p {
+						if sql == upsert {
+							batch.Queue(sql, int64(i%1000))
+						} else {
+							batch.Queue(sql)
+						}
+					}
+					if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			for i := range 20 { // prepared, plans settled
+				run(i)
+			}
+			server := -backendNanos(b, s)
+			b.ResetTimer()
+			for i := range b.N {
+				run(i)
+			}
+			b.StopTimer()
+			if server += backendNanos(b, s); server > 0 {
+				b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-µs/tx")
+			}
+		})
 	}
 }
