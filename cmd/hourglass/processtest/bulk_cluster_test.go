@@ -18,11 +18,16 @@ import (
 // mid-way. The other node takes the action over once the dead node's lease
 // runs out and finishes it: every order was extended exactly once (its
 // deadline 60 s later than it was, one order.extended event), done counts
-// each once, nothing failed.
+// each once, nothing failed. It runs in parallel (after the sequential
+// tests, beside TestEventSinksSurviveKill), its stores too: it bounds no
+// lateness, and each store waits most of its time for the action's lease
+// (bulk.LeaseDefault, 10 s) to run out.
 func TestBulkKill(t *testing.T) {
 	testenv.Require(t, testenv.Processes)
+	t.Parallel()
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			s := setupCluster(t, kind, 2, 2*time.Second)
 			testBulkKill(t, s.cluster)
 		})
@@ -30,7 +35,10 @@ func TestBulkKill(t *testing.T) {
 }
 
 func testBulkKill(t *testing.T, c *nodes.Cluster) {
-	const n = 1500
+	// Enough for the action to be a third done at the kill and two thirds
+	// left for the survivor (about 1.3 s at 300 a second): the kill is
+	// checked to come mid-way below.
+	const n = 600
 	ctx := t.Context()
 	hc := &http.Client{Timeout: 30 * time.Second}
 	client := func(nd *nodes.Node) *api.Client { return api.NewClient(nd.URL(), "", hc) }
@@ -97,6 +105,9 @@ func testBulkKill(t *testing.T, c *nodes.Cluster) {
 		t.Fatal(err)
 	}
 	t.Logf("killed %s at %d done", victim.ID(), mid.Done)
+	if mid.Done >= n || mid.State != "running" {
+		t.Fatalf("the action was %s with %d of %d done at the kill: nothing was left to take over (the test's timing is off)", mid.State, mid.Done, n)
+	}
 	var done api.BulkActionJSON
 	testenv.Eventually(t, 60*time.Second, "the action done on the survivor", func() bool {
 		done, err = client(survivor).BulkAction(ctx, a.ID)

@@ -85,12 +85,18 @@ type bus struct {
 // armed) is on every bus, at least once, in order per key after dropping
 // duplicates by id; the duplicates are counted. On every store: SQLite in
 // the Brokers tier, the server stores in the Matrix tier
-// (testenv.EveryCase).
+// (testenv.EveryCase). The SQLite case runs in parallel (after the
+// sequential tests, beside TestBulkKill): it bounds no lateness, only that
+// every event arrives within minutes. The Matrix tier's cases run one
+// after the other, as before.
 func TestEventSinksSurviveKill(t *testing.T) {
 	testenv.EveryCase(t, testenv.Brokers, stores, nil, testEventSinksSurviveKill)
 }
 
 func testEventSinksSurviveKill(t *testing.T) {
+	if testenv.Store(t, store.KindSQLite) == store.KindSQLite {
+		t.Parallel()
+	}
 	buses := sinkBuses(t)
 	dir := t.TempDir()
 	bin := binary(t)

@@ -76,7 +76,10 @@ func sourceShop(t *testing.T, kind string) (dbURL string, shop hourglasstest.Sho
 // --lease-ttl + 1 s (three nodes) or within 5 s of the restart (one node).
 // The nodes' delay mechanism (the wheel, or Redis) times hourglass's own
 // orders; sources time their rows in memory either way. The Redis case is
-// in the Brokers tier, the others in the Processes tier.
+// in the Brokers tier, the others in the Processes tier. The one-node cases
+// run in parallel with each other, after the three-node ones: their bound
+// counts from the restart, with 5 s to spare, where the three nodes' is
+// the lease TTL + 1 s.
 func TestSourcesKill(t *testing.T) {
 	testenv.Require(t, testenv.Processes, testenv.Brokers)
 	type variant struct {
@@ -96,6 +99,9 @@ func TestSourcesKill(t *testing.T) {
 				testenv.Require(t, testenv.Processes)
 			} else {
 				testenv.Require(t, testenv.Brokers)
+			}
+			if n == 1 {
+				t.Parallel()
 			}
 			const ttl = 2 * time.Second
 			dbURL, shop, file := sourceShop(t, kind)
