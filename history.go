@@ -40,8 +40,9 @@ type History struct {
 }
 
 // HistoryEvent is one event of a history. Body is the stored body (an
-// order.extended's, a timer.fired's, a source.closed's; nil for the others,
-// which are rendered from the order's row). By is an order.closed's or a
+// order.extended's, a timer.fired's, a source.closed's; an order.expiring's
+// as delivered, rendered with the deadline stored with it; nil for the
+// others, which are rendered from the order's row). By is an order.closed's or a
 // timer.fired's provenance; zero when none was recorded.
 type HistoryEvent struct {
 	Seq       int64

@@ -62,8 +62,10 @@ func (d DueItem) Kind() DueKind { return DueKindOf(d.ID) }
 
 // EventOrderExpiring is an order's reminder: it is still pending and closes
 // at its deadline, RemindBefore from now. Its body is
-// {"id","type","created_at","order":{…},"deadline","remind_at"}, stored
-// with the event (the deadline may move later).
+// {"id","type","created_at","order":{…},"deadline","remind_at"}: the
+// deadline and remind_at are stored with the event (the deadline may move
+// later), the order is rendered from its row (Order.AsOf) with that
+// deadline.
 const EventOrderExpiring EventType = "order.expiring"
 
 // RemindLead returns the reminder lead of an order whose items have these
@@ -159,7 +161,8 @@ type reminderEventJSON struct {
 }
 
 // MarshalReminderEvent returns the body of an order.expiring event written
-// at createdAt for pending order o, due at remindAt:
+// at createdAt for order o (as of the event: o.Deadline is the deadline it
+// was sent for), due at remindAt:
 // {"id","type","created_at","order":{…},"deadline","remind_at"}. It
 // cannot fail.
 func MarshalReminderEvent(id string, createdAt time.Time, o Order, remindAt time.Time) []byte {

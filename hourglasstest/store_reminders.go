@@ -80,6 +80,48 @@ func exerciseReminders(t *testing.T, h StoreHarness) {
 		return out
 	}
 	ms := func(d time.Duration) string { return at(d).Format(hourglass.TimeFormat) }
+	// sameBodies checks that every reader of an order.expiring event reads
+	// the body OrderEvents reads: its pending deliveries (to webhook w)
+	// and, where the store keeps histories, its history.
+	sameBodies := func(t *testing.T, f storeFixture, w hourglass.Webhook, ids ...int64) {
+		t.Helper()
+		want := map[string]string{}
+		for _, id := range ids {
+			for _, e := range f.events(t, id) {
+				if e.Type == hourglass.EventOrderExpiring {
+					want[e.ID] = string(e.Body)
+				}
+			}
+		}
+		delivered := 0
+		for _, d := range f.pendingDeliveries(t) {
+			if d.WebhookID != w.ID || d.EventType != hourglass.EventOrderExpiring {
+				continue
+			}
+			delivered++
+			if string(d.Body) != want[d.EventID] {
+				t.Errorf("delivery %d of %s: body %s, want the event's %s", d.ID, d.EventID, d.Body, want[d.EventID])
+			}
+		}
+		if delivered != len(want) {
+			t.Errorf("%d order.expiring deliveries, want %d", delivered, len(want))
+		}
+		hs, ok := f.db.(hourglass.HistoryStore)
+		if !ok {
+			return
+		}
+		for _, id := range ids {
+			h, err := hs.History(f.ctx, hourglass.HistoryParams{Subject: id})
+			if err != nil {
+				t.Fatalf("History(%d): %v", id, err)
+			}
+			for _, e := range h.Events {
+				if e.Type == hourglass.EventOrderExpiring && string(e.Body) != want[e.ID] {
+					t.Errorf("history of order %d: %s's body %s, want the event's %s", id, e.ID, e.Body, want[e.ID])
+				}
+			}
+		}
+	}
 
 	t.Run("SentAtRemindAt", func(t *testing.T) {
 		t.Parallel()
@@ -139,6 +181,7 @@ func exerciseReminders(t *testing.T, h StoreHarness) {
 		if len(ds) != 1 || ds[0].WebhookID != w.ID || ds[0].EventType != hourglass.EventOrderExpiring || ds[0].OrderID != o.ID {
 			t.Fatalf("deliveries %+v, want one order.expiring of order %d to webhook %d", ds, o.ID, w.ID)
 		}
+		sameBodies(t, f, w, o.ID)
 		// The order is unchanged, and still closes at its deadline.
 		if got := f.order(t, o.ID); got.Status != hourglass.StatePendingPayment || !got.Deadline.Equal(at(30*time.Second)) {
 			t.Fatalf("order after its reminder %+v", got)
@@ -216,6 +259,7 @@ func exerciseReminders(t *testing.T, h StoreHarness) {
 			}
 			return o
 		}
+		w := f.webhook(t, "expiring", hourglass.EventOrderExpiring)
 		before, after, late := f.create(t, 0, item("A", 1)), f.create(t, 0, item("A", 1)), f.create(t, 0, item("A", 1))
 		// Extended before its reminder: one, at the new time.
 		f.clock.Set(at(5 * time.Second))
@@ -268,6 +312,9 @@ func exerciseReminders(t *testing.T, h StoreHarness) {
 				t.Errorf("order %d: order.expiring (deadline, remind_at) %v, want %v", tt.id, got, tt.want)
 			}
 		}
+		// Each reader names the deadline each was sent for, after the
+		// extensions too.
+		sameBodies(t, f, w, before.ID, after.ID, late.ID)
 	})
 
 	// Partitions: a node reads only the reminders of its partitions (a

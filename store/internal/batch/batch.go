@@ -198,7 +198,7 @@ type Event struct {
 	ID      string
 	Type    hourglass.EventType
 	Subject int64  // the order's or the timer's id
-	Body    []byte // a timer.fired's or order.extended's snapshot, else nil
+	Body    []byte // a timer.fired's or order.extended's snapshot, an order.expiring's stored.ReminderBody, else nil
 	// WebhookID is the one webhook a timer's event goes to (0: to the
 	// subscribed ones).
 	WebhookID int64

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/plan"
+	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
 // reminders is what a batch decides about order reminders (order.expiring):
@@ -74,11 +75,11 @@ func (b *batch) remind(ids []int64) []hourglass.RemindedOrder {
 		r := hourglass.RemindedOrder{OrderID: id, RemindAt: lo.o.RemindAt, Deadline: lo.o.Deadline, Skipped: skip}
 		if send {
 			r.SentAt = b.now
-			// The body is written now: the deadline it names must survive
-			// a later extension, as order.extended's.
-			eid := hourglass.NewEventID()
-			b.events = append(b.events, &Event{ID: eid, Type: hourglass.EventOrderExpiring, Subject: id, newIdx: -1,
-				Body: hourglass.MarshalReminderEvent(eid, b.now, lo.o, lo.o.RemindAt)})
+			// The deadline it names must survive a later extension: it
+			// is stored with the event, the rest rendered from the row
+			// when read (stored.ReminderBody).
+			b.events = append(b.events, &Event{Type: hourglass.EventOrderExpiring, Subject: id, newIdx: -1,
+				Body: stored.ReminderBody(lo.o.Deadline, lo.o.RemindAt)})
 		}
 		lo.o.RemindAt = time.Time{}
 		b.remindSet = append(b.remindSet, lo)

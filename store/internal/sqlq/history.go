@@ -41,6 +41,9 @@ func (s *Store) History(ctx context.Context, p hourglass.HistoryParams) (hourgla
 		if len(h.Events) == 0 {
 			return nil
 		}
+		if err := x.renderReminders(ctx, p.Subject, h.Events); err != nil {
+			return err
+		}
 		seqs := make([]int64, len(h.Events))
 		for i, ev := range h.Events {
 			seqs[i] = ev.Seq

@@ -360,7 +360,7 @@ func (x q) render(ctx context.Context, evs []hourglass.EventRecord, drop bool) (
 	var ids []any
 	seen := map[int64]bool{}
 	for _, e := range evs {
-		if e.Body == nil && !seen[e.OrderID] {
+		if stored.RenderedFromOrder(e.Type, e.Body) && !seen[e.OrderID] {
 			seen[e.OrderID] = true
 			ids = append(ids, e.OrderID)
 		}
@@ -380,7 +380,7 @@ func (x q) render(ctx context.Context, evs []hourglass.EventRecord, drop bool) (
 	}
 	out := evs[:0]
 	for _, e := range evs {
-		if e.Body == nil {
+		if stored.RenderedFromOrder(e.Type, e.Body) {
 			o, ok := orders[e.OrderID]
 			if !ok && drop {
 				continue
@@ -388,7 +388,7 @@ func (x q) render(ctx context.Context, evs []hourglass.EventRecord, drop bool) (
 			if !ok {
 				return nil, fmt.Errorf("events: order %d of event %s not found", e.OrderID, e.ID)
 			}
-			e.Body = RenderEvent(e.ID, e.Type, hourglass.UnixMilli(e.CreatedAt), o)
+			e.Body = renderEvent(e.ID, e.Type, hourglass.UnixMilli(e.CreatedAt), e.Body, o)
 		}
 		out = append(out, e)
 	}

@@ -2,8 +2,10 @@ package sqlq
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/store/internal/stored"
 )
 
 // RemindersDue implements hourglass.ReminderStore: one range of the
@@ -18,4 +20,47 @@ func (s *Store) RemindersDue(ctx context.Context, p hourglass.PendingDueParams) 
 		out[i].ID = hourglass.ReminderID(out[i].ID)
 	}
 	return out, err
+}
+
+// renderEvent returns the JSON body of an order event that
+// stored.RenderedFromOrder says is rendered from its order's row: body is
+// its stored body (nil, or an order.expiring's stored.ReminderBody) and
+// current the row as it is now.
+func renderEvent(id string, typ hourglass.EventType, createdAtMs int64, body []byte, current hourglass.Order) []byte {
+	if b := stored.ReminderEventBody(id, createdAtMs, body, current); b != nil {
+		return b
+	}
+	return RenderEvent(id, typ, createdAtMs, current)
+}
+
+// renderReminders renders the body of each order.expiring event of a
+// history of order subject whose stored body is stored.ReminderBody (one
+// read of the order, only when there is one), so that a history's Body is
+// the body as delivered, as it was when reminders stored it whole.
+func (x q) renderReminders(ctx context.Context, subject int64, evs []hourglass.HistoryEvent) error {
+	var (
+		o    hourglass.Order
+		read bool
+	)
+	for i, e := range evs {
+		if e.Type != hourglass.EventOrderExpiring || !stored.RenderedFromOrder(e.Type, e.Body) {
+			continue
+		}
+		if !read {
+			var r stored.OrderRow
+			found, err := x.row(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id = ?`, []any{subject}, r.Dest()...)
+			if err != nil {
+				return err
+			}
+			if !found { // orders are never deleted
+				return fmt.Errorf("history: order %d of event %s not found", subject, e.ID)
+			}
+			if o, err = r.Order(); err != nil {
+				return err
+			}
+			read = true
+		}
+		evs[i].Body = stored.ReminderEventBody(e.ID, hourglass.UnixMilli(e.CreatedAt), e.Body, o)
+	}
+	return nil
 }

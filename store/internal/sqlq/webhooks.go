@@ -454,7 +454,8 @@ const pendingOrderColumns = `COALESCE(o.id, 0), COALESCE(o.user_id, ''), COALESC
 // delivery with its webhook, its event and the stream's earlier pending
 // delivery, if any (one seek of webhook_deliveries_stream). An order
 // event's body is rendered from the order's current row as of the event
-// (hourglass.Order.AsOf), once per event in the batch; a timer's or a
+// (hourglass.Order.AsOf; an order.expiring's with the deadline stored with
+// it, stored.ReminderBody), once per event in the batch; a timer's or a
 // source's event keeps the body written with it. Errors: invalid_argument,
 // unavailable.
 func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass.PendingDelivery, error) {
@@ -482,7 +483,7 @@ func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass
 			switch b, ok := bodies[d.EventID]; {
 			case ok:
 				d.Body = b
-			case body != nil:
+			case !stored.RenderedFromOrder(d.EventType, body):
 				d.Body = body
 			case ord.ID == 0: // cannot happen: orders are never deleted
 				return fmt.Errorf("delivery %d: order %d of event %s not found", d.ID, d.OrderID, d.EventID)
@@ -491,7 +492,7 @@ func (s *Store) PendingDeliveries(ctx context.Context, ids []int64) ([]hourglass
 				if err != nil {
 					return err
 				}
-				d.Body = RenderEvent(d.EventID, d.EventType, created, o)
+				d.Body = renderEvent(d.EventID, d.EventType, created, body, o)
 			}
 			bodies[d.EventID] = d.Body
 			if blockedID != nil && blockedAt != nil {
@@ -531,6 +532,6 @@ func (s *Store) PendingDeliveriesSQL(ids []int64) (string, []any) {
 	return `SELECT ` + pendingOrderColumns + `, d.id, d.webhook_id, d.order_id, w.url, w.secret, e.id, e.type, e.created_at, e.body,
 	d.attempts, d.next_attempt_at, ` + earlier("id") + `, ` + earlier("next_attempt_at") + `
 FROM ` + from + ` JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.seq = d.event_seq
-LEFT JOIN orders o ON o.id = d.order_id AND e.body IS NULL
+LEFT JOIN orders o ON o.id = d.order_id AND (e.body IS NULL OR e.type = 'order.expiring')
 WHERE ` + where + ` d.state = 'pending'`, args
 }

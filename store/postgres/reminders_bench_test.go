@@ -1,0 +1,77 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/hourglasstest"
+	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
+)
+
+// BenchmarkRemindOrdersBurst sends the reminders of a backlog of orders all
+// reminded at one instant through RemindOrders, in batches of the given
+// size with the given callers, and reports reminders per second; the same
+// orders' closes (CloseOrders, with the same batches and callers) are
+// measured alternately, so the two per-item costs compare within one run
+// (as SQLite's and MySQL's benchmarks of the same name):
+//
+//	go test -run '^$' -bench RemindOrdersBurst -benchtime 1x ./store/postgres/
+func BenchmarkRemindOrdersBurst(b *testing.B) {
+	for _, c := range []struct{ batch, callers int }{{1024, 2}, {2048, 2}} {
+		for _, what := range []string{"remind", "close"} {
+			b.Run(fmt.Sprintf("%s/batch=%d/callers=%d", what, c.batch, c.callers), func(b *testing.B) {
+				const n = 100_000
+				clock := hourglasstest.NewClock(hourglasstest.Epoch)
+				s, err := Open(context.Background(), Config{URL: pgtest.NewDatabase(b), Clock: clock})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				for i := range b.N {
+					b.StopTimer()
+					first := seedRemindBurst(b, s, fmt.Sprintf("SKU%d", i), n, clock.Now(), clock.Now().Add(time.Minute))
+					clock.Advance(time.Millisecond)
+					if what == "close" {
+						clock.Advance(time.Minute)
+					}
+					b.StartTimer()
+					b.ReportMetric(hourglasstest.SettleBurst(b, s, what == "close", first, n, c.batch, c.callers), what+"s/s")
+				}
+			})
+		}
+	}
+}
+
+// seedRemindBurst inserts n pending orders of one unit of a new product
+// sku, reminded at remindAt and due at deadline, with one statement, and
+// returns the first one's id (the ids are consecutive).
+func seedRemindBurst(tb testing.TB, s *Store, sku string, n int, remindAt, deadline time.Time) (firstID int64) {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := s.PutProduct(ctx, hourglass.Product{SKU: sku, Name: sku, Category: "physical", Available: int64(n)}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM orders`).Scan(&firstID); err != nil {
+		tb.Fatal(err)
+	}
+	ms := hourglass.UnixMilli
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO orders (id, user_id, status, items, created_at, deadline, remind_at, remind_before_ms)
+SELECT $1::bigint + g - 1, 'burst', 'pending_payment', $2, $3, $4, $5, $6 FROM generate_series(1, $7::bigint) g`,
+			[]any{firstID, stored.EncodeItems([]hourglass.Item{{SKU: sku, Quantity: 1}}), ms(remindAt), ms(deadline), ms(remindAt), deadline.Sub(remindAt).Milliseconds(), n}},
+		{`UPDATE products SET available = available - $1, reserved = reserved + $1 WHERE sku = $2`, []any{n, sku}},
+		{`ANALYZE orders`, nil},
+	} {
+		if _, err := s.pool.Exec(ctx, q.sql, q.args...); err != nil {
+			tb.Fatalf("%.60s…: %v", q.sql, err)
+		}
+	}
+	return firstID
+}
