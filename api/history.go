@@ -275,9 +275,9 @@ type (
 	}
 )
 
-// bodyDeadline returns the deadline an event's stored body names: an
-// order.extended's, a timer.fired's fire_at, a source.closed's or
-// source.expiring's.
+// bodyDeadline returns the deadline an event's body names: an
+// order.extended's, a timer.fired's fire_at, an order.expiring's (the
+// deadline it reminded of), a source.closed's or source.expiring's.
 func bodyDeadline(e hourglass.HistoryEvent) *string {
 	if len(e.Body) == 0 {
 		return nil
@@ -294,8 +294,8 @@ func bodyDeadline(e hourglass.HistoryEvent) *string {
 		if json.Unmarshal(e.Body, &b) == nil {
 			d = b.Timer.FireAt
 		}
-	case hourglass.EventSourceClosed, hourglass.EventSourceExpiring:
-		var b sourceBody
+	case hourglass.EventOrderExpiring, hourglass.EventSourceClosed, hourglass.EventSourceExpiring:
+		var b sourceBody // each has a top-level "deadline"
 		if json.Unmarshal(e.Body, &b) == nil {
 			d = b.Deadline
 		}
