@@ -2,6 +2,7 @@ package hourglasstest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -63,4 +64,37 @@ func SettleBurst(b *testing.B, s BurstSettler, closes bool, first int64, n, batc
 	close(next)
 	wg.Wait()
 	return float64(n) / time.Since(start).Seconds()
+}
+
+// BurstShape is one configuration of a burst benchmark: ids per call and
+// calls at once.
+type BurstShape struct{ Batch, Callers int }
+
+// RemindBurstBench is the stores' BenchmarkRemindOrdersBurst: for each
+// shape, reminders and closes alternately, it opens a store on a clock at
+// Epoch (open), has seed add 100,000 pending orders of a new product,
+// reminded at the clock's now and due a minute later (their ids
+// consecutive from the one it returns), and reports SettleBurst's rate as
+// "reminds/s" or "closes/s".
+func RemindBurstBench[S BurstSettler](b *testing.B, shapes []BurstShape, open func(testing.TB, *Clock) S,
+	seed func(tb testing.TB, s S, sku string, n int, remindAt, deadline time.Time) (first int64)) {
+	for _, c := range shapes {
+		for _, what := range []string{"remind", "close"} {
+			b.Run(fmt.Sprintf("%s/batch=%d/callers=%d", what, c.Batch, c.Callers), func(b *testing.B) {
+				const n = 100_000
+				clock := NewClock(Epoch)
+				s := open(b, clock)
+				for i := range b.N {
+					b.StopTimer()
+					first := seed(b, s, fmt.Sprintf("SKU%d", i), n, clock.Now(), clock.Now().Add(time.Minute))
+					clock.Advance(time.Millisecond)
+					if what == "close" {
+						clock.Advance(time.Minute)
+					}
+					b.StartTimer()
+					b.ReportMetric(SettleBurst(b, s, what == "close", first, n, c.Batch, c.Callers), what+"s/s")
+				}
+			})
+		}
+	}
 }

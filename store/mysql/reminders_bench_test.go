@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -21,29 +20,15 @@ import (
 //
 //	go test -run '^$' -bench RemindOrdersBurst -benchtime 1x ./store/mysql/
 func BenchmarkRemindOrdersBurst(b *testing.B) {
-	for _, c := range []struct{ batch, callers int }{{512, 2}, {1024, 2}, {2048, 2}, {1024, 4}} {
-		for _, what := range []string{"remind", "close"} {
-			b.Run(fmt.Sprintf("%s/batch=%d/callers=%d", what, c.batch, c.callers), func(b *testing.B) {
-				const n = 100_000
-				clock := hourglasstest.NewClock(hourglasstest.Epoch)
-				s, err := Open(context.Background(), Config{URL: mytest.NewDatabase(b), Clock: clock})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { s.Close() })
-				for i := range b.N {
-					b.StopTimer()
-					first := seedRemindBurst(b, s, fmt.Sprintf("SKU%d", i), n, clock.Now(), clock.Now().Add(time.Minute))
-					clock.Advance(time.Millisecond)
-					if what == "close" {
-						clock.Advance(time.Minute)
-					}
-					b.StartTimer()
-					b.ReportMetric(hourglasstest.SettleBurst(b, s, what == "close", first, n, c.batch, c.callers), what+"s/s")
-				}
-			})
-		}
-	}
+	hourglasstest.RemindBurstBench(b, []hourglasstest.BurstShape{{Batch: 512, Callers: 2}, {Batch: 1024, Callers: 2}, {Batch: 2048, Callers: 2}, {Batch: 1024, Callers: 4}},
+		func(tb testing.TB, clock *hourglasstest.Clock) *Store {
+			s, err := Open(context.Background(), Config{URL: mytest.NewDatabase(tb), Clock: clock})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { s.Close() })
+			return s
+		}, seedRemindBurst)
 }
 
 // seedRemindBurst inserts n pending orders of one unit of a new product

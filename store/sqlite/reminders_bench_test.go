@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -19,26 +18,13 @@ import (
 //
 //	go test -run '^$' -bench RemindOrdersBurst -count 3 ./store/sqlite/
 func BenchmarkRemindOrdersBurst(b *testing.B) {
-	for _, c := range []struct{ batch, callers int }{{256, 2}, {1024, 2}, {2048, 2}} {
-		for _, what := range []string{"remind", "close"} {
-			b.Run(fmt.Sprintf("%s/batch=%d/callers=%d", what, c.batch, c.callers), func(b *testing.B) {
-				const n = 100_000
-				clock := hourglasstest.NewClock(hourglasstest.Epoch)
-				s := openAt(b, clock)
-				for range b.N {
-					b.StopTimer()
-					first := seedBurst(b, s, fmt.Sprintf("SKU%d", b.N), n, clock.Now().Add(time.Minute))
-					remindAt(b, s, first, n, clock.Now())
-					clock.Advance(time.Millisecond)
-					if what == "close" {
-						clock.Advance(time.Minute)
-					}
-					b.StartTimer()
-					b.ReportMetric(hourglasstest.SettleBurst(b, s, what == "close", first, n, c.batch, c.callers), what+"s/s")
-				}
-			})
-		}
-	}
+	hourglasstest.RemindBurstBench(b, []hourglasstest.BurstShape{{Batch: 256, Callers: 2}, {Batch: 1024, Callers: 2}, {Batch: 2048, Callers: 2}},
+		func(tb testing.TB, clock *hourglasstest.Clock) *Store { return openAt(tb, clock) },
+		func(tb testing.TB, s *Store, sku string, n int, at, deadline time.Time) int64 {
+			first := seedBurst(tb, s, sku, n, deadline)
+			remindAt(tb, s, first, n, at)
+			return first
+		})
 }
 
 // remindAt sets the reminder of the n orders from first to at.
