@@ -329,12 +329,7 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 		holds := &requestHolds{response: hold{budget: s.bodies}, body: hold{budget: s.bodies}}
 		held := &holds.response
 		defer held.releaseAll()
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			// A list page (newPage: reads only) holds its bytes as it
-			// builds them; the other requests' answers are held by
-			// encodeHeld, so they skip the request's copy this costs.
-			r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
-		}
+		r = r.WithContext(context.WithValue(r.Context(), holdKey{}, held))
 		status, v, err := s.serve(w, r, auth, h, &holds.body)
 		var b []byte
 		if err == nil {
