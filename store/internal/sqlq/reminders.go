@@ -47,16 +47,9 @@ func (x q) renderReminders(ctx context.Context, subject int64, evs []hourglass.H
 			continue
 		}
 		if !read {
-			var r stored.OrderRow
-			found, err := x.row(ctx, `SELECT `+OrderColumns+` FROM orders WHERE id = ?`, []any{subject}, r.Dest()...)
-			if err != nil {
-				return err
-			}
-			if !found { // orders are never deleted
-				return fmt.Errorf("history: order %d of event %s not found", subject, e.ID)
-			}
-			if o, err = r.Order(); err != nil {
-				return err
+			var err error
+			if o, err = x.order(ctx, subject); err != nil {
+				return fmt.Errorf("history: order of event %s: %w", e.ID, err)
 			}
 			read = true
 		}
