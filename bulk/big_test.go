@@ -117,8 +117,11 @@ func testCancel100k(t *testing.T, db hourglass.Database) {
 		t.Fatalf("FireTimers of cancelled timers: %d fired, %v", len(fired), err)
 	}
 
-	// Stop: a second action (20,000 timers) stopped mid-way.
-	b := create(t, db, bulk.Spec{Timers: &hourglass.TimerFilter{Status: hourglass.TimerScheduled, Prefix: "coupon:autumn:"}}, 0)
+	// Stop: a second action (20,000 timers) stopped mid-way. Its rate is
+	// bounded (4 s for them all) so that the stop comes before its end: at
+	// full speed a quiet MariaDB cancelled all 20,000 in 0.64 s, between
+	// the 2,000th and the stop.
+	b := create(t, db, bulk.Spec{Timers: &hourglass.TimerFilter{Status: hourglass.TimerScheduled, Prefix: "coupon:autumn:"}}, 5000)
 	r.Wake()
 	wait(t, db, b.ID, 60*time.Second, func(a hourglass.BulkAction) bool { return a.Done >= 2000 })
 	start = time.Now()
