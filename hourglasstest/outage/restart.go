@@ -143,6 +143,11 @@ func start(t *testing.T, name, dir string, sched hourglass.Scheduler, log *close
 // the engine's loader reloads it, on time and once; orders that fell due
 // during the downtime are closed by the start-up recovery; paid orders stay
 // paid and the stock adds up. open returns a fresh in-memory scheduler.
+//
+// A late close is explained in the log: a commit of seconds with the test's
+// own waits on time is the store (the stacks logged at the stall show an
+// fsync or a lock wait, a failed close names a lock); waits that overran as
+// much as the closes are late are the whole process, held up by the machine.
 func Restart(t *testing.T, open func() hourglass.Scheduler) {
 	testenv.RequireDefault(t)
 	const (
