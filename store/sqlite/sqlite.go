@@ -237,6 +237,14 @@ func Open(cfg Config) (*Store, error) {
 		w.Close()
 		return nil, err
 	}
+	// One small write now, before any caller's: a WAL that a clean close
+	// deleted is created by the first commit after open, which then syncs
+	// the new file and the directory too. A restart's first batch is its
+	// backlog of closes, so that cost is paid here instead. A failure is
+	// not fatal: the writer's probe reports write health (/readyz).
+	if err := writeProbe(w, s.clock.Now()); err != nil {
+		s.log.Warn("sqlite: first write after open failed", "path", path, "err", err)
+	}
 	pool, err := sqlitex.NewPool(path, sqlitex.PoolOptions{
 		Flags:    sqlite.OpenReadWrite | sqlite.OpenURI,
 		PoolSize: cfg.ReadPoolSize,
@@ -427,10 +435,13 @@ const ProbeInterval = time.Second
 
 // probeWrite is the write health's probe.
 func (s *Store) probeWrite(ctx context.Context) error {
-	return s.write(ctx, func(conn *sqlite.Conn, now time.Time) error {
-		return sqlitex.Execute(conn, `INSERT INTO settings (name, value) VALUES ('write_probe', ?1)
-				ON CONFLICT (name) DO UPDATE SET value = excluded.value`, &sqlitex.ExecOptions{Args: []any{now.UTC().Format(time.RFC3339Nano)}})
-	})
+	return s.write(ctx, writeProbe)
+}
+
+// writeProbe records now in settings: the smallest write that commits.
+func writeProbe(conn *sqlite.Conn, now time.Time) error {
+	return sqlitex.Execute(conn, `INSERT INTO settings (name, value) VALUES ('write_probe', ?1)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, &sqlitex.ExecOptions{Args: []any{now.UTC().Format(time.RFC3339Nano)}})
 }
 
 // dialect is the store as the writer sees it.
