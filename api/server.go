@@ -593,7 +593,8 @@ func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if key := r.Header.Get("Idempotency-Key"); keyed {
+	if keyed {
+		key := r.Header.Get("Idempotency-Key")
 		if key == "" || len(key) > 255 {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "Idempotency-Key header: must be 1 to 255 characters, got %d", len(key))
 		}
