@@ -325,12 +325,21 @@ func FuzzCreateOrderFast(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, gotErr := DecodeCreateOrder(body)
-		want, wantErr := decodeCreateOrderGeneral(body)
+		want, wantErr := decodeCreateOrderGeneral(body, true)
 		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
 			t.Fatalf("%q: error %v; the general path's %v", body, gotErr, wantErr)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: %+v; the general path's %+v", body, got, want)
+		}
+		// Without an idempotency key the hash is skipped, nothing else.
+		unhashed, err := decodeCreateOrder(body, false)
+		if (err == nil) != (gotErr == nil) || (err != nil && err.Error() != gotErr.Error()) {
+			t.Fatalf("%q: unhashed error %v; hashed %v", body, err, gotErr)
+		}
+		got.RequestHash = nil
+		if !reflect.DeepEqual(unhashed, got) {
+			t.Fatalf("%q: unhashed %+v; hashed %+v", body, unhashed, got)
 		}
 	})
 }

@@ -170,6 +170,13 @@ type createOrderRequest struct {
 // meaning, used to recognise a repeat of the same request. Every error is an
 // invalid_argument *hourglass.Error.
 func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
+	return decodeCreateOrder(body, true)
+}
+
+// decodeCreateOrder is DecodeCreateOrder, with the request's hash only when
+// hash is set: the store compares it for an idempotency key alone, so a
+// create without one skips it.
+func decodeCreateOrder(body []byte, hash bool) (hourglass.CreateOrderParams, error) {
 	if o, ok := createOrderFast(body); ok {
 		if err := hourglass.ValidateUserID(o.userID); err != nil {
 			return hourglass.CreateOrderParams{}, err
@@ -181,14 +188,14 @@ func DecodeCreateOrder(body []byte) (hourglass.CreateOrderParams, error) {
 		if o.hasRemind {
 			remind = &o.remindMs
 		}
-		return finishCreateOrder(o.userID, o.items, ms, remind)
+		return finishCreateOrder(o.userID, o.items, ms, remind, hash)
 	}
-	return decodeCreateOrderGeneral(body)
+	return decodeCreateOrderGeneral(body, hash)
 }
 
 // decodeCreateOrderGeneral is DecodeCreateOrder for every body: the strict
 // scan, encoding/json, then the checks.
-func decodeCreateOrderGeneral(body []byte) (hourglass.CreateOrderParams, error) {
+func decodeCreateOrderGeneral(body []byte, hash bool) (hourglass.CreateOrderParams, error) {
 	var req createOrderRequest
 	if err := decodeJSON(body, &req, false); err != nil {
 		return hourglass.CreateOrderParams{}, err
@@ -215,13 +222,13 @@ func decodeCreateOrderGeneral(body []byte) (hourglass.CreateOrderParams, error) 
 		}
 		items[i] = hourglass.Item{SKU: *it.SKU, Quantity: *it.Quantity}
 	}
-	return finishCreateOrder(*req.UserID, items, req.TimeoutMs, req.RemindBeforeMs)
+	return finishCreateOrder(*req.UserID, items, req.TimeoutMs, req.RemindBeforeMs, hash)
 }
 
 // finishCreateOrder validates a create's items, timeout and reminder lead
-// (the user id was)
-// and returns its parameters with the hash of its meaning.
-func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs, remindMs *int64) (hourglass.CreateOrderParams, error) {
+// (the user id was) and returns its parameters, with the hash of its
+// meaning when hash is set.
+func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs, remindMs *int64, hash bool) (hourglass.CreateOrderParams, error) {
 	if err := hourglass.ValidateItems(items); err != nil {
 		return hourglass.CreateOrderParams{}, err
 	}
@@ -242,6 +249,9 @@ func finishCreateOrder(userID string, items []hourglass.Item, timeoutMs, remindM
 		if p.RemindBefore = lead; lead == 0 {
 			p.RemindBefore = hourglass.NoReminder
 		}
+	}
+	if !hash {
+		return p, nil
 	}
 	// The hash covers the request's meaning, not its bytes, so whitespace or
 	// key order do not make a retry look like a different request. Its

@@ -586,11 +586,15 @@ func (s *Server) getProduct(r *http.Request, _ []byte) (int, any, error) {
 }
 
 func (s *Server) createOrder(r *http.Request, body []byte) (int, any, error) {
-	p, err := DecodeCreateOrder(body)
+	// The request's hash is for its idempotency key (a header present but
+	// empty is refused below, after the body's own errors).
+	keyed := r.Header.Values("Idempotency-Key") != nil
+	p, err := decodeCreateOrder(body, keyed)
 	if err != nil {
 		return 0, nil, err
 	}
-	if key := r.Header.Get("Idempotency-Key"); key != "" || r.Header.Values("Idempotency-Key") != nil {
+	if keyed {
+		key := r.Header.Get("Idempotency-Key")
 		if key == "" || len(key) > 255 {
 			return 0, nil, hourglass.Errorf(hourglass.CodeInvalidArgument, "Idempotency-Key header: must be 1 to 255 characters, got %d", len(key))
 		}

@@ -93,6 +93,7 @@ type serveCmd struct {
 	clusterFlags   `embed:""`
 	retentionFlags `embed:""`
 	debugFlags     `embed:""`
+	runtimeFlags   `embed:""` // runtime.go
 	sourceFlags    `embed:""`
 	eventSinkFlags `embed:""` // eventsinks.go
 
@@ -178,10 +179,15 @@ func parse(c *cli, args []string, stdout, stderr io.Writer) (kctx *kong.Context,
 
 // run parses the flags into a node.Config and runs the node until ctx ends.
 func (s *serveCmd) run(ctx context.Context, log *slog.Logger) error {
+	gc, err := s.runtimeFlags.settings(os.Getenv)
+	if err != nil {
+		return err
+	}
 	cfg, err := s.config(log)
 	if err != nil {
 		return err
 	}
+	gc.apply(log)
 	n, err := node.New(ctx, cfg)
 	if err != nil {
 		return err

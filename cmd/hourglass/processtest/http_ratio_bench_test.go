@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,9 +33,10 @@ const createClients = 64
 // default), the first of each round alternating. It reports the medians of
 // both rates, of their per-round ratio (what issue 40 judges, >= 0.6), of
 // each server's CPU per order and of the client's (this process's) CPU per
-// order while it drove each: client and servers share the cores, so a
-// server's rate also pays for its share of the client. Run with -benchtime Nx (20000x: about
-// 2 s of hourglass a round).
+// order while it drove each, and hourglass's peak resident memory (VmHWM,
+// the seeding and warm-up included): client and servers share the cores,
+// so a server's rate also pays for its share of the client. Run with
+// -benchtime Nx (20000x: about 2 s of hourglass a round).
 //
 // HOURGLASS_BENCH_BASELINE=path adds a third server to the rounds, the
 // hourglass binary at path (an earlier build, on a database of its own),
@@ -103,6 +105,14 @@ func benchmarkCeilingRatio(b *testing.B) {
 	}
 	b.StopTimer()
 	profiles.Wait()
+	peakRSS := make([]float64, len(servers))
+	for i, s := range servers {
+		mb, err := procPeakRSS(s.pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		peakRSS[i] = mb
+	}
 	b.ReportMetric(median(rates[0]), "orders/s")
 	b.ReportMetric(median(rates[1]), "ceiling-orders/s")
 	b.ReportMetric(median(ratios), "ratio")
@@ -110,11 +120,13 @@ func benchmarkCeilingRatio(b *testing.B) {
 	b.ReportMetric(median(cpus[1]), "ceiling-cpu-us/order")
 	b.ReportMetric(median(clientCPUs[0]), "client-cpu-us/order")
 	b.ReportMetric(median(clientCPUs[1]), "ceiling-client-cpu-us/order")
+	b.ReportMetric(peakRSS[0], "server-peak-rss-MB")
 	if len(servers) > 2 {
 		b.ReportMetric(median(rates[2]), "baseline-orders/s")
 		b.ReportMetric(median(baseRatios), "baseline-ratio")
 		b.ReportMetric(median(cpus[2]), "baseline-cpu-us/order")
 		b.ReportMetric(median(clientCPUs[2]), "baseline-client-cpu-us/order")
+		b.ReportMetric(peakRSS[2], "baseline-peak-rss-MB")
 	}
 	b.ReportMetric(0, "ns/op") // rounds of two servers: ns/op means nothing
 }
@@ -197,6 +209,25 @@ func (l *createLoad) run(b *testing.B, n int) (rate, cpuPerOrder, clientPerOrder
 		b.Fatal(err)
 	}
 	return float64(n) / elapsed.Seconds(), (cpu - cpu0) * 1e6 / float64(n), (client - client0) * 1e6 / float64(n)
+}
+
+// procPeakRSS returns the peak resident memory (VmHWM) of process pid
+// so far, in MB.
+func procPeakRSS(pid int) (float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmHWM %q", pid, rest)
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
 
 // saveProfile fetches a CPU profile of seconds from the runtime profiles

@@ -3,11 +3,15 @@ package processtest
 import (
 	"bytes"
 	"context"
+	"io"
+	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +66,9 @@ func TestStartupErrors(t *testing.T) {
 		{"sqlite URL relative", []string{"--database-url", "sqlite://data/x.db"}, "sqlite:///absolute/path/file.db"},
 		{"db max conns", []string{"--db-max-conns", "5000"}, "--db-max-conns"},
 		{"commit gather", []string{"--commit-gather", "1s"}, "--commit-gather must be 0..50ms, got 1s"},
+		{"gc percent", []string{"--gc-percent", "5"}, "--gc-percent: want 10 to 10000 or off (with --memory-limit)"},
+		{"gc off without a limit", []string{"--gc-percent", "off"}, "--gc-percent off needs --memory-limit"},
+		{"memory limit", []string{"--memory-limit", "1GB"}, "--memory-limit: want a size of at least 64MiB"},
 		{"postgres unreachable", []string{"--database-url", "postgres://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
 		{"postgres bad URL", []string{"--database-url", "postgres://hg:secret@%zz/db"}, "postgres"},
 		{"mysql unreachable", []string{"--database-url", "mysql://hg:secret@" + dead + "/db"}, "cannot reach the server at " + dead},
@@ -103,6 +110,68 @@ func TestStartupErrors(t *testing.T) {
 			t.Logf("%s", errLines[0])
 		})
 	}
+}
+
+// TestGCSettings: serve sets the collector's target and memory limit its
+// flags name, and 400 with no limit when neither they nor GOGC and
+// GOMEMLIMIT do (the runtime's own metrics say what is in force).
+func TestGCSettings(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	tests := []struct {
+		name           string
+		args           []string
+		percent, limit float64
+	}{
+		{"flags", []string{"--gc-percent", "250", "--memory-limit", "512MiB"}, 250, 512 << 20},
+		// The runtime reports the collector off as the largest uint64.
+		{"collector off under a limit", []string{"--gc-percent", "off", "--memory-limit", "1GiB"}, math.MaxUint64, 1 << 30},
+	}
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" { // the child inherits them
+		tests = append(tests, struct {
+			name           string
+			args           []string
+			percent, limit float64
+		}{"defaults", nil, 400, math.MaxInt64})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := startHourglass(t, tt.name, bin, filepath.Join(t.TempDir(), "data"), tt.args...)
+			metrics := readMetrics(t, p.url)
+			if got := metrics["go_gc_gogc_percent"]; got != tt.percent {
+				t.Errorf("go_gc_gogc_percent = %v, want %v", got, tt.percent)
+			}
+			if got := metrics["go_gc_gomemlimit_bytes"]; got != tt.limit {
+				t.Errorf("go_gc_gomemlimit_bytes = %v, want %v", got, tt.limit)
+			}
+		})
+	}
+}
+
+// readMetrics returns the samples without labels of the server's /metrics.
+func readMetrics(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out
 }
 
 // TestMigrateCommand: `hourglass migrate --status` lists every migration as
