@@ -53,12 +53,27 @@ func pidNanos(pid int32) (time.Duration, bool) {
 // BenchmarkCreateBatch runs batches of n creates (one item each, over
 // 1,000 products) through the group commit's dialect, one batch at a time,
 // and reports the server's CPU per batch (server-µs/batch): the fixed cost
-// of a batch is its value at n=1, the per-create part its slope.
+// of a batch is its value at n=1, the per-create part its slope. The
+// ",unannounced" runs send no NOTIFY (every create due beyond
+// Config.AnnounceWithin): the difference is the announcement's cost, in the writer's
+// backend and the listener's.
 func BenchmarkCreateBatch(b *testing.B) {
 	s := openForPlans(b, thousandProducts...)
 	ctx := context.Background()
-	for _, n := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("creates=%d", n), func(b *testing.B) {
+	for _, tc := range []struct {
+		n         int
+		announced bool
+	}{{1, true}, {8, true}, {32, true}, {1, false}, {8, false}} {
+		n, name := tc.n, fmt.Sprintf("creates=%d", tc.n)
+		if !tc.announced {
+			name += ",unannounced"
+		}
+		b.Run(name, func(b *testing.B) {
+			s.cfg.AnnounceWithin = 0
+			if !tc.announced {
+				s.cfg.AnnounceWithin = time.Nanosecond // every create is due later
+			}
+			defer func() { s.cfg.AnnounceWithin = 0 }()
 			ops := make([]*batch.Op, n)
 			run := func(i int) {
 				for j := range ops {
