@@ -11,9 +11,9 @@ import (
 
 // A node alone in its cluster announces its creates to nobody: the only
 // listener of the created-orders channel is its own, which drops its own
-// notices. Yet a NOTIFY costs the server about a tenth of a batch of creates
+// notices. Yet a NOTIFY costs the server about a sixth of a batch of creates
 // (the pg_notify, the queue's lock and write at commit, and the listening
-// backend woken to read it: BenchmarkCreateBatch's ",unannounced" runs,
+// backend woken to read it: BenchmarkAnnounceCost,
 // docs/benchmarks/postgres-speed.md). So while the cluster's own reads say
 // this store value's node is alone, the group commit holds a batch's
 // announcement back instead of sending it, and the next read decides:
