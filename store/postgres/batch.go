@@ -104,7 +104,7 @@ func (d dialect) Run(ctx context.Context, ops []*batch.Op) (int, error) {
 func (dialect) Classify(err error) writer.Class { return classify(err) }
 
 func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*batch.Op) (int, error) {
-	t := &txn{s: s, q: conn, begin: true}
+	t := &txn{s: s, q: conn, begin: true, mayHold: true}
 	for _, o := range ops {
 		if o.Kind == batch.Create {
 			t.creates++
@@ -123,8 +123,11 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*batch.Op) (int
 		if pgCode(err) != "" {
 			return 0, err // the server refused a statement: rolled back
 		}
+		// It may have committed: its orders may need announcing.
+		s.quiet.unsent(s.quiet.committed(t.held))
 		return 0, writer.OutcomeUnknown(err)
 	}
+	s.notifyLate(ctx, conn, s.quiet.committed(t.held))
 	if out.Deferred {
 		s.fanOut.Wake()
 	}
@@ -177,6 +180,11 @@ type txn struct {
 	at     time.Time
 	sent   bool // the events' statement was sent
 	fanned int  // deliveries eventsSQL created for subscriptions
+	// mayHold: the announcement may be held while the node is alone
+	// (quiet.go), by a transaction that knows when it committed; held
+	// are the payloads it held.
+	mayHold bool
+	held    []string
 }
 
 var _ batch.Tx = (*txn)(nil)
@@ -883,10 +891,16 @@ SELECT v.k, v.h, v.id, $1 FROM unnest($2::text[], $3::bytea[], $4::bigint[]) AS 
 }
 
 // Announce NOTIFYs the created-orders channel at commit (cluster.go): the
-// other processes' WatchCreated.
+// other processes' WatchCreated; a group commit holds the payloads instead
+// while its node is alone (quiet.go).
 func (t *txn) Announce(_ context.Context, now time.Time, due []hourglass.DueItem) error {
-	if payloads := t.s.createdPayloads(now, due); len(payloads) > 0 {
-		t.queue("announce", `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, t.s.createdChannel, payloads)
+	payloads := t.s.createdPayloads(now, due)
+	switch {
+	case len(payloads) == 0:
+	case t.mayHold && t.s.quiet.holds(realNow()):
+		t.held = append(t.held, payloads...)
+	default:
+		t.queue("announce", announceSQL, t.s.createdChannel, payloads)
 	}
 	return nil
 }

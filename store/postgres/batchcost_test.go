@@ -53,28 +53,26 @@ func pidNanos(pid int32) (time.Duration, bool) {
 // BenchmarkCreateBatch runs batches of n creates (one item each, over
 // 1,000 products) through the group commit's dialect, one batch at a time,
 // and reports the server's CPU per batch (server-µs/batch): the fixed cost
-// of a batch is its value at n=1, the per-create part its slope.
+// of a batch is its value at n=1, the per-create part its slope. The
+// ",alone" runs are of a node alone in its cluster (it heartbeats, owns
+// every lease and has read the cluster's state through the store), whose
+// batches hold their announcements (quiet.go).
 func BenchmarkCreateBatch(b *testing.B) {
 	s := openForPlans(b, thousandProducts...)
-	ctx := context.Background()
-	for _, n := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("creates=%d", n), func(b *testing.B) {
-			ops := make([]*batch.Op, n)
-			run := func(i int) {
-				for j := range ops {
-					items := []hourglass.Item{{SKU: fmt.Sprintf("sku-%05d", 1+(i*n+j)%1000), Quantity: 1}}
-					ops[j] = &batch.Op{Kind: batch.Create, Create: hourglass.CreateOrderParams{UserID: "u", Timeout: time.Hour, Items: items},
-						Items: stored.EncodeItems(items)}
-				}
-				if _, err := (dialect{s}).Run(ctx, ops); err != nil {
-					b.Fatal(err)
-				}
-				for _, o := range ops {
-					if o.Res.Err != nil {
-						b.Fatal(o.Res.Err)
-					}
-				}
+	for _, tc := range []struct {
+		n     int
+		alone bool
+	}{{1, false}, {8, false}, {32, false}, {1, true}, {8, true}} {
+		name := fmt.Sprintf("creates=%d", tc.n)
+		if tc.alone {
+			name += ",alone"
+		}
+		b.Run(name, func(b *testing.B) {
+			if tc.alone {
+				makeAlone(b, s)
+				defer s.quiet.leave()
 			}
+			run := createBatches(b, s, tc.n)
 			for i := range 20 { // every statement prepared and its plan settled
 				run(i)
 			}
@@ -90,6 +88,108 @@ func BenchmarkCreateBatch(b *testing.B) {
 			}
 			report()
 		})
+	}
+}
+
+// BenchmarkAnnounceCost prices the NOTIFY of a batch of n creates: its
+// batches take turns, one announced, the next held as a lone node's are
+// (quiet.go), so that both see the same load. It reports the CPU per batch
+// of the writer's backends in each turn (announced-µs/batch,
+// held-µs/batch) and of the listener's backend, which reads the announced
+// batches' notices (listener-µs/announced).
+func BenchmarkAnnounceCost(b *testing.B) {
+	s := openForPlans(b, thousandProducts...)
+	var listener int32
+	if err := s.pool.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&listener); err != nil {
+		b.Fatalf("the listener's backend: %v", err)
+	}
+	writers := func() time.Duration {
+		var total time.Duration
+		for _, pid := range backendPIDs(b, s) {
+			if pid != listener {
+				ns, _ := pidNanos(pid)
+				total += ns
+			}
+		}
+		return total
+	}
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("creates=%d", n), func(b *testing.B) {
+			makeAlone(b, s)
+			defer s.quiet.leave()
+			run := createBatches(b, s, n)
+			for i := range 20 {
+				run(i)
+			}
+			var spent [2]time.Duration
+			heard, _ := pidNanos(listener)
+			b.ResetTimer()
+			for i := range 2 * b.N {
+				turn := i % 2
+				s.quiet.mu.Lock()
+				s.quiet.alone, s.quiet.held = turn == 1, nil
+				s.quiet.mu.Unlock()
+				before := writers()
+				run(i)
+				spent[turn] += writers() - before
+			}
+			b.StopTimer()
+			end, _ := pidNanos(listener)
+			if spent[0] > 0 {
+				b.ReportMetric(float64(spent[0].Microseconds())/float64(b.N), "announced-µs/batch")
+				b.ReportMetric(float64(spent[1].Microseconds())/float64(b.N), "held-µs/batch")
+				b.ReportMetric(float64((end-heard).Microseconds())/float64(b.N), "listener-µs/announced")
+			}
+		})
+	}
+}
+
+// createBatches returns a run of batch i of n creates through s's group
+// commit dialect.
+func createBatches(b *testing.B, s *Store, n int) func(i int) {
+	ctx := context.Background()
+	ops := make([]*batch.Op, n)
+	return func(i int) {
+		for j := range ops {
+			items := []hourglass.Item{{SKU: fmt.Sprintf("sku-%05d", 1+(i*n+j)%1000), Quantity: 1}}
+			ops[j] = &batch.Op{Kind: batch.Create, Create: hourglass.CreateOrderParams{UserID: "u", Timeout: time.Hour, Items: items},
+				Items: stored.EncodeItems(items)}
+		}
+		if _, err := (dialect{s}).Run(ctx, ops); err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range ops {
+			if o.Res.Err != nil {
+				b.Fatal(o.Res.Err)
+			}
+		}
+	}
+}
+
+// makeAlone makes s the store value of a node alone in its cluster, for a
+// minute: it heartbeats, takes every lease and reads the cluster's state.
+func makeAlone(tb testing.TB, s *Store) {
+	tb.Helper()
+	ctx := context.Background()
+	const ttl = 4 * time.Minute // the quiet's answer is trusted for a minute
+	if _, err := s.Heartbeat(ctx, hourglass.Node{ID: "bench", Addr: "bench:1"}); err != nil {
+		tb.Fatal(err)
+	}
+	st, err := s.ClusterState(ctx, ttl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, l := range st.Leases {
+		if l.Owner == "bench" {
+			continue
+		}
+		if _, ok, err := s.AcquireLease(ctx, "bench", l, false, ttl); err != nil || !ok {
+			tb.Fatalf("acquire partition %d: %v, %v", l.Part, ok, err)
+		}
+	}
+	if _, err := s.ClusterState(ctx, ttl); err != nil {
+		tb.Fatal(err)
 	}
 }
 

@@ -237,6 +237,9 @@ type Store struct {
 	requestsChannel string
 	requestsWritten chan struct{}
 	origin          string
+	// quiet holds the group commit's announcements while this store
+	// value's node is alone in its cluster (quiet.go).
+	quiet quietNotices
 
 	// Writes are the group-committed writes (store/internal/batch): orders,
 	// timers and delivery attempts.
