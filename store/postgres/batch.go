@@ -123,11 +123,14 @@ func (s *Store) runTx(ctx context.Context, conn *pgx.Conn, ops []*batch.Op) (int
 		if pgCode(err) != "" {
 			return 0, err // the server refused a statement: rolled back
 		}
-		// It may have committed: its orders may need announcing.
-		s.quiet.unsent(s.quiet.committed(t.held))
+		// It may have committed: the next cluster read sends or drops
+		// what it held, as for a commit.
+		s.quiet.unsent(t.held)
 		return 0, writer.OutcomeUnknown(err)
 	}
-	s.notifyLate(ctx, conn, s.quiet.committed(t.held))
+	if len(t.held) > 0 {
+		s.notifyLate(ctx, conn, s.quiet.committed(t.held))
+	}
 	if out.Deferred {
 		s.fanOut.Wake()
 	}

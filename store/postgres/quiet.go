@@ -144,8 +144,9 @@ func (q *quietNotices) committed(payloads []string) []string {
 	return nil
 }
 
-// unsent takes back payloads whose late notification failed: the next
-// cluster read sends them (or drops them if it finds the node alone).
+// unsent holds payloads for the next cluster read to send (or drop, if it
+// finds the node alone): those of a late notification that failed, or of a
+// batch whose COMMIT's outcome is unknown.
 func (q *quietNotices) unsent(payloads []string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
