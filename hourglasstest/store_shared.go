@@ -28,6 +28,52 @@ func exerciseShared(t *testing.T, h StoreHarness) {
 		return a, a.on(db)
 	}
 
+	t.Run("SiblingsFromClusterReads", func(t *testing.T) {
+		t.Parallel()
+		// A store value's group commit gathers writes only while its
+		// node's cluster reads list another live node (writer.Config.Shared).
+		da, db := h.OpenShared(t, StoreOptions{})
+		sa, okA := da.(interface{ Shared() bool })
+		sb, okB := db.(interface{ Shared() bool })
+		ca, okCA := da.(hourglass.ClusterStore)
+		cb, okCB := db.(hourglass.ClusterStore)
+		if !okA || !okB || !okCA || !okCB {
+			t.Skip("store does not tell whether other nodes share its database")
+		}
+		ctx := context.Background()
+		read := func(c hourglass.ClusterStore) {
+			t.Helper()
+			if _, err := c.ClusterState(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ca.Heartbeat(ctx, hourglass.Node{ID: "sib-a", Addr: "a:1"}); err != nil {
+			t.Fatal(err)
+		}
+		read(ca)
+		if sa.Shared() {
+			t.Fatal("a's node alone in the cluster, yet a reports its database shared")
+		}
+		if _, err := cb.Heartbeat(ctx, hourglass.Node{ID: "sib-b", Addr: "b:1"}); err != nil {
+			t.Fatal(err)
+		}
+		if sa.Shared() {
+			t.Fatal("a reports its database shared before a cluster read through it listed b")
+		}
+		read(ca)
+		read(cb)
+		if !sa.Shared() || !sb.Shared() {
+			t.Fatalf("with two live nodes, shared = %v (a), %v (b); want both", sa.Shared(), sb.Shared())
+		}
+		if err := cb.LeaveCluster(ctx, "sib-b"); err != nil {
+			t.Fatal(err)
+		}
+		read(ca)
+		if sa.Shared() {
+			t.Fatal("a reports its database shared after b left the cluster")
+		}
+	})
+
 	t.Run("PolicyFromTheOther", func(t *testing.T) {
 		t.Parallel()
 		a, b := setup(t)

@@ -81,8 +81,9 @@ type Options struct {
 	IdleTxTimeout time.Duration
 	// CommitGather, when positive, is how long a PostgreSQL or MySQL
 	// group-commit writer may wait for more API writes while clients write
-	// concurrently (postgres.Config.CommitGather; --commit-gather). Zero:
-	// no wait. SQLite ignores it.
+	// concurrently and other live nodes share the database
+	// (postgres.Config.CommitGather; --commit-gather). Zero: no wait.
+	// SQLite ignores it.
 	CommitGather time.Duration
 	// Schema is PostgreSQL's schema for hourglass's tables
 	// (postgres.Config.Schema; --database-schema). Empty or "public" (the

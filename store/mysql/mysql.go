@@ -149,9 +149,12 @@ type Config struct {
 	IdleTxTimeout time.Duration
 	// CommitGather, when positive, lets the group-commit writer wait up
 	// to this long for more API writes while clients write concurrently
-	// (writer.Config.Gather): fewer, larger transactions, less CPU per
-	// write for the server and this process, at the cost of up to this
-	// much latency per write under load. Zero: no wait. Closes never wait.
+	// and other live nodes share the database (the last cluster read
+	// through this store value listed one: writer.Config.Gather and
+	// Shared): fewer, larger transactions, less CPU per write for the
+	// server and this process, at the cost of up to this much latency per
+	// write under load. A node alone never waits. Zero: no wait. Closes
+	// never wait.
 	CommitGather time.Duration
 	// beforeFanOut, if set, is called by the fan-out loop before each deferred
 	// fan-out; the package's tests hold it to see what was deferred.
@@ -272,7 +275,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		writers = 1 // leave connections to the reads
 	}
 	s.w = writer.New(writer.Config[*batch.Op]{
-		Name: "mysql", Log: s.log, Writers: writers, MaxBatch: cfg.MaxBatch, Retry: retryPolicy(), Gather: cfg.CommitGather,
+		Name: "mysql", Log: s.log, Writers: writers, MaxBatch: cfg.MaxBatch, Retry: retryPolicy(), Gather: cfg.CommitGather, Shared: s.Store.Shared,
 		Clock: s.clock, Probe: s.probeWrite, ProbeInterval: time.Second,
 		Observe: cfg.Observe, ObserveRetry: cfg.ObserveRetry, BeforeTx: cfg.beforeTx,
 	}, dialect{s})

@@ -130,9 +130,12 @@ type Config struct {
 	IdleTxTimeout time.Duration
 	// CommitGather, when positive, lets the group-commit writer wait up
 	// to this long for more API writes while clients write concurrently
-	// (writer.Config.Gather): fewer, larger transactions, less CPU per
-	// write for the server and this process, at the cost of up to this
-	// much latency per write under load. Zero: no wait. Closes never wait.
+	// and other live nodes share the database (the last cluster read
+	// through this store value listed one: writer.Config.Gather and
+	// Shared): fewer, larger transactions, less CPU per write for the
+	// server and this process, at the cost of up to this much latency per
+	// write under load. A node alone never waits. Zero: no wait. Closes
+	// never wait.
 	CommitGather time.Duration
 	// ObserveRetry, if set, is called each time a transaction or statement
 	// is run again after a deadlock ("deadlock", 40P01) or a serialization
@@ -287,7 +290,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.stop, s.closed = stop, bg.Done()
 	s.Writes = batch.Writes{Queue: s.submit, ReadOrder: s.Order}
 	s.w = writer.New(writer.Config[*batch.Op]{
-		Name: "postgres", Log: s.log, Writers: writers, MaxBatch: s.cfg.MaxBatch, Retry: retryPolicy(), Gather: s.cfg.CommitGather,
+		Name: "postgres", Log: s.log, Writers: writers, MaxBatch: s.cfg.MaxBatch, Retry: retryPolicy(), Gather: s.cfg.CommitGather, Shared: s.Store.Shared,
 		Scrub: func(msg string) string { return scrub(msg, s.cfg.URL) }, Probe: s.probeWrite, ProbeInterval: time.Second,
 		Observe: s.cfg.Observe, ObserveRetry: s.cfg.ObserveRetry, BeforeTx: s.cfg.beforeTx,
 	}, dialect{s})

@@ -39,7 +39,10 @@ import (
 //     named postgres or mariadbd, so run it on a quiet machine), and the
 //     same over the creates alone, with the group commits they took
 //     (commits: the nodes' hourglass_store_commit_writes_count), for the
-//     CPU per order (docs/benchmarks/several-nodes.md).
+//     CPU per order (docs/benchmarks/several-nodes.md); on PostgreSQL also
+//     the CPU of the backends connected to the benchmark's database alone
+//     (creates-db-backends-cpu-s), which other work on the same server
+//     (another database's benchmark) does not count in.
 //
 // HOURGLASS_BENCH_BURST=0 leaves the burst out; HOURGLASS_BENCH_ARGS adds
 // serve flags to every node (e.g. "--commit-gather 2ms").
@@ -96,7 +99,9 @@ func BenchmarkCluster(b *testing.B) {
 				}
 			}
 			serverName := map[string]string{store.KindPostgres: "postgres", store.KindMySQL: "mariadbd"}[kind]
+			backends := newBackendCPU(b, kind, dbURL)
 			nodeCPU0, dbCPU0, commits0 := nodesCPU(b, c), serverCPU(serverName), commits(b, urls)
+			backends.start()
 
 			b.ResetTimer()
 			start := time.Now()
@@ -105,6 +110,9 @@ func BenchmarkCluster(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "creates/s")
 			nodeCPUc, dbCPUc := nodesCPU(b, c), serverCPU(serverName)
+			if cpu, ok := backends.since(); ok {
+				b.ReportMetric(cpu, "creates-db-backends-cpu-s")
+			}
 			var createsCPU float64
 			for i := range nodeCPUc {
 				createsCPU += nodeCPUc[i] - nodeCPU0[i]

@@ -96,6 +96,7 @@ func (c Cluster) Heartbeat(ctx context.Context, n hourglass.Node) (time.Time, er
 	if err != nil {
 		return time.Time{}, err
 	}
+	c.s.siblings.Heartbeat(n.ID)
 	return hourglass.FromUnixMilli(now), nil
 }
 
@@ -144,8 +145,15 @@ SELECT 1, 0, n.id, n.started_at, n.last_seen, n.addr, n.clock_offset_us, ` + dbN
 	}
 	slices.SortFunc(st.Leases, func(x, y hourglass.Lease) int { return cmp.Compare(x.Part, y.Part) })
 	slices.SortFunc(st.Nodes, func(x, y hourglass.Node) int { return strings.Compare(x.ID, y.ID) })
+	c.s.siblings.Observe(st, ttl, hourglass.SystemClock{}.Now())
 	return st, nil
 }
+
+// Shared reports whether the last cluster read through s (ClusterState,
+// by the node that heartbeats through it) listed another live node: the
+// group commit gathers only then (writer.Config.Shared). Real time, like
+// the cluster's validity, whatever clock the store was given.
+func (s *Store) Shared() bool { return s.siblings.Shared(hourglass.SystemClock{}.Now()) }
 
 // lease returns a stored lease; a free lease (expires_at 0) has the zero
 // Expires.

@@ -19,6 +19,7 @@ package sqlq
 
 import (
 	"context"
+	"github.com/hourglass/hourglass/store/internal/siblings"
 	"strconv"
 	"strings"
 	"time"
@@ -262,6 +263,9 @@ func Placeholders(rows, width int) string {
 type Store struct {
 	d  Dialect
 	db DB
+	// siblings is what the cluster reads through this store value say of
+	// the other nodes on its database (Shared).
+	siblings siblings.Tracker
 }
 
 // New returns the SQL of db, written in d.

@@ -189,17 +189,25 @@ type Config[T Write] struct {
 	// before it runs its next batch of API writes, as PostgreSQL's
 	// commit_delay does when commit_siblings transactions are active: it
 	// waits while writes keep coming, each within Gather/4 of the one
-	// before, for at most Gather in all, until the batch is full. A batch
-	// with an urgent write (a close, a fire) never waits, and an urgent
-	// write ends a wait. Fewer, larger transactions cost the database and
-	// the node less per write: a node among several, which gets a share of
-	// the clients, otherwise commits small batches (docs/benchmarks/
-	// several-nodes.md). 0: no wait.
+	// before, for at most Gather, until the batch holds as many writes as
+	// the one before it (their clients, writing again) or is full. A
+	// batch with an urgent write (a close, a fire) never waits, and an
+	// urgent write ends a wait. Fewer, larger transactions cost the
+	// database and the node less per write: a node among several, which
+	// gets a share of the clients, otherwise commits small batches
+	// (docs/benchmarks/several-nodes.md). 0: no wait.
 	Gather time.Duration
+	// Shared, when set, is asked before each Gather: the writer waits only
+	// while it reports true, that other nodes share the database (the
+	// store's cluster reads say so: store/internal/siblings). A node alone
+	// gets every client's writes and its batches are as large as they make
+	// them; a wait would only add to their latency. nil: always.
+	Shared func() bool
 	// LowGather, when positive, is Gather for a batch of Low writes only
 	// (bookkeeping no request waits on: webhook attempt records, the
 	// fan-out): after a batch of several, such a batch waits for more the
-	// same way, up to LowGather, and any other write ends the wait. In a
+	// same way, up to LowGather, until it is full (whatever the batch
+	// before held), and any other write ends the wait. In a
 	// burst of webhook deliveries each attempt's record is a Low write:
 	// without a wait SQLite committed about 4 of them per transaction (a
 	// WAL append and an fsync each), and the writer was busy 80% of the
@@ -395,7 +403,7 @@ func (w *Writer[T]) loop() {
 			return // closed and drained
 		}
 		if last >= gatherSiblings {
-			batch = w.gather(batch)
+			batch = w.gather(batch, last)
 		}
 		last = len(batch)
 		w.commit(batch)
@@ -403,16 +411,22 @@ func (w *Writer[T]) loop() {
 }
 
 // gather returns batch with the writes that came while it waited for them
-// (Config.Gather, or LowGather for a batch of Low writes only): while each
-// came within a quarter of that of the one before, for at most that, until
-// the batch is full or holds a write that ends the wait (an urgent one; in
-// a Low batch, any other).
-func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
-	d, ends := w.cfg.Gather, anyUrgent[T]
-	if w.cfg.LowGather > 0 && (d <= 0 || w.cfg.LowGather < d) && allLow(batch) {
-		d, ends = w.cfg.LowGather, anyNotLow[T]
+// (Config.Gather while Config.Shared says so, or LowGather for a batch of
+// Low writes only): while each came within a quarter of that of the one
+// before, for at most that, until the batch is full or holds a write that
+// ends the wait (an urgent one; in a Low batch, any other); for Gather,
+// also until it holds last writes, as many as the batch before it (their
+// clients, writing again). In an open loop, where the writes of a batch
+// do not come back, the quarter ends a wait once they thin out.
+func (w *Writer[T]) gather(batch []*entry[T], last int) []*entry[T] {
+	d, ends, enough := w.cfg.Gather, anyUrgent[T], min(last, w.cfg.MaxBatch)
+	if d > 0 && w.cfg.Shared != nil && !w.cfg.Shared() {
+		d = 0
 	}
-	if d <= 0 || ends(batch) {
+	if w.cfg.LowGather > 0 && (d <= 0 || w.cfg.LowGather < d) && allLow(batch) {
+		d, ends, enough = w.cfg.LowGather, anyNotLow[T], w.cfg.MaxBatch
+	}
+	if d <= 0 || ends(batch) || len(batch) >= enough {
 		return batch
 	}
 	if w.gathering != nil {
@@ -423,7 +437,7 @@ func (w *Writer[T]) gather(batch []*entry[T]) []*entry[T] {
 	// clock must not hang on it.
 	clock := hourglass.SystemClock{}
 	end := clock.Now().Add(d)
-	for len(batch) < w.cfg.MaxBatch {
+	for len(batch) < enough {
 		left := end.Sub(clock.Now())
 		if left <= 0 {
 			return batch

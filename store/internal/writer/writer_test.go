@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,36 +217,51 @@ func newGatherRig(t *testing.T, cfg Config[*write]) *gatherRig {
 
 // TestGather: after a batch of several writes, a writer holding one write
 // waits (Config.Gather) for the writes that keep coming, until its batch
-// is full; an urgent write ends the wait at once; after a batch of one, a
-// lone write does not wait; Close ends a wait and commits what was taken.
-// Gather is a minute, so a wait that should not happen shows as a test far
-// slower than its bound.
+// holds as many as the one before or is full; an urgent write ends the
+// wait at once; after a batch of one, a lone write does not wait; Close
+// ends a wait and commits what was taken. Gather is a minute, so a wait
+// that should not happen shows as a test far slower than its bound.
 func TestGather(t *testing.T) {
 	t.Parallel()
 	r := newGatherRig(t, Config[*write]{MaxBatch: 4, Gather: time.Minute})
 	w, txs, submit, taken := r.w, r.txs, r.submit, r.taken
 
-	<-submit(Normal, 2) // a batch of two: clients write concurrently
+	<-submit(Normal, 3) // a batch of three: clients write concurrently
 	first := submit(Normal, 1)
 	taken()
-	rest := []chan []error{submit(Normal, 1), submit(Normal, 1), submit(Normal, 1)}
+	start := time.Now()
+	rest := []chan []error{submit(Normal, 1), submit(Normal, 1)}
 	for _, c := range append(rest, first) {
 		<-c
 	}
-	if got := txs(); !slices.Equal(got, []int{2, 4}) {
-		t.Fatalf("transactions %v, want [2 4]: the lone write waits for the three that came, until the batch is full", got)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the third write committed %s after the wait began, want as it came (Gather is a minute)", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{3, 3}) {
+		t.Fatalf("transactions %v, want [3 3]: the lone write waits for the two that came, as many as the batch before", got)
+	}
+
+	<-submit(Normal, 4) // a full batch: the next waits until it is full
+	first = submit(Normal, 1)
+	taken()
+	rest = []chan []error{submit(Normal, 1), submit(Normal, 1), submit(Normal, 1)}
+	for _, c := range append(rest, first) {
+		<-c
+	}
+	if got := txs(); !slices.Equal(got, []int{3, 3, 4, 4}) {
+		t.Fatalf("transactions %v, want [3 3 4 4]: the lone write waits until the batch is full", got)
 	}
 
 	normal := submit(Normal, 1) // the last batch held 4: it waits
 	taken()
-	start := time.Now()
+	start = time.Now()
 	<-submit(Urgent, 1)
 	<-normal
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("an urgent write committed %s after it came, want at once (Gather is a minute)", took)
 	}
-	if got := txs(); !slices.Equal(got, []int{2, 4, 2}) {
-		t.Fatalf("transactions %v, want [2 4 2]: the urgent write ends the wait and joins the batch", got)
+	if got := txs(); !slices.Equal(got, []int{3, 3, 4, 4, 2}) {
+		t.Fatalf("transactions %v, want [3 3 4 4 2]: the urgent write ends the wait and joins the batch", got)
 	}
 
 	<-submit(Urgent, 1) // a batch of one
@@ -254,8 +270,8 @@ func TestGather(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("a lone write after a batch of one committed after %s, want at once", took)
 	}
-	if got := txs(); !slices.Equal(got, []int{2, 4, 2, 1, 1}) {
-		t.Fatalf("transactions %v, want [2 4 2 1 1]", got)
+	if got := txs(); !slices.Equal(got, []int{3, 3, 4, 4, 2, 1, 1}) {
+		t.Fatalf("transactions %v, want [3 3 4 4 2 1 1]", got)
 	}
 
 	<-submit(Normal, 2)
@@ -269,8 +285,41 @@ func TestGather(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("Close took %s with a write gathering, want at once (Gather is a minute)", took)
 	}
-	if got := txs(); !slices.Equal(got, []int{2, 4, 2, 1, 1, 2, 1}) {
-		t.Fatalf("transactions %v, want [2 4 2 1 1 2 1]: Close ends the wait and commits what was taken", got)
+	if got := txs(); !slices.Equal(got, []int{3, 3, 4, 4, 2, 1, 1, 2, 1}) {
+		t.Fatalf("transactions %v, want [3 3 4 4 2 1 1 2 1]: Close ends the wait and commits what was taken", got)
+	}
+}
+
+// TestGatherShared: with Config.Shared, the writer gathers only while it
+// reports other nodes on the database; a node alone commits a lone write
+// at once after a batch of several.
+func TestGatherShared(t *testing.T) {
+	t.Parallel()
+	var shared atomic.Bool
+	r := newGatherRig(t, Config[*write]{MaxBatch: 4, Gather: time.Minute, Shared: shared.Load})
+	txs, submit, taken, gathering := r.txs, r.submit, r.taken, r.gathering
+
+	<-submit(Normal, 2)
+	start := time.Now()
+	<-submit(Normal, 1)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("alone, a lone write after a batch of two committed after %s, want at once", took)
+	}
+	select {
+	case <-gathering:
+		t.Fatal("the writer waited for more writes while no other node shares the database")
+	default:
+	}
+
+	shared.Store(true)
+	<-submit(Normal, 2)
+	first := submit(Normal, 1)
+	taken()
+	second := submit(Normal, 1)
+	<-first
+	<-second
+	if got := txs(); !slices.Equal(got, []int{2, 1, 2, 2}) {
+		t.Fatalf("transactions %v, want [2 1 2 2]: shared, the lone write waits for the next", got)
 	}
 }
 
