@@ -529,8 +529,9 @@ func (e *Engine) cancel(ids []int64) {
 
 // Run runs the scheduler, the loader or relay, and the sweeper until ctx
 // ends, and returns nil then. It reports ready as soon as the scheduler
-// holds the first page of deadlines (FeedWindow) or at once (other
-// feeds): start-up recovery is background work, not a gate. Orders whose
+// holds the first page of order deadlines, and the reminders paged before
+// them (FeedWindow), or at once (other feeds): start-up recovery is
+// background work, not a gate. Orders whose
 // deadline passed while the process was down are already shown closed
 // (hourglass.Order.View) and refused payment by the store, so the API need
 // not wait for them. For a

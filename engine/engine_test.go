@@ -229,11 +229,10 @@ type pageGate struct {
 	// records a yes (ready before any order was with the scheduler).
 	ready func() bool
 
-	readyEarly        bool
-
 	mu                sync.Mutex
 	orders, reminders int
 	closedHeld        bool
+	readyEarly        bool
 }
 
 func (g *pageGate) Schedule(ctx context.Context, items []hourglass.DueItem) error {
