@@ -235,8 +235,9 @@ type Engine struct {
 	// the scheduler; the sweeper leaves later ones to the loader.
 	loading  atomic.Bool
 	loadedTo atomic.Int64
-	// firstPage is closed once the first page of the first load is with
-	// the scheduler (or that load failed): Run is ready then.
+	// firstPage is closed once the first page of orders of the first load
+	// is with the scheduler (every reminder it loads before them too), or
+	// that load ended or failed: Run is ready then.
 	firstPage     chan struct{}
 	firstPageOnce sync.Once
 	// started is when Run began (unix ms); recovered turns true once every
@@ -306,6 +307,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 	}
 	e.rem = newReminders(store, e.obs, e.log, e.clock, e.sched)
 	sources := []window.Source{store.PendingDue}
+	orders := 0 // the index of the orders' source, which Ready waits for
 	if e.timers != nil {
 		sources = append(sources, e.timers.TimersDue)
 	}
@@ -314,6 +316,7 @@ func New(store Store, cfg Config) (*Engine, error) {
 		// already due at start-up must be settled (sent, or skipped when
 		// the deadline passed too) before its order closes.
 		sources = append([]window.Source{e.rem.store.RemindersDue}, sources...)
+		orders++
 	}
 	if e.info.Feed == hourglass.FeedOutbox {
 		ob, ok := store.(hourglass.Outbox)
@@ -357,14 +360,17 @@ func New(store Store, cfg Config) (*Engine, error) {
 			LoadInterval: cfg.LoadInterval,
 			PageSize:     cfg.LoadPageSize,
 			Parts:        e.parts,
-			OnPage: func(loadedTo int64) {
-				e.loadedTo.Store(loadedTo)
-				// loadedTo is the least progress of the sources: above
-				// the loader's initial horizon once every source (the
-				// reminders, the orders, the timers) has its first page
-				// with the scheduler. Ready waits for that, not for the
-				// reminders' page alone.
-				if loadedTo > window.InitialHorizon {
+			// loadedTo is the least progress of the sources (the
+			// sweeper's bound while the first load runs).
+			OnPage: func(loadedTo int64) { e.loadedTo.Store(loadedTo) },
+			// Ready once the orders' first page is with the scheduler:
+			// the reminders, paged first, are all with it by then. Not
+			// once every source has a page: sources are paged in turn,
+			// so the timers' first page comes only after the last
+			// overdue order, and a backlog of 1,000,000 held readiness
+			// for seconds (docs/benchmarks/mass-expiry.md).
+			OnSourcePage: func(source int, _ int64) {
+				if source == orders {
 					e.firstPageDone()
 				}
 			},
@@ -523,8 +529,9 @@ func (e *Engine) cancel(ids []int64) {
 
 // Run runs the scheduler, the loader or relay, and the sweeper until ctx
 // ends, and returns nil then. It reports ready as soon as the scheduler
-// holds the first page of deadlines (FeedWindow) or at once (other
-// feeds): start-up recovery is background work, not a gate. Orders whose
+// holds the first page of order deadlines, and the reminders paged before
+// them (FeedWindow), or at once (other feeds): start-up recovery is
+// background work, not a gate. Orders whose
 // deadline passed while the process was down are already shown closed
 // (hourglass.Order.View) and refused payment by the store, so the API need
 // not wait for them. For a

@@ -86,10 +86,17 @@ type Config struct {
 	Parts Parts
 	// OnPage is called as Load makes progress, with the latest due time,
 	// unix ms, up to which every item of every source is with the sink.
+	// OnSourcePage is called at the same points with the index in Sources
+	// of the source that made progress and that source's own progress:
+	// sources are paged in turn, so every item the earlier sources have
+	// within the load is with the sink then, while the later ones have not
+	// been read yet (OnPage's least progress stays below their first
+	// page until every earlier source has been paged to the end).
 	// OnFirstLoad is called when the first load ended, and again after
 	// each of its failed attempts (Run retries it).
-	OnPage      func(loadedTo int64)
-	OnFirstLoad func()
+	OnPage       func(loadedTo int64)
+	OnSourcePage func(source int, loadedTo int64)
+	OnFirstLoad  func()
 	// RetryMax caps the backoff of a failed first load.
 	RetryMax time.Duration
 	// Clock gives now and times the loads (default the system clock).
@@ -280,6 +287,9 @@ func (l *Loader) Load(ctx context.Context) error {
 	}
 	report := func(i int, loadedTo int64) {
 		progress[i] = max(progress[i], loadedTo)
+		if l.cfg.OnSourcePage != nil {
+			l.cfg.OnSourcePage(i, progress[i])
+		}
 		if l.cfg.OnPage != nil {
 			l.cfg.OnPage(slices.Min(progress))
 		}

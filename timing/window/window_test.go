@@ -234,6 +234,64 @@ func TestSeveralSources(t *testing.T) {
 	}
 }
 
+// TestSourcePage: OnSourcePage names the source that made progress, with
+// every item it reports handed to the sink; a later source reports only
+// once every earlier one is paged to the end, and its first report comes
+// while the least progress (OnPage) still waits for the sources after it.
+func TestSourcePage(t *testing.T) {
+	t.Parallel()
+	clock := hourglasstest.NewClock(epoch)
+	first, second, third, h := &table{}, &table{}, &table{}, newHeld()
+	for i := range int64(5) {
+		first.add(100+i, at(time.Duration(i)*time.Second))
+		second.add(200+i, at(time.Duration(i)*time.Second))
+	}
+	third.add(300, at(time.Second))
+	type report struct {
+		source       int
+		to, least    int64
+		held, second int // items held then: in all, of the second source
+	}
+	var reports []report
+	least := int64(window.InitialHorizon)
+	l := window.New(window.Config{Sources: []window.Source{first.due, second.due, third.due}, Sink: h.schedule, Window: time.Minute, PageSize: 2, Clock: clock,
+		OnPage: func(to int64) { least = to },
+		OnSourcePage: func(source int, to int64) {
+			n := 0
+			for id := range h.m {
+				if id >= 200 && id < 300 {
+					n++
+				}
+			}
+			reports = append(reports, report{source, to, least, len(h.m), n})
+		}})
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var firstOfSecond *report
+	for i, r := range reports {
+		if i > 0 && r.source < reports[i-1].source {
+			t.Fatalf("reports %+v: source %d after source %d", reports, r.source, reports[i-1].source)
+		}
+		if r.source == 1 && firstOfSecond == nil {
+			firstOfSecond = &reports[i]
+		}
+	}
+	if firstOfSecond == nil {
+		t.Fatalf("reports %+v: none from the second source", reports)
+	}
+	// Its first page: the first source's 5 items and 2 of its own held,
+	// and OnPage's least progress still at the initial horizon (the third
+	// source has not been read).
+	if r := *firstOfSecond; r.held != 7 || r.second != 2 || r.least != window.InitialHorizon || r.to != hourglass.UnixMilli(at(time.Second))-1 {
+		t.Fatalf("the second source's first report %+v, want 7 held (2 of its own), least progress %d, progress to %d",
+			r, int64(window.InitialHorizon), hourglass.UnixMilli(at(time.Second))-1)
+	}
+	if last := reports[len(reports)-1]; last.source != 2 || last.to != l.Horizon() || last.held != 11 {
+		t.Fatalf("the last report %+v, want the third source's, up to the horizon %d, 11 held", last, l.Horizon())
+	}
+}
+
 // TestFailedLoadIsRetried: a query error lowers the horizon back, so the
 // next load reads the range again and nothing in it is lost.
 func TestFailedLoadIsRetried(t *testing.T) {
