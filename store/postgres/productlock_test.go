@@ -26,15 +26,18 @@ func TestProductLocksAreLookUps(t *testing.T) {
 		skus[i] = fmt.Sprintf("sku-%05d", 1+i*37)
 	}
 	arg := "'{" + strings.Join(skus, ",") + "}'"
-	for i, st := range []struct{ name, sql string }{{"productsLockSQL", productsLockSQL}} {
-		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE lock%d(text[]) AS %s", i, st.sql)); err != nil {
+	for i, st := range []struct{ name, sql, param, arg string }{
+		{"productsLockSQL", productsLockSQL, "text[]", arg},
+		{"productLockSQL", productLockSQL, "text", "'" + skus[3] + "'"},
+	} {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE lock%d(%s) AS %s", i, st.param, st.sql)); err != nil {
 			t.Fatalf("prepare %s: %v", st.name, err)
 		}
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 				t.Fatal(err)
 			}
-			p := explain(t, conn, fmt.Sprintf("EXECUTE lock%d(%s)", i, arg))
+			p := explain(t, conn, fmt.Sprintf("EXECUTE lock%d(%s)", i, st.arg))
 			if !strings.Contains(p, "Index Scan using products_pkey") || strings.Contains(p, "Seq Scan") {
 				t.Errorf("%s, %s: want one look-up of products_pkey per SKU, not a scan of the table; plan:\n%s", st.name, mode, p)
 			}
@@ -44,7 +47,9 @@ func TestProductLocksAreLookUps(t *testing.T) {
 	// index scan, or a scan that filters by them), not every product
 	// hashed for a join.
 	deltas := "'{" + strings.Repeat("1,", len(skus)-1) + "1}'"
-	for i, st := range []struct{ name, sql string }{{"productsUpdateSQL", productsUpdateSQL}, {"productsUpdateFewSQL", productsUpdateFewSQL}} {
+	for i, st := range []struct{ name, sql string }{
+		{"productsUpdateSQL", productsUpdateSQL}, {"productsUpdateFewSQL", productsUpdateFewSQL}, {"productUpdateSQL", productUpdateSQL},
+	} {
 		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE upd%d(text[], bigint[], bigint[], bigint[]) AS %s", i, st.sql)); err != nil {
 			t.Fatalf("prepare %s: %v", st.name, err)
 		}
@@ -57,7 +62,7 @@ func TestProductLocksAreLookUps(t *testing.T) {
 			restricted := false
 			for i, l := range lines {
 				if strings.Contains(l, " on products p") && i+1 < len(lines) {
-					restricted = strings.Contains(lines[i+1], "sku = ANY (")
+					restricted = strings.Contains(lines[i+1], "sku = ANY (") || strings.Contains(lines[i+1], "Index Cond: (sku = ")
 				}
 			}
 			if !restricted {
@@ -73,11 +78,15 @@ func TestProductsUpdateForms(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := openForPlans(t, thousandProducts...)
-	for f, sql := range []string{productsUpdateSQL, productsUpdateFewSQL} {
+	for f, sql := range []string{productsUpdateSQL, productsUpdateFewSQL, productUpdateSQL} {
 		// Sorted SKUs, each with its own deltas, as UpdateProducts passes them.
 		var skus []string
 		var da, dr, ds []int64
-		for i := range 5 {
+		n := 5
+		if sql == productUpdateSQL {
+			n = 1
+		}
+		for i := range n {
 			skus = append(skus, fmt.Sprintf("sku-%05d", 100*f+3+i*11))
 			da, dr, ds = append(da, int64(-1-i)), append(dr, int64(10+i)), append(ds, int64(100*i))
 		}
