@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/sqlq/sqlqtest"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
@@ -183,5 +184,40 @@ func TestDeadLetterFiltersUseIndexes(t *testing.T) {
 			t.Errorf("%s: the plan reads no deliveries:\n%s", c.Name, strings.Join(plan, "\n"))
 		}
 		t.Logf("%s:\n%s", c.Name, strings.Join(plan, "\n"))
+	}
+}
+
+// TestHistoryReadsOneSubjectsEvents: a history reads its subject's events
+// from a range of events_order_seq, latest first in the index's own order
+// (the seq is the rowid every entry ends in), never sorting them, and
+// answers the latest ones in the order they happened.
+func TestHistoryReadsOneSubjectsEvents(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, nil)
+	err := s.write(t.Context(), func(conn *sqlite.Conn, _ time.Time) error {
+		if err := sqlitex.ExecuteTransient(conn, `INSERT INTO events (id, type, order_id, created_at)
+SELECT 'evt_' || g, 'order.created', g % 1000, g FROM (WITH RECURSIVE k(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM k WHERE g < 10000) SELECT g FROM k)`, nil); err != nil {
+			return err
+		}
+		return sqlitex.ExecuteTransient(conn, `ANALYZE events`, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, args := s.HistoryEventsSQL(hourglass.HistoryParams{Subject: 7, MaxEvents: 5})
+	plan := queryPlan(t, s, q, args...)
+	if len(plan) != 1 || !strings.HasPrefix(plan[0], "SEARCH events USING INDEX events_order_seq (order_id=?)") {
+		t.Fatalf("history's events plan:\n%s\nwant one search of events_order_seq's range, no sort", strings.Join(plan, "\n"))
+	}
+	h, err := s.History(t.Context(), hourglass.HistoryParams{Subject: 7, MaxEvents: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, e := range h.Events {
+		seqs = append(seqs, e.Seq)
+	}
+	if want := []int64{5007, 6007, 7007, 8007, 9007}; fmt.Sprint(seqs) != fmt.Sprint(want) {
+		t.Fatalf("history's event seqs = %v, want %v (the latest five, in order)", seqs, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -208,7 +209,16 @@ func Open(cfg Config) (*Store, error) {
 			s.unlock()
 		}
 	}()
-	w, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
+	// The writer writes its WAL through gatherVFS (walgather.go), which
+	// needs the synchronous = FULL set below.
+	if err := registerGatherVFS(); err != nil {
+		return nil, err
+	}
+	uri, err := vfsURI(path, gatherVFS)
+	if err != nil {
+		return nil, err
+	}
+	w, err := sqlite.OpenConn(uri, sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -316,6 +326,17 @@ func prepareFiles(dir, path string, log *slog.Logger) error {
 		}
 	}
 	return nil
+}
+
+// vfsURI is the URI that opens the database file at path with the VFS
+// named vfs.
+func vfsURI(path, vfs string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("sqlite: %s: %w", path, err)
+	}
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: url.Values{"vfs": {vfs}}.Encode()}
+	return u.String(), nil
 }
 
 // dbPath is the database file's path.

@@ -2,6 +2,8 @@ package sqlite_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,28 +89,43 @@ func TestCancelledContextSkipsQueuedWrite(t *testing.T) {
 	}
 }
 
+// BenchmarkCreateOrder creates orders from 64 callers at once: of one SKU
+// (items=1), of five (items=5), or of one SKU picked at random among 1,000
+// (skus=1000, the shape of BenchmarkHTTPCreateOrders' load, whose commits
+// each update many products).
 func BenchmarkCreateOrder(b *testing.B) {
-	for _, items := range []int{1, 5} {
-		b.Run(map[int]string{1: "items=1", 5: "items=5"}[items], func(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		items, skus int
+	}{{"items=1", 1, 1}, {"items=5", 5, 5}, {"items=1,skus=1000", 1, 1000}} {
+		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			s, err := sqlite.Open(sqlite.Config{Dir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			var its []hourglass.Item
-			for i := range items {
-				sku := string(rune('A' + i))
-				if _, err := s.PutProduct(ctx, hourglass.Product{SKU: sku, Available: 1 << 40}); err != nil {
+			skus := make([]string, c.skus)
+			for i := range skus {
+				skus[i] = fmt.Sprintf("SKU-%04d", i)
+				if _, err := s.PutProduct(ctx, hourglass.Product{SKU: skus[i], Available: 1 << 40}); err != nil {
 					b.Fatal(err)
 				}
-				its = append(its, hourglass.Item{SKU: sku, Quantity: 1})
 			}
 			b.SetParallelism(64) // many concurrent API calls share each commit
 			cpu0 := cpuTime(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
+				r := rand.New(rand.NewPCG(rand.Uint64(), 0))
 				for pb.Next() {
+					its := make([]hourglass.Item, c.items)
+					for i := range its {
+						sku := skus[i]
+						if c.skus > c.items {
+							sku = skus[r.IntN(c.skus)]
+						}
+						its[i] = hourglass.Item{SKU: sku, Quantity: 1}
+					}
 					if _, _, err := s.CreateOrder(ctx, hourglass.CreateOrderParams{UserID: "u", Items: its, Timeout: time.Hour}); err != nil {
 						b.Error(err)
 						return
