@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/store/internal/batch"
 	"github.com/hourglass/hourglass/store/internal/stored"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -23,7 +23,7 @@ import (
 func backendNanos(tb testing.TB, s *Store) time.Duration {
 	var total time.Duration
 	for _, pid := range backendPIDs(tb, s) {
-		ns, ok := pidNanos(pid)
+		ns, ok := pgtest.ProcessCPU(pid)
 		if !ok {
 			return 0
 		}
@@ -32,23 +32,6 @@ func backendNanos(tb testing.TB, s *Store) time.Duration {
 	return total
 }
 
-// pidNanos returns the CPU time process pid used so far
-// (/proc/<pid>/schedstat), false when it cannot be read.
-func pidNanos(pid int32) (time.Duration, bool) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(stat))
-	if len(f) == 0 {
-		return 0, false
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return time.Duration(ns), true
-}
 
 // BenchmarkCreateBatch runs batches of n creates (one item each, over
 // 1,000 products) through the group commit's dialect, one batch at a time,
@@ -108,7 +91,7 @@ WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&listener); 
 		var total time.Duration
 		for _, pid := range backendPIDs(b, s) {
 			if pid != listener {
-				ns, _ := pidNanos(pid)
+				ns, _ := pgtest.ProcessCPU(pid)
 				total += ns
 			}
 		}
@@ -123,7 +106,7 @@ WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&listener); 
 				run(i)
 			}
 			var spent [2]time.Duration
-			heard, _ := pidNanos(listener)
+			heard, _ := pgtest.ProcessCPU(listener)
 			b.ResetTimer()
 			for i := range 2 * b.N {
 				turn := i % 2
@@ -135,7 +118,7 @@ WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&listener); 
 				spent[turn] += writers() - before
 			}
 			b.StopTimer()
-			end, _ := pidNanos(listener)
+			end, _ := pgtest.ProcessCPU(listener)
 			if spent[0] > 0 {
 				b.ReportMetric(float64(spent[0].Microseconds())/float64(b.N), "announced-µs/batch")
 				b.ReportMetric(float64(spent[1].Microseconds())/float64(b.N), "held-µs/batch")
@@ -360,7 +343,7 @@ func statementProfile(b *testing.B, s *Store) (report func()) {
 	cpuAt := map[int32]time.Duration{}
 	for _, pid := range backendPIDs(b, s) {
 		pids[fmt.Sprintf("[%d]", pid)] = true
-		cpuAt[pid], _ = pidNanos(pid)
+		cpuAt[pid], _ = pgtest.ProcessCPU(pid)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -379,7 +362,7 @@ func statementProfile(b *testing.B, s *Store) (report func()) {
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&pid, &last}, func() error {
 			if at, ok := cpuAt[pid]; ok {
-				now, _ := pidNanos(pid)
+				now, _ := pgtest.ProcessCPU(pid)
 				b.Logf("backend %d: %.1f µs/batch (last statement: %s)", pid, float64((now-at).Nanoseconds())/1e3/float64(b.N), strings.Join(strings.Fields(last), " "))
 			}
 			return nil

@@ -3,11 +3,10 @@ package processtest
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/hourglass/hourglass/store"
+	"github.com/hourglass/hourglass/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -50,22 +49,14 @@ func (m *backendCPU) read() (map[int32]int64, bool) {
 	}
 	out := make(map[int32]int64, len(pids))
 	for _, pid := range pids {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			if os.IsNotExist(err) {
+		ns, ok := pgtest.ProcessCPU(pid)
+		if !ok {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
 				continue // ended since the query
 			}
 			return nil, false
 		}
-		f := strings.Fields(string(stat))
-		if len(f) == 0 {
-			return nil, false
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return nil, false
-		}
-		out[pid] = ns
+		out[pid] = int64(ns)
 	}
 	return out, true
 }
