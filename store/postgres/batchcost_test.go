@@ -32,7 +32,6 @@ func backendNanos(tb testing.TB, s *Store) time.Duration {
 	return total
 }
 
-
 // BenchmarkCreateBatch runs batches of n creates (one item each, over
 // 1,000 products) through the group commit's dialect, one batch at a time,
 // and reports the server's CPU per batch (server-µs/batch): the fixed cost
