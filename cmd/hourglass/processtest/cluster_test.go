@@ -103,10 +103,11 @@ func TestClusterKill(t *testing.T) {
 	for _, kind := range sharedStores {
 		t.Run(kind, func(t *testing.T) {
 			const ttl = 2 * time.Second
-			// The nodes gather their commits (--commit-gather), as a
-			// cluster whose database is its limit runs: kills and
-			// takeovers hold the same bounds with it.
-			testKill(t, setupCluster(t, kind, 3, ttl, "--commit-gather", "2ms"), ttl)
+			// The nodes gather their commits as the default
+			// --commit-gather (5 ms while others share the database)
+			// has them do: kills and takeovers hold the same bounds
+			// with it.
+			testKill(t, setupCluster(t, kind, 3, ttl), ttl)
 		})
 	}
 }
@@ -119,7 +120,7 @@ func TestClusterKill(t *testing.T) {
 func TestClusterKillGalera(t *testing.T) {
 	testenv.Require(t, testenv.Processes)
 	const ttl = 2 * time.Second
-	testKill(t, setupGaleraCluster(t, 3, ttl, "--commit-gather", "2ms"), ttl)
+	testKill(t, setupGaleraCluster(t, 3, ttl), ttl)
 }
 
 // testKill runs the kill scenario of TestClusterKill on a balanced cluster
