@@ -190,7 +190,8 @@ type Config[T Write] struct {
 	// commit_delay does when commit_siblings transactions are active: it
 	// waits while writes keep coming, each within Gather/4 of the one
 	// before, for at most Gather, until the batch holds as many writes as
-	// the one before it (their clients, writing again) or is full. A
+	// the one before it and the writes that waited while it committed
+	// (their clients, writing again) or is full. A
 	// batch with an urgent write (a close, a fire) never waits, and an
 	// urgent write ends a wait. Fewer, larger transactions cost the
 	// database and the node less per write: a node among several, which
@@ -396,17 +397,20 @@ func (w *Writer[T]) NotifyDeliveries() {
 func (w *Writer[T]) loop() {
 	defer w.wg.Done()
 	batch := make([]*entry[T], 0, w.cfg.MaxBatch)
-	last := 0 // the previous batch's size
+	// last is the previous batch's size, waited the writes that came while
+	// it committed: the writes a closed loop's clients send next.
+	last, waited := 0, 0
 	for {
 		batch = w.queue.Take(batch[:0], w.cfg.MaxBatch)
 		if len(batch) == 0 {
 			return // closed and drained
 		}
 		if last >= gatherSiblings {
-			batch = w.gather(batch, last)
+			batch = w.gather(batch, last+waited)
 		}
 		last = len(batch)
 		w.commit(batch)
+		waited = w.queue.Len()
 	}
 }
 
@@ -415,11 +419,14 @@ func (w *Writer[T]) loop() {
 // Low writes only): while each came within a quarter of that of the one
 // before, for at most that, until the batch is full or holds a write that
 // ends the wait (an urgent one; in a Low batch, any other); for Gather,
-// also until it holds last writes, as many as the batch before it (their
-// clients, writing again). In an open loop, where the writes of a batch
-// do not come back, the quarter ends a wait once they thin out.
-func (w *Writer[T]) gather(batch []*entry[T], last int) []*entry[T] {
-	d, ends, enough := w.cfg.Gather, anyUrgent[T], min(last, w.cfg.MaxBatch)
+// also until it holds back writes: the batch before it and the writes that
+// waited while it committed (their clients, writing again: the whole of a
+// closed loop, which otherwise splits into two groups that commit in turn,
+// each waiting for as many as the one before). In an open loop, where the
+// writes of a batch do not come back, the quarter ends a wait once they
+// thin out, and the wait its bound once they do not.
+func (w *Writer[T]) gather(batch []*entry[T], back int) []*entry[T] {
+	d, ends, enough := w.cfg.Gather, anyUrgent[T], min(back, w.cfg.MaxBatch)
 	if d > 0 && w.cfg.Shared != nil && !w.cfg.Shared() {
 		d = 0
 	}

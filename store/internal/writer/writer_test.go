@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass"
+	"github.com/hourglass/hourglass/internal/testenv"
 )
 
 // write is a test write: broken makes any transaction holding it fail.
@@ -38,9 +39,19 @@ type fake struct {
 	races int
 	down  bool
 	txs   []int
+	// hold, if set, holds each transaction until it is closed, after
+	// telling held.
+	hold, held chan struct{}
 }
 
 func (f *fake) Run(_ context.Context, ws []*write) (int, error) {
+	f.mu.Lock()
+	hold, held := f.hold, f.held
+	f.mu.Unlock()
+	if hold != nil {
+		held <- struct{}{}
+		<-hold
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.txs = append(f.txs, len(ws))
@@ -178,6 +189,7 @@ func TestHealthAndDeliveries(t *testing.T) {
 // the transactions' sizes, submit queues n writes in a lane, taken waits
 // until the writer begins to wait for more writes.
 type gatherRig struct {
+	f         *fake
 	w         *Writer[*write]
 	gathering chan struct{}
 	txs       func() []int
@@ -191,7 +203,7 @@ func newGatherRig(t *testing.T, cfg Config[*write]) *gatherRig {
 	f := &fake{}
 	cfg.Name, cfg.Log = "test", slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Retry, cfg.ProbeInterval = RetryPolicy{Attempts: 1, Timeout: time.Minute}, time.Hour
-	r := &gatherRig{w: New(cfg, f), gathering: make(chan struct{}, 1)}
+	r := &gatherRig{f: f, w: New(cfg, f), gathering: make(chan struct{}, 1)}
 	t.Cleanup(r.w.Close)
 	r.w.gathering = func() { r.gathering <- struct{}{} } // set before any write: the loop reads it after a Take
 	r.txs = func() []int { f.mu.Lock(); defer f.mu.Unlock(); return append([]int(nil), f.txs...) }
@@ -287,6 +299,39 @@ func TestGather(t *testing.T) {
 	}
 	if got := txs(); !slices.Equal(got, []int{3, 3, 4, 4, 2, 1, 1, 2, 1}) {
 		t.Fatalf("transactions %v, want [3 3 4 4 2 1 1 2 1]: Close ends the wait and commits what was taken", got)
+	}
+}
+
+// TestGatherBack: a closed loop split into two groups, one committing while
+// the other waits, becomes one: the batch after a commit gathers as many
+// writes as that commit held and the writes that waited through it.
+func TestGatherBack(t *testing.T) {
+	t.Parallel()
+	r := newGatherRig(t, Config[*write]{MaxBatch: 8, Gather: time.Minute})
+	txs, submit, taken := r.txs, r.submit, r.taken
+
+	<-submit(Normal, 2) // a batch of two: clients write concurrently
+	r.f.mu.Lock()
+	r.f.hold, r.f.held = make(chan struct{}), make(chan struct{}, 1)
+	hold, held := r.f.hold, r.f.held
+	r.f.mu.Unlock()
+	a := submit(Normal, 2) // group A: its transaction is held
+	<-held
+	b := submit(Normal, 1) // group B waits while A commits
+	testenv.Eventually(t, time.Minute, "group B to wait in the queue", func() bool { return r.w.Len() == 1 })
+	r.f.mu.Lock()
+	r.f.hold = nil
+	r.f.mu.Unlock()
+	close(hold)
+	<-a
+	taken() // B, waiting for A's clients
+	back := []chan []error{submit(Normal, 1)}
+	back = append(back, submit(Normal, 1))
+	for _, c := range append(back, b) {
+		<-c
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 2, 3}) {
+		t.Fatalf("transactions %v, want [2 2 3]: B's write waits for both of A's clients, 2 + 1", got)
 	}
 }
 
