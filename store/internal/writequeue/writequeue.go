@@ -91,6 +91,13 @@ func (q *Queue[T]) Len() int {
 	return len(q.urgent) + len(q.normal) + len(q.low)
 }
 
+// Normal returns how many normal items are waiting.
+func (q *Queue[T]) Normal() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.normal)
+}
+
 // Urgent returns how many urgent items are waiting.
 func (q *Queue[T]) Urgent() int {
 	q.mu.Lock()

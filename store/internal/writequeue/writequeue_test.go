@@ -14,8 +14,12 @@ func TestUrgentFirstInOrderAndBounded(t *testing.T) {
 	}
 	q.Push(100, true)
 	q.Push(101, true)
+	q.PushLow(200)
 	if got := q.Urgent(); got != 2 {
 		t.Fatalf("Urgent() = %d, want 2", got)
+	}
+	if got, all := q.Normal(), q.Len(); got != 5 || all != 8 {
+		t.Fatalf("Normal(), Len() = %d, %d, want 5, 8", got, all)
 	}
 	if got := q.Take(nil, 4); !slices.Equal(got, []int{100, 101, 1, 2}) {
 		t.Fatalf("first batch %v, want the urgent ones first, then the oldest normal ones, at most 4", got)
@@ -23,8 +27,8 @@ func TestUrgentFirstInOrderAndBounded(t *testing.T) {
 	if got := q.Urgent(); got != 0 {
 		t.Fatalf("Urgent() after the take = %d, want 0", got)
 	}
-	if got := q.Take(nil, 4); !slices.Equal(got, []int{3, 4, 5}) {
-		t.Fatalf("second batch %v", got)
+	if got := q.Take(nil, 4); !slices.Equal(got, []int{3, 4, 5, 200}) {
+		t.Fatalf("second batch %v, want the normal ones, then the low one", got)
 	}
 }
 

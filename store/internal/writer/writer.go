@@ -397,8 +397,9 @@ func (w *Writer[T]) NotifyDeliveries() {
 func (w *Writer[T]) loop() {
 	defer w.wg.Done()
 	batch := make([]*entry[T], 0, w.cfg.MaxBatch)
-	// last is the previous batch's size, waited the writes that came while
-	// it committed: the writes a closed loop's clients send next.
+	// last is the previous batch's size, waited the API writes that came
+	// while it committed: the writes a closed loop's clients send next
+	// (closes end a gather, and bookkeeping is nobody's client).
 	last, waited := 0, 0
 	for {
 		batch = w.queue.Take(batch[:0], w.cfg.MaxBatch)
@@ -410,7 +411,7 @@ func (w *Writer[T]) loop() {
 		}
 		last = len(batch)
 		w.commit(batch)
-		waited = w.queue.Len()
+		waited = w.queue.Normal()
 	}
 }
 
