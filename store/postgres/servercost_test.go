@@ -13,7 +13,7 @@ import (
 // serverCPUPerCommit runs b.N transactions on one connection of s, each
 // BEGIN, what queue adds for the i-th, and COMMIT in one pipelined round
 // trip, with synchronous_commit set to syncCommit, and reports the server's
-// CPU per transaction (backendCPU) as server-µs/commit.
+// CPU per transaction (backendNanos) as server-µs/commit.
 func serverCPUPerCommit(b *testing.B, s *Store, syncCommit string, queue func(batch *pgx.Batch, i int)) {
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
@@ -24,7 +24,7 @@ func serverCPUPerCommit(b *testing.B, s *Store, syncCommit string, queue func(ba
 	if _, err := conn.Exec(ctx, "SET synchronous_commit = "+syncCommit); err != nil {
 		b.Fatal(err)
 	}
-	server := -backendCPU(b, s)
+	server := -backendNanos(b, s)
 	b.ResetTimer()
 	for i := range b.N {
 		batch := &pgx.Batch{}
@@ -36,7 +36,7 @@ func serverCPUPerCommit(b *testing.B, s *Store, syncCommit string, queue func(ba
 		}
 	}
 	b.StopTimer()
-	if server += backendCPU(b, s); server > 0 {
+	if server += backendNanos(b, s); server > 0 {
 		b.ReportMetric(float64(server.Microseconds())/float64(b.N), "server-µs/commit")
 	}
 	if _, err := conn.Exec(ctx, "RESET synchronous_commit"); err != nil {

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,28 +22,7 @@ func TestMigrationKeysProductsBySKU(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	ms, err := sqlite.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, sqlite.FileNameDefault)
-	conn, err := zsqlite.OpenConn(path, zsqlite.OpenReadWrite|zsqlite.OpenCreate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const before = 16
-	for _, m := range ms[:before] {
-		if err := sqlitex.ExecuteScript(conn, m.SQL, nil); err != nil {
-			t.Fatalf("migration %d: %v", m.Version, err)
-		}
-	}
-	if err := sqlitex.ExecuteScript(conn, `PRAGMA user_version = 16;
-INSERT INTO products (sku, name, category, available, reserved, sold) VALUES ('MUG-1', 'Mug', 'physical', 7, 2, 5), ('EBOOK', 'E-book', 'digital', 100, 0, 0);`, nil); err != nil {
-		t.Fatalf("version %d database: %v", before, err)
-	}
-	if err := conn.Close(); err != nil {
-		t.Fatal(err)
-	}
+	databaseAt(t, dir, 16, `INSERT INTO products (sku, name, category, available, reserved, sold) VALUES ('MUG-1', 'Mug', 'physical', 7, 2, 5), ('EBOOK', 'E-book', 'digital', 100, 0, 0);`)
 
 	s := open(t, dir, hourglasstest.NewClock(hourglasstest.Epoch))
 	for _, want := range []hourglass.Product{
@@ -66,7 +46,7 @@ INSERT INTO products (sku, name, category, available, reserved, sold) VALUES ('M
 		t.Fatal(err)
 	}
 
-	conn, err = zsqlite.OpenConn(path, zsqlite.OpenReadOnly)
+	conn, err := zsqlite.OpenConn(filepath.Join(dir, sqlite.FileNameDefault), zsqlite.OpenReadOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +55,31 @@ INSERT INTO products (sku, name, category, available, reserved, sold) VALUES ('M
 	err = sqlitex.ExecuteTransient(conn, `SELECT rowid FROM products`, nil)
 	if err == nil || !strings.Contains(err.Error(), "no such column") {
 		t.Fatalf("SELECT rowid FROM products = %v, want no such column (a table keyed by SKU alone)", err)
+	}
+}
+
+// databaseAt creates in dir the database an older hourglass left: the
+// store's migrations up to version applied, its user_version set, then
+// seed run on it. The store's Open then migrates it the rest of the way.
+func databaseAt(t *testing.T, dir string, version int, seed string) {
+	t.Helper()
+	ms, err := sqlite.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := zsqlite.OpenConn(filepath.Join(dir, sqlite.FileNameDefault), zsqlite.OpenReadWrite|zsqlite.OpenCreate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:version] {
+		if err := sqlitex.ExecuteScript(conn, m.SQL, nil); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
+		}
+	}
+	if err := sqlitex.ExecuteScript(conn, fmt.Sprintf("PRAGMA user_version = %d;\n%s", version, seed), nil); err != nil {
+		t.Fatalf("version %d database: %v", version, err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,15 +3,12 @@ package sqlite_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass"
 	"github.com/hourglass/hourglass/hourglasstest"
 	"github.com/hourglass/hourglass/store/sqlite"
-	zsqlite "zombiezen.com/go/sqlite"
-	"zombiezen.com/go/sqlite/sqlitex"
 )
 
 // TestTimerIDsStartAtTimerIDBase: the first timer's id is TimerIDBase and
@@ -60,32 +57,14 @@ func TestMigrationKeepsOrderEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	ms, err := sqlite.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := zsqlite.OpenConn(filepath.Join(dir, sqlite.FileNameDefault), zsqlite.OpenReadWrite|zsqlite.OpenCreate)
-	if err != nil {
-		t.Fatal(err)
-	}
 	created := hourglass.UnixMilli(hourglasstest.Epoch)
-	for _, q := range []string{
-		ms[0].SQL, ms[1].SQL, ms[2].SQL, "PRAGMA user_version = 3",
-		fmt.Sprintf(`INSERT INTO products (sku, name, category, available, reserved) VALUES ('A', 'A', 'x', 9, 1);
+	databaseAt(t, dir, 3, fmt.Sprintf(`INSERT INTO products (sku, name, category, available, reserved) VALUES ('A', 'A', 'x', 9, 1);
 INSERT INTO orders (id, user_id, status, items, created_at, deadline) VALUES (1, 'u', 'pending_payment', '[{"sku":"A","quantity":1}]', %d, %d);
 INSERT INTO events (id, type, order_id, created_at) VALUES ('evt_old', 'order.created', 1, %d);
 INSERT INTO webhooks (url, secret, created_at) VALUES ('https://hooks.example.com/a', '0123456789abcdef', %d);
 INSERT INTO webhook_subscriptions (webhook_id, type) VALUES (1, '*');
 INSERT INTO webhook_deliveries (webhook_id, event_seq, order_id, state, next_attempt_at) VALUES (1, 1, 1, 'pending', %d);`,
-			created, created+60000, created, created, created),
-	} {
-		if err := sqlitex.ExecuteScript(conn, q, nil); err != nil {
-			t.Fatalf("version 3 database: %v", err)
-		}
-	}
-	if err := conn.Close(); err != nil {
-		t.Fatal(err)
-	}
+		created, created+60000, created, created, created))
 	s := open(t, dir, hourglasstest.NewClock(hourglasstest.Epoch))
 	o, err := s.Order(ctx, 1)
 	if err != nil {

@@ -227,6 +227,21 @@ func newGatherRig(t *testing.T, cfg Config[*write]) *gatherRig {
 	return r
 }
 
+// holdNext holds the next transaction until release, which lets every
+// later one run at once; the transaction tells r.f.held when it is held.
+func (r *gatherRig) holdNext() (release func()) {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	r.f.hold, r.f.held = make(chan struct{}), make(chan struct{}, 1)
+	hold := r.f.hold
+	return func() {
+		r.f.mu.Lock()
+		r.f.hold = nil
+		r.f.mu.Unlock()
+		close(hold)
+	}
+}
+
 // TestGather: after a batch of several writes, a writer holding one write
 // waits (Config.Gather) for the writes that keep coming, until its batch
 // holds as many as the one before or is full; an urgent write ends the
@@ -311,18 +326,12 @@ func TestGatherBack(t *testing.T) {
 	txs, submit, taken := r.txs, r.submit, r.taken
 
 	<-submit(Normal, 2) // a batch of two: clients write concurrently
-	r.f.mu.Lock()
-	r.f.hold, r.f.held = make(chan struct{}), make(chan struct{}, 1)
-	hold, held := r.f.hold, r.f.held
-	r.f.mu.Unlock()
+	release := r.holdNext()
 	a := submit(Normal, 2) // group A: its transaction is held
-	<-held
+	<-r.f.held
 	b := submit(Normal, 1) // group B waits while A commits
 	testenv.Eventually(t, time.Minute, "group B to wait in the queue", func() bool { return r.w.Len() == 1 })
-	r.f.mu.Lock()
-	r.f.hold = nil
-	r.f.mu.Unlock()
-	close(hold)
+	release()
 	<-a
 	taken() // B, waiting for A's clients
 	back := []chan []error{submit(Normal, 1)}
@@ -332,6 +341,35 @@ func TestGatherBack(t *testing.T) {
 	}
 	if got := txs(); !slices.Equal(got, []int{2, 2, 3}) {
 		t.Fatalf("transactions %v, want [2 2 3]: B's write waits for both of A's clients, 2 + 1", got)
+	}
+
+}
+
+// TestGatherBackCountsAPIWrites: bookkeeping (Low) writes that waited
+// through a commit are no client's: a batch of 2 held, one API write and
+// two Low ones waiting, the next batch (those three) waits for no more.
+func TestGatherBackCountsAPIWrites(t *testing.T) {
+	t.Parallel()
+	r := newGatherRig(t, Config[*write]{MaxBatch: 8, Gather: time.Minute})
+	txs, submit := r.txs, r.submit
+
+	<-submit(Normal, 2) // a batch of two: clients write concurrently
+	release := r.holdNext()
+	a := submit(Normal, 2)
+	<-r.f.held
+	waiting := []chan []error{submit(Normal, 1), submit(Low, 1), submit(Low, 1)}
+	testenv.Eventually(t, time.Minute, "three writes to wait in the queue", func() bool { return r.w.Len() == 3 })
+	release()
+	<-a
+	start := time.Now()
+	for _, c := range waiting {
+		<-c
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the batch after it committed %s later, want at once: 3 writes, as many as the batch before and the API write that waited (Gather is a minute)", took)
+	}
+	if got := txs(); !slices.Equal(got, []int{2, 2, 3}) {
+		t.Fatalf("transactions %v, want [2 2 3]", got)
 	}
 }
 
